@@ -1,0 +1,194 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+func splitHostPort(addr string) (string, string, error) { return net.SplitHostPort(addr) }
+
+// NATSServer is an embedded NATS server with JetStream, started for a test.
+type NATSServer struct {
+	// URL is the nats:// URL clients connect to.
+	URL string
+	// Server is the embedded server.
+	Server *server.Server
+}
+
+// NATS starts an embedded NATS server with JetStream on a free loopback port, storing streams in
+// a temporary directory, and shuts it down when the test ends.
+func NATS(t testing.TB) *NATSServer {
+	t.Helper()
+	opts := &server.Options{
+		Host:      "127.0.0.1",
+		Port:      server.RANDOM_PORT,
+		JetStream: true,
+		StoreDir:  t.TempDir(),
+		NoLog:     true,
+		NoSigs:    true,
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("testenv: nats server: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatalf("testenv: nats server not ready")
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return &NATSServer{URL: s.ClientURL(), Server: s}
+}
+
+// Connect returns a connection to url that the test's cleanup closes.
+func Connect(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("testenv: connect %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// NATSProcess is nats-server running as a separate process, for tests that crash and restart it.
+// Its store directory and port survive Kill and Start, as a real server's would.
+type NATSProcess struct {
+	URL string
+
+	t    testing.TB
+	bin  string
+	port int
+	dir  string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+var (
+	buildOnce sync.Once
+	buildBin  string
+	buildErr  error
+)
+
+// natsServerBinary builds the nats-server command from the module this repository requires, once
+// per test binary.
+func natsServerBinary() (string, error) {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sluice-nats-server-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		bin := filepath.Join(dir, "nats-server")
+		cmd := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build nats-server: %v\n%s", err, out)
+			return
+		}
+		buildBin = bin
+	})
+	return buildBin, buildErr
+}
+
+// NATSProc builds nats-server (once per test binary) and runs it as a separate process with
+// JetStream and a file store on a free loopback port. The test's cleanup kills it.
+func NATSProc(t testing.TB) *NATSProcess {
+	t.Helper()
+	bin, err := natsServerBinary()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	p := &NATSProcess{t: t, bin: bin, dir: t.TempDir()}
+	var lastErr error
+	for range 5 {
+		p.port = FreePort(t)
+		if lastErr = p.start(); lastErr == nil {
+			break
+		}
+	}
+	if lastErr != nil {
+		t.Fatalf("testenv: start nats-server: %v", lastErr)
+	}
+	p.URL = fmt.Sprintf("nats://127.0.0.1:%d", p.port)
+	t.Cleanup(p.Kill)
+	return p
+}
+
+func (p *NATSProcess) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return errors.New("already running")
+	}
+	cmd := exec.Command(p.bin, "-a", "127.0.0.1", "-p", itoa(p.port), "-js", "-sd", p.dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", p.port)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nc, err := nats.Connect(url, nats.Timeout(200*time.Millisecond))
+		if err == nil {
+			js, jerr := nc.JetStream()
+			if jerr == nil {
+				_, jerr = js.AccountInfo()
+			}
+			nc.Close()
+			if jerr == nil {
+				p.cmd, p.done = cmd, done
+				return nil
+			}
+			err = jerr
+		}
+		select {
+		case <-done:
+			return errors.New("nats-server exited during start-up (port taken?)")
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-done
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill kills the server with SIGKILL and waits for it to exit. Killing a stopped server does
+// nothing.
+func (p *NATSProcess) Kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return
+	}
+	p.cmd.Process.Kill()
+	<-p.done
+	p.cmd, p.done = nil, nil
+}
+
+// Start starts the server again after Kill, on the same port and store directory.
+func (p *NATSProcess) Start() {
+	p.t.Helper()
+	if err := p.start(); err != nil {
+		p.t.Fatalf("testenv: restart nats-server: %v", err)
+	}
+}

@@ -1,0 +1,130 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisServer is a redis-server process started for a test. Its methods are safe for concurrent
+// use.
+type RedisServer struct {
+	// Addr is host:port of the server; it stays the same across Stop and Start.
+	Addr string
+	// Client is a go-redis client for Addr, closed at cleanup.
+	Client *redis.Client
+
+	t    testing.TB
+	bin  string
+	dir  string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Redis starts a redis-server on a free loopback port with persistence off, and stops it when
+// the test ends. It skips the test (fails in strict mode) when redis-server is not installed.
+func Redis(t testing.TB) *RedisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		unavailable(t, "redis-server not found in PATH (install: apt-get install -y redis-server)")
+	}
+	s := &RedisServer{t: t, bin: bin, dir: t.TempDir()}
+	var lastErr error
+	for range 5 { // a port found free can be taken before redis binds it; try another
+		s.Addr = "127.0.0.1:" + itoa(FreePort(t))
+		if lastErr = s.start(); lastErr == nil {
+			break
+		}
+	}
+	if lastErr != nil {
+		unavailable(t, "start redis-server: %v", lastErr)
+	}
+	s.Client = s.NewClient()
+	t.Cleanup(func() {
+		s.Client.Close()
+		s.Stop()
+	})
+	return s
+}
+
+// NewClient returns a new go-redis client for the server; the test's cleanup closes it.
+func (s *RedisServer) NewClient() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	s.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// URL returns the server's redis:// URL.
+func (s *RedisServer) URL() string { return "redis://" + s.Addr + "/0" }
+
+func (s *RedisServer) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return errors.New("already running")
+	}
+	_, port, _ := splitHostPort(s.Addr)
+	cmd := exec.Command(s.bin,
+		"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			s.cmd, s.done = cmd, done
+			return nil
+		}
+		select {
+		case <-done:
+			return errors.New("redis-server exited during start-up (port taken?)")
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-done
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Start starts the server again after Stop, on the same address, with an empty dataset.
+func (s *RedisServer) Start() {
+	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("testenv: restart redis-server on %s: %v", s.Addr, err)
+	}
+}
+
+// Stop kills the server (SIGKILL, as a crash would) and waits until it has exited. Stopping a
+// stopped server does nothing.
+func (s *RedisServer) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	<-s.done
+	s.cmd, s.done = nil, nil
+}

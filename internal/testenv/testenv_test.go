@@ -1,0 +1,74 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestRedisStopStart(t *testing.T) {
+	s := Redis(t)
+	ctx := context.Background()
+	if err := s.Client.Set(ctx, Prefix(t)+"k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	ctx2, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := s.Client.Ping(ctx2).Err(); err == nil {
+		t.Fatal("ping succeeded after Stop")
+	}
+	s.Start()
+	if err := s.Client.Ping(ctx).Err(); err != nil {
+		t.Fatalf("ping after Start: %v", err)
+	}
+	if n, _ := s.Client.Exists(ctx, Prefix(t)+"k").Result(); n != 0 {
+		t.Fatal("restarted server kept data; persistence should be off")
+	}
+}
+
+func TestNATSEmbedded(t *testing.T) {
+	s := NATS(t)
+	nc := Connect(t, s.URL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	name := Name(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, name, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNATSProcessSurvivesKill(t *testing.T) {
+	p := NATSProc(t)
+	nc := Connect(t, p.URL)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	name := Name(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, name, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	p.Kill()
+	p.Start()
+	WaitFor(t, 10*time.Second, "stream to come back with its message", func() bool {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	})
+}

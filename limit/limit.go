@@ -1,0 +1,181 @@
+// Package limit decides whether a request fits its rate limit.
+//
+// It implements the six admission algorithms Sluice offers — token bucket, leaky bucket (a meter,
+// as nginx limit_req), fixed window counter, sliding window log, sliding window counter and GCRA —
+// over two stores with one behaviour: [Memory] for a single process and [Redis] for state shared
+// by many replicas. Both satisfy [Limiter] and pass the same conformance tables.
+//
+// Being over the limit is a [Decision] with Allowed false, not an error. An error means the
+// limiter could not decide (bad input, or the store failed).
+package limit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Algorithm names an admission algorithm. The zero value is invalid.
+type Algorithm string
+
+// The algorithms. Their names are the values accepted in the config file.
+//
+// Whether a rejected request consumes quota:
+//   - TokenBucket, LeakyBucket, GCRA: no. A rejection leaves the bucket as it was, as nginx
+//     limit_req and GCRA do; a client that keeps knocking gets in as soon as capacity returns.
+//   - FixedWindow, SlidingWindow: no. Only admitted requests are counted, so a window's count is
+//     the number of requests that really reached the upstream.
+//   - SlidingLog: no. The book's log also records rejected timestamps, which locks out a client
+//     that retries faster than the window for as long as it retries, and makes memory grow with
+//     the attack rather than with the limit. Sluice records admitted requests only, so the log of
+//     a key never holds more than Limit entries.
+const (
+	// TokenBucket holds up to Burst tokens (default Limit) and refills Limit tokens per Period,
+	// continuously. A request takes cost tokens.
+	TokenBucket Algorithm = "token_bucket"
+	// LeakyBucket is the leaky bucket as a meter (nginx limit_req): a bucket of capacity Burst
+	// (default 1, which spaces requests strictly 1/rate apart) that leaks Limit per Period. A
+	// request pours cost units in; if they would overflow, it is rejected.
+	LeakyBucket Algorithm = "leaky_bucket"
+	// FixedWindow counts requests in windows of Period aligned to the Unix epoch and admits at
+	// most Limit per window. Up to 2×Limit can pass around a window boundary.
+	FixedWindow Algorithm = "fixed_window"
+	// SlidingLog keeps the timestamp of every admitted request and admits a request when fewer
+	// than Limit were admitted in the trailing Period. Exact; memory grows with Limit.
+	SlidingLog Algorithm = "sliding_log"
+	// SlidingWindow approximates a sliding window from two fixed-window counters: the count of
+	// the previous window weighted by the share of it still inside the trailing Period, rounded
+	// down, plus the current window's count (Cloudflare's algorithm).
+	SlidingWindow Algorithm = "sliding_window"
+	// GCRA is the generic cell rate algorithm: one theoretical arrival time per key, emission
+	// interval Period/Limit, and a tolerance that admits bursts of up to Burst (default Limit).
+	GCRA Algorithm = "gcra"
+)
+
+// Algorithms lists every algorithm, in the order the documentation presents them.
+var Algorithms = []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingLog, SlidingWindow, GCRA}
+
+// Valid reports whether a names a known algorithm.
+func (a Algorithm) Valid() bool {
+	for _, k := range Algorithms {
+		if a == k {
+			return true
+		}
+	}
+	return false
+}
+
+// MaxKeyLen is the longest key a store accepts, in bytes. Callers with longer keys hash them.
+const MaxKeyLen = 512
+
+// Errors returned by Validate and by the limiters. They mean "could not decide".
+var (
+	ErrUnknownAlgorithm = errors.New("limit: unknown algorithm")
+	ErrInvalidLimit     = errors.New("limit: limit must be > 0")
+	ErrInvalidPeriod    = errors.New("limit: period must be > 0")
+	ErrInvalidBurst     = errors.New("limit: burst must be >= 0")
+	ErrInvalidCost      = errors.New("limit: cost must be > 0")
+	ErrCostTooHigh      = errors.New("limit: cost exceeds capacity")
+	ErrEmptyKey         = errors.New("limit: empty key")
+	ErrKeyTooLong       = errors.New("limit: key too long")
+)
+
+// Limit is one rate limit: Limit requests per Period, decided by Algorithm. Burst is the bucket
+// capacity for TokenBucket, LeakyBucket and GCRA (0 means the algorithm's default) and is
+// ignored by the window algorithms. A Limit is a small value, compared and copied freely.
+type Limit struct {
+	Algorithm Algorithm
+	Limit     int64
+	Period    time.Duration
+	Burst     int64
+}
+
+// Validate reports why l cannot be used, or nil.
+func (l Limit) Validate() error {
+	var errs []error
+	if !l.Algorithm.Valid() {
+		errs = append(errs, fmt.Errorf("%w %q", ErrUnknownAlgorithm, string(l.Algorithm)))
+	}
+	if l.Limit <= 0 {
+		errs = append(errs, ErrInvalidLimit)
+	}
+	if l.Period <= 0 {
+		errs = append(errs, ErrInvalidPeriod)
+	}
+	if l.Burst < 0 {
+		errs = append(errs, ErrInvalidBurst)
+	}
+	return errors.Join(errs...)
+}
+
+// Capacity is the largest cost a single request may have under l: the bucket size for the
+// bucket algorithms and GCRA, Limit for the window algorithms.
+func (l Limit) Capacity() int64 {
+	switch l.Algorithm {
+	case TokenBucket, GCRA:
+		if l.Burst > 0 {
+			return l.Burst
+		}
+		return l.Limit
+	case LeakyBucket:
+		if l.Burst > 0 {
+			return l.Burst
+		}
+		return 1
+	default:
+		return l.Limit
+	}
+}
+
+// Decision is the answer to one request: whether it is admitted, and everything a 429 and the
+// rate-limit headers need.
+type Decision struct {
+	// Allowed reports whether the request was admitted (and charged).
+	Allowed bool
+	// Limit is the quota of the policy: Limit requests per Period.
+	Limit int64
+	// Remaining is how many more requests of cost 1 would be admitted right now, >= 0.
+	Remaining int64
+	// ResetAfter is how long until the quota is whole again (a full bucket, or the end of
+	// the window), >= 0.
+	ResetAfter time.Duration
+	// RetryAfter is how long until this request would be admitted; 0 when Allowed.
+	RetryAfter time.Duration
+}
+
+// Request is one decision asked of DecideAll.
+type Request struct {
+	Key   string
+	Limit Limit
+	Cost  int64
+}
+
+// Limiter decides requests against limits. Implementations are safe for concurrent use.
+type Limiter interface {
+	// Decide charges cost against key under l and reports the decision. It returns an error
+	// wrapping one of the package's sentinel errors for bad input, or the store's error when
+	// it could not decide; a rejection is a Decision, not an error.
+	Decide(ctx context.Context, key string, l Limit, cost int64) (Decision, error)
+	// DecideAll decides several requests at once, each charged independently, in one round
+	// trip to the store. The decisions are in the order of reqs.
+	DecideAll(ctx context.Context, reqs []Request) ([]Decision, error)
+}
+
+// check validates one request before any store is touched.
+func check(key string, l Limit, cost int64) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case key == "":
+		return ErrEmptyKey
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), MaxKeyLen)
+	case cost <= 0:
+		return ErrInvalidCost
+	case cost > l.Capacity():
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostTooHigh, cost, l.Capacity())
+	}
+	return nil
+}
