@@ -1,0 +1,153 @@
+package queue
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Job is the envelope of one deferred request or one directly submitted job. A Job is what
+// [Queues.Publish] stores and what a worker gets back from [Consumer.Fetch], with its body
+// byte-exact.
+type Job struct {
+	// ID is the job id; Publish assigns one when it is empty (see [JobID]).
+	ID string `json:"id"`
+	// Queue is the name of the queue the job belongs to.
+	Queue string `json:"queue"`
+	// Method is the original request method of a deferred request, or "" for a direct job
+	// (the worker uses the queue's target).
+	Method string `json:"method,omitempty"`
+	// Path is the original path with its raw query, e.g. "/api/orders?x=1", of a deferred
+	// request; "" for a direct job.
+	Path string `json:"path,omitempty"`
+	// Direct is true for a job submitted through POST /v1/queues/{q}/jobs: deliver it to the
+	// queue's target.
+	Direct bool `json:"direct,omitempty"`
+	// Header holds the request headers worth replaying; the caller filters hop-by-hop headers.
+	Header http.Header `json:"header,omitempty"`
+	// Body is the request body, stored and returned byte-exact. It is not part of the JSON
+	// form: it travels as the raw message payload.
+	Body []byte `json:"-"`
+	// CreatedAt is when the job was accepted; Publish sets it when zero.
+	CreatedAt time.Time `json:"created_at"`
+	// IdempotencyKey is the client's Idempotency-Key, or "".
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// State is the lifecycle state of a job, as reported by GET /v1/jobs/{id}.
+type State string
+
+// The job states.
+const (
+	StateQueued    State = "queued"    // accepted, waiting for a worker
+	StateRunning   State = "running"   // a worker is delivering it
+	StateRetrying  State = "retrying"  // an attempt failed; it will be tried again
+	StateSucceeded State = "succeeded" // the upstream answered 2xx
+	StateFailed    State = "failed"    // permanently failed; it is in the dead-letter queue
+)
+
+// Terminal reports whether s is a final state (succeeded or failed).
+func (s State) Terminal() bool { return s == StateSucceeded || s == StateFailed }
+
+// Status is the recorded state of one job. Its JSON form is the body of GET /v1/jobs/{id}.
+type Status struct {
+	ID        string    `json:"id"`
+	Queue     string    `json:"queue"`
+	State     State     `json:"state"`
+	Attempts  int       `json:"attempts"` // delivery attempts spent so far
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	LastError string    `json:"last_error"`
+	// Response is the upstream's answer to the last attempt, or nil when there was none.
+	Response *Response `json:"response"`
+	// DeadLetter is true while the job sits in its queue's dead-letter stream.
+	DeadLetter bool `json:"dead_letter,omitempty"`
+	// NextAttemptAt is when a retrying job will be tried again, when known.
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+}
+
+// Response is what the upstream answered to a delivery attempt.
+type Response struct {
+	Status int `json:"status"`
+}
+
+// Spec describes one queue: its stream limits and its shared consumer. The zero value of each
+// field means its default. The caller maps the config file's queue section to a Spec.
+type Spec struct {
+	// Name is the queue name: letters, digits, '-' and '_'.
+	Name string
+	// MaxDepth is the most jobs the queue holds (waiting and in flight); beyond it Publish
+	// returns ErrFull. 0 means unlimited.
+	MaxDepth int64
+	// MaxBytes is the most bytes the queue's stream holds; 0 means unlimited.
+	MaxBytes int64
+	// MaxBodyBytes is the largest job body Publish accepts; 0 means no limit of its own (the
+	// NATS server's max_payload still applies, and a body beyond it is ErrTooLarge too).
+	MaxBodyBytes int64
+	// DedupeWindow is how long an Idempotency-Key keeps returning the same job; default 24h.
+	DedupeWindow time.Duration
+	// StreamDuplicates is JetStream's own Nats-Msg-Id duplicate window, which covers
+	// concurrent and crash-interrupted publishes of one id; default 2m.
+	StreamDuplicates time.Duration
+	// Replicas is the stream's replica count; default 1.
+	Replicas int
+	// AckWait is how long a worker may hold a job without acking or sending InProgress before
+	// JetStream redelivers it; default 30s.
+	AckWait time.Duration
+	// MaxAckPending bounds the jobs held by all workers of the queue at once; default 1000.
+	MaxAckPending int
+}
+
+// Receipt is the result of a successful Publish.
+type Receipt struct {
+	// ID is the job id.
+	ID string
+	// Replayed is true when the job already existed (the same Idempotency-Key within the
+	// dedupe window) and nothing new was enqueued.
+	Replayed bool
+}
+
+// Info is a snapshot of one queue, for the admin API and metrics.
+type Info struct {
+	Name string `json:"name"`
+	// Depth is the number of jobs in the queue, waiting and in flight.
+	Depth uint64 `json:"depth"`
+	// Bytes is the size of the queue's stream in bytes.
+	Bytes uint64 `json:"bytes"`
+	// Pending is the number of jobs not yet handed to any worker.
+	Pending uint64 `json:"pending"`
+	// InFlight is the number of jobs handed to a worker and not yet acknowledged.
+	InFlight int `json:"in_flight"`
+	// Redelivered is the number of in-flight jobs that were delivered more than once.
+	Redelivered int `json:"redelivered"`
+	// Waiting is the number of pull requests (idle worker fetches) waiting for jobs.
+	Waiting int `json:"waiting"`
+	// Consumers is the number of consumers on the queue's stream (normally 1, shared).
+	Consumers int `json:"consumers"`
+	// DeadLetters is the number of jobs in the queue's dead-letter stream.
+	DeadLetters uint64 `json:"dead_letters"`
+	// MaxDepth is the configured depth limit (0 = unlimited).
+	MaxDepth int64 `json:"max_depth"`
+}
+
+// DeadLetter is one job in a queue's dead-letter stream.
+type DeadLetter struct {
+	Job        *Job      `json:"job"`
+	Reason     string    `json:"reason"`
+	LastStatus int       `json:"last_status,omitempty"` // the upstream's last status, 0 if none
+	Attempts   int       `json:"attempts"`
+	FailedAt   time.Time `json:"failed_at"`
+	Seq        uint64    `json:"seq"` // sequence in the dead-letter stream
+}
+
+// Sentinel errors. Functions wrap them; test with errors.Is.
+var (
+	// ErrFull means the queue is at MaxDepth (or MaxBytes) and refused the job.
+	ErrFull = errors.New("queue: full")
+	// ErrUnknownQueue means no queue of that name has been provisioned.
+	ErrUnknownQueue = errors.New("queue: unknown queue")
+	// ErrNotFound means there is no job (or dead letter) with that id.
+	ErrNotFound = errors.New("queue: job not found")
+	// ErrTooLarge means the job's body is larger than the queue (or the server) accepts.
+	ErrTooLarge = errors.New("queue: body too large")
+)
