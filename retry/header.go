@@ -73,12 +73,14 @@ func FromHeaders(h http.Header, now time.Time) (time.Duration, bool) {
 	if exhausted {
 		return wait, true
 	}
-	return parseReset(h.Get("X-RateLimit-Reset"), now)
+	return ParseResetHeader(h.Get("X-RateLimit-Reset"), now)
 }
 
-// parseReset parses an X-RateLimit-Reset value: a non-negative decimal number of seconds,
-// or an epoch timestamp (see FromHeaders).
-func parseReset(v string, now time.Time) (time.Duration, bool) {
+// ParseResetHeader parses an X-RateLimit-Reset value relative to now: a non-negative decimal
+// number of seconds until the reset, or — above 1e9 — a Unix timestamp in seconds, or — above
+// 1e12 — in milliseconds. Past timestamps yield 0, true; results are capped at
+// [MaxRetryAfter]; anything else (negative, exponent, units, empty) yields 0, false.
+func ParseResetHeader(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	intPart, frac, hasDot := strings.Cut(v, ".")
 	if !isDigits(intPart) || hasDot && !isDigits(frac) {

@@ -1,0 +1,198 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	randv2 "math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/retry"
+)
+
+// State is the state of a job.
+type State string
+
+// The states of a job. Succeeded and Failed are final.
+const (
+	StateQueued    State = "queued"
+	StateRunning   State = "running"
+	StateRetrying  State = "retrying"
+	StateSucceeded State = "succeeded"
+	StateFailed    State = "failed" // dead-lettered
+)
+
+// Final reports whether s is a state a job never leaves (succeeded or failed).
+func (s State) Final() bool { return s == StateSucceeded || s == StateFailed }
+
+// Job is a deferred job as the ingress reports it. Submit fills ID, Queue, State, StatusURL
+// and Replayed; Job and Wait fill the rest.
+type Job struct {
+	ID        string    `json:"id"`
+	Queue     string    `json:"queue"`
+	State     State     `json:"state"`
+	Attempts  int       `json:"attempts"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// LastError describes the last failed delivery attempt, if any.
+	LastError string `json:"last_error"`
+	// Response is the upstream's answer to the last delivery attempt; nil before the first.
+	Response *JobResponse `json:"response"`
+	// StatusURL is where the job's state can be read (from the 202's body or Location).
+	StatusURL string `json:"status_url"`
+	// Replayed is true when Submit's Idempotency-Key had been seen before: the ingress
+	// returned the existing job instead of creating one (Idempotent-Replayed: true).
+	Replayed bool `json:"-"`
+}
+
+// JobResponse is the upstream's response to a delivery attempt.
+type JobResponse struct {
+	Status int `json:"status"`
+}
+
+// SubmitOption configures one Submit call.
+type SubmitOption func(*submitOptions)
+
+type submitOptions struct {
+	contentType    string
+	idempotencyKey string
+}
+
+// WithContentType sets the Content-Type the job's body is delivered with (default
+// application/json).
+func WithContentType(ct string) SubmitOption {
+	return func(o *submitOptions) { o.contentType = ct }
+}
+
+// WithIdempotencyKey sets the Idempotency-Key of the submission. Submitting twice with the
+// same key within the ingress's dedupe window yields the same job (Job.Replayed is then
+// true). Without this option Submit generates a random key per call.
+func WithIdempotencyKey(key string) SubmitOption {
+	return func(o *submitOptions) { o.idempotencyKey = key }
+}
+
+// maxJobBody bounds the size of a job document read from the ingress.
+const maxJobBody = 1 << 20
+
+// Submit enqueues body as a job on queue (POST /v1/queues/{queue}/jobs) and returns the job
+// as accepted. The request always carries an Idempotency-Key — the given one or a fresh
+// random one — and is retried under the client's policy with that same key on 429, 503 and
+// transient transport errors, so a retry can never create a second job.
+//
+// Errors: a *RateLimitedError when the ingress kept refusing with 429 (queue full, rate
+// limited) beyond the retry budget, an *APIError for other non-2xx answers (404 unknown
+// queue, 400, 413, a final 503), a transport error, or ctx.Err().
+func (c *Client) Submit(ctx context.Context, queue string, body []byte, opts ...SubmitOption) (*Job, error) {
+	if queue == "" {
+		return nil, errors.New("client: submit: empty queue name")
+	}
+	o := submitOptions{contentType: "application/json"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.idempotencyKey == "" {
+		o.idempotencyKey = NewIdempotencyKey()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint("v1", "queues", queue, "jobs"), bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("client: submit to %q: %w", queue, err)
+	}
+	req.Header.Set("Content-Type", o.contentType)
+	req.Header.Set("Idempotency-Key", o.idempotencyKey)
+	req.Header.Set("Accept", "application/json")
+
+	resp, err := c.Do(ctx, req) // its errors name the URL or are typed: not wrapped again
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, apiError(resp)
+	}
+	var job Job
+	if err := decodeJSON(resp, &job); err != nil {
+		return nil, fmt.Errorf("client: submit to %q: %w", queue, err)
+	}
+	job.Replayed = strings.EqualFold(resp.Header.Get("Idempotent-Replayed"), "true")
+	if job.StatusURL == "" {
+		job.StatusURL = resp.Header.Get("Location")
+	}
+	return &job, nil
+}
+
+// Job returns the current state of the job id (GET /v1/jobs/{id}). It returns an error
+// matching ErrJobNotFound for an unknown id, an *APIError for other non-2xx answers,
+// a *RateLimitedError, a transport error or ctx.Err(). Throttled reads are retried as in Do.
+func (c *Client) Job(ctx context.Context, id string) (*Job, error) {
+	if id == "" {
+		return nil, errors.New("client: job: empty id")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.endpoint("v1", "jobs", id), nil)
+	if err != nil {
+		return nil, fmt.Errorf("client: job %q: %w", id, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		drain(resp.Body)
+		return nil, fmt.Errorf("%w: %q", ErrJobNotFound, id)
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		return nil, apiError(resp)
+	}
+	var job Job
+	if err := decodeJSON(resp, &job); err != nil {
+		return nil, fmt.Errorf("client: job %q: %w", id, err)
+	}
+	return &job, nil
+}
+
+// Wait polls the job id until it reaches a final state and returns it: with a nil error when
+// it succeeded, with a *JobFailedError when it failed (dead-lettered). Polls are spaced by
+// the poll policy (see WithPollPolicy), starting over at its initial delay whenever the
+// job's state changes.
+//
+// Wait returns early, with the last job it saw (nil if none), on any error of Job — such as
+// ErrJobNotFound — and with ctx.Err() when ctx is done, which interrupts a wait at once.
+func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
+	var last *Job
+	attempt := 0
+	for {
+		job, err := c.Job(ctx, id)
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return last, ctxErr
+			}
+			return last, err
+		}
+		switch job.State {
+		case StateSucceeded:
+			return job, nil
+		case StateFailed:
+			return job, &JobFailedError{Job: job}
+		}
+		if last != nil && last.State != job.State {
+			attempt = 0
+		}
+		last = job
+		attempt++
+		if err := retry.Sleep(ctx, c.clock, c.poll.Delay(attempt, randv2.Float64())); err != nil {
+			return last, err
+		}
+	}
+}
+
+func decodeJSON(resp *http.Response, v any) error {
+	defer drain(resp.Body)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxJobBody)).Decode(v); err != nil {
+		return fmt.Errorf("decoding the %d response: %w", resp.StatusCode, err)
+	}
+	return nil
+}
