@@ -40,7 +40,8 @@ const (
 type Policy struct {
 	// Initial is the base delay after the first failed attempt. Zero means DefaultInitial (500ms).
 	Initial time.Duration
-	// Max caps the base delay (before jitter). Zero means DefaultMax (30s).
+	// Max caps the base delay (before jitter, so a jittered delay may reach Max*(1+Jitter)).
+	// Zero means DefaultMax (30s); a Max below Initial means Initial.
 	Max time.Duration
 	// Multiplier is the growth factor of the base delay per attempt; 1 gives a constant delay.
 	// Zero (and any value below 1) means DefaultMultiplier (2).

@@ -25,7 +25,7 @@ func TestPolicyZeroValueDefaults(t *testing.T) {
 			t.Errorf("Delay(%d, 0.5) = %v, want %v", i+1, got, w)
 		}
 	}
-	// Default jitter is 0.5: the range for attempt 1 is [250ms, 750ms).
+	// Default jitter is 0.5: the range for attempt 1 is [250ms, 750ms].
 	if got := p.Delay(1, 0); got != 250*time.Millisecond {
 		t.Errorf("Delay(1, 0) = %v, want 250ms", got)
 	}
