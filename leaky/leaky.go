@@ -1,0 +1,227 @@
+// Package leaky is the queue-wide leak schedule: the fixed drain rate shared by every worker of a
+// queue, whether they run in one process or in many processes on many machines.
+//
+// # The model
+//
+// Each delivery takes a slot. Slots are spaced one [Rate.Interval] apart; after idleness up to
+// [Rate.Burst] extra slots are available at once. The schedule is GCRA-style (the generic cell
+// rate algorithm): the queue's state is the theoretical arrival time (TAT) of its most recent
+// reservation. A take computes the next TAT — the previous one plus the interval, but never before
+// now, so idle time does not bank more than the burst — and hands out a slot up to Burst intervals
+// before that TAT, never before now. A take always succeeds: it answers "go now" (Slot.Wait == 0)
+// or "your slot is at t" (Slot.Wait > 0), so a worker reserves a future slot and sleeps until it,
+// rather than polling. Reservations are spaced exactly Interval apart, so with a backlog the
+// aggregate delivery rate over all workers is the rate, and never above it (plus the burst).
+//
+// The interval is passed with every take, so a rate change applies from the next take, with no
+// restart: the gap after the most recent reservation is already the new interval.
+//
+// # Pause
+//
+// [Schedule.Pause] moves the queue's schedule forward for every worker at once — used when the
+// upstream answers 429 or 503 with a Retry-After. No slot reserved after the pause starts before
+// its end, and the pause uses up the burst: slots resume at the plain rate and the burst refills
+// at the rate afterwards, so a recovering upstream is not met by a burst. Slots reserved before
+// the pause may fall inside it; a worker that wakes for one asks [Schedule.PausedFor] and waits
+// the pause out, then takes a new slot. [Wait] does all of this.
+//
+// # Implementations
+//
+// [Memory] keeps the schedule in process memory, for the one-process quickstart. [Redis]
+// coordinates any number of processes through one Redis hash per queue, under a {hash-tagged}
+// key so it works on Redis Cluster, changed by one atomic Lua script per take (lua/take.lua).
+// Both have the same semantics, in integer microseconds.
+//
+// The Redis scripts use the server's TIME as the clock: every worker on every host shares one
+// clock, and a take answers with a wait relative to it, which the worker sleeps on its own clock.
+// Hosts' clocks need not agree; only the rate of their clocks matters, over the length of one wait.
+//
+// An idle queue's state expires a minute after it stops mattering (the next TAT and any pause
+// are in the past), so idle queues vanish from Redis. If Redis loses the state (a restart without
+// persistence, a failover that lost writes) the schedule restarts at "now" — as after idleness —
+// and every reservation handed out before is void: [Wait] checks, after sleeping, that the state
+// its reservation was made in still exists (an epoch stored with the state) and takes a new slot
+// if not. So a restart never lets the old and the new schedule overlap, and the rate is never
+// exceeded; at most the reservations in flight are lost, which only slows the queue for a moment.
+// While Redis is unreachable, takes return an error: the worker decides what that means.
+//
+// A reservation that is not used (the worker's context ends while it sleeps) is not given back:
+// it only lowers the rate for one slot.
+package leaky
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Rate is a queue's leak rate: one slot every Interval, with up to Burst extra slots available at
+// once after idleness (0 = strictly spaced). Interval must be > 0; it is rounded up to a whole
+// microsecond, so a rate is never exceeded by rounding. Burst must be ≥ 0.
+type Rate struct {
+	Interval time.Duration
+	Burst    int64
+}
+
+// Every returns the Rate of n slots per period, with no burst: Every(50, time.Second) is 50/s.
+func Every(n int64, period time.Duration) Rate {
+	if n <= 0 {
+		return Rate{}
+	}
+	return Rate{Interval: period / time.Duration(n)}
+}
+
+// String formats the rate as "<interval>" or "<interval>+<burst>".
+func (r Rate) String() string {
+	if r.Burst == 0 {
+		return r.Interval.String()
+	}
+	return fmt.Sprintf("%v+%d", r.Interval, r.Burst)
+}
+
+// maxTolerance bounds Burst × Interval (about 35 years), so no arithmetic overflows.
+const maxTolerance = int64(1) << 50
+
+// micros returns the rate's interval and burst tolerance in µs, or ErrInvalidRate.
+func (r Rate) micros() (interval, tolerance int64, err error) {
+	if r.Interval <= 0 || r.Burst < 0 {
+		return 0, 0, fmt.Errorf("%w: %v (interval must be > 0, burst ≥ 0)", ErrInvalidRate, r)
+	}
+	interval = ceilMicros(r.Interval)
+	if r.Burst > 0 && interval > maxTolerance/r.Burst {
+		return 0, 0, fmt.Errorf("%w: %v (burst × interval too large)", ErrInvalidRate, r)
+	}
+	return interval, r.Burst * interval, nil
+}
+
+func ceilMicros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// ErrInvalidRate is returned (wrapped) by Take and Wait for a Rate with Interval ≤ 0 or Burst < 0.
+var ErrInvalidRate = errors.New("leaky: invalid rate")
+
+// Slot is a reserved delivery slot.
+type Slot struct {
+	// Wait is how long to sleep before delivering; 0 = go now.
+	Wait time.Duration
+	// At is the local-clock instant of the slot: when Take returned, plus Wait.
+	At time.Time
+
+	// epoch identifies the schedule state the slot was reserved in (Redis only; 0 = none).
+	epoch int64
+}
+
+// Schedule is a queue-wide leak schedule. Implementations are safe for concurrent use. Errors
+// mean the schedule could not be consulted (e.g. Redis is unreachable); they are never "over the
+// rate", which is a Slot with a Wait.
+type Schedule interface {
+	// Take reserves the queue's next slot at rate r. The caller sleeps Slot.Wait and then
+	// delivers (after checking PausedFor, as Wait does). It returns an error wrapping
+	// ErrInvalidRate for an invalid r.
+	Take(ctx context.Context, queue string, r Rate) (Slot, error)
+	// Pause moves the queue's schedule so no slot starts before now+d, for every worker;
+	// pausing less than an existing pause does nothing, as does d ≤ 0. d is rounded up to a
+	// whole microsecond.
+	Pause(ctx context.Context, queue string, d time.Duration) error
+	// PausedFor reports how long the queue stays paused from now (0 = not paused). Workers call
+	// it after waking for a slot reserved before a pause, and wait that long (then Take again)
+	// rather than deliver into a pause.
+	PausedFor(ctx context.Context, queue string) (time.Duration, error)
+}
+
+// checker is implemented by schedules whose state can be lost while reservations are
+// outstanding (Redis): it reports PausedFor and whether a slot's reservation still stands.
+type checker interface {
+	check(ctx context.Context, queue string, s Slot) (paused time.Duration, valid bool, err error)
+}
+
+// Progress reporting in Wait: before every sleep of at least ProgressThreshold, and then every
+// ProgressInterval while it lasts, Wait calls its onWait with the time left, so a worker can tell
+// JetStream the message is in progress (an AckWait longer than ProgressInterval is then safe).
+const (
+	ProgressThreshold = time.Second
+	ProgressInterval  = 5 * time.Second
+)
+
+// Wait reserves a slot of queue at rate r and returns when the caller may deliver: it takes a
+// slot, sleeps until it, and then — if it slept — asks whether the queue was paused meanwhile
+// (PausedFor); if it was, it sleeps the pause out and takes a new slot. On a Redis schedule it
+// also takes a new slot if the state the reservation was made in has been lost. onWait, if not
+// nil, is called before each sleep of at least ProgressThreshold and every ProgressInterval
+// during it, with the time left to sleep.
+//
+// Wait returns nil when the caller may deliver, ctx.Err() as soon as ctx ends (the reserved slot
+// is then not used), or the schedule's error.
+func Wait(ctx context.Context, s Schedule, queue string, r Rate, onWait func(time.Duration)) error {
+	ck, _ := s.(checker)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		slot, err := s.Take(ctx, queue, r)
+		if err != nil {
+			return err
+		}
+		if slot.Wait <= 0 {
+			return nil // Take saw no pause, atomically with the reservation.
+		}
+		if err := sleep(ctx, &timer, slot.Wait, onWait, ProgressThreshold, ProgressInterval); err != nil {
+			return err
+		}
+		var paused time.Duration
+		valid := true
+		if ck != nil {
+			paused, valid, err = ck.check(ctx, queue, slot)
+		} else {
+			paused, err = s.PausedFor(ctx, queue)
+		}
+		if err != nil {
+			return err
+		}
+		if paused > 0 {
+			if err := sleep(ctx, &timer, paused, onWait, ProgressThreshold, ProgressInterval); err != nil {
+				return err
+			}
+			continue
+		}
+		if valid {
+			return nil
+		}
+	}
+}
+
+// sleep sleeps d unless ctx ends first. If d ≥ threshold it calls onWait (if not nil) first and
+// then every period while at least threshold is left, with the time left.
+func sleep(ctx context.Context, timer **time.Timer, d time.Duration, onWait func(time.Duration), threshold, period time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil
+		}
+		step := left
+		if onWait != nil && left >= threshold {
+			onWait(left)
+			step = min(left, period)
+		}
+		if *timer == nil {
+			*timer = time.NewTimer(step)
+		} else {
+			(*timer).Reset(step)
+		}
+		select {
+		case <-ctx.Done():
+			(*timer).Stop()
+			return ctx.Err()
+		case <-(*timer).C:
+		}
+	}
+}

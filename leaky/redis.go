@@ -1,0 +1,130 @@
+package leaky
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/take.lua
+	takeLua    string
+	takeScript = redis.NewScript(takeLua)
+
+	//go:embed lua/pause.lua
+	pauseLua    string
+	pauseScript = redis.NewScript(pauseLua)
+
+	//go:embed lua/paused.lua
+	pausedLua    string
+	pausedScript = redis.NewScript(pausedLua)
+)
+
+// RedisConfig configures a Redis schedule. The zero value is ready to use.
+type RedisConfig struct {
+	// Prefix is prepended to every key; "" means "sluice:". A queue's state is the hash
+	// "{<Prefix>leak:<queue>}".
+	Prefix string
+	// Now, if set, replaces the Redis server's TIME as the clock of the scripts. For tests only:
+	// in production the server's clock is what keeps all hosts on one schedule.
+	Now func() time.Time
+}
+
+// Redis is a Schedule shared by every process that uses the same Redis and prefix. Each call is
+// one round trip running one Lua script (EVALSHA, falling back to EVAL), atomic on the server.
+// It needs Redis ≥ 5 (or 3.2 with script effects replication).
+//
+// A Redis is safe for concurrent use. Its methods return an error wrapping the client's when
+// Redis cannot be reached; ctx bounds the call as far as the client honours it (go-redis: dial
+// always, reads and writes with ContextTimeoutEnabled, otherwise its ReadTimeout/WriteTimeout).
+type Redis struct {
+	rdb    redis.Scripter
+	prefix string
+	now    func() time.Time
+}
+
+// NewRedis returns a schedule kept in rdb (a *redis.Client, *redis.ClusterClient, Ring, …).
+func NewRedis(rdb redis.Scripter, cfg RedisConfig) *Redis {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "sluice:"
+	}
+	return &Redis{rdb: rdb, prefix: cfg.Prefix, now: cfg.Now}
+}
+
+// key returns the Redis key holding queue's schedule.
+func (r *Redis) key(queue string) string { return "{" + r.prefix + "leak:" + queue + "}" }
+
+// Take reserves the queue's next slot at rate rt; see Schedule.
+func (r *Redis) Take(ctx context.Context, queue string, rt Rate) (Slot, error) {
+	interval, _, err := rt.micros()
+	if err != nil {
+		return Slot{}, err
+	}
+	args := []any{interval, rt.Burst}
+	var fixed time.Time
+	if r.now != nil {
+		fixed = r.now()
+		args = append(args, fixed.UnixMicro())
+	}
+	res, err := takeScript.Run(ctx, r.rdb, []string{r.key(queue)}, args...).Int64Slice()
+	if err != nil {
+		return Slot{}, fmt.Errorf("leaky: take %q: %w", queue, err)
+	}
+	if len(res) < 4 || res[0] < 0 {
+		return Slot{}, fmt.Errorf("leaky: take %q: unexpected reply %v", queue, res)
+	}
+	wait := time.Duration(res[0]) * time.Microsecond
+	// The wait is counted from when the script ran; counting it from when the reply arrived
+	// (later) can only make the slot late, never early.
+	at := fixed
+	if r.now == nil {
+		at = time.Now()
+	}
+	return Slot{Wait: wait, At: at.Add(wait), epoch: res[3]}, nil
+}
+
+// Pause pauses the queue for d from now; see Schedule.
+func (r *Redis) Pause(ctx context.Context, queue string, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	args := []any{ceilMicros(d)}
+	if r.now != nil {
+		args = append(args, r.now().UnixMicro())
+	}
+	if err := pauseScript.Run(ctx, r.rdb, []string{r.key(queue)}, args...).Err(); err != nil {
+		return fmt.Errorf("leaky: pause %q: %w", queue, err)
+	}
+	return nil
+}
+
+// PausedFor reports how long the queue stays paused; see Schedule.
+func (r *Redis) PausedFor(ctx context.Context, queue string) (time.Duration, error) {
+	paused, _, err := r.check(ctx, queue, Slot{})
+	return paused, err
+}
+
+// check reports PausedFor and whether s was reserved in the queue's current state (always true
+// for a Slot without epoch).
+func (r *Redis) check(ctx context.Context, queue string, s Slot) (time.Duration, bool, error) {
+	args := []any{s.epoch}
+	if r.now != nil {
+		args = append(args, r.now().UnixMicro())
+	}
+	res, err := pausedScript.Run(ctx, r.rdb, []string{r.key(queue)}, args...).Int64Slice()
+	if err != nil {
+		return 0, false, fmt.Errorf("leaky: paused %q: %w", queue, err)
+	}
+	if len(res) != 2 {
+		return 0, false, fmt.Errorf("leaky: paused %q: unexpected reply %v", queue, res)
+	}
+	return time.Duration(res[0]) * time.Microsecond, res[1] == 1, nil
+}
+
+var (
+	_ Schedule = (*Redis)(nil)
+	_ checker  = (*Redis)(nil)
+)

@@ -1,0 +1,147 @@
+package leaky
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// pausing pauses the queue right after its first take — as another worker hitting a 429 would
+// while this one sleeps for its slot — and counts takes.
+type pausing struct {
+	Schedule
+	pause time.Duration
+	takes atomic.Int32
+}
+
+func (p *pausing) Take(ctx context.Context, queue string, r Rate) (Slot, error) {
+	slot, err := p.Schedule.Take(ctx, queue, r)
+	if p.takes.Add(1) == 1 && err == nil {
+		err = p.Schedule.Pause(ctx, queue, p.pause)
+	}
+	return slot, err
+}
+
+func TestWait(t *testing.T) {
+	for _, d := range drivers(t) {
+		t.Run(d.name, func(t *testing.T) {
+			t.Run("go now", func(t *testing.T) {
+				s := &pausing{Schedule: d.new(t, nil)}
+				if err := Wait(context.Background(), s, "q", perSecond10, nil); err != nil {
+					t.Fatal(err)
+				}
+				if n := s.takes.Load(); n != 1 {
+					t.Fatalf("%d takes", n)
+				}
+			})
+
+			t.Run("sleeps until the slot", func(t *testing.T) {
+				s := d.new(t, nil)
+				r := Rate{Interval: 50 * time.Millisecond}
+				take(t, s, "q", r)
+				start := time.Now()
+				if err := Wait(context.Background(), s, "q", r, nil); err != nil {
+					t.Fatal(err)
+				}
+				if el := time.Since(start); el < 45*time.Millisecond {
+					t.Fatalf("returned after %v, before the slot 50ms away", el)
+				}
+			})
+
+			t.Run("pause during the sleep", func(t *testing.T) {
+				s := &pausing{Schedule: d.new(t, nil), pause: 150 * time.Millisecond}
+				r := Rate{Interval: 20 * time.Millisecond}
+				take(t, s.Schedule, "q", r)
+				start := time.Now()
+				if err := Wait(context.Background(), s, "q", r, nil); err != nil {
+					t.Fatal(err)
+				}
+				if el := time.Since(start); el < 150*time.Millisecond {
+					t.Fatalf("returned after %v, inside the 150ms pause", el)
+				}
+				if n := s.takes.Load(); n != 2 {
+					t.Fatalf("%d takes, want 2 (a new slot after the pause)", n)
+				}
+			})
+
+			t.Run("ctx cancelled mid-sleep", func(t *testing.T) {
+				s := d.new(t, nil)
+				r := Rate{Interval: time.Minute}
+				take(t, s, "q", r)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				sleeping := make(chan time.Duration, 1)
+				done := make(chan error, 1)
+				go func() {
+					done <- Wait(ctx, s, "q", r, func(left time.Duration) {
+						select {
+						case sleeping <- left:
+						default:
+						}
+					})
+				}()
+				if left := <-sleeping; left < 59*time.Second || left > time.Minute {
+					t.Fatalf("onWait(%v), want about 1m", left)
+				}
+				cancel()
+				select {
+				case err := <-done:
+					if !errors.Is(err, context.Canceled) {
+						t.Fatalf("Wait returned %v, want context.Canceled", err)
+					}
+				case <-time.After(2 * time.Second):
+					t.Fatal("Wait did not return after cancel")
+				}
+			})
+
+			t.Run("ctx already done", func(t *testing.T) {
+				s := &pausing{Schedule: d.new(t, nil)}
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				if err := Wait(ctx, s, "q", perSecond10, nil); !errors.Is(err, context.Canceled) {
+					t.Fatalf("Wait = %v", err)
+				}
+				if n := s.takes.Load(); n != 0 {
+					t.Fatalf("%d slots taken with a dead ctx", n)
+				}
+			})
+
+			t.Run("invalid rate", func(t *testing.T) {
+				if err := Wait(context.Background(), d.new(t, nil), "q", Rate{}, nil); !errors.Is(err, ErrInvalidRate) {
+					t.Fatalf("Wait = %v", err)
+				}
+			})
+		})
+	}
+}
+
+// TestSleepProgress: long sleeps report progress before and periodically during the sleep.
+func TestSleepProgress(t *testing.T) {
+	var calls []time.Duration
+	var timer *time.Timer
+	defer func() { timer.Stop() }()
+	err := sleep(context.Background(), &timer, 100*time.Millisecond, func(left time.Duration) {
+		calls = append(calls, left)
+	}, 30*time.Millisecond, 25*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Called at about 100, 75, 50 ms left; not when less than the 30ms threshold is left.
+	if len(calls) != 3 {
+		t.Fatalf("onWait calls %v, want 3", calls)
+	}
+	for i := 1; i < len(calls); i++ {
+		if calls[i] >= calls[i-1] || calls[i] < 30*time.Millisecond {
+			t.Fatalf("onWait calls %v: not decreasing or below the threshold", calls)
+		}
+	}
+	// Short sleeps do not report.
+	calls = nil
+	if err := sleep(context.Background(), &timer, 10*time.Millisecond, func(left time.Duration) {
+		calls = append(calls, left)
+	}, 30*time.Millisecond, 25*time.Millisecond); err != nil || len(calls) != 0 {
+		t.Fatalf("short sleep: %v, onWait %v", err, calls)
+	}
+}
