@@ -1,0 +1,603 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/textproto"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// builder turns the raw file into a Config, filling in defaults and reporting every problem.
+type builder struct {
+	p *problems
+	// env maps the fields set from the environment to their variable.
+	env map[string]string
+}
+
+// build converts raw into a Config. The Config is complete but only valid when p has
+// recorded no problem.
+func build(p *problems, path string, raw *rawConfig, getenv func(string) string) *Config {
+	b := &builder{p: p, env: map[string]string{}}
+	b.applyEnv(raw, getenv)
+
+	c := &Config{Path: path}
+	c.Listen = b.addr("listen", raw.Listen, DefaultListen)
+	c.AdminListen = b.addr("admin_listen", raw.AdminListen, DefaultAdminListen)
+	c.Upstream = b.httpURL("", "upstream", raw.Upstream)
+	for i, s := range b.list("", "trusted_proxies", raw.TrustedProxies) {
+		if pfx, ok := parseProxy(s); ok {
+			c.TrustedProxies = append(c.TrustedProxies, pfx)
+		} else if s != "" || raw.TrustedProxies.items[i].shape == "" {
+			p.addf("", fmt.Sprintf("trusted_proxies[%d]", i), "trusted_proxies[%d]: invalid CIDR or IP %q", i, s)
+		}
+	}
+	c.DataDir = b.text("", "data_dir", raw.DataDir, DefaultDataDir)
+	if c.DataDir == "" {
+		p.add("", "data_dir", "data_dir must not be empty")
+	}
+	if raw.Redis != nil {
+		c.Redis = &Redis{URL: b.redisURL(raw.Redis.URL)}
+	}
+	if raw.NATS != nil {
+		c.NATS = &NATS{
+			URL:      b.natsURL(raw.NATS.URL),
+			Replicas: int(b.integer("", "nats.replicas", raw.NATS.Replicas, DefaultNATSReplicas, strconv.IntSize)),
+		}
+		if c.NATS.Replicas < 1 || c.NATS.Replicas > 5 {
+			p.add("", "nats.replicas", "nats.replicas must be between 1 and 5")
+		}
+	}
+	c.OnStoreError = b.storeErrorMode("", raw.OnStoreError, DefaultOnStoreError)
+	c.Shadow = b.boolean("", "shadow", raw.Shadow)
+	c.StoreTimeout = b.positiveDuration("", "store_timeout", raw.StoreTimeout, DefaultStoreTimeout)
+	c.ShutdownTimeout = b.positiveDuration("", "shutdown_timeout", raw.ShutdownTimeout, DefaultShutdownTimeout)
+	c.JobRetention = b.positiveDuration("", "job_retention", raw.JobRetention, DefaultJobRetention)
+	c.MaxHeaderBytes = int(b.integer("", "max_header_bytes", raw.MaxHeaderBytes, DefaultMaxHeaderBytes, strconv.IntSize))
+	if c.MaxHeaderBytes <= 0 {
+		p.add("", "max_header_bytes", "max_header_bytes must be > 0")
+	}
+
+	queueAt := map[string]int{}
+	for i, rq := range raw.Queues {
+		q := b.queue(i, rq)
+		where := place("queues", i, q.Name)
+		if j, dup := queueAt[q.Name]; dup && q.Name != "" {
+			p.addf(where, "name", "name: duplicate of queues[%d]", j)
+		} else {
+			queueAt[q.Name] = i
+		}
+		c.Queues = append(c.Queues, q)
+	}
+	ruleAt := map[string]int{}
+	for i, rr := range raw.Rules {
+		r := b.rule(i, rr, queueAt)
+		if j, dup := ruleAt[r.Name]; dup && r.Name != "" {
+			p.addf(place("rules", i, r.Name), "name", "name: duplicate of rules[%d]", j)
+		} else {
+			ruleAt[r.Name] = i
+		}
+		c.Rules = append(c.Rules, r)
+	}
+	if len(c.Rules) > 0 && raw.Upstream == nil {
+		p.add("", "upstream", "upstream is required when rules are defined")
+	}
+	return c
+}
+
+// applyEnv writes the environment's overrides into raw.
+func (b *builder) applyEnv(raw *rawConfig, getenv func(string) string) {
+	set := func(name, field string, dst **scalar) {
+		if v := getenv(name); v != "" {
+			*dst = &scalar{text: v}
+			b.env[field] = name
+		}
+	}
+	if getenv(EnvRedisURL) != "" && raw.Redis == nil {
+		raw.Redis = &rawRedis{}
+	}
+	if getenv(EnvNATSURL) != "" && raw.NATS == nil {
+		raw.NATS = &rawNATS{}
+	}
+	if raw.Redis != nil {
+		set(EnvRedisURL, "redis.url", &raw.Redis.URL)
+	}
+	if raw.NATS != nil {
+		set(EnvNATSURL, "nats.url", &raw.NATS.URL)
+	}
+	set(EnvListen, "listen", &raw.Listen)
+	set(EnvAdminListen, "admin_listen", &raw.AdminListen)
+}
+
+// label names a top-level field in a message, with the variable it came from if any.
+func (b *builder) label(field string) string {
+	if v, ok := b.env[field]; ok {
+		return fmt.Sprintf("%s (from %s)", field, v)
+	}
+	return field
+}
+
+// place names the index-th item of a section, with its name when it has one.
+func place(section string, index int, name string) string {
+	if name == "" {
+		return fmt.Sprintf("%s[%d]", section, index)
+	}
+	return fmt.Sprintf("%s[%d] %q", section, index, name)
+}
+
+// text returns the value of a scalar field, or def when it is absent or not a single value
+// (which it reports).
+func (b *builder) text(where, field string, v *scalar, def string) string {
+	if v == nil {
+		return def
+	}
+	if v.shape != "" {
+		b.p.addf(where, field, "%s: want a single value, not %s", field, v.shape)
+		return def
+	}
+	return v.text
+}
+
+// list returns the values of a list field, reporting the items that are not single values;
+// their value is "".
+func (b *builder) list(where, field string, l stringList) []string {
+	if l.shape != "" {
+		b.p.addf(where, field, "%s: want a list, not %s", field, l.shape)
+		return nil
+	}
+	out := make([]string, len(l.items))
+	for i := range l.items {
+		out[i] = b.text(where, fmt.Sprintf("%s[%d]", field, i), &l.items[i], "")
+	}
+	return out
+}
+
+func (b *builder) integer(where, field string, v *scalar, def int64, bits int) int64 {
+	s := b.text(where, field, v, "")
+	if s == "" && (v == nil || v.shape != "") {
+		return def
+	}
+	n, err := strconv.ParseInt(s, 10, bits)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			b.p.addf(where, field, "%s: %s is out of range", field, s)
+		} else {
+			b.p.addf(where, field, "%s: want an integer, got %q", field, s)
+		}
+		return def
+	}
+	return n
+}
+
+func (b *builder) duration(where, field string, v *scalar, def time.Duration) time.Duration {
+	s := b.text(where, field, v, "")
+	if s == "" && (v == nil || v.shape != "") {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		b.p.addf(where, field, "%s: invalid duration %q: want a Go duration such as 500ms, 10s, 5m or 24h", field, s)
+		return def
+	}
+	return d
+}
+
+func (b *builder) positiveDuration(where, field string, v *scalar, def time.Duration) time.Duration {
+	d := b.duration(where, field, v, def)
+	if d <= 0 {
+		b.p.addf(where, field, "%s must be > 0", field)
+	}
+	return d
+}
+
+func (b *builder) boolean(where, field string, v *scalar) bool {
+	s := b.text(where, field, v, "false")
+	t, err := strconv.ParseBool(s)
+	if err != nil {
+		b.p.addf(where, field, "%s: want true or false, got %q", field, s)
+	}
+	return t
+}
+
+func (b *builder) storeErrorMode(where string, v *scalar, def StoreErrorMode) StoreErrorMode {
+	m := StoreErrorMode(b.text(where, "on_store_error", v, string(def)))
+	if m != def && !m.Valid() {
+		b.p.addf(where, "on_store_error", "on_store_error: invalid value %q: want allow or deny", m)
+	}
+	return m
+}
+
+// addr checks a listen address: host:port, with an empty host for all interfaces and port 0
+// for any free port.
+func (b *builder) addr(field string, v *scalar, def string) string {
+	s := b.text("", field, v, def)
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		b.p.addf("", field, "%s: invalid address %q: want host:port", b.label(field), s)
+		return s
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		b.p.addf("", field, "%s: invalid port %q: want 0 to 65535", b.label(field), port)
+	}
+	return s
+}
+
+// httpURL checks an absolute http or https URL; absent is "".
+func (b *builder) httpURL(where, field string, v *scalar) string {
+	s := b.text(where, field, v, "")
+	if v != nil && v.shape == "" && !isHTTPURL(s) {
+		b.p.addf(where, field, "%s: want an absolute http or https URL, got %q", field, s)
+	}
+	return s
+}
+
+func isHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.Opaque == ""
+}
+
+// redisURL checks the redis URL. Its text is never repeated in a message: it may hold a
+// password.
+func (b *builder) redisURL(v *scalar) string {
+	field := b.label("redis.url")
+	s := b.text("", "redis.url", v, "")
+	if s == "" {
+		b.p.add("", "redis.url", "redis.url is required")
+		return s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		b.p.addf("", "redis.url", "%s: invalid URL: %v", field, urlErr(err))
+		return s
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		b.p.addf("", "redis.url", "%s: scheme %q is not redis or rediss", field, u.Scheme)
+	}
+	return s
+}
+
+// natsURL checks a comma-separated list of NATS servers, each a URL or a bare host:port.
+// Their text is never repeated in a message: it may hold a password or token.
+func (b *builder) natsURL(v *scalar) string {
+	field := b.label("nats.url")
+	s := b.text("", "nats.url", v, "")
+	if strings.TrimSpace(s) == "" {
+		b.p.add("", "nats.url", "nats.url is required")
+		return s
+	}
+	servers := strings.Split(s, ",")
+	for i, srv := range servers {
+		at := field
+		if len(servers) > 1 {
+			at = fmt.Sprintf("%s: server %d", field, i+1)
+		}
+		srv = strings.TrimSpace(srv)
+		if srv == "" {
+			b.p.addf("", "nats.url", "%s: empty server", at)
+			continue
+		}
+		if !strings.Contains(srv, "://") {
+			srv = "nats://" + srv
+		}
+		u, err := url.Parse(srv)
+		switch {
+		case err != nil:
+			b.p.addf("", "nats.url", "%s: invalid URL: %v", at, urlErr(err))
+		case u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss":
+			b.p.addf("", "nats.url", "%s: scheme %q is not nats, tls, ws or wss", at, u.Scheme)
+		case u.Hostname() == "":
+			b.p.addf("", "nats.url", "%s: missing host", at)
+		}
+	}
+	return s
+}
+
+// urlErr returns the reason of a url.Parse error without the URL itself.
+func urlErr(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// parseProxy parses a trusted proxy: a CIDR, or a bare IP standing for itself alone.
+func parseProxy(s string) (netip.Prefix, bool) {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, false
+		}
+		if pfx.Addr().Is4In6() && pfx.Bits() >= 96 {
+			pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96)
+		}
+		return pfx.Masked(), true
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, false
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), true
+}
+
+// queueName is the form of a queue name: it becomes part of stream and subject names.
+var queueName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func (b *builder) queue(i int, r rawQueue) Queue {
+	p := b.p
+	q := Queue{Name: b.text(place("queues", i, ""), "name", r.Name, "")}
+	where := place("queues", i, q.Name)
+	switch {
+	case q.Name == "":
+		p.add(where, "name", "name is required")
+	case !queueName.MatchString(q.Name):
+		p.addf(where, "name", "name: invalid name %q: want 1 to 64 of A-Z, a-z, 0-9, _ and -", q.Name)
+	}
+
+	if r.Rate == nil {
+		p.add(where, "rate", "rate is required")
+	} else if s := b.text(where, "rate", r.Rate, ""); r.Rate.shape == "" {
+		if rate, err := ParseRate(s); err != nil {
+			p.addf(where, "rate", "rate: %v", err)
+		} else {
+			q.Rate = rate
+		}
+	}
+	q.Burst = b.integer(where, "burst", r.Burst, 0, 64)
+	if q.Burst < 0 {
+		p.add(where, "burst", "burst must be >= 0")
+	}
+	q.MaxDepth = b.integer(where, "max_depth", r.MaxDepth, DefaultMaxDepth, 64)
+	if q.MaxDepth <= 0 {
+		p.add(where, "max_depth", "max_depth must be > 0")
+	}
+	q.MaxBodyBytes = b.integer(where, "max_body_bytes", r.MaxBodyBytes, DefaultMaxBodyBytes, 64)
+	if q.MaxBodyBytes <= 0 {
+		p.add(where, "max_body_bytes", "max_body_bytes must be > 0")
+	}
+	if r.Target != nil && r.Target.shape == "" {
+		q.Target = b.target(where, r.Target.text)
+	} else {
+		b.text(where, "target", r.Target, "")
+	}
+	q.MaxAttempts = int(b.integer(where, "max_attempts", r.MaxAttempts, DefaultMaxAttempts, strconv.IntSize))
+	if q.MaxAttempts < 1 {
+		p.add(where, "max_attempts", "max_attempts must be >= 1")
+	}
+	q.Backoff = Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax}
+	if r.Backoff != nil {
+		q.Backoff.Initial = b.positiveDuration(where, "backoff.initial", r.Backoff.Initial, DefaultBackoffInitial)
+		q.Backoff.Max = b.duration(where, "backoff.max", r.Backoff.Max, DefaultBackoffMax)
+	}
+	if q.Backoff.Initial > 0 && q.Backoff.Max < q.Backoff.Initial {
+		p.add(where, "backoff.max", "backoff.max must be >= backoff.initial")
+	}
+	q.Timeout = b.positiveDuration(where, "timeout", r.Timeout, DefaultTimeout)
+	q.DedupeWindow = b.positiveDuration(where, "dedupe_window", r.DedupeWindow, DefaultDedupeWindow)
+	q.Concurrency = int(b.integer(where, "concurrency", r.Concurrency, DefaultConcurrency, strconv.IntSize))
+	if q.Concurrency < 1 {
+		p.add(where, "concurrency", "concurrency must be >= 1")
+	}
+	q.MaxPauseRetries = int(b.integer(where, "max_pause_retries", r.MaxPauseRetries, DefaultMaxPauseRetries, strconv.IntSize))
+	if q.MaxPauseRetries < 0 {
+		p.add(where, "max_pause_retries", "max_pause_retries must be >= 0")
+	}
+	return q
+}
+
+// target parses "[METHOD] URL".
+func (b *builder) target(where, s string) *Target {
+	t := &Target{Method: DefaultTargetMethod}
+	switch f := strings.Fields(s); len(f) {
+	case 1:
+		t.URL = f[0]
+	case 2:
+		t.Method, t.URL = strings.ToUpper(f[0]), f[1]
+		if !isToken(t.Method) {
+			b.p.addf(where, "target", "target: invalid method %q", f[0])
+			return t
+		}
+	default:
+		b.p.addf(where, "target", "target: want \"[METHOD] URL\", got %q", s)
+		return t
+	}
+	if !isHTTPURL(t.URL) {
+		b.p.addf(where, "target", "target: want an absolute http or https URL, got %q", t.URL)
+	}
+	return t
+}
+
+// algorithmList is the algorithms as a message lists them.
+var algorithmList = func() string {
+	var names []string
+	for _, a := range limit.Algorithms {
+		names = append(names, string(a))
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}()
+
+func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
+	p := b.p
+	r := Rule{Name: b.text(place("rules", i, ""), "name", rr.Name, "")}
+	where := place("rules", i, r.Name)
+	if r.Name == "" {
+		p.add(where, "name", "name is required")
+	}
+
+	r.Match.Path = DefaultMatchPath
+	if rr.Match != nil {
+		for j, m := range b.list(where, "match.methods", rr.Match.Methods) {
+			if !isToken(m) {
+				p.addf(where, fmt.Sprintf("match.methods[%d]", j), "match.methods[%d]: invalid method %q", j, m)
+			}
+			r.Match.Methods = append(r.Match.Methods, strings.ToUpper(m))
+		}
+		if rr.Match.Path != nil {
+			r.Match.Path = b.text(where, "match.path", rr.Match.Path, DefaultMatchPath)
+			b.matchPath(where, r.Match.Path)
+		}
+	}
+
+	keys := b.list(where, "key", rr.Key)
+	if len(keys) == 0 {
+		r.Key = []KeyPart{{Kind: KeyIP}}
+	}
+	for j, s := range keys {
+		part, err := parseKeyPart(s)
+		if err != nil {
+			p.addf(where, fmt.Sprintf("key[%d]", j), "key[%d]: %v", j, err)
+		}
+		r.Key = append(r.Key, part)
+	}
+
+	r.Action = ActionLimit
+	if rr.Action != nil {
+		r.Action = Action(b.text(where, "action", rr.Action, string(ActionLimit)))
+		if r.Action != ActionLimit && r.Action != ActionEnqueue {
+			p.addf(where, "action", "action: invalid value %q: want limit or enqueue", r.Action)
+		}
+	}
+	r.OnLimit = OnLimitReject
+	if rr.OnLimit != nil {
+		r.OnLimit = OnLimit(b.text(where, "on_limit", rr.OnLimit, string(OnLimitReject)))
+		if r.OnLimit != OnLimitReject && r.OnLimit != OnLimitEnqueue {
+			p.addf(where, "on_limit", "on_limit: invalid value %q: want reject or enqueue", r.OnLimit)
+		}
+	}
+
+	r.Algorithm = limit.Algorithm(b.text(where, "algorithm", rr.Algorithm, ""))
+	r.Limit = b.integer(where, "limit", rr.Limit, 0, 64)
+	r.Period = b.duration(where, "period", rr.Period, 0)
+	r.Burst = b.integer(where, "burst", rr.Burst, 0, 64)
+	if r.Action != ActionEnqueue || rr.Algorithm != nil {
+		for _, f := range []struct {
+			name string
+			v    *scalar
+		}{{"algorithm", rr.Algorithm}, {"limit", rr.Limit}, {"period", rr.Period}} {
+			if f.v == nil {
+				p.addf(where, f.name, "%s is required", f.name)
+			}
+		}
+		b.limitSpec(where, r.LimitSpec())
+	} else if rr.Limit != nil || rr.Period != nil || rr.Burst != nil {
+		p.add(where, "algorithm", "algorithm is required when limit, period or burst is set")
+	}
+
+	r.Queue = b.text(where, "queue", rr.Queue, "")
+	if _, ok := queues[r.Queue]; r.Queue != "" && !ok {
+		p.addf(where, "queue", "queue: no queue named %q", r.Queue)
+	}
+	if r.Queue == "" {
+		if r.Action == ActionEnqueue {
+			p.add(where, "queue", "queue is required when action is enqueue")
+		} else if r.OnLimit == OnLimitEnqueue {
+			p.add(where, "queue", "queue is required when on_limit is enqueue")
+		}
+	}
+
+	r.Shadow = b.boolean(where, "shadow", rr.Shadow)
+	r.OnStoreError = b.storeErrorMode(where, rr.OnStoreError, "")
+	return r
+}
+
+// limitSpec reports what limit.Limit.Validate finds wrong, naming the field.
+func (b *builder) limitSpec(where string, l limit.Limit) {
+	err := l.Validate()
+	if err == nil {
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	fields := []struct {
+		name     string
+		sentinel error
+	}{{"limit", limit.ErrInvalidLimit}, {"period", limit.ErrInvalidPeriod}, {"burst", limit.ErrInvalidBurst}}
+next:
+	for _, e := range errs {
+		if errors.Is(e, limit.ErrUnknownAlgorithm) {
+			b.p.addf(where, "algorithm", "algorithm: unknown algorithm %q: want %s", l.Algorithm, algorithmList)
+			continue
+		}
+		// "limit: period must be > 0" names the package; in a message about the file, the
+		// field is the news.
+		for _, f := range fields {
+			if errors.Is(e, f.sentinel) {
+				b.p.add(where, f.name, strings.TrimPrefix(f.sentinel.Error(), "limit: "))
+				continue next
+			}
+		}
+		// A limit the stores cannot compute with exactly, or any other reason.
+		b.p.add(where, "", strings.TrimPrefix(e.Error(), "limit: "))
+	}
+}
+
+// matchPath checks a match path: absolute, with "*" only as a trailing "/*".
+func (b *builder) matchPath(where, path string) {
+	switch {
+	case !strings.HasPrefix(path, "/"):
+		b.p.add(where, "match.path", `match.path must start with "/"`)
+	case strings.Contains(strings.TrimSuffix(path, "/*"), "*"):
+		b.p.addf(where, "match.path", `match.path: invalid path %q: "*" is allowed only as a trailing "/*"`, path)
+	case strings.ContainsAny(path, "?#"):
+		b.p.addf(where, "match.path", "match.path: invalid path %q: a path holds no query or fragment", path)
+	}
+}
+
+// parseKeyPart parses one key part: ip, header:NAME, query:NAME, method, path or const:TEXT.
+func parseKeyPart(s string) (KeyPart, error) {
+	kind, arg, hasArg := strings.Cut(s, ":")
+	part := KeyPart{Kind: KeyKind(kind), Name: arg}
+	switch part.Kind {
+	case KeyIP, KeyMethod, KeyPath:
+		if hasArg {
+			return part, fmt.Errorf("%q takes no argument", kind)
+		}
+	case KeyHeader:
+		if arg == "" {
+			return part, fmt.Errorf(`"header:" needs a header name`)
+		}
+		if !isToken(arg) {
+			return part, fmt.Errorf("invalid header name %q", arg)
+		}
+		part.Name = textproto.CanonicalMIMEHeaderKey(arg)
+	case KeyQuery:
+		if arg == "" {
+			return part, fmt.Errorf(`"query:" needs a parameter name`)
+		}
+	case KeyConst:
+		if arg == "" {
+			return part, fmt.Errorf(`"const:" needs text`)
+		}
+	default:
+		return part, fmt.Errorf("unknown part %q: want ip, header:NAME, query:NAME, method, path or const:TEXT", s)
+	}
+	return part, nil
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2): a valid method or
+// header name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

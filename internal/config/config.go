@@ -1,0 +1,332 @@
+// Package config reads the Sluice configuration file, the YAML file shared by cmd/ingress and
+// cmd/worker.
+//
+// [Load] reads a file, decodes it strictly (unknown keys are errors), applies the environment
+// overrides (SLUICE_REDIS_URL, SLUICE_NATS_URL, SLUICE_LISTEN, SLUICE_ADMIN_LISTEN), fills in
+// defaults and validates the result. [Parse] does the same for bytes already read, with an
+// injectable environment. A file that cannot be used yields an [*Error] that lists every problem,
+// one per line, each naming the file, the rule or queue and the field:
+//
+//	sluice.yaml: rules[2] "login": period must be > 0
+//
+// A [Watcher] reloads the file on SIGHUP and when it changes on disk, and hands each valid new
+// [Config] to its caller; an invalid one is reported and the caller keeps the old.
+//
+// A Config returned by Load or Parse is complete: every default is filled in and every field is
+// valid. It is a plain value that is never changed after Parse returns; share it freely, but do
+// not modify it.
+package config
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// Defaults, applied to keys absent from the file.
+const (
+	DefaultListen          = "127.0.0.1:8080"
+	DefaultAdminListen     = "127.0.0.1:9090"
+	DefaultDataDir         = "./data"
+	DefaultOnStoreError    = StoreErrorAllow
+	DefaultStoreTimeout    = 50 * time.Millisecond
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultJobRetention    = 24 * time.Hour
+	DefaultMaxHeaderBytes  = 64 << 10
+	DefaultNATSReplicas    = 1
+
+	DefaultMaxDepth        = 100000
+	DefaultMaxBodyBytes    = 1 << 20
+	DefaultTargetMethod    = "POST"
+	DefaultMaxAttempts     = 8
+	DefaultBackoffInitial  = time.Second
+	DefaultBackoffMax      = 5 * time.Minute
+	DefaultTimeout         = 10 * time.Second
+	DefaultDedupeWindow    = 24 * time.Hour
+	DefaultConcurrency     = 4
+	DefaultMaxPauseRetries = 20
+
+	// DefaultMatchPath is the path of a rule without match.path: every path.
+	DefaultMatchPath = "/*"
+)
+
+// Config is one configuration file, decoded, completed with defaults and validated.
+type Config struct {
+	// Path is the file the config was loaded from, as given to Load or Parse. It is not a
+	// key of the file.
+	Path string
+	// Listen is the public listener's host:port (YAML listen, env SLUICE_LISTEN).
+	// Default "127.0.0.1:8080".
+	Listen string
+	// AdminListen is the admin listener's host:port: metrics, health, the admin API (YAML
+	// admin_listen, env SLUICE_ADMIN_LISTEN). Default "127.0.0.1:9090".
+	AdminListen string
+	// Upstream is the absolute http or https URL that allowed and deferred requests are
+	// forwarded to. Required when any rule is defined; "" otherwise.
+	Upstream string
+	// TrustedProxies are the peers whose X-Forwarded-For and Forwarded headers are believed
+	// (YAML trusted_proxies: a list of CIDRs or bare IPs; a bare IP is a /32 or /128).
+	// Prefixes are masked and IPv4-mapped IPv6 addresses unmapped. Empty: trust no one.
+	TrustedProxies []netip.Prefix
+	// DataDir is where the embedded NATS server stores its streams (YAML data_dir).
+	// Default "./data".
+	DataDir string
+	// Redis is where limiter state and leak schedules are shared between processes. Nil: in
+	// memory, for a single process only. SLUICE_REDIS_URL creates or overrides it.
+	Redis *Redis
+	// NATS is the JetStream cluster that holds the queues. Nil: an embedded server.
+	// SLUICE_NATS_URL creates or overrides it.
+	NATS *NATS
+	// OnStoreError says what a rule decides when the limiter store fails (YAML
+	// on_store_error). Rules may override it. Default StoreErrorAllow.
+	OnStoreError StoreErrorMode
+	// Shadow puts every rule in shadow mode: it counts and reports, never blocks or defers.
+	Shadow bool
+	// StoreTimeout bounds each limiter-store call (YAML store_timeout). Default 50ms.
+	StoreTimeout time.Duration
+	// ShutdownTimeout bounds a graceful shutdown (YAML shutdown_timeout). Default 10s.
+	ShutdownTimeout time.Duration
+	// JobRetention is how long the status of a job is kept (YAML job_retention). Default 24h.
+	JobRetention time.Duration
+	// MaxHeaderBytes bounds the request header size on the public listener, in bytes (YAML
+	// max_header_bytes). Default 64 KiB.
+	MaxHeaderBytes int
+	// Queues are the deferred-work queues, in file order; names are unique.
+	Queues []Queue
+	// Rules are the rate-limit rules, in file order; names are unique.
+	Rules []Rule
+}
+
+// Queue returns the queue named name, and whether there is one. The pointer points into
+// c.Queues.
+func (c *Config) Queue(name string) (*Queue, bool) {
+	for i := range c.Queues {
+		if c.Queues[i].Name == name {
+			return &c.Queues[i], true
+		}
+	}
+	return nil, false
+}
+
+// Redis is the shared limiter store.
+type Redis struct {
+	// URL is a redis:// or rediss:// URL, with user, password and database number as
+	// go-redis's ParseURL accepts them. Required.
+	URL string
+}
+
+// NATS is an external NATS server or cluster with JetStream.
+type NATS struct {
+	// URL is one server URL or several separated by commas (nats://, tls://, ws://, wss://,
+	// or a bare host:port). Required.
+	URL string
+	// Replicas is the replica count of the streams Sluice creates, 1 to 5. Default 1.
+	Replicas int
+}
+
+// StoreErrorMode says what a rule decides when the limiter store cannot be reached.
+type StoreErrorMode string
+
+// The store-error modes, as written in the file.
+const (
+	// StoreErrorAllow fails open: the request is admitted, and counted as a fail-open decision.
+	StoreErrorAllow StoreErrorMode = "allow"
+	// StoreErrorDeny fails closed: the request is refused with 503.
+	StoreErrorDeny StoreErrorMode = "deny"
+)
+
+// Valid reports whether m is one of the modes.
+func (m StoreErrorMode) Valid() bool { return m == StoreErrorAllow || m == StoreErrorDeny }
+
+// Queue is a queue of deferred work that workers drain at a fixed global rate.
+type Queue struct {
+	// Name is 1 to 64 of A-Z, a-z, 0-9, "_" and "-"; unique among queues. Required.
+	Name string
+	// Rate is the leak rate, shared by all workers together. Required.
+	Rate Rate
+	// Burst is how many deliveries may go out at once after an idle spell, on top of the
+	// steady rate. Default 0: deliveries are strictly Rate.Interval() apart.
+	Burst int64
+	// MaxDepth is the most jobs the queue holds; beyond it new jobs are refused with 429
+	// (YAML max_depth). Default 100000.
+	MaxDepth int64
+	// MaxBodyBytes bounds the body of a job, in bytes (YAML max_body_bytes). Default 1 MiB.
+	MaxBodyBytes int64
+	// Target is where directly submitted jobs are delivered (YAML "POST http://host/path";
+	// the method is optional and defaults to POST). Nil: the queue has no target of its own
+	// and serves only the deferred requests of rules, which go to Config.Upstream.
+	Target *Target
+	// MaxAttempts is how many delivery attempts a job gets before it is dead-lettered (YAML
+	// max_attempts), >= 1. Default 8.
+	MaxAttempts int
+	// Backoff spaces the retries of a failed delivery. Default {Initial: 1s, Max: 5m}.
+	Backoff Backoff
+	// Timeout bounds one delivery attempt. Default 10s.
+	Timeout time.Duration
+	// DedupeWindow is how long an Idempotency-Key maps to its job (YAML dedupe_window).
+	// Default 24h.
+	DedupeWindow time.Duration
+	// Concurrency is how many deliveries of this queue one worker process has in flight.
+	// Default 4.
+	Concurrency int
+	// MaxPauseRetries is how many times a job is retried after an upstream 429 or 503
+	// without spending an attempt (YAML max_pause_retries), >= 0. Default 20.
+	MaxPauseRetries int
+}
+
+// Target is the destination of a queue's directly submitted jobs.
+type Target struct {
+	// Method is an HTTP method, upper case. Default "POST".
+	Method string
+	// URL is an absolute http or https URL.
+	URL string
+}
+
+// Backoff is an exponential backoff between delivery attempts.
+type Backoff struct {
+	// Initial is the delay before the first retry, > 0. Default 1s.
+	Initial time.Duration
+	// Max caps the delay, >= Initial. Default 5m.
+	Max time.Duration
+}
+
+// Rule is one rate-limit rule: which requests it applies to, how it keys them, the limit and
+// what happens above it.
+type Rule struct {
+	// Name is the rule's name, reported in headers, problem bodies and metrics. Required and
+	// unique among rules.
+	Name string
+	// Match selects the requests the rule applies to. Default: every request.
+	Match Match
+	// Key is the parts that make up a request's limiter key, in order. Default [ip].
+	Key []KeyPart
+	// Algorithm, Limit, Period and Burst are the limit: Limit requests per Period, decided
+	// by Algorithm, with Burst as limit.Limit documents it (0: the algorithm's default).
+	// Required when Action is ActionLimit. When Action is ActionEnqueue they are optional,
+	// and validated all the same when Algorithm is set.
+	Algorithm limit.Algorithm
+	Limit     int64
+	Period    time.Duration
+	Burst     int64
+	// OnLimit is what happens to a request over the limit (YAML on_limit). Default
+	// OnLimitReject.
+	OnLimit OnLimit
+	// Action is what the rule does with a matching request. Default ActionLimit.
+	Action Action
+	// Queue names the queue that OnLimitEnqueue and ActionEnqueue send requests to; it must
+	// name a queue of the config. Required by either of them, "" otherwise.
+	Queue string
+	// Shadow makes the rule count and report only, never block or defer.
+	Shadow bool
+	// OnStoreError overrides Config.OnStoreError for this rule (YAML on_store_error).
+	// "": inherit the global mode; see StoreErrorMode.
+	OnStoreError StoreErrorMode
+}
+
+// LimitSpec returns the rule's limit as the limiters take it.
+func (r Rule) LimitSpec() limit.Limit {
+	return limit.Limit{Algorithm: r.Algorithm, Limit: r.Limit, Period: r.Period, Burst: r.Burst}
+}
+
+// HasLimit reports whether the rule carries a limit: always for ActionLimit, and for
+// ActionEnqueue when an algorithm is set.
+func (r Rule) HasLimit() bool { return r.Algorithm != "" }
+
+// StoreErrorMode returns the rule's store-error mode: its own when set, else global, else
+// StoreErrorAllow.
+func (r Rule) StoreErrorMode(global StoreErrorMode) StoreErrorMode {
+	switch {
+	case r.OnStoreError != "":
+		return r.OnStoreError
+	case global != "":
+		return global
+	default:
+		return DefaultOnStoreError
+	}
+}
+
+// OnLimit is what happens to a request over a rule's limit.
+type OnLimit string
+
+// The on_limit values.
+const (
+	// OnLimitReject answers 429 with Retry-After.
+	OnLimitReject OnLimit = "reject"
+	// OnLimitEnqueue defers the request to the rule's queue and answers 202.
+	OnLimitEnqueue OnLimit = "enqueue"
+)
+
+// Action is what a rule does with every matching request.
+type Action string
+
+// The action values.
+const (
+	// ActionLimit decides each request with the rule's algorithm; this is the default.
+	ActionLimit Action = "limit"
+	// ActionEnqueue sends every matching request to the rule's queue: the pure leaky-bucket
+	// shape, where the queue's rate is the limit.
+	ActionEnqueue Action = "enqueue"
+)
+
+// Match selects requests by method and path.
+type Match struct {
+	// Methods are upper-case HTTP methods; empty matches any method. Methods are compared
+	// exactly, as HTTP methods are case-sensitive.
+	Methods []string
+	// Path is an exact path ("/api/orders"), or a prefix with a trailing "/*" ("/api/*"
+	// matches "/api" and everything under "/api/"); "/*" and "" match every path. The
+	// request path is compared as given: callers pass it cleaned and unescaped as they
+	// route it.
+	Path string
+}
+
+// Matches reports whether a request with this method and path is selected by m.
+func (m Match) Matches(method, path string) bool {
+	if len(m.Methods) > 0 && !slices.Contains(m.Methods, method) {
+		return false
+	}
+	prefix, ok := strings.CutSuffix(m.Path, "/*")
+	switch {
+	case m.Path == "":
+		return true
+	case !ok:
+		return path == m.Path
+	case prefix == "":
+		return true
+	default:
+		return path == prefix || strings.HasPrefix(path, prefix+"/")
+	}
+}
+
+// KeyKind is the kind of one part of a limiter key.
+type KeyKind string
+
+// The key part kinds, as written in the file (with ":NAME" or ":TEXT" where they take one).
+const (
+	KeyIP     KeyKind = "ip"     // the client address, after trusted proxies
+	KeyHeader KeyKind = "header" // header:NAME, the value of a request header
+	KeyQuery  KeyKind = "query"  // query:NAME, the value of a query parameter
+	KeyMethod KeyKind = "method" // the request method
+	KeyPath   KeyKind = "path"   // the request path
+	KeyConst  KeyKind = "const"  // const:TEXT, a fixed text: one key shared by all requests
+)
+
+// KeyPart is one part of a limiter key.
+type KeyPart struct {
+	Kind KeyKind
+	// Name is the header name (canonical form, as textproto.CanonicalMIMEHeaderKey gives
+	// it) for KeyHeader, the parameter name for KeyQuery, the text for KeyConst, and ""
+	// for the other kinds.
+	Name string
+}
+
+// String returns the part as written in the file: "ip", "header:X-Api-Key".
+func (p KeyPart) String() string {
+	if p.Name == "" {
+		return string(p.Kind)
+	}
+	return string(p.Kind) + ":" + p.Name
+}

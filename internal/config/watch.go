@@ -1,0 +1,180 @@
+package config
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// DefaultDebounce is how long a Watcher waits for a burst of file events to end.
+const DefaultDebounce = 100 * time.Millisecond
+
+// Watcher reloads a config file when told to and when it changes on disk, and hands each
+// valid new Config to OnChange. An invalid file is reported to OnError instead; the caller
+// keeps the config it has.
+//
+// It reloads on SIGHUP (or whatever Signals delivers), on Reload, and when the file's
+// content changes. It watches the file's directory, not the file: editors that save by
+// writing a new file and renaming it over the old one, and Kubernetes ConfigMap volumes that
+// swap a symlink, are seen too. File events are debounced, and a file whose content is the
+// same as at the last load is not reloaded; Signals and Reload always reload.
+//
+// Fill in the fields, then call Run once. The zero value of each optional field is its
+// default. Reload is safe to call from any goroutine, before or during Run.
+type Watcher struct {
+	// Path is the config file. Required.
+	Path string
+	// OnChange receives each valid config loaded. Optional.
+	OnChange func(*Config)
+	// OnError receives why a reload failed: an *Error for an invalid file, or the error of
+	// reading it or of watching its directory. Optional.
+	OnError func(error)
+	// Signals triggers a reload on each value received. Nil: SIGHUP, through signal.Notify
+	// for the time Run runs.
+	Signals <-chan os.Signal
+	// Debounce is how long file events must be quiet before the file is read; the read
+	// happens at the latest 10×Debounce after the first event. Default DefaultDebounce.
+	Debounce time.Duration
+	// Getenv looks up the environment overrides (see Parse). Default os.Getenv.
+	Getenv func(string) string
+
+	once      sync.Once
+	reload    chan struct{}
+	readyOnce sync.Once
+	ready     chan struct{} // closed once Run watches, for tests
+	checked   func()        // called after each debounced look at the file, for tests
+}
+
+// Watch reloads the file at path until ctx is done, as a Watcher with these callbacks and
+// defaults otherwise does: on SIGHUP and when the file changes.
+func Watch(ctx context.Context, path string, onChange func(*Config), onError func(error)) error {
+	w := &Watcher{Path: path, OnChange: onChange, OnError: onError}
+	return w.Run(ctx)
+}
+
+func (w *Watcher) init() {
+	w.once.Do(func() {
+		w.reload = make(chan struct{}, 1)
+		w.ready = make(chan struct{})
+	})
+}
+
+// Reload asks Run to reload the file now, as SIGHUP does. It does not wait; requests made
+// while one is pending are merged into it.
+func (w *Watcher) Reload() {
+	w.init()
+	select {
+	case w.reload <- struct{}{}:
+	default:
+	}
+}
+
+// Run watches until ctx is done, then returns nil. OnChange and OnError are called from
+// Run's goroutine, one at a time. Run returns an error only if it cannot start watching the
+// file's directory.
+func (w *Watcher) Run(ctx context.Context) error {
+	w.init()
+	debounce := w.Debounce
+	if debounce <= 0 {
+		debounce = DefaultDebounce
+	}
+	getenv := w.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("config: watch %s: %w", w.Path, err)
+	}
+	defer fw.Close()
+	dir := filepath.Dir(w.Path)
+	if err := fw.Add(dir); err != nil {
+		return fmt.Errorf("config: watch %s: %w", dir, err)
+	}
+
+	signals := w.Signals
+	if signals == nil {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGHUP)
+		defer signal.Stop(ch)
+		signals = ch
+	}
+
+	// last is the content of the last load, nil when the file could not be read.
+	last, _ := os.ReadFile(w.Path)
+	load := func(always bool) {
+		data, err := os.ReadFile(w.Path)
+		if err != nil {
+			last = nil
+			w.fail(fmt.Errorf("config: %w", err))
+			return
+		}
+		if !always && last != nil && bytes.Equal(data, last) {
+			return
+		}
+		last = data
+		cfg, err := Parse(w.Path, data, getenv)
+		if err != nil {
+			w.fail(err)
+			return
+		}
+		if w.OnChange != nil {
+			w.OnChange(cfg)
+		}
+	}
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var first time.Time // of the pending burst of events; zero when none is pending
+	w.readyOnce.Do(func() { close(w.ready) })
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-signals:
+			load(true)
+		case <-w.reload:
+			load(true)
+		case ev, ok := <-fw.Events:
+			if !ok {
+				return nil
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue
+			}
+			now := time.Now()
+			if first.IsZero() {
+				first = now
+			}
+			wait := min(debounce, first.Add(10*debounce).Sub(now))
+			timer.Reset(max(wait, 0))
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return nil
+			}
+			w.fail(fmt.Errorf("config: watch %s: %w", dir, err))
+		case <-timer.C:
+			first = time.Time{}
+			load(false)
+			if w.checked != nil {
+				w.checked()
+			}
+		}
+	}
+}
+
+func (w *Watcher) fail(err error) {
+	if w.OnError != nil {
+		w.OnError(err)
+	}
+}
