@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"go/parser"
+	"go/token"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -645,5 +647,30 @@ func TestErrorUnwraps(t *testing.T) {
 	}
 	if errors.Unwrap(err) != nil || len(ce.Unwrap()) != 2 {
 		t.Errorf("Unwrap() = %v", ce.Unwrap())
+	}
+}
+
+func TestNoServerImports(t *testing.T) {
+	// The config package is shared by every command; it must not pull in the ingress's
+	// HTTP framework or a queue client directly.
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			for _, banned := range []string{"labstack/echo", "nats-io/", "redis/go-redis"} {
+				if strings.Contains(imp.Path.Value, banned) {
+					t.Errorf("%s imports %s", name, imp.Path.Value)
+				}
+			}
+		}
 	}
 }

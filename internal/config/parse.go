@@ -230,9 +230,7 @@ func (l *stringList) UnmarshalYAML(n *yaml.Node) error {
 	case yaml.SequenceNode:
 		*l = stringList{items: make([]scalar, len(n.Content))}
 		for i, c := range n.Content {
-			if err := l.items[i].UnmarshalYAML(c); err != nil {
-				return err
-			}
+			_ = l.items[i].UnmarshalYAML(c) // never fails
 		}
 	default:
 		*l = stringList{shape: kindName(n.Kind)}
@@ -262,27 +260,18 @@ var (
 )
 
 // fieldOf names the key of the file that yaml.v3 decodes into a raw type, and what it wants
-// there. Single values are decoded into scalar, which never fails, so only these remain.
+// there. Single values and lists of them never fail to decode (see scalar), so only the
+// mappings and the lists of mappings remain.
 var fieldOf = map[string]struct{ field, want string }{
-	"config.rawConfig":    {"", "a mapping"},
-	"[]config.rawQueue":   {"queues", "a list"},
-	"[]config.rawRule":    {"rules", "a list"},
-	"config.rawQueue":     {"", "a mapping"},
-	"config.rawRule":      {"", "a mapping"},
-	"config.rawRedis":     {"redis", "a mapping"},
-	"config.rawNATS":      {"nats", "a mapping"},
-	"config.rawBackoff":   {"backoff", "a mapping"},
-	"config.rawMatch":     {"match", "a mapping"},
-	"*config.rawRedis":    {"redis", "a mapping"},
-	"*config.rawNATS":     {"nats", "a mapping"},
-	"*config.rawBackoff":  {"backoff", "a mapping"},
-	"*config.rawMatch":    {"match", "a mapping"},
-	"config.stringList":   {"", "a list"},
-	"config.scalar":       {"", "a single value"},
-	"*config.scalar":      {"", "a single value"},
-	"*config.stringList":  {"", "a list"},
-	"[]config.scalar":     {"", "a list"},
-	"[]config.stringList": {"", "a list"},
+	"config.rawConfig":  {"", "a mapping"},
+	"[]config.rawQueue": {"queues", "a list"},
+	"[]config.rawRule":  {"rules", "a list"},
+	"config.rawQueue":   {"", "a mapping"},
+	"config.rawRule":    {"", "a mapping"},
+	"config.rawRedis":   {"redis", "a mapping"},
+	"config.rawNATS":    {"nats", "a mapping"},
+	"config.rawBackoff": {"backoff", "a mapping"},
+	"config.rawMatch":   {"match", "a mapping"},
 }
 
 // decode parses data into the raw file, reporting syntax errors, unknown fields and values of

@@ -25,7 +25,8 @@ const DefaultDebounce = 100 * time.Millisecond
 // content changes. It watches the file's directory, not the file: editors that save by
 // writing a new file and renaming it over the old one, and Kubernetes ConfigMap volumes that
 // swap a symlink, are seen too. File events are debounced, and a file whose content is the
-// same as at the last load is not reloaded; Signals and Reload always reload.
+// same as at the last load (or, before the first, as when Run started) is not reloaded;
+// Signals and Reload always reload.
 //
 // Fill in the fields, then call Run once. The zero value of each optional field is its
 // default. Reload is safe to call from any goroutine, before or during Run.
