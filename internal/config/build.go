@@ -43,6 +43,9 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 	if c.DataDir == "" {
 		p.add("", "data_dir", "data_dir must not be empty")
 	}
+	if raw.DemoUpstream != nil {
+		c.DemoUpstream = b.addr("demo_upstream", raw.DemoUpstream, "")
+	}
 	if raw.Redis != nil {
 		c.Redis = &Redis{URL: b.redisURL(raw.Redis.URL)}
 	}

@@ -74,6 +74,10 @@ type Config struct {
 	// DataDir is where the embedded NATS server stores its streams (YAML data_dir).
 	// Default "./data".
 	DataDir string
+	// DemoUpstream, when set, is a host:port on which the process also serves the quickstart's
+	// tiny demo API (YAML demo_upstream), so that one command shows the whole flow. For trying
+	// Sluice out only; "" (the default) serves nothing.
+	DemoUpstream string
 	// Redis is where limiter state and leak schedules are shared between processes. Nil: in
 	// memory, for a single process only. SLUICE_REDIS_URL creates or overrides it.
 	Redis *Redis

@@ -142,6 +142,7 @@ type (
 		Upstream        *scalar    `yaml:"upstream"`
 		TrustedProxies  stringList `yaml:"trusted_proxies"`
 		DataDir         *scalar    `yaml:"data_dir"`
+		DemoUpstream    *scalar    `yaml:"demo_upstream"`
 		Redis           *rawRedis  `yaml:"redis"`
 		NATS            *rawNATS   `yaml:"nats"`
 		OnStoreError    *scalar    `yaml:"on_store_error"`
