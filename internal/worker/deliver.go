@@ -1,0 +1,108 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// The headers every delivery carries.
+const (
+	// HeaderIdempotencyKey carries the job id, so the upstream can recognise a redelivery.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderAttempt carries the attempt number, from 1.
+	HeaderAttempt = "Sluice-Attempt"
+)
+
+// maxDrain is how much of a response body is read to keep the connection reusable.
+const maxDrain = 64 << 10
+
+// routeError means the job cannot be delivered by this queue's config: a direct job without a
+// target, or a deferred job without an upstream. It is permanent.
+type routeError struct{ msg string }
+
+func (e *routeError) Error() string { return e.msg }
+
+// hopHeaders are the headers that describe one connection, not the request; a deferred
+// request's copies of them are not replayed. Content-Length is recomputed and Host is the
+// upstream's.
+var hopHeaders = []string{
+	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Host",
+}
+
+// request builds the HTTP request of one delivery attempt.
+func request(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (*http.Request, error) {
+	var method, url string
+	header := http.Header{}
+	if j.Direct {
+		if cfg.Target == nil {
+			return nil, &routeError{"queue " + cfg.Name + " has no target for directly submitted jobs"}
+		}
+		method, url = cfg.Target.Method, cfg.Target.URL
+		if ct := j.Header.Get("Content-Type"); ct != "" {
+			header.Set("Content-Type", ct)
+		}
+	} else {
+		if cfg.Upstream == "" {
+			return nil, &routeError{"no upstream configured for deferred requests"}
+		}
+		method = j.Method
+		if method == "" {
+			method = http.MethodGet
+		}
+		path := j.Path
+		if !strings.HasPrefix(path, "/") {
+			path = "/" + path
+		}
+		url = strings.TrimSuffix(cfg.Upstream, "/") + path
+		header = j.Header.Clone()
+		if header == nil {
+			header = http.Header{}
+		}
+		// Connection may name further hop-by-hop headers.
+		for _, v := range header.Values("Connection") {
+			for _, name := range strings.Split(v, ",") {
+				header.Del(strings.TrimSpace(name))
+			}
+		}
+		for _, h := range hopHeaders {
+			header.Del(h)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(j.Body))
+	if err != nil {
+		return nil, &routeError{"build request: " + err.Error()}
+	}
+	req.Header = header
+	req.Header.Set(HeaderIdempotencyKey, j.ID)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
+	return req, nil
+}
+
+// deliver makes one delivery attempt, bounded by cfg.Timeout and by ctx, and returns the
+// response with its body already read (up to maxDrain) and closed.
+func (r *runner) deliver(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (*http.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	req, err := request(ctx, cfg, j, attempt)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := r.p.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	resp.Body.Close()
+	if err != nil && ctx.Err() != nil {
+		// The status arrived, but the body did not in time: a timeout all the same.
+		return nil, ctx.Err()
+	}
+	return resp, nil
+}

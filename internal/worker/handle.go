@@ -1,0 +1,297 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
+	"github.com/sluice-rl/sluice/retry"
+)
+
+// Dead-letter reasons, as counted in sluice_dead_letters_total and written to the dead
+// letter.
+const (
+	reasonMaxAttempts     = "max_attempts"
+	reasonPermanent       = "permanent"
+	reasonMaxPauseRetries = "max_pause_retries"
+)
+
+// job is one job in hand and what is known about it.
+type job struct {
+	m        *queue.Msg
+	cfg      QueueConfig
+	prev     queue.Status // the status read on a redelivery; zero on a first delivery
+	attempts int          // attempts spent before this delivery
+	log      *slog.Logger
+}
+
+// handle carries one job from the fetch to its ack, nak or dead letter. ctx ends when the
+// queue stops fetching (shutdown or reload); hard ends when deliveries in flight must stop.
+func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
+	cfg := *r.cfg.Load()
+	stop := keepAlive(m, cfg.AckWait)
+	defer stop()
+	j := &job{m: m, cfg: cfg, log: r.p.log.With("queue", r.name, "job", m.Job.ID, "delivered", m.Delivered)}
+
+	if m.Delivered > 1 {
+		st, err := r.status(m.Job.ID)
+		switch {
+		case err == nil && st.State.Terminal():
+			// The outcome was recorded but the ack was lost (a crash, a connection drop):
+			// do not deliver it again.
+			j.log.Info("worker: redelivered job already final; acking", "state", st.State)
+			r.p.m.skipped.WithLabelValues(r.name).Inc()
+			r.ack(j)
+			return
+		case err == nil:
+			j.prev, j.attempts = st, st.Attempts
+		case !errors.Is(err, queue.ErrNotFound):
+			j.log.Warn("worker: read job status; counting its attempts from zero", "err", err)
+		}
+	}
+	if j.attempts >= cfg.MaxAttempts {
+		// Its last attempt was made, but its worker died before dead-lettering it.
+		last := 0
+		if j.prev.Response != nil {
+			last = j.prev.Response.Status
+		}
+		r.deadLetter(j, reasonMaxAttempts, j.prev.LastError, last, j.attempts)
+		return
+	}
+
+	if err := r.waitSlot(ctx); err != nil {
+		r.handBack(j, "")
+		return
+	}
+	attempt := j.attempts + 1
+	r.setStatus(j, queue.StateRunning, attempt, j.prev.LastError, j.prev.Response, nil)
+
+	start := r.p.now()
+	resp, err := r.deliver(hard, &cfg, m.Job, attempt)
+	elapsed := r.p.now().Sub(start)
+	r.p.m.latency.WithLabelValues(r.name).Observe(elapsed.Seconds())
+	r.p.m.drain.add(r.name)
+	if err != nil && hard.Err() != nil {
+		// Shutdown cut the delivery short. The upstream may have seen it, so the attempt
+		// stays spent; another worker takes the job at once.
+		r.p.m.deliveries.WithLabelValues(r.name, "interrupted").Inc()
+		r.handBack(j, "delivery interrupted by worker shutdown")
+		return
+	}
+	out := classify(resp, err, r.p.now())
+	r.p.m.deliveries.WithLabelValues(r.name, out.Class.String()).Inc()
+	var response *queue.Response
+	if out.Status != 0 {
+		response = &queue.Response{Status: out.Status}
+	}
+	lastErr := describe(out, err, cfg.Timeout)
+
+	switch out.Class {
+	case retry.Success:
+		r.setStatus(j, queue.StateSucceeded, attempt, "", response, nil)
+		r.ack(j)
+
+	case retry.Pause:
+		d := cfg.DefaultPause
+		if out.HasWait {
+			d = out.Wait
+		}
+		r.p.m.pauses.WithLabelValues(r.name).Inc()
+		pctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		if perr := r.p.sched.Pause(pctx, r.name, d); perr != nil {
+			j.log.Warn("worker: pause queue", "err", perr, "for", d)
+		}
+		cancel()
+		j.log.Info("worker: upstream throttled; queue paused", "status", out.Status, "for", d)
+		// Deliveries that spent no attempt, this one included: pause retries, plus any
+		// crash redeliveries and hand-backs (see the package doc).
+		if free := int(m.Delivered) - j.attempts; free > cfg.MaxPauseRetries {
+			// Put the unspent attempt back first: DeadLetter reads the count from the status.
+			r.setStatus(j, queue.StateRetrying, j.attempts, lastErr, response, nil)
+			r.deadLetter(j, reasonMaxPauseRetries,
+				fmt.Sprintf("%s; gave up after %d pause retries", lastErr, cfg.MaxPauseRetries),
+				out.Status, j.attempts)
+			return
+		}
+		r.retryAfter(j, j.attempts, lastErr, response, d)
+
+	case retry.Retry:
+		if attempt >= cfg.MaxAttempts {
+			r.deadLetter(j, reasonMaxAttempts, lastErr, out.Status, attempt)
+			return
+		}
+		d := cfg.Backoff.Delay(attempt, rand.Float64())
+		if out.HasWait {
+			d = max(d, out.Wait)
+		}
+		r.retryAfter(j, attempt, lastErr, response, d)
+
+	default:
+		r.deadLetter(j, reasonPermanent, lastErr, out.Status, attempt)
+	}
+}
+
+// classify is retry.Classify, with jobs the queue cannot route counted as permanent.
+func classify(resp *http.Response, err error, now time.Time) retry.Outcome {
+	var re *routeError
+	if errors.As(err, &re) {
+		return retry.Outcome{Class: retry.Permanent}
+	}
+	return retry.Classify(resp, err, now)
+}
+
+// describe is the status's last_error for an outcome.
+func describe(out retry.Outcome, err error, timeout time.Duration) string {
+	switch {
+	case out.Class == retry.Success:
+		return ""
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("upstream timed out after %v", timeout)
+	case err != nil:
+		return err.Error()
+	default:
+		return fmt.Sprintf("upstream answered %d %s", out.Status, http.StatusText(out.Status))
+	}
+}
+
+// waitSlot waits until the job may be delivered, with leaky.Wait: it takes a leak slot, sleeps
+// until it, and checks that the queue was not paused (nor the schedule's state lost) meanwhile.
+// When the schedule cannot be reached it does not deliver: it counts the error and tries again
+// after a backoff capped at takeBackoffMax, so delivery resumes within a fraction of a second
+// of the store's return. The rate is read afresh on every try, so a reload applies at once.
+// It returns ctx's error when ctx ends first.
+func (r *runner) waitSlot(ctx context.Context) error {
+	start := r.p.now()
+	backoff := takeBackoffMin
+	for {
+		err := leaky.Wait(ctx, r.p.sched, r.name, r.cfg.Load().Rate, nil)
+		if err == nil {
+			r.p.m.slotWait.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.p.m.takeErrors.WithLabelValues(r.name).Inc()
+		if errors.Is(err, leaky.ErrInvalidRate) {
+			// Validated configs never get here; do not spin on one that did.
+			r.p.log.Error("worker: invalid rate", "queue", r.name, "err", err)
+		} else {
+			r.p.log.Debug("worker: leak schedule unavailable", "queue", r.name, "err", err)
+		}
+		if !sleep(ctx, backoff) {
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, takeBackoffMax)
+	}
+}
+
+// keepAlive sends InProgress for m every third of ackWait until stop is called, so that
+// JetStream does not redeliver a job that is waiting for its slot or being delivered.
+func keepAlive(m *queue.Msg, ackWait time.Duration) (stop func()) {
+	every := max(ackWait/3, 10*time.Millisecond)
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+				_ = m.InProgress(ctx) // a failure is seen again at the ack
+				cancel()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}
+
+// status reads the job's status record.
+func (r *runner) status(id string) (queue.Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	return r.p.q.Status(ctx, id)
+}
+
+// setStatus records the job's state. A failure is logged: the status is informative, and
+// the job's fate is decided by its ack.
+func (r *runner) setStatus(j *job, state queue.State, attempts int, lastErr string, resp *queue.Response, next *time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	created := j.m.Job.CreatedAt
+	if !j.prev.CreatedAt.IsZero() {
+		created = j.prev.CreatedAt
+	}
+	st := queue.Status{
+		ID:            j.m.Job.ID,
+		Queue:         r.name,
+		State:         state,
+		Attempts:      attempts,
+		CreatedAt:     created,
+		UpdatedAt:     r.p.now(),
+		LastError:     lastErr,
+		Response:      resp,
+		NextAttemptAt: next,
+	}
+	if err := r.p.q.SetStatus(ctx, st); err != nil {
+		j.log.Warn("worker: record job status", "state", state, "err", err)
+	}
+}
+
+func (r *runner) ack(j *job) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := j.m.Ack(ctx); err != nil {
+		j.log.Warn("worker: ack failed; the job will be redelivered and skipped", "err", err)
+	}
+}
+
+// retryAfter records the job as retrying and naks it for redelivery after d.
+func (r *runner) retryAfter(j *job, attempts int, lastErr string, resp *queue.Response, d time.Duration) {
+	next := r.p.now().Add(d)
+	r.setStatus(j, queue.StateRetrying, attempts, lastErr, resp, &next)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := j.m.NakWithDelay(ctx, d); err != nil {
+		j.log.Warn("worker: nak failed; the job will be redelivered after AckWait", "err", err)
+	}
+}
+
+// handBack returns the job for immediate redelivery, to this worker or another. When the
+// delivery was cut short, why says so and the status records it.
+func (r *runner) handBack(j *job, why string) {
+	r.p.m.handedBack.WithLabelValues(r.name).Inc()
+	if why != "" {
+		r.setStatus(j, queue.StateRetrying, j.attempts+1, why, nil, nil)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := j.m.Nak(ctx); err != nil {
+		j.log.Warn("worker: hand back failed; the job will be redelivered after AckWait", "err", err)
+	}
+}
+
+// deadLetter moves the job to the dead-letter stream, which records its status as failed with
+// the attempts of its status record, reason and lastErr as last_error, and lastStatus.
+func (r *runner) deadLetter(j *job, reason, lastErr string, lastStatus, attempts int) {
+	r.p.m.deadLetters.WithLabelValues(r.name, reason).Inc()
+	j.log.Warn("worker: job dead-lettered", "reason", reason, "attempts", attempts, "last_error", lastErr)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := r.p.q.DeadLetter(ctx, j.m, reason+": "+lastErr, lastStatus); err != nil {
+		j.log.Error("worker: dead-letter failed; the job will be redelivered", "err", err)
+	}
+}

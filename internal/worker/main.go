@@ -1,0 +1,304 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/admin"
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// ErrConfig marks the errors of Main.Run that come from the configuration: a file that cannot
+// be read or is invalid, or one the standalone worker cannot run with. cmd/worker exits with
+// status 2 on them.
+var ErrConfig = errors.New("worker: configuration")
+
+// configError is an ErrConfig whose message is only its cause's.
+type configError struct{ err error }
+
+func (e *configError) Error() string   { return e.err.Error() }
+func (e *configError) Unwrap() []error { return []error{ErrConfig, e.err} }
+
+func configErr(err error) error           { return &configError{err} }
+func configErrf(f string, a ...any) error { return configErr(fmt.Errorf(f, a...)) }
+
+// ExitCode is the process exit status for an error of Main.Run: 0 for nil, 2 for an ErrConfig,
+// 1 otherwise.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrConfig):
+		return 2
+	default:
+		return 1
+	}
+}
+
+// Main is the standalone worker process, which cmd/worker runs: it loads the config file,
+// connects to Redis (the shared leak schedule) and NATS (the queues), provisions the queues,
+// serves /healthz, /readyz and /metrics on the config's admin_listen, drains the queues with a
+// Pool, reloads on SIGHUP or when the file changes, and shuts down gracefully when Run's
+// context ends.
+type Main struct {
+	// ConfigPath is the config file. Required.
+	ConfigPath string
+	// AckWait is the queues' consumer AckWait, which the worker provisions: how long the job
+	// held by a worker that died waits before it is handed to another. Workers keep the jobs
+	// they hold alive, so it can be short. 0: queue.DefaultAckWait (30s). Give every worker
+	// and ingress the same value: each provisions the queues on start and reload.
+	AckWait time.Duration
+	// Logger receives the logs. Nil: text to stderr.
+	Logger *slog.Logger
+	// Ready, if set, is called with the admin listener's address once the worker drains.
+	Ready func(adminAddr string)
+}
+
+// Run runs the worker until ctx ends, then shuts down within the config's shutdown_timeout and
+// returns nil. It returns an ErrConfig error for an unusable config, and other errors when the
+// admin listener cannot be opened or the queues cannot be provisioned.
+func (m Main) Run(ctx context.Context) error {
+	log := m.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	cfg, err := config.Load(m.ConfigPath)
+	if err != nil {
+		return configErr(err)
+	}
+	if cfg.NATS == nil || cfg.Redis == nil {
+		var missing []string
+		if cfg.NATS == nil {
+			missing = append(missing, "`nats`")
+		}
+		if cfg.Redis == nil {
+			missing = append(missing, "`redis`")
+		}
+		return configErrf("%s: the standalone worker needs `nats` and `redis` sections (or "+
+			"SLUICE_NATS_URL and SLUICE_REDIS_URL) to share queues and the leak schedule with "+
+			"the ingress; missing %s. Without them the quickstart runs its workers inside the "+
+			"ingress: go run ./cmd/ingress -config %s",
+			cfg.Path, strings.Join(missing, " and "), cfg.Path)
+	}
+
+	// Redis: the leak schedule.
+	ropts, err := redis.ParseURL(cfg.Redis.URL)
+	if err != nil {
+		return configErrf("%s: redis.url: %w", cfg.Path, err)
+	}
+	if ropts.DialTimeout == 0 {
+		ropts.DialTimeout = time.Second
+	}
+	if ropts.ReadTimeout == 0 {
+		ropts.ReadTimeout = time.Second
+	}
+	if ropts.WriteTimeout == 0 {
+		ropts.WriteTimeout = time.Second
+	}
+	ropts.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(ropts)
+	defer rdb.Close()
+
+	// NATS: the queues. The connection retries in the background, so the worker starts (and
+	// reports not ready) while NATS is down.
+	nc, err := nats.Connect(cfg.NATS.URL,
+		nats.Name("sluice-worker"),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+	)
+	if err != nil {
+		return fmt.Errorf("worker: nats %s: %w", cfg.NATS.URL, err)
+	}
+	defer nc.Close()
+
+	// Metrics and the admin listener, up from the start so /readyz tells why the worker is
+	// not draining yet; it stops after the pool.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reloads := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_config_reloads_total",
+		Help: "Config reloads applied.",
+	})
+	reg.MustRegister(reloads)
+	var draining atomic.Bool
+	adm := admin.New(cfg.AdminListen, reg,
+		admin.Check{Name: "worker", Func: func(context.Context) error {
+			if !draining.Load() {
+				return errors.New("not draining")
+			}
+			return nil
+		}},
+		admin.RedisCheck(rdb), admin.NATSCheck(nc))
+	ln, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		return fmt.Errorf("worker: admin listener: %w", err)
+	}
+	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
+	adminDone := make(chan struct{})
+	go func() {
+		defer close(adminDone)
+		if err := adm.Serve(adminCtx, ln); err != nil {
+			log.Error("worker: admin listener", "err", err)
+		}
+	}()
+	defer func() { stopAdmin(); <-adminDone }()
+	log.Info("worker: admin listening", "addr", ln.Addr().String())
+
+	// The queue layer, once NATS answers.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("worker: jetstream: %w", err)
+	}
+	qs, err := connectQueues(ctx, js, cfg, log)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if err := provision(ctx, qs, cfg, m.AckWait); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	specs := m.specs(cfg)
+	pool, err := New(Deps{
+		Queues:          qs,
+		Schedule:        leaky.NewRedis(rdb, leaky.RedisConfig{}),
+		Registerer:      reg,
+		Logger:          log,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+	}, specs)
+	if err != nil {
+		return configErr(err)
+	}
+
+	// Reload on SIGHUP and when the file changes. A new config that cannot be applied is
+	// refused like an invalid one.
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		w := &config.Watcher{
+			Path: m.ConfigPath,
+			OnChange: func(next *config.Config) {
+				// Provision first, so that new queues have their consumer when the pool
+				// starts on them.
+				pctx, cancel := context.WithTimeout(wctx, 20*time.Second)
+				defer cancel()
+				if err := provision(pctx, qs, next, m.AckWait); err != nil {
+					log.Error("worker: reload: provision queues", "err", err)
+				}
+				if err := pool.Reload(m.specs(next)); err != nil {
+					adm.ReloadFailed()
+					log.Error("worker: reload refused; keeping the old config", "err", err)
+					return
+				}
+				reloads.Inc()
+				log.Info("worker: config reloaded", "queues", len(next.Queues))
+			},
+			OnError: func(err error) {
+				adm.ReloadFailed()
+				log.Error("worker: reload refused; keeping the old config", "err", err)
+			},
+		}
+		if err := w.Run(wctx); err != nil {
+			log.Error("worker: config watcher", "err", err)
+		}
+	}()
+	defer func() { stopWatch(); <-watchDone }()
+
+	draining.Store(true)
+	log.Info("worker: draining", "queues", len(specs), "nats", cfg.NATS.URL)
+	if m.Ready != nil {
+		m.Ready(ln.Addr().String())
+	}
+	err = pool.Run(ctx)
+	draining.Store(false)
+	log.Info("worker: stopped")
+	return err
+}
+
+// specs maps cfg's queues to the pool's, with m's AckWait.
+func (m Main) specs(cfg *config.Config) []QueueConfig {
+	specs := FromConfig(cfg)
+	for i := range specs {
+		specs[i].AckWait = m.AckWait
+	}
+	return specs
+}
+
+// connectQueues creates the queue layer, retrying while NATS cannot be reached, until ctx
+// ends.
+func connectQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (*queue.Queues, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		qs, err := queue.New(qctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: cfg.NATS.Replicas})
+		cancel()
+		if err == nil {
+			return qs, nil
+		}
+		log.Warn("worker: queues unavailable; retrying", "err", err, "retry_in", backoff)
+		if !sleep(ctx, backoff) {
+			return nil, ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// QueueSpecs maps the queues of cfg to the queue layer's specs, with the consumers' AckWait
+// (0: the queue package's default).
+func QueueSpecs(cfg *config.Config, ackWait time.Duration) []queue.Spec {
+	replicas := 1
+	if cfg.NATS != nil {
+		replicas = cfg.NATS.Replicas
+	}
+	out := make([]queue.Spec, 0, len(cfg.Queues))
+	for _, q := range cfg.Queues {
+		out = append(out, queue.Spec{
+			Name:         q.Name,
+			MaxDepth:     q.MaxDepth,
+			MaxBodyBytes: q.MaxBodyBytes,
+			DedupeWindow: q.DedupeWindow,
+			Replicas:     replicas,
+			AckWait:      ackWait,
+		})
+	}
+	return out
+}
+
+// provision creates or updates the queues of cfg, retrying while NATS cannot be reached.
+func provision(ctx context.Context, qs *queue.Queues, cfg *config.Config, ackWait time.Duration) error {
+	var err error
+	for range 5 {
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err = qs.Provision(pctx, QueueSpecs(cfg, ackWait))
+		cancel()
+		if err == nil || !sleep(ctx, time.Second) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("worker: provision queues: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+package worker
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// drainWindow is the span over which sluice_drain_rate averages deliveries.
+const drainWindow = 10 * time.Second
+
+// metrics are the worker's Prometheus collectors. Every method is safe for concurrent use.
+type metrics struct {
+	deliveries  *prometheus.CounterVec   // queue, outcome
+	latency     *prometheus.HistogramVec // queue
+	slotWait    *prometheus.HistogramVec // queue
+	pauses      *prometheus.CounterVec   // queue
+	deadLetters *prometheus.CounterVec   // queue, reason
+	takeErrors  *prometheus.CounterVec   // queue
+	handedBack  *prometheus.CounterVec   // queue
+	skipped     *prometheus.CounterVec   // queue
+	inFlight    *prometheus.GaugeVec     // queue
+	drain       *drainRate
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_deliveries_total",
+			Help: "Delivery attempts to the upstream by queue and outcome: success (2xx), retry (5xx, timeout, connection error), pause (429/503), permanent (other 4xx and unusable jobs).",
+		}, []string{"queue", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_delivery_duration_seconds",
+			Help:    "Time from sending a job to the upstream until its response was read, by queue.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"queue"}),
+		slotWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_slot_wait_seconds",
+			Help:    "Time a job in hand waited for its leak slot (pauses and store outages included), by queue.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
+		}, []string{"queue"}),
+		pauses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_queue_pauses_total",
+			Help: "Times a worker paused a queue for all workers after an upstream 429 or 503.",
+		}, []string{"queue"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_dead_letters_total",
+			Help: "Jobs moved to the dead-letter stream, by queue and reason: max_attempts, permanent, max_pause_retries.",
+		}, []string{"queue", "reason"}),
+		takeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_slot_take_errors_total",
+			Help: "Failed attempts to take a leak slot (the leak schedule's store unreachable); no job is delivered without a slot.",
+		}, []string{"queue"}),
+		handedBack: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_jobs_handed_back_total",
+			Help: "Jobs returned undelivered for immediate redelivery (shutdown, queue removed by reload).",
+		}, []string{"queue"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_redeliveries_skipped_total",
+			Help: "Redelivered jobs acknowledged without delivery because their status was already final.",
+		}, []string{"queue"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_worker_jobs_held",
+			Help: "Jobs this process holds, waiting for a slot or being delivered, by queue.",
+		}, []string{"queue"}),
+		drain: newDrainRate(time.Now),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.slotWait, m.pauses,
+		m.deadLetters, m.takeErrors, m.handedBack, m.skipped, m.inFlight, m.drain} {
+		if err := reg.Register(c); err != nil {
+			return nil, errors.Join(errors.New("worker: register metrics"), err)
+		}
+	}
+	return m, nil
+}
+
+// drainRate is the sluice_drain_rate gauge: delivery attempts per second over the last
+// drainWindow, per queue, counted in one-second buckets. Summed over all worker processes it
+// is the queue's achieved leak rate.
+type drainRate struct {
+	now  func() time.Time
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	q    map[string]*ring
+}
+
+// ring counts events in the last len(buckets) whole seconds.
+type ring struct {
+	buckets [10]int64
+	sec     int64 // the Unix second of the newest bucket
+}
+
+func newDrainRate(now func() time.Time) *drainRate {
+	return &drainRate{
+		now: now,
+		desc: prometheus.NewDesc("sluice_drain_rate",
+			"Delivery attempts per second to the upstream from this process over the last 10s, by queue; the sum over all workers is the achieved leak rate.",
+			[]string{"queue"}, nil),
+		q: map[string]*ring{},
+	}
+}
+
+func (r *ring) advance(sec int64) {
+	if sec <= r.sec {
+		return
+	}
+	n := sec - r.sec
+	if n >= int64(len(r.buckets)) {
+		r.buckets = [10]int64{}
+	} else {
+		for i := r.sec + 1; i <= sec; i++ {
+			r.buckets[i%int64(len(r.buckets))] = 0
+		}
+	}
+	r.sec = sec
+}
+
+// add counts one delivery of queue now.
+func (d *drainRate) add(queue string) {
+	sec := d.now().Unix()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.q[queue]
+	if r == nil {
+		r = &ring{sec: sec}
+		d.q[queue] = r
+	}
+	r.advance(sec)
+	r.buckets[sec%int64(len(r.buckets))]++
+}
+
+// rate is the per-second rate of queue over the window ending now. The current, partial
+// second is counted with the nine before it.
+func (d *drainRate) rate(queue string) float64 {
+	now := d.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.q[queue]
+	if r == nil {
+		return 0
+	}
+	r.advance(now.Unix())
+	var n int64
+	for _, b := range r.buckets {
+		n += b
+	}
+	// The window is 9 whole seconds plus the elapsed part of the current one.
+	span := 9 + float64(now.Nanosecond())/1e9
+	return float64(n) / span
+}
+
+func (d *drainRate) forget(queue string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.q, queue)
+}
+
+// Describe implements prometheus.Collector.
+func (d *drainRate) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
+
+// Collect implements prometheus.Collector.
+func (d *drainRate) Collect(ch chan<- prometheus.Metric) {
+	d.mu.Lock()
+	names := make([]string, 0, len(d.q))
+	for name := range d.q {
+		names = append(names, name)
+	}
+	d.mu.Unlock()
+	for _, name := range names {
+		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, d.rate(name), name)
+	}
+}

@@ -1,0 +1,365 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// Tuning of the fetch loop and of the calls a worker makes for each job.
+const (
+	// fetchWait is how long one Fetch waits for a job when the queue is empty; it also
+	// bounds how long a shutdown waits for the fetch in progress.
+	fetchWait = 500 * time.Millisecond
+	// opTimeout bounds each status, ack, nak and dead-letter call.
+	opTimeout = 5 * time.Second
+	// storeTimeout bounds each call to the leak schedule, so an unreachable store is noticed
+	// and retried instead of hanging.
+	storeTimeout = time.Second
+	// takeBackoffMin and takeBackoffMax space the retries of a failed slot take.
+	takeBackoffMin = 10 * time.Millisecond
+	takeBackoffMax = 200 * time.Millisecond
+)
+
+// ErrRunning is returned by Run when the Pool is already running or has run.
+var ErrRunning = errors.New("worker: pool already ran")
+
+// Deps are what a Pool works with. Queues and Schedule are required.
+type Deps struct {
+	// Queues is the JetStream layer: consumers, status records, dead letters.
+	Queues *queue.Queues
+	// Schedule is the queues' leak schedule, shared by all workers of every process
+	// (leaky.NewRedis), or leaky.NewMemory for a single process.
+	Schedule leaky.Schedule
+	// HTTP delivers jobs. Nil: a client that keeps up to 64 idle connections per host and
+	// does not follow redirects. Per-attempt timeouts come from QueueConfig.Timeout; a
+	// client's own Timeout applies too.
+	HTTP *http.Client
+	// Registerer receives the worker's metrics. Nil: they are kept but not registered.
+	Registerer prometheus.Registerer
+	// Logger receives the worker's logs. Nil: discarded.
+	Logger *slog.Logger
+	// ShutdownTimeout bounds how long Run waits for deliveries in flight once its context is
+	// cancelled. Default DefaultShutdownTimeout (10s).
+	ShutdownTimeout time.Duration
+}
+
+// Pool drains queues: per queue it holds up to Concurrency jobs, each of which waits for its
+// leak slot and is then delivered. Create it with New, start it with Run, change its queues
+// with Reload. Its methods are safe for concurrent use.
+type Pool struct {
+	q      *queue.Queues
+	sched  leaky.Schedule
+	client *http.Client
+	// ownClient is whether New made client, so Run closes its idle connections at the end.
+	ownClient bool
+	log       *slog.Logger
+	m         *metrics
+	shutdown  time.Duration
+	now       func() time.Time
+
+	mu      sync.Mutex
+	specs   []QueueConfig      // the current queues, in order
+	runners map[string]*runner // while running, by queue name
+	ctx     context.Context    // Run's context while running; nil before and after
+	hard    context.Context    // cancelled when the shutdown timeout has passed
+	wg      sync.WaitGroup     // the runners
+	ran     bool
+}
+
+// New returns a Pool that drains the queues of specs once Run is called. It returns an error
+// when a dependency is missing, a spec is invalid (no name, no rate, a relative URL) or two
+// specs have the same name, or when the metrics cannot be registered.
+func New(deps Deps, specs []QueueConfig) (*Pool, error) {
+	if deps.Queues == nil || deps.Schedule == nil {
+		return nil, errors.New("worker: Deps.Queues and Deps.Schedule are required")
+	}
+	specs, err := prepare(specs)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pool{
+		q:        deps.Queues,
+		sched:    deps.Schedule,
+		client:   deps.HTTP,
+		log:      deps.Logger,
+		m:        m,
+		shutdown: deps.ShutdownTimeout,
+		now:      time.Now,
+		specs:    specs,
+		runners:  map[string]*runner{},
+	}
+	if p.client == nil {
+		p.client, p.ownClient = defaultClient(), true
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if p.shutdown <= 0 {
+		p.shutdown = DefaultShutdownTimeout
+	}
+	return p, nil
+}
+
+// prepare validates specs and fills in their defaults.
+func prepare(specs []QueueConfig) ([]QueueConfig, error) {
+	out := make([]QueueConfig, 0, len(specs))
+	seen := map[string]bool{}
+	var errs []error
+	for _, s := range specs {
+		if err := s.validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if seen[s.Name] {
+			errs = append(errs, fmt.Errorf("worker: queue %q: defined twice", s.Name))
+			continue
+		}
+		seen[s.Name] = true
+		out = append(out, s.withDefaults())
+	}
+	return out, errors.Join(errs...)
+}
+
+func defaultClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 64
+	return &http.Client{
+		Transport: t,
+		// A redirect is the upstream's answer, not a place to deliver to: 3xx fails the job.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// Queues returns the configs the Pool drains, with defaults filled in.
+func (p *Pool) Queues() []QueueConfig {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.specs)
+}
+
+// Run drains the queues until ctx is cancelled, then shuts down gracefully: it stops fetching,
+// hands back the jobs still waiting for a slot, waits up to Deps.ShutdownTimeout for the
+// deliveries in flight, cuts the rest short and hands them back, and returns nil. A Pool runs
+// once; a second call returns ErrRunning.
+func (p *Pool) Run(ctx context.Context) error {
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	p.mu.Lock()
+	if p.ran {
+		p.mu.Unlock()
+		return ErrRunning
+	}
+	p.ran, p.ctx, p.hard = true, ctx, hard
+	for _, s := range p.specs {
+		p.startLocked(s)
+	}
+	p.mu.Unlock()
+
+	<-ctx.Done()
+	p.log.Info("worker: shutting down", "timeout", p.shutdown)
+	p.mu.Lock()
+	p.ctx = nil
+	p.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	timer := time.NewTimer(p.shutdown)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		p.log.Warn("worker: shutdown timeout passed; cutting deliveries in flight short")
+		cancelHard()
+		<-done
+	}
+	if p.ownClient {
+		p.client.CloseIdleConnections()
+	}
+	return nil
+}
+
+// startLocked starts the runner of queue s; p.mu is held and Run is running.
+func (p *Pool) startLocked(s QueueConfig) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1)}
+	r.cfg.Store(&s)
+	p.runners[s.Name] = r
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		r.run(ctx, p.hard)
+	}()
+}
+
+// Reload replaces the Pool's queues by specs without a restart. The queues present in both
+// keep their jobs in hand and take the new settings (rate, burst, attempts, backoff, timeout,
+// concurrency, targets) from their next job or slot on; new queues start draining; removed
+// queues stop fetching and hand back the jobs waiting for a slot. An invalid spec makes Reload
+// return an error and change nothing.
+func (p *Pool) Reload(specs []QueueConfig) error {
+	specs, err := prepare(specs)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.specs = specs
+	if p.ctx == nil || p.ctx.Err() != nil {
+		return nil
+	}
+	keep := map[string]bool{}
+	for _, s := range specs {
+		keep[s.Name] = true
+		if r, ok := p.runners[s.Name]; ok {
+			r.cfg.Store(&s)
+			r.poke()
+			continue
+		}
+		p.startLocked(s)
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.runners)) {
+		if !keep[name] {
+			p.runners[name].cancel()
+			delete(p.runners, name)
+			p.m.drain.forget(name)
+		}
+	}
+	p.log.Info("worker: reloaded", "queues", len(specs))
+	return nil
+}
+
+// runner drains one queue.
+type runner struct {
+	p      *Pool
+	name   string
+	cfg    atomic.Pointer[QueueConfig]
+	cancel context.CancelFunc
+	held   atomic.Int64  // jobs in hand
+	wake   chan struct{} // a job was finished, or the config changed
+}
+
+func (r *runner) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run fetches jobs while ctx lasts, keeping at most Concurrency in hand, and returns when
+// every job it fetched is finished.
+func (r *runner) run(ctx, hard context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	cons := r.consumer(ctx)
+	if cons == nil {
+		return
+	}
+	log := r.p.log.With("queue", r.name)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		cfg := r.cfg.Load()
+		n := cfg.Concurrency - int(r.held.Load())
+		if n <= 0 {
+			select {
+			case <-r.wake:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		msgs, err := r.fetch(ctx, cons, n)
+		if err != nil && len(msgs) == 0 {
+			if ctx.Err() != nil {
+				break
+			}
+			log.Warn("worker: fetch failed", "err", err, "retry_in", backoff)
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		for _, m := range msgs {
+			r.held.Add(1)
+			r.p.m.inFlight.WithLabelValues(r.name).Inc()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.handle(ctx, hard, m)
+				r.held.Add(-1)
+				r.p.m.inFlight.WithLabelValues(r.name).Dec()
+				r.poke()
+			}()
+		}
+	}
+}
+
+// fetch returns up to n jobs: those available now, or else the first one to arrive within
+// fetchWait. (A waiting fetch of n would hold the first job until n had arrived or the wait
+// ended.) The fetch is not cancelled with ctx: cancelling it could strand a job the server
+// had already sent until its AckWait passed; jobs fetched after ctx ended are handed back at
+// once by handle instead.
+func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*queue.Msg, error) {
+	fctx := context.WithoutCancel(ctx)
+	msgs, err := cons.Fetch(fctx, n, 0)
+	if len(msgs) > 0 || err != nil || ctx.Err() != nil {
+		return msgs, err
+	}
+	return cons.Fetch(fctx, 1, fetchWait)
+}
+
+// consumer returns the queue's consumer, retrying while the queue does not exist yet (the
+// ingress or another worker may be about to provision it); nil when ctx ends first.
+func (r *runner) consumer(ctx context.Context) *queue.Consumer {
+	backoff := 100 * time.Millisecond
+	warned := false
+	for {
+		c, err := r.p.q.Consumer(ctx, r.name)
+		if err == nil {
+			return c
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !warned {
+			r.p.log.Warn("worker: queue consumer unavailable; retrying", "queue", r.name, "err", err)
+			warned = true
+		}
+		if !sleep(ctx, backoff) {
+			return nil
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// sleep waits d or until ctx is done, and reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,506 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
+	"github.com/sluice-rl/sluice/retry"
+)
+
+var testBackoff = retry.Policy{Initial: 50 * time.Millisecond, Max: 400 * time.Millisecond}
+
+// A deferred request is replayed with its method, path, query, headers and body to the
+// upstream; a direct job goes to the queue's target with its body and Content-Type only. Both
+// carry Idempotency-Key and Sluice-Attempt.
+func TestDeliveryRequests(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "deferred"}, queue.Spec{Name: "direct"})
+	body := []byte("binary\x00body\xff")
+	deferred, err := h.qs.Publish(h.ctx, &queue.Job{
+		Queue:  "deferred",
+		Method: http.MethodPatch,
+		Path:   "/api/v1/orders?id=7&x=a%20b",
+		Header: http.Header{
+			"Content-Type":      {"application/octet-stream"},
+			"X-Custom":          {"a"},
+			"X-Multi":           {"1", "2"},
+			"Connection":        {"X-Hop"},
+			"X-Hop":             {"dropped: named by Connection"},
+			"Transfer-Encoding": {"chunked"},
+			"Idempotency-Key":   {"client-key-replaced-by-job-id"},
+		},
+		Body: body,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := h.qs.Publish(h.ctx, &queue.Job{
+		Queue:  "direct",
+		Direct: true,
+		Header: http.Header{"Content-Type": {"application/x-thing"}, "X-Not-Forwarded": {"v"}},
+		Body:   []byte(`{"n":1}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	d := h.spec("deferred", 100)
+	d.Upstream = h.up.URL + "/base/"
+	dir := h.spec("direct", 100)
+	dir.Target = &worker.Target{Method: http.MethodPut, URL: h.up.URL + "/target/x?k=v"}
+	h.run(worker.Deps{}, d, dir)
+	h.up.WaitCount(t, 10*time.Second, "both deliveries", func(n int) bool { return n >= 2 })
+	h.waitState(deferred.ID, queue.StateSucceeded, 5*time.Second)
+	st := h.waitState(direct.ID, queue.StateSucceeded, 5*time.Second)
+	if st.Attempts != 1 || st.Response == nil || st.Response.Status != 200 || st.LastError != "" {
+		t.Errorf("direct job status = %+v, want attempts 1, response 200, no error", st)
+	}
+
+	byID := map[string]workertest.Arrival{}
+	for _, a := range h.up.Arrivals() {
+		byID[a.ID] = a
+	}
+	a, ok := byID[deferred.ID]
+	if !ok {
+		t.Fatalf("deferred job %s not delivered with its id as Idempotency-Key", deferred.ID)
+	}
+	if a.Method != http.MethodPatch || a.URI != "/base/api/v1/orders?id=7&x=a%20b" {
+		t.Errorf("deferred: %s %s, want PATCH /base/api/v1/orders?id=7&x=a%%20b", a.Method, a.URI)
+	}
+	if !bytes.Equal(a.Body, body) {
+		t.Errorf("deferred body = %q, want %q", a.Body, body)
+	}
+	for k, want := range map[string][]string{
+		"Content-Type": {"application/octet-stream"}, "X-Custom": {"a"}, "X-Multi": {"1", "2"},
+		"Idempotency-Key": {deferred.ID}, "Sluice-Attempt": {"1"},
+	} {
+		if got := a.Header.Values(k); !slices.Equal(got, want) {
+			t.Errorf("deferred header %s = %q, want %q", k, got, want)
+		}
+	}
+	for _, k := range []string{"X-Hop", "Transfer-Encoding"} {
+		if v := a.Header.Get(k); v != "" {
+			t.Errorf("deferred header %s = %q, want it dropped (hop-by-hop)", k, v)
+		}
+	}
+
+	a, ok = byID[direct.ID]
+	if !ok {
+		t.Fatalf("direct job %s not delivered", direct.ID)
+	}
+	if a.Method != http.MethodPut || a.URI != "/target/x?k=v" || string(a.Body) != `{"n":1}` {
+		t.Errorf("direct: %s %s %q, want PUT /target/x?k=v {\"n\":1}", a.Method, a.URI, a.Body)
+	}
+	if a.Header.Get("Content-Type") != "application/x-thing" || a.Header.Get("X-Not-Forwarded") != "" ||
+		a.Header.Get("Idempotency-Key") != direct.ID || a.Header.Get("Sluice-Attempt") != "1" {
+		t.Errorf("direct headers = %v", a.Header)
+	}
+}
+
+// A job the upstream always fails with 500 is tried MaxAttempts times, spaced by the backoff
+// policy, then dead-lettered with its last status and error.
+func TestPoisonJobDeadLetteredAfterMaxAttempts(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	h.up.Respond(func(workertest.Arrival, int) workertest.Reply {
+		return workertest.Reply{Status: http.StatusInternalServerError}
+	})
+	ids := workertest.Publish(t, h.qs, "q", 1, true)
+	spec := h.spec("q", 100)
+	spec.MaxAttempts = 4
+	spec.Backoff = retry.Policy{Initial: 100 * time.Millisecond, Max: time.Second}
+	r := h.run(worker.Deps{}, spec)
+
+	st := h.waitState(ids[0], queue.StateFailed, 15*time.Second)
+	if st.Attempts != 4 || !st.DeadLetter || st.Response == nil || st.Response.Status != 500 ||
+		!strings.Contains(st.LastError, "500") {
+		t.Errorf("status = %+v, want failed after 4 attempts, dead letter, response 500, last_error naming 500", st)
+	}
+	arrivals := h.up.Arrivals()
+	if len(arrivals) != 4 {
+		t.Fatalf("upstream saw %d deliveries, want 4", len(arrivals))
+	}
+	for i, a := range arrivals {
+		if a.Attempt != i+1 {
+			t.Errorf("delivery %d: Sluice-Attempt %d, want %d", i, a.Attempt, i+1)
+		}
+		if i == 0 {
+			continue
+		}
+		// After attempt i the job waits Delay(i, rnd) ∈ [d(1-j), d(1+j)], d = 100ms·2^(i-1).
+		gap := a.At.Sub(arrivals[i-1].At)
+		low := spec.Backoff.Delay(i, 0)
+		high := spec.Backoff.Delay(i, 1) + time.Second // plus redelivery and slot latency
+		if gap < low || gap > high {
+			t.Errorf("gap before attempt %d = %v, want in [%v, %v]", i+1, gap, low, high)
+		}
+	}
+	dls, err := h.qs.DeadLetters(h.ctx, "q", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 1 || dls[0].Job.ID != ids[0] || dls[0].LastStatus != 500 || dls[0].Attempts != 4 ||
+		!strings.HasPrefix(dls[0].Reason, "max_attempts") {
+		t.Errorf("dead letters = %+v, want the job with last status 500, 4 attempts, reason max_attempts", dls)
+	}
+	if got := metric(t, r.reg, "sluice_dead_letters_total", "queue", "q", "reason", "max_attempts"); got != 1 {
+		t.Errorf("sluice_dead_letters_total{reason=max_attempts} = %v, want 1", got)
+	}
+	if got := metric(t, r.reg, "sluice_deliveries_total", "queue", "q", "outcome", "retry"); got != 4 {
+		t.Errorf("sluice_deliveries_total{outcome=retry} = %v, want 4", got)
+	}
+}
+
+// Other 4xx are permanent: one delivery, then the dead-letter queue.
+func TestClientErrorDeadLetteredAtOnce(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	h.up.Respond(func(workertest.Arrival, int) workertest.Reply {
+		return workertest.Reply{Status: http.StatusUnprocessableEntity}
+	})
+	ids := workertest.Publish(t, h.qs, "q", 1, false)
+	r := h.run(worker.Deps{}, h.spec("q", 100))
+	st := h.waitState(ids[0], queue.StateFailed, 10*time.Second)
+	if st.Attempts != 1 || st.Response == nil || st.Response.Status != 422 || !st.DeadLetter {
+		t.Errorf("status = %+v, want failed after 1 attempt with response 422", st)
+	}
+	if n := h.up.Count(); n != 1 {
+		t.Errorf("upstream saw %d deliveries, want 1", n)
+	}
+	if in := h.info("q"); in.DeadLetters != 1 || in.Depth != 0 {
+		t.Errorf("queue info = %+v, want depth 0 and 1 dead letter", in)
+	}
+	if got := metric(t, r.reg, "sluice_dead_letters_total", "queue", "q", "reason", "permanent"); got != 1 {
+		t.Errorf("sluice_dead_letters_total{reason=permanent} = %v, want 1", got)
+	}
+}
+
+// 429 and 503 pause the queue and retry the job without spending an attempt: with
+// MaxAttempts 1 the job still succeeds on its third delivery, all of them attempt 1.
+func TestPauseRetriesDoNotSpendAttempts(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	h.up.Respond(func(_ workertest.Arrival, nth int) workertest.Reply {
+		switch nth {
+		case 1:
+			return workertest.Reply{Status: http.StatusTooManyRequests}
+		case 2:
+			return workertest.Reply{Status: http.StatusServiceUnavailable}
+		}
+		return workertest.Reply{Status: http.StatusOK}
+	})
+	ids := workertest.Publish(t, h.qs, "q", 1, true)
+	spec := h.spec("q", 100)
+	spec.MaxAttempts = 1
+	spec.DefaultPause = 200 * time.Millisecond
+	r := h.run(worker.Deps{}, spec)
+
+	st := h.waitState(ids[0], queue.StateSucceeded, 10*time.Second)
+	if st.Attempts != 1 {
+		t.Errorf("attempts = %d, want 1: pause retries spend none", st.Attempts)
+	}
+	arrivals := h.up.Arrivals()
+	if len(arrivals) != 3 {
+		t.Fatalf("upstream saw %d deliveries, want 3", len(arrivals))
+	}
+	for i, a := range arrivals {
+		if a.Attempt != 1 {
+			t.Errorf("delivery %d: Sluice-Attempt %d, want 1", i, a.Attempt)
+		}
+		if i > 0 {
+			if gap := a.At.Sub(arrivals[i-1].At); gap < spec.DefaultPause {
+				t.Errorf("delivery %d came %v after a 429/503, want ≥ the %v pause", i, gap, spec.DefaultPause)
+			}
+		}
+	}
+	if got := metric(t, r.reg, "sluice_queue_pauses_total", "queue", "q"); got != 2 {
+		t.Errorf("sluice_queue_pauses_total = %v, want 2", got)
+	}
+}
+
+// A job the upstream keeps throttling is dead-lettered after MaxPauseRetries pause retries.
+func TestPauseRetriesBounded(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	h.up.Respond(func(workertest.Arrival, int) workertest.Reply {
+		return workertest.Reply{Status: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"0"}}}
+	})
+	ids := workertest.Publish(t, h.qs, "q", 1, true)
+	spec := h.spec("q", 100)
+	spec.MaxPauseRetries = 2
+	r := h.run(worker.Deps{}, spec)
+	st := h.waitState(ids[0], queue.StateFailed, 10*time.Second)
+	if n := h.up.Count(); n != 3 {
+		t.Errorf("upstream saw %d deliveries, want 3 (the first and 2 pause retries)", n)
+	}
+	if st.Response == nil || st.Response.Status != 429 || !strings.Contains(st.LastError, "pause retries") {
+		t.Errorf("status = %+v, want failed with response 429 and a last_error about pause retries", st)
+	}
+	if got := metric(t, r.reg, "sluice_dead_letters_total", "queue", "q", "reason", "max_pause_retries"); got != 1 {
+		t.Errorf("sluice_dead_letters_total{reason=max_pause_retries} = %v, want 1", got)
+	}
+}
+
+// A delivery that outlives Timeout is a retryable failure; the next attempt succeeds.
+func TestTimeoutRetried(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	never := make(chan struct{})
+	t.Cleanup(func() { close(never) })
+	h.up.Respond(func(_ workertest.Arrival, nth int) workertest.Reply {
+		if nth == 1 {
+			return workertest.Reply{Block: never}
+		}
+		return workertest.Reply{}
+	})
+	ids := workertest.Publish(t, h.qs, "q", 1, true)
+	spec := h.spec("q", 100)
+	spec.Timeout = 300 * time.Millisecond
+	r := h.run(worker.Deps{}, spec)
+	st := h.waitState(ids[0], queue.StateSucceeded, 10*time.Second)
+	if st.Attempts != 2 {
+		t.Errorf("attempts = %d, want 2", st.Attempts)
+	}
+	arrivals := h.up.Arrivals()
+	if len(arrivals) != 2 || arrivals[0].Attempt != 1 || arrivals[1].Attempt != 2 {
+		t.Fatalf("arrivals = %d (%+v), want attempts 1 then 2", len(arrivals), arrivals)
+	}
+	if gap := arrivals[1].At.Sub(arrivals[0].At); gap < spec.Timeout {
+		t.Errorf("second attempt %v after the first, want ≥ the %v timeout", gap, spec.Timeout)
+	}
+	if got := metric(t, r.reg, "sluice_deliveries_total", "queue", "q", "outcome", "retry"); got != 1 {
+		t.Errorf("sluice_deliveries_total{outcome=retry} = %v, want 1", got)
+	}
+}
+
+// A redelivered job whose status is already succeeded (its worker died before the ack) is
+// acked without a second delivery.
+func TestRedeliveredFinalJobNotDeliveredAgain(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	ids := workertest.Publish(t, h.qs, "q", 1, true)
+	if err := h.qs.SetStatus(h.ctx, queue.Status{ID: ids[0], Queue: "q", State: queue.StateSucceeded, Attempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	h.fetchAndNak("q")
+	r := h.run(worker.Deps{}, h.spec("q", 100))
+	testenv.WaitFor(t, 10*time.Second, "the job to be acked", func() bool {
+		return metric(t, r.reg, "sluice_redeliveries_skipped_total", "queue", "q") == 1 && h.info("q").Depth == 0
+	})
+	if n := h.up.Count(); n != 0 {
+		t.Errorf("upstream saw %d deliveries, want 0", n)
+	}
+}
+
+// A job that waits for its slot longer than AckWait is kept alive with InProgress: it is not
+// redelivered, so every job arrives exactly once.
+func TestJobsWaitingForSlotsKeptAlive(t *testing.T) {
+	const ackWait = time.Second
+	h := newHarness(t, queue.Spec{Name: "q", AckWait: ackWait})
+	ids := workertest.Publish(t, h.qs, "q", 6, true)
+	spec := h.spec("q", 2) // 500ms apart: the 4th job held waits 1.5s, beyond AckWait
+	spec.AckWait = ackWait
+	h.run(worker.Deps{}, spec)
+	h.waitState(ids[len(ids)-1], queue.StateSucceeded, 10*time.Second)
+	for _, id := range ids {
+		h.waitState(id, queue.StateSucceeded, 5*time.Second)
+	}
+	for id, n := range h.up.PerID() {
+		if n != 1 {
+			t.Errorf("job %s delivered %d times, want once", id, n)
+		}
+	}
+	if n := h.up.Count(); n != len(ids) {
+		t.Errorf("upstream saw %d deliveries, want %d", n, len(ids))
+	}
+}
+
+// On cancel the pool hands back the jobs waiting for slots at once; another pool delivers
+// them, and nothing is delivered twice.
+func TestShutdownHandsBackWaitingJobs(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	ids := workertest.Publish(t, h.qs, "q", 8, true)
+	spec := h.spec("q", 4) // 250ms apart: most of the 4 jobs held wait when cancelled
+	a := h.run(worker.Deps{}, spec)
+	h.up.WaitCount(t, 10*time.Second, "a first delivery", func(n int) bool { return n >= 1 })
+	if took := a.stop(t); took > 2*time.Second {
+		t.Errorf("shutdown took %v with no delivery in flight, want < 2s", took)
+	}
+	if got := metric(t, a.reg, "sluice_jobs_handed_back_total", "queue", "q"); got < 1 {
+		t.Errorf("sluice_jobs_handed_back_total = %v, want ≥ 1", got)
+	}
+	// The jobs A held come back at once, not after the 30s AckWait.
+	spec.Rate = leaky.Every(100, time.Second)
+	h.run(worker.Deps{}, spec)
+	h.up.WaitCount(t, 10*time.Second, "every job", func(n int) bool { return n >= len(ids) })
+	for _, id := range ids {
+		h.waitState(id, queue.StateSucceeded, 5*time.Second)
+	}
+	if n, d := h.up.Count(), h.up.Distinct(); n != len(ids) || d != len(ids) {
+		t.Errorf("%d deliveries of %d jobs, want %d of %d", n, d, len(ids), len(ids))
+	}
+}
+
+// A delivery in flight at shutdown is allowed to finish within the shutdown timeout.
+func TestShutdownLetsDeliveryFinish(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	release := make(chan struct{})
+	h.up.Respond(func(workertest.Arrival, int) workertest.Reply { return workertest.Reply{Block: release} })
+	ids := workertest.Publish(t, h.qs, "q", 1, true)
+	r := h.run(worker.Deps{ShutdownTimeout: 10 * time.Second}, h.spec("q", 100))
+	h.up.WaitCount(t, 10*time.Second, "the delivery", func(n int) bool { return n >= 1 })
+	r.cancel()
+	select {
+	case <-r.done:
+		t.Fatal("Run returned while a delivery was in flight")
+	default:
+	}
+	close(release)
+	r.stop(t)
+	if st := h.status(ids[0]); st.State != queue.StateSucceeded {
+		t.Errorf("state = %s, want succeeded", st.State)
+	}
+	if in := h.info("q"); in.Depth != 0 {
+		t.Errorf("depth = %d, want 0 (acked)", in.Depth)
+	}
+}
+
+// A delivery still in flight when the shutdown timeout passes is cut short and handed back;
+// its attempt stays spent, and the next worker sends attempt 2.
+func TestShutdownTimeoutCutsDeliveryShort(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	never := make(chan struct{})
+	t.Cleanup(func() { close(never) })
+	h.up.Respond(func(_ workertest.Arrival, nth int) workertest.Reply {
+		if nth == 1 {
+			return workertest.Reply{Block: never}
+		}
+		return workertest.Reply{}
+	})
+	ids := workertest.Publish(t, h.qs, "q", 1, true)
+	spec := h.spec("q", 100)
+	spec.Timeout = time.Minute
+	r := h.run(worker.Deps{ShutdownTimeout: 300 * time.Millisecond}, spec)
+	h.up.WaitCount(t, 10*time.Second, "the delivery", func(n int) bool { return n >= 1 })
+	took := r.stop(t)
+	if took < 300*time.Millisecond || took > 3*time.Second {
+		t.Errorf("shutdown took %v, want the 300ms timeout (and not much more)", took)
+	}
+	st := h.status(ids[0])
+	if st.State != queue.StateRetrying || st.Attempts != 1 || !strings.Contains(st.LastError, "shutdown") {
+		t.Errorf("status = %+v, want retrying after 1 attempt, interrupted by shutdown", st)
+	}
+	h.run(worker.Deps{}, spec)
+	st = h.waitState(ids[0], queue.StateSucceeded, 10*time.Second)
+	arrivals := h.up.Arrivals()
+	if st.Attempts != 2 || len(arrivals) != 2 || arrivals[1].Attempt != 2 {
+		t.Errorf("attempts = %d, arrivals = %d, want attempt 2 delivered second", st.Attempts, len(arrivals))
+	}
+}
+
+// Reload changes a queue's rate at once and starts new queues; an invalid config is refused
+// and changes nothing.
+func TestReload(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "a"}, queue.Spec{Name: "b"})
+	aIDs := workertest.Publish(t, h.qs, "a", 40, true)
+	bIDs := workertest.Publish(t, h.qs, "b", 5, true)
+	a := h.spec("a", 4) // 40 jobs would take 10s at this rate
+	r := h.run(worker.Deps{}, a)
+	h.up.WaitCount(t, 10*time.Second, "the first deliveries", func(n int) bool { return n >= 2 })
+
+	bad := h.spec("", 1)
+	if err := r.Reload([]worker.QueueConfig{a, bad}); err == nil {
+		t.Fatal("Reload accepted a queue without a name")
+	}
+	if qs := r.Queues(); len(qs) != 1 || qs[0].Name != "a" || qs[0].Rate != a.Rate {
+		t.Fatalf("after a refused reload the pool drains %+v, want a at its old rate", qs)
+	}
+
+	reloaded := time.Now()
+	a.Rate = leaky.Every(200, time.Second)
+	if err := r.Reload([]worker.QueueConfig{a, h.spec("b", 200)}); err != nil {
+		t.Fatal(err)
+	}
+	total := len(aIDs) + len(bIDs)
+	h.up.WaitCount(t, 10*time.Second, "every job of both queues", func(n int) bool { return n >= total })
+	if took := time.Since(reloaded); took > 3*time.Second {
+		t.Errorf("draining after the reload took %v; at the new rate it takes ~0.2s", took)
+	}
+	if d := h.up.Distinct(); d != total {
+		t.Errorf("%d distinct jobs delivered, want %d", d, total)
+	}
+}
+
+// FromConfig maps the file's queues: rate and burst to a leak rate, the upstream, the target,
+// and max_pause_retries 0 to "none".
+func TestFromConfig(t *testing.T) {
+	cfg := mustConfig(t, `
+upstream: http://127.0.0.1:9000
+queues:
+  - name: orders
+    rate: 50/s
+    burst: 5
+    target: PUT http://127.0.0.1:9000/api/orders
+    max_attempts: 3
+    backoff: { initial: 2s, max: 1m }
+    timeout: 4s
+    concurrency: 7
+    max_pause_retries: 0
+  - name: plain
+    rate: 10/m
+`)
+	qs := worker.FromConfig(cfg)
+	if len(qs) != 2 {
+		t.Fatalf("%d queues, want 2", len(qs))
+	}
+	o := qs[0]
+	if o.Name != "orders" || o.Rate != (leaky.Rate{Interval: 20 * time.Millisecond, Burst: 5}) ||
+		o.Upstream != "http://127.0.0.1:9000" || o.Target == nil || o.Target.Method != "PUT" ||
+		o.Target.URL != "http://127.0.0.1:9000/api/orders" || o.MaxAttempts != 3 ||
+		o.Backoff.Initial != 2*time.Second || o.Backoff.Max != time.Minute || o.Timeout != 4*time.Second ||
+		o.Concurrency != 7 || o.MaxPauseRetries >= 0 {
+		t.Errorf("orders = %+v", o)
+	}
+	p := qs[1]
+	if p.Rate.Interval != 6*time.Second || p.Target != nil || p.MaxPauseRetries != 20 {
+		t.Errorf("plain = %+v, want 6s interval, no target, the file's default 20 pause retries", p)
+	}
+}
+
+// New refuses configs it cannot run.
+func TestNewValidates(t *testing.T) {
+	h := newHarness(t)
+	for name, specs := range map[string][]worker.QueueConfig{
+		"no rate":      {{Name: "q"}},
+		"no name":      {{Rate: leaky.Every(1, time.Second)}},
+		"relative URL": {{Name: "q", Rate: leaky.Every(1, time.Second), Upstream: "/x"}},
+		"duplicate":    {h.spec("q", 1), h.spec("q", 2)},
+	} {
+		if _, err := worker.New(worker.Deps{Queues: h.qs, Schedule: h.sched}, specs); err == nil {
+			t.Errorf("%s: New accepted %+v", name, specs)
+		}
+	}
+	if _, err := worker.New(worker.Deps{}, nil); err == nil {
+		t.Error("New accepted missing dependencies")
+	}
+}
+
+// Run runs once.
+func TestRunOnce(t *testing.T) {
+	h := newHarness(t)
+	p, err := worker.New(worker.Deps{Queues: h.qs, Schedule: h.sched}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(ctx); err != worker.ErrRunning {
+		t.Errorf("second Run = %v, want ErrRunning", err)
+	}
+}
