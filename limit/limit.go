@@ -79,6 +79,10 @@ var (
 	ErrCostTooHigh      = errors.New("limit: cost exceeds capacity")
 	ErrEmptyKey         = errors.New("limit: empty key")
 	ErrKeyTooLong       = errors.New("limit: key too long")
+	// ErrOutOfRange means a limit is valid in principle but beyond what the stores compute
+	// exactly: a period that is not a whole number of microseconds, or a capacity × period
+	// product too large for integer arithmetic on Lua's doubles (see [Limit.Validate]).
+	ErrOutOfRange = errors.New("limit: out of range")
 )
 
 // Limit is one rate limit: Limit requests per Period, decided by Algorithm. Burst is the bucket
@@ -91,8 +95,23 @@ type Limit struct {
 	Burst     int64
 }
 
-// Validate reports why l cannot be used, or nil.
+// Validate reports why l cannot be used, or nil. The error wraps one or more of
+// ErrUnknownAlgorithm, ErrInvalidLimit, ErrInvalidPeriod, ErrInvalidBurst and ErrOutOfRange.
+//
+// Both stores compute in integer microseconds, and the Redis store does so in Lua, whose numbers
+// are doubles, exact up to 2^53. So Period must be a whole number of microseconds, and the
+// products the algorithms form must stay exact: for TokenBucket, LeakyBucket and GCRA,
+// Capacity() × Period(µs) / gcd(Limit, Period(µs)) at most 2^52; for SlidingWindow,
+// Limit × Period(µs) at most 2^53; Limit, Burst and Period(µs) at most 2^52 for all. Every
+// everyday limit is far inside these bounds (100 000 per day is 8.64e10 for a bucket and 8.64e15
+// for a sliding window); ErrOutOfRange reports the ones that are not.
 func (l Limit) Validate() error {
+	_, err := l.validate()
+	return err
+}
+
+// validate is Validate that also returns the limit in the form the algorithms compute with.
+func (l Limit) validate() (params, error) {
 	var errs []error
 	if !l.Algorithm.Valid() {
 		errs = append(errs, fmt.Errorf("%w %q", ErrUnknownAlgorithm, string(l.Algorithm)))
@@ -106,7 +125,10 @@ func (l Limit) Validate() error {
 	if l.Burst < 0 {
 		errs = append(errs, ErrInvalidBurst)
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return params{}, errors.Join(errs...)
+	}
+	return l.params()
 }
 
 // Capacity is the largest cost a single request may have under l: the bucket size for the
@@ -162,20 +184,22 @@ type Limiter interface {
 	DecideAll(ctx context.Context, reqs []Request) ([]Decision, error)
 }
 
-// check validates one request before any store is touched.
-func check(key string, l Limit, cost int64) error {
-	if err := l.Validate(); err != nil {
-		return err
+// check validates one request before any store is touched, and returns the limit in the
+// integer form the algorithms compute with.
+func check(key string, l Limit, cost int64) (params, error) {
+	p, err := l.validate()
+	if err != nil {
+		return params{}, err
 	}
 	switch {
 	case key == "":
-		return ErrEmptyKey
+		return params{}, ErrEmptyKey
 	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), MaxKeyLen)
+		return params{}, fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), MaxKeyLen)
 	case cost <= 0:
-		return ErrInvalidCost
+		return params{}, ErrInvalidCost
 	case cost > l.Capacity():
-		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostTooHigh, cost, l.Capacity())
+		return params{}, fmt.Errorf("%w: cost %d, capacity %d", ErrCostTooHigh, cost, l.Capacity())
 	}
-	return nil
+	return p, nil
 }

@@ -1,0 +1,401 @@
+package limit
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// This file holds the six algorithms as pure functions: a small state in, the state to keep and
+// the Decision out, at an instant the caller passes. The memory store calls them under a lock;
+// the Lua scripts in lua/ are line-for-line translations of them, so that both stores make the
+// same decisions. Everything is integer arithmetic on microseconds since the Unix epoch (the
+// resolution of Redis TIME), with every value below 2^53 so that Lua's doubles hold it exactly;
+// Limit.Validate enforces the bounds.
+//
+// The zero value of every state is "no state": a full token bucket, an empty leaky bucket, no
+// GCRA debt, empty windows and an empty log. A state is idle — equal in every future decision to
+// the zero value — once ResetAfter has passed, so stores may forget it then.
+
+// maxExact bounds the values the algorithms form, so that sums of two of them stay below 2^53.
+const maxExact = 1 << 52
+
+// MaxLogLimit is the largest Limit SlidingLog accepts: its state holds one timestamp per
+// admitted request, so memory grows with Limit. SlidingWindow has no such bound.
+const MaxLogLimit = 1 << 16
+
+// algo is an Algorithm as a small integer, for tables indexed by algorithm.
+type algo uint8
+
+const (
+	algTokenBucket algo = iota
+	algLeakyBucket
+	algFixedWindow
+	algSlidingLog
+	algSlidingWindow
+	algGCRA
+	numAlgos
+)
+
+// params is a valid Limit in the integer form the algorithms compute with.
+type params struct {
+	alg    algo
+	limit  int64 // Limit
+	period int64 // Period in µs
+	// The bucket algorithms and GCRA count in scaled units, so that the refill of any elapsed
+	// number of microseconds is a whole number of them: one token is unit, and refill units
+	// arrive per µs. With g = gcd(Limit, period), unit = period/g and refill = Limit/g, so
+	// refill/unit = Limit/period exactly.
+	unit   int64
+	refill int64
+	cap    int64 // Capacity() × unit
+}
+
+// params checks that l is within the bounds of exact arithmetic and converts it. l has already
+// passed the basic checks of validate.
+func (l Limit) params() (params, error) {
+	p := params{limit: l.Limit}
+	switch l.Algorithm {
+	case TokenBucket:
+		p.alg = algTokenBucket
+	case LeakyBucket:
+		p.alg = algLeakyBucket
+	case FixedWindow:
+		p.alg = algFixedWindow
+	case SlidingLog:
+		p.alg = algSlidingLog
+	case SlidingWindow:
+		p.alg = algSlidingWindow
+	case GCRA:
+		p.alg = algGCRA
+	}
+	if l.Period%time.Microsecond != 0 {
+		return params{}, fmt.Errorf("%w: period %v is not a whole number of microseconds", ErrOutOfRange, l.Period)
+	}
+	p.period = int64(l.Period / time.Microsecond)
+	switch {
+	case p.period > maxExact:
+		return params{}, fmt.Errorf("%w: period %v is too long", ErrOutOfRange, l.Period)
+	case l.Limit > maxExact, l.Burst > maxExact:
+		return params{}, fmt.Errorf("%w: limit or burst above 2^52", ErrOutOfRange)
+	}
+	switch p.alg {
+	case algTokenBucket, algLeakyBucket, algGCRA:
+		g := gcd(l.Limit, p.period)
+		p.unit, p.refill = p.period/g, l.Limit/g
+		if c := l.Capacity(); c > maxExact/p.unit {
+			return params{}, fmt.Errorf("%w: capacity %d × period %v too large for exact arithmetic; shorten the period or lower the burst",
+				ErrOutOfRange, c, l.Period)
+		}
+		p.cap = l.Capacity() * p.unit
+	case algSlidingWindow:
+		if l.Limit+1 > 2*maxExact/p.period {
+			return params{}, fmt.Errorf("%w: limit %d × period %v too large for exact arithmetic", ErrOutOfRange, l.Limit, l.Period)
+		}
+	case algSlidingLog:
+		if l.Limit > MaxLogLimit {
+			return params{}, fmt.Errorf("%w: sliding_log keeps one timestamp per request and accepts a limit of at most %d; use sliding_window",
+				ErrOutOfRange, MaxLogLimit)
+		}
+	}
+	return p, nil
+}
+
+// tokenBucketState is a token bucket. The zero value is a full bucket.
+type tokenBucketState struct {
+	Tokens int64 // tokens in the bucket, scaled: one token is Unit
+	Last   int64 // when Tokens was computed, µs since the Unix epoch
+	Unit   int64 // the scale of Tokens (params.unit when it was stored); 0: no state
+}
+
+// tokenBucket charges cost tokens if the bucket holds them. A rejection takes nothing.
+// RetryAfter is the time until cost tokens exist, ResetAfter the time until the bucket is full.
+func tokenBucket(s tokenBucketState, p params, cost int64, now time.Time) (tokenBucketState, Decision) {
+	t := micros(now)
+	switch {
+	case s.Unit == 0:
+		s = tokenBucketState{Tokens: p.cap, Last: t, Unit: p.unit}
+	case s.Unit != p.unit: // the limit changed since the state was stored
+		s.Tokens, s.Unit = rescale(s.Tokens, s.Unit, p.unit), p.unit
+	}
+	s.Tokens = min(s.Tokens, p.cap)
+	if t < s.Last { // the key's clock never runs backwards
+		t = s.Last
+	}
+	s.Tokens = fill(s.Tokens, p.cap, t-s.Last, p.refill)
+	s.Last = t
+
+	d := Decision{Limit: p.limit}
+	need := cost * p.unit
+	if s.Tokens >= need {
+		d.Allowed = true
+		s.Tokens -= need
+	} else {
+		d.RetryAfter = us(ceilDiv(need-s.Tokens, p.refill))
+	}
+	d.Remaining = s.Tokens / p.unit
+	d.ResetAfter = us(ceilDiv(p.cap-s.Tokens, p.refill))
+	return s, d
+}
+
+// leakyBucketState is a leaky bucket used as a meter. The zero value is an empty bucket.
+type leakyBucketState struct {
+	Level int64 // what the bucket holds, scaled: one request is Unit
+	Last  int64 // when Level was computed, µs since the Unix epoch
+	Unit  int64 // the scale of Level; 0: no state
+}
+
+// leakyBucket pours cost units into the bucket if they fit. A rejection pours nothing.
+// RetryAfter is the time until cost units fit, ResetAfter the time until the bucket is empty.
+func leakyBucket(s leakyBucketState, p params, cost int64, now time.Time) (leakyBucketState, Decision) {
+	t := micros(now)
+	switch {
+	case s.Unit == 0:
+		s = leakyBucketState{Level: 0, Last: t, Unit: p.unit}
+	case s.Unit != p.unit:
+		s.Level, s.Unit = rescale(s.Level, s.Unit, p.unit), p.unit
+	}
+	if t < s.Last {
+		t = s.Last
+	}
+	s.Level = drain(s.Level, t-s.Last, p.refill)
+	s.Last = t
+
+	d := Decision{Limit: p.limit}
+	need := cost * p.unit
+	if s.Level+need <= p.cap {
+		d.Allowed = true
+		s.Level += need
+	} else {
+		d.RetryAfter = us(ceilDiv(s.Level+need-p.cap, p.refill))
+	}
+	if s.Level < p.cap {
+		d.Remaining = (p.cap - s.Level) / p.unit
+	}
+	d.ResetAfter = us(ceilDiv(s.Level, p.refill))
+	return s, d
+}
+
+// gcraState is the theoretical arrival time of the next request, TAT + Frac/refill µs since the
+// Unix epoch; Frac keeps the emission interval Period/Limit exact when it is not a whole number
+// of microseconds. The zero value (a TAT in the past) means no debt.
+type gcraState struct {
+	TAT  int64 // µs since the Unix epoch
+	Frac int64 // in 1/params.refill µs, < params.refill
+}
+
+// gcra admits a request when, after adding cost emission intervals to the TAT, the TAT is at
+// most Capacity emission intervals ahead of now (the tolerance is Capacity-1 intervals). A
+// rejection leaves the TAT as it was.
+func gcra(s gcraState, p params, cost int64, now time.Time) (gcraState, Decision) {
+	t := micros(now)
+	if s.TAT < t {
+		s = gcraState{TAT: t}
+	}
+	if s.Frac >= p.refill { // the limit changed since the state was stored
+		s.Frac = p.refill - 1
+	}
+	// debt is TAT - now in units of 1/refill µs: one emission interval is unit of them, and
+	// the tolerance plus one interval is cap.
+	debt := (s.TAT-t)*p.refill + s.Frac
+	d := Decision{Limit: p.limit}
+	need := cost * p.unit
+	if debt+need <= p.cap {
+		d.Allowed = true
+		debt += need
+		s.TAT, s.Frac = t+debt/p.refill, debt%p.refill
+	} else {
+		d.RetryAfter = us(ceilDiv(debt+need-p.cap, p.refill))
+	}
+	if debt < p.cap {
+		d.Remaining = (p.cap - debt) / p.unit
+	}
+	d.ResetAfter = us(ceilDiv(debt, p.refill))
+	return s, d
+}
+
+// fixedWindowState counts the requests admitted in one window. The zero value is no window.
+type fixedWindowState struct {
+	Start int64 // when the window started, µs since the Unix epoch
+	Count int64
+}
+
+// fixedWindow admits a request if the window that holds now has room for cost more.
+// RetryAfter and ResetAfter are the time until the window ends.
+func fixedWindow(s fixedWindowState, p params, cost int64, now time.Time) (fixedWindowState, Decision) {
+	t := max(micros(now), s.Start) // the key's clock never runs backwards
+	start := t - t%p.period
+	if start != s.Start {
+		s = fixedWindowState{Start: start}
+	}
+	d := Decision{Limit: p.limit, ResetAfter: us(start + p.period - t)}
+	if s.Count+cost <= p.limit {
+		d.Allowed = true
+		s.Count += cost
+	} else {
+		d.RetryAfter = d.ResetAfter
+	}
+	d.Remaining = max(0, p.limit-s.Count)
+	return s, d
+}
+
+// slidingWindowState holds the counts of the current window and the one before it. The zero
+// value is no window.
+type slidingWindowState struct {
+	Start int64 // when the current window started, µs since the Unix epoch
+	Prev  int64 // admitted in the window before
+	Cur   int64 // admitted in the current window
+}
+
+// slidingWindow estimates the requests of the trailing period as
+// floor(Prev × (µs left in the current window) / period) + Cur, and admits a request when the
+// estimate plus cost is at most Limit. RetryAfter is the time until the estimate has fallen
+// enough, ResetAfter the time until it is 0.
+func slidingWindow(s slidingWindowState, p params, cost int64, now time.Time) (slidingWindowState, Decision) {
+	t := max(micros(now), s.Start) // the key's clock never runs backwards
+	start := t - t%p.period
+	switch s.Start {
+	case start:
+	case start - p.period:
+		s.Prev, s.Cur = s.Cur, 0
+	default:
+		s.Prev, s.Cur = 0, 0
+	}
+	s.Start = start
+	s.Prev, s.Cur = min(s.Prev, p.limit), min(s.Cur, p.limit) // the limit may have shrunk
+
+	left := start + p.period - t // in (0, period]
+	estimate := s.Prev*left/p.period + s.Cur
+	d := Decision{Limit: p.limit}
+	if estimate+cost <= p.limit {
+		d.Allowed = true
+		s.Cur += cost
+		estimate += cost
+	} else {
+		d.RetryAfter = us(slidingWait(s, p.period, left, p.limit-cost))
+	}
+	d.Remaining = max(0, p.limit-estimate)
+	d.ResetAfter = us(slidingWait(s, p.period, left, 0))
+	return s, d
+}
+
+// slidingWait returns the µs until the estimate of s is at most target, if nothing more is
+// admitted; left is the µs left in the current window.
+//
+// floor(c × x / period) <= m holds exactly when c × x < (m+1) × period, that is for
+// x <= ceil((m+1) × period / c) - 1: the largest share of the window that may be left.
+func slidingWait(s slidingWindowState, period, left, target int64) int64 {
+	if s.Cur <= target { // within this window, as Prev's weight shrinks
+		if s.Prev == 0 {
+			return 0
+		}
+		xmax := ceilDiv((target-s.Cur+1)*period, s.Prev) - 1
+		return max(0, left-xmax)
+	}
+	// Not before the next window, in which Cur is the previous count and nothing is current.
+	xmax := ceilDiv((target+1)*period, s.Cur) - 1
+	return left + max(0, period-xmax)
+}
+
+// slidingLogState is the log of one key: the times of the admitted requests of the trailing
+// period, oldest first, in a ring that grows up to Limit entries. The zero value is an empty
+// log.
+type slidingLogState struct {
+	ring []int64 // µs since the Unix epoch
+	head int     // index of the oldest entry
+	n    int     // number of entries
+}
+
+// at returns the i-th oldest entry.
+func (s *slidingLogState) at(i int) int64 { return s.ring[(s.head+i)%len(s.ring)] }
+
+// push appends cost entries of time t, growing the ring (to at most limit entries) if needed.
+func (s *slidingLogState) push(t, cost, limit int64) {
+	need := s.n + int(cost)
+	if need > len(s.ring) {
+		size := int(limit) // small logs get their whole ring at once
+		if limit > 64 {
+			size = max(need, min(int(limit), max(64, 2*len(s.ring))))
+		}
+		ring := make([]int64, size)
+		for i := range s.n {
+			ring[i] = s.at(i)
+		}
+		s.ring, s.head = ring, 0
+	}
+	for range cost {
+		s.ring[(s.head+s.n)%len(s.ring)] = t
+		s.n++
+	}
+}
+
+// slidingLog drops the entries older than the trailing period and admits a request when the
+// log has room for cost more entries; only admitted requests are logged. RetryAfter is the time
+// until enough entries have left, ResetAfter the time until all have.
+func slidingLog(s *slidingLogState, p params, cost int64, now time.Time) Decision {
+	t := micros(now)
+	if s.n > 0 {
+		t = max(t, s.at(s.n-1))
+	}
+	for s.n > 0 && s.at(0) <= t-p.period {
+		s.head = (s.head + 1) % len(s.ring)
+		s.n--
+	}
+	d := Decision{Limit: p.limit}
+	if int64(s.n)+cost <= p.limit {
+		d.Allowed = true
+		s.push(t, cost, p.limit)
+	} else {
+		k := int64(s.n) + cost - p.limit // entries that must leave, k <= n
+		d.RetryAfter = us(s.at(int(k-1)) + p.period - t)
+	}
+	d.Remaining = max(0, p.limit-int64(s.n))
+	if s.n > 0 {
+		d.ResetAfter = us(s.at(s.n-1) + p.period - t)
+	}
+	return d
+}
+
+// fill adds elapsed × rate to level, up to most, without forming a product above most + rate.
+func fill(level, most, elapsed, rate int64) int64 {
+	if elapsed >= ceilDiv(most-level, rate) {
+		return most
+	}
+	return level + elapsed*rate
+}
+
+// drain takes elapsed × rate from level, down to 0, without forming a product above level + rate.
+func drain(level, elapsed, rate int64) int64 {
+	if elapsed >= ceilDiv(level, rate) {
+		return 0
+	}
+	return level - elapsed*rate
+}
+
+// rescale converts v from one scale to another after a limit changed. It rounds, so it is done
+// in float64 exactly as the Lua scripts do it (IEEE division then multiplication).
+func rescale(v, from, to int64) int64 {
+	return int64(math.Floor(float64(v) / float64(from) * float64(to)))
+}
+
+// ceilDiv returns ceil(a / b) for a >= 0, b > 0.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if q*b < a {
+		q++
+	}
+	return q
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// micros returns t in µs since the Unix epoch; instants before 1970 count as the epoch.
+func micros(t time.Time) int64 { return max(0, t.UnixMicro()) }
+
+// us converts µs to a Duration.
+func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }

@@ -1,0 +1,244 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// randomLimit returns a valid limit of algorithm a, with rates that are and are not whole
+// numbers of microseconds per request.
+func randomLimit(rng *rand.Rand, a Algorithm) Limit {
+	limits := []int64{1, 2, 3, 5, 7, 10, 100}
+	periods := []time.Duration{333 * µs, time.Millisecond, 7 * time.Millisecond, time.Second, 7 * time.Second, time.Minute, time.Hour}
+	bursts := []int64{0, 0, 1, 3, 20}
+	return Limit{
+		Algorithm: a,
+		Limit:     limits[rng.IntN(len(limits))],
+		Period:    periods[rng.IntN(len(periods))],
+		Burst:     bursts[rng.IntN(len(bursts))],
+	}
+}
+
+// randomGap returns how far to move the clock before the next request.
+func randomGap(rng *rand.Rand, period time.Duration) time.Duration {
+	switch rng.IntN(5) {
+	case 0:
+		return 0
+	case 1:
+		return µs
+	case 2:
+		return time.Duration(rng.Int64N(int64(period/4/µs)+1)) * µs
+	case 3:
+		return time.Duration(rng.Int64N(int64(period/µs)+1)) * µs
+	default:
+		return time.Duration(rng.Int64N(3*int64(period/µs)+1)) * µs
+	}
+}
+
+// model is a direct, slow implementation of an algorithm's definition, in exact rationals or
+// from the full history of admitted requests, to check the integer code against.
+type model struct {
+	l       Limit
+	period  int64      // µs
+	level   *big.Rat   // buckets: tokens (token bucket, GCRA) or level (leaky bucket)
+	last    int64      // buckets: time of level
+	fresh   bool       // buckets: no request yet
+	history [][2]int64 // windows: admitted (time, cost)
+}
+
+func newModel(l Limit) *model {
+	return &model{l: l, period: l.Period.Microseconds(), level: new(big.Rat), fresh: true}
+}
+
+// decide returns whether a request of cost at t (µs) is admitted, and the remaining quota.
+func (m *model) decide(t, cost int64) (bool, int64) {
+	capacity := big.NewRat(m.l.Capacity(), 1)
+	switch m.l.Algorithm {
+	case TokenBucket, GCRA, LeakyBucket:
+		leak := m.l.Algorithm == LeakyBucket
+		if m.fresh {
+			m.fresh = false
+			if !leak {
+				m.level.Set(capacity)
+			}
+		} else {
+			moved := big.NewRat((t-m.last)*m.l.Limit, m.period)
+			if leak {
+				m.level.Sub(m.level, moved)
+				if m.level.Sign() < 0 {
+					m.level.SetInt64(0)
+				}
+			} else {
+				m.level.Add(m.level, moved)
+				if m.level.Cmp(capacity) > 0 {
+					m.level.Set(capacity)
+				}
+			}
+		}
+		m.last = t
+		c := big.NewRat(cost, 1)
+		free := new(big.Rat).Set(m.level) // what is free for requests
+		if leak {
+			free.Sub(capacity, m.level)
+		}
+		allowed := free.Cmp(c) >= 0
+		if allowed {
+			free.Sub(free, c)
+			if leak {
+				m.level.Add(m.level, c)
+			} else {
+				m.level.Sub(m.level, c)
+			}
+		}
+		return allowed, new(big.Int).Quo(free.Num(), free.Denom()).Int64()
+	}
+
+	in := func(from, to int64) (n int64) { // admitted in [from, to)
+		for _, h := range m.history {
+			if h[0] >= from && h[0] < to {
+				n += h[1]
+			}
+		}
+		return n
+	}
+	var used int64
+	switch m.l.Algorithm {
+	case FixedWindow:
+		start := t / m.period * m.period
+		used = in(start, start+m.period)
+	case SlidingLog:
+		used = in(t-m.period+1, t+1)
+	case SlidingWindow:
+		start := t / m.period * m.period
+		prev, cur := in(start-m.period, start), in(start, start+m.period)
+		used = prev*(start+m.period-t)/m.period + cur
+	}
+	allowed := used+cost <= m.l.Limit
+	if allowed {
+		m.history = append(m.history, [2]int64{t, cost})
+		used += cost
+	}
+	return allowed, max(0, m.l.Limit-used)
+}
+
+// TestAlgorithmsMatchTheirDefinitions drives the memory store with random requests and checks
+// every decision against the model, and that RetryAfter and ResetAfter are exact: a request
+// retried at RetryAfter is admitted and one a microsecond earlier is not; a request of the
+// whole capacity is admitted at ResetAfter and not a microsecond earlier.
+func TestAlgorithmsMatchTheirDefinitions(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seedFromEnv(1), 2))
+	for _, a := range Algorithms {
+		for range 40 {
+			l := randomLimit(rng, a)
+			clk := newClock(base)
+			m := NewMemory(MemoryConfig{Now: clk.Now})
+			ref := newModel(l)
+			decide := func(cost int64, why string) Decision {
+				t.Helper()
+				d, err := m.Decide(ctx, "k", l, cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				now := clk.Now().UnixMicro()
+				allowed, remaining := ref.decide(now, cost)
+				if d.Allowed != allowed || d.Remaining != remaining {
+					t.Fatalf("%+v at +%dµs cost %d (%s): got allowed %v remaining %d, definition says %v %d",
+						l, now, cost, why, d.Allowed, d.Remaining, allowed, remaining)
+				}
+				if d.Allowed != (d.RetryAfter == 0) || d.ResetAfter < 0 || d.RetryAfter < 0 {
+					t.Fatalf("%+v at +%dµs: inconsistent %s", l, now, show(d))
+				}
+				return d
+			}
+			for range 200 {
+				clk.Add(randomGap(rng, l.Period))
+				cost := 1 + rng.Int64N(l.Capacity())
+				d := decide(cost, "random")
+				switch {
+				case !d.Allowed:
+					clk.Add(d.RetryAfter - µs)
+					if decide(cost, "a microsecond before RetryAfter").Allowed {
+						t.Fatalf("%+v: admitted a microsecond before RetryAfter %v", l, d.RetryAfter)
+					}
+					clk.Add(µs)
+					if !decide(cost, "at RetryAfter").Allowed {
+						t.Fatalf("%+v: rejected at RetryAfter %v", l, d.RetryAfter)
+					}
+				case rng.IntN(4) == 0 && d.ResetAfter > 0:
+					clk.Add(d.ResetAfter - µs)
+					if decide(l.Capacity(), "whole capacity a microsecond before ResetAfter").Allowed {
+						t.Fatalf("%+v: whole capacity admitted a microsecond before ResetAfter %v", l, d.ResetAfter)
+					}
+					clk.Add(µs)
+					if !decide(l.Capacity(), "whole capacity at ResetAfter").Allowed {
+						t.Fatalf("%+v: whole capacity rejected at ResetAfter %v", l, d.ResetAfter)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestBucketsAgree checks that a token bucket, a leaky bucket and GCRA of equal capacity make
+// the same decisions: they are three bookkeepings of one rule.
+func TestBucketsAgree(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		l := randomLimit(rng, TokenBucket)
+		l.Burst = l.Capacity()
+		clk := newClock(base)
+		m := NewMemory(MemoryConfig{Now: clk.Now})
+		for range 200 {
+			clk.Add(randomGap(rng, l.Period))
+			cost := 1 + rng.Int64N(l.Capacity())
+			var ds []Decision
+			for _, a := range []Algorithm{TokenBucket, LeakyBucket, GCRA} {
+				la := l
+				la.Algorithm = a
+				d, err := m.Decide(ctx, "k", la, cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ds = append(ds, d)
+			}
+			if ds[0] != ds[1] || ds[0] != ds[2] {
+				t.Fatalf("%+v cost %d: token bucket %s, leaky bucket %s, gcra %s", l, cost, show(ds[0]), show(ds[1]), show(ds[2]))
+			}
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		l    Limit
+		want []error
+	}{
+		{Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second}, nil},
+		{Limit{Algorithm: SlidingWindow, Limit: 100_000, Period: 24 * time.Hour}, nil},
+		{Limit{Algorithm: TokenBucket, Limit: 100_000, Period: 24 * time.Hour, Burst: 100_000}, nil},
+		{Limit{Algorithm: "leaky", Limit: 0, Period: -time.Second, Burst: -1},
+			[]error{ErrUnknownAlgorithm, ErrInvalidLimit, ErrInvalidPeriod, ErrInvalidBurst}},
+		{Limit{Algorithm: GCRA, Limit: 1, Period: 1500 * time.Nanosecond}, []error{ErrOutOfRange}},
+		{Limit{Algorithm: SlidingLog, Limit: MaxLogLimit + 1, Period: time.Second}, []error{ErrOutOfRange}},
+		{Limit{Algorithm: SlidingWindow, Limit: 1_000_000, Period: 24 * time.Hour}, []error{ErrOutOfRange}},
+		{Limit{Algorithm: TokenBucket, Limit: 7, Period: 24 * time.Hour, Burst: 1 << 30}, []error{ErrOutOfRange}},
+		{Limit{Algorithm: FixedWindow, Limit: 1 << 53, Period: time.Second}, []error{ErrOutOfRange}},
+	}
+	for _, tt := range tests {
+		err := tt.l.Validate()
+		if (err == nil) != (tt.want == nil) {
+			t.Errorf("%+v: Validate() = %v, want errors %v", tt.l, err, tt.want)
+		}
+		for _, w := range tt.want {
+			if !errors.Is(err, w) {
+				t.Errorf("%+v: Validate() = %v, want it to wrap %v", tt.l, err, w)
+			}
+		}
+	}
+}

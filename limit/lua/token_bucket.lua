@@ -1,0 +1,43 @@
+-- token_bucket.lua: one decision of a token bucket; tokenBucket in limit/algorithms.go is the
+-- same computation. Clock: the server's TIME unless ARGV[1] is an instant.
+--
+-- KEYS[1]  the bucket: a string "tokens last unit", tokens scaled so that one token is unit,
+--          last in µs since the Unix epoch; it expires when the bucket would be full again.
+-- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
+-- ARGV[2]  unit: scaled units per token (period µs / gcd(limit, period µs))
+-- ARGV[3]  refill: scaled units added per µs (limit / gcd(limit, period µs))
+-- ARGV[4]  cap: the bucket's capacity × unit
+-- ARGV[5]  cost in tokens
+-- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs}
+local now = clock(ARGV[1])
+local unit, refill, cap, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+
+local tokens, last = cap, now
+local s = get_state(KEYS[1], 3)
+if s then
+  tokens, last = s[1], s[2]
+  if s[3] ~= unit then
+    tokens = rescale(tokens, s[3], unit)
+  end
+  tokens = math.min(tokens, cap)
+end
+if now < last then
+  now = last -- the key's clock never runs backwards
+end
+if now - last >= cdiv(cap - tokens, refill) then
+  tokens = cap
+else
+  tokens = tokens + (now - last) * refill
+end
+
+local need = cost * unit
+local allowed, retry = 0, 0
+if tokens >= need then
+  allowed = 1
+  tokens = tokens - need
+else
+  retry = cdiv(need - tokens, refill)
+end
+local reset = cdiv(cap - tokens, refill)
+set_state(KEYS[1], reset, tokens, now, unit)
+return {allowed, fdiv(tokens, unit), reset, retry}

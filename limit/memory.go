@@ -1,0 +1,361 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"time"
+)
+
+// MemoryConfig configures a Memory store. The zero value is ready to use.
+type MemoryConfig struct {
+	// MaxKeys bounds the number of keys the store holds state for (0: 1<<20). When it is
+	// reached, a new key evicts an idle key if one is found, else one that was not used
+	// recently; an evicted key that was not idle forgets what it was charged (fails open).
+	MaxKeys int
+	// Shards is the number of independently locked parts of the store, rounded up to a power
+	// of two (0: 64), and lowered so that each shard holds at least one key.
+	Shards int
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// Memory is a Limiter that keeps its state in this process: the limiter of a single process,
+// and the reference the Redis store is tested against. It is safe for concurrent use; its
+// methods never block on I/O, and the ctx they take is unused.
+//
+// Keys are identified by a 64-bit seeded hash of (algorithm, key), not by the key itself, so a
+// key costs no more than its state (about 50 bytes for every algorithm but SlidingLog, whose
+// log also holds 8 bytes per logged request). The state of a key is shared by every limit of
+// the same algorithm: callers that apply several limits to one key put the rule's name in the
+// key. A key whose state is idle (its ResetAfter has passed) decides as a new key would; idle
+// keys are removed as new keys arrive (a few at a time), when MaxKeys is reached (first), or by
+// Sweep.
+type Memory struct {
+	now    func() time.Time
+	seeds  [numAlgos]maphash.Seed
+	shards []shard
+	shift  uint // a hash's top bits choose its shard: h >> shift
+}
+
+// NewMemory returns an empty Memory store.
+func NewMemory(cfg MemoryConfig) *Memory {
+	maxKeys := cfg.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = 1 << 20
+	}
+	n := cfg.Shards
+	if n <= 0 {
+		n = 64
+	}
+	n = 1 << bits.Len(uint(n-1)) // round up to a power of two
+	for n > maxKeys {
+		n /= 2
+	}
+	m := &Memory{
+		now:    cfg.Now,
+		shards: make([]shard, n),
+		shift:  uint(64 - bits.TrailingZeros(uint(n))),
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	for i := range m.seeds {
+		m.seeds[i] = maphash.MakeSeed()
+	}
+	for i := range m.shards {
+		m.shards[i].t.max = maxKeys / n
+	}
+	return m
+}
+
+// Decide charges cost against key under l; see [Limiter]. Over the limit is a Decision with
+// Allowed false; the error wraps a sentinel error of this package when the input is invalid.
+func (m *Memory) Decide(_ context.Context, key string, l Limit, cost int64) (Decision, error) {
+	p, err := check(key, l, cost)
+	if err != nil {
+		return Decision{}, fmt.Errorf("limit: decide %.64q: %w", key, err)
+	}
+	return m.decide(key, p, cost, m.now()), nil
+}
+
+// DecideAll decides every request at the same instant; see [Limiter]. When any request is
+// invalid it returns an error wrapping a sentinel error of this package and charges nothing.
+func (m *Memory) DecideAll(_ context.Context, reqs []Request) ([]Decision, error) {
+	ps := make([]params, len(reqs))
+	for i, r := range reqs {
+		p, err := check(r.Key, r.Limit, r.Cost)
+		if err != nil {
+			return nil, fmt.Errorf("limit: decide request %d %.64q: %w", i, r.Key, err)
+		}
+		ps[i] = p
+	}
+	now := m.now()
+	out := make([]Decision, len(reqs))
+	for i, r := range reqs {
+		out[i] = m.decide(r.Key, ps[i], r.Cost, now)
+	}
+	return out, nil
+}
+
+// Len returns the number of keys the store holds state for, idle keys not yet removed included.
+func (m *Memory) Len() int {
+	n := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		n += sh.t.n
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep removes the state of every idle key and returns how many it removed. The store never
+// needs it to stay within MaxKeys; a caller that wants memory back after a burst of one-off
+// keys may call it from time to time. It locks one shard at a time.
+func (m *Memory) Sweep() int {
+	now := micros(m.now())
+	removed := 0
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		removed += sh.t.sweep(now, sh.t.used)
+		sh.mu.Unlock()
+	}
+	return removed
+}
+
+func (m *Memory) decide(key string, p params, cost int64, now time.Time) Decision {
+	h := maphash.String(m.seeds[p.alg], key)
+	sh := &m.shards[h>>m.shift]
+	id := h&^flagMask | flagUsed
+	t := micros(now)
+	var d Decision
+
+	sh.mu.Lock()
+	e := sh.t.get(id, t, p.alg == algSlidingLog)
+	from := t // the instant the algorithm decided at: its clock never runs backwards
+	switch p.alg {
+	case algTokenBucket:
+		var s tokenBucketState
+		s, d = tokenBucket(tokenBucketState{e.s[0], e.s[1], e.s[2]}, p, cost, now)
+		e.s = [3]int64{s.Tokens, s.Last, s.Unit}
+		from = s.Last
+	case algLeakyBucket:
+		var s leakyBucketState
+		s, d = leakyBucket(leakyBucketState{e.s[0], e.s[1], e.s[2]}, p, cost, now)
+		e.s = [3]int64{s.Level, s.Last, s.Unit}
+		from = s.Last
+	case algGCRA:
+		var s gcraState
+		s, d = gcra(gcraState{e.s[0], e.s[1]}, p, cost, now)
+		e.s = [3]int64{s.TAT, s.Frac}
+	case algFixedWindow:
+		var s fixedWindowState
+		s, d = fixedWindow(fixedWindowState{e.s[0], e.s[1]}, p, cost, now)
+		e.s = [3]int64{s.Start, s.Count}
+		from = max(t, s.Start)
+	case algSlidingWindow:
+		var s slidingWindowState
+		s, d = slidingWindow(slidingWindowState{e.s[0], e.s[1], e.s[2]}, p, cost, now)
+		e.s = [3]int64{s.Start, s.Prev, s.Cur}
+		from = max(t, s.Start)
+	case algSlidingLog:
+		log := sh.t.logs[id]
+		d = slidingLog(log, p, cost, now)
+		if log.n > 0 {
+			from = max(t, log.at(log.n-1))
+		}
+	}
+	e.exp = from + d.ResetAfter.Microseconds()
+	sh.mu.Unlock()
+	return d
+}
+
+// shard is one independently locked part of a Memory store.
+type shard struct {
+	mu sync.Mutex
+	t  table
+	_  [64]byte // keeps the locks of neighbouring shards off one cache line
+}
+
+// entry is the state of one key: 40 bytes, whatever the algorithm.
+type entry struct {
+	id  uint64   // the key's hash with the flag bits below; 0 marks a free entry
+	exp int64    // when the state becomes idle, µs since the Unix epoch
+	s   [3]int64 // the algorithm's state (see decide); free entries chain the free list in s[0]
+}
+
+// Flag bits in the low bits of entry.id; the rest is the key's hash.
+const (
+	flagUsed uint64 = 1 << iota // set in every entry in use, so that an id is never 0
+	flagRef                     // used since the clock hand last passed (CLOCK eviction)
+	flagLog                     // a SlidingLog key, whose log is in table.logs
+	flagMask = flagUsed | flagRef | flagLog
+)
+
+const (
+	pageBits  = 8
+	pageSize  = 1 << pageBits
+	sweepStep = 2  // entries the clock hand checks for idleness on each new key
+	evictScan = 16 // entries the clock hand looks at, at most, to choose a victim
+)
+
+// table is a hash table of entries, bounded to max entries. Entries live in pages of pageSize
+// that are never moved or freed; slots is an open-addressing index (linear probing, at most
+// half full) of entry numbers + 1, and a CLOCK hand walks the entries to find idle or unused
+// ones. The zero value with max set is an empty table.
+type table struct {
+	slots []uint32
+	pages []*[pageSize]entry
+	used  int    // entry numbers handed out so far; free ones are reused first
+	free  uint32 // first free entry number + 1, 0 for none
+	n     int    // entries in use
+	max   int
+	hand  int
+	logs  map[uint64]*slidingLogState
+}
+
+func (t *table) entry(i int) *entry { return &t.pages[i>>pageBits][i&(pageSize-1)] }
+
+// home returns the slot where the search for id starts.
+func (t *table) home(id uint64) int { return int(id>>8) & (len(t.slots) - 1) }
+
+// get returns the entry of id, marking it used; a new entry has zero state. An idle entry keeps
+// its state, which the algorithms treat as the zero value would be treated. log says that the
+// key is a SlidingLog key with a log in t.logs. now is for removing idle entries.
+func (t *table) get(id uint64, now int64, log bool) *entry {
+	if len(t.slots) > 0 {
+		mask := len(t.slots) - 1
+		for i := t.home(id); t.slots[i] != 0; i = (i + 1) & mask {
+			e := t.entry(int(t.slots[i] - 1))
+			if e.id&^(flagRef|flagLog) != id {
+				continue
+			}
+			e.id |= flagRef
+			return e
+		}
+	}
+
+	if t.n >= t.max {
+		t.evict(now)
+	} else {
+		t.sweep(now, sweepStep)
+	}
+	var i int
+	if t.free != 0 {
+		i = int(t.free - 1)
+		t.free = uint32(t.entry(i).s[0])
+	} else {
+		i = t.used
+		t.used++
+		if i>>pageBits == len(t.pages) {
+			t.pages = append(t.pages, new([pageSize]entry))
+		}
+	}
+	if 2*(t.n+1) > len(t.slots) {
+		t.grow() // before entry i is in use, so grow does not index it
+	}
+	e := t.entry(i)
+	*e = entry{id: id}
+	if log {
+		e.id |= flagLog
+		if t.logs == nil {
+			t.logs = make(map[uint64]*slidingLogState)
+		}
+		t.logs[id] = &slidingLogState{}
+	}
+	t.n++
+	t.place(i)
+	return e
+}
+
+// place indexes entry i.
+func (t *table) place(i int) {
+	mask := len(t.slots) - 1
+	j := t.home(t.entry(i).id)
+	for t.slots[j] != 0 {
+		j = (j + 1) & mask
+	}
+	t.slots[j] = uint32(i + 1)
+}
+
+// grow doubles the index.
+func (t *table) grow() {
+	t.slots = make([]uint32, max(16, 2*len(t.slots)))
+	for i := range t.used {
+		if t.entry(i).id != 0 {
+			t.place(i)
+		}
+	}
+}
+
+// remove frees entry i.
+func (t *table) remove(i int) {
+	e := t.entry(i)
+	mask := len(t.slots) - 1
+	j := t.home(e.id)
+	for t.slots[j] != uint32(i+1) {
+		j = (j + 1) & mask
+	}
+	// Backward-shift deletion: move up every later entry of the probe run that may move into
+	// the hole, so that searches never stop short at it.
+	for k := (j + 1) & mask; t.slots[k] != 0; k = (k + 1) & mask {
+		h := t.home(t.entry(int(t.slots[k] - 1)).id)
+		if (j < k && (h <= j || h > k)) || (j > k && h <= j && h > k) {
+			t.slots[j] = t.slots[k]
+			j = k
+		}
+	}
+	t.slots[j] = 0
+	if e.id&flagLog != 0 {
+		delete(t.logs, e.id&^(flagRef|flagLog))
+	}
+	*e = entry{s: [3]int64{int64(t.free)}}
+	t.free = uint32(i + 1)
+	t.n--
+}
+
+// sweep moves the clock hand over up to steps entries, removing the idle ones, and returns how
+// many it removed.
+func (t *table) sweep(now int64, steps int) int {
+	removed := 0
+	for range min(steps, t.used) {
+		i := t.hand
+		t.hand = (t.hand + 1) % t.used
+		if e := t.entry(i); e.id != 0 && e.exp <= now {
+			t.remove(i)
+			removed++
+		}
+	}
+	return removed
+}
+
+// evict removes one entry to make room: the first idle one the clock hand finds within
+// evictScan entries, else the first one not used since the hand last passed it, else the first
+// one it looked at. The hand clears the used marks it passes.
+func (t *table) evict(now int64) {
+	victim, victimRef := -1, false
+	for range evictScan {
+		i := t.hand
+		t.hand = (t.hand + 1) % t.used
+		e := t.entry(i)
+		if e.id == 0 {
+			continue
+		}
+		if e.exp <= now {
+			victim = i
+			break
+		}
+		if ref := e.id&flagRef != 0; victim < 0 || (victimRef && !ref) {
+			victim, victimRef = i, ref
+		}
+		e.id &^= flagRef
+	}
+	if victim < 0 { // only free entries in view: cannot happen when the table is full
+		return
+	}
+	t.remove(victim)
+}

@@ -1,0 +1,216 @@
+package limit
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisClient is what the Redis store needs of a go-redis client: scripts and pipelines.
+// *redis.Client, *redis.ClusterClient, *redis.Ring and redis.UniversalClient have it.
+type RedisClient interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+// RedisConfig configures a Redis store. The zero value is ready to use.
+type RedisConfig struct {
+	// Prefix starts every key the store writes (default "sluice:").
+	Prefix string
+	// Now is for tests only. When set, the scripts decide at the instant it returns instead
+	// of at the Redis server's TIME, so that tests can replay fixed instants. In production
+	// leave it nil: the server's clock is the one clock every replica agrees on.
+	Now func() time.Time
+}
+
+// Redis is a Limiter whose state lives in Redis, shared by every process that uses the same
+// server (or cluster) and prefix. Each decision is one Lua script, run atomically on the
+// server at the server's TIME, in one round trip; DecideAll pipelines its scripts into one
+// round trip. It is safe for concurrent use.
+//
+// Keys are Prefix + "{" + a short algorithm name + ":" + key + "}". The braces are a Redis
+// Cluster hash tag: all the state of one decision is in one key anyway, and the tag keeps it
+// so should a script ever touch two. As with Memory, the state of a key is shared by every
+// limit of the same algorithm, so callers put the rule's name in the key. Every key has a TTL
+// that ends when its state becomes idle, so idle keys vanish.
+//
+// Scripts run with EVALSHA; a server that does not know a script (after a restart, a
+// failover or SCRIPT FLUSH) gets it with EVAL, which also caches it.
+type Redis struct {
+	rdb    RedisClient
+	prefix string
+	now    func() time.Time
+}
+
+// NewRedis returns a Redis store over rdb. It does not contact the server.
+func NewRedis(rdb RedisClient, cfg RedisConfig) *Redis {
+	r := &Redis{rdb: rdb, prefix: cfg.Prefix, now: cfg.Now}
+	if r.prefix == "" {
+		r.prefix = "sluice:"
+	}
+	return r
+}
+
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// sources holds the Lua source of each algorithm's script: lua/lib.lua followed by the
+// algorithm's file; scripts holds them ready for EVALSHA.
+var (
+	sources = func() (s [numAlgos]string) {
+		lib := mustRead("lua/lib.lua")
+		for a, name := range [numAlgos]string{
+			algTokenBucket:   "token_bucket",
+			algLeakyBucket:   "leaky_bucket",
+			algFixedWindow:   "fixed_window",
+			algSlidingLog:    "sliding_log",
+			algSlidingWindow: "sliding_window",
+			algGCRA:          "gcra",
+		} {
+			s[a] = lib + mustRead("lua/"+name+".lua")
+		}
+		return s
+	}()
+	scripts = func() (s [numAlgos]*redis.Script) {
+		for a, src := range sources {
+			s[a] = redis.NewScript(src)
+		}
+		return s
+	}()
+)
+
+func mustRead(name string) string {
+	b, err := luaFiles.ReadFile(name)
+	if err != nil {
+		panic(err) // embedded at build time: cannot happen
+	}
+	return string(b)
+}
+
+// keyTags names each algorithm in Redis keys.
+var keyTags = [numAlgos]string{
+	algTokenBucket:   "tb",
+	algLeakyBucket:   "lb",
+	algFixedWindow:   "fw",
+	algSlidingLog:    "sl",
+	algSlidingWindow: "sw",
+	algGCRA:          "gcra",
+}
+
+// Decide charges cost against key under l in one round trip; see [Limiter]. Over the limit is
+// a Decision with Allowed false. The error wraps a sentinel error of this package when the
+// input is invalid (Redis is not contacted), or the client's error when Redis could not decide.
+func (r *Redis) Decide(ctx context.Context, key string, l Limit, cost int64) (Decision, error) {
+	p, err := check(key, l, cost)
+	if err != nil {
+		return Decision{}, fmt.Errorf("limit: decide %.64q: %w", key, err)
+	}
+	keys, args := r.call(key, p, cost, r.clock())
+	d, err := decision(p, scripts[p.alg].Run(ctx, r.rdb, keys, args...))
+	if err != nil {
+		return Decision{}, fmt.Errorf("limit: decide %.64q: %w", key, err)
+	}
+	return d, nil
+}
+
+// DecideAll decides every request in one pipelined round trip (two when the server had to be
+// sent a script it did not know); see [Limiter]. When any request is invalid it returns an
+// error wrapping a sentinel error of this package and charges nothing. When Redis fails, some
+// of the requests may have been charged.
+func (r *Redis) DecideAll(ctx context.Context, reqs []Request) ([]Decision, error) {
+	ps := make([]params, len(reqs))
+	for i, q := range reqs {
+		p, err := check(q.Key, q.Limit, q.Cost)
+		if err != nil {
+			return nil, fmt.Errorf("limit: decide request %d %.64q: %w", i, q.Key, err)
+		}
+		ps[i] = p
+	}
+	if len(reqs) == 0 {
+		return []Decision{}, nil
+	}
+	now := r.clock()
+	type call struct {
+		keys []string
+		args []any
+		cmd  *redis.Cmd
+	}
+	calls := make([]call, len(reqs))
+	pipe := r.rdb.Pipeline()
+	for i, q := range reqs {
+		c := &calls[i]
+		c.keys, c.args = r.call(q.Key, ps[i], q.Cost, now)
+		c.cmd = pipe.EvalSha(ctx, scripts[ps[i].alg].Hash(), c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+
+	// A script the server did not know did not run; send those again with EVAL.
+	var again redis.Pipeliner
+	for i := range calls {
+		if c := &calls[i]; noScript(c.cmd.Err()) {
+			if again == nil {
+				again = r.rdb.Pipeline()
+			}
+			c.cmd = again.Eval(ctx, sources[ps[i].alg], c.keys, c.args...)
+		}
+	}
+	if again != nil {
+		_, _ = again.Exec(ctx)
+	}
+
+	out := make([]Decision, len(reqs))
+	for i := range calls {
+		d, err := decision(ps[i], calls[i].cmd)
+		if err != nil {
+			return nil, fmt.Errorf("limit: decide request %d %.64q: %w", i, reqs[i].Key, err)
+		}
+		out[i] = d
+	}
+	return out, nil
+}
+
+// clock returns ARGV[1] of the scripts: the test-only instant, or "" for the server's TIME.
+func (r *Redis) clock() string {
+	if r.now == nil {
+		return ""
+	}
+	return strconv.FormatInt(micros(r.now()), 10)
+}
+
+// call returns the KEYS and ARGV of the script of p.alg; the scripts' headers document them.
+func (r *Redis) call(key string, p params, cost int64, now string) ([]string, []any) {
+	keys := []string{r.prefix + "{" + keyTags[p.alg] + ":" + key + "}"}
+	switch p.alg {
+	case algTokenBucket, algLeakyBucket, algGCRA:
+		return keys, []any{now, p.unit, p.refill, p.cap, cost}
+	default:
+		return keys, []any{now, p.period, p.limit, cost}
+	}
+}
+
+// decision reads a script's reply {allowed, remaining, reset_after µs, retry_after µs}.
+func decision(p params, cmd *redis.Cmd) (Decision, error) {
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		return Decision{}, err
+	}
+	if len(v) != 4 {
+		return Decision{}, fmt.Errorf("limit: script returned %d values, want 4", len(v))
+	}
+	return Decision{
+		Allowed:    v[0] == 1,
+		Limit:      p.limit,
+		Remaining:  v[1],
+		ResetAfter: us(v[2]),
+		RetryAfter: us(v[3]),
+	}, nil
+}
+
+func noScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}

@@ -1,0 +1,187 @@
+package limit
+
+import (
+	"context"
+	"math/rand/v2"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+)
+
+// TestRedisMatchesMemory replays the same random requests, at the same instants, against both
+// stores and requires identical decisions: the Lua scripts and the Go algorithms are one
+// computation. The requests mix keys, costs, changes of a key's limit, DecideAll batches and a
+// clock that sometimes steps back.
+func TestRedisMatchesMemory(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seedFromEnv(5), 6))
+	for _, a := range Algorithms {
+		t.Run(string(a), func(t *testing.T) {
+			clk := newClock(base)
+			mem := NewMemory(MemoryConfig{Now: clk.Now})
+			red := NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t), Now: clk.Now})
+			keys := []string{"a", "b", "c"}
+			limits := map[string][2]Limit{}
+			for _, k := range keys {
+				limits[k] = [2]Limit{randomLimit(rng, a), randomLimit(rng, a)}
+			}
+			for i := range 400 {
+				l0 := limits["a"][0]
+				gap := randomGap(rng, l0.Period)
+				if rng.IntN(20) == 0 {
+					clk.Add(-gap / 2)
+				} else {
+					clk.Add(gap)
+				}
+				reqs := make([]Request, 1+rng.IntN(3))
+				for j := range reqs {
+					k := keys[rng.IntN(len(keys))]
+					l := limits[k][0]
+					if rng.IntN(10) == 0 {
+						l = limits[k][1]
+					}
+					reqs[j] = Request{Key: k, Limit: l, Cost: 1 + rng.Int64N(l.Capacity())}
+				}
+				var want, got []Decision
+				var err error
+				if len(reqs) == 1 {
+					var dm, dr Decision
+					if dm, err = mem.Decide(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].Cost); err != nil {
+						t.Fatal(err)
+					}
+					if dr, err = red.Decide(ctx, reqs[0].Key, reqs[0].Limit, reqs[0].Cost); err != nil {
+						t.Fatal(err)
+					}
+					want, got = []Decision{dm}, []Decision{dr}
+				} else {
+					if want, err = mem.DecideAll(ctx, reqs); err != nil {
+						t.Fatal(err)
+					}
+					if got, err = red.DecideAll(ctx, reqs); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for j := range reqs {
+					if got[j] != want[j] {
+						t.Fatalf("request %d.%d %+v at %v: redis %s, memory %s",
+							i, j, reqs[j], clk.Now().Sub(base), show(got[j]), show(want[j]))
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestRedisKeysHaveTTLsAndHashTags(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	prefix := testenv.Prefix(t)
+	r := NewRedis(srv.Client, RedisConfig{Prefix: prefix})
+	for _, a := range Algorithms {
+		l := Limit{Algorithm: a, Limit: 10, Period: time.Minute}
+		if _, err := r.Decide(ctx, "rule:user-42", l, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := srv.Client.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != len(Algorithms) {
+		t.Fatalf("keys %q, want one per algorithm", keys)
+	}
+	tagged := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `\{[a-z]+:rule:user-42\}$`)
+	for _, k := range keys {
+		if !tagged.MatchString(k) {
+			t.Errorf("key %q is not prefix{algorithm:key}", k)
+		}
+		ttl, err := srv.Client.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The longest ResetAfter of one request of 10 per minute is the sliding window's:
+		// the rest of this minute and most of the next.
+		if ttl <= 0 || ttl > 2*time.Minute {
+			t.Errorf("key %q has TTL %v, want in (0, 2m]", k, ttl)
+		}
+	}
+}
+
+// TestRedisServerTime decides on the server's clock (no Now override): a fixed window of one per
+// hour admits once and then reports the end of the hour the server is in.
+func TestRedisServerTime(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	r := NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t)})
+	l := Limit{Algorithm: FixedWindow, Limit: 1, Period: time.Hour}
+	if d, err := r.Decide(ctx, "k", l, 1); err != nil || !d.Allowed {
+		t.Fatalf("first request: %s, %v", show(d), err)
+	}
+	before, err := srv.Client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.Decide(ctx, "k", l, 1)
+	if err != nil || d.Allowed {
+		t.Fatalf("second request: %s, %v", show(d), err)
+	}
+	toHour := before.Truncate(time.Hour).Add(time.Hour).Sub(before)
+	if d.RetryAfter <= 0 || d.RetryAfter > toHour {
+		t.Fatalf("RetryAfter %v, want in (0, %v], the rest of the server's hour", d.RetryAfter, toHour)
+	}
+}
+
+// TestRedisScriptFlush checks that decisions survive a server that lost its script cache
+// (restart, failover, SCRIPT FLUSH), in Decide and in DecideAll, and that the retry does not
+// charge twice.
+func TestRedisScriptFlush(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	clk := newClock(base)
+	r := NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t), Now: clk.Now})
+	l := Limit{Algorithm: FixedWindow, Limit: 3, Period: time.Hour}
+	flush := func() {
+		t.Helper()
+		if err := srv.Client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	flush()
+	d, err := r.Decide(ctx, "k", l, 1)
+	if err != nil || !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("Decide after SCRIPT FLUSH: %s, %v; want admitted with 2 remaining", show(d), err)
+	}
+	flush()
+	other := Limit{Algorithm: SlidingLog, Limit: 3, Period: time.Hour}
+	ds, err := r.DecideAll(ctx, []Request{{"k", l, 1}, {"k", other, 2}, {"k", l, 1}})
+	if err != nil {
+		t.Fatalf("DecideAll after SCRIPT FLUSH: %v", err)
+	}
+	if ds[0].Remaining != 1 || ds[1].Remaining != 1 || ds[2].Remaining != 0 || !ds[2].Allowed {
+		t.Fatalf("DecideAll after SCRIPT FLUSH: %s %s %s; want remaining 1, 1, 0", show(ds[0]), show(ds[1]), show(ds[2]))
+	}
+	if d, _ := r.Decide(ctx, "k", l, 1); d.Allowed {
+		t.Fatal("a fourth request was admitted: the retry charged twice or not at all")
+	}
+}
+
+// TestRedisUnavailable checks that a store that cannot reach Redis returns an error, not a
+// decision.
+func TestRedisUnavailable(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r := NewRedis(srv.NewClient(), RedisConfig{Prefix: testenv.Prefix(t)})
+	srv.Stop()
+	l := Limit{Algorithm: TokenBucket, Limit: 1, Period: time.Second}
+	if d, err := r.Decide(ctx, "k", l, 1); err == nil {
+		t.Fatalf("Decide with Redis down: %s, nil error", show(d))
+	}
+	if ds, err := r.DecideAll(ctx, []Request{{"k", l, 1}}); err == nil {
+		t.Fatalf("DecideAll with Redis down: %v, nil error", ds)
+	}
+}
