@@ -150,4 +150,7 @@ var (
 	ErrNotFound = errors.New("queue: job not found")
 	// ErrTooLarge means the job's body is larger than the queue (or the server) accepts.
 	ErrTooLarge = errors.New("queue: body too large")
+	// ErrIdempotencyMismatch means an Idempotency-Key was reused, within its dedupe window, for a
+	// different request (method, path or body). The ingress answers 422.
+	ErrIdempotencyMismatch = errors.New("queue: idempotency key reused for a different request")
 )

@@ -3,94 +3,323 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults applied where a field of Options or Spec is zero.
+const (
+	DefaultStatusTTL        = 24 * time.Hour
+	DefaultPublishTimeout   = 2 * time.Second
+	DefaultPrefix           = "SLUICE"
+	DefaultDeadLetterMaxAge = 30 * 24 * time.Hour
+	DefaultDedupeWindow     = 24 * time.Hour
+	DefaultStreamDuplicates = 2 * time.Minute
+	DefaultAckWait          = 30 * time.Second
+	DefaultMaxAckPending    = 1000
+
+	// opTimeout bounds calls other than Publish when ctx has no deadline.
+	opTimeout = 5 * time.Second
+	// consumerName is the durable consumer every worker of a queue shares.
+	consumerName = "workers"
 )
 
 // Options configure [New]. The zero value of each field means its default.
 type Options struct {
-	// StatusTTL is how long a job's status is kept after its last update (job_retention);
-	// default 24h.
+	// StatusTTL is how long a job's status is kept after its last update (the config's
+	// job_retention); default 24h. Entries live at least as long as the longest
+	// Spec.DedupeWindow, since they are the idempotency record.
 	StatusTTL time.Duration
-	// PublishTimeout bounds Publish when ctx has no deadline; default 2s.
+	// PublishTimeout bounds Publish and Replay when ctx has no deadline; default 2s.
 	PublishTimeout time.Duration
-	// Prefix starts every stream, subject and bucket name; default "SLUICE".
+	// Prefix starts every stream, subject and bucket name ("SLUICE_Q_orders"); letters, digits,
+	// '-' and '_'; default "SLUICE". Tests set a unique one.
 	Prefix string
-	// Replicas is the replica count of the status bucket and dead-letter streams; default 1.
+	// Replicas is the replica count of the status bucket and of the dead-letter streams;
+	// default 1.
 	Replicas int
+	// DeadLetterMaxAge is how long a dead letter is kept; default 30 days.
+	DeadLetterMaxAge time.Duration
 }
 
-// Queues is the JetStream layer of Sluice. It is safe for concurrent use.
-type Queues struct{ js jetstream.JetStream }
+func (o Options) withDefaults() Options {
+	if o.StatusTTL <= 0 {
+		o.StatusTTL = DefaultStatusTTL
+	}
+	if o.PublishTimeout <= 0 {
+		o.PublishTimeout = DefaultPublishTimeout
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Replicas <= 0 {
+		o.Replicas = 1
+	}
+	if o.DeadLetterMaxAge <= 0 {
+		o.DeadLetterMaxAge = DefaultDeadLetterMaxAge
+	}
+	return o
+}
 
-// New connects the queue layer to js and creates the status bucket.
+func (s Spec) withDefaults() Spec {
+	if s.DedupeWindow <= 0 {
+		s.DedupeWindow = DefaultDedupeWindow
+	}
+	if s.StreamDuplicates <= 0 {
+		s.StreamDuplicates = DefaultStreamDuplicates
+	}
+	if s.Replicas <= 0 {
+		s.Replicas = 1
+	}
+	if s.AckWait <= 0 {
+		s.AckWait = DefaultAckWait
+	}
+	if s.MaxAckPending <= 0 {
+		s.MaxAckPending = DefaultMaxAckPending
+	}
+	return s
+}
+
+// Queues is the JetStream layer of Sluice: it provisions queues, publishes jobs, records their
+// status and hands them to workers. It starts no goroutines. It is safe for concurrent use; many
+// processes may use the same streams at once.
+type Queues struct {
+	js   jetstream.JetStream
+	nc   *nats.Conn
+	opts Options
+	kv   jetstream.KeyValue
+	now  func() time.Time
+
+	mu    sync.RWMutex
+	specs map[string]Spec // provisioned queues, defaults applied
+}
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// New returns the queue layer over js and makes sure the status bucket exists. Call
+// [Queues.Provision] before publishing or consuming.
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, error) {
-	return &Queues{js: js}, errors.New("queue: not implemented")
+	opts = opts.withDefaults()
+	if !validName.MatchString(opts.Prefix) {
+		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
+	}
+	q := &Queues{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{}}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, q.bucketName())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, q.bucketConfig(opts.StatusTTL))
+		if errors.Is(err, jetstream.ErrBucketExists) { // another process won the race
+			kv, err = js.KeyValue(ctx, q.bucketName())
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err)
+	}
+	q.kv = kv
+	return q, nil
 }
 
-// Provision creates or updates the streams and consumers of specs.
-func (q *Queues) Provision(ctx context.Context, specs []Spec) error { return errors.ErrUnsupported }
+func (q *Queues) bucketName() string { return q.opts.Prefix + "_STATUS" }
 
-// Publish enqueues job and returns after JetStream acknowledged it.
-func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
-	return Receipt{}, errors.ErrUnsupported
+func (q *Queues) bucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      q.bucketName(),
+		Description: "Sluice job status, one entry per job id",
+		History:     1,
+		TTL:         ttl,
+		Storage:     jetstream.FileStorage,
+		Replicas:    q.opts.Replicas,
+	}
 }
 
-// Status returns the status of job id, or ErrNotFound.
-func (q *Queues) Status(ctx context.Context, id string) (Status, error) {
-	return Status{}, errors.ErrUnsupported
+func (q *Queues) streamName(queue string) string    { return q.opts.Prefix + "_Q_" + queue }
+func (q *Queues) subject(queue string) string       { return q.opts.Prefix + ".q." + queue }
+func (q *Queues) dlqStreamName(queue string) string { return q.opts.Prefix + "_DLQ_" + queue }
+func (q *Queues) dlqSubject(queue, id string) string {
+	return q.opts.Prefix + ".dlq." + queue + "." + id
 }
 
-// SetStatus records st.
-func (q *Queues) SetStatus(ctx context.Context, st Status) error { return errors.ErrUnsupported }
+// Provision creates the streams and consumers of specs, or updates them to match, and makes
+// them the set of queues this Queues publishes to. It is idempotent and safe to call on every
+// config reload: changed limits (MaxDepth, MaxBytes, AckWait, ...) are applied to the existing
+// streams without losing jobs. A queue left out of specs is not deleted (its jobs still need
+// draining); it only becomes unknown to Publish. The status bucket's TTL is set to
+// max(StatusTTL, every DedupeWindow). It returns every problem found, joined.
+func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
+	ctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
+	defer cancel()
+	var errs []error
+	seen := map[string]bool{}
+	ttl := q.opts.StatusTTL
+	for i, s := range specs {
+		if !validName.MatchString(s.Name) {
+			errs = append(errs, fmt.Errorf("queue: specs[%d] %q: name: want 1-64 letters, digits, '-' or '_'", i, s.Name))
+			continue
+		}
+		if seen[s.Name] {
+			errs = append(errs, fmt.Errorf("queue: specs[%d] %q: duplicate name", i, s.Name))
+			continue
+		}
+		seen[s.Name] = true
+		if s.MaxDepth < 0 || s.MaxBytes < 0 || s.MaxBodyBytes < 0 {
+			errs = append(errs, fmt.Errorf("queue: specs[%d] %q: limits must not be negative", i, s.Name))
+			continue
+		}
+		ttl = max(ttl, s.withDefaults().DedupeWindow)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
 
-// Info describes one queue.
+	if _, err := q.js.CreateOrUpdateKeyValue(ctx, q.bucketConfig(ttl)); err != nil {
+		errs = append(errs, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err))
+	}
+	provisioned := map[string]Spec{}
+	for _, s := range specs {
+		s = s.withDefaults()
+		if err := q.provision(ctx, s); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		provisioned[s.Name] = s
+	}
+	q.mu.Lock()
+	q.specs = provisioned
+	q.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+func (q *Queues) provision(ctx context.Context, s Spec) error {
+	limit := func(n int64) int64 {
+		if n == 0 {
+			return -1
+		}
+		return n
+	}
+	_, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        q.streamName(s.Name),
+		Description: "Sluice queue " + s.Name,
+		Subjects:    []string{q.subject(s.Name)},
+		Retention:   jetstream.WorkQueuePolicy,
+		Discard:     jetstream.DiscardNew,
+		MaxMsgs:     limit(s.MaxDepth),
+		MaxBytes:    limit(s.MaxBytes),
+		Storage:     jetstream.FileStorage,
+		Replicas:    s.Replicas,
+		Duplicates:  s.StreamDuplicates,
+	})
+	if err != nil {
+		return fmt.Errorf("queue: %q: stream %s: %w", s.Name, q.streamName(s.Name), err)
+	}
+	_, err = q.js.CreateOrUpdateConsumer(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
+		Durable:       consumerName,
+		Description:   "Sluice workers of queue " + s.Name,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: s.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
+	}
+	_, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              q.dlqStreamName(s.Name),
+		Description:       "Sluice dead letters of queue " + s.Name,
+		Subjects:          []string{q.dlqSubject(s.Name, "*")},
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardOld,
+		MaxAge:            q.opts.DeadLetterMaxAge,
+		MaxMsgsPerSubject: 1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          q.opts.Replicas,
+		Duplicates:        DefaultStreamDuplicates,
+	})
+	if err != nil {
+		return fmt.Errorf("queue: %q: dead-letter stream %s: %w", s.Name, q.dlqStreamName(s.Name), err)
+	}
+	return nil
+}
+
+// spec returns the provisioned spec of queue name.
+func (q *Queues) spec(name string) (Spec, bool) {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	s, ok := q.specs[name]
+	return s, ok
+}
+
+// Info describes queue name. It returns ErrUnknownQueue when name is not provisioned.
 func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
-	return Info{}, errors.ErrUnsupported
+	s, ok := q.spec(name)
+	if !ok {
+		return Info{}, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	info := Info{Name: name, MaxDepth: s.MaxDepth}
+	st, err := q.js.Stream(ctx, q.streamName(name))
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
+	}
+	info.Depth, info.Bytes, info.Consumers = si.State.Msgs, si.State.Bytes, si.State.Consumers
+	c, err := st.Consumer(ctx, consumerName)
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: consumer: %w", name, err)
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: consumer: %w", name, err)
+	}
+	info.Pending, info.InFlight = ci.NumPending, ci.NumAckPending
+	info.Redelivered, info.Waiting = ci.NumRedelivered, ci.NumWaiting
+	dlq, err := q.js.Stream(ctx, q.dlqStreamName(name))
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: dead letters: %w", name, err)
+	}
+	di, err := dlq.Info(ctx)
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: dead letters: %w", name, err)
+	}
+	info.DeadLetters = di.State.Msgs
+	return info, nil
 }
 
-// List describes every provisioned queue.
-func (q *Queues) List(ctx context.Context) ([]Info, error) { return nil, errors.ErrUnsupported }
-
-// Consumer is the durable pull consumer of one queue, shared by all workers.
-type Consumer struct{}
-
-// Consumer returns the shared consumer of queue name.
-func (q *Queues) Consumer(ctx context.Context, name string) (*Consumer, error) {
-	return nil, errors.ErrUnsupported
+// List describes every provisioned queue, sorted by name.
+func (q *Queues) List(ctx context.Context) ([]Info, error) {
+	q.mu.RLock()
+	names := make([]string, 0, len(q.specs))
+	for n := range q.specs {
+		names = append(names, n)
+	}
+	q.mu.RUnlock()
+	slices.Sort(names)
+	out := make([]Info, 0, len(names))
+	for _, n := range names {
+		info, err := q.Info(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
 }
 
-// Fetch returns up to max jobs, waiting at most wait.
-func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*Msg, error) {
-	return nil, errors.ErrUnsupported
+// withDefaultTimeout bounds ctx by d unless it already has a deadline.
+func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
-
-// Msg is one delivery of a job.
-type Msg struct {
-	Job       *Job
-	Delivered uint64
-}
-
-func (m *Msg) Ack(ctx context.Context) error                           { return errors.ErrUnsupported }
-func (m *Msg) InProgress(ctx context.Context) error                    { return errors.ErrUnsupported }
-func (m *Msg) NakWithDelay(ctx context.Context, d time.Duration) error { return errors.ErrUnsupported }
-func (m *Msg) Nak(ctx context.Context) error                           { return errors.ErrUnsupported }
-
-// DeadLetter moves m to the dead-letter stream.
-func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStatus int) error {
-	return errors.ErrUnsupported
-}
-
-// DeadLetters lists up to limit dead letters of queue.
-func (q *Queues) DeadLetters(ctx context.Context, queue string, limit int) ([]DeadLetter, error) {
-	return nil, errors.ErrUnsupported
-}
-
-// Replay re-publishes dead letter id to its queue.
-func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
-	return errors.ErrUnsupported
-}
-
-// JobID returns the job id for an Idempotency-Key, or a random one when key is "".
-func JobID(queue, idempotencyKey string) string { return "" }

@@ -1,0 +1,233 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Consumer is the durable pull consumer of one queue, shared by every worker of every process:
+// each job goes to one of them at a time. It is safe for concurrent use.
+type Consumer struct {
+	q     *Queues
+	queue string
+	c     jetstream.Consumer
+}
+
+// Consumer returns the shared consumer of queue name. It returns ErrUnknownQueue when name is
+// not provisioned.
+func (q *Queues) Consumer(ctx context.Context, name string) (*Consumer, error) {
+	if _, ok := q.spec(name); !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	c, err := q.js.Consumer(ctx, q.streamName(name), consumerName)
+	if err != nil {
+		return nil, fmt.Errorf("queue: consumer of %q: %w", name, err)
+	}
+	return &Consumer{q: q, queue: name, c: c}, nil
+}
+
+// Queue returns the name of the consumer's queue.
+func (c *Consumer) Queue() string { return c.queue }
+
+// Fetch returns up to max jobs (1 when max < 1), waiting at most wait for the first of them; it
+// returns as soon as max jobs are there. With wait <= 0 it returns only what is available now.
+// No jobs is not an error: it returns an empty slice.
+//
+// Each returned job is held by the caller until it calls Ack, Nak, NakWithDelay or
+// [Queues.DeadLetter], or Spec.AckWait passes without an InProgress, after which JetStream hands
+// it to another worker. Keep max small: jobs fetched and not yet worked on still count against
+// AckWait. Cancelling ctx ends the wait early; jobs the server sent meanwhile are redelivered
+// after AckWait.
+//
+// A message that is not a job envelope (published to the queue's subject by something else) is
+// moved to the dead-letter stream and not returned.
+func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*Msg, error) {
+	max = cmpMax(max, 1)
+	var (
+		batch jetstream.MessageBatch
+		err   error
+	)
+	if wait <= 0 {
+		batch, err = c.c.FetchNoWait(max)
+	} else {
+		fctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		batch, err = c.c.Fetch(max, jetstream.FetchContext(fctx))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: fetch %q: %w", c.queue, err)
+	}
+	var out []*Msg
+	for raw := range batch.Messages() {
+		m, err := c.msg(raw)
+		if err != nil {
+			c.poison(ctx, raw, err)
+			continue
+		}
+		out = append(out, m)
+	}
+	if err := batch.Error(); err != nil && len(out) == 0 &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return nil, fmt.Errorf("queue: fetch %q: %w", c.queue, err)
+	}
+	if out == nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return out, nil
+}
+
+func cmpMax(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func (c *Consumer) msg(raw jetstream.Msg) (*Msg, error) {
+	md, err := raw.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	job, err := decode(raw.Headers(), raw.Data())
+	if err != nil {
+		return nil, err
+	}
+	job.Queue = c.queue
+	return &Msg{
+		Job: job, Delivered: md.NumDelivered, Seq: md.Sequence.Stream, Timestamp: md.Timestamp,
+		raw: raw, nc: c.q.nc,
+	}, nil
+}
+
+// poison moves an undecodable message to the dead-letter stream, keyed "seq-<stream seq>", and
+// terminates it. On failure the message is left to be redelivered.
+func (c *Consumer) poison(ctx context.Context, raw jetstream.Msg, cause error) {
+	md, err := raw.Metadata()
+	if err != nil {
+		return
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	id := "seq-" + strconv.FormatUint(md.Sequence.Stream, 10)
+	dm := nats.NewMsg(c.q.dlqSubject(c.queue, id))
+	for k, v := range raw.Headers() {
+		dm.Header[k] = v
+	}
+	meta := deadMeta{Reason: "undecodable message: " + cause.Error(), Attempts: int(md.NumDelivered),
+		FailedAt: c.q.now().UTC(), Seq: md.Sequence.Stream}
+	dm.Header.Set(hdrDead, meta.json())
+	dm.Data = raw.Data()
+	if _, err := c.q.js.PublishMsg(ctx, dm, jetstream.WithMsgID("dl-"+id)); err != nil {
+		return
+	}
+	m := &Msg{raw: raw, nc: c.q.nc}
+	_ = m.term(ctx, "undecodable")
+}
+
+// Msg is one delivery of a job to a worker. Its methods settle the delivery; after Ack, Nak,
+// NakWithDelay or a dead letter, further settling calls return an error. It is safe for
+// concurrent use.
+type Msg struct {
+	// Job is the delivered job, body byte-exact.
+	Job *Job
+	// Delivered is how many times JetStream has delivered this job, this time included (1 on
+	// the first delivery). Delays and pauses that a worker hands back with NakWithDelay count
+	// too, so workers that must not spend an attempt on them keep their own count in Status.
+	Delivered uint64
+	// Seq is the job's sequence number in its queue's stream.
+	Seq uint64
+	// Timestamp is when the job was stored.
+	Timestamp time.Time
+
+	raw jetstream.Msg
+	nc  *nats.Conn
+
+	mu      sync.Mutex
+	settled bool
+}
+
+// errSettled is returned when a settled Msg is settled again.
+var errSettled = errors.New("queue: message already acknowledged")
+
+// Ack acknowledges the job as done, and waits for the server to confirm: a nil error means the
+// job is gone from the queue and will not be delivered again.
+func (m *Msg) Ack(ctx context.Context) error {
+	return m.settle(ctx, []byte("+ACK"), true)
+}
+
+// InProgress tells JetStream the worker is still on the job, restarting its AckWait. It may be
+// called any number of times.
+func (m *Msg) InProgress(ctx context.Context) error {
+	return m.settle(ctx, []byte("+WPI"), false)
+}
+
+// NakWithDelay hands the job back to be delivered again, to any worker, no sooner than d from
+// now. A d <= 0 is Nak.
+func (m *Msg) NakWithDelay(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return m.Nak(ctx)
+	}
+	return m.settle(ctx, fmt.Appendf(nil, `-NAK {"delay": %d}`, d.Nanoseconds()), true)
+}
+
+// Nak hands the job back for immediate redelivery to any worker, as on shutdown.
+func (m *Msg) Nak(ctx context.Context) error {
+	return m.settle(ctx, []byte("-NAK"), true)
+}
+
+// term terminates the delivery: the job leaves the work-queue stream and is not redelivered.
+func (m *Msg) term(ctx context.Context, reason string) error {
+	return m.settle(ctx, fmt.Appendf(nil, "+TERM %s", reason), true)
+}
+
+// settle sends an acknowledgement of kind body and waits for the server's confirmation.
+func (m *Msg) settle(ctx context.Context, body []byte, final bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.settled {
+		return errSettled
+	}
+	reply := m.raw.Reply()
+	if reply == "" {
+		return errors.New("queue: message has no reply subject")
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	if _, err := m.nc.RequestWithContext(ctx, reply, body); err != nil {
+		return fmt.Errorf("queue: %s job %s: %w", ackName(body), m.id(), err)
+	}
+	if final {
+		m.settled = true
+	}
+	return nil
+}
+
+func (m *Msg) id() string {
+	if m.Job != nil {
+		return m.Job.ID
+	}
+	return "seq " + strconv.FormatUint(m.Seq, 10)
+}
+
+func ackName(body []byte) string {
+	switch {
+	case len(body) >= 4 && string(body[:4]) == "+ACK":
+		return "ack"
+	case len(body) >= 4 && string(body[:4]) == "+WPI":
+		return "in progress"
+	case len(body) >= 4 && string(body[:4]) == "-NAK":
+		return "nak"
+	default:
+		return "term"
+	}
+}

@@ -1,0 +1,203 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// deadMeta is the Sluice-Dead-Letter header of a dead letter.
+type deadMeta struct {
+	Reason     string    `json:"reason"`
+	LastStatus int       `json:"last_status,omitempty"`
+	Attempts   int       `json:"attempts"`
+	FailedAt   time.Time `json:"failed_at"`
+	Seq        uint64    `json:"seq"` // the job's sequence in its queue's stream
+}
+
+func (d deadMeta) json() string {
+	b, _ := json.Marshal(d)
+	return string(b)
+}
+
+// DeadLetter moves a job that will not be delivered to its queue's dead-letter stream, with
+// reason (a human-readable cause), lastStatus (the upstream's last HTTP status, 0 when there
+// was none) and the attempts spent (from the job's status, or m.Delivered when it has none).
+// The steps are ordered so that no job is lost: it publishes the dead letter and waits for its
+// PubAck, only then terminates the delivery (the job leaves the queue), and last marks the
+// status failed. If it fails before the termination, the job is still in the queue and will be
+// redelivered; dead-lettering it again replaces, not duplicates, the dead letter.
+func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStatus int) error {
+	if m == nil || m.Job == nil {
+		return errors.New("queue: dead letter: nil message")
+	}
+	job := m.Job
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+
+	attempts := int(m.Delivered)
+	if st, err := q.Status(ctx, job.ID); err == nil && st.Attempts > 0 {
+		attempts = st.Attempts
+	}
+	now := q.now().UTC()
+	dm, err := encode(q.dlqSubject(job.Queue, job.ID), job)
+	if err != nil {
+		return err
+	}
+	dm.Header.Set(hdrDead, deadMeta{
+		Reason: reason, LastStatus: lastStatus, Attempts: attempts, FailedAt: now, Seq: m.Seq,
+	}.json())
+	msgID := "dl-" + job.ID + "-" + strconv.FormatUint(m.Seq, 10)
+	if _, err := q.js.PublishMsg(ctx, dm, jetstream.WithMsgID(msgID),
+		jetstream.WithExpectStream(q.dlqStreamName(job.Queue))); err != nil {
+		return fmt.Errorf("queue: dead letter %s: publish: %w", job.ID, err)
+	}
+	if err := m.term(ctx, "dead-lettered"); err != nil && !errors.Is(err, errSettled) {
+		return fmt.Errorf("queue: dead letter %s: %w", job.ID, err)
+	}
+	var resp *Response
+	if lastStatus > 0 {
+		resp = &Response{Status: lastStatus}
+	}
+	return q.updateStatus(ctx, job.ID, func(cur *record) *record {
+		if cur != nil && cur.State == StateSucceeded {
+			return nil
+		}
+		next := record{Status: Status{
+			ID: job.ID, Queue: job.Queue, State: StateFailed, Attempts: attempts,
+			CreatedAt: job.CreatedAt, UpdatedAt: now, LastError: reason, Response: resp, DeadLetter: true,
+		}}
+		if cur != nil {
+			next.Fingerprint = cur.Fingerprint
+		}
+		return &next
+	})
+}
+
+// DeadLetters returns up to limit dead letters of queue, oldest first (limit <= 0 means 100).
+// It returns ErrUnknownQueue when queue is not provisioned.
+func (q *Queues) DeadLetters(ctx context.Context, queue string, limit int) ([]DeadLetter, error) {
+	if _, ok := q.spec(queue); !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	name := q.dlqStreamName(queue)
+	st, err := q.js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("queue: dead letters of %q: %w", queue, err)
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue: dead letters of %q: %w", queue, err)
+	}
+	if si.State.Msgs == 0 {
+		return []DeadLetter{}, nil
+	}
+	// A consumer that lives for this call only: no acks, removed by the server when idle.
+	c, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		AckPolicy:         jetstream.AckNonePolicy,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		MemoryStorage:     true,
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: dead letters of %q: %w", queue, err)
+	}
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		defer dcancel()
+		_ = st.DeleteConsumer(dctx, c.CachedInfo().Name)
+	}()
+	batch, err := c.FetchNoWait(limit)
+	if err != nil {
+		return nil, fmt.Errorf("queue: dead letters of %q: %w", queue, err)
+	}
+	out := []DeadLetter{}
+	for raw := range batch.Messages() {
+		md, err := raw.Metadata()
+		if err != nil {
+			continue
+		}
+		out = append(out, deadLetter(queue, raw.Headers(), raw.Data(), md.Sequence.Stream))
+	}
+	if err := batch.Error(); err != nil && len(out) == 0 && !errors.Is(err, jetstream.ErrNoMessages) {
+		return nil, fmt.Errorf("queue: dead letters of %q: %w", queue, err)
+	}
+	return out, nil
+}
+
+// deadLetter decodes one dead letter. An undecodable job (a poison message) comes back with its
+// raw body and no metadata.
+func deadLetter(queue string, h nats.Header, data []byte, seq uint64) DeadLetter {
+	var meta deadMeta
+	_ = json.Unmarshal([]byte(h.Get(hdrDead)), &meta)
+	job, err := decode(h, data)
+	if err != nil {
+		job = &Job{Queue: queue, Body: data}
+	}
+	return DeadLetter{Job: job, Reason: meta.Reason, LastStatus: meta.LastStatus,
+		Attempts: meta.Attempts, FailedAt: meta.FailedAt, Seq: seq}
+}
+
+// Replay puts dead letter id back on queue as a fresh job with the same id (status queued,
+// attempts 0) and removes it from the dead-letter stream. It returns ErrNotFound when queue
+// has no dead letter id, ErrUnknownQueue, or ErrFull when the queue is full. It is safe to
+// retry: a crash after the re-publish leaves the dead letter in place, and replaying it again
+// within the stream's duplicate window does not enqueue it twice.
+func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
+	if _, ok := q.spec(queue); !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
+	}
+	if !validID.MatchString(id) {
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, q.opts.PublishTimeout)
+	defer cancel()
+	st, err := q.js.Stream(ctx, q.dlqStreamName(queue))
+	if err != nil {
+		return fmt.Errorf("queue: replay %s: %w", id, err)
+	}
+	raw, err := st.GetLastMsgForSubject(ctx, q.dlqSubject(queue, id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("%w: no dead letter %s in %q", ErrNotFound, id, queue)
+	}
+	if err != nil {
+		return fmt.Errorf("queue: replay %s: %w", id, err)
+	}
+	job, err := decode(raw.Header, raw.Data)
+	if err != nil {
+		return fmt.Errorf("queue: replay %s: %w", id, err)
+	}
+	job.Queue = queue
+	msgID := "replay-" + id + "-" + strconv.FormatUint(raw.Sequence, 10)
+	if _, err := q.publish(ctx, q.subject(queue), job, msgID, q.streamName(queue)); err != nil {
+		return err
+	}
+	err = q.updateStatus(ctx, id, func(cur *record) *record {
+		next := record{Status: Status{ID: id, Queue: queue, State: StateQueued, CreatedAt: job.CreatedAt}}
+		if cur != nil {
+			if cur.State != StateFailed { // a worker already took the replayed job
+				return nil
+			}
+			next.Fingerprint = cur.Fingerprint
+		}
+		return &next
+	})
+	if err != nil {
+		return fmt.Errorf("queue: replay %s: %w", id, err)
+	}
+	if err := st.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("queue: replay %s: remove dead letter: %w", id, err)
+	}
+	return nil
+}

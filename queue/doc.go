@@ -1,0 +1,73 @@
+// Package queue is Sluice's JetStream layer: the job envelope, publishing with idempotency and
+// backpressure, stream and consumer provisioning, consumption by workers, dead letters, and job
+// status. It talks to NATS only through the nats.go jetstream package, and knows nothing of HTTP
+// servers, Redis or the config file: the caller maps its configuration to [Spec] and [Options].
+//
+// # Layout
+//
+// With the default prefix "SLUICE", a queue named orders is:
+//
+//	stream   SLUICE_Q_orders      subject SLUICE.q.orders        work queue, file storage
+//	consumer workers              durable pull consumer on SLUICE_Q_orders, shared by all workers
+//	stream   SLUICE_DLQ_orders    subjects SLUICE.dlq.orders.<job id>   dead letters, limits retention
+//	bucket   SLUICE_STATUS        key <job id> → the job's Status (one bucket for all queues)
+//
+// One stream per queue, not one stream with a subject per queue: JetStream enforces MaxMsgs,
+// MaxBytes and DiscardNew per stream, so only a stream of its own gives each queue its own
+// max_depth, refused with [ErrFull] at the moment of publishing, without one busy queue filling
+// the space of another. Each queue also gets an independent consumer (its own ack floor,
+// MaxAckPending and redelivery timers) and its depth is simply the stream's message count.
+// A work-queue stream admits only one consumer per subject anyway. The dead-letter streams are
+// per queue for the same reasons: their counts are stream counts, and one queue's failures
+// cannot evict another's. Each dead letter has a subject of its own, keyed by job id, with
+// MaxMsgsPerSubject 1, so a dead letter is found by id in one request and a job dead-lettered
+// twice (a crash between the dead-letter publish and the ack) is stored once.
+//
+// Streams use WorkQueue retention (a job leaves the stream when a worker acks it), DiscardNew at
+// MaxDepth, file storage and Spec.Replicas. The consumer acks explicitly, redelivers after
+// Spec.AckWait, and never gives up by itself (MaxDeliver -1): workers count attempts, decide about
+// retries and dead-letter the job themselves, so that 429/503 pauses do not spend attempts.
+// Lowering MaxDepth on a reload below the current depth keeps every job already accepted (the
+// server does not trim DiscardNew streams) and refuses new ones until the queue drains.
+//
+// # Publishing and idempotency
+//
+// [Queues.Publish] returns only after the stream's PubAck: a nil error means the job is stored
+// (on Spec.Replicas servers, fsync policy of the server permitting). The message id (Nats-Msg-Id)
+// is the job id, so JetStream drops a second copy of the same id within Spec.StreamDuplicates.
+//
+// A job with an Idempotency-Key gets a deterministic id, [JobID](queue, key). The record that the
+// key was used is the job's status entry in the status bucket, which lives at least
+// Spec.DedupeWindow (24h by default; JetStream's own duplicate window is only minutes). Publish
+//
+//  1. reads the status entry: if it exists, the job exists; return its id with Replayed;
+//  2. publishes with Nats-Msg-Id = job id; a PubAck marked Duplicate means another publish of the
+//     same id won (a concurrent request, or an earlier one that crashed before step 3): Replayed;
+//  3. creates the status entry (queued) if none exists yet.
+//
+// Crash reasoning. A crash or error before the PubAck leaves no status entry, so it claims
+// nothing; the client sees an error and may retry, and if the message was stored after all, the
+// retry is deduplicated by step 2 within StreamDuplicates. A crash between steps 2 and 3 leaves a
+// stored job without a status entry: a retry within StreamDuplicates is deduplicated by JetStream
+// and writes the missing entry; the first worker to take the job also writes it. Only a retry
+// that comes after StreamDuplicates and before any worker took the job can enqueue the job a
+// second time — with the same job id, which workers send upstream as Idempotency-Key. Concurrent
+// first requests with one key race only at step 2, where JetStream lets one through.
+//
+// A repeat with the same key but a different request (method, path or body) is refused with
+// [ErrIdempotencyMismatch], as Stripe and the IETF Idempotency-Key draft do (422).
+//
+// # Backpressure
+//
+// A stream at MaxMsgs or MaxBytes refuses the publish (JetStream API error 10077, "maximum
+// messages exceeded" / "maximum bytes exceeded"); Publish returns [ErrFull], as it does when the
+// server or account is out of storage (10047, 10028, 10002). Every Publish that returned nil is in
+// the stream; the tests count them, including for the DiscardNew + MaxMsgs + MaxBytes combination
+// that once lost messages silently (nats-server #4771) and across a server crash.
+//
+// # Status
+//
+// The status bucket keeps one entry per job, expiring max(Options.StatusTTL, every
+// Spec.DedupeWindow) after its last update. Workers update it with [Queues.SetStatus]; a status
+// that says succeeded is never moved back by a late, stale update.
+package queue

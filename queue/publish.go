@@ -1,0 +1,215 @@
+package queue
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// idSpace is the UUID namespace of job ids derived from an Idempotency-Key.
+var idSpace = uuid.MustParse("6f1b8a52-3c1e-4c55-9d0a-5a1c7e0f2b44")
+
+// validID matches job ids: usable as a KV key and as one subject token.
+var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// JobID returns the id of a job for queue. With an Idempotency-Key it is deterministic: a UUID
+// (version 8) made of the first 128 bits of SHA-256 over the queue name and the key, so the same
+// key on the same queue always names the same job. The caller may scope keys further (for
+// example per API key) by folding that into idempotencyKey. Without a key it is a random,
+// time-ordered UUID version 7.
+func JobID(queue, idempotencyKey string) string {
+	if idempotencyKey == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return uuid.NewString()
+		}
+		return id.String()
+	}
+	data := make([]byte, 0, 8+len(queue)+len(idempotencyKey))
+	data = binary.BigEndian.AppendUint64(data, uint64(len(queue)))
+	data = append(data, queue...)
+	data = append(data, idempotencyKey...)
+	return uuid.NewHash(sha256.New(), idSpace, data, 8).String()
+}
+
+// Headers of the messages this package writes.
+const (
+	hdrJob  = "Sluice-Job"         // the Job as JSON, without its body
+	hdrDead = "Sluice-Dead-Letter" // deadMeta as JSON, on dead letters
+)
+
+// encode builds the message of job on subject: the job's JSON in a header and its body,
+// byte-exact, as the payload.
+func encode(subject string, job *Job) (*nats.Msg, error) {
+	meta, err := json.Marshal(job)
+	if err != nil {
+		return nil, fmt.Errorf("queue: encode job %s: %w", job.ID, err)
+	}
+	m := nats.NewMsg(subject)
+	m.Header.Set(hdrJob, string(meta))
+	m.Data = job.Body
+	return m, nil
+}
+
+// decode reverses encode.
+func decode(h nats.Header, data []byte) (*Job, error) {
+	meta := h.Get(hdrJob)
+	if meta == "" {
+		return nil, errors.New("queue: message has no " + hdrJob + " header")
+	}
+	var j Job
+	if err := json.Unmarshal([]byte(meta), &j); err != nil {
+		return nil, fmt.Errorf("queue: decode job: %w", err)
+	}
+	if j.Body = data; j.Body == nil {
+		j.Body = []byte{}
+	}
+	return &j, nil
+}
+
+// fingerprint identifies the request behind a job, to tell a true repeat of an Idempotency-Key
+// from the key's reuse for something else.
+func fingerprint(j *Job) string {
+	h := sha256.New()
+	for _, s := range []string{j.Method, j.Path} {
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(s))))
+		h.Write([]byte(s))
+	}
+	if j.Direct {
+		h.Write([]byte{1})
+	} else {
+		h.Write([]byte{0})
+	}
+	h.Write(j.Body)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Publish stores job in its queue and returns only after JetStream acknowledged it: a nil error
+// means the job is stored and will be delivered. It fills in job.ID (with [JobID]) and
+// job.CreatedAt when they are empty, and records the job's status as queued.
+//
+// With job.IdempotencyKey set, a repeat within the queue's DedupeWindow returns the first job's
+// id with Replayed true and enqueues nothing; a repeat whose method, path or body differ
+// returns ErrIdempotencyMismatch. See the package documentation for how this holds up under
+// concurrency and crashes.
+//
+// Errors: ErrUnknownQueue (not provisioned), ErrTooLarge (body over Spec.MaxBodyBytes or the
+// server's limits), ErrFull (the queue is at MaxDepth or MaxBytes), ErrIdempotencyMismatch, or
+// a wrapped NATS error (timeouts after Options.PublishTimeout when ctx has no deadline; the
+// server unreachable). On any error no status entry claims the job; a publish that timed out may
+// still have been stored, in which case it is delivered, and a retry with the same
+// Idempotency-Key is recognised.
+//
+// A failure to write the status entry after the job was stored is not an error: the job is
+// accepted, and the first worker that takes it writes the entry.
+func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
+	if job == nil {
+		return Receipt{}, errors.New("queue: publish: nil job")
+	}
+	spec, ok := q.spec(job.Queue)
+	if !ok {
+		return Receipt{}, fmt.Errorf("%w: %q", ErrUnknownQueue, job.Queue)
+	}
+	if spec.MaxBodyBytes > 0 && int64(len(job.Body)) > spec.MaxBodyBytes {
+		return Receipt{}, fmt.Errorf("%w: %d bytes, queue %q accepts %d", ErrTooLarge, len(job.Body), job.Queue, spec.MaxBodyBytes)
+	}
+	if job.ID == "" {
+		job.ID = JobID(job.Queue, job.IdempotencyKey)
+	} else if !validID.MatchString(job.ID) {
+		return Receipt{}, fmt.Errorf("queue: publish: invalid job id %q", job.ID)
+	}
+	if job.CreatedAt.IsZero() {
+		job.CreatedAt = q.now().UTC()
+	}
+	ctx, cancel := withDefaultTimeout(ctx, q.opts.PublishTimeout)
+	defer cancel()
+
+	fp := ""
+	if job.IdempotencyKey != "" {
+		fp = fingerprint(job)
+		rec, _, err := q.record(ctx, job.ID)
+		switch {
+		case err == nil:
+			if rec.Fingerprint != "" && rec.Fingerprint != fp {
+				return Receipt{}, fmt.Errorf("%w: job %s", ErrIdempotencyMismatch, job.ID)
+			}
+			return Receipt{ID: job.ID, Replayed: true}, nil
+		case !errors.Is(err, ErrNotFound):
+			return Receipt{}, fmt.Errorf("queue: publish %s: check idempotency record: %w", job.ID, err)
+		}
+	}
+
+	ack, err := q.publish(ctx, q.subject(job.Queue), job, job.ID, q.streamName(job.Queue))
+	if err != nil {
+		return Receipt{}, err
+	}
+
+	// The job is stored. Record it as queued unless a worker (or the publish that won a race
+	// for this id) already wrote a status; this must not be cut short by the caller's deadline.
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), q.opts.PublishTimeout)
+	defer scancel()
+	now := q.now().UTC()
+	rec := record{Status: Status{
+		ID: job.ID, Queue: job.Queue, State: StateQueued, CreatedAt: job.CreatedAt, UpdatedAt: now,
+	}, Fingerprint: fp}
+	if data, err := json.Marshal(rec); err == nil {
+		_, _ = q.kv.Create(sctx, job.ID, data)
+	}
+	return Receipt{ID: job.ID, Replayed: ack.Duplicate}, nil
+}
+
+// publish sends job to subject with message id msgID, expecting stream, and waits for the
+// PubAck. It retries while no server answers (a restart or leader election) until ctx ends.
+func (q *Queues) publish(ctx context.Context, subject string, job *Job, msgID, stream string) (*jetstream.PubAck, error) {
+	m, err := encode(subject, job)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := q.js.PublishMsg(ctx, m,
+		jetstream.WithMsgID(msgID),
+		jetstream.WithExpectStream(stream),
+		jetstream.WithRetryAttempts(math.MaxInt32), // bounded by ctx
+		jetstream.WithRetryWait(100*time.Millisecond),
+	)
+	if err != nil {
+		return nil, publishError(job, err)
+	}
+	return ack, nil
+}
+
+// publishError maps a publish error to this package's sentinels, keeping the original.
+func publishError(job *Job, err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10077: // JSStreamStoreFailedF: the store refused; the description says why
+			d := apiErr.Description
+			switch {
+			case strings.Contains(d, "maximum messages"), strings.Contains(d, "maximum bytes"):
+				return fmt.Errorf("%w: queue %q: %w", ErrFull, job.Queue, err)
+			case strings.Contains(d, "too large"):
+				return fmt.Errorf("%w: queue %q: %w", ErrTooLarge, job.Queue, err)
+			}
+		case 10047, 10028, 10002, 10023: // storage, memory, account resources exhausted
+			return fmt.Errorf("%w: queue %q: %w", ErrFull, job.Queue, err)
+		case 10054, 10097: // message or header larger than the stream allows
+			return fmt.Errorf("%w: queue %q: %w", ErrTooLarge, job.Queue, err)
+		}
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return fmt.Errorf("%w: queue %q: %w", ErrTooLarge, job.Queue, err)
+	}
+	return fmt.Errorf("queue: publish %s to %q: %w", job.ID, job.Queue, err)
+}

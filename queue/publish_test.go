@@ -1,0 +1,404 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+func allBytes() []byte {
+	b := make([]byte, 0, 512)
+	for i := range 256 {
+		b = append(b, byte(i))
+	}
+	for i := 255; i >= 0; i-- { // and every byte after every other value class
+		b = append(b, byte(i))
+	}
+	return b
+}
+
+func TestPublishConsumeRoundTrip(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "orders"})
+	created := time.Date(2025, 3, 14, 15, 9, 26, 123456789, time.UTC)
+	in := &queue.Job{
+		Queue:  "orders",
+		Method: http.MethodPost,
+		Path:   "/api/orders?x=1&y=%20z&q=a+b",
+		Header: http.Header{
+			"Content-Type": {"application/octet-stream"},
+			"X-Multi":      {"one", "two"},
+			"X-Odd":        {`quote " backslash \ tab	 unicode ünï €  trailing `},
+		},
+		Body:      allBytes(),
+		CreatedAt: created,
+	}
+	r := b.publish(in)
+	if r.Replayed || r.ID == "" || in.ID != r.ID {
+		t.Fatalf("receipt %+v, job id %q", r, in.ID)
+	}
+	st, err := b.q.Status(b.ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != queue.StateQueued || st.Queue != "orders" || !st.CreatedAt.Equal(created) || st.Attempts != 0 {
+		t.Fatalf("status after publish: %+v", st)
+	}
+
+	m := b.fetchOne(b.consumer("orders"), 5*time.Second)
+	got := m.Job
+	if !bytes.Equal(got.Body, in.Body) {
+		t.Fatalf("body not byte-exact:\n got %x\nwant %x", got.Body, in.Body)
+	}
+	if got.ID != r.ID || got.Queue != "orders" || got.Method != in.Method || got.Path != in.Path ||
+		got.Direct || !got.CreatedAt.Equal(created) {
+		t.Fatalf("job: got %+v", got)
+	}
+	if fmt.Sprint(got.Header) != fmt.Sprint(in.Header) {
+		t.Fatalf("header: got %q want %q", got.Header, in.Header)
+	}
+	if m.Delivered != 1 || m.Seq != 1 {
+		t.Fatalf("delivered %d seq %d, want 1 1", m.Delivered, m.Seq)
+	}
+	if err := m.Ack(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ack(b.ctx); err == nil {
+		t.Fatal("second ack of one delivery succeeded")
+	}
+	if d := b.depth("orders"); d != 0 {
+		t.Fatalf("depth after ack = %d, want 0 (work queue)", d)
+	}
+}
+
+func TestPublishDirectEmptyBody(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
+	r := b.publish(&queue.Job{Queue: "q", Direct: true})
+	m := b.fetchOne(b.consumer("q"), 5*time.Second)
+	if m.Job.ID != r.ID || !m.Job.Direct || m.Job.Body == nil || len(m.Job.Body) != 0 || m.Job.Method != "" {
+		t.Fatalf("direct job: %+v", m.Job)
+	}
+}
+
+func TestJobID(t *testing.T) {
+	uuidRE := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[78][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	a := queue.JobID("orders", "key-1")
+	for _, id := range []string{a, queue.JobID("orders", ""), queue.JobID("orders", "key-2")} {
+		if !uuidRE.MatchString(id) {
+			t.Fatalf("id %q is not a v7/v8 UUID", id)
+		}
+	}
+	if queue.JobID("orders", "key-1") != a {
+		t.Fatal("keyed id not deterministic")
+	}
+	for _, other := range []string{
+		queue.JobID("orders", "key-2"), queue.JobID("orders2", "key-1"),
+		queue.JobID("orders", "key-1 "), queue.JobID("ord", "erskey-1"),
+	} {
+		if other == a {
+			t.Fatalf("id collision: %q", other)
+		}
+	}
+	if queue.JobID("q", "") == queue.JobID("q", "") {
+		t.Fatal("random ids repeat")
+	}
+}
+
+func TestIdempotentRepeat(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "orders"}, queue.Spec{Name: "other"})
+	job := func() *queue.Job {
+		return &queue.Job{Queue: "orders", Method: "POST", Path: "/api/orders", Body: []byte(`{"n":1}`), IdempotencyKey: "k1"}
+	}
+	first := b.publish(job())
+	if first.Replayed || first.ID != queue.JobID("orders", "k1") {
+		t.Fatalf("first: %+v", first)
+	}
+	second := b.publish(job())
+	if !second.Replayed || second.ID != first.ID {
+		t.Fatalf("second: %+v, first %+v", second, first)
+	}
+	if d := b.depth("orders"); d != 1 {
+		t.Fatalf("depth %d after a repeat, want 1", d)
+	}
+
+	// The same key for a different request is refused, and enqueues nothing.
+	changed := job()
+	changed.Body = []byte(`{"n":2}`)
+	_, err := b.q.Publish(b.ctx, changed)
+	wantErr(t, err, queue.ErrIdempotencyMismatch)
+
+	// The same key on another queue is another job.
+	o := b.publish(&queue.Job{Queue: "other", Body: []byte(`{"n":1}`), IdempotencyKey: "k1"})
+	if o.Replayed || o.ID == first.ID {
+		t.Fatalf("other queue: %+v", o)
+	}
+	if d := b.depth("orders"); d != 1 {
+		t.Fatalf("depth %d, want 1", d)
+	}
+}
+
+func TestIdempotentConcurrent(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "orders"})
+	const n = 16
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		fresh    int
+		ids      = map[string]bool{}
+		start    = make(chan struct{})
+		failures []error
+	)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r, err := b.q.Publish(b.ctx, &queue.Job{Queue: "orders", Body: []byte("same"), IdempotencyKey: "race"})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures = append(failures, err)
+				return
+			}
+			ids[r.ID] = true
+			if !r.Replayed {
+				fresh++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatal(failures)
+	}
+	if fresh != 1 || len(ids) != 1 {
+		t.Fatalf("%d publishes not replayed, %d ids; want exactly 1 and 1", fresh, len(ids))
+	}
+	if d := b.depth("orders"); d != 1 {
+		t.Fatalf("depth %d, want 1", d)
+	}
+}
+
+// The status entry, not JetStream's duplicate window, is what makes an Idempotency-Key hold for
+// hours: with a 100ms stream window, a repeat after the window still enqueues nothing.
+func TestIdempotentRepeatAfterStreamWindow(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "orders", StreamDuplicates: 100 * time.Millisecond})
+	first := b.publish(&queue.Job{Queue: "orders", Body: []byte("x"), IdempotencyKey: "late"})
+
+	// Wait until the stream's window has passed: a probe id published after the job stops being
+	// a duplicate only once ids as old as the job's have been forgotten.
+	probe := func() bool {
+		ack, err := b.js.Publish(b.ctx, b.subject("orders"), []byte("probe"), jetstream.WithMsgID("probe"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !ack.Duplicate
+	}
+	if !probe() {
+		t.Fatal("first probe was a duplicate")
+	}
+	testenv.WaitFor(t, 10*time.Second, "stream duplicate window to pass", probe)
+	before := b.depth("orders") // the job and two probes
+
+	again, err := b.q.Publish(b.ctx, &queue.Job{Queue: "orders", Body: []byte("x"), IdempotencyKey: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Replayed || again.ID != first.ID {
+		t.Fatalf("repeat after stream window: %+v, first %+v", again, first)
+	}
+	if d := b.depth("orders"); d != before {
+		t.Fatalf("depth %d after repeat, want %d", d, before)
+	}
+	// Control: JetStream alone would have stored the repeat.
+	ack, err := b.js.Publish(b.ctx, b.subject("orders"), []byte("x"), jetstream.WithMsgID(first.ID))
+	if err != nil || ack.Duplicate {
+		t.Fatalf("control publish with the job's id: ack %+v err %v; want a new message", ack, err)
+	}
+}
+
+func TestPublishErrors(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "small", MaxBodyBytes: 10})
+	_, err := b.q.Publish(b.ctx, &queue.Job{Queue: "nope"})
+	wantErr(t, err, queue.ErrUnknownQueue)
+
+	_, err = b.q.Publish(b.ctx, &queue.Job{Queue: "small", Body: make([]byte, 11)})
+	wantErr(t, err, queue.ErrTooLarge)
+	b.publish(&queue.Job{Queue: "small", Body: make([]byte, 10)})
+
+	// Beyond the server's max_payload (1 MiB) with no limit of the queue's own.
+	if err := b.q.Provision(b.ctx, []queue.Spec{{Name: "small"}}); err != nil {
+		t.Fatal(err)
+	}
+	big := &queue.Job{Queue: "small", Body: make([]byte, 2<<20)}
+	_, err = b.q.Publish(b.ctx, big)
+	wantErr(t, err, queue.ErrTooLarge)
+	if _, err := b.q.Status(b.ctx, big.ID); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("status of a refused job: %v, want ErrNotFound", err)
+	}
+
+	_, err = b.q.Publish(b.ctx, &queue.Job{Queue: "small", ID: "bad.id"})
+	if err == nil {
+		t.Fatal("publish with an id that is not a subject token succeeded")
+	}
+}
+
+func TestFullAtMaxDepth(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "tiny", MaxDepth: 3})
+	for range 3 {
+		b.publish(&queue.Job{Queue: "tiny", Body: []byte("x")})
+	}
+	refused := &queue.Job{Queue: "tiny", Body: []byte("x"), IdempotencyKey: "k"}
+	_, err := b.q.Publish(b.ctx, refused)
+	wantErr(t, err, queue.ErrFull)
+	if _, err := b.q.Status(b.ctx, refused.ID); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("a refused job has a status: %v", err)
+	}
+	// In-flight jobs count too; once one is acked there is room again.
+	m := b.fetchOne(b.consumer("tiny"), 5*time.Second)
+	_, err = b.q.Publish(b.ctx, &queue.Job{Queue: "tiny"})
+	wantErr(t, err, queue.ErrFull)
+	if err := m.Ack(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := b.publish(refused) // the same key, now accepted, and not a replay
+	if r.Replayed {
+		t.Fatal("a key whose first publish was refused replayed")
+	}
+}
+
+// nats-server #4771: a work-queue stream with DiscardNew, MaxMsgs and a small MaxBytes
+// acknowledged messages it then dropped. Every Publish that returned nil must be in the stream.
+func TestFullNoSilentLoss(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "wq", MaxDepth: 60, MaxBytes: 24 << 10})
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		accepted = map[string]bool{}
+		full     int
+	)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for range 100 {
+				job := &queue.Job{Queue: "wq", Body: make([]byte, rng.IntN(1500))}
+				_, err := b.q.Publish(b.ctx, job)
+				mu.Lock()
+				switch {
+				case err == nil:
+					accepted[job.ID] = true
+				case errors.Is(err, queue.ErrFull):
+					full++
+				default:
+					t.Errorf("publish: %v", err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(accepted) == 0 || full == 0 {
+		t.Fatalf("accepted %d, full %d: the test should hit the limit", len(accepted), full)
+	}
+	if d := b.depth("wq"); d != uint64(len(accepted)) {
+		t.Fatalf("stream holds %d messages, %d publishes succeeded", d, len(accepted))
+	}
+	seen := b.drain("wq")
+	for id := range accepted {
+		if seen[id] != 1 {
+			t.Fatalf("accepted job %s delivered %d times", id, seen[id])
+		}
+	}
+	t.Logf("accepted %d, refused %d", len(accepted), full)
+}
+
+// A publish that fails because the server is down returns an error and leaves no status entry.
+func TestPublishFailureClaimsNothing(t *testing.T) {
+	p := testenv.NATSProc(t)
+	b := setupURL(t, p.URL, queue.Options{}, queue.Spec{Name: "orders"})
+	p.Kill()
+	job := &queue.Job{Queue: "orders", Body: []byte("x"), ID: queue.JobID("orders", "")}
+	ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := b.q.Publish(ctx, job); err == nil {
+		t.Fatal("publish with the server down succeeded")
+	}
+	p.Start()
+	testenv.WaitFor(t, 10*time.Second, "reconnect", func() bool { return b.nc.Status() == nats.CONNECTED })
+	if _, err := b.q.Status(b.ctx, job.ID); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("status of a failed publish: %v, want ErrNotFound", err)
+	}
+}
+
+// The "no 202'd job lost" guarantee: publishers run while the server is killed (SIGKILL) and
+// restarted; every Publish that returned nil is in the stream afterwards.
+func TestCrashNoAcceptedJobLost(t *testing.T) {
+	p := testenv.NATSProc(t)
+	b := setupURL(t, p.URL, queue.Options{}, queue.Spec{Name: "orders"})
+	const total, workers = 2000, 16
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		accepted = make(map[string]bool, total)
+		failed   int
+		next     = make(chan int, total)
+	)
+	for i := range total {
+		next <- i
+	}
+	close(next)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				job := &queue.Job{Queue: "orders", Body: fmt.Appendf(nil, "job %d", i)}
+				if i%4 == 0 {
+					job.IdempotencyKey = fmt.Sprint("key-", i)
+				}
+				// A request in flight when the server dies gets no answer: bound each call.
+				ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+				_, err := b.q.Publish(ctx, job)
+				cancel()
+				mu.Lock()
+				if err == nil {
+					accepted[job.ID] = true
+				} else {
+					failed++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(accepted) }
+	testenv.WaitFor(t, 60*time.Second, "a quarter of the jobs accepted", func() bool { return count() >= total/4 })
+	p.Kill()
+	killedAt := count()
+	p.Start()
+	wg.Wait()
+	if killedAt >= total || count() <= killedAt {
+		t.Fatalf("accepted %d before the kill and %d in all: the crash was not mid-run", killedAt, count())
+	}
+	testenv.WaitFor(t, 10*time.Second, "reconnect", func() bool { return b.nc.Status() == nats.CONNECTED })
+	seen := b.drain("orders")
+	for id := range accepted {
+		if seen[id] == 0 {
+			t.Errorf("job %s was accepted and is not in the stream", id)
+		}
+	}
+	t.Logf("accepted %d (%d before the kill), failed %d, in stream %d", len(accepted), killedAt, failed, len(seen))
+}
