@@ -32,7 +32,8 @@ func (d deadMeta) json() string {
 // The steps are ordered so that no job is lost: it publishes the dead letter and waits for its
 // PubAck, only then terminates the delivery (the job leaves the queue), and last marks the
 // status failed. If it fails before the termination, the job is still in the queue and will be
-// redelivered; dead-lettering it again replaces, not duplicates, the dead letter.
+// redelivered; dead-lettering it again replaces, not duplicates, the dead letter. A job whose
+// status already says succeeded (a stale, duplicated delivery) is dropped, not dead-lettered.
 func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStatus int) error {
 	if m == nil || m.Job == nil {
 		return errors.New("queue: dead letter: nil message")
@@ -42,8 +43,17 @@ func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStat
 	defer cancel()
 
 	attempts := int(m.Delivered)
-	if st, err := q.Status(ctx, job.ID); err == nil && st.Attempts > 0 {
-		attempts = st.Attempts
+	if st, err := q.Status(ctx, job.ID); err == nil {
+		if st.State == StateSucceeded {
+			// A stale delivery of a job another worker finished: drop it, do not dead-letter it.
+			if err := m.term(ctx, "already succeeded"); err != nil && !errors.Is(err, errSettled) {
+				return fmt.Errorf("queue: dead letter %s: %w", job.ID, err)
+			}
+			return nil
+		}
+		if st.Attempts > 0 {
+			attempts = st.Attempts
+		}
 	}
 	now := q.now().UTC()
 	dm, err := encode(q.dlqSubject(job.Queue, job.ID), job)

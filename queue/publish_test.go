@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -280,50 +281,108 @@ func TestFullAtMaxDepth(t *testing.T) {
 }
 
 // nats-server #4771: a work-queue stream with DiscardNew, MaxMsgs and a small MaxBytes
-// acknowledged messages it then dropped. Every Publish that returned nil must be in the stream.
+// acknowledged messages it then dropped. Every Publish that returned nil must be in the stream,
+// whichever limit refuses, and while workers remove jobs concurrently.
 func TestFullNoSilentLoss(t *testing.T) {
-	b := setup(t, queue.Options{}, queue.Spec{Name: "wq", MaxDepth: 60, MaxBytes: 24 << 10})
+	b := setup(t, queue.Options{}, queue.Spec{Name: "wq", MaxDepth: 25, MaxBytes: 24 << 10})
 	var (
-		wg       sync.WaitGroup
 		mu       sync.Mutex
 		accepted = map[string]bool{}
-		full     int
+		seen     = map[string]int{}
+		refusals = map[string]int{}
 	)
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 1))
-			for range 100 {
-				job := &queue.Job{Queue: "wq", Body: make([]byte, rng.IntN(1500))}
-				_, err := b.q.Publish(b.ctx, job)
-				mu.Lock()
-				switch {
-				case err == nil:
-					accepted[job.ID] = true
-				case errors.Is(err, queue.ErrFull):
-					full++
-				default:
-					t.Errorf("publish: %v", err)
+	run := func(n int, size func(*rand.Rand) int) {
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(w), uint64(n)))
+				for range n / 4 {
+					job := &queue.Job{Queue: "wq", Body: make([]byte, size(rng))}
+					_, err := b.q.Publish(b.ctx, job)
+					mu.Lock()
+					switch {
+					case err == nil:
+						accepted[job.ID] = true
+					case errors.Is(err, queue.ErrFull) && strings.Contains(err.Error(), "maximum messages"):
+						refusals["msgs"]++
+					case errors.Is(err, queue.ErrFull) && strings.Contains(err.Error(), "maximum bytes"):
+						refusals["bytes"]++
+					default:
+						t.Errorf("publish: %v", err)
+					}
+					mu.Unlock()
 				}
-				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+	}
+	check := func(phase string) {
+		t.Helper()
+		mu.Lock()
+		want := len(accepted) - len(seen)
+		mu.Unlock()
+		if d := b.depth("wq"); d != uint64(want) {
+			t.Fatalf("%s: stream holds %d jobs, %d accepted and not yet consumed", phase, d, want)
+		}
+		for id, n := range b.drain("wq") {
+			seen[id] += n
+		}
+	}
+
+	run(200, func(*rand.Rand) int { return 100 }) // small jobs: MaxMsgs refuses
+	check("max msgs")
+	run(200, func(*rand.Rand) int { return 3000 }) // large jobs: MaxBytes refuses
+	check("max bytes")
+
+	// Mixed sizes while a worker acks concurrently.
+	done := make(chan struct{})
+	consumed := make(chan map[string]int)
+	go func() {
+		got := map[string]int{}
+		c, err := b.q.Consumer(b.ctx, "wq")
+		if err != nil {
+			t.Error(err)
+		}
+		for {
+			select {
+			case <-done:
+				consumed <- got
+				return
+			default:
 			}
-		}()
+			msgs, err := c.Fetch(b.ctx, 4, 20*time.Millisecond)
+			if err != nil {
+				t.Error(err)
+			}
+			for _, m := range msgs {
+				got[m.Job.ID]++
+				if err := m.Ack(b.ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}()
+	run(400, func(r *rand.Rand) int { return r.IntN(3000) })
+	close(done)
+	for id, n := range <-consumed {
+		seen[id] += n
 	}
-	wg.Wait()
-	if len(accepted) == 0 || full == 0 {
-		t.Fatalf("accepted %d, full %d: the test should hit the limit", len(accepted), full)
+	check("mixed, concurrent acks")
+
+	if refusals["msgs"] == 0 || refusals["bytes"] == 0 {
+		t.Fatalf("refusals %v: both limits should have refused", refusals)
 	}
-	if d := b.depth("wq"); d != uint64(len(accepted)) {
-		t.Fatalf("stream holds %d messages, %d publishes succeeded", d, len(accepted))
-	}
-	seen := b.drain("wq")
 	for id := range accepted {
 		if seen[id] != 1 {
 			t.Fatalf("accepted job %s delivered %d times", id, seen[id])
 		}
 	}
-	t.Logf("accepted %d, refused %d", len(accepted), full)
+	if len(seen) != len(accepted) {
+		t.Fatalf("%d jobs delivered, %d accepted", len(seen), len(accepted))
+	}
+	t.Logf("accepted %d, refused %v", len(accepted), refusals)
 }
 
 // A publish that fails because the server is down returns an error and leaves no status entry.
