@@ -3,6 +3,7 @@ package limit
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -39,9 +40,10 @@ const (
 
 // params is a valid Limit in the integer form the algorithms compute with.
 type params struct {
-	alg    algo
-	limit  int64 // Limit
-	period int64 // Period in µs
+	alg      algo
+	limit    int64 // Limit
+	capacity int64 // Capacity()
+	period   int64 // Period in µs
 	// The bucket algorithms and GCRA count in scaled units, so that the refill of any elapsed
 	// number of microseconds is a whole number of them: one token is unit, and refill units
 	// arrive per µs. With g = gcd(Limit, period), unit = period/g and refill = Limit/g, so
@@ -51,23 +53,37 @@ type params struct {
 	cap    int64 // Capacity() × unit
 }
 
-// params checks that l is within the bounds of exact arithmetic and converts it. l has already
-// passed the basic checks of validate.
-func (l Limit) params() (params, error) {
-	p := params{limit: l.Limit}
-	switch l.Algorithm {
+// index returns a as an algo, and whether it is a known algorithm.
+func (a Algorithm) index() (algo, bool) {
+	switch a {
 	case TokenBucket:
-		p.alg = algTokenBucket
+		return algTokenBucket, true
 	case LeakyBucket:
-		p.alg = algLeakyBucket
+		return algLeakyBucket, true
 	case FixedWindow:
-		p.alg = algFixedWindow
+		return algFixedWindow, true
 	case SlidingLog:
-		p.alg = algSlidingLog
+		return algSlidingLog, true
 	case SlidingWindow:
-		p.alg = algSlidingWindow
+		return algSlidingWindow, true
 	case GCRA:
-		p.alg = algGCRA
+		return algGCRA, true
+	}
+	return 0, false
+}
+
+// params checks that l, of algorithm alg, is within the bounds of exact arithmetic and converts
+// it. l has already passed the basic checks of validate.
+func (l Limit) params(alg algo) (params, error) {
+	p := params{alg: alg, limit: l.Limit, capacity: l.Limit}
+	switch alg {
+	case algTokenBucket, algGCRA, algLeakyBucket:
+		switch {
+		case l.Burst > 0:
+			p.capacity = l.Burst
+		case alg == algLeakyBucket:
+			p.capacity = 1
+		}
 	}
 	if l.Period%time.Microsecond != 0 {
 		return params{}, fmt.Errorf("%w: period %v is not a whole number of microseconds", ErrOutOfRange, l.Period)
@@ -83,11 +99,11 @@ func (l Limit) params() (params, error) {
 	case algTokenBucket, algLeakyBucket, algGCRA:
 		g := gcd(l.Limit, p.period)
 		p.unit, p.refill = p.period/g, l.Limit/g
-		if c := l.Capacity(); c > maxExact/p.unit {
+		if p.capacity > maxExact/p.unit {
 			return params{}, fmt.Errorf("%w: capacity %d × period %v too large for exact arithmetic; shorten the period or lower the burst",
-				ErrOutOfRange, c, l.Period)
+				ErrOutOfRange, p.capacity, l.Period)
 		}
-		p.cap = l.Capacity() * p.unit
+		p.cap = p.capacity * p.unit
 	case algSlidingWindow:
 		if l.Limit+1 > 2*maxExact/p.period {
 			return params{}, fmt.Errorf("%w: limit %d × period %v too large for exact arithmetic", ErrOutOfRange, l.Limit, l.Period)
@@ -356,20 +372,25 @@ func slidingLog(s *slidingLogState, p params, cost int64, now time.Time) Decisio
 	return d
 }
 
-// fill adds elapsed × rate to level, up to most, without forming a product above most + rate.
+// fill returns min(most, level + elapsed × rate), for 0 <= level <= most. The product may
+// overflow 64 bits after a long idle time, so it is taken in 128 (the Lua scripts, where it
+// would lose exactness, compare elapsed with ceil((most - level) / rate) instead: the same
+// result).
 func fill(level, most, elapsed, rate int64) int64 {
-	if elapsed >= ceilDiv(most-level, rate) {
+	hi, lo := bits.Mul64(uint64(elapsed), uint64(rate))
+	if hi != 0 || lo >= uint64(most-level) {
 		return most
 	}
-	return level + elapsed*rate
+	return level + int64(lo)
 }
 
-// drain takes elapsed × rate from level, down to 0, without forming a product above level + rate.
+// drain returns max(0, level - elapsed × rate), for level >= 0; see fill.
 func drain(level, elapsed, rate int64) int64 {
-	if elapsed >= ceilDiv(level, rate) {
+	hi, lo := bits.Mul64(uint64(elapsed), uint64(rate))
+	if hi != 0 || lo >= uint64(level) {
 		return 0
 	}
-	return level - elapsed*rate
+	return level - int64(lo)
 }
 
 // rescale converts v from one scale to another after a limit changed. It rounds, so it is done
@@ -387,11 +408,20 @@ func ceilDiv(a, b int64) int64 {
 	return q
 }
 
+// gcd returns the greatest common divisor of a, b > 0, by Stein's binary algorithm: shifts and
+// subtractions, no division, since it runs on every decision.
 func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
+	x, y := uint64(a), uint64(b)
+	shift := bits.TrailingZeros64(x | y)
+	x >>= bits.TrailingZeros64(x)
+	for y != 0 {
+		y >>= bits.TrailingZeros64(y)
+		if x > y {
+			x, y = y, x
+		}
+		y -= x
 	}
-	return a
+	return int64(x << shift)
 }
 
 // micros returns t in µs since the Unix epoch; instants before 1970 count as the epoch.

@@ -58,12 +58,8 @@ var Algorithms = []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingLog, 
 
 // Valid reports whether a names a known algorithm.
 func (a Algorithm) Valid() bool {
-	for _, k := range Algorithms {
-		if a == k {
-			return true
-		}
-	}
-	return false
+	_, ok := a.index()
+	return ok
 }
 
 // MaxKeyLen is the longest key a store accepts, in bytes. Callers with longer keys hash them.
@@ -112,8 +108,12 @@ func (l Limit) Validate() error {
 
 // validate is Validate that also returns the limit in the form the algorithms compute with.
 func (l Limit) validate() (params, error) {
+	alg, known := l.Algorithm.index()
+	if known && l.Limit > 0 && l.Period > 0 && l.Burst >= 0 {
+		return l.params(alg) // the hot path: no error to build
+	}
 	var errs []error
-	if !l.Algorithm.Valid() {
+	if !known {
 		errs = append(errs, fmt.Errorf("%w %q", ErrUnknownAlgorithm, string(l.Algorithm)))
 	}
 	if l.Limit <= 0 {
@@ -125,10 +125,7 @@ func (l Limit) validate() (params, error) {
 	if l.Burst < 0 {
 		errs = append(errs, ErrInvalidBurst)
 	}
-	if len(errs) > 0 {
-		return params{}, errors.Join(errs...)
-	}
-	return l.params()
+	return params{}, errors.Join(errs...)
 }
 
 // Capacity is the largest cost a single request may have under l: the bucket size for the
@@ -198,8 +195,8 @@ func check(key string, l Limit, cost int64) (params, error) {
 		return params{}, fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), MaxKeyLen)
 	case cost <= 0:
 		return params{}, ErrInvalidCost
-	case cost > l.Capacity():
-		return params{}, fmt.Errorf("%w: cost %d, capacity %d", ErrCostTooHigh, cost, l.Capacity())
+	case cost > p.capacity:
+		return params{}, fmt.Errorf("%w: cost %d, capacity %d", ErrCostTooHigh, cost, p.capacity)
 	}
 	return p, nil
 }

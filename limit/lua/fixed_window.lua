@@ -2,8 +2,8 @@
 -- period since the Unix epoch; fixedWindow in limit/algorithms.go is the same computation.
 -- Clock: the server's TIME unless ARGV[1] is an instant.
 --
--- KEYS[1]  the window: a string "start count", start in µs since the Unix epoch; it expires
---          when the window ends.
+-- KEYS[1]  the window: varints start, count (see lib.lua), start in µs since the Unix epoch;
+--          it expires when the window ends.
 -- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]  period in µs
 -- ARGV[3]  limit: requests per window

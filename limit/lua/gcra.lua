@@ -1,8 +1,8 @@
 -- gcra.lua: one decision of the generic cell rate algorithm; gcra in limit/algorithms.go is the
 -- same computation. Clock: the server's TIME unless ARGV[1] is an instant.
 --
--- KEYS[1]  the theoretical arrival time: a string "tat frac", the instant tat + frac/refill µs
---          since the Unix epoch; it expires when that instant has passed.
+-- KEYS[1]  the theoretical arrival time: varints tat, frac (see lib.lua), the instant
+--          tat + frac/refill µs since the Unix epoch; it expires when that instant has passed.
 -- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]  unit: one emission interval (period / limit) in 1/refill µs
 -- ARGV[3]  refill: limit / gcd(limit, period µs), the number of those units per µs

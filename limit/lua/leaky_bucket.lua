@@ -2,8 +2,9 @@
 -- leakyBucket in limit/algorithms.go is the same computation. Clock: the server's TIME unless
 -- ARGV[1] is an instant.
 --
--- KEYS[1]  the bucket: a string "level last unit", level scaled so that one request is unit,
---          last in µs since the Unix epoch; it expires when the bucket would be empty.
+-- KEYS[1]  the bucket: varints level, last, unit (see lib.lua), level scaled so that one
+--          request is unit, last in µs since the Unix epoch; it expires when the bucket would
+--          be empty.
 -- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]  unit: scaled units per request (period µs / gcd(limit, period µs))
 -- ARGV[3]  refill: scaled units that leak out per µs (limit / gcd(limit, period µs))

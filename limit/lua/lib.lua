@@ -45,31 +45,48 @@ local function ttl_ms(us)
   return math.max(1, cdiv(us, 1000))
 end
 
--- get_state returns the n whole numbers stored at key, or nil when there are none (or they are
--- not n whole numbers).
+-- State is stored as a string of base-128 varints (7 bits a byte, low bits first, the high bit
+-- set on every byte but a number's last): about half the bytes of decimal text, which keeps a
+-- bucket's value short enough for Redis's smallest string allocations. Division by 128 is exact
+-- on doubles, so encoding is exact for every whole number below 2^53.
+
+-- get_state returns the n whole numbers stored at key, or nil when there are none (or the value
+-- is not n varints).
 local function get_state(key, n)
   local v = redis.call('GET', key)
   if not v then
     return nil
   end
-  local out = {}
-  for x in string.gmatch(v, '%d+') do
-    out[#out + 1] = tonumber(x)
+  local out, x, mul = {}, 0, 1
+  for i = 1, #v do
+    local b = string.byte(v, i)
+    if b >= 128 then
+      x, mul = x + (b - 128) * mul, mul * 128
+    else
+      out[#out + 1] = x + b * mul
+      x, mul = 0, 1
+    end
   end
-  if #out ~= n then
+  if #out ~= n or mul ~= 1 then
     return nil
   end
   return out
 end
 
--- set_state stores whole numbers at key, space-separated, until it is idle ttl µs from now.
--- string.format, because tostring switches to exponents above 1e14.
+-- set_state stores whole numbers >= 0 at key until the state is idle, ttl µs from now.
 local function set_state(key, ttl, ...)
-  local parts = {}
-  for i, v in ipairs({...}) do
-    parts[i] = string.format('%.0f', v)
+  local bytes = {}
+  for _, v in ipairs({...}) do
+    repeat
+      local b = v % 128
+      v = (v - b) / 128
+      if v > 0 then
+        b = b + 128
+      end
+      bytes[#bytes + 1] = string.char(b)
+    until v == 0
   end
-  redis.call('SET', key, table.concat(parts, ' '), 'PX', ttl_ms(ttl))
+  redis.call('SET', key, table.concat(bytes), 'PX', ttl_ms(ttl))
 end
 
 -- rescale converts v from one scale to another after the limit changed, rounding exactly as

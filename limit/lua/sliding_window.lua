@@ -2,8 +2,9 @@
 -- in limit/algorithms.go is the same computation. Clock: the server's TIME unless ARGV[1] is an
 -- instant.
 --
--- KEYS[1]  both counters: a string "start prev cur", start = when the current window started,
---          µs since the Unix epoch; it expires when the estimate has fallen to 0.
+-- KEYS[1]  both counters: varints start, prev, cur (see lib.lua), start = when the current
+--          window started, µs since the Unix epoch; it expires when the estimate has fallen
+--          to 0.
 -- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]  period in µs
 -- ARGV[3]  limit: requests per trailing period

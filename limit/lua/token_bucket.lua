@@ -1,8 +1,9 @@
 -- token_bucket.lua: one decision of a token bucket; tokenBucket in limit/algorithms.go is the
 -- same computation. Clock: the server's TIME unless ARGV[1] is an instant.
 --
--- KEYS[1]  the bucket: a string "tokens last unit", tokens scaled so that one token is unit,
---          last in µs since the Unix epoch; it expires when the bucket would be full again.
+-- KEYS[1]  the bucket: varints tokens, last, unit (see lib.lua), tokens scaled so that one
+--          token is unit, last in µs since the Unix epoch; it expires when the bucket would be
+--          full again.
 -- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]  unit: scaled units per token (period µs / gcd(limit, period µs))
 -- ARGV[3]  refill: scaled units added per µs (limit / gcd(limit, period µs))

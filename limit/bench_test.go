@@ -1,0 +1,340 @@
+package limit
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+)
+
+// Benchmarks. Run them with
+//
+//	SLUICE_STRICT=1 go test -run '^$' -bench . -benchmem ./limit/
+//
+// The references run in the same invocation, on the same machine, so the ratios mean something
+// even on a noisy one: golang.org/x/time/rate for the memory store, a raw EVALSHA of the same
+// script and github.com/go-redis/redis_rate for the Redis store.
+
+// benchLimit is a limit of algorithm a that admits everything a benchmark sends it, so that
+// benchmarks measure the admitting path.
+func benchLimit(a Algorithm) Limit {
+	if a == SlidingLog {
+		return Limit{Algorithm: a, Limit: MaxLogLimit, Period: time.Millisecond}
+	}
+	return Limit{Algorithm: a, Limit: 1 << 30, Period: time.Millisecond}
+}
+
+func BenchmarkMemory(b *testing.B) {
+	ctx := context.Background()
+	b.Run("x-time-rate/hot-key", func(b *testing.B) {
+		lim := rate.NewLimiter(rate.Limit(1<<30), 1<<30)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				lim.Allow()
+			}
+		})
+	})
+	for _, a := range Algorithms {
+		l := benchLimit(a)
+		b.Run(string(a)+"/hot-key", func(b *testing.B) {
+			m := NewMemory(MemoryConfig{})
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := m.Decide(ctx, "rule:hot", l, 1); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+	keys := benchKeys(1_000_000)
+	for _, a := range Algorithms {
+		// An hour, so that no key goes idle and is removed during the benchmark; few enough
+		// decisions per key that all are admitted.
+		l := Limit{Algorithm: a, Limit: 1000, Period: time.Hour}
+		if a == SlidingLog {
+			l.Limit = 100 // a million logs of many entries would not fit in memory
+		}
+		b.Run(string(a)+"/1M-keys", func(b *testing.B) {
+			m := NewMemory(MemoryConfig{})
+			for _, k := range keys {
+				m.Decide(ctx, k, l, 1)
+			}
+			if n := m.Len(); n != len(keys) {
+				b.Fatalf("%d keys held, want %d", n, len(keys))
+			}
+			var seq atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				// Each goroutine walks the keys in order from its own start: the keys' strings
+				// are read in order, the store's entries (placed by hash) at random.
+				i := int(seq.Add(1)) * len(keys) / 64
+				for pb.Next() {
+					if _, err := m.Decide(ctx, keys[i%len(keys)], l, 1); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkMemoryBytesPerKey measures the heap a million keys take, per key (metric B/key).
+// One operation is inserting the million keys.
+func BenchmarkMemoryBytesPerKey(b *testing.B) {
+	ctx := context.Background()
+	keys := benchKeys(1_000_000)
+	for _, a := range Algorithms {
+		l := Limit{Algorithm: a, Limit: 10, Period: time.Hour}
+		b.Run(string(a), func(b *testing.B) {
+			var perKey float64
+			for range b.N {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				m := NewMemory(MemoryConfig{})
+				for _, k := range keys {
+					m.Decide(ctx, k, l, 1)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				if n := m.Len(); n != len(keys) {
+					b.Fatalf("%d keys held, want %d", n, len(keys))
+				}
+				perKey = float64(after.HeapAlloc-before.HeapAlloc) / float64(len(keys))
+				runtime.KeepAlive(m)
+			}
+			b.ReportMetric(perKey, "B/key")
+		})
+	}
+}
+
+var (
+	benchKeysOnce sync.Once
+	benchKeysList []string
+)
+
+// benchKeys returns n distinct keys shaped like the ingress's "rule:key".
+func benchKeys(n int) []string {
+	benchKeysOnce.Do(func() {
+		benchKeysList = make([]string, 1_000_000)
+		for i := range benchKeysList {
+			benchKeysList[i] = "rule:user-" + strconv.Itoa(i)
+		}
+	})
+	return benchKeysList[:n]
+}
+
+// BenchmarkRedis measures decisions per second through the Redis store with 64 concurrent
+// callers, beside a raw EVALSHA of the same script with the same arguments (the floor: what
+// the server and the client library cost) and redis_rate's GCRA.
+func BenchmarkRedis(b *testing.B) {
+	srv := testenv.Redis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	b.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	keys := benchKeys(10_000)
+	parallelism := max(1, 64/runtime.GOMAXPROCS(0))
+	run := func(b *testing.B, decide func(key string) error) {
+		var seq atomic.Uint64
+		b.ReportAllocs()
+		b.SetParallelism(parallelism)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			rng := rand.New(rand.NewPCG(seq.Add(1), 1))
+			for pb.Next() {
+				if err := decide(keys[rng.IntN(len(keys))]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	}
+	for _, a := range Algorithms {
+		l := Limit{Algorithm: a, Limit: 1000, Period: time.Second}
+		b.Run(string(a)+"/store", func(b *testing.B) {
+			r := NewRedis(rdb, RedisConfig{Prefix: "bench:"})
+			run(b, func(key string) error {
+				_, err := r.Decide(ctx, key, l, 1)
+				return err
+			})
+		})
+		b.Run(string(a)+"/raw-evalsha", func(b *testing.B) {
+			r := NewRedis(rdb, RedisConfig{Prefix: "bench:"})
+			p, err := l.validate()
+			if err != nil {
+				b.Fatal(err)
+			}
+			script := scripts[p.alg]
+			if err := script.Load(ctx, rdb).Err(); err != nil {
+				b.Fatal(err)
+			}
+			run(b, func(key string) error {
+				k, args := r.call(key, p, 1, "")
+				return rdb.EvalSha(ctx, script.Hash(), k, args...).Err()
+			})
+		})
+	}
+	b.Run("redis_rate-gcra", func(b *testing.B) {
+		rl := redis_rate.NewLimiter(rdb)
+		lim := redis_rate.PerSecond(1000)
+		run(b, func(key string) error {
+			_, err := rl.Allow(ctx, key, lim)
+			return err
+		})
+	})
+}
+
+// BenchmarkRedisBytesPerKey measures what one key costs in Redis (metric B/key): MEMORY USAGE
+// of the keys after one decision each (a sliding log after ten), and the growth of the
+// server's used_memory per key, which also counts the expiry index.
+func BenchmarkRedisBytesPerKey(b *testing.B) {
+	srv := testenv.Redis(b)
+	ctx := context.Background()
+	const n = 10_000
+	keys := benchKeys(n)
+	usedMemory := func() float64 {
+		info, err := srv.Client.Info(ctx, "memory").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		b.Fatal("no used_memory in INFO memory")
+		return 0
+	}
+	measure := func(b *testing.B, decide func(key string) error, key func(string) string) {
+		var usage, used float64
+		for range b.N {
+			if err := srv.Client.FlushAll(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			before := usedMemory()
+			for _, k := range keys {
+				if err := decide(k); err != nil {
+					b.Fatal(err)
+				}
+			}
+			used = (usedMemory() - before) / n
+			usage = 0
+			for _, k := range keys[:1000] {
+				u, err := srv.Client.MemoryUsage(ctx, key(k), 0).Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				usage += float64(u) / 1000
+			}
+		}
+		b.ReportMetric(usage, "B/key")
+		b.ReportMetric(used, "used_memory-B/key")
+	}
+	for _, a := range Algorithms {
+		l := Limit{Algorithm: a, Limit: 10, Period: time.Hour}
+		b.Run(string(a), func(b *testing.B) {
+			r := NewRedis(srv.Client, RedisConfig{})
+			p, _ := l.validate()
+			decisions := 1
+			if a == SlidingLog {
+				decisions = 10
+			}
+			measure(b, func(key string) error {
+				for range decisions {
+					if _, err := r.Decide(ctx, key, l, 1); err != nil {
+						return err
+					}
+				}
+				return nil
+			}, func(key string) string { return r.prefix + "{" + keyTags[p.alg] + ":" + key + "}" })
+		})
+	}
+	b.Run("redis_rate-gcra", func(b *testing.B) {
+		rl := redis_rate.NewLimiter(srv.Client)
+		measure(b, func(key string) error {
+			_, err := rl.Allow(ctx, key, redis_rate.PerHour(10))
+			return err
+		}, func(key string) string { return "rate:" + key })
+	})
+}
+
+// BenchmarkSlidingWindowAccuracy compares the sliding window counter with the exact sliding
+// log on a synthetic bursty trace: clients that alternate between silence and bursts well above
+// the limit. It reports the share of requests the two decide differently (metric %differ) and
+// the most the sliding window admitted in any trailing period, as a multiple of the limit
+// (metric max-window/limit; the log never exceeds 1). One operation is the whole trace.
+func BenchmarkSlidingWindowAccuracy(b *testing.B) {
+	l := Limit{Algorithm: SlidingWindow, Limit: 100, Period: time.Minute}
+	pw, _ := l.validate()
+	l.Algorithm = SlidingLog
+	pl, _ := l.validate()
+	trace := burstyTrace(rand.New(rand.NewPCG(7, 8)), 200_000, pw.period)
+	var differ, total int
+	var worst float64
+	for range b.N {
+		var sw slidingWindowState
+		var sl slidingLogState
+		var admitted []int64
+		differ, total, worst = 0, 0, 0
+		for _, t := range trace {
+			now := time.UnixMicro(t)
+			var dw Decision
+			sw, dw = slidingWindow(sw, pw, 1, now)
+			dl := slidingLog(&sl, pl, 1, now)
+			total++
+			if dw.Allowed != dl.Allowed {
+				differ++
+			}
+			if dw.Allowed {
+				admitted = append(admitted, t)
+			}
+		}
+		// The most admitted in any trailing period (t-P, t].
+		j := 0
+		for i, t := range admitted {
+			for admitted[j] <= t-pw.period {
+				j++
+			}
+			worst = max(worst, float64(i-j+1)/float64(pw.limit))
+		}
+	}
+	b.ReportMetric(100*float64(differ)/float64(total), "%differ")
+	b.ReportMetric(worst, "max-window/limit")
+}
+
+// burstyTrace returns n request times (µs, increasing) of one client that alternates between
+// silences and bursts: each burst lasts up to two periods at a rate of 0.5× to 4× the limit
+// of 100 per period; each silence lasts up to one period.
+func burstyTrace(rng *rand.Rand, n int, period int64) []int64 {
+	out := make([]int64, 0, n)
+	t := base.UnixMicro()
+	for len(out) < n {
+		t += rng.Int64N(period)
+		end := t + rng.Int64N(2*period)
+		gap := period / int64(50+rng.IntN(350)) // mean spacing for 50 to 400 per period
+		for ; t < end && len(out) < n; t += 1 + rng.Int64N(2*gap) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
