@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -170,23 +169,32 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	return Receipt{ID: job.ID, Replayed: ack.Duplicate}, nil
 }
 
-// publish sends job to subject with message id msgID, expecting stream, and waits for the
-// PubAck. It retries while no server answers (a restart or leader election) until ctx ends.
+// publish sends job to subject with message id msgID, expecting stream, and waits for its own
+// PubAck. It publishes asynchronously and waits on the future, so concurrent callers share the
+// connection's single ack subscription instead of each making a request round trip of its own
+// (see BenchmarkPublish). No-responder replies (a restart or leader election) are retried.
 func (q *Queues) publish(ctx context.Context, subject string, job *Job, msgID, stream string) (*jetstream.PubAck, error) {
 	m, err := encode(subject, job)
 	if err != nil {
 		return nil, err
 	}
-	ack, err := q.js.PublishMsg(ctx, m,
+	f, err := q.pub.PublishMsgAsync(m,
 		jetstream.WithMsgID(msgID),
 		jetstream.WithExpectStream(stream),
-		jetstream.WithRetryAttempts(math.MaxInt32), // bounded by ctx
+		jetstream.WithRetryAttempts(20),
 		jetstream.WithRetryWait(100*time.Millisecond),
 	)
 	if err != nil {
 		return nil, publishError(job, err)
 	}
-	return ack, nil
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, publishError(job, err)
+	case <-ctx.Done():
+		return nil, publishError(job, ctx.Err())
+	}
 }
 
 // publishError maps a publish error to this package's sentinels, keeping the original.

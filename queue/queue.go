@@ -26,6 +26,8 @@ const (
 
 	// opTimeout bounds calls other than Publish when ctx has no deadline.
 	opTimeout = 5 * time.Second
+	// asyncAckTimeout is when an async publish's future gives up on its PubAck.
+	asyncAckTimeout = 30 * time.Second
 	// consumerName is the durable consumer every worker of a queue shares.
 	consumerName = "workers"
 )
@@ -91,6 +93,7 @@ func (s Spec) withDefaults() Spec {
 // processes may use the same streams at once.
 type Queues struct {
 	js   jetstream.JetStream
+	pub  jetstream.JetStream // for async publishes (see New)
 	nc   *nats.Conn
 	opts Options
 	kv   jetstream.KeyValue
@@ -110,6 +113,23 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
 	}
 	q := &Queues{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{}}
+	// A JetStream context of our own for async publishes, the same API prefix or domain as js,
+	// whose ack timeout frees the futures of acks that never come (callers stop waiting at
+	// their ctx deadline; on a reconnect nats.go fails pending futures anyway).
+	var err error
+	jo := js.Options()
+	pubOpts := []jetstream.JetStreamOpt{jetstream.WithPublishAsyncTimeout(asyncAckTimeout)}
+	switch {
+	case jo.Domain != "":
+		q.pub, err = jetstream.NewWithDomain(q.nc, jo.Domain, pubOpts...)
+	case jo.APIPrefix != "":
+		q.pub, err = jetstream.NewWithAPIPrefix(q.nc, jo.APIPrefix, pubOpts...)
+	default:
+		q.pub, err = jetstream.New(q.nc, pubOpts...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, q.bucketName())
