@@ -35,6 +35,11 @@
 // [Queues.Publish] returns only after the stream's PubAck: a nil error means the job is stored
 // (on Spec.Replicas servers, fsync policy of the server permitting). The message id (Nats-Msg-Id)
 // is the job id, so JetStream drops a second copy of the same id within Spec.StreamDuplicates.
+// Each call publishes asynchronously and waits on its own PubAck future: concurrent callers
+// share the connection's one ack subscription and never wait on each other's round trips.
+//
+// The job travels as one message: its body byte-exact as the payload, everything else as JSON
+// in the Sluice-Job header (header values that are not valid UTF-8 are base64-encoded there).
 //
 // A job with an Idempotency-Key gets a deterministic id, [JobID](queue, key). The record that the
 // key was used is the job's status entry in the status bucket, which lives at least

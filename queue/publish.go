@@ -3,14 +3,17 @@ package queue
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -49,10 +52,29 @@ const (
 	hdrDead = "Sluice-Dead-Letter" // deadMeta as JSON, on dead letters
 )
 
+// envelope is the JSON form of a Job in the Sluice-Job header. JSON strings hold only valid
+// UTF-8, so when a header value is not (HTTP allows obs-text bytes), all header values travel
+// base64-encoded in Header64 instead, and replay byte-exact either way.
+type envelope struct {
+	*Job
+	Header64 http.Header `json:"header_b64,omitempty"`
+}
+
 // encode builds the message of job on subject: the job's JSON in a header and its body,
 // byte-exact, as the payload.
 func encode(subject string, job *Job) (*nats.Msg, error) {
-	meta, err := json.Marshal(job)
+	env := envelope{Job: job}
+	if !headerUTF8(job.Header) {
+		cp := *job
+		cp.Header = nil
+		env = envelope{Job: &cp, Header64: make(http.Header, len(job.Header))}
+		for k, vs := range job.Header {
+			for _, v := range vs {
+				env.Header64[k] = append(env.Header64[k], base64.StdEncoding.EncodeToString([]byte(v)))
+			}
+		}
+	}
+	meta, err := json.Marshal(env)
 	if err != nil {
 		return nil, fmt.Errorf("queue: encode job %s: %w", job.ID, err)
 	}
@@ -62,6 +84,20 @@ func encode(subject string, job *Job) (*nats.Msg, error) {
 	return m, nil
 }
 
+func headerUTF8(h http.Header) bool {
+	for k, vs := range h {
+		if !utf8.ValidString(k) {
+			return false
+		}
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // decode reverses encode.
 func decode(h nats.Header, data []byte) (*Job, error) {
 	meta := h.Get(hdrJob)
@@ -69,8 +105,21 @@ func decode(h nats.Header, data []byte) (*Job, error) {
 		return nil, errors.New("queue: message has no " + hdrJob + " header")
 	}
 	var j Job
-	if err := json.Unmarshal([]byte(meta), &j); err != nil {
+	env := envelope{Job: &j}
+	if err := json.Unmarshal([]byte(meta), &env); err != nil {
 		return nil, fmt.Errorf("queue: decode job: %w", err)
+	}
+	if env.Header64 != nil {
+		j.Header = make(http.Header, len(env.Header64))
+		for k, vs := range env.Header64 {
+			for _, v := range vs {
+				b, err := base64.StdEncoding.DecodeString(v)
+				if err != nil {
+					return nil, fmt.Errorf("queue: decode job header %s: %w", k, err)
+				}
+				j.Header[k] = append(j.Header[k], string(b))
+			}
+		}
 	}
 	if j.Body = data; j.Body == nil {
 		j.Body = []byte{}

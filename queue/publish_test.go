@@ -84,6 +84,17 @@ func TestPublishConsumeRoundTrip(t *testing.T) {
 	}
 }
 
+// Header values that are not valid UTF-8 (obs-text, e.g. Latin-1) replay byte-exact too.
+func TestPublishNonUTF8Header(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
+	h := http.Header{"X-Latin1": {"caf\xe9"}, "X-Plain": {"ok", ""}}
+	b.publish(&queue.Job{Queue: "q", Method: "GET", Path: "/", Header: h})
+	m := b.fetchOne(b.consumer("q"), 5*time.Second)
+	if fmt.Sprintf("%q", m.Job.Header) != fmt.Sprintf("%q", h) {
+		t.Fatalf("header: got %q want %q", m.Job.Header, h)
+	}
+}
+
 func TestPublishDirectEmptyBody(t *testing.T) {
 	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
 	r := b.publish(&queue.Job{Queue: "q", Direct: true})
