@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +52,9 @@ func (c *Consumer) Queue() string { return c.queue }
 // A message that is not a job envelope (published to the queue's subject by something else) is
 // moved to the dead-letter stream and not returned.
 func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*Msg, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	max = cmpMax(max, 1)
 	var (
 		batch jetstream.MessageBatch
@@ -121,7 +125,9 @@ func (c *Consumer) poison(ctx context.Context, raw jetstream.Msg, cause error) {
 	id := "seq-" + strconv.FormatUint(md.Sequence.Stream, 10)
 	dm := nats.NewMsg(c.q.dlqSubject(c.queue, id))
 	for k, v := range raw.Headers() {
-		dm.Header[k] = v
+		if !strings.HasPrefix(strings.ToLower(k), "nats-") { // no stale Nats-Msg-Id or expectations
+			dm.Header[k] = v
+		}
 	}
 	meta := deadMeta{Reason: "undecodable message: " + cause.Error(), Attempts: int(md.NumDelivered),
 		FailedAt: c.q.now().UTC(), Seq: md.Sequence.Stream}

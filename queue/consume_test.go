@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/queue"
 )
@@ -203,7 +205,9 @@ func TestStatusExpires(t *testing.T) {
 
 func TestPoisonMessageIsDeadLettered(t *testing.T) {
 	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
-	if _, err := b.js.Publish(b.ctx, b.subject("q"), []byte("not a job")); err != nil {
+	// Its own JetStream headers must not leak into the dead letter's publish.
+	if _, err := b.js.Publish(b.ctx, b.subject("q"), []byte("not a job"),
+		jetstream.WithMsgID("poison"), jetstream.WithExpectStream(b.stream("q"))); err != nil {
 		t.Fatal(err)
 	}
 	good := b.publish(&queue.Job{Queue: "q"})

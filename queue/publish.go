@@ -187,7 +187,7 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	fp := ""
 	if job.IdempotencyKey != "" {
 		fp = fingerprint(job)
-		rec, _, err := q.record(ctx, job.ID)
+		rec, _, err := q.getRecord(ctx, job.ID)
 		switch {
 		case err == nil:
 			if rec.Fingerprint != "" && rec.Fingerprint != fp {

@@ -16,8 +16,8 @@ type record struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
-// record reads the entry of job id, returning ErrNotFound when there is none.
-func (q *Queues) record(ctx context.Context, id string) (record, uint64, error) {
+// getRecord reads the entry of job id, returning ErrNotFound when there is none.
+func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, error) {
 	if !validID.MatchString(id) {
 		return record{}, 0, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
@@ -40,7 +40,7 @@ func (q *Queues) record(ctx context.Context, id string) (record, uint64, error) 
 func (q *Queues) Status(ctx context.Context, id string) (Status, error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	r, _, err := q.record(ctx, id)
+	r, _, err := q.getRecord(ctx, id)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Status{}, fmt.Errorf("queue: status %s: %w", id, err)
 	}
@@ -83,7 +83,7 @@ func (q *Queues) SetStatus(ctx context.Context, st Status) error {
 // UpdatedAt is set to now when change leaves it zero.
 func (q *Queues) updateStatus(ctx context.Context, id string, change func(cur *record) *record) error {
 	for attempt := 0; ; attempt++ {
-		cur, rev, err := q.record(ctx, id)
+		cur, rev, err := q.getRecord(ctx, id)
 		var curp *record
 		switch {
 		case err == nil:
