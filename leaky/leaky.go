@@ -109,6 +109,8 @@ type Slot struct {
 	// At is the local-clock instant of the slot: when Take returned, plus Wait.
 	At time.Time
 
+	// sched is the slot's instant on the schedule's own clock, µs (Redis: the server's TIME).
+	sched int64
 	// epoch identifies the schedule state the slot was reserved in (Redis only; 0 = none).
 	epoch int64
 }

@@ -74,7 +74,7 @@ func (m *Memory) Take(_ context.Context, queue string, r Rate) (Slot, error) {
 	q.last, q.taken = tat, true
 	q.mu.Unlock()
 	wait := time.Duration(slot-now) * time.Microsecond
-	return Slot{Wait: wait, At: t.Add(wait)}, nil
+	return Slot{Wait: wait, At: t.Add(wait), sched: slot}, nil
 }
 
 // Pause pauses the queue for d from now; see Schedule. It never returns an error.

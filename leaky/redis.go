@@ -73,7 +73,7 @@ func (r *Redis) Take(ctx context.Context, queue string, rt Rate) (Slot, error) {
 	if err != nil {
 		return Slot{}, fmt.Errorf("leaky: take %q: %w", queue, err)
 	}
-	if len(res) < 4 || res[0] < 0 {
+	if len(res) != 5 || res[0] < 0 {
 		return Slot{}, fmt.Errorf("leaky: take %q: unexpected reply %v", queue, res)
 	}
 	wait := time.Duration(res[0]) * time.Microsecond
@@ -83,7 +83,7 @@ func (r *Redis) Take(ctx context.Context, queue string, rt Rate) (Slot, error) {
 	if r.now == nil {
 		at = time.Now()
 	}
-	return Slot{Wait: wait, At: at.Add(wait), epoch: res[3]}, nil
+	return Slot{Wait: wait, At: at.Add(wait), sched: res[4] + res[0], epoch: res[3]}, nil
 }
 
 // Pause pauses the queue for d from now; see Schedule.

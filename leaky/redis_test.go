@@ -1,8 +1,9 @@
 package leaky
 
 import (
+	"cmp"
 	"context"
-	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -112,14 +113,20 @@ func TestRedisAggregateRate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 
+	type delivery struct {
+		at    time.Time // when Wait returned
+		sched int64     // the slot, µs of the Redis server's clock
+		dry   bool      // the slot was "go now": no worker held a reservation ahead of it
+	}
 	var (
-		mu    sync.Mutex
-		times []time.Time
-		wg    sync.WaitGroup
+		mu         sync.Mutex
+		deliveries []delivery
+		wg         sync.WaitGroup
 	)
 	for range 2 {
-		s := NewRedis(srv.NewClient(), RedisConfig{Prefix: prefix})
+		client := srv.NewClient()
 		for range 8 {
+			s := &lastSlot{Redis: NewRedis(client, RedisConfig{Prefix: prefix})}
 			wg.Go(func() {
 				for {
 					if err := Wait(ctx, s, "q", r, nil); err != nil {
@@ -128,41 +135,100 @@ func TestRedisAggregateRate(t *testing.T) {
 						}
 						return
 					}
-					now := time.Now()
+					d := delivery{time.Now(), s.last.sched, s.last.Wait == 0}
 					mu.Lock()
-					times = append(times, now)
+					deliveries = append(deliveries, d)
 					mu.Unlock()
 				}
 			})
 		}
 	}
 	wg.Wait()
-	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
-	if len(times) < 2 {
-		t.Fatalf("only %d deliveries", len(times))
+	if len(deliveries) < 100 {
+		t.Fatalf("only %d deliveries", len(deliveries))
+	}
+	slices.SortFunc(deliveries, func(a, b delivery) int { return cmp.Compare(a.sched, b.sched) })
+
+	// The schedule, on the server's clock. The slots used are never closer than one interval.
+	// With a backlog they are exactly one interval apart; the schedule runs dry only when none
+	// of the 16 workers is ready to take a slot, which happens only when the machine starves the
+	// test's goroutines (other packages' tests share its 2 cores) — that time is not "with a
+	// backlog", and is left out of the accuracy check (and logged). The ±2: at the edges a
+	// slot's holder can lose the race against the deadline while a later one wins.
+	interval := r.Interval.Microseconds()
+	var starved time.Duration
+	for i := 1; i < len(deliveries); i++ {
+		gap := deliveries[i].sched - deliveries[i-1].sched
+		if gap < interval {
+			t.Fatalf("slots %d and %d are %dµs apart, less than the interval %dµs", i-1, i, gap, interval)
+		}
+		if deliveries[i].dry {
+			starved += time.Duration(gap-interval) * time.Microsecond
+		}
+	}
+	span := time.Duration(deliveries[len(deliveries)-1].sched-deliveries[0].sched) * time.Microsecond
+	if starved > 0 {
+		t.Logf("the schedule ran dry for %v of %v: the workers were starved of CPU", starved, span)
+		if starved > span/4 {
+			t.Fatalf("the schedule ran dry for %v of %v: too slow to measure (or Wait oversleeps)", starved, span)
+		}
+	}
+	tol := 0.01*float64(rate)*span.Seconds() + 2
+	if want := float64(rate)*(span-starved).Seconds() + 1; math.Abs(float64(len(deliveries))-want) > tol {
+		t.Errorf("%d slots used in %v of schedule (%v dry), want %.1f ± %.1f", len(deliveries), span, starved, want, tol)
 	}
 
-	// Total: slots are Interval apart, so over [first, last] there are rate×elapsed + 1.
-	elapsed := times[len(times)-1].Sub(times[0])
-	want := float64(rate)*elapsed.Seconds() + 1
-	got := float64(len(times))
-	if tol := 0.01*float64(rate)*elapsed.Seconds() + 2; got < want-tol || got > want+tol {
-		t.Errorf("%d deliveries in %v, want %.1f ± %.1f", len(times), elapsed, want, tol)
+	// The deliveries, as observed. Each returns at or after its slot (never early; Redis runs on
+	// this host, so its TIME and time.Now read the same clock) by a delay δ: the reply's trip back,
+	// the timer's wake-up, the pause check. Delays vary by spread, so a 1s window of deliveries
+	// holds slots from a span of 1s + spread: at most rate + burst + ⌈spread/interval⌉. Normally
+	// spread < interval (5ms) and that is the "+1 for measurement jitter"; when the machine stalls
+	// the test's goroutines longer, the allowance grows with the measured spread, and says so.
+	minD, maxD := time.Duration(1<<62), time.Duration(0)
+	at := make([]time.Time, len(deliveries))
+	for i, d := range deliveries {
+		delay := d.at.Sub(time.UnixMicro(d.sched))
+		if delay < 0 {
+			t.Fatalf("a delivery returned %v before its slot", -delay)
+		}
+		minD, maxD = min(minD, delay), max(maxD, delay)
+		at[i] = d.at
 	}
+	spread := maxD - minD
+	extra := max(1, int((spread+r.Interval-1)/r.Interval))
+	if extra > 1 {
+		t.Logf("delivery delays vary by %v (> one interval): allowing %d extra per window", spread, extra)
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
 
-	// Never above the rate: no 1-second window holds more than rate + burst slots, plus one: a
-	// delivery is observed a little after its slot (the reply's trip back, the wake-up), by
-	// varying amounts less than one interval, so a window can catch one slot from before its
-	// start but not two.
-	maxIn := 0
-	for i := range times {
-		j, _ := slices.BinarySearchFunc(times[i:], times[i].Add(time.Second), func(a, b time.Time) int { return a.Compare(b) })
-		maxIn = max(maxIn, j)
+	// Total: over [first, last] there are rate × elapsed + 1 slots.
+	elapsed := at[len(at)-1].Sub(at[0])
+	got := float64(len(at))
+	if want, tol := float64(rate)*(elapsed-starved).Seconds()+1, tol+float64(extra-1); math.Abs(got-want) > tol {
+		t.Errorf("%d deliveries in %v, want %.1f ± %.1f", len(at), elapsed, want, tol)
 	}
-	if limit := rate + int(r.Burst) + 1; maxIn > limit {
-		t.Errorf("a 1s window holds %d deliveries, more than %d", maxIn, limit)
+	// Never above the rate: the busiest 1s window.
+	busiest := 0
+	for i := range at {
+		n, _ := slices.BinarySearchFunc(at[i:], at[i].Add(time.Second), func(a, b time.Time) int { return a.Compare(b) })
+		busiest = max(busiest, n)
 	}
-	t.Logf("%d deliveries in %v (%.2f/s); busiest 1s window %d", len(times), elapsed, got/elapsed.Seconds(), maxIn)
+	if limit := rate + int(r.Burst) + extra; busiest > limit {
+		t.Errorf("a 1s window holds %d deliveries, more than %d", busiest, limit)
+	}
+	t.Logf("%d deliveries in %v (%.2f/s); busiest 1s window %d; delays %v–%v", len(at), elapsed, got/elapsed.Seconds(), busiest, minD, maxD)
+}
+
+// lastSlot remembers the slot of its last take.
+type lastSlot struct {
+	*Redis
+	last Slot
+}
+
+func (l *lastSlot) Take(ctx context.Context, queue string, r Rate) (Slot, error) {
+	s, err := l.Redis.Take(ctx, queue, r)
+	l.last = s
+	return s, err
 }
 
 // TestRedisDown: with Redis down a take fails promptly; after a restart takes work again with a
@@ -220,8 +286,8 @@ func TestWaitRetakesAfterStateLoss(t *testing.T) {
 	srv := testenv.Redis(t)
 	ctx := context.Background()
 	s := &lossy{Redis: NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t)}), srv: srv}
-	r := Rate{Interval: 20 * time.Millisecond}
-	take(t, s.Redis, "q", r) // the next slot is 20ms away
+	r := Rate{Interval: 200 * time.Millisecond}
+	take(t, s.Redis, "q", r) // the next slot is 200ms away
 	if err := Wait(ctx, s, "q", r, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +308,7 @@ func (l *lossy) Take(ctx context.Context, queue string, r Rate) (Slot, error) {
 	l.takes++
 	if l.takes == 1 {
 		if err := l.srv.Client.Del(ctx, l.key(queue)).Err(); err != nil {
-			return slot, errors.Join(err)
+			return slot, err
 		}
 	}
 	return slot, err

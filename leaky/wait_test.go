@@ -40,26 +40,27 @@ func TestWait(t *testing.T) {
 			t.Run("sleeps until the slot", func(t *testing.T) {
 				s := d.new(t, nil)
 				r := Rate{Interval: 50 * time.Millisecond}
-				take(t, s, "q", r)
 				start := time.Now()
+				take(t, s, "q", r) // the next slot is 50ms after this one, at least 50ms after start
 				if err := Wait(context.Background(), s, "q", r, nil); err != nil {
 					t.Fatal(err)
 				}
-				if el := time.Since(start); el < 45*time.Millisecond {
+				if el := time.Since(start); el < 50*time.Millisecond {
 					t.Fatalf("returned after %v, before the slot 50ms away", el)
 				}
 			})
 
 			t.Run("pause during the sleep", func(t *testing.T) {
-				s := &pausing{Schedule: d.new(t, nil), pause: 150 * time.Millisecond}
-				r := Rate{Interval: 20 * time.Millisecond}
+				// Wait's slot is 100ms away, inside the 250ms pause that starts after it is taken.
+				s := &pausing{Schedule: d.new(t, nil), pause: 250 * time.Millisecond}
+				r := Rate{Interval: 100 * time.Millisecond}
 				take(t, s.Schedule, "q", r)
 				start := time.Now()
 				if err := Wait(context.Background(), s, "q", r, nil); err != nil {
 					t.Fatal(err)
 				}
-				if el := time.Since(start); el < 150*time.Millisecond {
-					t.Fatalf("returned after %v, inside the 150ms pause", el)
+				if el := time.Since(start); el < 250*time.Millisecond {
+					t.Fatalf("returned after %v, inside the 250ms pause", el)
 				}
 				if n := s.takes.Load(); n != 2 {
 					t.Fatalf("%d takes, want 2 (a new slot after the pause)", n)
@@ -117,31 +118,42 @@ func TestWait(t *testing.T) {
 	}
 }
 
-// TestSleepProgress: long sleeps report progress before and periodically during the sleep.
+// TestSleepProgress: long sleeps report progress before and periodically during the sleep, with
+// the time left; short ones do not.
 func TestSleepProgress(t *testing.T) {
+	const d, threshold, period = 200 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond
 	var calls []time.Duration
 	var timer *time.Timer
 	defer func() { timer.Stop() }()
-	err := sleep(context.Background(), &timer, 100*time.Millisecond, func(left time.Duration) {
+	start := time.Now()
+	err := sleep(context.Background(), &timer, d, func(left time.Duration) {
 		calls = append(calls, left)
-	}, 30*time.Millisecond, 25*time.Millisecond)
+	}, threshold, period)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Called at about 100, 75, 50 ms left; not when less than the 30ms threshold is left.
-	if len(calls) != 3 {
-		t.Fatalf("onWait calls %v, want 3", calls)
+	if el := time.Since(start); el < d {
+		t.Fatalf("slept %v, less than %v", el, d)
+	}
+	// Called first with about d left, then about every period (timers never fire early, so never
+	// more often) while at least the threshold is left. Only a stall of the whole test for most of
+	// d could leave a single call.
+	if len(calls) < 2 || len(calls) > int(d/period)+1 {
+		t.Fatalf("onWait calls %v: want 2 to %d", calls, int(d/period)+1)
+	}
+	if calls[0] > d || calls[0] < d-period {
+		t.Fatalf("first onWait(%v), want about %v", calls[0], d)
 	}
 	for i := 1; i < len(calls); i++ {
-		if calls[i] >= calls[i-1] || calls[i] < 30*time.Millisecond {
-			t.Fatalf("onWait calls %v: not decreasing or below the threshold", calls)
+		if calls[i] > calls[i-1]-period || calls[i] < threshold {
+			t.Fatalf("onWait calls %v: closer than the period or below the threshold", calls)
 		}
 	}
 	// Short sleeps do not report.
 	calls = nil
-	if err := sleep(context.Background(), &timer, 10*time.Millisecond, func(left time.Duration) {
+	if err := sleep(context.Background(), &timer, threshold/2, func(left time.Duration) {
 		calls = append(calls, left)
-	}, 30*time.Millisecond, 25*time.Millisecond); err != nil || len(calls) != 0 {
+	}, threshold, period); err != nil || len(calls) != 0 {
 		t.Fatalf("short sleep: %v, onWait %v", err, calls)
 	}
 }
