@@ -27,7 +27,7 @@ var idSpace = uuid.MustParse("6f1b8a52-3c1e-4c55-9d0a-5a1c7e0f2b44")
 var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
 // JobID returns the id of a job for queue. With an Idempotency-Key it is deterministic: a UUID
-// (version 8) made of the first 128 bits of SHA-256 over the queue name and the key, so the same
+// version 8 whose other 122 bits come from SHA-256 over the queue name and the key, so the same
 // key on the same queue always names the same job. The caller may scope keys further (for
 // example per API key) by folding that into idempotencyKey. Without a key it is a random,
 // time-ordered UUID version 7.
