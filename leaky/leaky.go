@@ -12,6 +12,8 @@
 // or "your slot is at t" (Slot.Wait > 0), so a worker reserves a future slot and sleeps until it,
 // rather than polling. Reservations are spaced exactly Interval apart, so with a backlog the
 // aggregate delivery rate over all workers is the rate, and never above it (plus the burst).
+// Slots are instants: a worker stalled past its slot (a GC pause, a starved CPU) delivers late,
+// so deliveries can bunch up briefly after a stall although the slots never do.
 //
 // The interval is passed with every take, so a rate change applies from the next take, with no
 // restart: the gap after the most recent reservation is already the new interval.
