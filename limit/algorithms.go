@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync/atomic"
 	"time"
 )
 
@@ -97,15 +98,17 @@ func (l Limit) params(alg algo) (params, error) {
 	}
 	switch p.alg {
 	case algTokenBucket, algLeakyBucket, algGCRA:
-		g := gcd(l.Limit, p.period)
-		p.unit, p.refill = p.period/g, l.Limit/g
-		if p.capacity > maxExact/p.unit {
+		p.unit, p.refill = p.period, l.Limit
+		if g := gcd(l.Limit, p.period); g > 1 {
+			p.unit, p.refill = p.period/g, l.Limit/g
+		}
+		if hi, lo := bits.Mul64(uint64(p.capacity), uint64(p.unit)); hi != 0 || lo > maxExact {
 			return params{}, fmt.Errorf("%w: capacity %d × period %v too large for exact arithmetic; shorten the period or lower the burst",
 				ErrOutOfRange, p.capacity, l.Period)
 		}
 		p.cap = p.capacity * p.unit
 	case algSlidingWindow:
-		if l.Limit+1 > 2*maxExact/p.period {
+		if hi, lo := bits.Mul64(uint64(l.Limit+1), uint64(p.period)); hi != 0 || lo > 2*maxExact {
 			return params{}, fmt.Errorf("%w: limit %d × period %v too large for exact arithmetic", ErrOutOfRange, l.Limit, l.Period)
 		}
 	case algSlidingLog:
@@ -115,6 +118,32 @@ func (l Limit) params(alg algo) (params, error) {
 		}
 	}
 	return p, nil
+}
+
+// paramsCache remembers the params of recently used limits: a service applies a handful of
+// limits from its configuration to every request, and converting one (a GCD and two divisions)
+// costs more than the rest of a memory store's decision. It is direct-mapped by a hash of the
+// limit, and lock-free: a slot holds an immutable entry, replaced whole.
+var paramsCache [256]atomic.Pointer[paramsCacheEntry]
+
+type paramsCacheEntry struct {
+	l Limit
+	p params
+}
+
+// cachedParams is validate through paramsCache. Only valid limits are cached.
+func (l Limit) cachedParams() (params, error) {
+	h := (uint64(l.Limit)*0x9e3779b97f4a7c15 ^ uint64(l.Period)*0xc2b2ae3d27d4eb4f ^
+		uint64(l.Burst)*0x165667b19e3779f9 ^ uint64(len(l.Algorithm))) >> 56
+	slot := &paramsCache[h]
+	if e := slot.Load(); e != nil && e.l == l {
+		return e.p, nil
+	}
+	p, err := l.validate()
+	if err == nil {
+		slot.Store(&paramsCacheEntry{l: l, p: p})
+	}
+	return p, err
 }
 
 // tokenBucketState is a token bucket. The zero value is a full bucket.
@@ -314,8 +343,8 @@ func slidingWait(s slidingWindowState, period, left, target int64) int64 {
 }
 
 // slidingLogState is the log of one key: the times of the admitted requests of the trailing
-// period, oldest first, in a ring that grows up to Limit entries. The zero value is an empty
-// log.
+// period, oldest first, in a ring that holds up to Limit entries: allocated whole for a Limit up
+// to 16, else grown by doubling from 16 as entries arrive. The zero value is an empty log.
 type slidingLogState struct {
 	ring []int64 // µs since the Unix epoch
 	head int     // index of the oldest entry
@@ -330,8 +359,8 @@ func (s *slidingLogState) push(t, cost, limit int64) {
 	need := s.n + int(cost)
 	if need > len(s.ring) {
 		size := int(limit) // small logs get their whole ring at once
-		if limit > 64 {
-			size = max(need, min(int(limit), max(64, 2*len(s.ring))))
+		if limit > 16 {
+			size = max(need, min(int(limit), max(16, 2*len(s.ring))))
 		}
 		ring := make([]int64, size)
 		for i := range s.n {

@@ -7,6 +7,29 @@
 //
 // Being over the limit is a [Decision] with Allowed false, not an error. An error means the
 // limiter could not decide (bad input, or the store failed).
+//
+// # One arithmetic
+//
+// The algorithms are pure functions of a small state and an instant (algorithms.go); the memory
+// store runs them in Go, the Redis store runs Lua translations of them (lua/*.lua) inside Redis.
+// Both compute in whole microseconds since the Unix epoch, the resolution of Redis TIME, and
+// hold rates as exact fractions, so they decide identically — to the microsecond, in every
+// field of the Decision — and a rate such as 3 per second does not drift. [Limit.Validate]
+// rejects the few limits whose products would not stay exact in Lua's doubles.
+//
+// A decision is exact in both directions: a request retried RetryAfter later is admitted if
+// nothing else was charged meanwhile, and one retried a microsecond earlier is not; the same
+// holds for ResetAfter and a request of the whole capacity.
+//
+// # Keys
+//
+// A store keeps one state per (algorithm, key). Limits of the same algorithm on the same key
+// share it, which is what lets a reloaded configuration keep counting (the bucket algorithms
+// rescale their state to a changed rate); callers that apply several rules to one client put
+// the rule's name in the key, as Sluice's ingress does ("rule:client"). A state that has become
+// idle — ResetAfter has passed — decides under the same limit exactly as no state would, so the
+// stores forget it: the memory store removes it as new keys arrive, and Redis keys carry a TTL
+// that ends then.
 package limit
 
 import (
@@ -83,7 +106,12 @@ var (
 
 // Limit is one rate limit: Limit requests per Period, decided by Algorithm. Burst is the bucket
 // capacity for TokenBucket, LeakyBucket and GCRA (0 means the algorithm's default) and is
-// ignored by the window algorithms. A Limit is a small value, compared and copied freely.
+// ignored by the window algorithms. Period must be a whole number of microseconds. A Limit is a
+// small value, compared and copied freely; its zero value is invalid.
+//
+// TokenBucket, LeakyBucket and GCRA of equal capacity make the same decisions: they are three
+// bookkeepings (tokens left, level poured, theoretical arrival time) of one rule. They differ in
+// their default capacity — Limit for the token bucket and GCRA, 1 for the leaky bucket.
 type Limit struct {
 	Algorithm Algorithm
 	Limit     int64
@@ -156,14 +184,16 @@ type Decision struct {
 	Limit int64
 	// Remaining is how many more requests of cost 1 would be admitted right now, >= 0.
 	Remaining int64
-	// ResetAfter is how long until the quota is whole again (a full bucket, or the end of
-	// the window), >= 0.
+	// ResetAfter is how long until the quota is whole again, >= 0: a full token bucket, an
+	// empty leaky bucket, a TAT in the past, the end of the fixed window, or nothing left in
+	// the sliding log or the sliding window's estimate. Microsecond resolution.
 	ResetAfter time.Duration
-	// RetryAfter is how long until this request would be admitted; 0 when Allowed.
+	// RetryAfter is how long until this request (of the same cost) would be admitted, if
+	// nothing else is charged meanwhile; 0 when Allowed. Microsecond resolution.
 	RetryAfter time.Duration
 }
 
-// Request is one decision asked of DecideAll.
+// Request is one decision asked of DecideAll: Cost units charged against Key under Limit.
 type Request struct {
 	Key   string
 	Limit Limit
@@ -184,7 +214,7 @@ type Limiter interface {
 // check validates one request before any store is touched, and returns the limit in the
 // integer form the algorithms compute with.
 func check(key string, l Limit, cost int64) (params, error) {
-	p, err := l.validate()
+	p, err := l.cachedParams()
 	if err != nil {
 		return params{}, err
 	}

@@ -26,9 +26,11 @@ type MemoryConfig struct {
 // and the reference the Redis store is tested against. It is safe for concurrent use; its
 // methods never block on I/O, and the ctx they take is unused.
 //
-// Keys are identified by a 64-bit seeded hash of (algorithm, key), not by the key itself, so a
-// key costs no more than its state (about 50 bytes for every algorithm but SlidingLog, whose
-// log also holds 8 bytes per logged request). The state of a key is shared by every limit of
+// Keys are identified by a 61-bit hash of (algorithm, key) with a seed chosen at random per
+// store, not by the key itself, so a key costs no more than its state: about 50 bytes for every
+// algorithm but SlidingLog, whose log also holds 8 bytes per logged request. Two keys share a
+// state only if their hashes collide: for a million keys, a chance of about 1 in 5 million
+// that any two do. The state of a key is shared by every limit of
 // the same algorithm: callers that apply several limits to one key put the rule's name in the
 // key. A key whose state is idle (its ResetAfter has passed) decides as a new key would; idle
 // keys are removed as new keys arrive (a few at a time), when MaxKeys is reached (first), or by
