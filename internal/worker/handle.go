@@ -70,11 +70,19 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		return
 	}
 	attempt := j.attempts + 1
-	r.setStatus(j, queue.StateRunning, attempt, j.prev.LastError, j.prev.Response, nil)
-
+	// The attempt is recorded (state running, attempts n) while the request is on its way,
+	// not before: a status write takes a few round trips to NATS, and any delay between the
+	// slot and the request bunches deliveries up at the upstream. The outcome is recorded
+	// only after this write has landed.
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		r.setStatus(j, queue.StateRunning, attempt, j.prev.LastError, j.prev.Response, nil)
+	}()
 	start := r.p.now()
 	resp, err := r.deliver(hard, &cfg, m.Job, attempt)
 	elapsed := r.p.now().Sub(start)
+	<-recorded
 	r.p.m.latency.WithLabelValues(r.name).Observe(elapsed.Seconds())
 	r.p.m.drain.add(r.name)
 	if err != nil && hard.Err() != nil {
