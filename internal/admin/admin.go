@@ -1,0 +1,185 @@
+// Package admin serves the admin endpoints of every Sluice process on admin_listen:
+//
+//	GET /healthz   200 while the process is up
+//	GET /readyz    200 when every check (Redis, NATS) passes, else 503 naming the failures
+//	GET /metrics   Prometheus text format, from the process's registry
+//
+// and whatever the process mounts with Handle, such as the queue endpoints of [Queues]
+// (GET /v1/queues, GET /v1/queues/{queue}). It uses net/http only.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults.
+const (
+	// DefaultCheckTimeout bounds each readiness check.
+	DefaultCheckTimeout = 2 * time.Second
+	// DefaultShutdownTimeout bounds the graceful shutdown of ListenAndServe.
+	DefaultShutdownTimeout = 5 * time.Second
+)
+
+// Check is one named readiness check, such as "redis" or "nats". Func returns nil when the
+// dependency is usable; it must return soon after ctx is done.
+type Check struct {
+	Name string
+	Func func(ctx context.Context) error
+}
+
+// RedisCheck checks that rdb answers PING.
+func RedisCheck(rdb redis.UniversalClient) Check {
+	return Check{Name: "redis", Func: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }}
+}
+
+// NATSCheck checks that nc is connected and the server answers a round trip.
+func NATSCheck(nc *nats.Conn) Check {
+	return Check{Name: "nats", Func: func(ctx context.Context) error {
+		if !nc.IsConnected() {
+			return errors.New("not connected: " + nc.Status().String())
+		}
+		return nc.FlushWithContext(ctx)
+	}}
+}
+
+// Server is the admin HTTP server of one process. Its methods are safe for concurrent use;
+// mount handlers with Handle before serving.
+type Server struct {
+	addr         string
+	mux          *http.ServeMux
+	checks       []Check
+	checkTimeout time.Duration
+	reloadErrors prometheus.Counter
+}
+
+// New returns an admin server for addr (host:port) that exports reg's metrics and reports
+// ready when every check passes. It registers sluice_config_reload_errors_total with reg
+// (reusing the counter if reg already has it); nil reg serves an empty /metrics.
+func New(addr string, reg *prometheus.Registry, checks ...Check) *Server {
+	s := &Server{addr: addr, mux: http.NewServeMux(), checks: checks, checkTimeout: DefaultCheckTimeout}
+	s.reloadErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_config_reload_errors_total",
+		Help: "Config reloads that failed (an invalid file, or one that could not be read); the process kept its config.",
+	})
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if err := reg.Register(s.reloadErrors); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if c, ok := are.ExistingCollector.(prometheus.Counter); ok {
+				s.reloadErrors = c
+			}
+		}
+	}
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return s
+}
+
+// Handle mounts h on pattern (an http.ServeMux pattern, such as "GET /v1/queues/{queue}").
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Handler returns the admin HTTP handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// ReloadFailed counts a config reload that failed, in sluice_config_reload_errors_total.
+func (s *Server) ReloadFailed() { s.reloadErrors.Inc() }
+
+// ListenAndServe listens on the server's address and serves until ctx is done, then shuts
+// down gracefully (at most DefaultShutdownTimeout) and returns nil. It returns the error of
+// listening or serving otherwise.
+func (s *Server) ListenAndServe(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve is ListenAndServe on a listener the caller opened; it closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    16 << 10,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readiness is the body of /readyz.
+type readiness struct {
+	Status string            `json:"status"` // "ok" or "unavailable"
+	Checks map[string]string `json:"checks"` // name → "ok" or the error
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.checkTimeout)
+	defer cancel()
+	res := readiness{Status: "ok", Checks: make(map[string]string, len(s.checks))}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, c := range s.checks {
+		wg.Go(func() {
+			err := c.Func(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				res.Status = "unavailable"
+				res.Checks[c.Name] = err.Error()
+			} else {
+				res.Checks[c.Name] = "ok"
+			}
+		})
+	}
+	wg.Wait()
+	code := http.StatusOK
+	if res.Status != "ok" {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, res)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write(append(body, '\n'))
+}

@@ -1,0 +1,192 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func get(t *testing.T, h http.Handler, path string) (*http.Response, []byte) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+	res := w.Result()
+	body, _ := io.ReadAll(res.Body)
+	return res, body
+}
+
+// TestReadyz checks /healthz, and /readyz against a real redis-server and NATS server: ready
+// while both answer, 503 naming the one that does not once it is down.
+func TestReadyz(t *testing.T) {
+	rs := testenv.Redis(t)
+	ns := testenv.NATS(t)
+	nc := testenv.Connect(t, ns.URL)
+	s := New("127.0.0.1:0", prometheus.NewRegistry(), RedisCheck(rs.NewClient()), NATSCheck(nc))
+	s.checkTimeout = 500 * time.Millisecond
+
+	if res, body := get(t, s.Handler(), "/healthz"); res.StatusCode != 200 || !strings.Contains(string(body), `"ok"`) {
+		t.Fatalf("healthz: %d %s", res.StatusCode, body)
+	}
+	res, body := get(t, s.Handler(), "/readyz")
+	var r readiness
+	if err := json.Unmarshal(body, &r); err != nil || res.StatusCode != 200 || r.Status != "ok" || r.Checks["redis"] != "ok" || r.Checks["nats"] != "ok" {
+		t.Fatalf("readyz with both up: %d %s", res.StatusCode, body)
+	}
+
+	rs.Stop()
+	res, body = get(t, s.Handler(), "/readyz")
+	r = readiness{}
+	if err := json.Unmarshal(body, &r); err != nil || res.StatusCode != 503 || r.Status != "unavailable" || r.Checks["redis"] == "ok" || r.Checks["nats"] != "ok" {
+		t.Fatalf("readyz with redis down: %d %s", res.StatusCode, body)
+	}
+	// /healthz does not depend on the checks.
+	if res, _ := get(t, s.Handler(), "/healthz"); res.StatusCode != 200 {
+		t.Fatalf("healthz with redis down: %d", res.StatusCode)
+	}
+	rs.Start()
+	testenv.WaitFor(t, 5*time.Second, "readyz after redis restarts", func() bool {
+		res, _ := get(t, s.Handler(), "/readyz")
+		return res.StatusCode == 200
+	})
+}
+
+// TestReadyzTimeout checks that a check that hangs makes /readyz fail after the timeout
+// instead of hanging too.
+func TestReadyzTimeout(t *testing.T) {
+	s := New("127.0.0.1:0", nil, Check{Name: "slow", Func: func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}})
+	s.checkTimeout = 20 * time.Millisecond
+	res, body := get(t, s.Handler(), "/readyz")
+	if res.StatusCode != 503 || !strings.Contains(string(body), "deadline") {
+		t.Fatalf("readyz: %d %s", res.StatusCode, body)
+	}
+}
+
+// TestMetricsAndServe serves on a real listener and reads /metrics, which holds the
+// registry's metrics and the reload-error counter.
+func TestMetricsAndServe(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_test_total", Help: "x"})
+	reg.MustRegister(c)
+	c.Add(3)
+	s := New("127.0.0.1:0", reg)
+	s.ReloadFailed()
+	New("127.0.0.1:0", reg).ReloadFailed() // a second server on the registry shares the counter
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	res, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{"sluice_test_total 3", "sluice_config_reload_errors_total 2"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	http.DefaultClient.CloseIdleConnections()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve returned %v after ctx was cancelled, want nil", err)
+	}
+}
+
+// fakeInfo is not a fake of NATS: it stands for the queue layer in the tests that check only
+// the HTTP shape; TestQueuesNATS runs the endpoints against real JetStream.
+type infoFunc func(ctx context.Context, name string) (queue.Info, error)
+
+func (f infoFunc) Info(ctx context.Context, name string) (queue.Info, error) { return f(ctx, name) }
+
+func queuesConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("t.yaml", []byte(`
+queues:
+  - { name: orders, rate: 50/s, burst: 5, max_depth: 1000 }
+  - { name: reports, rate: 5/2s }
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestQueuesShape(t *testing.T) {
+	cfg := queuesConfig(t)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := New("127.0.0.1:0", nil)
+	(&Queues{
+		Info: infoFunc(func(ctx context.Context, name string) (queue.Info, error) {
+			if name == "reports" {
+				return queue.Info{Name: name, Depth: 7, Pending: 5, InFlight: 2, Consumers: 1, DeadLetters: 3}, nil
+			}
+			return queue.Info{Name: name}, nil
+		}),
+		Config: func() *config.Config { return cfg },
+		PausedUntil: func(ctx context.Context, q string) (time.Time, bool, error) {
+			return now.Add(30 * time.Second), q == "reports", nil
+		},
+		Now: func() time.Time { return now },
+	}).Mount(s)
+
+	res, body := get(t, s.Handler(), "/v1/queues")
+	var list struct{ Queues []QueueStatus }
+	if err := json.Unmarshal(body, &list); err != nil || res.StatusCode != 200 || len(list.Queues) != 2 {
+		t.Fatalf("list: %d %s", res.StatusCode, body)
+	}
+	o, r := list.Queues[0], list.Queues[1]
+	if o.Name != "orders" || o.Rate != "50/s" || o.RatePerSecond != 50 || o.Burst != 5 || o.MaxDepth != 1000 || o.PausedUntil != nil {
+		t.Errorf("orders: %+v", o)
+	}
+	if r.Rate != "5/2s" || r.RatePerSecond != 2.5 || r.Depth != 7 || r.Pending != 5 || r.InFlight != 2 || r.DeadLetters != 3 || r.Consumers != 1 ||
+		r.PausedUntil == nil || !r.PausedUntil.Equal(now.Add(30*time.Second)) {
+		t.Errorf("reports: %+v", r)
+	}
+	if res, body := get(t, s.Handler(), "/v1/queues/reports"); res.StatusCode != 200 || !strings.Contains(string(body), `"depth":7`) {
+		t.Errorf("one: %d %s", res.StatusCode, body)
+	}
+	res, body = get(t, s.Handler(), "/v1/queues/nope")
+	if res.StatusCode != 404 || res.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), `nope`) {
+		t.Errorf("unknown: %d %q %s", res.StatusCode, res.Header.Get("Content-Type"), body)
+	}
+}
+
+func TestQueuesStoreDown(t *testing.T) {
+	cfg := queuesConfig(t)
+	s := New("127.0.0.1:0", nil)
+	(&Queues{
+		Info: infoFunc(func(ctx context.Context, name string) (queue.Info, error) {
+			return queue.Info{}, errors.New("nats: no responders")
+		}),
+		Config: func() *config.Config { return cfg },
+	}).Mount(s)
+	for _, p := range []string{"/v1/queues", "/v1/queues/orders"} {
+		if res, _ := get(t, s.Handler(), p); res.StatusCode != 503 || res.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s with the queue layer down: %d %q", p, res.StatusCode, res.Header.Get("Content-Type"))
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// QueueInfo describes queues; *queue.Queues implements it.
+type QueueInfo interface {
+	// Info describes queue name, or returns an error wrapping queue.ErrUnknownQueue.
+	Info(ctx context.Context, name string) (queue.Info, error)
+}
+
+// Queues serves the queue endpoints of the admin API:
+//
+//	GET /v1/queues          {"queues": [QueueStatus, ...]}, in config order
+//	GET /v1/queues/{queue}  QueueStatus, or 404
+//
+// Errors are application/problem+json. Fill in the fields and Mount it.
+type Queues struct {
+	// Info reads the state of a queue. Required.
+	Info QueueInfo
+	// Config returns the current config, whose queues are the ones listed. Required.
+	Config func() *config.Config
+	// PausedUntil returns until when a queue's deliveries are paused (after an upstream
+	// 429 or 503), and false when it is not paused. Optional: nil reports no pause.
+	PausedUntil func(ctx context.Context, queue string) (time.Time, bool, error)
+	// Now is the clock that decides whether a pause is over. Nil: time.Now.
+	Now func() time.Time
+}
+
+// QueueStatus is the admin view of one queue.
+type QueueStatus struct {
+	Name string `json:"name"`
+	// Rate is the configured leak rate as the file writes it ("50/s"), and RatePerSecond
+	// the same in deliveries per second.
+	Rate          string  `json:"rate"`
+	RatePerSecond float64 `json:"rate_per_second"`
+	Burst         int64   `json:"burst"`
+	// Depth is the number of jobs in the queue, waiting and in flight; MaxDepth its limit.
+	Depth    uint64 `json:"depth"`
+	MaxDepth int64  `json:"max_depth"`
+	// Pending is the number of jobs no worker holds yet.
+	Pending uint64 `json:"pending"`
+	// InFlight is the number of jobs held by workers.
+	InFlight int `json:"in_flight"`
+	// Consumers is the number of consumers of the queue's stream.
+	Consumers int `json:"consumers"`
+	// DeadLetters is the number of jobs in the dead-letter stream.
+	DeadLetters uint64 `json:"dead_letters"`
+	// PausedUntil is when deliveries resume after an upstream asked to back off; null when
+	// the queue is not paused.
+	PausedUntil *time.Time `json:"paused_until"`
+}
+
+// Mount mounts the queue endpoints on s.
+func (q *Queues) Mount(s *Server) {
+	s.Handle("GET /v1/queues", http.HandlerFunc(q.list))
+	s.Handle("GET /v1/queues/{queue}", http.HandlerFunc(q.one))
+}
+
+func (q *Queues) list(w http.ResponseWriter, r *http.Request) {
+	cfg := q.Config()
+	out := struct {
+		Queues []QueueStatus `json:"queues"`
+	}{Queues: make([]QueueStatus, 0, len(cfg.Queues))}
+	for i := range cfg.Queues {
+		st, err := q.status(r.Context(), &cfg.Queues[i])
+		if err != nil {
+			writeProblem(w, http.StatusServiceUnavailable, "Queue state unavailable", err.Error())
+			return
+		}
+		out.Queues = append(out.Queues, st)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (q *Queues) one(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("queue")
+	cq, ok := q.Config().Queue(name)
+	if !ok {
+		writeProblem(w, http.StatusNotFound, "Unknown queue", "no queue named "+strconv.Quote(name))
+		return
+	}
+	st, err := q.status(r.Context(), cq)
+	switch {
+	case errors.Is(err, queue.ErrUnknownQueue):
+		writeProblem(w, http.StatusNotFound, "Unknown queue", "queue "+strconv.Quote(name)+" is configured but not provisioned")
+	case err != nil:
+		writeProblem(w, http.StatusServiceUnavailable, "Queue state unavailable", err.Error())
+	default:
+		writeJSON(w, http.StatusOK, st)
+	}
+}
+
+func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, error) {
+	st := QueueStatus{
+		Name:          cq.Name,
+		Rate:          cq.Rate.String(),
+		RatePerSecond: cq.Rate.PerSecond(),
+		Burst:         cq.Burst,
+		MaxDepth:      cq.MaxDepth,
+	}
+	info, err := q.Info.Info(ctx, cq.Name)
+	if err != nil {
+		return st, err
+	}
+	st.Depth, st.Pending, st.InFlight = info.Depth, info.Pending, info.InFlight
+	st.Consumers, st.DeadLetters = info.Consumers, info.DeadLetters
+	if q.PausedUntil != nil {
+		until, paused, err := q.PausedUntil(ctx, cq.Name)
+		if err != nil {
+			return st, err
+		}
+		now := time.Now
+		if q.Now != nil {
+			now = q.Now
+		}
+		if paused && until.After(now()) {
+			u := until.UTC()
+			st.PausedUntil = &u
+		}
+	}
+	return st, nil
+}
+
+// writeProblem writes an RFC 9457 problem.
+func writeProblem(w http.ResponseWriter, code int, title, detail string) {
+	body, _ := json.Marshal(map[string]any{"type": "about:blank", "title": title, "status": code, "detail": detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write(body)
+}

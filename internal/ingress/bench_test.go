@@ -1,0 +1,108 @@
+package ingress
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// nullWriter is a reusable ResponseWriter that keeps nothing but the status.
+type nullWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *nullWriter) Header() http.Header         { return w.h }
+func (w *nullWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *nullWriter) WriteHeader(code int)        { w.code = code }
+func (w *nullWriter) Flush()                      {}
+
+func benchServer(b *testing.B, upstreamURL, yaml string) http.Handler {
+	b.Helper()
+	s, err := New(parseConfig(b, upstreamURL, yaml), Options{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	return s.Handler()
+}
+
+// BenchmarkIngress429Memory is the rejection path of the in-process ingress: match two rules,
+// build keys, decide both in memory, answer 429 with headers and a problem body.
+func BenchmarkIngress429Memory(b *testing.B) {
+	h := benchServer(b, "http://127.0.0.1:1", `
+rules:
+  - { name: per-key, match: { methods: [POST], path: /api/* }, key: [header:X-API-Key], algorithm: token_bucket, limit: 1, period: 1h }
+  - { name: per-ip,  match: { path: /api/* }, key: [ip], algorithm: gcra, limit: 1000000, period: 1s }
+`)
+	newReq := func() *http.Request {
+		r := httptest.NewRequest("POST", "/api/orders", nil)
+		r.Header.Set("X-API-Key", "bench")
+		return r
+	}
+	h.ServeHTTP(&nullWriter{h: http.Header{}}, newReq()) // spends the one request (a 502: no upstream)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		w := &nullWriter{h: http.Header{}}
+		r := newReq()
+		for pb.Next() {
+			clear(w.h)
+			h.ServeHTTP(w, r)
+			if w.code != http.StatusTooManyRequests {
+				b.Fatalf("status %d", w.code)
+			}
+		}
+	})
+}
+
+// BenchmarkIngressAllowForwardMemory is the admission path: decide in memory, then forward to
+// a loopback upstream and copy its answer back.
+func BenchmarkIngressAllowForwardMemory(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok"))
+	}))
+	b.Cleanup(up.Close)
+	h := benchServer(b, up.URL, `
+rules:
+  - { name: per-ip, match: { path: /api/* }, key: [ip], algorithm: gcra, limit: 1000000000, period: 1s }
+`)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		w := &nullWriter{h: http.Header{}}
+		r := httptest.NewRequest("GET", "/api/orders", nil)
+		for pb.Next() {
+			clear(w.h)
+			h.ServeHTTP(w, r)
+			if w.code != http.StatusOK {
+				b.Fatalf("status %d", w.code)
+			}
+		}
+	})
+}
+
+// BenchmarkGateAllowMemory is the decision alone, as a user's echo app pays it.
+func BenchmarkGateAllowMemory(b *testing.B) {
+	g, err := NewGate(parseConfig(b, "http://127.0.0.1:1", `
+rules:
+  - { name: per-ip, match: { path: /api/* }, key: [ip], algorithm: gcra, limit: 1000000000, period: 1s }
+`), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := echo.New()
+	e.Pre(g.Middleware())
+	e.GET("/*", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		w := &nullWriter{h: http.Header{}}
+		r := httptest.NewRequest("GET", "/api/orders", nil)
+		for pb.Next() {
+			clear(w.h)
+			e.ServeHTTP(w, r)
+		}
+	})
+}

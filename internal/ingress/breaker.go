@@ -1,0 +1,139 @@
+package ingress
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// BreakerState is the state of the circuit breaker in front of the limiter store, as the
+// sluice_breaker_state gauge reports it.
+type BreakerState int32
+
+// The breaker states.
+const (
+	// BreakerClosed: the store is called for every decision.
+	BreakerClosed BreakerState = 0
+	// BreakerHalfOpen: the cool-down has passed; one probe call is let through, and the
+	// rest are decided without the store until it answers.
+	BreakerHalfOpen BreakerState = 1
+	// BreakerOpen: the store failed repeatedly; decisions are made without it until the
+	// cool-down passes.
+	BreakerOpen BreakerState = 2
+)
+
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerHalfOpen:
+		return "half-open"
+	default:
+		return "open"
+	}
+}
+
+// Breaker defaults.
+const (
+	DefaultBreakerFailures = 5
+	DefaultBreakerCooldown = time.Second
+)
+
+// breaker is a circuit breaker: closed, open after threshold consecutive failures, half-open
+// after cooldown (one probe at a time), closed again when a probe succeeds. It is safe for
+// concurrent use; while closed and healthy it takes no lock.
+type breaker struct {
+	threshold int32
+	cooldown  time.Duration
+	now       func() time.Time
+	onChange  func(BreakerState)
+
+	state    atomic.Int32 // BreakerState
+	failures atomic.Int32 // consecutive, while closed
+
+	mu       sync.Mutex
+	openedAt time.Time
+	probing  bool
+}
+
+func newBreaker(threshold int, cooldown time.Duration, now func() time.Time, onChange func(BreakerState)) *breaker {
+	if threshold <= 0 {
+		threshold = DefaultBreakerFailures
+	}
+	if cooldown <= 0 {
+		cooldown = DefaultBreakerCooldown
+	}
+	return &breaker{threshold: int32(threshold), cooldown: cooldown, now: now, onChange: onChange}
+}
+
+// allow reports whether a call may go to the store, and whether it is the probe of a
+// half-open breaker. Every allowed call must be followed by done.
+func (b *breaker) allow() (ok, probe bool) {
+	if BreakerState(b.state.Load()) == BreakerClosed {
+		return true, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch BreakerState(b.state.Load()) {
+	case BreakerClosed:
+		return true, false
+	case BreakerOpen:
+		if b.now().Sub(b.openedAt) < b.cooldown {
+			return false, false
+		}
+		b.set(BreakerHalfOpen)
+	}
+	if b.probing {
+		return false, false
+	}
+	b.probing = true
+	return true, true
+}
+
+// done records the outcome of a call that allow let through.
+func (b *breaker) done(probe bool, ok bool) {
+	if !probe {
+		if ok {
+			if b.failures.Load() != 0 {
+				b.failures.Store(0)
+			}
+			return
+		}
+		if b.failures.Add(1) < b.threshold {
+			return
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if probe {
+		b.probing = false
+	}
+	switch {
+	case ok:
+		b.failures.Store(0)
+		b.set(BreakerClosed)
+	case probe || BreakerState(b.state.Load()) == BreakerClosed && b.failures.Load() >= b.threshold:
+		b.failures.Store(0)
+		b.openedAt = b.now()
+		b.set(BreakerOpen)
+	}
+}
+
+// abandon ends a call that allow let through without an outcome (its caller went away).
+func (b *breaker) abandon(probe bool) {
+	if probe {
+		b.mu.Lock()
+		b.probing = false
+		b.mu.Unlock()
+	}
+}
+
+// current returns the state.
+func (b *breaker) current() BreakerState { return BreakerState(b.state.Load()) }
+
+// set changes the state; b.mu is held.
+func (b *breaker) set(s BreakerState) {
+	if BreakerState(b.state.Swap(int32(s))) != s && b.onChange != nil {
+		b.onChange(s)
+	}
+}

@@ -1,0 +1,250 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// Enqueuer is the queue layer as the ingress uses it. *queue.Queues implements it.
+type Enqueuer interface {
+	// Publish stores job and returns once the queue acknowledged it. It returns an error
+	// wrapping queue.ErrFull, queue.ErrUnknownQueue or queue.ErrTooLarge when the job is
+	// refused, and any other error when it could not be stored.
+	Publish(ctx context.Context, job *queue.Job) (queue.Receipt, error)
+	// Status returns the status of job id, or an error wrapping queue.ErrNotFound.
+	Status(ctx context.Context, id string) (queue.Status, error)
+	// Info describes queue name; the ingress reads its depth to compute Retry-After when
+	// the queue is full.
+	Info(ctx context.Context, name string) (queue.Info, error)
+}
+
+// Accepted is the body of a 202 answer: the job a request became.
+type Accepted struct {
+	ID        string      `json:"id"`
+	Queue     string      `json:"queue"`
+	State     queue.State `json:"state"`
+	StatusURL string      `json:"status_url"`
+}
+
+// JobPath returns the path of the status resource of job id: "/v1/jobs/{id}".
+func JobPath(id string) string { return "/v1/jobs/" + id }
+
+// Idempotency-Key limits: 1 to 255 printable ASCII characters.
+const maxIdempotencyKey = 255
+
+// validIdempotencyKey reports whether k is 1 to 255 printable ASCII characters.
+func validIdempotencyKey(k string) bool {
+	if k == "" || len(k) > maxIdempotencyKey {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+var errBadIdempotencyKey = badRequest("invalid Idempotency-Key", "the Idempotency-Key header must be 1 to 255 printable ASCII characters")
+
+// deferRequest sends the request to the queue of rule ru and answers 202. The request keeps
+// its method, path, query, replayable headers and body. A valid Idempotency-Key header makes
+// the deferral idempotent, as for direct submissions; an invalid one is ignored here (the
+// request was not addressed to Sluice).
+func (g *Gate) deferRequest(c echo.Context, rs *ruleSet, ru *rule) error {
+	r := c.Request()
+	q := rs.queues[ru.queue]
+	body, err := readBody(c, q.MaxBodyBytes)
+	if err != nil {
+		return g.respondError(c, err)
+	}
+	job := &queue.Job{
+		Queue:  q.Name,
+		Method: r.Method,
+		Path:   r.URL.EscapedPath(),
+		Header: replayHeader(r.Header),
+		Body:   body,
+	}
+	if r.URL.RawQuery != "" {
+		job.Path += "?" + r.URL.RawQuery
+	}
+	if k := r.Header.Get("Idempotency-Key"); validIdempotencyKey(k) {
+		job.IdempotencyKey = k
+	}
+	if err := g.publish(c, q, job); err != nil {
+		return g.respondError(c, err)
+	}
+	ru.counters[OutcomeEnqueued].Inc()
+	return nil
+}
+
+// publish publishes job and answers 202, or returns the error to answer.
+func (g *Gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
+	if g.enqueuer == nil {
+		return &publishError{queue: q.Name, err: errNoEnqueuer}
+	}
+	// The job is stored or not whatever the client does meanwhile; Publish bounds the call
+	// itself when ctx has no deadline.
+	ctx := context.WithoutCancel(c.Request().Context())
+	rcpt, err := g.enqueuer.Publish(ctx, job)
+	switch {
+	case err == nil:
+	case errors.Is(err, queue.ErrFull):
+		return &queueFullError{queue: q.Name, retryAfter: g.drainSeconds(ctx, q)}
+	case errors.Is(err, queue.ErrUnknownQueue), errors.Is(err, queue.ErrTooLarge):
+		return err
+	default:
+		g.log.Error("ingress: enqueue", "queue", q.Name, "err", err)
+		return &publishError{queue: q.Name, err: err}
+	}
+	state := queue.StateQueued
+	if rcpt.Replayed {
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+		if st, err := g.enqueuer.Status(ctx, rcpt.ID); err == nil {
+			state = st.State
+		}
+	}
+	loc := JobPath(rcpt.ID)
+	c.Response().Header().Set("Location", loc)
+	return c.JSON(http.StatusAccepted, Accepted{ID: rcpt.ID, Queue: q.Name, State: state, StatusURL: loc})
+}
+
+// drainSeconds is how long the backlog of a full queue takes to drain at its rate: the
+// Retry-After of a 429 for a full queue, at least 1 second.
+func (g *Gate) drainSeconds(ctx context.Context, q *config.Queue) int64 {
+	depth := q.MaxDepth
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if info, err := g.enqueuer.Info(ictx, q.Name); err == nil && info.Depth > 0 {
+		depth = int64(min(info.Depth, math.MaxInt64))
+	}
+	if q.Rate.N <= 0 || q.Rate.Per <= 0 || depth <= 0 {
+		return 1
+	}
+	secs := math.Ceil(float64(depth) * q.Rate.Per.Seconds() / float64(q.Rate.N))
+	return max(int64(min(secs, math.MaxInt32)), 1)
+}
+
+// readBody reads the request body, at most limit bytes (0: no limit of its own); a longer
+// body is an *http.MaxBytesError.
+func readBody(c echo.Context, limit int64) ([]byte, error) {
+	r := c.Request()
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if limit > 0 {
+		if r.ContentLength > limit {
+			return nil, &http.MaxBytesError{Limit: limit}
+		}
+		r.Body = http.MaxBytesReader(c.Response(), r.Body, limit)
+	}
+	return io.ReadAll(r.Body)
+}
+
+// replayHeader returns the headers of a deferred request that a worker replays: the
+// end-to-end headers, without the hop-by-hop ones (and those Connection names), Host,
+// Content-Length, Expect, and the forwarding headers (Forwarded, X-Forwarded-*), which the
+// worker writes anew.
+func replayHeader(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	var connection []string
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = textproto.TrimString(f); f != "" {
+				connection = append(connection, textproto.CanonicalMIMEHeaderKey(f))
+			}
+		}
+	}
+	for name, vs := range h {
+		switch name {
+		case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+			"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length", "Expect", "Forwarded":
+			continue
+		}
+		if strings.HasPrefix(name, "X-Forwarded-") {
+			continue
+		}
+		skip := false
+		for _, c := range connection {
+			if c == name {
+				skip = true
+				break
+			}
+		}
+		if !skip {
+			out[name] = append([]string(nil), vs...)
+		}
+	}
+	return out
+}
+
+// respondError writes the problem for err, as the Server's error handler would.
+func (g *Gate) respondError(c echo.Context, err error) error {
+	writeProblem(c.Response(), problemFor(err))
+	return nil
+}
+
+// submitJob serves POST /v1/queues/{queue}/jobs: a job for the queue's target, with the
+// request body as is and its Content-Type.
+func (s *Server) submitJob(c echo.Context) error {
+	name := c.Param("queue")
+	rs := s.gate.rules.Load()
+	q, ok := rs.queues[name]
+	if !ok {
+		return fmt.Errorf("%w: no queue named %q", queue.ErrUnknownQueue, name)
+	}
+	if q.Target == nil {
+		return fmt.Errorf("%w: queue %q has no target, so it takes no jobs directly", queue.ErrUnknownQueue, name)
+	}
+	r := c.Request()
+	job := &queue.Job{Queue: name, Direct: true, Header: http.Header{}}
+	if k, ok := r.Header["Idempotency-Key"]; ok {
+		if len(k) != 1 || !validIdempotencyKey(k[0]) {
+			return errBadIdempotencyKey
+		}
+		job.IdempotencyKey = k[0]
+	}
+	for _, h := range []string{"Content-Type", "Content-Encoding", "Content-Language"} {
+		if v := r.Header.Values(h); len(v) > 0 {
+			job.Header[h] = append([]string(nil), v...)
+		}
+	}
+	body, err := readBody(c, q.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	job.Body = body
+	return s.gate.publish(c, q, job)
+}
+
+// getJob serves GET /v1/jobs/{id}.
+func (s *Server) getJob(c echo.Context) error {
+	if s.gate.enqueuer == nil {
+		return queue.ErrNotFound
+	}
+	id := c.Param("id")
+	if id == "" || len(id) > 512 {
+		return queue.ErrNotFound
+	}
+	st, err := s.gate.enqueuer.Status(c.Request().Context(), id)
+	if err != nil {
+		if errors.Is(err, queue.ErrNotFound) {
+			return err
+		}
+		s.gate.log.Error("ingress: job status", "id", id, "err", err)
+		return &statusError{err: err}
+	}
+	return c.JSON(http.StatusOK, st)
+}

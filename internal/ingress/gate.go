@@ -1,0 +1,519 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// Options are the parts of a Gate or Server that do not come from the config file. The zero
+// value of each field is its default.
+type Options struct {
+	// Limiter decides requests. Nil: a limit.Memory in this process (state is not shared
+	// with other processes). When it is not a *limit.Memory it is taken to be a remote store:
+	// each call is bounded by the config's store_timeout and guarded by a circuit breaker,
+	// with an in-process limit.Memory as the fallback of rules that fail open.
+	Limiter limit.Limiter
+	// Enqueuer is where deferred requests and directly submitted jobs go (a *queue.Queues).
+	// Nil: requests that a rule defers are answered 503, and the job API answers 503.
+	Enqueuer Enqueuer
+	// Registerer receives the ingress's metrics. Nil: they are kept but not exported. One
+	// Registerer takes the metrics of one Gate or Server only.
+	Registerer prometheus.Registerer
+	// Logger receives errors and state changes. Nil: slog.Default().
+	Logger *slog.Logger
+	// Now is the clock of the in-process limiters and the circuit breaker. Nil: time.Now.
+	Now func() time.Time
+	// BreakerFailures is how many consecutive store failures open the circuit breaker.
+	// Default DefaultBreakerFailures (5).
+	BreakerFailures int
+	// BreakerCooldown is how long the breaker stays open before it lets one probe through.
+	// Default DefaultBreakerCooldown (1s).
+	BreakerCooldown time.Duration
+	// UpstreamTimeout bounds the wait for the upstream's response headers (the body then
+	// streams for as long as it takes); a timeout is answered 504. Default 30s. Server only.
+	UpstreamTimeout time.Duration
+	// Transport carries forwarded requests. Nil: a transport tuned for one upstream (many
+	// idle keep-alive connections). Server only.
+	Transport http.RoundTripper
+}
+
+// Gate decides each request against the rules of a configuration: it matches the request,
+// charges every matching rule's limit in one limiter call, and then forwards the request
+// (calls the next handler), rejects it with 429, defers it to a queue (202), or refuses it
+// with 503 when the limiter store is down and a rule fails closed. It sets the rate-limit
+// headers on every response to a request that matched a rule with a limit.
+//
+// A Gate is safe for concurrent use; Reload swaps its rules while requests are in flight,
+// each request being decided entirely under the old rules or entirely under the new.
+type Gate struct {
+	rules    atomic.Pointer[ruleSet]
+	limiter  limit.Limiter
+	fallback limit.Limiter // nil when limiter is in-process
+	breaker  *breaker
+	enqueuer Enqueuer
+	metrics  *metrics
+	log      *slog.Logger
+	now      func() time.Time
+	calls    sync.Pool // *call
+
+	// noDefer reports paths that are never deferred (the Server's job API).
+	noDefer func(path string) bool
+}
+
+// NewGate compiles cfg's rules and returns a Gate that decides with opts.Limiter. It returns
+// an error when a rule cannot be used (only a hand-built Config can hold one) or the metrics
+// cannot be registered.
+func NewGate(cfg *config.Config, opts Options) (*Gate, error) {
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return newGate(cfg, opts, m)
+}
+
+func newGate(cfg *config.Config, opts Options, m *metrics) (*Gate, error) {
+	g := &Gate{
+		limiter:  opts.Limiter,
+		enqueuer: opts.Enqueuer,
+		metrics:  m,
+		log:      opts.Logger,
+		now:      opts.Now,
+	}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	switch g.limiter.(type) {
+	case nil:
+		g.limiter = limit.NewMemory(limit.MemoryConfig{Now: g.now})
+	case *limit.Memory:
+	default:
+		g.fallback = limit.NewMemory(limit.MemoryConfig{Now: g.now})
+		g.breaker = newBreaker(opts.BreakerFailures, opts.BreakerCooldown, g.now, func(s BreakerState) {
+			m.breakerState.Set(float64(s))
+			switch s {
+			case BreakerClosed:
+				g.log.Info("ingress: limiter store reachable again; circuit breaker closed")
+			case BreakerHalfOpen:
+				g.log.Info("ingress: probing the limiter store", "breaker", s.String())
+			default:
+				g.log.Warn("ingress: limiter store failing; deciding in-process until it answers", "breaker", s.String())
+			}
+		})
+	}
+	g.calls.New = func() any { return new(call) }
+	rs, err := compile(cfg, m)
+	if err != nil {
+		return nil, err
+	}
+	g.rules.Store(rs)
+	return g, nil
+}
+
+// Reload compiles cfg's rules and swaps them in atomically. On error the Gate keeps its
+// rules. Limiter state is kept: a rule that keeps its name keeps its counters, under its
+// new limit.
+func (g *Gate) Reload(cfg *config.Config) error {
+	rs, err := compile(cfg, g.metrics)
+	if err != nil {
+		g.metrics.reloads.WithLabelValues("error").Inc()
+		return err
+	}
+	g.rules.Store(rs)
+	g.metrics.reloads.WithLabelValues("ok").Inc()
+	return nil
+}
+
+// BreakerState reports the state of the circuit breaker in front of the limiter store;
+// always BreakerClosed for an in-process limiter.
+func (g *Gate) BreakerState() BreakerState {
+	if g.breaker == nil {
+		return BreakerClosed
+	}
+	return g.breaker.current()
+}
+
+// Middleware returns the Gate as echo middleware. Install it with echo's Pre so that routing
+// sees the cleaned path:
+//
+//	e.Pre(gate.Middleware())
+//
+// Requests that match no rule pass straight to the next handler. The middleware writes its
+// own responses (429, 503, 202, 400 for a refused path) as problem+json, whatever the app's
+// HTTPErrorHandler; the rate-limit headers are set on the response the next handler writes.
+func (g *Gate) Middleware() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error { return g.handle(c, next) }
+	}
+}
+
+// Middleware compiles cfg's rules into a Gate and returns its echo middleware. Use NewGate
+// instead to reload the rules later.
+func Middleware(cfg *config.Config, opts Options) (echo.MiddlewareFunc, error) {
+	g, err := NewGate(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	return g.Middleware(), nil
+}
+
+// source says where a rule's decision came from.
+type source uint8
+
+const (
+	fromStore    source = iota // the limiter
+	fromFallback               // the in-process fallback, the store having failed
+	failedOpen                 // no decision at all; the rule fails open
+	failedClosed               // no decision at all; the rule fails closed
+)
+
+// call is the scratch state of one request, pooled.
+type call struct {
+	q       request
+	matched []*rule // every matching rule
+	limited []*rule // the matching rules with a limit, aligned with reqs
+	reqs    []limit.Request
+	decs    []limit.Decision
+	srcs    []source
+	keys    []byte
+	fbIdx   []int
+	fbReqs  []limit.Request
+}
+
+func (c *call) reset() {
+	c.q = request{}
+	clear(c.matched)
+	clear(c.limited)
+	clear(c.reqs)
+	c.matched, c.limited, c.reqs = c.matched[:0], c.limited[:0], c.reqs[:0]
+	c.decs, c.srcs, c.keys, c.fbIdx = c.decs[:0], c.srcs[:0], c.keys[:0], c.fbIdx[:0]
+	clear(c.fbReqs)
+	c.fbReqs = c.fbReqs[:0]
+}
+
+// verdict is what happens to a request.
+type verdict uint8
+
+const (
+	forward    verdict = iota // pass it on
+	reject                    // 429
+	failClosed                // 503: the store is down and a rule fails closed
+	deferIt                   // 202: to a queue
+)
+
+func (g *Gate) handle(c echo.Context, next echo.HandlerFunc) error {
+	r := c.Request()
+	if _, err := cleanPath(r.URL); err != nil {
+		writeProblem(c.Response(), problemFor(err))
+		return nil
+	}
+	rs := g.rules.Load()
+	if len(rs.rules) == 0 {
+		return next(c)
+	}
+	k := g.calls.Get().(*call)
+	defer func() {
+		k.reset()
+		g.calls.Put(k)
+	}()
+	for _, ru := range rs.rules {
+		if ru.match.Matches(r.Method, r.URL.Path) {
+			k.matched = append(k.matched, ru)
+		}
+	}
+	if len(k.matched) == 0 {
+		return next(c)
+	}
+
+	// Charge every matching limit in one limiter call.
+	k.q = request{r: r, trusted: rs.trusted}
+	var ends [16]int
+	keyEnds := ends[:0]
+	for _, ru := range k.matched {
+		if ru.hasLimit {
+			k.limited = append(k.limited, ru)
+			k.keys = ru.appendKey(k.keys, &k.q)
+			keyEnds = append(keyEnds, len(k.keys))
+		}
+	}
+	if len(k.limited) > 0 {
+		all := string(k.keys) // one allocation for every key of the request
+		start := 0
+		for i, ru := range k.limited {
+			k.reqs = append(k.reqs, limit.Request{Key: all[start:keyEnds[i]], Limit: ru.spec, Cost: 1})
+			start = keyEnds[i]
+		}
+		if err := g.decide(r.Context(), rs, k); err != nil {
+			return err // the client went away
+		}
+	}
+
+	// The most restrictive rule decides.
+	v := forward
+	var (
+		deferTo    *rule
+		retryAfter time.Duration
+		headerRule = -1 // index in k.limited of the policy the headers report
+		violated   []string
+		mayDefer   = g.noDefer == nil || !g.noDefer(r.URL.Path)
+	)
+	for i, ru := range k.limited {
+		d, src := k.decs[i], k.srcs[i]
+		switch {
+		case src == failedClosed:
+			if v != reject {
+				v = failClosed
+			}
+		case src == failedOpen || d.Allowed || ru.shadow:
+		case ru.onLimitEnqueue && mayDefer:
+			if deferTo == nil {
+				deferTo = ru
+			}
+		default:
+			v = reject
+			violated = append(violated, ru.name)
+			if d.RetryAfter > retryAfter {
+				retryAfter = d.RetryAfter
+			}
+		}
+	}
+	if v == forward {
+		if deferTo == nil {
+			for _, ru := range k.matched {
+				if ru.actionEnqueue && !ru.shadow {
+					deferTo = ru
+					break
+				}
+			}
+		}
+		if deferTo != nil && mayDefer {
+			v = deferIt
+		}
+	}
+	// Headers report the policy closest to exhaustion: among the violated ones on a 429.
+	for i, ru := range k.limited {
+		src := k.srcs[i]
+		if src == failedOpen || src == failedClosed {
+			continue
+		}
+		d := k.decs[i]
+		if v == reject && (d.Allowed || ru.shadow || ru.onLimitEnqueue) {
+			continue
+		}
+		if headerRule < 0 {
+			headerRule = i
+			continue
+		}
+		best := k.decs[headerRule]
+		if d.Remaining < best.Remaining || d.Remaining == best.Remaining && d.ResetAfter > best.ResetAfter {
+			headerRule = i
+		}
+	}
+	var hdrs *rateHeaders
+	if headerRule >= 0 {
+		hdrs = newRateHeaders(k.limited[headerRule], k.decs[headerRule])
+	}
+
+	// Count each rule's decision.
+	for i, ru := range k.limited {
+		d, src := k.decs[i], k.srcs[i]
+		var o Outcome
+		switch {
+		case src == failedClosed && ru.shadow, src == failedOpen:
+			o = OutcomeFailOpen
+		case src == failedClosed:
+			o = OutcomeFailClosed
+		case !d.Allowed && ru.shadow:
+			o = OutcomeShadow
+		case !d.Allowed && v == deferIt && ru == deferTo:
+			continue // counted as enqueued once it is
+		case !d.Allowed:
+			o = OutcomeRejected
+		case ru.actionEnqueue && v == deferIt && ru == deferTo:
+			continue
+		case src == fromFallback:
+			o = OutcomeFailOpen
+		default:
+			o = OutcomeAllowed
+		}
+		ru.counters[o].Inc()
+	}
+	for _, ru := range k.matched {
+		if ru.actionEnqueue && !ru.hasLimit && ru.shadow {
+			ru.counters[OutcomeShadow].Inc()
+		}
+	}
+
+	w := c.Response()
+	switch v {
+	case reject:
+		if hdrs != nil {
+			hdrs.apply(w.Header())
+		}
+		secs := strconv.FormatInt(retryAfterSeconds(retryAfter), 10)
+		w.Header()[hdrXRetryAfter] = []string{secs}
+		writeProblem(w, &Problem{
+			Type:             QuotaExceededType,
+			Title:            "Request cannot be satisfied as assigned quota has been exceeded",
+			Status:           http.StatusTooManyRequests,
+			Detail:           quotaDetail(violated, retryAfter),
+			ViolatedPolicies: violated,
+			RetryAfter:       retryAfterSeconds(retryAfter),
+		})
+		return nil
+	case failClosed:
+		if hdrs != nil {
+			hdrs.apply(w.Header())
+		}
+		writeProblem(w, &Problem{
+			Type:       "about:blank",
+			Title:      "Rate limiter unavailable",
+			Status:     http.StatusServiceUnavailable,
+			Detail:     "the rate-limit store cannot be reached and a rule that applies to this request fails closed",
+			RetryAfter: retryAfterSeconds(g.cooldown()),
+		})
+		return nil
+	case deferIt:
+		if hdrs != nil {
+			hdrs.apply(w.Header())
+		}
+		return g.deferRequest(c, rs, deferTo)
+	}
+	if hdrs != nil {
+		hdrs.apply(w.Header())
+		w.Before(func() { hdrs.apply(w.Header()) }) // over the upstream's own
+	}
+	return next(c)
+}
+
+func (g *Gate) cooldown() time.Duration {
+	if g.breaker == nil {
+		return time.Second
+	}
+	return g.breaker.cooldown
+}
+
+func quotaDetail(violated []string, retryAfter time.Duration) string {
+	if len(violated) == 1 {
+		return fmt.Sprintf("rate limit %q exceeded; retry in %d s", violated[0], retryAfterSeconds(retryAfter))
+	}
+	return fmt.Sprintf("rate limits %q exceeded; retry in %d s", violated, retryAfterSeconds(retryAfter))
+}
+
+// decide fills k.decs and k.srcs for k.reqs. It returns an error only when ctx ended (the
+// client went away); a failing store is handled here, rule by rule.
+func (g *Gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
+	n := len(k.reqs)
+	k.decs = append(k.decs[:0], make([]limit.Decision, n)...)
+	k.srcs = append(k.srcs[:0], make([]source, n)...)
+	start := time.Now()
+	defer func() { g.metrics.duration.Observe(time.Since(start).Seconds()) }()
+
+	var err error
+	if g.breaker == nil {
+		var decs []limit.Decision
+		if decs, err = g.limiter.DecideAll(ctx, k.reqs); err == nil {
+			copy(k.decs, decs)
+			return nil
+		}
+		// An in-process limiter fails only on bad input, which compile rules out.
+		g.log.Error("ingress: limiter", "err", err)
+		g.metrics.storeErrors.Inc()
+		for i, ru := range k.limited {
+			k.srcs[i] = storeFailure(ru)
+		}
+		return nil
+	}
+
+	if ok, probe := g.breaker.allow(); ok {
+		var decs []limit.Decision
+		decs, err = g.callStore(ctx, rs.storeTimeout, k.reqs)
+		if err == nil && len(decs) != n {
+			err = fmt.Errorf("limiter returned %d decisions for %d requests", len(decs), n)
+		}
+		if err == nil {
+			g.breaker.done(probe, true)
+			copy(k.decs, decs)
+			return nil
+		}
+		if ctx.Err() != nil {
+			g.breaker.abandon(probe)
+			return ctx.Err()
+		}
+		g.breaker.done(probe, false)
+		g.metrics.storeErrors.Inc()
+	}
+
+	// The store failed or the breaker is open: rules that fail open are decided in-process.
+	k.fbIdx, k.fbReqs = k.fbIdx[:0], k.fbReqs[:0]
+	for i, ru := range k.limited {
+		k.srcs[i] = storeFailure(ru)
+		if k.srcs[i] == failedOpen {
+			k.fbIdx = append(k.fbIdx, i)
+			k.fbReqs = append(k.fbReqs, k.reqs[i])
+		}
+	}
+	if len(k.fbReqs) == 0 {
+		return nil
+	}
+	decs, ferr := g.fallback.DecideAll(ctx, k.fbReqs)
+	if ferr != nil {
+		g.log.Error("ingress: fallback limiter", "err", ferr)
+		return nil // those rules stay failedOpen: allowed without a decision
+	}
+	for j, i := range k.fbIdx {
+		k.decs[i], k.srcs[i] = decs[j], fromFallback
+	}
+	return nil
+}
+
+// callStore asks the remote limiter, giving up after timeout whether or not the limiter
+// honours its context (a go-redis client without ContextTimeoutEnabled waits for its own
+// read timeout): the call runs in a goroutine that is abandoned at the deadline.
+func (g *Gate) callStore(ctx context.Context, timeout time.Duration, reqs []limit.Request) ([]limit.Decision, error) {
+	type result struct {
+		decs []limit.Decision
+		err  error
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	done := make(chan result, 1)
+	own := slices.Clone(reqs) // reqs is pooled; an abandoned call must not see it reused
+	go func() {
+		decs, err := g.limiter.DecideAll(tctx, own)
+		done <- result{decs, err}
+	}()
+	select {
+	case r := <-done:
+		return r.decs, r.err
+	case <-tctx.Done():
+		return nil, fmt.Errorf("ingress: limiter store: %w", tctx.Err())
+	}
+}
+
+// storeFailure is what a rule without a decision does.
+func storeFailure(ru *rule) source {
+	if ru.failOpen || ru.shadow {
+		return failedOpen
+	}
+	return failedClosed
+}
+
+// errNoEnqueuer is the answer to a deferral when no queue layer is configured.
+var errNoEnqueuer = errors.New("ingress: no queue layer configured")

@@ -1,0 +1,112 @@
+package ingress
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcome is what one rule decided for one request, as the outcome label of
+// sluice_decisions_total reports it.
+type Outcome int
+
+// The outcomes.
+const (
+	// OutcomeAllowed: within the limit (or no limit: an action: enqueue rule counts its
+	// requests as enqueued instead).
+	OutcomeAllowed Outcome = iota
+	// OutcomeRejected: over the limit, answered 429.
+	OutcomeRejected
+	// OutcomeShadow: over the limit of a rule in shadow mode; let through.
+	OutcomeShadow
+	// OutcomeFailOpen: the limiter store failed and the rule fails open; decided by the
+	// in-process fallback limiter, and allowed.
+	OutcomeFailOpen
+	// OutcomeFailClosed: the limiter store failed and the rule fails closed; answered 503.
+	OutcomeFailClosed
+	// OutcomeEnqueued: deferred to the rule's queue.
+	OutcomeEnqueued
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"allowed", "rejected", "shadow", "fail_open", "fail_closed", "enqueued"}
+
+// String returns the label value: "allowed", "rejected", "shadow", "fail_open", "fail_closed"
+// or "enqueued".
+func (o Outcome) String() string { return outcomeNames[o] }
+
+// metrics are the ingress's Prometheus collectors.
+type metrics struct {
+	decisions      *prometheus.CounterVec
+	duration       prometheus.Histogram
+	storeErrors    prometheus.Counter
+	breakerState   prometheus.Gauge
+	requests       *prometheus.CounterVec
+	upstreamErrors prometheus.Counter
+	reloads        *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Rate-limit decisions, by rule and outcome (allowed, rejected, shadow, fail_open, fail_closed, enqueued).",
+		}, []string{"rule", "outcome"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_decision_duration_seconds",
+			Help:    "Time to decide one request against all the rules it matches, including the limiter store round trip.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total",
+			Help: "Limiter store calls that failed or timed out.",
+		}),
+		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_breaker_state",
+			Help: "State of the circuit breaker in front of the limiter store: 0 closed, 1 half-open, 2 open.",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_requests_total",
+			Help: "Requests answered by the ingress, by status code.",
+		}, []string{"code"}),
+		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_upstream_errors_total",
+			Help: "Forwarded requests that got no response from the upstream (502 and 504).",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_ingress_reloads_total",
+			Help: "Configurations applied to the ingress by Reload, by result (ok, error).",
+		}, []string{"result"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.reloads} {
+			if err := reg.Register(c); err != nil {
+				var are prometheus.AlreadyRegisteredError
+				if errors.As(err, &are) {
+					return nil, errors.New("ingress: metrics already registered: use one Registerer per Gate or Server")
+				}
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// codeLabels holds the label value of every status code, so that counting a request
+// allocates nothing.
+var codeLabels = func() (l [600]string) {
+	for i := range l {
+		l[i] = strconv.Itoa(i)
+	}
+	return l
+}()
+
+// countRequest counts a response with status code.
+func (m *metrics) countRequest(code int) {
+	if code < 0 || code >= len(codeLabels) {
+		m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+		return
+	}
+	m.requests.WithLabelValues(codeLabels[code]).Inc()
+}

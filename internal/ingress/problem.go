@@ -1,0 +1,153 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// ProblemContentType is the media type of every error body the ingress writes (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+// QuotaExceededType is the problem type of a 429 for a rate limit, as registered with IANA.
+const QuotaExceededType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// Problem is an RFC 9457 problem detail: the body of every error response of the ingress, and
+// an error that carries its own status. Handlers return a *Problem (or any error, which
+// problemFor maps) and the error handler writes it.
+type Problem struct {
+	// Type is a URI naming the kind of problem; "" is written as "about:blank".
+	Type string `json:"type"`
+	// Title is a short summary of the kind of problem.
+	Title string `json:"title"`
+	// Status is the HTTP status code.
+	Status int `json:"status"`
+	// Detail explains this occurrence.
+	Detail string `json:"detail,omitempty"`
+	// ViolatedPolicies names the rules a request exceeded (quota-exceeded problems only).
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	// RetryAfter is the delay in whole seconds after which a retry may succeed, also sent as
+	// the Retry-After header; 0: none.
+	RetryAfter int64 `json:"retry_after,omitempty"`
+}
+
+// Error returns the title and detail.
+func (p *Problem) Error() string {
+	if p.Detail == "" {
+		return fmt.Sprintf("%d %s", p.Status, p.Title)
+	}
+	return fmt.Sprintf("%d %s: %s", p.Status, p.Title, p.Detail)
+}
+
+func badRequest(title, detail string) *Problem {
+	return &Problem{Type: "about:blank", Title: title, Status: http.StatusBadRequest, Detail: detail}
+}
+
+// upstreamError is a failure to get a response from the upstream.
+type upstreamError struct{ err error }
+
+func (e *upstreamError) Error() string { return "upstream: " + e.err.Error() }
+func (e *upstreamError) Unwrap() error { return e.err }
+
+// publishError is a failure to publish a job that is not the client's fault (JetStream
+// unreachable, timed out).
+type publishError struct {
+	queue string
+	err   error
+}
+
+func (e *publishError) Error() string { return fmt.Sprintf("enqueue to %q: %v", e.queue, e.err) }
+func (e *publishError) Unwrap() error { return e.err }
+
+// statusError is a failure to read a job's status that is not the client's fault.
+type statusError struct{ err error }
+
+func (e *statusError) Error() string { return "job status: " + e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
+
+// queueFullError is a queue at its max_depth, with the seconds its backlog needs to drain.
+type queueFullError struct {
+	queue      string
+	retryAfter int64
+}
+
+func (e *queueFullError) Error() string { return fmt.Sprintf("queue %q is full", e.queue) }
+
+// problemFor maps an error to the problem the client is sent. It is the one place that turns
+// errors into HTTP statuses.
+func problemFor(err error) *Problem {
+	var (
+		p      *Problem
+		he     *echo.HTTPError
+		mbe    *http.MaxBytesError
+		ue     *upstreamError
+		pe     *publishError
+		full   *queueFullError
+		se     *statusError
+		netErr net.Error
+	)
+	switch {
+	case errors.As(err, &p):
+		return p
+	case errors.As(err, &full):
+		return &Problem{Type: "about:blank", Title: "Queue is full", Status: http.StatusTooManyRequests,
+			Detail:     fmt.Sprintf("queue %q holds as many jobs as it may; retry once its backlog has drained", full.queue),
+			RetryAfter: full.retryAfter}
+	case errors.As(err, &mbe), errors.Is(err, queue.ErrTooLarge):
+		detail := "the request body is larger than this endpoint accepts"
+		if mbe != nil {
+			detail = fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit)
+		}
+		return &Problem{Type: "about:blank", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge, Detail: detail}
+	case errors.Is(err, queue.ErrUnknownQueue):
+		return &Problem{Type: "about:blank", Title: "Unknown queue", Status: http.StatusNotFound, Detail: err.Error()}
+	case errors.Is(err, queue.ErrNotFound):
+		return &Problem{Type: "about:blank", Title: "Job not found", Status: http.StatusNotFound, Detail: "no job has this id (it may have expired)"}
+	case errors.As(err, &pe):
+		return &Problem{Type: "about:blank", Title: "Queue unavailable", Status: http.StatusServiceUnavailable,
+			Detail: fmt.Sprintf("the job could not be stored in queue %q; nothing was enqueued", pe.queue), RetryAfter: 1}
+	case errors.As(err, &se):
+		return &Problem{Type: "about:blank", Title: "Job status unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "the job store cannot be reached", RetryAfter: 1}
+	case errors.As(err, &ue):
+		if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout() {
+			return &Problem{Type: "about:blank", Title: "Upstream timed out", Status: http.StatusGatewayTimeout,
+				Detail: "the upstream did not answer in time"}
+		}
+		return &Problem{Type: "about:blank", Title: "Upstream unavailable", Status: http.StatusBadGateway,
+			Detail: "the upstream could not be reached or failed to answer"}
+	case errors.As(err, &he):
+		detail := ""
+		if m, ok := he.Message.(string); ok && m != http.StatusText(he.Code) {
+			detail = m
+		}
+		return &Problem{Type: "about:blank", Title: http.StatusText(he.Code), Status: he.Code, Detail: detail}
+	default:
+		return &Problem{Type: "about:blank", Title: "Internal server error", Status: http.StatusInternalServerError}
+	}
+}
+
+// writeProblem writes p as the response.
+func writeProblem(w http.ResponseWriter, p *Problem) {
+	body, err := json.Marshal(p)
+	if err != nil { // cannot happen: every field marshals
+		body = []byte(`{"type":"about:blank","title":"Internal server error","status":500}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", ProblemContentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(p.RetryAfter, 10))
+	}
+	w.WriteHeader(p.Status)
+	w.Write(body)
+}

@@ -1,0 +1,330 @@
+package ingress
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// Limiter keys.
+//
+// The key of a request under a rule is the rule's name, a NUL, and the values of the rule's
+// key parts separated by NULs: "orders-per-key\x00abc123". A part the request lacks (no such
+// header or query parameter, or an empty one; no parseable peer address) is written as the
+// anonymous marker \x01, so every request without an API key shares one bucket of the rule:
+// absence never bypasses a limit. When a value holds control characters, or the key would be
+// longer than maxPlainKey bytes, the parts are replaced by \x02 and the hex SHA-256 of an
+// unambiguous encoding of them; neither marker can appear in a value written as is, so no
+// two distinct requests share a key. Keys stay far below limit.MaxKeyLen, leaving
+// room for a store's prefix.
+const (
+	anonMarker   = '\x01'
+	hashMarker   = '\x02'
+	maxPlainKey  = 200
+	maxRuleInKey = 128 // longer rule names are hashed in keys
+)
+
+// rule is one config.Rule compiled for the request path. It is immutable.
+type rule struct {
+	name      string
+	match     config.Match
+	key       []config.KeyPart
+	keyPrefix string // name and NUL, or the hashed name for very long names
+
+	hasLimit bool
+	spec     limit.Limit
+	shadow   bool // the rule's own shadow flag or the global one
+	failOpen bool // store-error mode allow
+
+	onLimitEnqueue bool
+	actionEnqueue  bool
+	queue          string
+
+	policy string // RateLimit-Policy value: `"name";q=10;w=1`
+	item   string // RateLimit item start: `"name"`
+
+	counters [numOutcomes]prometheus.Counter
+}
+
+// defers reports whether the rule sends requests to a queue in some case.
+func (r *rule) defers() bool { return r.onLimitEnqueue || r.actionEnqueue }
+
+// ruleSet is everything a decision needs from one configuration. It is immutable; a reload
+// builds a new one and swaps it in.
+type ruleSet struct {
+	rules        []*rule
+	trusted      trust
+	storeTimeout time.Duration
+	queues       map[string]*config.Queue
+	upstream     *url.URL // nil when the config has none
+}
+
+// compile builds the rule set of cfg. It checks what a hand-built Config may lack (a Config
+// from config.Load is always complete), and names the rule in its errors.
+func compile(cfg *config.Config, m *metrics) (*ruleSet, error) {
+	rs := &ruleSet{
+		trusted:      trust(cfg.TrustedProxies),
+		storeTimeout: cfg.StoreTimeout,
+		queues:       make(map[string]*config.Queue, len(cfg.Queues)),
+	}
+	if rs.storeTimeout <= 0 {
+		rs.storeTimeout = config.DefaultStoreTimeout
+	}
+	for i := range cfg.Queues {
+		rs.queues[cfg.Queues[i].Name] = &cfg.Queues[i]
+	}
+	var errs []error
+	if cfg.Upstream != "" {
+		u, err := url.Parse(cfg.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("ingress: upstream %q: want an absolute http or https URL", cfg.Upstream))
+		}
+		rs.upstream = u
+	}
+	seen := make(map[string]bool, len(cfg.Rules))
+	for i, cr := range cfg.Rules {
+		r, err := compileRule(cfg, cr, rs.queues)
+		if err == nil && seen[cr.Name] {
+			err = errors.New("duplicate rule name")
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ingress: rules[%d] %q: %w", i, cr.Name, err))
+			continue
+		}
+		seen[cr.Name] = true
+		for o := range numOutcomes {
+			r.counters[o] = m.decisions.WithLabelValues(r.name, o.String())
+		}
+		rs.rules = append(rs.rules, r)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Queue) (*rule, error) {
+	if cr.Name == "" {
+		return nil, errors.New("name is required")
+	}
+	r := &rule{
+		name:   cr.Name,
+		match:  cr.Match,
+		key:    cr.Key,
+		shadow: cr.Shadow || cfg.Shadow,
+		queue:  cr.Queue,
+	}
+	if len(r.key) == 0 {
+		r.key = []config.KeyPart{{Kind: config.KeyIP}}
+	}
+	for _, p := range r.key {
+		switch p.Kind {
+		case config.KeyIP, config.KeyMethod, config.KeyPath:
+		case config.KeyHeader, config.KeyQuery, config.KeyConst:
+			if p.Name == "" {
+				return nil, fmt.Errorf("key part %q needs a name", p.Kind)
+			}
+		default:
+			return nil, fmt.Errorf("unknown key part %q", p.Kind)
+		}
+	}
+	switch cr.Action {
+	case "", config.ActionLimit:
+	case config.ActionEnqueue:
+		r.actionEnqueue = true
+	default:
+		return nil, fmt.Errorf("unknown action %q", cr.Action)
+	}
+	switch cr.OnLimit {
+	case "", config.OnLimitReject:
+	case config.OnLimitEnqueue:
+		r.onLimitEnqueue = true
+	default:
+		return nil, fmt.Errorf("unknown on_limit %q", cr.OnLimit)
+	}
+	r.hasLimit = !r.actionEnqueue || cr.Algorithm != ""
+	if r.hasLimit {
+		r.spec = cr.LimitSpec()
+		if err := r.spec.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	if r.defers() {
+		if _, ok := queues[cr.Queue]; !ok {
+			return nil, fmt.Errorf("no queue named %q", cr.Queue)
+		}
+	}
+	switch mode := cr.StoreErrorMode(cfg.OnStoreError); mode {
+	case config.StoreErrorAllow:
+		r.failOpen = true
+	case config.StoreErrorDeny:
+	default:
+		return nil, fmt.Errorf("unknown on_store_error %q", mode)
+	}
+
+	if len(r.name) <= maxRuleInKey {
+		r.keyPrefix = r.name + "\x00"
+	} else {
+		sum := sha256.Sum256([]byte(r.name))
+		r.keyPrefix = string(hashMarker) + hex.EncodeToString(sum[:16]) + "\x00"
+	}
+	r.item = sfString(r.name)
+	if r.hasLimit {
+		r.policy = r.item + ";q=" + strconv.FormatInt(r.spec.Limit, 10) + ";w=" + strconv.FormatInt(ceilSeconds(r.spec.Period), 10)
+	}
+	return r, nil
+}
+
+// sfString writes s as a structured-field string (RFC 9651 3.3.3). Bytes outside printable
+// ASCII cannot be written and become "?".
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for _, c := range []byte(s) {
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			b.WriteByte('?')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// request is what key extraction reads from one request, parsed at most once.
+type request struct {
+	r       *http.Request
+	trusted trust
+
+	ipDone bool
+	ip     netip.Addr
+	hasIP  bool
+
+	queryDone bool
+	query     url.Values
+}
+
+func (q *request) clientIP() (netip.Addr, bool) {
+	if !q.ipDone {
+		q.ip, q.hasIP = clientIP(q.r.RemoteAddr, q.r.Header, q.trusted)
+		q.ipDone = true
+	}
+	return q.ip, q.hasIP
+}
+
+func (q *request) queryValue(name string) string {
+	if !q.queryDone {
+		q.query, _ = url.ParseQuery(q.r.URL.RawQuery) // a bad pair is skipped, the rest kept
+		q.queryDone = true
+	}
+	return q.query.Get(name)
+}
+
+// appendKey appends the limiter key of the request under r to dst.
+func (r *rule) appendKey(dst []byte, q *request) []byte {
+	dst = append(dst, r.keyPrefix...)
+	start := len(dst)
+	unsafe := false
+	for i, p := range r.key {
+		if i > 0 {
+			dst = append(dst, 0)
+		}
+		if p.Kind == config.KeyIP {
+			if a, ok := q.clientIP(); ok {
+				dst = a.AppendTo(dst)
+			} else {
+				dst = append(dst, anonMarker)
+			}
+			continue
+		}
+		v := r.part(p, q)
+		if v == "" {
+			dst = append(dst, anonMarker)
+			continue
+		}
+		if !unsafe && hasControl(v) {
+			unsafe = true
+		}
+		dst = append(dst, v...)
+	}
+	if unsafe || len(dst)-start > maxPlainKey {
+		// Hash an encoding that cannot be ambiguous: each part tagged absent (0) or present
+		// (1, its length, its bytes).
+		h := sha256.New()
+		var tag [1 + binary.MaxVarintLen64]byte
+		for _, p := range r.key {
+			var v string
+			if p.Kind == config.KeyIP {
+				if a, ok := q.clientIP(); ok {
+					v = a.String()
+				}
+			} else {
+				v = r.part(p, q)
+			}
+			if v == "" {
+				h.Write([]byte{0})
+				continue
+			}
+			tag[0] = 1
+			n := binary.PutUvarint(tag[1:], uint64(len(v)))
+			h.Write(tag[:1+n])
+			io.WriteString(h, v)
+		}
+		dst = append(dst[:start], hashMarker)
+		dst = hex.AppendEncode(dst, h.Sum(nil))
+	}
+	return dst
+}
+
+// part returns the value of key part p (not KeyIP) of the request, "" when it has none.
+func (r *rule) part(p config.KeyPart, q *request) string {
+	switch p.Kind {
+	case config.KeyHeader:
+		return q.r.Header.Get(p.Name)
+	case config.KeyQuery:
+		return q.queryValue(p.Name)
+	case config.KeyMethod:
+		return q.r.Method
+	case config.KeyPath:
+		return q.r.URL.Path
+	case config.KeyConst:
+		return p.Name
+	}
+	return ""
+}
+
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}
