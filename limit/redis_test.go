@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,5 +184,34 @@ func TestRedisUnavailable(t *testing.T) {
 	}
 	if ds, err := r.DecideAll(ctx, []Request{{"k", l, 1}}); err == nil {
 		t.Fatalf("DecideAll with Redis down: %v, nil error", ds)
+	}
+}
+
+// TestRedisForeignValues checks that a key holding something the scripts did not write is
+// treated as no state when it is a string (say, from an older version), and is an error, not a
+// decision, when it is another type.
+func TestRedisForeignValues(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	prefix := testenv.Prefix(t)
+	r := NewRedis(srv.Client, RedisConfig{Prefix: prefix})
+	l := Limit{Algorithm: TokenBucket, Limit: 2, Period: time.Hour}
+	for _, v := range []string{"", "garbage", "12 34 56", strings.Repeat("\xff", 10_000)} {
+		if err := srv.Client.Set(ctx, prefix+"{tb:k}", v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := r.Decide(ctx, "k", l, 2)
+		if err != nil || !d.Allowed || d.Remaining != 0 {
+			t.Errorf("value %.20q: %s, %v; want a full bucket of 2 admitting 2", v, show(d), err)
+		}
+	}
+	if err := srv.Client.Del(ctx, prefix+"{tb:k}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client.RPush(ctx, prefix+"{tb:k}", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := r.Decide(ctx, "k", l, 1); err == nil {
+		t.Errorf("a list at the key: %s, nil error", show(d))
 	}
 }

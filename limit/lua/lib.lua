@@ -54,12 +54,13 @@ end
 -- is not n varints).
 local function get_state(key, n)
   local v = redis.call('GET', key)
-  if not v then
+  if not v or #v > 8 * n then -- absent, or not what set_state writes
     return nil
   end
   local out, x, mul = {}, 0, 1
-  for i = 1, #v do
-    local b = string.byte(v, i)
+  local bytes = {string.byte(v, 1, -1)}
+  for i = 1, #bytes do
+    local b = bytes[i]
     if b >= 128 then
       x, mul = x + (b - 128) * mul, mul * 128
     else
@@ -83,10 +84,10 @@ local function set_state(key, ttl, ...)
       if v > 0 then
         b = b + 128
       end
-      bytes[#bytes + 1] = string.char(b)
+      bytes[#bytes + 1] = b
     until v == 0
   end
-  redis.call('SET', key, table.concat(bytes), 'PX', ttl_ms(ttl))
+  redis.call('SET', key, string.char(unpack(bytes)), 'PX', ttl_ms(ttl))
 end
 
 -- rescale converts v from one scale to another after the limit changed, rounding exactly as
