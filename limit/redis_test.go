@@ -5,8 +5,11 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
 )
@@ -213,5 +216,94 @@ func TestRedisForeignValues(t *testing.T) {
 	}
 	if d, err := r.Decide(ctx, "k", l, 1); err == nil {
 		t.Errorf("a list at the key: %s, nil error", show(d))
+	}
+}
+
+// roundTrips records the scripts a go-redis client sends, as single commands and in pipelines
+// (not the commands that set up a new connection).
+type roundTrips struct {
+	mu        sync.Mutex
+	commands  []string // names of single commands
+	pipelines [][]string
+}
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if strings.HasPrefix(cmd.Name(), "eval") {
+			h.mu.Lock()
+			h.commands = append(h.commands, cmd.Name())
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var names []string
+		for _, c := range cmds {
+			if strings.HasPrefix(c.Name(), "eval") {
+				names = append(names, c.Name())
+			}
+		}
+		if len(names) > 0 {
+			h.mu.Lock()
+			h.pipelines = append(h.pipelines, names)
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *roundTrips) take() (commands []string, pipelines [][]string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	commands, pipelines = h.commands, h.pipelines
+	h.commands, h.pipelines = nil, nil
+	return commands, pipelines
+}
+
+// TestRedisRoundTrips checks that Decide is one EVALSHA and DecideAll one pipeline of them,
+// once the server knows the scripts; and that a server that forgot them costs one more.
+func TestRedisRoundTrips(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	rdb := srv.NewClient()
+	hook := &roundTrips{}
+	rdb.AddHook(hook)
+	r := NewRedis(rdb, RedisConfig{Prefix: testenv.Prefix(t)})
+	reqs := make([]Request, len(Algorithms))
+	for i, a := range Algorithms {
+		reqs[i] = Request{Key: "k", Limit: Limit{Algorithm: a, Limit: 5, Period: time.Minute}, Cost: 1}
+		if _, err := r.Decide(ctx, "warm", reqs[i].Limit, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hook.take()
+
+	if _, err := r.Decide(ctx, "k", reqs[0].Limit, 1); err != nil {
+		t.Fatal(err)
+	}
+	if cmds, pipes := hook.take(); len(cmds) != 1 || cmds[0] != "evalsha" || len(pipes) != 0 {
+		t.Errorf("Decide sent commands %v and pipelines %v, want one evalsha", cmds, pipes)
+	}
+	if _, err := r.DecideAll(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if cmds, pipes := hook.take(); len(cmds) != 0 || len(pipes) != 1 || len(pipes[0]) != len(reqs) {
+		t.Errorf("DecideAll sent commands %v and pipelines %v, want one pipeline of %d", cmds, pipes, len(reqs))
+	}
+
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hook.take()
+	if _, err := r.DecideAll(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if cmds, pipes := hook.take(); len(cmds) != 0 || len(pipes) != 2 || pipes[1][0] != "eval" {
+		t.Errorf("DecideAll after SCRIPT FLUSH sent commands %v and pipelines %v, want an evalsha pipeline and an eval one", cmds, pipes)
 	}
 }
