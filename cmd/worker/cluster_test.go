@@ -193,7 +193,7 @@ func spawn(t testing.TB, path string, args ...string) *proc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("worker %s stderr (last 3000 bytes):\n%s", p.admin, tail(p.stderr.String(), 3000))
+			t.Logf("worker %s stderr (last 1500 bytes):\n%s", p.admin, tail(p.stderr.String(), 1500))
 		}
 	})
 	return p

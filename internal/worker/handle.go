@@ -82,9 +82,19 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 	start := r.p.now()
 	resp, err := r.deliver(hard, &cfg, m.Job, attempt)
 	elapsed := r.p.now().Sub(start)
-	<-recorded
 	r.p.m.latency.WithLabelValues(r.name).Observe(elapsed.Seconds())
 	r.p.m.drain.add(r.name)
+	out := classify(resp, err, r.p.now())
+	var pause time.Duration
+	if out.Class == retry.Pause {
+		// Stop every worker at once, before anything else.
+		pause = cfg.DefaultPause
+		if out.HasWait {
+			pause = out.Wait
+		}
+		r.pause(j, pause)
+	}
+	<-recorded
 	if err != nil && hard.Err() != nil {
 		// Shutdown cut the delivery short. The upstream may have seen it, so the attempt
 		// stays spent; another worker takes the job at once.
@@ -92,7 +102,6 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		r.handBack(j, "delivery interrupted by worker shutdown")
 		return
 	}
-	out := classify(resp, err, r.p.now())
 	r.p.m.deliveries.WithLabelValues(r.name, out.Class.String()).Inc()
 	var response *queue.Response
 	if out.Status != 0 {
@@ -106,17 +115,7 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		r.ack(j)
 
 	case retry.Pause:
-		d := cfg.DefaultPause
-		if out.HasWait {
-			d = out.Wait
-		}
-		r.p.m.pauses.WithLabelValues(r.name).Inc()
-		pctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		if perr := r.p.sched.Pause(pctx, r.name, d); perr != nil {
-			j.log.Warn("worker: pause queue", "err", perr, "for", d)
-		}
-		cancel()
-		j.log.Info("worker: upstream throttled; queue paused", "status", out.Status, "for", d)
+		d := pause
 		// Deliveries that spent no attempt, this one included: pause retries, plus any
 		// crash redeliveries and hand-backs (see the package doc).
 		if free := int(m.Delivered) - j.attempts; free > cfg.MaxPauseRetries {
@@ -143,6 +142,19 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 	default:
 		r.deadLetter(j, reasonPermanent, lastErr, out.Status, attempt)
 	}
+}
+
+// pause pauses the queue for every worker for d, after an upstream 429 or 503.
+func (r *runner) pause(j *job, d time.Duration) {
+	r.p.m.pauses.WithLabelValues(r.name).Inc()
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := r.p.sched.Pause(ctx, r.name, d); err != nil {
+		// The job is still retried after d; other workers may meet a 429 of their own.
+		j.log.Warn("worker: pause queue", "err", err, "for", d)
+		return
+	}
+	j.log.Info("worker: upstream throttled; queue paused", "for", d)
 }
 
 // classify is retry.Classify, with jobs the queue cannot route counted as permanent.

@@ -1,0 +1,36 @@
+package worker
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// The drain rate is deliveries over the last ten seconds, per queue, and forgets older ones.
+func TestDrainRate(t *testing.T) {
+	now := time.Unix(1000, 0)
+	d := newDrainRate(func() time.Time { return now })
+	for s := range 10 { // 20 deliveries a second for 10 seconds
+		now = time.Unix(1000+int64(s), 0)
+		for range 20 {
+			d.add("q")
+		}
+	}
+	d.add("other")
+	now = time.Unix(1009, 999_999_999) // the end of the tenth second: 200 in ~10s
+	if got := d.rate("q"); math.Abs(got-20) > 0.01 {
+		t.Errorf("rate after 10s at 20/s = %v, want 20", got)
+	}
+	now = time.Unix(1014, 500_000_000) // seconds 1005..1009 remain: 100 in 9.5s
+	if got, want := d.rate("q"), 100/9.5; math.Abs(got-want) > 0.01 {
+		t.Errorf("rate 5s later = %v, want %v", got, want)
+	}
+	now = time.Unix(1030, 0)
+	if got := d.rate("q"); got != 0 {
+		t.Errorf("rate after 20 idle seconds = %v, want 0", got)
+	}
+	d.forget("q")
+	if got := d.rate("q"); got != 0 {
+		t.Errorf("rate of a forgotten queue = %v, want 0", got)
+	}
+}
