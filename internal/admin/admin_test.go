@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
@@ -188,5 +189,41 @@ func TestQueuesStoreDown(t *testing.T) {
 		if res, _ := get(t, s.Handler(), p); res.StatusCode != 503 || res.Header.Get("Content-Type") != "application/problem+json" {
 			t.Errorf("%s with the queue layer down: %d %q", p, res.StatusCode, res.Header.Get("Content-Type"))
 		}
+	}
+}
+
+// TestQueuesNATS serves the queue endpoints from real JetStream: the depth and dead letters
+// are those of the queue's streams.
+func TestQueuesNATS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(testenv.Connect(t, testenv.NATS(t).URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := queue.New(ctx, js, queue.Options{Prefix: testenv.Name(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := queuesConfig(t)
+	if err := qs.Provision(ctx, []queue.Spec{{Name: "orders", MaxDepth: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, err := qs.Publish(ctx, &queue.Job{Queue: "orders", Direct: true, Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := New("127.0.0.1:0", nil)
+	(&Queues{Info: qs, Config: func() *config.Config { return cfg }}).Mount(s)
+
+	res, body := get(t, s.Handler(), "/v1/queues/orders")
+	var st QueueStatus
+	if err := json.Unmarshal(body, &st); err != nil || res.StatusCode != 200 || st.Depth != 4 || st.Pending != 4 || st.Rate != "50/s" || st.PausedUntil != nil {
+		t.Fatalf("orders: %d %s", res.StatusCode, body)
+	}
+	// "reports" is configured but was not provisioned.
+	if res, body := get(t, s.Handler(), "/v1/queues/reports"); res.StatusCode != 404 {
+		t.Fatalf("unprovisioned queue: %d %s", res.StatusCode, body)
 	}
 }

@@ -20,7 +20,8 @@ type QueueInfo interface {
 
 // Queues serves the queue endpoints of the admin API:
 //
-//	GET /v1/queues          {"queues": [QueueStatus, ...]}, in config order
+//	GET /v1/queues          {"queues": [QueueStatus, ...]}, in config order; a queue not yet
+//	                        provisioned is listed empty
 //	GET /v1/queues/{queue}  QueueStatus, or 404
 //
 // Errors are application/problem+json. Fill in the fields and Mount it.
@@ -73,6 +74,9 @@ func (q *Queues) list(w http.ResponseWriter, r *http.Request) {
 	}{Queues: make([]QueueStatus, 0, len(cfg.Queues))}
 	for i := range cfg.Queues {
 		st, err := q.status(r.Context(), &cfg.Queues[i])
+		if errors.Is(err, queue.ErrUnknownQueue) {
+			err = nil // configured, not provisioned yet (a reload in progress): empty
+		}
 		if err != nil {
 			writeProblem(w, http.StatusServiceUnavailable, "Queue state unavailable", err.Error())
 			return

@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -22,7 +23,7 @@ func (w *nullWriter) Flush()                      {}
 
 func benchServer(b *testing.B, upstreamURL, yaml string) http.Handler {
 	b.Helper()
-	s, err := New(parseConfig(b, upstreamURL, yaml), Options{Registerer: prometheus.NewRegistry()})
+	s, err := New(parseConfig(b, upstreamURL, yaml), Options{Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

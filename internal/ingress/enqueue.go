@@ -103,7 +103,7 @@ func (g *Gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
 	case err == nil:
 	case errors.Is(err, queue.ErrFull):
 		return &queueFullError{queue: q.Name, retryAfter: g.drainSeconds(ctx, q)}
-	case errors.Is(err, queue.ErrUnknownQueue), errors.Is(err, queue.ErrTooLarge):
+	case errors.Is(err, queue.ErrUnknownQueue), errors.Is(err, queue.ErrTooLarge), errors.Is(err, queue.ErrIdempotencyMismatch):
 		return err
 	default:
 		g.log.Error("ingress: enqueue", "queue", q.Name, "err", err)
@@ -235,7 +235,7 @@ func (s *Server) getJob(c echo.Context) error {
 		return queue.ErrNotFound
 	}
 	id := c.Param("id")
-	if id == "" || len(id) > 512 {
+	if !validJobID(id) {
 		return queue.ErrNotFound
 	}
 	st, err := s.gate.enqueuer.Status(c.Request().Context(), id)
@@ -247,4 +247,19 @@ func (s *Server) getJob(c echo.Context) error {
 		return &statusError{err: err}
 	}
 	return c.JSON(http.StatusOK, st)
+}
+
+// validJobID reports whether id has the form of a job id: 1 to 128 of A-Z, a-z, 0-9, "_"
+// and "-". Others cannot exist, and are not looked up.
+func validJobID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -159,7 +159,12 @@ func (g *Gate) BreakerState() BreakerState {
 // HTTPErrorHandler; the rate-limit headers are set on the response the next handler writes.
 func (g *Gate) Middleware() echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error { return g.handle(c, next) }
+		return func(c echo.Context) error {
+			if ok, err := g.admit(c); !ok {
+				return err
+			}
+			return next(c)
+		}
 	}
 }
 
@@ -217,15 +222,19 @@ const (
 	deferIt                   // 202: to a queue
 )
 
-func (g *Gate) handle(c echo.Context, next echo.HandlerFunc) error {
+// admit decides the request of c. It reports true when the request may proceed to the next
+// handler, with the rate-limit headers set on the response (and set again just before it is
+// written, over any an upstream sent). Otherwise it has answered the request itself, or
+// returns the error to answer (a client that went away).
+func (g *Gate) admit(c echo.Context) (bool, error) {
 	r := c.Request()
 	if _, err := cleanPath(r.URL); err != nil {
 		writeProblem(c.Response(), problemFor(err))
-		return nil
+		return false, nil
 	}
 	rs := g.rules.Load()
 	if len(rs.rules) == 0 {
-		return next(c)
+		return true, nil
 	}
 	k := g.calls.Get().(*call)
 	defer func() {
@@ -238,7 +247,7 @@ func (g *Gate) handle(c echo.Context, next echo.HandlerFunc) error {
 		}
 	}
 	if len(k.matched) == 0 {
-		return next(c)
+		return true, nil
 	}
 
 	// Charge every matching limit in one limiter call.
@@ -260,7 +269,7 @@ func (g *Gate) handle(c echo.Context, next echo.HandlerFunc) error {
 			start = keyEnds[i]
 		}
 		if err := g.decide(r.Context(), rs, k); err != nil {
-			return err // the client went away
+			return false, err // the client went away
 		}
 	}
 
@@ -376,7 +385,7 @@ func (g *Gate) handle(c echo.Context, next echo.HandlerFunc) error {
 			ViolatedPolicies: violated,
 			RetryAfter:       retryAfterSeconds(retryAfter),
 		})
-		return nil
+		return false, nil
 	case failClosed:
 		if hdrs != nil {
 			hdrs.apply(w.Header())
@@ -388,18 +397,19 @@ func (g *Gate) handle(c echo.Context, next echo.HandlerFunc) error {
 			Detail:     "the rate-limit store cannot be reached and a rule that applies to this request fails closed",
 			RetryAfter: retryAfterSeconds(g.cooldown()),
 		})
-		return nil
+		return false, nil
 	case deferIt:
 		if hdrs != nil {
 			hdrs.apply(w.Header())
 		}
-		return g.deferRequest(c, rs, deferTo)
+		return false, g.deferRequest(c, rs, deferTo)
 	}
 	if hdrs != nil {
 		hdrs.apply(w.Header())
-		w.Before(func() { hdrs.apply(w.Header()) }) // over the upstream's own
+		hdrs.w = w
+		w.Before(hdrs.reapply) // over the upstream's own
 	}
-	return next(c)
+	return true, nil
 }
 
 func (g *Gate) cooldown() time.Duration {

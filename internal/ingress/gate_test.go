@@ -190,7 +190,7 @@ rules:
 `, Options{})
 	f.do("GET", "/api/a", nil)
 	f.do("GET", "/api/b", nil, "X-API-Key", "") // empty is absent
-	f.peerAddr = "198.51.100.7:1"                // another client, still without a key
+	f.peerAddr = "198.51.100.7:1"               // another client, still without a key
 	if res := f.do("GET", "/api/c", nil); res.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("third request without a key: status %d, want 429", res.StatusCode)
 	}
@@ -227,7 +227,7 @@ rules:
 	for i, s := range []step{
 		// From a trusted proxy, the client is the right-most untrusted hop.
 		{"10.0.0.1:5000", "X-Forwarded-For", "203.0.113.1", 200},
-		{"10.0.0.2:5000", "X-Forwarded-For", "203.0.113.1", 429},                      // the same client via another proxy
+		{"10.0.0.2:5000", "X-Forwarded-For", "203.0.113.1", 429},                        // the same client via another proxy
 		{"10.0.0.1:5000", "X-Forwarded-For", "203.0.113.1, 203.0.113.2, 10.9.9.9", 200}, // .2 is the client
 		{"10.0.0.1:5000", "X-Forwarded-For", "203.0.113.2", 429},
 		{"[2001:db8::1]:5000", "Forwarded", `for="[2001:db8:cafe::17]:4711"`, 200}, // db8:cafe is trusted too

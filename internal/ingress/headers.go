@@ -5,14 +5,16 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/sluice-rl/sluice/limit"
 )
 
 // Header names, in the canonical form net/http stores them in.
 const (
-	hdrRateLimitPolicy = "Ratelimit-Policy"    // RateLimit-Policy
-	hdrRateLimit       = "Ratelimit"           // RateLimit
-	hdrXLimit          = "X-Ratelimit-Limit"   // X-RateLimit-Limit
+	hdrRateLimitPolicy = "Ratelimit-Policy"  // RateLimit-Policy
+	hdrRateLimit       = "Ratelimit"         // RateLimit
+	hdrXLimit          = "X-Ratelimit-Limit" // X-RateLimit-Limit
 	hdrXRemaining      = "X-Ratelimit-Remaining"
 	hdrXReset          = "X-Ratelimit-Reset"
 	hdrXRetryAfter     = "X-Ratelimit-Retry-After"
@@ -33,33 +35,47 @@ const (
 // seconds until the quota is whole again, rounded up. X-RateLimit-Reset is t too: a delay
 // in seconds, not a timestamp.
 type rateHeaders struct {
-	policy, rateLimit, limit, remaining, reset string
+	// vals holds the header values, each a slice of one: policy, rateLimit, limit,
+	// remaining, reset. Set assigns them without allocating, and the capacity of one makes
+	// an append elsewhere copy instead of writing into them.
+	vals [5]string
+	w    *echo.Response // for reapply
 }
 
 func newRateHeaders(r *rule, d limit.Decision) *rateHeaders {
-	remaining := strconv.FormatInt(max(d.Remaining, 0), 10)
-	reset := strconv.FormatInt(ceilSeconds(d.ResetAfter), 10)
 	lim := d.Limit
 	if lim <= 0 {
 		lim = r.spec.Limit
 	}
-	return &rateHeaders{
-		policy:    r.policy,
-		rateLimit: r.item + ";r=" + remaining + ";t=" + reset,
-		limit:     strconv.FormatInt(lim, 10),
-		remaining: remaining,
-		reset:     reset,
-	}
+	// One buffer, one string, substrings of it: limit, remaining, reset, then the RateLimit
+	// item.
+	var buf [96]byte
+	b := strconv.AppendInt(buf[:0], lim, 10)
+	i1 := len(b)
+	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
+	i2 := len(b)
+	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	i3 := len(b)
+	b = append(b, r.item...)
+	b = append(b, ";r="...)
+	b = append(b, b[i1:i2]...)
+	b = append(b, ";t="...)
+	b = append(b, b[i2:i3]...)
+	all := string(b)
+	return &rateHeaders{vals: [5]string{r.policy, all[i3:], all[:i1], all[i1:i2], all[i2:i3]}}
 }
 
 // apply sets the headers on h, replacing any of the same names (an upstream's own).
 func (rh *rateHeaders) apply(h http.Header) {
-	h[hdrRateLimitPolicy] = []string{rh.policy}
-	h[hdrRateLimit] = []string{rh.rateLimit}
-	h[hdrXLimit] = []string{rh.limit}
-	h[hdrXRemaining] = []string{rh.remaining}
-	h[hdrXReset] = []string{rh.reset}
+	h[hdrRateLimitPolicy] = rh.vals[0:1:1]
+	h[hdrRateLimit] = rh.vals[1:2:2]
+	h[hdrXLimit] = rh.vals[2:3:3]
+	h[hdrXRemaining] = rh.vals[3:4:4]
+	h[hdrXReset] = rh.vals[4:5:5]
 }
+
+// reapply applies the headers to the response they were made for; it is an echo Before hook.
+func (rh *rateHeaders) reapply() { rh.apply(rh.w.Header()) }
 
 // retryAfterSeconds is d as a Retry-After delay: whole seconds, rounded up, at least 1.
 func retryAfterSeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }

@@ -107,6 +107,9 @@ func problemFor(err error) *Problem {
 			detail = fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit)
 		}
 		return &Problem{Type: "about:blank", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge, Detail: detail}
+	case errors.Is(err, queue.ErrIdempotencyMismatch):
+		return &Problem{Type: "about:blank", Title: "Idempotency-Key reused", Status: http.StatusUnprocessableEntity,
+			Detail: "this Idempotency-Key was already used for a different request (method, path or body) within the dedupe window"}
 	case errors.Is(err, queue.ErrUnknownQueue):
 		return &Problem{Type: "about:blank", Title: "Unknown queue", Status: http.StatusNotFound, Detail: err.Error()}
 	case errors.Is(err, queue.ErrNotFound):

@@ -67,9 +67,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
-	// Pre-routing: count every answer, decide (which cleans the path first), then forward
-	// everything but the job API, whatever its method.
-	e.Pre(s.count, g.Middleware(), s.forwardOthers)
+	e.Pre(s.front)
 	e.POST("/v1/queues/:queue/jobs", s.submitJob)
 	e.GET("/v1/jobs/:id", s.getJob)
 	s.echo = e
@@ -187,25 +185,24 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	writeProblem(w, problemFor(&upstreamError{err: err}))
 }
 
-// count counts every answer by status; it is the outermost middleware, so it renders the
-// errors of the rest itself.
-func (s *Server) count(next echo.HandlerFunc) echo.HandlerFunc {
+// front runs before routing, as one middleware (echo builds the pre-routing chain anew for
+// every request): decide (which cleans the path first), then forward everything but the
+// job API, whatever its method; render errors; count every answer by status.
+func (s *Server) front(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if err := next(c); err != nil {
+		ok, err := s.gate.admit(c)
+		if ok {
+			if isJobAPI(c.Request().URL.Path) {
+				err = next(c)
+			} else {
+				err = s.forward(c)
+			}
+		}
+		if err != nil {
 			c.Error(err)
 		}
 		s.gate.metrics.countRequest(c.Response().Status)
 		return nil
-	}
-}
-
-// forwardOthers forwards every request but the job API's, whatever its method.
-func (s *Server) forwardOthers(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if isJobAPI(c.Request().URL.Path) {
-			return next(c)
-		}
-		return s.forward(c)
 	}
 }
 
