@@ -22,6 +22,7 @@ const (
 	BreakerOpen BreakerState = 2
 )
 
+// String returns "closed", "half-open" or "open".
 func (s BreakerState) String() string {
 	switch s {
 	case BreakerClosed:

@@ -279,3 +279,23 @@ func TestPublishFails(t *testing.T) {
 	res = f.do("POST", "/reports", strings.NewReader("r"))
 	readProblem(t, res, http.StatusServiceUnavailable)
 }
+
+// TestJobAPINotDeferred checks that the job API is never deferred: a request to it over an
+// on_limit: enqueue rule is rejected with 429 (naming the rule, with its headers) instead.
+func TestJobAPINotDeferred(t *testing.T) {
+	f := newQueueFixture(t, `
+queues:
+  - { name: orders, rate: 1/s, target: "POST http://127.0.0.1:1/orders" }
+rules:
+  - { name: submit, match: { path: /v1/* }, algorithm: fixed_window, limit: 1, period: 1h, on_limit: enqueue, queue: orders }
+`)
+	accepted(t, f.do("POST", "/v1/queues/orders/jobs", strings.NewReader("a")), "orders")
+	res := f.do("POST", "/v1/queues/orders/jobs", strings.NewReader("b"))
+	pb := readProblem(t, res, http.StatusTooManyRequests)
+	if len(pb.ViolatedPolicies) != 1 || pb.ViolatedPolicies[0] != "submit" || readPolicy(t, res.Header).name != "submit" {
+		t.Fatalf("429 %+v, headers %v", pb, res.Header)
+	}
+	if info, _ := f.qs.Info(f.ctx, "orders"); info.Depth != 1 {
+		t.Fatalf("depth %d, want 1", info.Depth)
+	}
+}

@@ -322,7 +322,7 @@ func (g *Gate) admit(c echo.Context) (bool, error) {
 			continue
 		}
 		d := k.decs[i]
-		if v == reject && (d.Allowed || ru.shadow || ru.onLimitEnqueue) {
+		if v == reject && (d.Allowed || ru.shadow || ru.onLimitEnqueue && mayDefer) {
 			continue
 		}
 		if headerRule < 0 {
