@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 	"github.com/sluice-rl/sluice/leaky"
 )
@@ -270,20 +271,30 @@ func TestRedisDown(t *testing.T) {
 	started := time.Now()
 	c.up.WaitCount(t, 20*time.Second, "every job", func(k int) bool { return k >= n })
 
-	var inOutage int
+	// Deliveries that had their slot (and passed the pause check) before Redis went away may
+	// still arrive in its first moments, the more so when this shared machine stalls the
+	// recorder: at most one per job a worker holds. None may arrive later in the outage.
+	const settle = 500 * time.Millisecond
+	var early, late int
 	var resumed time.Time
 	for _, a := range c.up.Arrivals() {
-		if a.At.After(stopped.Add(50*time.Millisecond)) && a.At.Before(started) {
-			inOutage++
+		switch {
+		case a.At.After(stopped) && a.At.Before(stopped.Add(settle)):
+			early++
+		case a.At.After(stopped.Add(settle)) && a.At.Before(started):
+			late++
 		}
 		if a.At.After(started) && (resumed.IsZero() || a.At.Before(resumed)) {
 			resumed = a.At
 		}
 	}
-	t.Logf("redis down %v; %d deliveries before, %d during; resumed %v after restart",
-		started.Sub(stopped).Round(time.Millisecond), during, inOutage, resumed.Sub(started).Round(time.Millisecond))
-	if inOutage != 0 {
-		t.Errorf("%d deliveries while Redis was down, want 0", inOutage)
+	t.Logf("redis down %v; %d deliveries before, %d in its first %v, %d later; resumed %v after restart",
+		started.Sub(stopped).Round(time.Millisecond), during-early, early, settle, late, resumed.Sub(started).Round(time.Millisecond))
+	if late != 0 {
+		t.Errorf("%d deliveries while Redis was down, want 0", late)
+	}
+	if held := 2 * worker.DefaultConcurrency; early > held {
+		t.Errorf("%d deliveries right after Redis went down, want ≤ %d (the jobs the workers held)", early, held)
 	}
 	if d := resumed.Sub(started); d > time.Second {
 		t.Errorf("deliveries resumed %v after Redis returned, want ≤ 1s", d)

@@ -17,8 +17,9 @@
 //     is not paused. When the schedule's store (Redis) cannot be reached it does not deliver:
 //     it retries with a backoff capped at 200ms, so delivery resumes within a second of the
 //     store's return, and the job is kept alive meanwhile.
-//  3. It records the job's status as running, with its attempt number, and delivers it: a
-//     deferred request to QueueConfig.Upstream + the original path and query, with the
+//  3. It delivers the job, recording its status as running, with its attempt number, while
+//     the request is on its way (a status write before it would delay the request past its
+//     slot and bunch deliveries up at the upstream): a deferred request to QueueConfig.Upstream + the original path and query, with the
 //     original method, headers and body; a directly submitted job to the queue's Target with
 //     its body and Content-Type. Every delivery carries Idempotency-Key: <job id> and
 //     Sluice-Attempt: <attempt number>. Timeout bounds each attempt.
@@ -37,10 +38,12 @@
 //
 // JetStream's delivery count cannot tell attempts apart from pause retries, crash redeliveries
 // and jobs handed back at shutdown, so the spent attempts live in the job's status record
-// (queue.Status.Attempts), which the worker writes before each delivery (state running,
-// attempts n) and after it. A pause retry writes the count back to n-1. A worker that dies
-// mid-delivery leaves attempts at n: the upstream may have seen the request, so the attempt
-// counts. One that dies before delivering leaves it unchanged.
+// (queue.Status.Attempts), which the worker writes with each delivery (state running,
+// attempts n) and after it (the outcome, written only once the first write has landed). A
+// pause retry writes the count back to n-1. A worker that dies mid-delivery leaves attempts
+// at n: the upstream may have seen the request, so the attempt counts. One that dies before
+// delivering leaves it unchanged, and so, rarely, does one that dies in the millisecond
+// between sending the request and recording it: that job gets one attempt more.
 //
 // Pause retries are not stored: they are the job's deliveries that spent no attempt,
 // Msg.Delivered - Status.Attempts. That count also includes redeliveries after a crash before

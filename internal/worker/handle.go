@@ -25,7 +25,6 @@ const (
 // job is one job in hand and what is known about it.
 type job struct {
 	m        *queue.Msg
-	cfg      QueueConfig
 	prev     queue.Status // the status read on a redelivery; zero on a first delivery
 	attempts int          // attempts spent before this delivery
 	log      *slog.Logger
@@ -37,7 +36,7 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 	cfg := *r.cfg.Load()
 	stop := keepAlive(m, cfg.AckWait)
 	defer stop()
-	j := &job{m: m, cfg: cfg, log: r.p.log.With("queue", r.name, "job", m.Job.ID, "delivered", m.Delivered)}
+	j := &job{m: m, log: r.p.log.With("queue", r.name, "job", m.Job.ID, "delivered", m.Delivered)}
 
 	if m.Delivered > 1 {
 		st, err := r.status(m.Job.ID)
