@@ -1,0 +1,335 @@
+// Package app assembles the ingress process from its parts: the config file and its reload
+// watcher, the limiter store, the queue layer (on an external or an embedded NATS server), the
+// echo front, the admin listener, and — when NATS is embedded, the quickstart — an in-process
+// worker pool. cmd/ingress is a thin main over [Ingress.Run].
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/admin"
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/connect"
+	"github.com/sluice-rl/sluice/internal/demo"
+	"github.com/sluice-rl/sluice/internal/ingress"
+	"github.com/sluice-rl/sluice/internal/worker"
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// ErrConfig marks the errors of Run that come from the configuration; cmd/ingress exits with
+// status 2 on them.
+var ErrConfig = errors.New("app: configuration")
+
+type configError struct{ err error }
+
+func (e *configError) Error() string   { return e.err.Error() }
+func (e *configError) Unwrap() []error { return []error{ErrConfig, e.err} }
+
+// ExitCode is the process exit status for an error of Run: 0 for nil, 2 for an ErrConfig, 1
+// otherwise.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrConfig):
+		return 2
+	default:
+		return 1
+	}
+}
+
+// Ingress is the ingress process. The zero value of each optional field means its default.
+type Ingress struct {
+	// ConfigPath is the config file. Required.
+	ConfigPath string
+	// Logger receives the logs. Nil: text to stderr.
+	Logger *slog.Logger
+	// Ready, if set, is called with the public and admin listeners' addresses once the
+	// process serves requests.
+	Ready func(listen, admin string)
+}
+
+// Run serves until ctx ends, then stops accepting, lets requests and deliveries in flight
+// finish within the config's shutdown_timeout, and returns nil. It returns an ErrConfig error
+// for an unusable config and other errors when a listener cannot be opened or the queues
+// cannot be set up.
+func (m Ingress) Run(ctx context.Context) (err error) {
+	log := m.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	cfg, err := config.Load(m.ConfigPath)
+	if err != nil {
+		return &configError{err}
+	}
+	var current atomic.Pointer[config.Config]
+	current.Store(cfg)
+
+	// Everything started below is stopped in reverse order on return.
+	var stops []func()
+	defer func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// The limiter store: Redis when configured, else in-process memory (ingress.New's default).
+	var (
+		lim      limit.Limiter
+		rdb      *redis.Client
+		checks   []admin.Check
+		schedule leaky.Schedule
+	)
+	if cfg.Redis != nil {
+		if rdb, err = connect.Redis(cfg.Redis.URL); err != nil {
+			return &configError{fmt.Errorf("%s: redis.url: %w", cfg.Path, err)}
+		}
+		stops = append(stops, func() { rdb.Close() })
+		lim = limit.NewRedis(rdb, limit.RedisConfig{})
+		schedule = leaky.NewRedis(rdb, leaky.RedisConfig{})
+		checks = append(checks, admin.RedisCheck(rdb))
+	} else {
+		schedule = leaky.NewMemory(nil)
+	}
+
+	// NATS: the configured servers, or the embedded one of the quickstart.
+	var nc *nats.Conn
+	embedded := cfg.NATS == nil
+	if embedded {
+		ens, err := startEmbeddedNATS(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		stops = append(stops, ens.stop)
+		if nc, err = ens.connect(); err != nil {
+			return fmt.Errorf("embedded nats: connect: %w", err)
+		}
+		log.Info("ingress: embedded NATS with JetStream", "store", ens.srv.StoreDir())
+	} else if nc, err = connect.NATS(cfg.NATS.URL, "sluice-ingress"); err != nil {
+		return err
+	}
+	stops = append(stops, nc.Close)
+	checks = append(checks, admin.NATSCheck(nc))
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("ingress: jetstream: %w", err)
+	}
+	qs, err := openQueues(ctx, js, cfg, log)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	srv, err := ingress.New(cfg, ingress.Options{Limiter: lim, Enqueuer: qs, Registerer: reg, Logger: log})
+	if err != nil {
+		return &configError{err}
+	}
+	stops = append(stops, srv.Close)
+
+	// The in-process worker pool drains an embedded NATS server's queues: nothing outside
+	// this process can reach them.
+	var pool *worker.Pool
+	if embedded {
+		pool, err = worker.New(worker.Deps{
+			Queues: qs, Schedule: schedule, Registerer: reg, Logger: log,
+			ShutdownTimeout: cfg.ShutdownTimeout,
+		}, worker.FromConfig(cfg))
+		if err != nil {
+			return &configError{err}
+		}
+	}
+
+	// Listeners first, so that a taken port is reported before anything is served.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("ingress: listen %s: %w", cfg.Listen, err)
+	}
+	adminLn, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("ingress: admin listen %s: %w", cfg.AdminListen, err)
+	}
+	var demoLn net.Listener
+	if cfg.DemoUpstream != "" {
+		if demoLn, err = net.Listen("tcp", cfg.DemoUpstream); err != nil {
+			ln.Close()
+			adminLn.Close()
+			return fmt.Errorf("ingress: demo upstream listen %s: %w", cfg.DemoUpstream, err)
+		}
+	}
+
+	adm := admin.New(cfg.AdminListen, reg, checks...)
+	(&admin.Queues{
+		Info:        qs,
+		Config:      current.Load,
+		PausedUntil: pausedUntil(schedule),
+	}).Mount(adm)
+
+	var wg sync.WaitGroup
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("ingress: "+name, "err", err)
+			}
+		}()
+	}
+	// background is cancelled after the graceful shutdown below, not with ctx.
+	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() { stopBackground(); wg.Wait() }()
+
+	run("admin listener", func() error { return adm.Serve(background, adminLn) })
+	if demoLn != nil {
+		demoSrv := &http.Server{Handler: demo.Handler(log), ReadHeaderTimeout: 10 * time.Second}
+		run("demo upstream", func() error { return demoSrv.Serve(demoLn) })
+		stops = append(stops, func() { demoSrv.Close() })
+		log.Info("ingress: demo upstream", "addr", demoLn.Addr().String())
+	}
+	poolDone := make(chan struct{})
+	if pool != nil {
+		poolCtx, stopPool := context.WithCancel(ctx)
+		defer stopPool()
+		go func() {
+			defer close(poolDone)
+			if err := pool.Run(poolCtx); err != nil {
+				log.Error("ingress: worker pool", "err", err)
+			}
+		}()
+		log.Info("ingress: in-process workers drain the queues", "queues", len(cfg.Queues))
+	} else {
+		close(poolDone)
+	}
+
+	// Reload on SIGHUP and on file change; an invalid file keeps the old config.
+	run("config watcher", func() error {
+		w := &config.Watcher{
+			Path:     m.ConfigPath,
+			OnChange: func(next *config.Config) { m.apply(background, log, adm, srv, qs, pool, &current, next) },
+			OnError: func(err error) {
+				adm.ReloadFailed()
+				log.Error("ingress: reload refused; keeping the old config", "err", err)
+			},
+		}
+		return w.Run(background)
+	})
+
+	httpSrv := &http.Server{
+		Handler:           srv.Handler(),
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	run("listener", func() error { return httpSrv.Serve(ln) })
+	log.Info("ingress: listening", "addr", ln.Addr().String(), "admin", adminLn.Addr().String(),
+		"rules", len(cfg.Rules), "queues", len(cfg.Queues), "redis", cfg.Redis != nil)
+	if m.Ready != nil {
+		m.Ready(ln.Addr().String(), adminLn.Addr().String())
+	}
+
+	<-ctx.Done()
+	log.Info("ingress: shutting down", "timeout", current.Load().ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), current.Load().ShutdownTimeout)
+	defer cancel()
+	if err := httpSrv.Shutdown(sctx); err != nil {
+		log.Warn("ingress: requests still in flight at the shutdown timeout", "err", err)
+		httpSrv.Close()
+	}
+	<-poolDone // the pool has its own shutdown timeout
+	log.Info("ingress: stopped")
+	return nil
+}
+
+// apply makes a valid new config current: rules and limits at once, new and changed queues
+// provisioned, the in-process pool's rates updated. Listen addresses and the redis and nats
+// sections take effect at the next restart.
+func (m Ingress) apply(ctx context.Context, log *slog.Logger, adm *admin.Server, srv *ingress.Server,
+	qs *queue.Queues, pool *worker.Pool, current *atomic.Pointer[config.Config], next *config.Config) {
+	old := current.Load()
+	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := qs.Provision(pctx, worker.QueueSpecs(next, 0)); err != nil {
+		adm.ReloadFailed()
+		log.Error("ingress: reload refused: provision queues; keeping the old config", "err", err)
+		return
+	}
+	if err := srv.Reload(next); err != nil {
+		adm.ReloadFailed()
+		log.Error("ingress: reload refused; keeping the old config", "err", err)
+		return
+	}
+	if pool != nil {
+		if err := pool.Reload(worker.FromConfig(next)); err != nil {
+			log.Error("ingress: reload: worker pool keeps its old queues", "err", err)
+		}
+	}
+	current.Store(next)
+	if old.Listen != next.Listen || old.AdminListen != next.AdminListen ||
+		(old.Redis == nil) != (next.Redis == nil) || (old.NATS == nil) != (next.NATS == nil) ||
+		(old.Redis != nil && old.Redis.URL != next.Redis.URL) || (old.NATS != nil && old.NATS.URL != next.NATS.URL) {
+		log.Warn("ingress: listen addresses, redis and nats take effect at the next restart")
+	}
+	log.Info("ingress: config reloaded", "rules", len(next.Rules), "queues", len(next.Queues))
+}
+
+// openQueues creates the queue layer and provisions the config's queues, retrying while NATS
+// cannot be reached, until ctx ends.
+func openQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (*queue.Queues, error) {
+	replicas := 1
+	if cfg.NATS != nil {
+		replicas = cfg.NATS.Replicas
+	}
+	wait := 100 * time.Millisecond
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		qs, err := queue.New(qctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas})
+		if err == nil {
+			err = qs.Provision(qctx, worker.QueueSpecs(cfg, 0))
+		}
+		cancel()
+		if err == nil {
+			return qs, nil
+		}
+		log.Warn("ingress: queues unavailable; retrying", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// pausedUntil adapts a leak schedule to the admin API's view of a queue's pause.
+func pausedUntil(s leaky.Schedule) func(ctx context.Context, q string) (time.Time, bool, error) {
+	return func(ctx context.Context, q string) (time.Time, bool, error) {
+		d, err := s.PausedFor(ctx, q)
+		if err != nil || d <= 0 {
+			return time.Time{}, false, err
+		}
+		return time.Now().Add(d), true, nil
+	}
+}

@@ -1,0 +1,66 @@
+// Package connect opens the connections the Sluice processes share: a go-redis client for the
+// config's redis section and a NATS connection for its nats section, with the timeouts and
+// reconnect behaviour both the ingress and the worker want.
+package connect
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis returns a client for a redis:// or rediss:// URL (user, password and db included).
+// Every command is bounded by its context (ContextTimeoutEnabled) and by one-second socket
+// timeouts when the caller set no deadline, so a dead Redis cannot hang a request. It does not
+// dial: the first command does.
+func Redis(url string) (*redis.Client, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = time.Second
+	}
+	if opts.ReadTimeout == 0 {
+		opts.ReadTimeout = time.Second
+	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = time.Second
+	}
+	opts.ContextTimeoutEnabled = true
+	return redis.NewClient(opts), nil
+}
+
+// NATS connects to url (comma-separated servers) as name. The connection retries in the
+// background when no server answers yet and reconnects forever, so a process starts (and
+// reports not ready) while NATS is down, and carries on when it returns.
+func NATS(url, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("nats %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// Probe GETs url and returns 0 when it answers 200 within two seconds, 1 otherwise: the health
+// check of the container images, which have no shell or curl.
+func Probe(url string) int {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 1
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 1
+	}
+	return 0
+}
