@@ -206,7 +206,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 	if demoLn != nil {
 		demoSrv := &http.Server{Handler: demo.Handler(log), ReadHeaderTimeout: 10 * time.Second}
 		run("demo upstream", func() error { return demoSrv.Serve(demoLn) })
-		stops = append(stops, func() { demoSrv.Close() })
+		context.AfterFunc(background, func() { demoSrv.Close() })
 		log.Info("ingress: demo upstream", "addr", demoLn.Addr().String())
 	}
 	poolDone := make(chan struct{})
