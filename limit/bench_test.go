@@ -382,3 +382,111 @@ func burstyTrace(rng *rand.Rand, n int, period int64) []int64 {
 	}
 	return out
 }
+
+// interleave runs every variant for ops operations spread over goroutines, round after round,
+// so that a load that comes and goes on a shared machine falls on all of them alike, and
+// returns each variant's operations per second over all rounds. ops is the whole round's count.
+func interleave(b *testing.B, rounds, ops, goroutines int, variants []func(i int) error) []float64 {
+	spent := make([]time.Duration, len(variants))
+	for range rounds {
+		for v, run := range variants {
+			var wg sync.WaitGroup
+			start := time.Now()
+			for g := range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := g; i < ops; i += goroutines {
+						if err := run(i); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			spent[v] += time.Since(start)
+		}
+	}
+	rates := make([]float64, len(variants))
+	for v := range variants {
+		rates[v] = float64(rounds*ops) / spent[v].Seconds()
+	}
+	return rates
+}
+
+// BenchmarkInterleaved measures the ratios the other benchmarks only suggest on a shared
+// machine: each store against its references, in alternating rounds. Metrics: for the memory
+// store, ns per decision on one hot key from GOMAXPROCS goroutines and the ratio to
+// x/time/rate's Allow ("x-rate"); for Redis, decisions/s with 64 callers and the ratios to a raw
+// EVALSHA of the same script ("x-raw") and to redis_rate ("x-redis_rate", GCRA only).
+func BenchmarkInterleaved(b *testing.B) {
+	ctx := context.Background()
+	b.Run("memory", func(b *testing.B) {
+		lim := rate.NewLimiter(rate.Limit(1<<30), 1<<30)
+		m := NewMemory(MemoryConfig{})
+		variants := []func(int) error{func(int) error { lim.Allow(); return nil }}
+		for _, a := range Algorithms {
+			l := benchLimit(a)
+			variants = append(variants, func(int) error {
+				_, err := m.Decide(ctx, "rule:hot", l, 1)
+				return err
+			})
+		}
+		var rates []float64
+		for range b.N {
+			rates = interleave(b, 20, 200_000, runtime.GOMAXPROCS(0), variants)
+		}
+		b.ReportMetric(1e9/rates[0], "ns/x-time-rate")
+		for i, a := range Algorithms {
+			b.ReportMetric(1e9/rates[i+1], "ns/"+string(a))
+			b.ReportMetric(rates[0]/rates[i+1], "x-rate/"+string(a))
+		}
+	})
+	b.Run("redis", func(b *testing.B) {
+		srv := testenv.Redis(b)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+		b.Cleanup(func() { rdb.Close() })
+		keys := benchKeys(10_000)
+		r := NewRedis(rdb, RedisConfig{Prefix: "bench:"})
+		rl := redis_rate.NewLimiter(rdb)
+		var variants []func(int) error
+		for _, a := range Algorithms {
+			l := Limit{Algorithm: a, Limit: 1000, Period: time.Second}
+			p, err := l.validate()
+			if err != nil {
+				b.Fatal(err)
+			}
+			script := scripts[p.alg]
+			if err := script.Load(ctx, rdb).Err(); err != nil {
+				b.Fatal(err)
+			}
+			variants = append(variants,
+				func(i int) error {
+					_, err := r.Decide(ctx, keys[i%len(keys)], l, 1)
+					return err
+				},
+				func(i int) error {
+					k, args := r.call(keys[i%len(keys)], p, 1, "")
+					return rdb.EvalSha(ctx, script.Hash(), k, args...).Err()
+				})
+		}
+		variants = append(variants, func(i int) error {
+			_, err := rl.Allow(ctx, keys[i%len(keys)], redis_rate.PerSecond(1000))
+			return err
+		})
+		var rates []float64
+		for range b.N {
+			rates = interleave(b, 10, 4000, 64, variants)
+		}
+		for i, a := range Algorithms {
+			store, raw := rates[2*i], rates[2*i+1]
+			b.ReportMetric(store, "decisions/s/"+string(a))
+			b.ReportMetric(raw, "evalsha/s/"+string(a))
+			b.ReportMetric(store/raw, "x-raw/"+string(a))
+		}
+		rr := rates[len(rates)-1]
+		b.ReportMetric(rr, "decisions/s/redis_rate")
+		b.ReportMetric(rates[2*len(Algorithms)-2]/rr, "x-redis_rate/gcra")
+	})
+}
