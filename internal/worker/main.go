@@ -200,6 +200,10 @@ func (m Main) Run(ctx context.Context) error {
 		w := &config.Watcher{
 			Path: m.ConfigPath,
 			OnChange: func(next *config.Config) {
+				if next.NATS == nil || next.Redis == nil || next.NATS.URL != cfg.NATS.URL ||
+					next.Redis.URL != cfg.Redis.URL || next.AdminListen != cfg.AdminListen {
+					log.Warn("worker: reload: nats, redis and admin_listen changes apply only after a restart")
+				}
 				// Provision first, so that new queues have their consumer when the pool
 				// starts on them.
 				pctx, cancel := context.WithTimeout(wctx, 20*time.Second)
