@@ -1,0 +1,95 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// Main, in-process: it provisions the queues, drains them, reports ready, and on cancel
+// returns nil having stopped everything it started (goleak checks at the end).
+func TestMainRun(t *testing.T) {
+	rs := testenv.Redis(t)
+	ns := testenv.NATS(t)
+	up := workertest.NewRecorder(t)
+	admin := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	yaml := fmt.Sprintf(`upstream: %s
+admin_listen: %s
+redis: { url: %q }
+nats: { url: %q }
+shutdown_timeout: 2s
+queues:
+  - name: main
+    rate: 100/s
+    target: POST %s/main
+`, up.URL, admin, rs.URL(), ns.URL, up.URL)
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.Main{ConfigPath: path, Ready: func(addr string) { ready <- addr }}.Run(ctx)
+	}()
+	select {
+	case addr := <-ready:
+		if addr != admin {
+			t.Errorf("admin on %s, want %s", addr, admin)
+		}
+	case err := <-done:
+		t.Fatalf("Run returned before ready: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("not ready after 30s")
+	}
+	resp, err := http.Get("http://" + admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/readyz = %d, want 200", resp.StatusCode)
+	}
+
+	// Publish through a queue layer of our own, as the ingress would.
+	js, err := jetstream.New(testenv.Connect(t, ns.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := queue.New(context.Background(), js, queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qs.Provision(context.Background(), []queue.Spec{{Name: "main"}}); err != nil {
+		t.Fatal(err)
+	}
+	ids := workertest.Publish(t, qs, "main", 3, true)
+	up.WaitCount(t, 10*time.Second, "the jobs", func(n int) bool { return n >= len(ids) })
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after cancel = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of cancel")
+	}
+	if _, err := http.Get("http://" + admin + "/healthz"); err == nil {
+		t.Error("the admin listener still answers after Run returned")
+	}
+}
