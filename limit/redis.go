@@ -23,8 +23,9 @@ type RedisConfig struct {
 	// Prefix starts every key the store writes (default "sluice:").
 	Prefix string
 	// Now is for tests only. When set, the scripts decide at the instant it returns instead
-	// of at the Redis server's TIME, so that tests can replay fixed instants. In production
-	// leave it nil: the server's clock is the one clock every replica agrees on.
+	// of at the Redis server's TIME, so that tests can replay fixed instants; and since Redis
+	// counts TTLs on its own clock, keys then live at least an hour. In production leave it
+	// nil: the server's clock is the one clock every replica agrees on.
 	Now func() time.Time
 }
 
@@ -37,7 +38,8 @@ type RedisConfig struct {
 // Cluster hash tag: all the state of one decision is in one key anyway, and the tag keeps it
 // so should a script ever touch two. As with Memory, the state of a key is shared by every
 // limit of the same algorithm, so callers put the rule's name in the key. Every key has a TTL
-// that ends when its state becomes idle, so idle keys vanish.
+// that ends when its state becomes idle, so idle keys vanish. Values are the algorithm's state
+// packed as base-128 varints (lua/lib.lua); sliding logs are sorted sets of timestamps.
 //
 // Scripts run with EVALSHA; a server that does not know a script (after a restart, a
 // failover or SCRIPT FLUSH) gets it with EVAL, which also caches it.
