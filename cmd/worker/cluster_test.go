@@ -96,7 +96,7 @@ func (c *cluster) config(queues string) string {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if err := c.qs.Provision(c.ctx, worker.QueueSpecs(cfg, ackWait)); err != nil {
+	if err := c.qs.Provision(c.ctx, worker.QueueSpecs(cfg)); err != nil {
 		c.t.Fatal(err)
 	}
 	return path
@@ -123,8 +123,8 @@ queues:
 
 // queueYAML is one queue's config: direct jobs go to the upstream's /q/<name>.
 func (c *cluster) queueYAML(name, rate string, extra ...string) string {
-	s := fmt.Sprintf("  - name: %s\n    rate: %s\n    target: POST %s/q/%s\n    backoff: { initial: 100ms, max: 1s }\n    timeout: 2s\n",
-		name, rate, c.up.URL, name)
+	s := fmt.Sprintf("  - name: %s\n    rate: %s\n    target: POST %s/q/%s\n    backoff: { initial: 100ms, max: 1s }\n    timeout: 2s\n    ack_wait: %s\n",
+		name, rate, c.up.URL, name, ackWait)
 	for _, e := range extra {
 		s += "    " + e + "\n"
 	}
@@ -173,7 +173,7 @@ func (s *syncBuffer) String() string {
 // spawn starts a worker process with config path and waits until /readyz says it drains.
 func (c *cluster) spawn(path string) *proc {
 	c.t.Helper()
-	p := spawn(c.t, path, "-ack-wait", ackWait.String())
+	p := spawn(c.t, path)
 	p.waitReady()
 	return p
 }

@@ -26,14 +26,12 @@ import (
 
 func main() {
 	path := flag.String("config", "sluice.yaml", "the config `file`")
-	ackWait := flag.Duration("ack-wait", 0, "the queues' consumer AckWait: how long a job held by a dead worker waits before redelivery (0: 30s)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	err := worker.Main{
 		ConfigPath: *path,
-		AckWait:    *ackWait,
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}.Run(ctx)
 	if err != nil {

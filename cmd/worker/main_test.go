@@ -152,7 +152,7 @@ func TestCrashLosesNothing(t *testing.T) {
 	workertest.Publish(t, c.qs, "crash", n, true)
 	procs := make([]*proc, workers)
 	for i := range procs {
-		procs[i] = spawn(t, path, "-ack-wait", ackWait.String())
+		procs[i] = spawn(t, path)
 	}
 	kills := 0
 	tick := time.NewTicker(1500 * time.Millisecond)
@@ -167,7 +167,7 @@ func TestCrashLosesNothing(t *testing.T) {
 			i := rand.IntN(workers)
 			procs[i].kill()
 			kills++
-			procs[i] = spawn(t, path, "-ack-wait", ackWait.String())
+			procs[i] = spawn(t, path)
 		case <-deadline:
 			t.Fatalf("after 60s %d of %d jobs delivered", c.up.Distinct(), n)
 		}

@@ -271,7 +271,7 @@ func (m Ingress) apply(ctx context.Context, log *slog.Logger, adm *admin.Server,
 	old := current.Load()
 	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := qs.Provision(pctx, worker.QueueSpecs(next, 0)); err != nil {
+	if err := qs.Provision(pctx, worker.QueueSpecs(next)); err != nil {
 		adm.ReloadFailed()
 		log.Error("ingress: reload refused: provision queues; keeping the old config", "err", err)
 		return
@@ -307,7 +307,7 @@ func openQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Config,
 		qctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		qs, err := queue.New(qctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas})
 		if err == nil {
-			err = qs.Provision(qctx, worker.QueueSpecs(cfg, 0))
+			err = qs.Provision(qctx, worker.QueueSpecs(cfg))
 		}
 		cancel()
 		if err == nil {

@@ -386,6 +386,10 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	}
 	q.Timeout = b.positiveDuration(where, "timeout", r.Timeout, DefaultTimeout)
 	q.DedupeWindow = b.positiveDuration(where, "dedupe_window", r.DedupeWindow, DefaultDedupeWindow)
+	q.AckWait = b.positiveDuration(where, "ack_wait", r.AckWait, DefaultAckWait)
+	if q.AckWait > 0 && q.AckWait < 100*time.Millisecond {
+		b.p.addf(where, "ack_wait", "ack_wait must be at least 100ms")
+	}
 	q.Concurrency = int(b.integer(where, "concurrency", r.Concurrency, DefaultConcurrency, strconv.IntSize))
 	if q.Concurrency < 1 {
 		p.add(where, "concurrency", "concurrency must be >= 1")

@@ -46,6 +46,7 @@ const (
 	DefaultBackoffMax      = 5 * time.Minute
 	DefaultTimeout         = 10 * time.Second
 	DefaultDedupeWindow    = 24 * time.Hour
+	DefaultAckWait         = 30 * time.Second
 	DefaultConcurrency     = 4
 	DefaultMaxPauseRetries = 20
 
@@ -173,6 +174,11 @@ type Queue struct {
 	// DedupeWindow is how long an Idempotency-Key maps to its job (YAML dedupe_window).
 	// Default 24h.
 	DedupeWindow time.Duration
+	// AckWait is how long a job held by a worker that died waits before JetStream hands it to
+	// another (YAML ack_wait), >= 100ms. Live workers keep the jobs they hold alive, so it can
+	// be short; it is also how long the jobs a stopped embedded server held take to come back
+	// after a restart of the quickstart. Default 30s.
+	AckWait time.Duration
 	// Concurrency is how many deliveries of this queue one worker process has in flight.
 	// Default 4.
 	Concurrency int

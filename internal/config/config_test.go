@@ -81,12 +81,12 @@ func TestFullExampleLoads(t *testing.T) {
 			Name: "orders", Rate: Rate{N: 50, Per: time.Second}, Burst: 5, MaxDepth: 5000,
 			MaxBodyBytes: 65536, Target: &Target{Method: "PUT", URL: "https://orders.internal/api/orders"},
 			MaxAttempts: 5, Backoff: Backoff{Initial: 500 * time.Millisecond, Max: time.Minute},
-			Timeout: 3 * time.Second, DedupeWindow: time.Hour, Concurrency: 16, MaxPauseRetries: 3,
+			Timeout: 3 * time.Second, DedupeWindow: time.Hour, AckWait: 5 * time.Second, Concurrency: 16, MaxPauseRetries: 3,
 		}, {
 			Name: "reports", Rate: Rate{N: 5, Per: 2 * time.Second}, MaxDepth: DefaultMaxDepth,
 			MaxBodyBytes: DefaultMaxBodyBytes, Target: &Target{Method: "POST", URL: "http://reports.internal/run"},
 			MaxAttempts: DefaultMaxAttempts, Backoff: Backoff{Initial: time.Second, Max: 5 * time.Minute},
-			Timeout: DefaultTimeout, DedupeWindow: DefaultDedupeWindow, Concurrency: DefaultConcurrency,
+			Timeout: DefaultTimeout, DedupeWindow: DefaultDedupeWindow, AckWait: DefaultAckWait, Concurrency: DefaultConcurrency,
 			MaxPauseRetries: DefaultMaxPauseRetries,
 		}},
 		Rules: []Rule{{
@@ -165,7 +165,7 @@ upstream: http://up
 		Queues: []Queue{{
 			Name: "q", Rate: Rate{1, time.Second}, MaxDepth: 100000, MaxBodyBytes: 1 << 20, MaxAttempts: 8,
 			Backoff: Backoff{time.Second, 5 * time.Minute}, Timeout: 10 * time.Second,
-			DedupeWindow: 24 * time.Hour, Concurrency: 4, MaxPauseRetries: 20,
+			DedupeWindow: 24 * time.Hour, AckWait: 30 * time.Second, Concurrency: 4, MaxPauseRetries: 20,
 		}},
 		Rules: []Rule{{
 			Name: "r", Match: Match{Path: "/*"}, Key: []KeyPart{{Kind: KeyIP}}, Algorithm: limit.GCRA,
@@ -342,6 +342,7 @@ func TestProblems(t *testing.T) {
 		{"timeout syntax", queue("{name: q, rate: 1/s, timeout: soon}"),
 			`sluice.yaml: queues[1] "q": timeout: invalid duration "soon": want a Go duration such as 500ms, 10s, 5m or 24h`},
 		{"dedupe_window", queue("{name: q, rate: 1/s, dedupe_window: -1h}"), `sluice.yaml: queues[1] "q": dedupe_window must be > 0`},
+		{"ack_wait", queue("{name: q, rate: 1/s, ack_wait: 10ms}"), `sluice.yaml: queues[1] "q": ack_wait must be at least 100ms`},
 		{"concurrency", queue("{name: q, rate: 1/s, concurrency: 0}"), `sluice.yaml: queues[1] "q": concurrency must be >= 1`},
 		{"max_pause_retries", queue("{name: q, rate: 1/s, max_pause_retries: -1}"), `sluice.yaml: queues[1] "q": max_pause_retries must be >= 0`},
 		{"target relative", queue("{name: q, rate: 1/s, target: /api/orders}"),

@@ -172,6 +172,7 @@ type (
 		Backoff         *rawBackoff `yaml:"backoff"`
 		Timeout         *scalar     `yaml:"timeout"`
 		DedupeWindow    *scalar     `yaml:"dedupe_window"`
+		AckWait         *scalar     `yaml:"ack_wait"`
 		Concurrency     *scalar     `yaml:"concurrency"`
 		MaxPauseRetries *scalar     `yaml:"max_pause_retries"`
 	}

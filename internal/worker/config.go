@@ -149,6 +149,7 @@ func FromConfig(cfg *config.Config) []QueueConfig {
 			Backoff:     retry.Policy{Initial: q.Backoff.Initial, Max: q.Backoff.Max},
 			Timeout:     q.Timeout,
 			Concurrency: q.Concurrency,
+			AckWait:     q.AckWait,
 			// The file's 0 means "no pause retries"; the worker's 0 means the default.
 			MaxPauseRetries: q.MaxPauseRetries,
 		}

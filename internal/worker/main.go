@@ -58,11 +58,6 @@ func ExitCode(err error) int {
 type Main struct {
 	// ConfigPath is the config file. Required.
 	ConfigPath string
-	// AckWait is the queues' consumer AckWait, which the worker provisions: how long the job
-	// held by a worker that died waits before it is handed to another. Workers keep the jobs
-	// they hold alive, so it can be short. 0: queue.DefaultAckWait (30s). Give every worker
-	// and ingress the same value: each provisions the queues on start and reload.
-	AckWait time.Duration
 	// Logger receives the logs. Nil: text to stderr.
 	Logger *slog.Logger
 	// Ready, if set, is called with the admin listener's address once the worker drains.
@@ -172,14 +167,14 @@ func (m Main) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	if err := provision(ctx, qs, cfg, m.AckWait); err != nil {
+	if err := provision(ctx, qs, cfg); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
 
-	specs := m.specs(cfg)
+	specs := FromConfig(cfg)
 	pool, err := New(Deps{
 		Queues:          qs,
 		Schedule:        leaky.NewRedis(rdb, leaky.RedisConfig{}),
@@ -208,10 +203,10 @@ func (m Main) Run(ctx context.Context) error {
 				// starts on them.
 				pctx, cancel := context.WithTimeout(wctx, 20*time.Second)
 				defer cancel()
-				if err := provision(pctx, qs, next, m.AckWait); err != nil {
+				if err := provision(pctx, qs, next); err != nil {
 					log.Error("worker: reload: provision queues", "err", err)
 				}
-				if err := pool.Reload(m.specs(next)); err != nil {
+				if err := pool.Reload(FromConfig(next)); err != nil {
 					adm.ReloadFailed()
 					log.Error("worker: reload refused; keeping the old config", "err", err)
 					return
@@ -241,15 +236,6 @@ func (m Main) Run(ctx context.Context) error {
 	return err
 }
 
-// specs maps cfg's queues to the pool's, with m's AckWait.
-func (m Main) specs(cfg *config.Config) []QueueConfig {
-	specs := FromConfig(cfg)
-	for i := range specs {
-		specs[i].AckWait = m.AckWait
-	}
-	return specs
-}
-
 // connectQueues creates the queue layer, retrying while NATS cannot be reached, until ctx
 // ends.
 func connectQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (*queue.Queues, error) {
@@ -269,9 +255,9 @@ func connectQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Conf
 	}
 }
 
-// QueueSpecs maps the queues of cfg to the queue layer's specs, with the consumers' AckWait
-// (0: the queue package's default).
-func QueueSpecs(cfg *config.Config, ackWait time.Duration) []queue.Spec {
+// QueueSpecs maps the queues of cfg to the queue layer's specs. Every process that provisions
+// the queues (ingresses and workers) derives them from the same file, so they agree.
+func QueueSpecs(cfg *config.Config) []queue.Spec {
 	replicas := 1
 	if cfg.NATS != nil {
 		replicas = cfg.NATS.Replicas
@@ -284,18 +270,18 @@ func QueueSpecs(cfg *config.Config, ackWait time.Duration) []queue.Spec {
 			MaxBodyBytes: q.MaxBodyBytes,
 			DedupeWindow: q.DedupeWindow,
 			Replicas:     replicas,
-			AckWait:      ackWait,
+			AckWait:      q.AckWait,
 		})
 	}
 	return out
 }
 
 // provision creates or updates the queues of cfg, retrying while NATS cannot be reached.
-func provision(ctx context.Context, qs *queue.Queues, cfg *config.Config, ackWait time.Duration) error {
+func provision(ctx context.Context, qs *queue.Queues, cfg *config.Config) error {
 	var err error
 	for range 5 {
 		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		err = qs.Provision(pctx, QueueSpecs(cfg, ackWait))
+		err = qs.Provision(pctx, QueueSpecs(cfg))
 		cancel()
 		if err == nil || !sleep(ctx, time.Second) {
 			break
