@@ -21,12 +21,17 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sluice-rl/sluice/internal/connect"
 	"github.com/sluice-rl/sluice/internal/worker"
 )
 
 func main() {
 	path := flag.String("config", "sluice.yaml", "the config `file`")
+	healthcheck := flag.String("healthcheck", "", "GET this `URL`, exit 0 on 200 and 1 otherwise (container health checks)")
 	flag.Parse()
+	if *healthcheck != "" {
+		os.Exit(connect.Probe(*healthcheck))
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -11,14 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/connect"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
 )
@@ -92,33 +91,17 @@ func (m Main) Run(ctx context.Context) error {
 	}
 
 	// Redis: the leak schedule.
-	ropts, err := redis.ParseURL(cfg.Redis.URL)
+	rdb, err := connect.Redis(cfg.Redis.URL)
 	if err != nil {
 		return configErrf("%s: redis.url: %w", cfg.Path, err)
 	}
-	if ropts.DialTimeout == 0 {
-		ropts.DialTimeout = time.Second
-	}
-	if ropts.ReadTimeout == 0 {
-		ropts.ReadTimeout = time.Second
-	}
-	if ropts.WriteTimeout == 0 {
-		ropts.WriteTimeout = time.Second
-	}
-	ropts.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(ropts)
 	defer rdb.Close()
 
 	// NATS: the queues. The connection retries in the background, so the worker starts (and
 	// reports not ready) while NATS is down.
-	nc, err := nats.Connect(cfg.NATS.URL,
-		nats.Name("sluice-worker"),
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-	)
+	nc, err := connect.NATS(cfg.NATS.URL, "sluice-worker")
 	if err != nil {
-		return fmt.Errorf("worker: nats %s: %w", cfg.NATS.URL, err)
+		return fmt.Errorf("worker: %w", err)
 	}
 	defer nc.Close()
 
