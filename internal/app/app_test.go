@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
 )
 
 // The example configs in the repository load.
@@ -51,47 +51,20 @@ rules:
 	}
 }
 
-// recorder is an upstream that records the jobs delivered to it by Idempotency-Key.
-type recorder struct {
-	mu   sync.Mutex
-	seen map[string]int
-}
-
-func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	io.Copy(io.Discard, req.Body)
-	r.mu.Lock()
-	r.seen[req.Header.Get("Idempotency-Key")]++
-	r.mu.Unlock()
-}
-
-func (r *recorder) count(ids []string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, id := range ids {
-		if r.seen[id] > 0 {
-			n++
-		}
-	}
-	return n
-}
-
 // In embedded mode, jobs accepted before a restart of the ingress are delivered after it: the
 // embedded JetStream keeps them under data_dir.
 func TestEmbeddedJobsSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
-	rec := &recorder{seen: map[string]int{}}
-	upAddr := freeAddr(t)
-	up := &http.Server{Addr: upAddr, Handler: rec}
-	go up.ListenAndServe()
-	t.Cleanup(func() { up.Close() })
-	testenv.WaitFor(t, 5*time.Second, "recording upstream", func() bool {
-		resp, err := http.Get("http://" + upAddr + "/")
-		if err == nil {
-			resp.Body.Close()
+	rec := workertest.NewRecorder(t)
+	delivered := func(ids []string) int {
+		n, per := 0, rec.PerID()
+		for _, id := range ids {
+			if per[id] > 0 {
+				n++
+			}
 		}
-		return err == nil
-	})
+		return n
+	}
 
 	cfg := func(rate string) string {
 		return fmt.Sprintf(`listen: %s
@@ -101,8 +74,8 @@ queues:
   - name: slow
     rate: %s
     ack_wait: 1s
-    target: POST http://%s/jobs
-`, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), rate, upAddr)
+    target: POST %s/jobs
+`, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), rate, rec.URL)
 	}
 	// First run: a queue so slow that nothing is delivered before the restart.
 	r := start(t, dir, cfg("1/h"))
@@ -122,14 +95,14 @@ queues:
 	}
 	r.stop()
 	// At most the one job whose slot came at once was delivered.
-	if n := rec.count(ids); n > 1 {
+	if n := delivered(ids); n > 1 {
 		t.Fatalf("%d jobs delivered at 1/h before the restart", n)
 	}
 
 	// Second run on the same data_dir, with a fast rate: every job is delivered.
 	start(t, dir, cfg("100/s"))
 	testenv.WaitFor(t, 20*time.Second, "all 20 jobs delivered after the restart", func() bool {
-		return rec.count(ids) == len(ids)
+		return delivered(ids) == len(ids)
 	})
 }
 
