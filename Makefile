@@ -8,14 +8,17 @@ export SLUICE_STRICT := 1
 
 test: deps vet unit fuzz
 
-# deps installs redis-server from Debian when it is missing (as root), or says how.
+# deps installs what the tests run besides Go — redis-server, and curl for the README's quickstart
+# lines — from Debian when missing (as root), or says how.
+DEPS := redis-server:redis-server curl:curl
 deps:
-	@if ! command -v redis-server >/dev/null 2>&1; then \
+	@missing=""; for d in $(DEPS); do command -v $${d%%:*} >/dev/null 2>&1 || missing="$$missing $${d#*:}"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing redis-server with apt-get"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	    echo "installing$$missing with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  else \
-	    echo "redis-server is missing; install it with: sudo apt-get install -y redis-server" >&2; exit 1; \
+	    echo "missing:$$missing; install with: sudo apt-get install -y$$missing" >&2; exit 1; \
 	  fi; \
 	fi
 	@redis-server --version
