@@ -4,13 +4,14 @@ GO ?= go
 # Tests that need redis-server or NATS fail instead of skipping under `make test`.
 export SLUICE_STRICT := 1
 
-.PHONY: test deps vet unit fuzz quickstart bench
+.PHONY: test deps vet compose unit fuzz quickstart bench
 
-test: deps vet unit fuzz
+test: deps vet compose unit fuzz
 
-# deps installs what the tests run besides Go — redis-server, and curl for the README's quickstart
-# lines — from Debian when missing (as root), or says how.
-DEPS := redis-server:redis-server curl:curl
+# deps installs what the tests run besides Go — redis-server, curl for the README's quickstart
+# lines, docker-compose to validate deploy/compose.yaml — from Debian when missing (as root), or
+# says how.
+DEPS := redis-server:redis-server curl:curl docker-compose:docker-compose
 deps:
 	@missing=""; for d in $(DEPS); do command -v $${d%%:*} >/dev/null 2>&1 || missing="$$missing $${d#*:}"; done; \
 	if [ -n "$$missing" ]; then \
@@ -25,6 +26,12 @@ deps:
 
 vet:
 	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt -l:" $$unformatted >&2; exit 1; fi
+
+# No Docker engine runs here; the compose file is validated, not started.
+compose:
+	docker-compose -f deploy/compose.yaml config -q
 
 unit:
 	$(GO) test -race -count=1 -timeout 14m ./...
