@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -489,4 +490,110 @@ func BenchmarkInterleaved(b *testing.B) {
 		b.ReportMetric(rr, "decisions/s/redis_rate")
 		b.ReportMetric(rates[2*len(Algorithms)-2]/rr, "x-redis_rate/gcra")
 	})
+}
+
+// BenchmarkRedisDecide measures what coalescing concurrent decisions into shared pipelines
+// (RedisConfig.MaxBatch, Pipelines) buys, beside the store without it and two references: a
+// raw EVALSHA of the same script and the same EVALSHA through go-redis's own (experimental)
+// AutoPipeliner. Every call carries a deadline, as the ingress's do.
+//
+// The "64-callers" sub-benchmarks are the usual kind, one variant after the other
+// (b.SetParallelism for 64 goroutines): ns/op and allocs/op. On a shared machine their
+// decisions/s are not comparable with each other; the "interleaved" ones are: for each number
+// of concurrent callers, every variant runs in alternating rounds (see interleave), and the
+// metrics are decisions/s and the ratio of each variant to the unbatched store ("x-unbatched").
+// Two clients: go-redis's default pool (10 per GOMAXPROCS, as the ingress's) and a pool of 64.
+func BenchmarkRedisDecide(b *testing.B) {
+	srv := testenv.Redis(b)
+	newClient := func(pool int) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: pool, ContextTimeoutEnabled: true})
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
+	def, pool64 := newClient(0), newClient(64)
+	ap, err := def.AutoPipeline()
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := benchKeys(10_000)
+	l := Limit{Algorithm: TokenBucket, Limit: 1000, Period: time.Second}
+	p, err := l.validate()
+	if err != nil {
+		b.Fatal(err)
+	}
+	script := scripts[p.alg]
+	if err := script.Load(context.Background(), def).Err(); err != nil {
+		b.Fatal(err)
+	}
+	prefix := testenv.Prefix(b)
+	raw := NewRedis(def, RedisConfig{Prefix: prefix}) // for its call()
+	decide := func(r *Redis) func(int) error {
+		return func(i int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := r.Decide(ctx, keys[i%len(keys)], l, 1)
+			return err
+		}
+	}
+	evalSha := func(c interface {
+		EvalSha(context.Context, string, []string, ...any) *redis.Cmd
+	}) func(int) error {
+		return func(i int) error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			k, args := raw.call(keys[i%len(keys)], p, 1, "")
+			return c.EvalSha(ctx, script.Hash(), k, args...).Err()
+		}
+	}
+	type variant struct {
+		name string
+		run  func(int) error
+	}
+	variants := []variant{
+		{"unbatched", decide(NewRedis(def, RedisConfig{Prefix: prefix, MaxBatch: -1}))},
+		{"unbatched-pool64", decide(NewRedis(pool64, RedisConfig{Prefix: prefix, MaxBatch: -1}))},
+		{"batched-1", decide(NewRedis(def, RedisConfig{Prefix: prefix, Pipelines: 1}))},
+		{"batched-2", decide(NewRedis(def, RedisConfig{Prefix: prefix, Pipelines: 2}))},
+		{"batched-4", decide(NewRedis(def, RedisConfig{Prefix: prefix, Pipelines: 4}))},
+		{"raw-evalsha", evalSha(def)},
+		{"raw-evalsha-pool64", evalSha(pool64)},
+		{"go-redis-autopipeline", evalSha(ap)},
+	}
+
+	for _, v := range []variant{variants[0], variants[3], variants[5]} {
+		b.Run("64-callers/"+v.name, func(b *testing.B) {
+			var seq atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(1)) * 997
+				for pb.Next() {
+					if err := v.run(i); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+
+	for _, callers := range []int{1, 2, 4, 8, 16, 64} {
+		b.Run(fmt.Sprintf("interleaved/callers=%d", callers), func(b *testing.B) {
+			runs := make([]func(int) error, len(variants))
+			for i, v := range variants {
+				runs[i] = v.run
+			}
+			ops := 1000 * min(callers, 8)
+			var rates []float64
+			for range b.N {
+				rates = interleave(b, 10, ops, callers, runs)
+			}
+			for i, v := range variants {
+				b.ReportMetric(rates[i], "decisions/s/"+v.name)
+				b.ReportMetric(rates[i]/rates[0], "x-unbatched/"+v.name)
+			}
+		})
+	}
 }

@@ -327,7 +327,11 @@ func TestMemoryConformance(t *testing.T) {
 
 func TestRedisConformance(t *testing.T) {
 	srv := testenv.Redis(t)
-	testConformance(t, func(t *testing.T, now func() time.Time) Limiter {
-		return NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t), Now: now})
-	})
+	for name, maxBatch := range map[string]int{"batched": 0, "unbatched": -1} {
+		t.Run(name, func(t *testing.T) {
+			testConformance(t, func(t *testing.T, now func() time.Time) Limiter {
+				return NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t), Now: now, MaxBatch: maxBatch})
+			})
+		})
+	}
 }

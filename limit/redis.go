@@ -27,12 +27,40 @@ type RedisConfig struct {
 	// counts TTLs on its own clock, keys then live at least an hour. In production leave it
 	// nil: the server's clock is the one clock every replica agrees on.
 	Now func() time.Time
+
+	// MaxBatch is the most scripts one shared pipeline carries (default 128). Concurrent
+	// decisions are coalesced: while Pipelines pipelines are in flight, the decisions that
+	// arrive wait and go together in the next one, so that under load a round trip carries
+	// many decisions instead of one. A call never waits for company: when fewer than Pipelines
+	// are in flight it is sent at once, so a lone caller pays what it would without
+	// coalescing. The scripts of one DecideAll are never split (one larger than MaxBatch goes
+	// alone). At most 4 × MaxBatch scripts wait; further calls wait for room (or their ctx).
+	// A negative MaxBatch turns coalescing off: each Decide is then one EVALSHA and each
+	// DecideAll one pipeline of its own, sent at once on a connection of the client's pool.
+	MaxBatch int
+	// Pipelines is the most pipelines of coalesced decisions in flight at once (default 2),
+	// and so the most connections the store holds at once. With 1, a second concurrent caller
+	// already waits for the first one's round trip; with 2, callers wait only when more than
+	// two are deciding. It is ignored when MaxBatch is negative.
+	Pipelines int
 }
+
+// Defaults of RedisConfig.
+const (
+	DefaultMaxBatch  = 128
+	DefaultPipelines = 2
+)
 
 // Redis is a Limiter whose state lives in Redis, shared by every process that uses the same
 // server (or cluster) and prefix. Each decision is one Lua script, run atomically on the
 // server at the server's TIME, in one round trip; DecideAll pipelines its scripts into one
 // round trip. It is safe for concurrent use.
+//
+// Concurrent decisions share round trips (see RedisConfig.MaxBatch): a call that finds fewer
+// than Pipelines pipelines in flight is sent at once, on the caller's goroutine; calls that
+// arrive while they are all in flight are queued and sent together, as one pipeline, by one
+// of them when a pipeline returns. Each script still runs atomically on its own; only the
+// network round trip is shared. The store starts no goroutine and needs no Close.
 //
 // Keys are Prefix + "{" + a short algorithm name + ":" + key + "}". The braces are a Redis
 // Cluster hash tag: all the state of one decision is in one key anyway, and the tag keeps it
@@ -47,6 +75,7 @@ type Redis struct {
 	rdb    RedisClient
 	prefix string
 	now    func() time.Time
+	batch  *batcher // nil when coalescing is off
 }
 
 // NewRedis returns a Redis store over rdb. It does not contact the server.
@@ -54,6 +83,17 @@ func NewRedis(rdb RedisClient, cfg RedisConfig) *Redis {
 	r := &Redis{rdb: rdb, prefix: cfg.Prefix, now: cfg.Now}
 	if r.prefix == "" {
 		r.prefix = "sluice:"
+	}
+	if cfg.MaxBatch >= 0 {
+		b := &batcher{rdb: rdb, maxBatch: cfg.MaxBatch, maxFlight: cfg.Pipelines}
+		if b.maxBatch == 0 {
+			b.maxBatch = DefaultMaxBatch
+		}
+		if b.maxFlight <= 0 {
+			b.maxFlight = DefaultPipelines
+		}
+		b.maxQueue = 4 * b.maxBatch
+		r.batch = b
 	}
 	return r
 }
@@ -106,14 +146,33 @@ var keyTags = [numAlgos]string{
 
 // Decide charges cost against key under l in one round trip; see [Limiter]. Over the limit is
 // a Decision with Allowed false. The error wraps a sentinel error of this package when the
-// input is invalid (Redis is not contacted), or the client's error when Redis could not decide.
+// input is invalid (Redis is not contacted), the client's error when Redis could not decide
+// (every call of a failed shared pipeline gets it), or ctx.Err() when ctx ended first.
+//
+// A call whose ctx ends while it waits for a shared pipeline is not charged. One whose ctx
+// ends while its script is on its way in a pipeline another call sent returns ctx.Err() at
+// once, but the script may still run and charge, as a timed-out EVALSHA may. A call that is
+// sending a pipeline itself returns when the client does: go-redis bounds the round trip by
+// ctx's deadline when ContextTimeoutEnabled is set, else by its ReadTimeout.
 func (r *Redis) Decide(ctx context.Context, key string, l Limit, cost int64) (Decision, error) {
 	p, err := check(key, l, cost)
 	if err != nil {
 		return Decision{}, fmt.Errorf("limit: decide %.64q: %w", key, err)
 	}
-	keys, args := r.call(key, p, cost, r.clock())
-	d, err := decision(p, scripts[p.alg].Run(ctx, r.rdb, keys, args...))
+	var cmd *redis.Cmd
+	if r.batch == nil {
+		keys, args := r.call(key, p, cost, r.clock())
+		cmd = scripts[p.alg].Run(ctx, r.rdb, keys, args...)
+	} else {
+		o := &op{}
+		o.one[0] = r.evalSha(key, p, cost, r.clock())
+		o.cmds = o.one[:]
+		if err := r.batch.do(ctx, o); err != nil {
+			return Decision{}, fmt.Errorf("limit: decide %.64q: %w", key, err)
+		}
+		cmd = o.cmds[0]
+	}
+	d, err := decision(p, cmd)
 	if err != nil {
 		return Decision{}, fmt.Errorf("limit: decide %.64q: %w", key, err)
 	}
@@ -123,7 +182,8 @@ func (r *Redis) Decide(ctx context.Context, key string, l Limit, cost int64) (De
 // DecideAll decides every request in one pipelined round trip (two when the server had to be
 // sent a script it did not know); see [Limiter]. When any request is invalid it returns an
 // error wrapping a sentinel error of this package and charges nothing. When Redis fails, some
-// of the requests may have been charged.
+// of the requests may have been charged. The requests of one call always travel in one
+// pipeline, alone or shared with other calls'; ctx is honoured as in Decide.
 func (r *Redis) DecideAll(ctx context.Context, reqs []Request) ([]Decision, error) {
 	ps := make([]params, len(reqs))
 	for i, q := range reqs {
@@ -137,6 +197,9 @@ func (r *Redis) DecideAll(ctx context.Context, reqs []Request) ([]Decision, erro
 		return []Decision{}, nil
 	}
 	now := r.clock()
+	if r.batch != nil {
+		return r.decideAllBatched(ctx, reqs, ps, now)
+	}
 	type call struct {
 		keys []string
 		args []any
@@ -176,6 +239,27 @@ func (r *Redis) DecideAll(ctx context.Context, reqs []Request) ([]Decision, erro
 	return out, nil
 }
 
+// decideAllBatched is DecideAll through the batcher: the scripts of reqs travel together, in
+// a pipeline they may share with other calls'.
+func (r *Redis) decideAllBatched(ctx context.Context, reqs []Request, ps []params, now string) ([]Decision, error) {
+	o := &op{cmds: make([]*redis.Cmd, len(reqs))}
+	for i, q := range reqs {
+		o.cmds[i] = r.evalSha(q.Key, ps[i], q.Cost, now)
+	}
+	if err := r.batch.do(ctx, o); err != nil {
+		return nil, fmt.Errorf("limit: decide %d requests: %w", len(reqs), err)
+	}
+	out := make([]Decision, len(reqs))
+	for i, cmd := range o.cmds {
+		d, err := decision(ps[i], cmd)
+		if err != nil {
+			return nil, fmt.Errorf("limit: decide request %d %.64q: %w", i, reqs[i].Key, err)
+		}
+		out[i] = d
+	}
+	return out, nil
+}
+
 // clock returns ARGV[1] of the scripts: the test-only instant, or "" for the server's TIME.
 func (r *Redis) clock() string {
 	if r.now == nil {
@@ -186,12 +270,30 @@ func (r *Redis) clock() string {
 
 // call returns the KEYS and ARGV of the script of p.alg; the scripts' headers document them.
 func (r *Redis) call(key string, p params, cost int64, now string) ([]string, []any) {
-	keys := []string{r.prefix + "{" + keyTags[p.alg] + ":" + key + "}"}
+	keys := []string{r.key(key, p.alg)}
 	switch p.alg {
 	case algTokenBucket, algLeakyBucket, algGCRA:
 		return keys, []any{now, p.unit, p.refill, p.cap, cost}
 	default:
 		return keys, []any{now, p.period, p.limit, cost}
+	}
+}
+
+// key returns the Redis key of key's state under algorithm a.
+func (r *Redis) key(key string, a algo) string {
+	return r.prefix + "{" + keyTags[a] + ":" + key + "}"
+}
+
+// evalSha returns the EVALSHA of the script of p.alg with the KEYS and ARGV of call, built
+// with one slice of arguments.
+func (r *Redis) evalSha(key string, p params, cost int64, now string) *redis.Cmd {
+	k := r.key(key, p.alg)
+	sha := scripts[p.alg].Hash()
+	switch p.alg {
+	case algTokenBucket, algLeakyBucket, algGCRA:
+		return redis.NewCmd(context.Background(), "evalsha", sha, 1, k, now, p.unit, p.refill, p.cap, cost)
+	default:
+		return redis.NewCmd(context.Background(), "evalsha", sha, 1, k, now, p.period, p.limit, cost)
 	}
 }
 

@@ -143,9 +143,14 @@ func TestRedisServerTime(t *testing.T) {
 // charge twice.
 func TestRedisScriptFlush(t *testing.T) {
 	srv := testenv.Redis(t)
+	t.Run("batched", func(t *testing.T) { testScriptFlush(t, srv, 0) })
+	t.Run("unbatched", func(t *testing.T) { testScriptFlush(t, srv, -1) })
+}
+
+func testScriptFlush(t *testing.T, srv *testenv.RedisServer, maxBatch int) {
 	ctx := context.Background()
 	clk := newClock(base)
-	r := NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t), Now: clk.Now})
+	r := NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t), Now: clk.Now, MaxBatch: maxBatch})
 	l := Limit{Algorithm: FixedWindow, Limit: 3, Period: time.Hour}
 	flush := func() {
 		t.Helper()
@@ -179,14 +184,17 @@ func TestRedisUnavailable(t *testing.T) {
 	srv := testenv.Redis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r := NewRedis(srv.NewClient(), RedisConfig{Prefix: testenv.Prefix(t)})
+	rdb := srv.NewClient()
 	srv.Stop()
 	l := Limit{Algorithm: TokenBucket, Limit: 1, Period: time.Second}
-	if d, err := r.Decide(ctx, "k", l, 1); err == nil {
-		t.Fatalf("Decide with Redis down: %s, nil error", show(d))
-	}
-	if ds, err := r.DecideAll(ctx, []Request{{"k", l, 1}}); err == nil {
-		t.Fatalf("DecideAll with Redis down: %v, nil error", ds)
+	for _, maxBatch := range []int{0, -1} {
+		r := NewRedis(rdb, RedisConfig{Prefix: testenv.Prefix(t), MaxBatch: maxBatch})
+		if d, err := r.Decide(ctx, "k", l, 1); err == nil {
+			t.Fatalf("MaxBatch %d: Decide with Redis down: %s, nil error", maxBatch, show(d))
+		}
+		if ds, err := r.DecideAll(ctx, []Request{{"k", l, 1}}); err == nil {
+			t.Fatalf("MaxBatch %d: DecideAll with Redis down: %v, nil error", maxBatch, ds)
+		}
 	}
 }
 
@@ -265,45 +273,61 @@ func (h *roundTrips) take() (commands []string, pipelines [][]string) {
 	return commands, pipelines
 }
 
-// TestRedisRoundTrips checks that Decide is one EVALSHA and DecideAll one pipeline of them,
-// once the server knows the scripts; and that a server that forgot them costs one more.
+// TestRedisRoundTrips checks that, once the server knows the scripts, a lone Decide is one
+// round trip carrying one script and DecideAll one pipeline of them; and that a server that
+// forgot them costs one more. Without coalescing Decide is a plain EVALSHA; with it, a
+// pipeline of one (the same single write and read).
 func TestRedisRoundTrips(t *testing.T) {
 	srv := testenv.Redis(t)
-	ctx := context.Background()
-	rdb := srv.NewClient()
-	hook := &roundTrips{}
-	rdb.AddHook(hook)
-	r := NewRedis(rdb, RedisConfig{Prefix: testenv.Prefix(t)})
-	reqs := make([]Request, len(Algorithms))
-	for i, a := range Algorithms {
-		reqs[i] = Request{Key: "k", Limit: Limit{Algorithm: a, Limit: 5, Period: time.Minute}, Cost: 1}
-		if _, err := r.Decide(ctx, "warm", reqs[i].Limit, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	hook.take()
+	for _, tt := range []struct {
+		name        string
+		maxBatch    int
+		cmds, pipes int // what a lone Decide sends
+	}{
+		{"batched", 0, 0, 1},
+		{"unbatched", -1, 1, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := srv.NewClient()
+			hook := &roundTrips{}
+			rdb.AddHook(hook)
+			r := NewRedis(rdb, RedisConfig{Prefix: testenv.Prefix(t), MaxBatch: tt.maxBatch})
+			reqs := make([]Request, len(Algorithms))
+			for i, a := range Algorithms {
+				reqs[i] = Request{Key: "k", Limit: Limit{Algorithm: a, Limit: 5, Period: time.Minute}, Cost: 1}
+				if _, err := r.Decide(ctx, "warm", reqs[i].Limit, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hook.take()
 
-	if _, err := r.Decide(ctx, "k", reqs[0].Limit, 1); err != nil {
-		t.Fatal(err)
-	}
-	if cmds, pipes := hook.take(); len(cmds) != 1 || cmds[0] != "evalsha" || len(pipes) != 0 {
-		t.Errorf("Decide sent commands %v and pipelines %v, want one evalsha", cmds, pipes)
-	}
-	if _, err := r.DecideAll(ctx, reqs); err != nil {
-		t.Fatal(err)
-	}
-	if cmds, pipes := hook.take(); len(cmds) != 0 || len(pipes) != 1 || len(pipes[0]) != len(reqs) {
-		t.Errorf("DecideAll sent commands %v and pipelines %v, want one pipeline of %d", cmds, pipes, len(reqs))
-	}
+			if _, err := r.Decide(ctx, "k", reqs[0].Limit, 1); err != nil {
+				t.Fatal(err)
+			}
+			cmds, pipes := hook.take()
+			if len(cmds) != tt.cmds || len(pipes) != tt.pipes || len(cmds)+len(pipes) != 1 ||
+				(len(cmds) == 1 && cmds[0] != "evalsha") || (len(pipes) == 1 && (len(pipes[0]) != 1 || pipes[0][0] != "evalsha")) {
+				t.Errorf("Decide sent commands %v and pipelines %v, want %d evalsha and %d pipeline of one evalsha",
+					cmds, pipes, tt.cmds, tt.pipes)
+			}
+			if _, err := r.DecideAll(ctx, reqs); err != nil {
+				t.Fatal(err)
+			}
+			if cmds, pipes := hook.take(); len(cmds) != 0 || len(pipes) != 1 || len(pipes[0]) != len(reqs) {
+				t.Errorf("DecideAll sent commands %v and pipelines %v, want one pipeline of %d", cmds, pipes, len(reqs))
+			}
 
-	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	hook.take()
-	if _, err := r.DecideAll(ctx, reqs); err != nil {
-		t.Fatal(err)
-	}
-	if cmds, pipes := hook.take(); len(cmds) != 0 || len(pipes) != 2 || pipes[1][0] != "eval" {
-		t.Errorf("DecideAll after SCRIPT FLUSH sent commands %v and pipelines %v, want an evalsha pipeline and an eval one", cmds, pipes)
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			hook.take()
+			if _, err := r.DecideAll(ctx, reqs); err != nil {
+				t.Fatal(err)
+			}
+			if cmds, pipes := hook.take(); len(cmds) != 0 || len(pipes) != 2 || pipes[1][0] != "eval" {
+				t.Errorf("DecideAll after SCRIPT FLUSH sent commands %v and pipelines %v, want an evalsha pipeline and an eval one", cmds, pipes)
+			}
+		})
 	}
 }

@@ -18,8 +18,9 @@ import (
 func stores(t *testing.T) map[string]Limiter {
 	srv := testenv.Redis(t)
 	return map[string]Limiter{
-		"memory": NewMemory(MemoryConfig{}),
-		"redis":  NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t)}),
+		"memory":          NewMemory(MemoryConfig{}),
+		"redis":           NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t)}),
+		"redis-unbatched": NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t), MaxBatch: -1}),
 	}
 }
 
@@ -76,8 +77,9 @@ func TestBadInput(t *testing.T) {
 }
 
 // TestConcurrentCallersAdmitExactlyTheLimit hammers one key from many goroutines (for Redis:
-// through two separate clients, as two replicas would) under limits that cannot refill during
-// the test, and counts the admitted requests: exactly the limit, never more, never fewer.
+// through two separate clients, as two replicas would, with and without coalescing into shared
+// pipelines) under limits that cannot refill during the test, and counts the admitted requests:
+// exactly the limit, never more, never fewer.
 func TestConcurrentCallersAdmitExactlyTheLimit(t *testing.T) {
 	const limit, goroutines, tries = 100, 64, 4
 	limits := []Limit{
@@ -99,6 +101,10 @@ func TestConcurrentCallersAdmitExactlyTheLimit(t *testing.T) {
 				"redis": {
 					NewRedis(srv.NewClient(), RedisConfig{Prefix: prefix}),
 					NewRedis(srv.NewClient(), RedisConfig{Prefix: prefix}),
+				},
+				"redis-unbatched": {
+					NewRedis(srv.NewClient(), RedisConfig{Prefix: prefix + "u:", MaxBatch: -1}),
+					NewRedis(srv.NewClient(), RedisConfig{Prefix: prefix + "u:", MaxBatch: -1}),
 				},
 			} {
 				var admitted, rejected atomic.Int64
