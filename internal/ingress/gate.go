@@ -199,6 +199,8 @@ type call struct {
 	keys    []byte
 	fbIdx   []int
 	fbReqs  []limit.Request
+	viol    []*rule // the rules a 429 names
+	body    []byte  // a 429's body
 }
 
 func (c *call) reset() {
@@ -210,6 +212,8 @@ func (c *call) reset() {
 	c.decs, c.srcs, c.keys, c.fbIdx = c.decs[:0], c.srcs[:0], c.keys[:0], c.fbIdx[:0]
 	clear(c.fbReqs)
 	c.fbReqs = c.fbReqs[:0]
+	clear(c.viol)
+	c.viol, c.body = c.viol[:0], c.body[:0]
 }
 
 // verdict is what happens to a request.
@@ -227,14 +231,25 @@ const (
 // written, over any an upstream sent). Otherwise it has answered the request itself, or
 // returns the error to answer (a client that went away).
 func (g *Gate) admit(c echo.Context) (bool, error) {
+	ok, hdrs, err := g.check(c)
+	if ok && hdrs != nil {
+		hdrs.install(c.Response())
+	}
+	return ok, err
+}
+
+// check decides the request of c as admit does, but leaves the rate-limit headers of a
+// request that may proceed to the caller: it returns them, nil when no rule with a limit
+// matched.
+func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 	r := c.Request()
 	if _, err := cleanPath(r.URL); err != nil {
 		writeProblem(c.Response(), problemFor(err))
-		return false, nil
+		return false, nil, nil
 	}
 	rs := g.rules.Load()
 	if len(rs.rules) == 0 {
-		return true, nil
+		return true, nil, nil
 	}
 	k := g.calls.Get().(*call)
 	defer func() {
@@ -242,12 +257,12 @@ func (g *Gate) admit(c echo.Context) (bool, error) {
 		g.calls.Put(k)
 	}()
 	for _, ru := range rs.rules {
-		if ru.match.Matches(r.Method, r.URL.Path) {
+		if ru.match.matches(r.Method, r.URL.Path) {
 			k.matched = append(k.matched, ru)
 		}
 	}
 	if len(k.matched) == 0 {
-		return true, nil
+		return true, nil, nil
 	}
 
 	// Charge every matching limit in one limiter call.
@@ -269,7 +284,7 @@ func (g *Gate) admit(c echo.Context) (bool, error) {
 			start = keyEnds[i]
 		}
 		if err := g.decide(r.Context(), rs, k); err != nil {
-			return false, err // the client went away
+			return false, nil, err // the client went away
 		}
 	}
 
@@ -279,7 +294,6 @@ func (g *Gate) admit(c echo.Context) (bool, error) {
 		deferTo    *rule
 		retryAfter time.Duration
 		headerRule = -1 // index in k.limited of the policy the headers report
-		violated   []string
 		mayDefer   = g.noDefer == nil || !g.noDefer(r.URL.Path)
 	)
 	for i, ru := range k.limited {
@@ -296,7 +310,7 @@ func (g *Gate) admit(c echo.Context) (bool, error) {
 			}
 		default:
 			v = reject
-			violated = append(violated, ru.name)
+			k.viol = append(k.viol, ru)
 			if d.RetryAfter > retryAfter {
 				retryAfter = d.RetryAfter
 			}
@@ -372,20 +386,8 @@ func (g *Gate) admit(c echo.Context) (bool, error) {
 	w := c.Response()
 	switch v {
 	case reject:
-		if hdrs != nil {
-			hdrs.apply(w.Header())
-		}
-		secs := strconv.FormatInt(retryAfterSeconds(retryAfter), 10)
-		w.Header()[hdrXRetryAfter] = []string{secs}
-		writeProblem(w, &Problem{
-			Type:             QuotaExceededType,
-			Title:            "Request cannot be satisfied as assigned quota has been exceeded",
-			Status:           http.StatusTooManyRequests,
-			Detail:           quotaDetail(violated, retryAfter),
-			ViolatedPolicies: violated,
-			RetryAfter:       retryAfterSeconds(retryAfter),
-		})
-		return false, nil
+		g.writeQuotaExceeded(w, k, hdrs, retryAfterSeconds(retryAfter))
+		return false, nil, nil
 	case failClosed:
 		if hdrs != nil {
 			hdrs.apply(w.Header())
@@ -397,19 +399,52 @@ func (g *Gate) admit(c echo.Context) (bool, error) {
 			Detail:     "the rate-limit store cannot be reached and a rule that applies to this request fails closed",
 			RetryAfter: retryAfterSeconds(g.cooldown()),
 		})
-		return false, nil
+		return false, nil, nil
 	case deferIt:
 		if hdrs != nil {
 			hdrs.apply(w.Header())
 		}
-		return false, g.deferRequest(c, rs, deferTo)
+		return false, nil, g.deferRequest(c, rs, deferTo)
 	}
-	if hdrs != nil {
-		hdrs.apply(w.Header())
-		hdrs.w = w
-		w.Before(hdrs.reapply) // over the upstream's own
+	return true, hdrs, nil
+}
+
+// writeQuotaExceeded answers 429 for the rules in k.viol, with Retry-After and
+// X-RateLimit-Retry-After of secs and the quota-exceeded problem. The body of a single rule's
+// 429 is assembled from the parts compile made; it is the bytes writeProblem would write.
+func (g *Gate) writeQuotaExceeded(w http.ResponseWriter, k *call, hdrs *rateHeaders, secs int64) {
+	if hdrs == nil { // cannot happen: a rule that rejects has its headers reported
+		hdrs = new(rateHeaders)
 	}
-	return true, nil
+	h := w.Header()
+	if hdrs.vals[0] != "" {
+		hdrs.apply(h)
+	}
+	hdrs.vals[5] = itoa(secs)
+	h[hdrXRetryAfter] = hdrs.vals[5:6:6]
+	if len(k.viol) == 1 {
+		ru := k.viol[0]
+		b := append(k.body[:0], ru.quotaHead...)
+		b = strconv.AppendInt(b, secs, 10)
+		b = append(b, ru.quotaMid...)
+		b = strconv.AppendInt(b, secs, 10)
+		b = append(b, '}')
+		k.body = b
+	} else {
+		names := make([]string, len(k.viol))
+		for i, ru := range k.viol {
+			names[i] = ru.name
+		}
+		k.body = (&Problem{
+			Type:             QuotaExceededType,
+			Title:            quotaTitle,
+			Status:           http.StatusTooManyRequests,
+			Detail:           quotaDetail(names, secs),
+			ViolatedPolicies: names,
+			RetryAfter:       secs,
+		}).appendJSON(k.body[:0])
+	}
+	writeProblemBody(w, http.StatusTooManyRequests, k.body, hdrs.vals[5], &hdrs.prob)
 }
 
 func (g *Gate) cooldown() time.Duration {
@@ -419,11 +454,12 @@ func (g *Gate) cooldown() time.Duration {
 	return g.breaker.cooldown
 }
 
-func quotaDetail(violated []string, retryAfter time.Duration) string {
+// quotaDetail is the detail of a 429 for the rules named violated, to be retried in secs.
+func quotaDetail(violated []string, secs int64) string {
 	if len(violated) == 1 {
-		return fmt.Sprintf("rate limit %q exceeded; retry in %d s", violated[0], retryAfterSeconds(retryAfter))
+		return fmt.Sprintf("rate limit %q exceeded; retry in %d s", violated[0], secs)
 	}
-	return fmt.Sprintf("rate limits %q exceeded; retry in %d s", violated, retryAfterSeconds(retryAfter))
+	return fmt.Sprintf("rate limits %q exceeded; retry in %d s", violated, secs)
 }
 
 // decide fills k.decs and k.srcs for k.reqs. It returns an error only when ctx ended (the
@@ -437,10 +473,17 @@ func (g *Gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
 
 	var err error
 	if g.breaker == nil {
-		var decs []limit.Decision
-		if decs, err = g.limiter.DecideAll(ctx, k.reqs); err == nil {
-			copy(k.decs, decs)
-			return nil
+		if n == 1 { // the common case; Decide returns its decision without a slice
+			q := &k.reqs[0]
+			if k.decs[0], err = g.limiter.Decide(ctx, q.Key, q.Limit, q.Cost); err == nil {
+				return nil
+			}
+		} else {
+			var decs []limit.Decision
+			if decs, err = g.limiter.DecideAll(ctx, k.reqs); err == nil {
+				copy(k.decs, decs)
+				return nil
+			}
 		}
 		// An in-process limiter fails only on bad input, which compile rules out.
 		g.log.Error("ingress: limiter", "err", err)

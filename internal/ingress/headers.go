@@ -36,33 +36,34 @@ const (
 // in seconds, not a timestamp.
 type rateHeaders struct {
 	// vals holds the header values, each a slice of one: policy, rateLimit, limit,
-	// remaining, reset. Set assigns them without allocating, and the capacity of one makes
-	// an append elsewhere copy instead of writing into them.
-	vals [5]string
+	// remaining, reset, then X-RateLimit-Retry-After on a 429. Set assigns them without
+	// allocating, and the capacity of one makes an append elsewhere copy instead of writing
+	// into them.
+	vals [6]string
+	// prob holds the values of the problem headers of a 429 the gate writes itself.
+	prob problemHeaders
 	w    *echo.Response // for reapply
 }
 
 func newRateHeaders(r *rule, d limit.Decision) *rateHeaders {
-	lim := d.Limit
-	if lim <= 0 {
-		lim = r.spec.Limit
-	}
-	// One buffer, one string, substrings of it: limit, remaining, reset, then the RateLimit
-	// item.
-	var buf [96]byte
-	b := strconv.AppendInt(buf[:0], lim, 10)
+	rh := new(rateHeaders)
+	// One string for the RateLimit item; remaining and reset are substrings of it.
+	var buf [128]byte
+	b := append(buf[:0], r.item...)
+	b = append(b, ";r="...)
 	i1 := len(b)
 	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
 	i2 := len(b)
-	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
-	i3 := len(b)
-	b = append(b, r.item...)
-	b = append(b, ";r="...)
-	b = append(b, b[i1:i2]...)
 	b = append(b, ";t="...)
-	b = append(b, b[i2:i3]...)
+	i3 := len(b)
+	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
 	all := string(b)
-	return &rateHeaders{vals: [5]string{r.policy, all[i3:], all[:i1], all[i1:i2], all[i2:i3]}}
+	lim := r.limitText
+	if d.Limit > 0 && d.Limit != r.spec.Limit {
+		lim = itoa(d.Limit)
+	}
+	rh.vals = [6]string{r.policy, all, lim, all[i1:i2], all[i3:]}
+	return rh
 }
 
 // apply sets the headers on h, replacing any of the same names (an upstream's own).
@@ -74,8 +75,33 @@ func (rh *rateHeaders) apply(h http.Header) {
 	h[hdrXReset] = rh.vals[4:5:5]
 }
 
+// install applies the headers to w and again just before w's header is written (over an
+// upstream's or a handler's own); it is for responses that others write.
+func (rh *rateHeaders) install(w *echo.Response) {
+	rh.apply(w.Header())
+	rh.w = w
+	w.Before(rh.reapply)
+}
+
 // reapply applies the headers to the response they were made for; it is an echo Before hook.
 func (rh *rateHeaders) reapply() { rh.apply(rh.w.Header()) }
+
+// smallInts holds the decimal text of 0 to len-1: most numbers in headers (remaining
+// requests, seconds, body lengths) are small, and take no allocation.
+var smallInts = func() (t [1024]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
+
+// itoa is strconv.FormatInt(n, 10), allocating only for n outside smallInts.
+func itoa(n int64) string {
+	if n >= 0 && n < int64(len(smallInts)) {
+		return smallInts[n]
+	}
+	return strconv.FormatInt(n, 10)
+}
 
 // retryAfterSeconds is d as a Retry-After delay: whole seconds, rounded up, at least 1.
 func retryAfterSeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }

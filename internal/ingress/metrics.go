@@ -3,6 +3,7 @@ package ingress
 import (
 	"errors"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -45,6 +46,8 @@ type metrics struct {
 	requests       *prometheus.CounterVec
 	upstreamErrors prometheus.Counter
 	reloads        *prometheus.CounterVec
+
+	byCode [600]atomic.Pointer[counter] // children of requests, by status code
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -93,20 +96,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// codeLabels holds the label value of every status code, so that counting a request
-// allocates nothing.
-var codeLabels = func() (l [600]string) {
-	for i := range l {
-		l[i] = strconv.Itoa(i)
-	}
-	return l
-}()
-
-// countRequest counts a response with status code.
+// countRequest counts a response with status code. The counter of each code is looked up
+// once and kept, so that counting takes no label hashing or lock.
 func (m *metrics) countRequest(code int) {
-	if code < 0 || code >= len(codeLabels) {
+	if code < 0 || code >= len(m.byCode) {
 		m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
 		return
 	}
-	m.requests.WithLabelValues(codeLabels[code]).Inc()
+	c := m.byCode[code].Load()
+	if c == nil {
+		c = &counter{m.requests.WithLabelValues(smallInts[code])}
+		m.byCode[code].Store(c) // a racing store keeps an equal value: the same child counter
+	}
+	c.Inc()
 }
+
+// counter boxes a prometheus.Counter for an atomic.Pointer.
+type counter struct{ prometheus.Counter }

@@ -2,12 +2,13 @@ package ingress
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -140,17 +141,127 @@ func problemFor(err error) *Problem {
 
 // writeProblem writes p as the response.
 func writeProblem(w http.ResponseWriter, p *Problem) {
-	body, err := json.Marshal(p)
-	if err != nil { // cannot happen: every field marshals
-		body = []byte(`{"type":"about:blank","title":"Internal server error","status":500}`)
-	}
-	h := w.Header()
-	h.Set("Content-Type", ProblemContentType)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
+	bp := bufs.Get().(*[]byte)
+	body := p.appendJSON((*bp)[:0])
+	retryAfter := ""
 	if p.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.FormatInt(p.RetryAfter, 10))
+		retryAfter = itoa(p.RetryAfter)
 	}
-	w.WriteHeader(p.Status)
+	writeProblemBody(w, p.Status, body, retryAfter, nil)
+	*bp = body
+	bufs.Put(bp)
+}
+
+// bufs holds the buffers problem bodies are built in.
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// writeProblemBody writes a problem+json response of status with body (which w must not
+// retain, as io.Writer says), and a Retry-After header unless retryAfter is "". hv holds the header
+// values when the caller has room for them (a 429's rate-limit header block); nil allocates.
+// Header values are assigned to the map directly, under their canonical names, each a slice
+// of one with a capacity of one so that an append elsewhere copies instead of writing into hv.
+func writeProblemBody(w http.ResponseWriter, status int, body []byte, retryAfter string, hv *problemHeaders) {
+	if hv == nil {
+		hv = new(problemHeaders)
+	}
+	hv[0] = ProblemContentType
+	hv[1] = itoa(int64(len(body)))
+	hv[2] = "no-store"
+	h := w.Header()
+	h["Content-Type"] = hv[0:1:1]
+	h["Content-Length"] = hv[1:2:2]
+	h["Cache-Control"] = hv[2:3:3]
+	if retryAfter != "" {
+		hv[3] = retryAfter
+		h[hdrRetryAfter] = hv[3:4:4]
+	}
+	w.WriteHeader(status)
 	w.Write(body)
+}
+
+// problemHeaders are the values of the headers writeProblemBody sets: Content-Type,
+// Content-Length, Cache-Control, Retry-After.
+type problemHeaders [4]string
+
+// appendJSON appends p as JSON to dst, byte for byte what encoding/json's Marshal writes
+// for it (field order, omitempty, HTML-safe string escaping), without reflection.
+func (p *Problem) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"type":`...)
+	dst = appendJSONString(dst, p.Type)
+	dst = append(dst, `,"title":`...)
+	dst = appendJSONString(dst, p.Title)
+	dst = append(dst, `,"status":`...)
+	dst = strconv.AppendInt(dst, int64(p.Status), 10)
+	if p.Detail != "" {
+		dst = append(dst, `,"detail":`...)
+		dst = appendJSONString(dst, p.Detail)
+	}
+	if len(p.ViolatedPolicies) > 0 {
+		dst = append(dst, `,"violated-policies":[`...)
+		for i, v := range p.ViolatedPolicies {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, v)
+		}
+		dst = append(dst, ']')
+	}
+	if p.RetryAfter != 0 {
+		dst = append(dst, `,"retry_after":`...)
+		dst = strconv.AppendInt(dst, p.RetryAfter, 10)
+	}
+	return append(dst, '}')
+}
+
+// appendJSONString appends s as a JSON string, escaped as encoding/json escapes it: '"',
+// '\\' and control characters; '<', '>' and '&' as \u003c, \u003e, \u0026; U+2028 and
+// U+2029; and each byte of invalid UTF-8 as \ufffd.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case c == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case c == '\u2028' || c == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }

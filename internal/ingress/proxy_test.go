@@ -2,10 +2,15 @@ package ingress
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/http/httputil"
+	"net/textproto"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -253,3 +258,169 @@ func TestNoUpstream(t *testing.T) {
 	}
 	readProblem(t, serve(s.Handler(), httptestRequest("GET", "/x", "192.0.2.1:1")), http.StatusBadGateway)
 }
+
+// TestForwardInformational checks that a 1xx from the upstream (103 Early Hints) reaches the
+// client and does not take the place of the final status, which keeps the upstream's code,
+// headers and body, with the rate-limit headers over the upstream's own.
+func TestForwardInformational(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Set("RateLimit", `"upstream";r=0;t=1`)
+		w.Header().Set("X-Upstream", "yes")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "made")
+	}))
+	defer up.Close()
+	reg := prometheus.NewRegistry()
+	s, err := New(parseConfig(t, up.URL, `
+rules:
+  - { name: all, algorithm: fixed_window, limit: 10, period: 1m }
+`), Options{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pub := publicServer(t, s.Handler())
+	var early []int
+	req, _ := http.NewRequest("GET", pub.URL+"/x", nil)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			early = append(early, code)
+			return nil
+		},
+	}))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusCreated || string(body) != "made" || res.Header.Get("X-Upstream") != "yes" {
+		t.Fatalf("status %d, body %q, headers %v; want the upstream's 201", res.StatusCode, body, res.Header)
+	}
+	if len(early) != 1 || early[0] != http.StatusEarlyHints {
+		t.Fatalf("informational responses %v, want [103]", early)
+	}
+	if p := readPolicy(t, res.Header); p.name != "all" || p.r != 9 || len(res.Header.Values("RateLimit")) != 1 {
+		t.Fatalf("policy %+v, RateLimit %v", p, res.Header.Values("RateLimit"))
+	}
+	if got := metric(t, reg, "sluice_requests_total", "code", "201"); got != 1 {
+		t.Fatalf("requests{code=201} %v, want 1", got)
+	}
+}
+
+// TestForwardEncoding checks that the proxy leaves content coding to client and upstream:
+// a request without Accept-Encoding reaches the upstream without one (a default transport
+// would add gzip, decompress the answer itself and stream it without its Content-Length),
+// and a gzip answer to a client that asked for it comes back as the upstream sent it.
+func TestForwardEncoding(t *testing.T) {
+	const gz = "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xffJ\xcb\xcf\a\x04\x00\x00\xff\xff!es\x8c\x03\x00\x00\x00" // "foo"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Got-Accept-Encoding", strings.Join(r.Header.Values("Accept-Encoding"), ","))
+		if r.Header.Get("Accept-Encoding") == "gzip" {
+			w.Header().Set("Content-Encoding", "gzip")
+			io.WriteString(w, gz)
+			return
+		}
+		io.WriteString(w, "foo")
+	}))
+	defer up.Close()
+	s, err := New(parseConfig(t, up.URL, "rules: []\n"), Options{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	res := serve(s.Handler(), httptestRequest("GET", "/x", "192.0.2.1:1"))
+	body, _ := io.ReadAll(res.Body)
+	if got := res.Header.Get("X-Got-Accept-Encoding"); got != "" || string(body) != "foo" || res.Header.Get("Content-Length") != "3" {
+		t.Fatalf("no Accept-Encoding: upstream got %q; client got %q, Content-Length %q", got, body, res.Header.Get("Content-Length"))
+	}
+
+	r := httptestRequest("GET", "/x", "192.0.2.1:1")
+	r.Header.Set("Accept-Encoding", "gzip")
+	res = serve(s.Handler(), r)
+	body, _ = io.ReadAll(res.Body)
+	if res.Header.Get("Content-Encoding") != "gzip" || string(body) != gz {
+		t.Fatalf("gzip: Content-Encoding %q, body %q; want the upstream's gzip bytes", res.Header.Get("Content-Encoding"), body)
+	}
+}
+
+// TestRewrite checks the forwarding headers of the outbound request against what
+// ProxyRequest.SetXForwarded and a plain string build make of the same inbound request:
+// peers of both families, IPv4-mapped and without a port, prior chains of several lines,
+// TLS, and no Host.
+func TestRewrite(t *testing.T) {
+	target, _ := url.Parse("http://upstream.example:9000/base")
+	reference := func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+			pr.Out.Header["X-Forwarded-For"] = append([]string(nil), prior...)
+		}
+		pr.SetXForwarded()
+		peer, ok := parsePeer(pr.In.RemoteAddr)
+		if !ok {
+			return
+		}
+		var b strings.Builder
+		for _, p := range pr.In.Header["Forwarded"] {
+			b.WriteString(p + ", ")
+		}
+		b.WriteString("for=")
+		if peer.Is6() {
+			b.WriteString(`"[` + peer.String() + `]"`)
+		} else {
+			b.WriteString(peer.String())
+		}
+		if pr.In.Host != "" {
+			b.WriteString(";host=" + sfString(pr.In.Host))
+		}
+		if pr.In.TLS != nil {
+			b.WriteString(";proto=https")
+		} else {
+			b.WriteString(";proto=http")
+		}
+		pr.Out.Header["Forwarded"] = []string{b.String()}
+	}
+	for _, peer := range []string{"192.0.2.1:5000", "[2001:db8::1]:5000", "[::ffff:192.0.2.9]:1", "[fe80::1%eth0]:1", "192.0.2.1", "@"} {
+		for _, hdr := range []http.Header{
+			{},
+			{"X-Forwarded-For": {"198.51.100.1, 198.51.100.2", "198.51.100.3"}, "Forwarded": {"for=198.51.100.1", `for="[2001:db8::7]";proto=https`}},
+		} {
+			for _, tls := range []bool{false, true} {
+				for _, host := range []string{"api.example", ""} {
+					in := httptest.NewRequest("GET", "http://api.example/a/b?q=1", nil)
+					in.RemoteAddr, in.Header, in.Host = peer, hdr, host
+					if !tls {
+						in.TLS = nil
+					} else {
+						in.TLS = &tlsState
+					}
+					out := func() *http.Request { // as ReverseProxy hands it to Rewrite
+						o := in.Clone(in.Context())
+						for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+							o.Header.Del(h)
+						}
+						return o
+					}
+					got := &httputil.ProxyRequest{In: in, Out: out()}
+					want := &httputil.ProxyRequest{In: in, Out: out()}
+					rewrite(got, target)
+					reference(want)
+					if got.Out.URL.String() != want.Out.URL.String() || got.Out.Host != want.Out.Host {
+						t.Errorf("peer %s: URL %s host %q, want %s %q", peer, got.Out.URL, got.Out.Host, want.Out.URL, want.Out.Host)
+					}
+					for _, name := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
+						g, w := got.Out.Header[name], want.Out.Header[name]
+						if strings.Join(g, "\n") != strings.Join(w, "\n") || (g == nil) != (w == nil) {
+							t.Errorf("peer %s, prior %v, tls %v, host %q: %s = %q, want %q", peer, hdr, tls, host, name, g, w)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+var tlsState = tls.ConnectionState{HandshakeComplete: true}

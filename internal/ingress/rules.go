@@ -9,10 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -41,7 +44,7 @@ const (
 // rule is one config.Rule compiled for the request path. It is immutable.
 type rule struct {
 	name      string
-	match     config.Match
+	match     matcher
 	key       []config.KeyPart
 	keyPrefix string // name and NUL, or the hashed name for very long names
 
@@ -54,10 +57,54 @@ type rule struct {
 	actionEnqueue  bool
 	queue          string
 
-	policy string // RateLimit-Policy value: `"name";q=10;w=1`
-	item   string // RateLimit item start: `"name"`
+	policy    string // RateLimit-Policy value: `"name";q=10;w=1`
+	item      string // RateLimit item start: `"name"`
+	limitText string // X-RateLimit-Limit value: the limit in decimal
+
+	// The body of a 429 that this rule alone caused is quotaHead, the seconds, quotaMid, the
+	// seconds, "}": Problem.appendJSON's bytes, with everything but the numbers made once.
+	quotaHead, quotaMid string
 
 	counters [numOutcomes]prometheus.Counter
+}
+
+// matcher is a config.Match made ready for requests: it answers as Match.Matches does,
+// without cutting and joining the path pattern for every request.
+type matcher struct {
+	methods []string // empty: any
+	anyPath bool
+	exact   string // the path, when the pattern is not a prefix
+	prefix  string // "/api" of "/api/*"; "" when exact
+	under   string // "/api/" of "/api/*"
+}
+
+func compileMatch(m config.Match) matcher {
+	mt := matcher{methods: m.Methods}
+	prefix, ok := strings.CutSuffix(m.Path, "/*")
+	switch {
+	case m.Path == "", ok && prefix == "":
+		mt.anyPath = true
+	case !ok:
+		mt.exact = m.Path
+	default:
+		mt.prefix, mt.under = prefix, prefix+"/"
+	}
+	return mt
+}
+
+// matches reports whether a request with this method and path is selected.
+func (m *matcher) matches(method, path string) bool {
+	if len(m.methods) > 0 && !slices.Contains(m.methods, method) {
+		return false
+	}
+	switch {
+	case m.anyPath:
+		return true
+	case m.prefix == "":
+		return path == m.exact
+	default:
+		return path == m.prefix || strings.HasPrefix(path, m.under)
+	}
 }
 
 // defers reports whether the rule sends requests to a queue in some case.
@@ -121,10 +168,13 @@ func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Q
 	if cr.Name == "" {
 		return nil, errors.New("name is required")
 	}
+	if !utf8.ValidString(cr.Name) {
+		return nil, errors.New("name is not valid UTF-8") // it is a metric label
+	}
 	r := &rule{
 		name:   cr.Name,
-		match:  cr.Match,
-		key:    cr.Key,
+		match:  compileMatch(cr.Match),
+		key:    slices.Clone(cr.Key),
 		shadow: cr.Shadow || cfg.Shadow,
 		queue:  cr.Queue,
 	}
@@ -140,6 +190,12 @@ func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Q
 			}
 		default:
 			return nil, fmt.Errorf("unknown key part %q", p.Kind)
+		}
+	}
+	for i, p := range r.key {
+		if p.Kind == config.KeyHeader {
+			// Looked up in the header map as is; the name is not part of the key.
+			r.key[i].Name = textproto.CanonicalMIMEHeaderKey(p.Name)
 		}
 	}
 	switch cr.Action {
@@ -184,30 +240,53 @@ func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Q
 	}
 	r.item = sfString(r.name)
 	if r.hasLimit {
-		r.policy = r.item + ";q=" + strconv.FormatInt(r.spec.Limit, 10) + ";w=" + strconv.FormatInt(ceilSeconds(r.spec.Period), 10)
+		r.limitText = strconv.FormatInt(r.spec.Limit, 10)
+		r.policy = r.item + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(r.spec.Period), 10)
+		r.quotaHead, r.quotaMid = quotaBody(r.name)
 	}
 	return r, nil
 }
 
+// quotaTitle is the title of a 429 for a rate limit.
+const quotaTitle = "Request cannot be satisfied as assigned quota has been exceeded"
+
+// quotaBody returns the constant parts of the body of a 429 that rule name alone caused: the
+// JSON of &Problem{Type: QuotaExceededType, Title: quotaTitle, Status: 429, Detail:
+// quotaDetail([name], s), ViolatedPolicies: [name], RetryAfter: s} is head, s, mid, s, "}".
+// (JSON escapes character by character, and the seconds and " s" need none, so the detail's
+// escaped text can be cut where the number goes.)
+func quotaBody(name string) (head, mid string) {
+	b := []byte(`{"type":`)
+	b = appendJSONString(b, QuotaExceededType)
+	b = append(b, `,"title":`...)
+	b = appendJSONString(b, quotaTitle)
+	b = append(b, `,"status":429,"detail":`...)
+	b = appendJSONString(b, "rate limit "+strconv.Quote(name)+" exceeded; retry in ")
+	head = string(b[:len(b)-1]) // without the closing quote
+	b = append(b[:0], ` s","violated-policies":[`...)
+	b = appendJSONString(b, name)
+	b = append(b, `],"retry_after":`...)
+	return head, string(b)
+}
+
 // sfString writes s as a structured-field string (RFC 9651 3.3.3). Bytes outside printable
 // ASCII cannot be written and become "?".
-func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
-	for _, c := range []byte(s) {
-		switch {
+func sfString(s string) string { return string(appendSFString(make([]byte, 0, len(s)+2), s)) }
+
+// appendSFString appends s as sfString writes it.
+func appendSFString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			dst = append(dst, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
+			dst = append(dst, '?')
 		default:
-			b.WriteByte(c)
+			dst = append(dst, c)
 		}
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(dst, '"')
 }
 
 // ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
@@ -307,7 +386,10 @@ func (r *rule) appendKey(dst []byte, q *request) []byte {
 func (r *rule) part(p config.KeyPart, q *request) string {
 	switch p.Kind {
 	case config.KeyHeader:
-		return q.r.Header.Get(p.Name)
+		if v := q.r.Header[p.Name]; len(v) > 0 { // p.Name is canonical: Header.Get without the work
+			return v[0]
+		}
+		return ""
 	case config.KeyQuery:
 		return q.queryValue(p.Name)
 	case config.KeyMethod:

@@ -6,9 +6,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,10 +28,11 @@ const DefaultUpstreamTimeout = 30 * time.Second
 // A Server is safe for concurrent use, Reload included.
 type Server struct {
 	gate      *Gate
-	echo      *echo.Echo
+	echo      *echo.Echo // routes the job API and renders its errors
 	proxy     atomic.Pointer[upstream]
 	transport http.RoundTripper
 	own       *http.Transport // the transport New made, nil when Options.Transport was set
+	writers   sync.Pool       // *forwardWriter
 }
 
 // upstream is the reverse proxy to one upstream URL.
@@ -63,19 +64,19 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.setUpstream(g.rules.Load().upstream)
 
+	s.writers.New = func() any { return new(forwardWriter) }
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
-	e.Pre(s.front)
 	e.POST("/v1/queues/:queue/jobs", s.submitJob)
 	e.GET("/v1/jobs/:id", s.getJob)
 	s.echo = e
 	return s, nil
 }
 
-// Handler returns the HTTP handler of the ingress (an *echo.Echo).
-func (s *Server) Handler() http.Handler { return s.echo }
+// Handler returns the HTTP handler of the ingress: the Server itself.
+func (s *Server) Handler() http.Handler { return s }
 
 // Gate returns the Server's Gate.
 func (s *Server) Gate() *Gate { return s.gate }
@@ -108,27 +109,68 @@ func (s *Server) setUpstream(u *url.URL) {
 	}
 	target := *u
 	s.proxy.Store(&upstream{url: u.String(), proxy: &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(&target)
-			// Append to the client's chain, as proxies do; Rewrite starts without it.
-			if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
-				pr.Out.Header["X-Forwarded-For"] = append([]string(nil), prior...)
-			}
-			pr.SetXForwarded()
-			appendForwarded(pr)
-		},
+		Rewrite:      func(pr *httputil.ProxyRequest) { rewrite(pr, &target) },
 		Transport:    s.transport,
+		BufferPool:   copyBuffers{},
 		ErrorHandler: s.proxyError,
 		ErrorLog:     nil,
 	}})
 }
 
+// rewrite points the outbound request at target and sets the forwarding headers:
+// X-Forwarded-For appended to the client's chain, X-Forwarded-Host, X-Forwarded-Proto (as
+// ProxyRequest.SetXForwarded does, but with the client's chain kept) and Forwarded appended
+// to (appendForwarded). The header values share one allocation.
+func rewrite(pr *httputil.ProxyRequest, target *url.URL) {
+	pr.SetURL(target)
+	in, h := pr.In, pr.Out.Header
+	vals := make([]string, 4)
+	if host, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
+		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
+			host = strings.Join(prior, ", ") + ", " + host
+		}
+		vals[0] = host
+		h["X-Forwarded-For"] = vals[0:1:1]
+	}
+	vals[1] = in.Host
+	h["X-Forwarded-Host"] = vals[1:2:2]
+	vals[2] = "http"
+	if in.TLS != nil {
+		vals[2] = "https"
+	}
+	h["X-Forwarded-Proto"] = vals[2:3:3]
+	var buf [128]byte
+	if b, ok := appendForwarded(buf[:0], in); ok {
+		vals[3] = string(b)
+		h["Forwarded"] = vals[3:4:4]
+	}
+}
+
+// copyBuffers is the ReverseProxy's BufferPool: 32 KiB buffers for copying response bodies,
+// which it would otherwise allocate for every request.
+type copyBuffers struct{}
+
+const copyBufferSize = 32 << 10
+
+var copyBufferPool = sync.Pool{New: func() any { return new([copyBufferSize]byte) }}
+
+func (copyBuffers) Get() []byte { return copyBufferPool.Get().(*[copyBufferSize]byte)[:] }
+func (copyBuffers) Put(b []byte) {
+	if cap(b) >= copyBufferSize {
+		copyBufferPool.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
+	}
+}
+
 // newTransport returns a transport for many requests to few hosts: idle keep-alive
-// connections enough for high concurrency, and bounded dial and header waits.
+// connections enough for high concurrency, and bounded dial and header waits. It leaves
+// encodings alone: the client's Accept-Encoding goes to the upstream as it is (the default
+// transport would add gzip to requests without one and decompress the answer, costing CPU
+// and turning a sized response into a streamed, flushed-per-write one).
 func newTransport(headerTimeout time.Duration) *http.Transport {
 	return &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
+		ForceAttemptHTTP2:     true, // for https upstreams; plain http ones are HTTP/1.1 either way
+		DisableCompression:    true,
 		MaxIdleConns:          4096,
 		MaxIdleConnsPerHost:   1024,
 		IdleConnTimeout:       90 * time.Second,
@@ -138,41 +180,37 @@ func newTransport(headerTimeout time.Duration) *http.Transport {
 	}
 }
 
-// appendForwarded keeps the client's Forwarded header (which ReverseProxy drops) and
-// appends this hop, as X-Forwarded-For is appended to (RFC 7239 section 4).
-func appendForwarded(pr *httputil.ProxyRequest) {
-	prior := pr.In.Header["Forwarded"]
-	peer, ok := parsePeer(pr.In.RemoteAddr)
+// appendForwarded appends the Forwarded header of the outbound request to dst: the client's
+// Forwarded header (which ReverseProxy drops) with this hop appended, as X-Forwarded-For is
+// appended to (RFC 7239 section 4). It reports false, and the header is not sent, when the
+// peer address does not parse.
+func appendForwarded(dst []byte, in *http.Request) ([]byte, bool) {
+	peer, ok := parsePeer(in.RemoteAddr)
 	if !ok {
-		return
+		return dst, false
 	}
-	var b strings.Builder
-	for _, p := range prior {
-		b.WriteString(p)
-		b.WriteString(", ")
+	for _, p := range in.Header["Forwarded"] {
+		dst = append(dst, p...)
+		dst = append(dst, ", "...)
 	}
-	b.WriteString("for=")
-	writeNode(&b, peer)
-	if h := pr.In.Host; h != "" {
-		b.WriteString(";host=")
-		b.WriteString(sfString(h)) // a quoted-string; the host holds no quote or backslash
-	}
-	if pr.In.TLS != nil {
-		b.WriteString(";proto=https")
+	dst = append(dst, "for="...)
+	if peer.Is6() {
+		dst = append(dst, `"[`...)
+		dst = peer.AppendTo(dst)
+		dst = append(dst, `]"`...)
 	} else {
-		b.WriteString(";proto=http")
+		dst = peer.AppendTo(dst)
 	}
-	pr.Out.Header["Forwarded"] = []string{b.String()}
-}
-
-func writeNode(b *strings.Builder, a netip.Addr) {
-	if a.Is6() {
-		b.WriteString(`"[`)
-		b.WriteString(a.String())
-		b.WriteString(`]"`)
-		return
+	if h := in.Host; h != "" {
+		dst = append(dst, ";host="...)
+		dst = appendSFString(dst, h) // a quoted-string; the host holds no quote or backslash
 	}
-	b.WriteString(a.String())
+	if in.TLS != nil {
+		dst = append(dst, ";proto=https"...)
+	} else {
+		dst = append(dst, ";proto=http"...)
+	}
+	return dst, true
 }
 
 // proxyError answers a request the upstream did not answer.
@@ -185,32 +223,43 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	writeProblem(w, problemFor(&upstreamError{err: err}))
 }
 
-// front runs before routing, as one middleware (echo builds the pre-routing chain anew for
-// every request): decide (which cleans the path first), then forward everything but the
-// job API, whatever its method; render errors; count every answer by status.
-func (s *Server) front(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		ok, err := s.gate.admit(c)
-		if ok {
-			if isJobAPI(c.Request().URL.Path) {
-				err = next(c)
-			} else {
-				err = s.forward(c)
+// ServeHTTP serves one request: decide (which cleans the path first), then forward
+// everything but the job API, whatever its method; render errors; count every answer by
+// status. Echo routes the job API only: as a pre-routing middleware this would have echo
+// build the chain anew for every request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := s.echo.AcquireContext()
+	c.Reset(r, w)
+	ok, hdrs, err := s.gate.check(c)
+	if ok {
+		r = c.Request()
+		switch {
+		case isJobAPI(r.URL.Path):
+			if hdrs != nil {
+				hdrs.install(c.Response())
 			}
+			s.echo.Router().Find(r.Method, echo.GetPath(r), c)
+			err = c.Handler()(c)
+		default:
+			if hdrs != nil {
+				hdrs.apply(c.Response().Header()) // on the ingress's own errors too
+			}
+			err = s.forward(c, hdrs)
 		}
-		if err != nil {
-			c.Error(err)
-		}
-		s.gate.metrics.countRequest(c.Response().Status)
-		return nil
 	}
+	if err != nil {
+		s.handleError(err, c)
+	}
+	s.gate.metrics.countRequest(c.Response().Status)
+	s.echo.ReleaseContext(c)
 }
 
 var errNoUpstream = &Problem{Type: "about:blank", Title: "No upstream", Status: http.StatusBadGateway,
 	Detail: "the ingress has no upstream configured"}
 
-// forward proxies the request to the upstream.
-func (s *Server) forward(c echo.Context) error {
+// forward proxies the request to the upstream. The response carries hdrs (when not nil)
+// over any the upstream sent.
+func (s *Server) forward(c echo.Context, hdrs *rateHeaders) error {
 	r := c.Request()
 	switch {
 	case !validMethod(r.Method):
@@ -224,9 +273,47 @@ func (s *Server) forward(c echo.Context) error {
 	if up == nil {
 		return errNoUpstream
 	}
-	up.proxy.ServeHTTP(c.Response(), r)
+	fw := s.writers.Get().(*forwardWriter)
+	fw.res, fw.hdrs = c.Response(), hdrs
+	up.proxy.ServeHTTP(fw, r)
+	*fw = forwardWriter{} // ReverseProxy keeps no reference to it once ServeHTTP returns
+	s.writers.Put(fw)
 	return nil
 }
+
+// forwardWriter is the ResponseWriter the ReverseProxy writes to. It sets the rate-limit
+// headers over the upstream's just before the status line is written, and passes
+// informational (1xx) responses straight through: echo's Response would take a 103 Early
+// Hints for the final status and drop the real one.
+type forwardWriter struct {
+	res  *echo.Response
+	hdrs *rateHeaders // nil: none
+}
+
+func (fw *forwardWriter) Header() http.Header { return fw.res.Header() }
+
+func (fw *forwardWriter) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		if !fw.res.Committed {
+			fw.res.Writer.WriteHeader(code)
+		}
+		return
+	}
+	if fw.hdrs != nil && !fw.res.Committed {
+		fw.hdrs.apply(fw.res.Header())
+	}
+	fw.res.WriteHeader(code)
+}
+
+func (fw *forwardWriter) Write(b []byte) (int, error) {
+	if !fw.res.Committed {
+		fw.WriteHeader(http.StatusOK)
+	}
+	return fw.res.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and Hijack.
+func (fw *forwardWriter) Unwrap() http.ResponseWriter { return fw.res }
 
 func validMethod(m string) bool {
 	if m == "" {
