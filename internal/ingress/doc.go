@@ -58,6 +58,15 @@
 //	sluice_upstream_errors_total          forwarded requests without an upstream response
 //	sluice_ingress_reloads_total{result}  Reload calls, ok or error
 //
+// # Forwarding
+//
+// The Server forwards with httputil.ReverseProxy: hop-by-hop headers are dropped, the client's
+// X-Forwarded-For and Forwarded chains are appended to, and bodies stream both ways. Content
+// coding passes through untouched: a request without Accept-Encoding reaches the upstream
+// without one, and an encoded answer reaches the client as the upstream sent it. Informational
+// answers (103 Early Hints) are passed on before the final one; protocol upgrades (101) are
+// proxied.
+//
 // # Bad input
 //
 // Request headers are bounded by the http.Server's MaxHeaderBytes (max_header_bytes in the

@@ -350,7 +350,11 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 	}
 	var hdrs *rateHeaders
 	if headerRule >= 0 {
-		hdrs = newRateHeaders(k.limited[headerRule], k.decs[headerRule])
+		secs := int64(-1)
+		if v == reject {
+			secs = retryAfterSeconds(retryAfter)
+		}
+		hdrs = newRateHeaders(k.limited[headerRule], k.decs[headerRule], secs)
 	}
 
 	// Count each rule's decision.
@@ -414,13 +418,12 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 // 429 is assembled from the parts compile made; it is the bytes writeProblem would write.
 func (g *Gate) writeQuotaExceeded(w http.ResponseWriter, k *call, hdrs *rateHeaders, secs int64) {
 	if hdrs == nil { // cannot happen: a rule that rejects has its headers reported
-		hdrs = new(rateHeaders)
+		hdrs = &rateHeaders{vals: [6]string{5: itoa(secs)}}
 	}
 	h := w.Header()
 	if hdrs.vals[0] != "" {
 		hdrs.apply(h)
 	}
-	hdrs.vals[5] = itoa(secs)
 	h[hdrXRetryAfter] = hdrs.vals[5:6:6]
 	if len(k.viol) == 1 {
 		ru := k.viol[0]

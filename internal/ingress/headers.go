@@ -45,9 +45,13 @@ type rateHeaders struct {
 	w    *echo.Response // for reapply
 }
 
-func newRateHeaders(r *rule, d limit.Decision) *rateHeaders {
+// newRateHeaders makes the headers that report decision d of rule r. retryAfter, when it
+// is not negative, is the delay of a 429 in seconds, for X-RateLimit-Retry-After and
+// Retry-After.
+func newRateHeaders(r *rule, d limit.Decision, retryAfter int64) *rateHeaders {
 	rh := new(rateHeaders)
-	// One string for the RateLimit item; remaining and reset are substrings of it.
+	// One string for the RateLimit item and the retry delay; remaining, reset and the delay
+	// are substrings of it.
 	var buf [128]byte
 	b := append(buf[:0], r.item...)
 	b = append(b, ";r="...)
@@ -57,12 +61,16 @@ func newRateHeaders(r *rule, d limit.Decision) *rateHeaders {
 	b = append(b, ";t="...)
 	i3 := len(b)
 	b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+	i4 := len(b)
+	if retryAfter >= 0 {
+		b = strconv.AppendInt(b, retryAfter, 10)
+	}
 	all := string(b)
 	lim := r.limitText
 	if d.Limit > 0 && d.Limit != r.spec.Limit {
 		lim = itoa(d.Limit)
 	}
-	rh.vals = [6]string{r.policy, all, lim, all[i1:i2], all[i3:]}
+	rh.vals = [6]string{r.policy, all[:i4], lim, all[i1:i2], all[i3:i4], all[i4:]}
 	return rh
 }
 

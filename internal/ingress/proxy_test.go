@@ -424,3 +424,58 @@ func TestRewrite(t *testing.T) {
 }
 
 var tlsState = tls.ConnectionState{HandshakeComplete: true}
+
+// TestForwardUpgrade checks that a protocol upgrade (101, as WebSocket uses) is proxied: the
+// ingress hijacks the client connection through the writer it gives the proxy, and bytes
+// then flow both ways.
+func TestForwardUpgrade(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "want Upgrade: echo", http.StatusBadRequest)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		line, _ := brw.ReadString('\n')
+		brw.WriteString("echo: " + line)
+		brw.Flush()
+	}))
+	defer up.Close()
+	s, err := New(parseConfig(t, up.URL, `
+rules:
+  - { name: all, algorithm: fixed_window, limit: 10, period: 1m }
+`), Options{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pub := publicServer(t, s.Handler())
+	conn, err := net.Dial("tcp", strings.TrimPrefix(pub.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusSwitchingProtocols || res.Header.Get("Upgrade") != "echo" {
+		t.Fatalf("status %d, headers %v; want 101 with Upgrade: echo", res.StatusCode, res.Header)
+	}
+	if readPolicy(t, res.Header).name != "all" {
+		t.Fatal("no rate-limit headers on the 101")
+	}
+	io.WriteString(conn, "ping\n")
+	line, err := br.ReadString('\n')
+	if err != nil || line != "echo: ping\n" {
+		t.Fatalf("after the upgrade: %q, %v", line, err)
+	}
+}
