@@ -36,7 +36,7 @@ const (
 // in seconds, not a timestamp.
 type rateHeaders struct {
 	// vals holds the header values, each a slice of one: policy, rateLimit, limit,
-	// remaining, reset, then X-RateLimit-Retry-After on a 429. Set assigns them without
+	// remaining, reset, then X-RateLimit-Retry-After on a 429. apply assigns them without
 	// allocating, and the capacity of one makes an append elsewhere copy instead of writing
 	// into them.
 	vals [6]string
