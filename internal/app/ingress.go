@@ -228,6 +228,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 	run("config watcher", func() error {
 		w := &config.Watcher{
 			Path:     m.ConfigPath,
+			Current:  cfg,
 			OnChange: func(next *config.Config) { m.apply(background, log, adm, srv, qs, pool, &current, next) },
 			OnError: func(err error) {
 				adm.ReloadFailed()

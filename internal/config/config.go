@@ -59,6 +59,9 @@ type Config struct {
 	// Path is the file the config was loaded from, as given to Load or Parse. It is not a
 	// key of the file.
 	Path string
+	// source is the file content the config was parsed from; a Watcher given this config as
+	// Current reloads when the file no longer holds it.
+	source []byte
 	// Listen is the public listener's host:port (YAML listen, env SLUICE_LISTEN).
 	// Default "127.0.0.1:8080".
 	Listen string

@@ -78,6 +78,7 @@ func Parse(path string, data []byte, getenv func(string) string) (*Config, error
 	if err := p.err(); err != nil {
 		return nil, err
 	}
+	cfg.source = bytes.Clone(data)
 	return cfg, nil
 }
 

@@ -46,6 +46,11 @@ type Watcher struct {
 	Debounce time.Duration
 	// Getenv looks up the environment overrides (see Parse). Default os.Getenv.
 	Getenv func(string) string
+	// Current is the config the caller runs with, as Load returned it. Run reloads at once
+	// when the file no longer holds what Current was parsed from, so that a change made
+	// between the caller's Load and Run's start is not missed. Nil: the file as Run finds it
+	// is taken to be current.
+	Current *Config
 
 	once      sync.Once
 	reload    chan struct{}
@@ -111,7 +116,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 
 	// last is the content of the last load, nil when the file could not be read.
-	last, _ := os.ReadFile(w.Path)
+	var last []byte
+	if w.Current != nil && w.Current.source != nil {
+		last = w.Current.source
+	} else {
+		last, _ = os.ReadFile(w.Path)
+	}
 	load := func(always bool) {
 		data, err := os.ReadFile(w.Path)
 		if err != nil {
@@ -137,6 +147,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	timer.Stop()
 	defer timer.Stop()
 	var first time.Time // of the pending burst of events; zero when none is pending
+	// The directory is watched from here on; a change made before is found by comparing.
+	load(false)
 	w.readyOnce.Do(func() { close(w.ready) })
 	for {
 		select {

@@ -258,3 +258,45 @@ func TestWatchMissingDirectory(t *testing.T) {
 		t.Fatalf("Watch on a missing directory: %v", err)
 	}
 }
+
+// A change written between the caller's Load and the start of Run is reloaded at once: the
+// Watcher compares the file with what its Current config was parsed from. The same file
+// unchanged reloads nothing.
+func TestWatchCurrentCatchesEarlyChange(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, changed := range []bool{true, false} {
+		path := filepath.Join(t.TempDir(), "sluice.yaml")
+		writeFile(t, path, validConfig)
+		cur, err := Parse(path, []byte(validConfig), noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if changed {
+			writeFile(t, path, "listen: 127.0.0.1:2222\n")
+		}
+		changes := make(chan *Config, 4)
+		w := &Watcher{Path: path, Current: cur, Getenv: noEnv, Signals: make(chan os.Signal),
+			OnChange: func(c *Config) { changes <- c }}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		w.init()
+		<-w.ready // Run has compared the file with Current
+		select {
+		case c := <-changes:
+			if !changed {
+				t.Errorf("reloaded an unchanged file: %+v", c)
+			} else if c.Listen != "127.0.0.1:2222" {
+				t.Errorf("reloaded listen %q, want 127.0.0.1:2222", c.Listen)
+			}
+		default:
+			if changed {
+				t.Error("the change made before Run started was not reloaded")
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

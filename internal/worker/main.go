@@ -176,7 +176,8 @@ func (m Main) Run(ctx context.Context) error {
 	go func() {
 		defer close(watchDone)
 		w := &config.Watcher{
-			Path: m.ConfigPath,
+			Path:    m.ConfigPath,
+			Current: cfg,
 			OnChange: func(next *config.Config) {
 				if next.NATS == nil || next.Redis == nil || next.NATS.URL != cfg.NATS.URL ||
 					next.Redis.URL != cfg.Redis.URL || next.AdminListen != cfg.AdminListen {
