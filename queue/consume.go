@@ -171,6 +171,34 @@ func (m *Msg) Ack(ctx context.Context) error {
 	return m.settle(ctx, []byte("+ACK"), true)
 }
 
+// AckNoWait acknowledges the job as done without waiting for the server's confirmation: the
+// acknowledgement is queued on the connection and sent with its next flush, which saves the
+// round trip of Ack. A nil error means only that it was queued: if it is lost (the connection
+// drops before the server has it, the server restarts), JetStream delivers the job again once
+// its AckWait has passed. Use it only where such a redelivery is harmless, e.g. after the job's
+// final status was recorded, so that whoever receives the job again acks it without working on
+// it. After AckNoWait, further settling calls return an error. It does no blocking I/O, so it
+// takes no context.
+func (m *Msg) AckNoWait() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.settled {
+		return errSettled
+	}
+	reply := m.raw.Reply()
+	if reply == "" {
+		return errors.New("queue: message has no reply subject")
+	}
+	if err := m.nc.Publish(reply, ackBody); err != nil {
+		return fmt.Errorf("queue: ack job %s: %w", m.id(), err)
+	}
+	m.settled = true
+	return nil
+}
+
+// ackBody is the body of an acknowledgement; the connection copies it on Publish.
+var ackBody = []byte("+ACK")
+
 // InProgress tells JetStream the worker is still on the job, restarting its AckWait. It may be
 // called any number of times.
 func (m *Msg) InProgress(ctx context.Context) error {

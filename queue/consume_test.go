@@ -115,6 +115,34 @@ func TestAckWaitAndInProgress(t *testing.T) {
 	}
 }
 
+// AckNoWait settles the job like Ack: once the connection has flushed it, the job is gone from
+// the queue and not redelivered after AckWait; settling it again is an error.
+func TestAckNoWait(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q", AckWait: 300 * time.Millisecond})
+	b.publish(&queue.Job{Queue: "q"})
+	c := b.consumer("q")
+	m := b.fetchOne(c, 5*time.Second)
+	if err := m.AckNoWait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AckNoWait(); err == nil {
+		t.Fatal("a second AckNoWait succeeded")
+	}
+	if err := m.Nak(b.ctx); err == nil {
+		t.Fatal("nak after AckNoWait succeeded")
+	}
+	// A flush's round trip follows the ack to the server, which processes a connection's
+	// messages in order.
+	if err := b.nc.FlushWithContext(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the acked job to leave the stream", func() bool { return b.depth("q") == 0 })
+	// Well past AckWait: had the ack been lost, the job would be back.
+	if msgs, err := c.Fetch(b.ctx, 1, time.Second); err != nil || len(msgs) != 0 {
+		t.Fatalf("job redelivered after AckNoWait: %d jobs, %v", len(msgs), err)
+	}
+}
+
 func TestStatus(t *testing.T) {
 	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
 	if _, err := b.q.Status(b.ctx, queue.JobID("q", "")); !errors.Is(err, queue.ErrNotFound) {

@@ -11,20 +11,27 @@
 // # One job
 //
 //  1. The Pool fetches jobs in small batches, never holding more of a queue than its
-//     Concurrency, so no held message's AckWait runs out while it waits. A job held longer than
-//     a third of AckWait is kept alive with InProgress.
+//     Concurrency, so no held message's AckWait runs out while it waits. While some jobs in
+//     hand still wait for their slots it fetches only once a quarter of Concurrency is free;
+//     when none does (the upstream, not the rate, is the bottleneck) it fetches for every place
+//     that frees up. A job held longer than a third of AckWait is kept alive with InProgress.
 //  2. With the job in hand it takes a leak slot and sleeps until it, then checks that the queue
 //     is not paused. When the schedule's store (Redis) cannot be reached it does not deliver:
 //     it retries with a backoff capped at 200ms, so delivery resumes within a second of the
 //     store's return, and the job is kept alive meanwhile.
-//  3. It delivers the job, recording its status as running, with its attempt number, while
-//     the request is on its way (a status write before it would delay the request past its
-//     slot and bunch deliveries up at the upstream): a deferred request to QueueConfig.Upstream + the original path and query, with the
-//     original method, headers and body; a directly submitted job to the queue's Target with
-//     its body and Content-Type. Every delivery carries Idempotency-Key: <job id> and
-//     Sluice-Attempt: <attempt number>. Timeout bounds each attempt.
+//  3. It delivers the job: a deferred request to QueueConfig.Upstream + the original path and
+//     query, with the original method, headers and body; a directly submitted job to the
+//     queue's Target with its body and Content-Type. Every delivery carries Idempotency-Key:
+//     <job id> and Sluice-Attempt: <attempt number>. Timeout bounds each attempt. The status
+//     is recorded as running, with the attempt number, while the request is on its way (a
+//     status write before it would delay the request past its slot and bunch deliveries up at
+//     the upstream): at once for a redelivery, and for a first delivery only once it has
+//     lasted 100ms (see Counting attempts).
 //  4. The outcome, classified by retry.Classify:
-//     - 2xx: status succeeded, ack.
+//     - 2xx: status succeeded, then ack. The ack is not confirmed (queue.Msg.AckNoWait): were
+//     it lost, JetStream would hand the job out again after AckWait, and its worker would find
+//     the status final and ack it without delivering it (below). When the status write
+//     failed, the ack waits for the server's confirmation.
 //     - 429 or 503: the whole queue pauses (leaky.Schedule.Pause, seen by all workers) for the
 //     response's Retry-After, or QueueConfig.DefaultPause without one, and the job is naked
 //     with that delay WITHOUT spending its attempt; after MaxPauseRetries such retries it is
@@ -38,12 +45,23 @@
 //
 // JetStream's delivery count cannot tell attempts apart from pause retries, crash redeliveries
 // and jobs handed back at shutdown, so the spent attempts live in the job's status record
-// (queue.Status.Attempts), which the worker writes with each delivery (state running,
-// attempts n) and after it (the outcome, written only once the first write has landed). A
-// pause retry writes the count back to n-1. A worker that dies mid-delivery leaves attempts
-// at n: the upstream may have seen the request, so the attempt counts. One that dies before
-// delivering leaves it unchanged, and so, rarely, does one that dies in the millisecond
-// between sending the request and recording it: that job gets one attempt more.
+// (queue.Status.Attempts), which the worker writes after each delivery (the outcome: attempts
+// n) and, for a redelivery or a delivery that lasts, during it (state running, attempts n;
+// the outcome is written only once that write has landed). A pause retry writes the count
+// back to n-1. A worker that dies during a redelivery, or during a first delivery that has
+// lasted 100ms, leaves attempts at n: the upstream may have seen the request, so the attempt
+// counts. One that dies before delivering leaves it unchanged, and so does one that dies
+// within the first 100ms of a job's first delivery (or, rarely, in the millisecond between
+// sending a redelivery and recording it): that job gets one attempt more. As every attempt
+// after the first is recorded at once, a job whose delivery kills its workers is still
+// dead-lettered after MaxAttempts (+1) deliveries.
+//
+// Writing the running record only for first deliveries that last saves, for the great
+// majority of jobs, one of their two status writes, each a read and a compare-and-set in the
+// status bucket: two of the job's NATS round trips, and the largest single saving measured
+// (BENCHMARKS.md, "worker — drain"). A client polling the job sees running for any first
+// delivery that lasts long enough to be seen; a faster one goes from queued straight to
+// succeeded (or retrying, or failed).
 //
 // Pause retries are not stored: they are the job's deliveries that spent no attempt,
 // Msg.Delivered - Status.Attempts. That count also includes redeliveries after a crash before
@@ -51,7 +69,18 @@
 // than MaxPauseRetries pause retries, and exceptionally a few fewer.
 //
 // A redelivered job (Delivered > 1) whose status is already final, because its worker died
-// between recording the outcome and acking, is acked without delivering it again.
+// between recording the outcome and acking or its unconfirmed ack was lost, is acked without
+// delivering it again.
+//
+// # Sizing Concurrency
+//
+// With a backlog, every job in hand takes its leak slot at once and sleeps until it, so the
+// jobs in hand of all workers together reserve the queue's next slots. The schedule does not
+// bank slots nobody took (beyond Burst), so the rate holds only while some job always holds
+// the next slot: workers × Concurrency must exceed rate × (the time from a job's slot to its
+// ack, plus the longest stall a worker may suffer). At 2000/s with 4 workers, Concurrency 64
+// reserves up to 128ms ahead; the default 4, with a few workers, suits rates up to a few
+// hundred per second.
 //
 // The Sluice-Attempt header is the attempt number of the delivery: a retry after a 429 or 503
 // repeats the number of the attempt the upstream refused, since that attempt was not spent.

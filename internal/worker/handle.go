@@ -27,7 +27,13 @@ type job struct {
 	m        *queue.Msg
 	prev     queue.Status // the status read on a redelivery; zero on a first delivery
 	attempts int          // attempts spent before this delivery
-	log      *slog.Logger
+	r        *runner
+}
+
+// log returns a logger that names the job's queue, id and delivery count. It is made on each
+// call rather than kept with the job: most jobs log nothing, and slog's With allocates.
+func (j *job) log() *slog.Logger {
+	return j.r.p.log.With("queue", j.r.name, "job", j.m.Job.ID, "delivered", j.m.Delivered)
 }
 
 // handle carries one job from the fetch to its ack, nak or dead letter. ctx ends when the
@@ -36,7 +42,7 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 	cfg := *r.cfg.Load()
 	stop := keepAlive(m, cfg.AckWait)
 	defer stop()
-	j := &job{m: m, log: r.p.log.With("queue", r.name, "job", m.Job.ID, "delivered", m.Delivered)}
+	j := &job{m: m, r: r}
 
 	if m.Delivered > 1 {
 		st, err := r.status(m.Job.ID)
@@ -44,14 +50,14 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		case err == nil && st.State.Terminal():
 			// The outcome was recorded but the ack was lost (a crash, a connection drop):
 			// do not deliver it again.
-			j.log.Info("worker: redelivered job already final; acking", "state", st.State)
+			j.log().Info("worker: redelivered job already final; acking", "state", st.State)
 			r.p.m.skipped.WithLabelValues(r.name).Inc()
-			r.ack(j)
+			r.ackFinal(j, true)
 			return
 		case err == nil:
 			j.prev, j.attempts = st, st.Attempts
 		case !errors.Is(err, queue.ErrNotFound):
-			j.log.Warn("worker: read job status; counting its attempts from zero", "err", err)
+			j.log().Warn("worker: read job status; counting its attempts from zero", "err", err)
 		}
 	}
 	if j.attempts >= cfg.MaxAttempts {
@@ -64,20 +70,26 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		return
 	}
 
-	if err := r.waitSlot(ctx); err != nil {
+	r.slotWaiters.Add(1)
+	err := r.waitSlot(ctx)
+	if r.slotWaiters.Add(-1) == 0 {
+		r.poke() // the fetch loop may be holding back for the slot waiters
+	}
+	if err != nil {
 		r.handBack(j, "")
 		return
 	}
 	attempt := j.attempts + 1
 	// The attempt is recorded (state running, attempts n) while the request is on its way,
 	// not before: a status write takes a few round trips to NATS, and any delay between the
-	// slot and the request bunches deliveries up at the upstream. The outcome is recorded
-	// only after this write has landed.
-	recorded := make(chan struct{})
-	go func() {
-		defer close(recorded)
-		r.setStatus(j, queue.StateRunning, attempt, j.prev.LastError, j.prev.Response, nil)
-	}()
+	// slot and the request bunches deliveries up at the upstream. On a first delivery it is
+	// recorded only if the request is still out after runningAfter (see the package doc).
+	// The outcome is recorded only after this write has landed.
+	after := time.Duration(0)
+	if m.Delivered == 1 {
+		after = r.p.runningAfter
+	}
+	running := r.recordRunning(j, attempt, after)
 	start := r.p.now()
 	resp, err := r.deliver(hard, &cfg, m.Job, attempt)
 	elapsed := r.p.now().Sub(start)
@@ -93,7 +105,7 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		}
 		r.pause(j, pause)
 	}
-	<-recorded
+	wrote := running.settle()
 	if err != nil && hard.Err() != nil {
 		// Shutdown cut the delivery short. The upstream may have seen it, so the attempt
 		// stays spent; another worker takes the job at once.
@@ -108,10 +120,21 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 	}
 	lastErr := describe(out, err, cfg.Timeout)
 
+	// deadLetterAttempt dead-letters the job after this attempt. DeadLetter reads the
+	// attempts from the status record, so one that skipped the running record writes it first.
+	deadLetterAttempt := func(reason string) {
+		if !wrote {
+			r.setStatus(j, queue.StateRunning, attempt, lastErr, response, nil)
+		}
+		r.deadLetter(j, reason, lastErr, out.Status, attempt)
+	}
+
 	switch out.Class {
 	case retry.Success:
-		r.setStatus(j, queue.StateSucceeded, attempt, "", response, nil)
-		r.ack(j)
+		// With the outcome recorded, the ack need not be confirmed: were it lost, the job
+		// would come back after AckWait and be acked as already final, not delivered again.
+		recorded := r.setStatus(j, queue.StateSucceeded, attempt, "", response, nil)
+		r.ackFinal(j, recorded)
 
 	case retry.Pause:
 		d := pause
@@ -129,7 +152,7 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 
 	case retry.Retry:
 		if attempt >= cfg.MaxAttempts {
-			r.deadLetter(j, reasonMaxAttempts, lastErr, out.Status, attempt)
+			deadLetterAttempt(reasonMaxAttempts)
 			return
 		}
 		d := cfg.Backoff.Delay(attempt, rand.Float64())
@@ -139,7 +162,7 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		r.retryAfter(j, attempt, lastErr, response, d)
 
 	default:
-		r.deadLetter(j, reasonPermanent, lastErr, out.Status, attempt)
+		deadLetterAttempt(reasonPermanent)
 	}
 }
 
@@ -150,10 +173,10 @@ func (r *runner) pause(j *job, d time.Duration) {
 	defer cancel()
 	if err := r.p.sched.Pause(ctx, r.name, d); err != nil {
 		// The job is still retried after d; other workers may meet a 429 of their own.
-		j.log.Warn("worker: pause queue", "err", err, "for", d)
+		j.log().Warn("worker: pause queue", "err", err, "for", d)
 		return
 	}
-	j.log.Info("worker: upstream throttled; queue paused", "for", d)
+	j.log().Info("worker: upstream throttled; queue paused", "for", d)
 }
 
 // classify is retry.Classify, with jobs the queue cannot route counted as permanent.
@@ -245,9 +268,9 @@ func (r *runner) status(id string) (queue.Status, error) {
 	return r.p.q.Status(ctx, id)
 }
 
-// setStatus records the job's state. A failure is logged: the status is informative, and
-// the job's fate is decided by its ack.
-func (r *runner) setStatus(j *job, state queue.State, attempts int, lastErr string, resp *queue.Response, next *time.Time) {
+// setStatus records the job's state and reports whether it did. A failure is logged: the
+// status is informative, and the job's fate is decided by its ack.
+func (r *runner) setStatus(j *job, state queue.State, attempts int, lastErr string, resp *queue.Response, next *time.Time) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	created := j.m.Job.CreatedAt
@@ -266,16 +289,64 @@ func (r *runner) setStatus(j *job, state queue.State, attempts int, lastErr stri
 		NextAttemptAt: next,
 	}
 	if err := r.p.q.SetStatus(ctx, st); err != nil {
-		j.log.Warn("worker: record job status", "state", state, "err", err)
+		j.log().Warn("worker: record job status", "state", state, "err", err)
+		return false
 	}
+	return true
 }
 
-func (r *runner) ack(j *job) {
+// ackFinal acks a job whose outcome is final. When recorded says the final status is in the
+// status record, the ack is not confirmed (queue.Msg.AckNoWait), which saves a round trip: a
+// lost ack only brings the job back after AckWait, to be acked as already final without being
+// delivered again. Otherwise the ack waits for the server's confirmation, as nothing else
+// would stop a redelivery.
+func (r *runner) ackFinal(j *job, recorded bool) {
+	if recorded {
+		err := j.m.AckNoWait()
+		if err == nil {
+			return
+		}
+		j.log().Debug("worker: ack without confirmation failed; confirming", "err", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := j.m.Ack(ctx); err != nil {
-		j.log.Warn("worker: ack failed; the job will be redelivered and skipped", "err", err)
+		j.log().Warn("worker: ack failed; the job will be redelivered and skipped", "err", err)
 	}
+}
+
+// runningRecord is the running record of one delivery attempt, written while the request is
+// on its way (recordRunning).
+type runningRecord struct {
+	timer *time.Timer   // nil when the write started at once
+	done  chan struct{} // closed when the write has finished
+	ok    bool          // whether it was written; read after done is closed
+}
+
+// recordRunning records the job as running its attempt once after has passed (at once when
+// after <= 0), without delaying the caller. settle cancels it if it has not started.
+func (r *runner) recordRunning(j *job, attempt int, after time.Duration) *runningRecord {
+	rr := &runningRecord{done: make(chan struct{})}
+	write := func() {
+		defer close(rr.done)
+		rr.ok = r.setStatus(j, queue.StateRunning, attempt, j.prev.LastError, j.prev.Response, nil)
+	}
+	if after <= 0 {
+		go write()
+	} else {
+		rr.timer = time.AfterFunc(after, write)
+	}
+	return rr
+}
+
+// settle cancels the write if it has not started, or else waits for it to finish, and reports
+// whether the running record was written.
+func (rr *runningRecord) settle() bool {
+	if rr.timer != nil && rr.timer.Stop() {
+		return false
+	}
+	<-rr.done
+	return rr.ok
 }
 
 // retryAfter records the job as retrying and naks it for redelivery after d.
@@ -285,7 +356,7 @@ func (r *runner) retryAfter(j *job, attempts int, lastErr string, resp *queue.Re
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := j.m.NakWithDelay(ctx, d); err != nil {
-		j.log.Warn("worker: nak failed; the job will be redelivered after AckWait", "err", err)
+		j.log().Warn("worker: nak failed; the job will be redelivered after AckWait", "err", err)
 	}
 }
 
@@ -299,7 +370,7 @@ func (r *runner) handBack(j *job, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := j.m.Nak(ctx); err != nil {
-		j.log.Warn("worker: hand back failed; the job will be redelivered after AckWait", "err", err)
+		j.log().Warn("worker: hand back failed; the job will be redelivered after AckWait", "err", err)
 	}
 }
 
@@ -307,10 +378,10 @@ func (r *runner) handBack(j *job, why string) {
 // the attempts of its status record, reason and lastErr as last_error, and lastStatus.
 func (r *runner) deadLetter(j *job, reason, lastErr string, lastStatus, attempts int) {
 	r.p.m.deadLetters.WithLabelValues(r.name, reason).Inc()
-	j.log.Warn("worker: job dead-lettered", "reason", reason, "attempts", attempts, "last_error", lastErr)
+	j.log().Warn("worker: job dead-lettered", "reason", reason, "attempts", attempts, "last_error", lastErr)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	if err := r.p.q.DeadLetter(ctx, j.m, reason+": "+lastErr, lastStatus); err != nil {
-		j.log.Error("worker: dead-letter failed; the job will be redelivered", "err", err)
+		j.log().Error("worker: dead-letter failed; the job will be redelivered", "err", err)
 	}
 }

@@ -65,6 +65,12 @@ type running struct {
 // run starts a Pool over specs; the test's cleanup stops it.
 func (h *harness) run(deps worker.Deps, specs ...worker.QueueConfig) *running {
 	h.t.Helper()
+	return h.runWith(deps, nil, specs...)
+}
+
+// runWith is run, with configure (if not nil) applied to the Pool before it starts.
+func (h *harness) runWith(deps worker.Deps, configure func(*worker.Pool), specs ...worker.QueueConfig) *running {
+	h.t.Helper()
 	reg := prometheus.NewRegistry()
 	deps.Queues, deps.Registerer = h.qs, reg
 	if deps.Schedule == nil {
@@ -73,6 +79,9 @@ func (h *harness) run(deps worker.Deps, specs ...worker.QueueConfig) *running {
 	p, err := worker.New(deps, specs)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	if configure != nil {
+		configure(p)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Pool: p, reg: reg, cancel: cancel, done: make(chan error, 1)}

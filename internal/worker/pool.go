@@ -32,6 +32,9 @@ const (
 	// takeBackoffMin and takeBackoffMax space the retries of a failed slot take.
 	takeBackoffMin = 10 * time.Millisecond
 	takeBackoffMax = 200 * time.Millisecond
+	// runningAfter is how long the first delivery of a job may run before its attempt is
+	// recorded as running; most deliveries end sooner and record only their outcome.
+	runningAfter = 100 * time.Millisecond
 )
 
 // ErrRunning is returned by Run when the Pool is already running or has run.
@@ -70,6 +73,8 @@ type Pool struct {
 	m         *metrics
 	shutdown  time.Duration
 	now       func() time.Time
+	// runningAfter is how long a first delivery runs before it is recorded as running.
+	runningAfter time.Duration
 
 	mu      sync.Mutex
 	specs   []QueueConfig      // the current queues, in order
@@ -105,6 +110,8 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 		now:      time.Now,
 		specs:    specs,
 		runners:  map[string]*runner{},
+
+		runningAfter: runningAfter,
 	}
 	if p.client == nil {
 		p.client, p.ownClient = defaultClient(), true
@@ -249,12 +256,13 @@ func (p *Pool) Reload(specs []QueueConfig) error {
 
 // runner drains one queue.
 type runner struct {
-	p      *Pool
-	name   string
-	cfg    atomic.Pointer[QueueConfig]
-	cancel context.CancelFunc
-	held   atomic.Int64  // jobs in hand
-	wake   chan struct{} // a job was finished, or the config changed
+	p           *Pool
+	name        string
+	cfg         atomic.Pointer[QueueConfig]
+	cancel      context.CancelFunc
+	held        atomic.Int64  // jobs in hand
+	slotWaiters atomic.Int64  // jobs in hand waiting for their leak slot
+	wake        chan struct{} // a job was finished, the last slot waiter got its slot, or the config changed
 }
 
 func (r *runner) poke() {
@@ -266,6 +274,13 @@ func (r *runner) poke() {
 
 // run fetches jobs while ctx lasts, keeping at most Concurrency in hand, and returns when
 // every job it fetched is finished.
+//
+// While some jobs in hand still wait for their leak slot, the next slots are taken care of,
+// and run fetches only once a quarter of Concurrency is free (fetchBatch), not after every
+// finished job: each fetch costs a subscription and a pull request at the NATS server, which
+// at a rate of thousands per second is as much as the rest of the job's round trips. When no
+// job waits for a slot (a slow upstream, not the rate, is what holds the queue back), it
+// fetches for every free place at once, so that Concurrency deliveries stay in flight.
 func (r *runner) run(ctx, hard context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -278,7 +293,7 @@ func (r *runner) run(ctx, hard context.Context) {
 	for ctx.Err() == nil {
 		cfg := r.cfg.Load()
 		n := cfg.Concurrency - int(r.held.Load())
-		if n <= 0 {
+		if n <= 0 || (n < fetchBatch(cfg.Concurrency) && r.slotWaiters.Load() > 0) {
 			select {
 			case <-r.wake:
 			case <-ctx.Done():
@@ -310,6 +325,10 @@ func (r *runner) run(ctx, hard context.Context) {
 		}
 	}
 }
+
+// fetchBatch is the fewest free places in hand a runner fetches for, at concurrency c: a
+// quarter of c, at least 1.
+func fetchBatch(c int) int { return max(1, c/4) }
 
 // fetch returns up to n jobs: those available now, or else the first one to arrive within
 // fetchWait. (A waiting fetch of n would hold the first job until n had arrived or the wait

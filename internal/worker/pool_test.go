@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,6 +104,98 @@ func TestDeliveryRequests(t *testing.T) {
 	if a.Header.Get("Content-Type") != "application/x-thing" || a.Header.Get("X-Not-Forwarded") != "" ||
 		a.Header.Get("Idempotency-Key") != direct.ID || a.Header.Get("Sluice-Attempt") != "1" {
 		t.Errorf("direct headers = %v", a.Header)
+	}
+}
+
+// A first delivery that outlasts runningAfter is recorded as running with its attempt while
+// the request is out: the upstream holds the request until the status says so. Once the job
+// succeeded, its ack (sent without waiting for a confirmation) has reached the server: the
+// job is neither in the queue nor in flight.
+func TestSlowDeliveryRecordedRunning(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	release := make(chan struct{})
+	h.up.Respond(func(workertest.Arrival, int) workertest.Reply { return workertest.Reply{Block: release} })
+	ids := workertest.Publish(t, h.qs, "q", 1, true)
+	h.run(worker.Deps{}, h.spec("q", 100))
+	h.up.WaitCount(t, 10*time.Second, "the delivery", func(n int) bool { return n >= 1 })
+	if st := h.waitState(ids[0], queue.StateRunning, 10*time.Second); st.Attempts != 1 {
+		t.Errorf("running status = %+v, want attempts 1", st)
+	}
+	close(release)
+	if st := h.waitState(ids[0], queue.StateSucceeded, 10*time.Second); st.Attempts != 1 {
+		t.Errorf("final status = %+v, want attempts 1", st)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the job to be acked", func() bool {
+		in := h.info("q")
+		return in.Depth == 0 && in.InFlight == 0
+	})
+	if n := h.up.Count(); n != 1 {
+		t.Errorf("upstream saw %d deliveries, want 1", n)
+	}
+}
+
+// A first delivery shorter than runningAfter is not recorded as running (here runningAfter is
+// an hour: the status stays queued while the request is out), but a redelivery is, at once:
+// had its worker died mid-delivery, the attempt would still count, so a job that kills its
+// workers cannot be retried for ever.
+func TestRedeliveryRecordedRunningAtOnce(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	again := workertest.Publish(t, h.qs, "q", 1, true)[0]
+	h.fetchAndNak("q")
+	first := workertest.Publish(t, h.qs, "q", 1, true)[0]
+	release := make(chan struct{})
+	h.up.Respond(func(workertest.Arrival, int) workertest.Reply { return workertest.Reply{Block: release} })
+	h.runWith(worker.Deps{}, func(p *worker.Pool) { worker.SetRunningAfter(p, time.Hour) }, h.spec("q", 100))
+	h.up.WaitCount(t, 10*time.Second, "both deliveries", func(n int) bool { return n >= 2 })
+	if st := h.waitState(again, queue.StateRunning, 10*time.Second); st.Attempts != 1 {
+		t.Errorf("redelivered job's status = %+v, want running with attempts 1", st)
+	}
+	if st := h.status(first); st.State != queue.StateQueued || st.Attempts != 0 {
+		t.Errorf("first delivery's status while the request is out = %+v, want queued, attempts 0", st)
+	}
+	close(release)
+	for _, id := range []string{again, first} {
+		if st := h.waitState(id, queue.StateSucceeded, 10*time.Second); st.Attempts != 1 {
+			t.Errorf("job %s: final status = %+v, want attempts 1", id, st)
+		}
+	}
+}
+
+// While jobs in hand wait for their slots, the pool fetches in batches; but when every job in
+// hand is being delivered (a slow upstream, not the rate, holds the queue back), it fetches
+// for each place that frees up, so Concurrency deliveries stay in flight.
+func TestSlowUpstreamKeepsConcurrencyInFlight(t *testing.T) {
+	const concurrency, n = 8, 12
+	h := newHarness(t, queue.Spec{Name: "q"})
+	var releases [n + 1]chan struct{}
+	for i := range releases {
+		releases[i] = make(chan struct{})
+	}
+	arrived := map[string]int{} // job id -> order of arrival, from 0
+	var mu sync.Mutex
+	h.up.Respond(func(a workertest.Arrival, _ int) workertest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := arrived[a.ID]; !ok {
+			arrived[a.ID] = len(arrived)
+		}
+		return workertest.Reply{Block: releases[arrived[a.ID]]}
+	})
+	workertest.Publish(t, h.qs, "q", n, true)
+	spec := h.spec("q", 1000)
+	spec.Concurrency = concurrency
+	spec.Timeout = time.Minute // no delivery ends but the released one
+	h.run(worker.Deps{}, spec)
+	t.Cleanup(func() { // before the pool's cleanup stops it
+		for _, c := range releases[1:] {
+			close(c)
+		}
+	})
+	h.up.WaitCount(t, 10*time.Second, "Concurrency deliveries", func(k int) bool { return k >= concurrency })
+	close(releases[0])
+	h.up.WaitCount(t, 10*time.Second, "a delivery in the freed place", func(k int) bool { return k >= concurrency+1 })
+	if k := h.up.Count(); k != concurrency+1 {
+		t.Errorf("%d deliveries with one of %d finished, want %d", k, concurrency, concurrency+1)
 	}
 }
 
