@@ -77,10 +77,10 @@
 // With a backlog, every job in hand takes its leak slot at once and sleeps until it, so the
 // jobs in hand of all workers together reserve the queue's next slots. The schedule does not
 // bank slots nobody took (beyond Burst), so the rate holds only while some job always holds
-// the next slot: workers × Concurrency must exceed rate × (the time from a job's slot to its
-// ack, plus the longest stall a worker may suffer). At 2000/s with 4 workers, Concurrency 64
-// reserves up to 128ms ahead; the default 4, with a few workers, suits rates up to a few
-// hundred per second.
+// the next slot: workers × Concurrency × ¾ (a worker refetches when a quarter is free) must
+// exceed rate × (the time from a job's slot to its ack, plus the longest stall a worker may
+// suffer). At 2000/s with 4 workers, Concurrency 64 reserves about 100ms ahead; the default
+// 4, with a few workers, suits rates up to a few hundred per second.
 //
 // The Sluice-Attempt header is the attempt number of the delivery: a retry after a 429 or 503
 // repeats the number of the attempt the upstream refused, since that attempt was not spent.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/sluice-rl/sluice/leaky"
@@ -235,30 +236,52 @@ func (r *runner) waitSlot(ctx context.Context) error {
 }
 
 // keepAlive sends InProgress for m every third of ackWait until stop is called, so that
-// JetStream does not redeliver a job that is waiting for its slot or being delivered.
+// JetStream does not redeliver a job that is waiting for its slot or being delivered. It runs
+// on a timer, not a goroutine of its own: most jobs are done long before it first fires.
+// stop returns once no InProgress is being sent.
 func keepAlive(m *queue.Msg, ackWait time.Duration) (stop func()) {
-	every := max(ackWait/3, 10*time.Millisecond)
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-				_ = m.InProgress(ctx) // a failure is seen again at the ack
-				cancel()
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-exited
+	k := &keeper{m: m, every: max(ackWait/3, 10*time.Millisecond)}
+	k.mu.Lock()
+	k.t = time.AfterFunc(k.every, k.fire)
+	k.mu.Unlock()
+	return k.stop
+}
+
+// keeper is the state of one keepAlive.
+type keeper struct {
+	m       *queue.Msg
+	every   time.Duration
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+	firing  sync.WaitGroup // an InProgress being sent
+}
+
+func (k *keeper) fire() {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
 	}
+	k.firing.Add(1)
+	k.mu.Unlock()
+	defer k.firing.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	_ = k.m.InProgress(ctx) // a failure is seen again at the ack
+	cancel()
+	k.mu.Lock()
+	if !k.stopped {
+		k.t.Reset(k.every)
+	}
+	k.mu.Unlock()
+}
+
+func (k *keeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.t.Stop()
+	k.mu.Unlock()
+	k.firing.Wait()
 }
 
 // status reads the job's status record.

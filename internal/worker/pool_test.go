@@ -396,10 +396,18 @@ func TestJobsWaitingForSlotsKeptAlive(t *testing.T) {
 	ids := workertest.Publish(t, h.qs, "q", 6, true)
 	spec := h.spec("q", 2) // 500ms apart: the 4th job held waits 1.5s, beyond AckWait
 	spec.AckWait = ackWait
-	h.run(worker.Deps{}, spec)
+	r := h.run(worker.Deps{}, spec)
 	h.waitState(ids[len(ids)-1], queue.StateSucceeded, 10*time.Second)
 	for _, id := range ids {
 		h.waitState(id, queue.StateSucceeded, 5*time.Second)
+	}
+	// A job JetStream redelivered meanwhile would now be held again, waiting for a later
+	// slot, and be handed back at the stop; or it would have been skipped as final.
+	r.stop(t)
+	for _, m := range []string{"sluice_jobs_handed_back_total", "sluice_redeliveries_skipped_total"} {
+		if got := metric(t, r.reg, m, "queue", "q"); got != 0 {
+			t.Errorf("%s = %v, want 0: a job held past AckWait was redelivered", m, got)
+		}
 	}
 	for id, n := range h.up.PerID() {
 		if n != 1 {
