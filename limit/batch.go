@@ -19,8 +19,8 @@ import (
 // pipeline's replies are in, the call that sent it hands them to the calls that rode along,
 // takes the queue (up to maxBatch scripts) and wakes one of those calls to send them as the
 // next pipeline; then it returns its own decision. So each round trip carries the calls that
-// arrived during the previous one, and a sender never waits for anyone's round trip but its
-// own.
+// arrived during the previous one, and a call that sends a pipeline returns as soon as that
+// pipeline is back.
 //
 // The scripts of one call always travel in one pipeline. Each script still runs atomically in
 // Redis: batching shares the network round trip, not the decision.
@@ -39,10 +39,10 @@ type batcher struct {
 	maxQueue  int // scripts waiting; a call that does not fit waits for room
 
 	mu     sync.Mutex
-	flying int   // pipelines in flight, or handed to a call that is to send them
-	queue  []*op // calls waiting for a pipeline; non-empty only when flying == maxFlight
-	queued int   // scripts in queue
-	room   chan struct{}
+	flying int           // pipelines in flight, or handed to a call that is to send them
+	queue  []*op         // calls waiting for a pipeline; non-empty only when flying == maxFlight
+	queued int           // scripts in queue
+	room   chan struct{} // closed when the queue shrinks; nil while no call waits for room
 }
 
 // op is one call's scripts on their way through a batcher.
