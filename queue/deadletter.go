@@ -43,7 +43,7 @@ func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStat
 	defer cancel()
 
 	attempts := int(m.Delivered)
-	if st, err := q.Status(ctx, job.ID); err == nil {
+	if st, _, err := q.getRecord(ctx, job.ID); err == nil {
 		if st.State == StateSucceeded {
 			// A stale delivery of a job another worker finished: drop it, do not dead-letter it.
 			if err := m.term(ctx, "already succeeded"); err != nil && !errors.Is(err, errSettled) {
@@ -190,7 +190,7 @@ func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
 	}
 	job.Queue = queue
 	msgID := "replay-" + id + "-" + strconv.FormatUint(raw.Sequence, 10)
-	if _, err := q.publish(ctx, q.subject(queue), job, msgID, q.streamName(queue)); err != nil {
+	if _, err := q.publish(ctx, q.jobSubject(queue, id), job, msgID, q.streamName(queue)); err != nil {
 		return err
 	}
 	err = q.updateStatus(ctx, id, func(cur *record) *record {

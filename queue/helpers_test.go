@@ -75,6 +75,23 @@ func (b *bundle) depth(name string) uint64 {
 	return info.State.Msgs
 }
 
+// stored reports whether job id's message is in queue name's stream.
+func (b *bundle) stored(name, id string) bool {
+	b.t.Helper()
+	st, err := b.js.Stream(b.ctx, b.stream(name))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	_, err = st.GetLastMsgForSubject(b.ctx, b.subject(name)+"."+id)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false
+	}
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return true
+}
+
 // publish publishes a job and fails the test on error.
 func (b *bundle) publish(job *queue.Job) queue.Receipt {
 	b.t.Helper()

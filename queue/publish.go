@@ -3,17 +3,15 @@ package queue
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -30,13 +28,17 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 // version 8 whose other 122 bits come from SHA-256 over the queue name and the key, so the same
 // key on the same queue always names the same job. The caller may scope keys further (for
 // example per API key) by folding that into idempotencyKey. Without a key it is a random,
-// time-ordered UUID version 7.
+// time-ordered UUID version 7 whose last 16 bits are a tag of the queue's name (58 bits stay
+// random besides the millisecond): [Queues.Status] finds such a job in its queue's stream by
+// id alone, so Publish writes no status entry for it.
 func JobID(queue, idempotencyKey string) string {
 	if idempotencyKey == "" {
 		id, err := uuid.NewV7()
 		if err != nil {
-			return uuid.NewString()
+			id = uuid.New()
 		}
+		tag := queueTag(queue)
+		id[14], id[15] = byte(tag>>8), byte(tag)
 		return id.String()
 	}
 	data := make([]byte, 0, 8+len(queue)+len(idempotencyKey))
@@ -46,85 +48,31 @@ func JobID(queue, idempotencyKey string) string {
 	return uuid.NewHash(sha256.New(), idSpace, data, 8).String()
 }
 
-// Headers of the messages this package writes.
-const (
-	hdrJob  = "Sluice-Job"         // the Job as JSON, without its body
-	hdrDead = "Sluice-Dead-Letter" // deadMeta as JSON, on dead letters
-)
-
-// envelope is the JSON form of a Job in the Sluice-Job header. JSON strings hold only valid
-// UTF-8, so when a header value is not (HTTP allows obs-text bytes), all header values travel
-// base64-encoded in Header64 instead, and replay byte-exact either way.
-type envelope struct {
-	*Job
-	Header64 http.Header `json:"header_b64,omitempty"`
+// queueTag is the 16-bit tag of queue that JobID puts at the end of an unkeyed job id: FNV-1a
+// over the name, folded.
+func queueTag(queue string) uint16 {
+	h := uint32(2166136261)
+	for i := 0; i < len(queue); i++ {
+		h = (h ^ uint32(queue[i])) * 16777619
+	}
+	return uint16(h>>16) ^ uint16(h)
 }
 
-// encode builds the message of job on subject: the job's JSON in a header and its body,
-// byte-exact, as the payload.
-func encode(subject string, job *Job) (*nats.Msg, error) {
-	env := envelope{Job: job}
-	if !headerUTF8(job.Header) {
-		cp := *job
-		cp.Header = nil
-		env = envelope{Job: &cp, Header64: make(http.Header, len(job.Header))}
-		for k, vs := range job.Header {
-			for _, v := range vs {
-				env.Header64[k] = append(env.Header64[k], base64.StdEncoding.EncodeToString([]byte(v)))
-			}
-		}
+// idTag returns the queue tag that ends id (its last four characters as hex), and false when
+// they are not hex.
+func idTag(id string) (uint16, bool) {
+	if len(id) < 4 {
+		return 0, false
 	}
-	meta, err := json.Marshal(env)
-	if err != nil {
-		return nil, fmt.Errorf("queue: encode job %s: %w", job.ID, err)
-	}
-	m := nats.NewMsg(subject)
-	m.Header.Set(hdrJob, string(meta))
-	m.Data = job.Body
-	return m, nil
+	t, err := strconv.ParseUint(id[len(id)-4:], 16, 16)
+	return uint16(t), err == nil
 }
 
-func headerUTF8(h http.Header) bool {
-	for k, vs := range h {
-		if !utf8.ValidString(k) {
-			return false
-		}
-		for _, v := range vs {
-			if !utf8.ValidString(v) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// decode reverses encode.
-func decode(h nats.Header, data []byte) (*Job, error) {
-	meta := h.Get(hdrJob)
-	if meta == "" {
-		return nil, errors.New("queue: message has no " + hdrJob + " header")
-	}
-	var j Job
-	env := envelope{Job: &j}
-	if err := json.Unmarshal([]byte(meta), &env); err != nil {
-		return nil, fmt.Errorf("queue: decode job: %w", err)
-	}
-	if env.Header64 != nil {
-		j.Header = make(http.Header, len(env.Header64))
-		for k, vs := range env.Header64 {
-			for _, v := range vs {
-				b, err := base64.StdEncoding.DecodeString(v)
-				if err != nil {
-					return nil, fmt.Errorf("queue: decode job header %s: %w", k, err)
-				}
-				j.Header[k] = append(j.Header[k], string(b))
-			}
-		}
-	}
-	if j.Body = data; j.Body == nil {
-		j.Body = []byte{}
-	}
-	return &j, nil
+// findable reports whether Status finds job id of queue in the queue's stream: whether id ends
+// with queue's tag.
+func findable(queue, id string) bool {
+	t, ok := idTag(id)
+	return ok && t == queueTag(queue)
 }
 
 // fingerprint identifies the request behind a job, to tell a true repeat of an Idempotency-Key
@@ -145,8 +93,13 @@ func fingerprint(j *Job) string {
 }
 
 // Publish stores job in its queue and returns only after JetStream acknowledged it: a nil error
-// means the job is stored and will be delivered. It fills in job.ID (with [JobID]) and
-// job.CreatedAt when they are empty, and records the job's status as queued.
+// means the job is stored and will be delivered, and [Queues.Status] finds it (queued) from then
+// on. It fills in job.ID (with [JobID]) and job.CreatedAt when they are empty.
+//
+// A job without an Idempotency-Key whose id carries its queue's tag (every id JobID makes
+// does) is one message and one JetStream round trip: no status entry is written, because the
+// message itself, on its subject of its own, is what Status reads until a worker records the
+// job's progress. Any other job is also recorded as queued in the status bucket.
 //
 // With job.IdempotencyKey set, a repeat within the queue's DedupeWindow returns the first job's
 // id with Replayed true and enqueues nothing; a repeat whose method, path or body differ
@@ -157,8 +110,8 @@ func fingerprint(j *Job) string {
 // server's limits), ErrFull (the queue is at MaxDepth or MaxBytes), ErrIdempotencyMismatch, or
 // a wrapped NATS error (timeouts after Options.PublishTimeout when ctx has no deadline; the
 // server unreachable). On any error no status entry claims the job; a publish that timed out may
-// still have been stored, in which case it is delivered, and a retry with the same
-// Idempotency-Key is recognised.
+// still have been stored, in which case it is delivered, Status reports it queued, and a retry
+// with the same Idempotency-Key is recognised.
 //
 // A failure to write the status entry after the job was stored is not an error: the job is
 // accepted, and the first worker that takes it writes the entry.
@@ -183,6 +136,15 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	}
 	ctx, cancel := withDefaultTimeout(ctx, q.opts.PublishTimeout)
 	defer cancel()
+	subject, stream := q.jobSubject(job.Queue, job.ID), q.streamName(job.Queue)
+
+	if job.IdempotencyKey == "" && findable(job.Queue, job.ID) {
+		ack, err := q.publish(ctx, subject, job, job.ID, stream)
+		if err != nil {
+			return Receipt{}, err
+		}
+		return Receipt{ID: job.ID, Replayed: ack.Duplicate}, nil
+	}
 
 	fp := ""
 	if job.IdempotencyKey != "" {
@@ -199,7 +161,7 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		}
 	}
 
-	ack, err := q.publish(ctx, q.subject(job.Queue), job, job.ID, q.streamName(job.Queue))
+	ack, err := q.publish(ctx, subject, job, job.ID, stream)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -218,6 +180,13 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	return Receipt{ID: job.ID, Replayed: ack.Duplicate}, nil
 }
 
+// publishOpts are the options of every job publish. Message id and expected stream are set as
+// headers by publish itself.
+var publishOpts = []jetstream.PublishOpt{
+	jetstream.WithRetryAttempts(20),
+	jetstream.WithRetryWait(100 * time.Millisecond),
+}
+
 // publish sends job to subject with message id msgID, expecting stream, and waits for its own
 // PubAck. It publishes asynchronously and waits on the future: concurrent callers share the
 // connection's one ack subscription, and a reconnect fails the pending futures at once instead
@@ -225,16 +194,15 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 // on a shared 2-core machine the two were within noise of each other, both fully concurrent.)
 // No-responder replies (a restart or leader election) are retried.
 func (q *Queues) publish(ctx context.Context, subject string, job *Job, msgID, stream string) (*jetstream.PubAck, error) {
-	m, err := encode(subject, job)
+	meta, err := appendEnvelope(make([]byte, 0, envelopeSize(job)), job)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("queue: encode job %s: %w", job.ID, err)
 	}
-	f, err := q.pub.PublishMsgAsync(m,
-		jetstream.WithMsgID(msgID),
-		jetstream.WithExpectStream(stream),
-		jetstream.WithRetryAttempts(20),
-		jetstream.WithRetryWait(100*time.Millisecond),
-	)
+	vals := []string{string(meta), msgID, stream}
+	m := &nats.Msg{Subject: subject, Data: job.Body, Header: nats.Header{
+		hdrJob: vals[0:1:1], hdrMsgID: vals[1:2:2], hdrExpectedStream: vals[2:3:3],
+	}}
+	f, err := q.pub.PublishMsgAsync(m, publishOpts...)
 	if err != nil {
 		return nil, publishError(job, err)
 	}

@@ -99,8 +99,9 @@ type Queues struct {
 	kv   jetstream.KeyValue
 	now  func() time.Time
 
-	mu    sync.RWMutex
-	specs map[string]Spec // provisioned queues, defaults applied
+	mu      sync.RWMutex
+	specs   map[string]Spec             // provisioned queues, defaults applied
+	streams map[string]jetstream.Stream // their streams, for reading jobs by subject
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -159,9 +160,10 @@ func (q *Queues) bucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
 	}
 }
 
-func (q *Queues) streamName(queue string) string    { return q.opts.Prefix + "_Q_" + queue }
-func (q *Queues) subject(queue string) string       { return q.opts.Prefix + ".q." + queue }
-func (q *Queues) dlqStreamName(queue string) string { return q.opts.Prefix + "_DLQ_" + queue }
+func (q *Queues) streamName(queue string) string     { return q.opts.Prefix + "_Q_" + queue }
+func (q *Queues) subject(queue string) string        { return q.opts.Prefix + ".q." + queue }
+func (q *Queues) jobSubject(queue, id string) string { return q.opts.Prefix + ".q." + queue + "." + id }
+func (q *Queues) dlqStreamName(queue string) string  { return q.opts.Prefix + "_DLQ_" + queue }
 func (q *Queues) dlqSubject(queue, id string) string {
 	return q.opts.Prefix + ".dlq." + queue + "." + id
 }
@@ -201,32 +203,35 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	if _, err := q.js.CreateOrUpdateKeyValue(ctx, q.bucketConfig(ttl)); err != nil {
 		errs = append(errs, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err))
 	}
-	provisioned := map[string]Spec{}
+	provisioned, streams := map[string]Spec{}, map[string]jetstream.Stream{}
 	for _, s := range specs {
 		s = s.withDefaults()
-		if err := q.provision(ctx, s); err != nil {
+		st, err := q.provision(ctx, s)
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		provisioned[s.Name] = s
+		provisioned[s.Name], streams[s.Name] = s, st
 	}
 	q.mu.Lock()
-	q.specs = provisioned
+	q.specs, q.streams = provisioned, streams
 	q.mu.Unlock()
 	return errors.Join(errs...)
 }
 
-func (q *Queues) provision(ctx context.Context, s Spec) error {
+func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error) {
 	limit := func(n int64) int64 {
 		if n == 0 {
 			return -1
 		}
 		return n
 	}
-	_, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	// Jobs are published to a subject of their own, <prefix>.q.<queue>.<job id>, so that one
+	// is found by id; the bare queue subject stays for publishers of earlier versions.
+	stream, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        q.streamName(s.Name),
 		Description: "Sluice queue " + s.Name,
-		Subjects:    []string{q.subject(s.Name)},
+		Subjects:    []string{q.subject(s.Name), q.jobSubject(s.Name, "*")},
 		Retention:   jetstream.WorkQueuePolicy,
 		Discard:     jetstream.DiscardNew,
 		MaxMsgs:     limit(s.MaxDepth),
@@ -236,7 +241,7 @@ func (q *Queues) provision(ctx context.Context, s Spec) error {
 		Duplicates:  s.StreamDuplicates,
 	})
 	if err != nil {
-		return fmt.Errorf("queue: %q: stream %s: %w", s.Name, q.streamName(s.Name), err)
+		return nil, fmt.Errorf("queue: %q: stream %s: %w", s.Name, q.streamName(s.Name), err)
 	}
 	_, err = q.js.CreateOrUpdateConsumer(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
 		Durable:       consumerName,
@@ -248,7 +253,7 @@ func (q *Queues) provision(ctx context.Context, s Spec) error {
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
+		return nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
 	}
 	_, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:              q.dlqStreamName(s.Name),
@@ -263,9 +268,9 @@ func (q *Queues) provision(ctx context.Context, s Spec) error {
 		Duplicates:        DefaultStreamDuplicates,
 	})
 	if err != nil {
-		return fmt.Errorf("queue: %q: dead-letter stream %s: %w", s.Name, q.dlqStreamName(s.Name), err)
+		return nil, fmt.Errorf("queue: %q: dead-letter stream %s: %w", s.Name, q.dlqStreamName(s.Name), err)
 	}
-	return nil
+	return stream, nil
 }
 
 // spec returns the provisioned spec of queue name.

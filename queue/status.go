@@ -35,20 +35,77 @@ func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, erro
 	return r, e.Revision(), nil
 }
 
-// Status returns the status of job id. It returns ErrNotFound for an id that was never
-// published, or whose status expired (Options.StatusTTL after its last update).
+// Status returns the status of job id: its entry in the status bucket, or, while a job
+// without one waits in its queue, queued. It reads the entry, then (when there is none and id
+// carries the tag of a provisioned queue) the job's message in that queue's stream, then the
+// entry once more: a worker records a job's outcome before it acks the job, so a job taken,
+// finished and acked between the first two reads is found by the third. Reads only.
+//
+// It returns ErrNotFound for an id that was never published, whose job has left its queue and
+// has no entry (the entry expired, Options.StatusTTL after its last update, or the worker's
+// writes failed), or whose queue is not provisioned here.
 func (q *Queues) Status(ctx context.Context, id string) (Status, error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 	r, _, err := q.getRecord(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		st, looked, werr := q.waiting(ctx, id)
+		switch {
+		case werr == nil:
+			return st, nil
+		case !errors.Is(werr, ErrNotFound):
+			err = werr
+		case looked:
+			r, _, err = q.getRecord(ctx, id)
+		}
+	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Status{}, fmt.Errorf("queue: status %s: %w", id, err)
 	}
 	return r.Status, err
 }
 
+// waiting returns the status of job id from its message in its queue's stream: queued. It
+// looks in every provisioned queue whose tag id carries (normally one; looked is false when
+// there is none), and returns ErrNotFound when none of them holds the job.
+func (q *Queues) waiting(ctx context.Context, id string) (st Status, looked bool, err error) {
+	tag, ok := idTag(id)
+	if !ok || !validID.MatchString(id) {
+		return Status{}, false, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	type candidate struct {
+		name   string
+		stream jetstream.Stream
+	}
+	var cands []candidate
+	q.mu.RLock()
+	for name, st := range q.streams {
+		if queueTag(name) == tag {
+			cands = append(cands, candidate{name, st})
+		}
+	}
+	q.mu.RUnlock()
+	for _, c := range cands {
+		raw, err := c.stream.GetLastMsgForSubject(ctx, q.jobSubject(c.name, id))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return Status{}, true, err
+		}
+		job, err := decode(raw.Header, raw.Data)
+		if err != nil || job.ID != id {
+			continue // not a job of ours
+		}
+		return Status{ID: id, Queue: c.name, State: StateQueued, CreatedAt: job.CreatedAt,
+			UpdatedAt: raw.Time.UTC()}, true, nil
+	}
+	return Status{}, len(cands) > 0, fmt.Errorf("%w: %s", ErrNotFound, id)
+}
+
 // SetStatus records st as the status of job st.ID; workers call it as a job moves through its
-// states. UpdatedAt defaults to now, and CreatedAt and Queue to the recorded ones. A job whose
+// states. UpdatedAt defaults to now, and CreatedAt and Queue to the recorded ones (from the
+// job's message in its queue when it has no entry yet). A job whose
 // recorded state is succeeded keeps it: a late update from a worker whose delivery was
 // duplicated (its ack wait expired) is ignored and SetStatus returns nil.
 func (q *Queues) SetStatus(ctx context.Context, st Status) error {
@@ -65,6 +122,11 @@ func (q *Queues) SetStatus(ctx context.Context, st Status) error {
 			return nil
 		}
 		next := record{Status: st}
+		if cur == nil && (next.CreatedAt.IsZero() || next.Queue == "") {
+			if w, _, err := q.waiting(ctx, st.ID); err == nil {
+				cur = &record{Status: w}
+			}
+		}
 		if cur != nil {
 			next.Fingerprint = cur.Fingerprint
 			if next.CreatedAt.IsZero() {
