@@ -60,12 +60,12 @@
 // The job's status entry is written by the first worker that records progress (running, or
 // the outcome of a first attempt), and workers record before they ack. Measured as CPU time
 // per job of client and server together (16 concurrent publishers; it decides throughput when
-// every core is busy, and is steadier than wall time on a shared machine), in interleaved runs
-// of BenchmarkPublish against the embedded server:
+// every core is busy, and is steadier than wall time on a shared machine), in six interleaved
+// runs of BenchmarkPublish before and after, against the embedded server:
 //
 //	                                          CPU per job   per raw PublishAsync in the same run
-//	the job, then the status entry (before)   58-61 µs      2.5-3.2×
-//	the job only, on its own subject (now)    28-37 µs      1.3-1.8×
+//	the job, then the status entry (before)   58-69 µs      2.5-3.2×
+//	the job only, on its own subject (now)    27-37 µs      1.0-1.8×
 //
 // A prototype against a separate nats-server process also tried writing the job and the
 // status entry at once, awaited together: 50-70 µs per job, against 67-79 µs one after the
