@@ -134,6 +134,13 @@ func TestDeferOverLimit(t *testing.T) {
 	if p := readPolicy(t, res.Header); p.name != "orders-per-key" || p.r != 0 {
 		t.Fatalf("202 policy %+v", p)
 	}
+	// Its status, by the Location: queued, from the moment of the 202.
+	res = f.do("GET", a.StatusURL, nil)
+	var st queue.Status
+	if err := json.NewDecoder(res.Body).Decode(&st); err != nil || res.StatusCode != 200 || st.ID != a.ID ||
+		st.Queue != "orders" || st.State != queue.StateQueued {
+		t.Fatalf("GET %s: %d %+v %v", a.StatusURL, res.StatusCode, st, err)
+	}
 	jobs := f.fetch(t, "orders", 1)
 	j := jobs[0]
 	if j.ID != a.ID || j.Direct || j.Method != "POST" || j.Path != "/api/orders?src=web" || string(j.Body) != `{"sku":42}` {
@@ -151,12 +158,6 @@ func TestDeferOverLimit(t *testing.T) {
 		t.Errorf("enqueued decisions %v, want 1", got)
 	}
 
-	// Its status, by the Location.
-	res = f.do("GET", a.StatusURL, nil)
-	var st queue.Status
-	if err := json.NewDecoder(res.Body).Decode(&st); err != nil || res.StatusCode != 200 || st.ID != a.ID || st.Queue != "orders" {
-		t.Fatalf("GET %s: %d %+v %v", a.StatusURL, res.StatusCode, st, err)
-	}
 	readProblem(t, f.do("GET", "/v1/jobs/0190b5d2-0000-7000-8000-000000000000", nil), http.StatusNotFound)
 	readProblem(t, f.do("GET", "/v1/jobs/not%20an%20id", nil), http.StatusNotFound)
 }
