@@ -1,6 +1,13 @@
 package main
 
 import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,4 +99,155 @@ func report(b *testing.B, n int, span time.Duration) {
 	b.ReportMetric(float64(span.Nanoseconds())/float64(n), "ns/op")
 	b.ReportMetric(float64(n-1)/span.Seconds(), "jobs/s")
 	b.Logf("%d jobs in %v: %.0f jobs/s", n, span.Round(time.Millisecond), float64(n-1)/span.Seconds())
+}
+
+// baselineBin: see BenchmarkDrainCost.
+var baselineBin = flag.String("baseline", "", "another worker `binary` that BenchmarkDrainCost runs alternately with this one")
+
+// BenchmarkDrainCost measures what delivering a job costs 4 worker processes, unthrottled and
+// at a throttled 2000/s: the rate they reach and the CPU time per delivered job of the
+// workers, nats-server and redis-server (from /proc, so on Linux only). The upstream is the
+// no-op testdata/upstream process. Each case drains 3 backlogs and reports the medians.
+//
+// With -baseline, another worker binary (built from an earlier commit, say) drains every other
+// backlog against the same servers, and the log holds both and their ratios: on a shared
+// machine only such interleaved runs compare fairly.
+//
+//	git archive <commit> | tar -x -C /tmp/old && (cd /tmp/old && go build -o /tmp/worker-old ./cmd/worker)
+//	go test -run '^$' -bench DrainCost -benchtime 1x ./cmd/worker/ -args -baseline /tmp/worker-old
+//
+// CPU per job depends on the machine's load as well as on the code: an idle machine lets every
+// process spin and wake for each event, a busy one batches work up. Compare within one run.
+func BenchmarkDrainCost(b *testing.B) {
+	for _, cs := range []struct {
+		name, rate        string
+		jobs, concurrency int
+	}{
+		{"unthrottled", "1000000/s", 5000, 16},
+		{"throttled-2000", "2000/s", 8000, 64},
+	} {
+		b.Run(cs.name, func(b *testing.B) {
+			c := newCluster(b)
+			up := startUpstream(b)
+			type variant struct{ name, bin string }
+			variants := []variant{{"this", workerBin}}
+			if *baselineBin != "" {
+				variants = append(variants, variant{"baseline", *baselineBin})
+			}
+			natsPID, redisPID := childPID("nats-server"), childPID("redis-server")
+			n := max(b.N, cs.jobs)
+			results := map[string][]drainCost{}
+			queue := 0
+			for round := 1; round <= 3; round++ {
+				for _, v := range variants {
+					queue++
+					name := fmt.Sprintf("cost%d", queue)
+					path := c.config(c.queueYAMLTo(up.URL, name, cs.rate, fmt.Sprintf("concurrency: %d", cs.concurrency)))
+					base := up.Count()
+					workertest.Publish(b, c.qs, name, n, true)
+					release := c.holdPaused(name)
+					var procs []*proc
+					for range 4 {
+						p := spawnBin(b, v.bin, path)
+						p.waitReady()
+						procs = append(procs, p)
+					}
+					cpu := func() (workers, nats, redis time.Duration) {
+						for _, p := range procs {
+							workers += cpuTime(p.cmd.Process.Pid)
+						}
+						return workers, cpuTime(natsPID), cpuTime(redisPID)
+					}
+					w0, n0, r0 := cpu()
+					release()
+					up.WaitCount(b, 2*time.Minute, "the backlog to drain", func(k int) bool { return k-base >= n })
+					w1, n1, r1 := cpu()
+					for _, p := range procs {
+						p.kill()
+					}
+					per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+					r := drainCost{workertest.Rate(workertest.Times(up.Arrivals("/q/" + name))), per(w1 - w0), per(n1 - n0), per(r1 - r0)}
+					results[v.name] = append(results[v.name], r)
+					b.Logf("%-8s round %d: %7.0f jobs/s, CPU µs/job: workers %4.0f, nats-server %4.0f, redis-server %3.0f",
+						v.name, round, r.rate, r.workers, r.nats, r.redis)
+				}
+			}
+			this := medianCost(results["this"])
+			b.ReportMetric(this.rate, "jobs/s")
+			b.ReportMetric(this.workers, "worker-µs/job")
+			b.ReportMetric(this.nats, "nats-µs/job")
+			b.ReportMetric(this.redis, "redis-µs/job")
+			b.ReportMetric(1e9/this.rate, "ns/op")
+			if base, ok := results["baseline"]; ok {
+				bl := medianCost(base)
+				b.Logf("medians, this / baseline: %.0f / %.0f jobs/s (×%.2f); CPU µs/job: workers %.0f / %.0f (×%.2f), nats-server %.0f / %.0f (×%.2f), redis-server %.0f / %.0f (×%.2f)",
+					this.rate, bl.rate, this.rate/bl.rate, this.workers, bl.workers, this.workers/bl.workers,
+					this.nats, bl.nats, this.nats/bl.nats, this.redis, bl.redis, this.redis/bl.redis)
+			}
+		})
+	}
+}
+
+// drainCost is one drain's rate and CPU time per job, µs.
+type drainCost struct{ rate, workers, nats, redis float64 }
+
+// medianCost returns the median of each field of cs.
+func medianCost(cs []drainCost) drainCost {
+	med := func(f func(drainCost) float64) float64 {
+		xs := make([]float64, len(cs))
+		for i, c := range cs {
+			xs[i] = f(c)
+		}
+		slices.Sort(xs)
+		return xs[len(xs)/2]
+	}
+	return drainCost{
+		rate:    med(func(c drainCost) float64 { return c.rate }),
+		workers: med(func(c drainCost) float64 { return c.workers }),
+		nats:    med(func(c drainCost) float64 { return c.nats }),
+		redis:   med(func(c drainCost) float64 { return c.redis }),
+	}
+}
+
+// clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// cpuTime returns the user and system CPU time process pid has used, from /proc/<pid>/stat;
+// 0 when it cannot be read.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces:
+	// state ppid ... utime (14th field of the line) stime (15th).
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * clockTick
+}
+
+// childPID returns the pid of a child process of this one whose command name is comm, or 0.
+func childPID(comm string) int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d + "/stat")
+		if err != nil {
+			continue
+		}
+		name, rest, ok := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest)
+		if !ok || len(f) < 2 || !strings.HasSuffix(name, "("+comm) {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == os.Getpid() {
+			pid, _ := strconv.Atoi(filepath.Base(d))
+			return pid
+		}
+	}
+	return 0
 }

@@ -37,10 +37,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	workerBin = filepath.Join(dir, "worker")
-	if out, err := exec.Command("go", "build", "-o", workerBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./cmd/worker: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	upstreamBin = filepath.Join(dir, "upstream")
+	for bin, pkg := range map[string]string{workerBin: ".", upstreamBin: "./testdata/upstream"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	if code == 0 {
@@ -123,23 +126,17 @@ queues:
 
 // queueYAML is one queue's config: direct jobs go to the upstream's /q/<name>.
 func (c *cluster) queueYAML(name, rate string, extra ...string) string {
+	return c.queueYAMLTo(c.up.URL, name, rate, extra...)
+}
+
+// queueYAMLTo is queueYAML with direct jobs going to upstreamURL + /q/<name>.
+func (c *cluster) queueYAMLTo(upstreamURL, name, rate string, extra ...string) string {
 	s := fmt.Sprintf("  - name: %s\n    rate: %s\n    target: POST %s/q/%s\n    backoff: { initial: 100ms, max: 1s }\n    timeout: 2s\n    ack_wait: %s\n",
-		name, rate, c.up.URL, name, ackWait)
+		name, rate, upstreamURL, name, ackWait)
 	for _, e := range extra {
 		s += "    " + e + "\n"
 	}
 	return s
-}
-
-// arrivals returns the arrivals of queue name's direct jobs.
-func (c *cluster) arrivals(name string) []workertest.Arrival {
-	var out []workertest.Arrival
-	for _, a := range c.up.Arrivals() {
-		if strings.HasPrefix(a.URI, "/q/"+name) {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // proc is one worker process.
@@ -181,8 +178,14 @@ func (c *cluster) spawn(path string) *proc {
 // spawn starts a worker process without waiting for it; its admin listener is on a free port.
 func spawn(t testing.TB, path string, args ...string) *proc {
 	t.Helper()
+	return spawnBin(t, workerBin, path, args...)
+}
+
+// spawnBin is spawn with the worker binary bin.
+func spawnBin(t testing.TB, bin, path string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, admin: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(workerBin, append([]string{"-config", path}, args...)...)
+	p.cmd = exec.Command(bin, append([]string{"-config", path}, args...)...)
 	p.cmd.Env = append(os.Environ(), "SLUICE_ADMIN_LISTEN="+p.admin)
 	p.cmd.Stderr = p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

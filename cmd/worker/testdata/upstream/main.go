@@ -1,0 +1,53 @@
+// Command upstream is the no-op upstream of cmd/worker's accuracy test, run as a process of its
+// own and built without -race, like the workers: in the race-instrumented test binary, serving
+// thousands of requests a second costs as much CPU as a worker, which on a 2-core machine is
+// taken from the workers it measures. It answers every request with 200 and writes one line
+// per request to stdout, flushed at once:
+//
+//	<arrival, Unix ns> <Idempotency-Key or -> <Sluice-Attempt or -> <request URI>
+//
+// The first line is its base URL. It runs until it is killed.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+func main() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	var mu sync.Mutex
+	fmt.Fprintf(out, "http://%s\n", ln.Addr())
+	out.Flush()
+	orDash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	err = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := time.Now()
+		io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		fmt.Fprintf(out, "%d %s %s %s\n", at.UnixNano(), orDash(r.Header.Get("Idempotency-Key")),
+			orDash(r.Header.Get("Sluice-Attempt")), r.RequestURI)
+		err := out.Flush()
+		mu.Unlock()
+		if err != nil {
+			os.Exit(1) // the test is gone
+		}
+	}))
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
+}
