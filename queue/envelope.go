@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"github.com/sluice-rl/sluice/internal/jsonw"
+
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -63,16 +65,16 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 		return nil, errors.New("created_at: year outside of range [0,9999]")
 	}
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, job.ID)
+	b = jsonw.AppendString(b, job.ID)
 	b = append(b, `,"queue":`...)
-	b = appendJSONString(b, job.Queue)
+	b = jsonw.AppendString(b, job.Queue)
 	if job.Method != "" {
 		b = append(b, `,"method":`...)
-		b = appendJSONString(b, job.Method)
+		b = jsonw.AppendString(b, job.Method)
 	}
 	if job.Path != "" {
 		b = append(b, `,"path":`...)
-		b = appendJSONString(b, job.Path)
+		b = jsonw.AppendString(b, job.Path)
 	}
 	if job.Direct {
 		b = append(b, `,"direct":true`...)
@@ -87,7 +89,7 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 	b = append(b, '"')
 	if job.IdempotencyKey != "" {
 		b = append(b, `,"idempotency_key":`...)
-		b = appendJSONString(b, job.IdempotencyKey)
+		b = jsonw.AppendString(b, job.IdempotencyKey)
 	}
 	if len(job.Header) > 0 && b64 {
 		b = append(b, `,"header_b64":`...)
@@ -110,7 +112,7 @@ func appendHeader(b []byte, h http.Header, b64 bool) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, k)
+		b = jsonw.AppendString(b, k)
 		b = append(b, ':')
 		vs := h[k]
 		if vs == nil {
@@ -127,60 +129,12 @@ func appendHeader(b []byte, h http.Header, b64 bool) []byte {
 				b = base64.StdEncoding.AppendEncode(b, []byte(v))
 				b = append(b, '"')
 			} else {
-				b = appendJSONString(b, v)
+				b = jsonw.AppendString(b, v)
 			}
 		}
 		b = append(b, ']')
 	}
 	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string, escaped as encoding/json escapes it (HTML-safe,
-// U+2028 and U+2029 escaped, invalid UTF-8 replaced by U+FFFD).
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 func headerUTF8(h http.Header) bool {

@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"github.com/sluice-rl/sluice/internal/jsonw"
+
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -187,14 +188,14 @@ type problemHeaders [4]string
 // for it (field order, omitempty, HTML-safe string escaping), without reflection.
 func (p *Problem) appendJSON(dst []byte) []byte {
 	dst = append(dst, `{"type":`...)
-	dst = appendJSONString(dst, p.Type)
+	dst = jsonw.AppendString(dst, p.Type)
 	dst = append(dst, `,"title":`...)
-	dst = appendJSONString(dst, p.Title)
+	dst = jsonw.AppendString(dst, p.Title)
 	dst = append(dst, `,"status":`...)
 	dst = strconv.AppendInt(dst, int64(p.Status), 10)
 	if p.Detail != "" {
 		dst = append(dst, `,"detail":`...)
-		dst = appendJSONString(dst, p.Detail)
+		dst = jsonw.AppendString(dst, p.Detail)
 	}
 	if len(p.ViolatedPolicies) > 0 {
 		dst = append(dst, `,"violated-policies":[`...)
@@ -202,7 +203,7 @@ func (p *Problem) appendJSON(dst []byte) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, v)
+			dst = jsonw.AppendString(dst, v)
 		}
 		dst = append(dst, ']')
 	}
@@ -211,57 +212,4 @@ func (p *Problem) appendJSON(dst []byte) []byte {
 		dst = strconv.AppendInt(dst, p.RetryAfter, 10)
 	}
 	return append(dst, '}')
-}
-
-// appendJSONString appends s as a JSON string, escaped as encoding/json escapes it: '"',
-// '\\' and control characters; '<', '>' and '&' as \u003c, \u003e, \u0026; U+2028 and
-// U+2029; and each byte of invalid UTF-8 as \ufffd.
-func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case c == utf8.RuneError && size == 1:
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-		case c == '\u2028' || c == '\u2029':
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }

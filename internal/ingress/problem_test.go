@@ -52,22 +52,6 @@ func TestProblemJSON(t *testing.T) {
 	}
 }
 
-// FuzzAppendJSONString checks appendJSONString against encoding/json on any string.
-func FuzzAppendJSONString(f *testing.F) {
-	for _, s := range trickyStrings {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, err := json.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendJSONString([]byte("x"), s); string(got[1:]) != string(want) {
-			t.Fatalf("appendJSONString(%q) = %s, want %s", s, got[1:], want)
-		}
-	})
-}
-
 // TestQuotaExceededBody checks that the body of a 429, which the gate assembles from parts
 // compiled per rule (one rule violated) or writes field by field (several), is byte for byte
 // the JSON encoding/json makes of the Problem, for rule names that need escaping both as a

@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"github.com/sluice-rl/sluice/internal/jsonw"
+
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -257,14 +259,14 @@ const quotaTitle = "Request cannot be satisfied as assigned quota has been excee
 // escaped text can be cut where the number goes.)
 func quotaBody(name string) (head, mid string) {
 	b := []byte(`{"type":`)
-	b = appendJSONString(b, QuotaExceededType)
+	b = jsonw.AppendString(b, QuotaExceededType)
 	b = append(b, `,"title":`...)
-	b = appendJSONString(b, quotaTitle)
+	b = jsonw.AppendString(b, quotaTitle)
 	b = append(b, `,"status":429,"detail":`...)
-	b = appendJSONString(b, "rate limit "+strconv.Quote(name)+" exceeded; retry in ")
+	b = jsonw.AppendString(b, "rate limit "+strconv.Quote(name)+" exceeded; retry in ")
 	head = string(b[:len(b)-1]) // without the closing quote
 	b = append(b[:0], ` s","violated-policies":[`...)
-	b = appendJSONString(b, name)
+	b = jsonw.AppendString(b, name)
 	b = append(b, `],"retry_after":`...)
 	return head, string(b)
 }
