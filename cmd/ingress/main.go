@@ -31,5 +31,5 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
-	os.Exit(app.ExitCode(err))
+	os.Exit(connect.ExitCode(err))
 }

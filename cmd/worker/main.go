@@ -43,5 +43,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 	}
 	stop()
-	os.Exit(worker.ExitCode(err))
+	os.Exit(connect.ExitCode(err))
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/connect"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 )
@@ -25,7 +26,7 @@ func TestExampleConfigsLoad(t *testing.T) {
 	}
 }
 
-// An invalid config is an ErrConfig (exit status 2) whose message names the file, the rule and
+// An invalid config is a connect.ErrConfig (exit status 2) whose message names the file, the rule and
 // the field of every problem.
 func TestInvalidConfigExits2(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
@@ -41,8 +42,8 @@ rules:
     period: 1s
 `), 0o644)
 	err := Ingress{ConfigPath: path}.Run(context.Background())
-	if ExitCode(err) != 2 {
-		t.Fatalf("exit code %d for %v, want 2", ExitCode(err), err)
+	if connect.ExitCode(err) != 2 {
+		t.Fatalf("exit code %d for %v, want 2", connect.ExitCode(err), err)
 	}
 	for _, want := range []string{`sluice.yaml: rules[0] "login": period must be > 0`, `sluice.yaml: rules[1] "search": algorithm`} {
 		if !strings.Contains(err.Error(), want) {

@@ -33,28 +33,6 @@ import (
 	"github.com/sluice-rl/sluice/queue"
 )
 
-// ErrConfig marks the errors of Run that come from the configuration; cmd/ingress exits with
-// status 2 on them.
-var ErrConfig = errors.New("app: configuration")
-
-type configError struct{ err error }
-
-func (e *configError) Error() string   { return e.err.Error() }
-func (e *configError) Unwrap() []error { return []error{ErrConfig, e.err} }
-
-// ExitCode is the process exit status for an error of Run: 0 for nil, 2 for an ErrConfig, 1
-// otherwise.
-func ExitCode(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, ErrConfig):
-		return 2
-	default:
-		return 1
-	}
-}
-
 // Ingress is the ingress process. The zero value of each optional field means its default.
 type Ingress struct {
 	// ConfigPath is the config file. Required.
@@ -67,7 +45,7 @@ type Ingress struct {
 }
 
 // Run serves until ctx ends, then stops accepting, lets requests and deliveries in flight
-// finish within the config's shutdown_timeout, and returns nil. It returns an ErrConfig error
+// finish within the config's shutdown_timeout, and returns nil. It returns a connect.ErrConfig error
 // for an unusable config and other errors when a listener cannot be opened or the queues
 // cannot be set up.
 func (m Ingress) Run(ctx context.Context) (err error) {
@@ -77,7 +55,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 	}
 	cfg, err := config.Load(m.ConfigPath)
 	if err != nil {
-		return &configError{err}
+		return connect.ConfigError(err)
 	}
 	var current atomic.Pointer[config.Config]
 	current.Store(cfg)
@@ -102,7 +80,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 	)
 	if cfg.Redis != nil {
 		if rdb, err = connect.Redis(cfg.Redis.URL); err != nil {
-			return &configError{fmt.Errorf("%s: redis.url: %w", cfg.Path, err)}
+			return connect.ConfigError(fmt.Errorf("%s: redis.url: %w", cfg.Path, err))
 		}
 		stops = append(stops, func() { rdb.Close() })
 		lim = limit.NewRedis(rdb, limit.RedisConfig{})
@@ -145,7 +123,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 
 	srv, err := ingress.New(cfg, ingress.Options{Limiter: lim, Enqueuer: qs, Registerer: reg, Logger: log})
 	if err != nil {
-		return &configError{err}
+		return connect.ConfigError(err)
 	}
 	stops = append(stops, srv.Close)
 
@@ -158,7 +136,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 			ShutdownTimeout: cfg.ShutdownTimeout,
 		}, worker.FromConfig(cfg))
 		if err != nil {
-			return &configError{err}
+			return connect.ConfigError(err)
 		}
 	}
 

@@ -1,9 +1,11 @@
-// Package connect opens the connections the Sluice processes share: a go-redis client for the
-// config's redis section and a NATS connection for its nats section, with the timeouts and
-// reconnect behaviour both the ingress and the worker want.
+// Package connect holds what the two Sluice processes (ingress and worker) share about being a
+// process: a go-redis client for the config's redis section and a NATS connection for its nats
+// section, with the timeouts and reconnect behaviour both want; the exit-status convention for
+// configuration errors; and the health probe of the container images.
 package connect
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -63,4 +65,30 @@ func Probe(url string) int {
 		return 1
 	}
 	return 0
+}
+
+// ErrConfig marks errors that come from the configuration: a file that cannot be read or is
+// invalid, or one a process cannot run with. The commands exit with status 2 on them.
+var ErrConfig = errors.New("configuration")
+
+// configError is an ErrConfig whose message is only its cause's.
+type configError struct{ err error }
+
+func (e *configError) Error() string   { return e.err.Error() }
+func (e *configError) Unwrap() []error { return []error{ErrConfig, e.err} }
+
+// ConfigError marks err as an ErrConfig without changing its message.
+func ConfigError(err error) error { return &configError{err} }
+
+// ExitCode is the process exit status for the error a process's Run returned: 0 for nil, 2 for
+// an ErrConfig, 1 otherwise.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrConfig):
+		return 2
+	default:
+		return 1
+	}
 }

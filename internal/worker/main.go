@@ -22,32 +22,8 @@ import (
 	"github.com/sluice-rl/sluice/queue"
 )
 
-// ErrConfig marks the errors of Main.Run that come from the configuration: a file that cannot
-// be read or is invalid, or one the standalone worker cannot run with. cmd/worker exits with
-// status 2 on them.
-var ErrConfig = errors.New("worker: configuration")
-
-// configError is an ErrConfig whose message is only its cause's.
-type configError struct{ err error }
-
-func (e *configError) Error() string   { return e.err.Error() }
-func (e *configError) Unwrap() []error { return []error{ErrConfig, e.err} }
-
-func configErr(err error) error           { return &configError{err} }
+func configErr(err error) error           { return connect.ConfigError(err) }
 func configErrf(f string, a ...any) error { return configErr(fmt.Errorf(f, a...)) }
-
-// ExitCode is the process exit status for an error of Main.Run: 0 for nil, 2 for an ErrConfig,
-// 1 otherwise.
-func ExitCode(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, ErrConfig):
-		return 2
-	default:
-		return 1
-	}
-}
 
 // Main is the standalone worker process, which cmd/worker runs: it loads the config file,
 // connects to Redis (the shared leak schedule) and NATS (the queues), provisions the queues,
@@ -64,7 +40,7 @@ type Main struct {
 }
 
 // Run runs the worker until ctx ends, then shuts down within the config's shutdown_timeout and
-// returns nil. It returns an ErrConfig error for an unusable config, and other errors when the
+// returns nil. It returns a connect.ErrConfig error for an unusable config, and other errors when the
 // admin listener cannot be opened or the queues cannot be provisioned.
 func (m Main) Run(ctx context.Context) error {
 	log := m.Logger
