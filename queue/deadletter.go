@@ -28,13 +28,15 @@ func (d deadMeta) json() string {
 
 // DeadLetter moves a job that will not be delivered to its queue's dead-letter stream, with
 // reason (a human-readable cause), lastStatus (the upstream's last HTTP status, 0 when there
-// was none) and the attempts spent (from the job's status, or m.Delivered when it has none).
+// was none) and attempts, the delivery attempts spent. The caller usually knows attempts best
+// (a worker may not have recorded its last attempt); a negative attempts takes them from the
+// job's status, or m.Delivered when it has none.
 // The steps are ordered so that no job is lost: it publishes the dead letter and waits for its
 // PubAck, only then terminates the delivery (the job leaves the queue), and last marks the
 // status failed. If it fails before the termination, the job is still in the queue and will be
 // redelivered; dead-lettering it again replaces, not duplicates, the dead letter. A job whose
 // status already says succeeded (a stale, duplicated delivery) is dropped, not dead-lettered.
-func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStatus int) error {
+func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStatus, attempts int) error {
 	if m == nil || m.Job == nil {
 		return errors.New("queue: dead letter: nil message")
 	}
@@ -42,7 +44,10 @@ func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStat
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 
-	attempts := int(m.Delivered)
+	known := attempts >= 0
+	if !known {
+		attempts = int(m.Delivered)
+	}
 	if st, _, err := q.getRecord(ctx, job.ID); err == nil {
 		if st.State == StateSucceeded {
 			// A stale delivery of a job another worker finished: drop it, do not dead-letter it.
@@ -51,7 +56,7 @@ func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStat
 			}
 			return nil
 		}
-		if st.Attempts > 0 {
+		if !known && st.Attempts > 0 {
 			attempts = st.Attempts
 		}
 	}

@@ -89,7 +89,7 @@ func TestInfo(t *testing.T) {
 		info.DeadLetters != 0 || info.Bytes == 0 || info.MaxDepth != 100 {
 		t.Fatalf("info %+v", info)
 	}
-	if err := b.q.DeadLetter(b.ctx, msgs[0], "gone", 410); err != nil {
+	if err := b.q.DeadLetter(b.ctx, msgs[0], "gone", 410, -1); err != nil {
 		t.Fatal(err)
 	}
 	list, err := b.q.List(b.ctx)
@@ -117,7 +117,7 @@ func TestDeadLetterAndReplay(t *testing.T) {
 	if err := b.q.SetStatus(b.ctx, queue.Status{ID: r.ID, State: queue.StateRunning, Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.q.DeadLetter(b.ctx, m, "upstream answered 422", 422); err != nil {
+	if err := b.q.DeadLetter(b.ctx, m, "upstream answered 422", 422, -1); err != nil {
 		t.Fatal(err)
 	}
 	if d := b.depth("q"); d != 1 {
@@ -184,10 +184,10 @@ func TestDeadLetterTwiceStoresOne(t *testing.T) {
 	if second.Job.ID != r.ID || second.Delivered != 2 {
 		t.Fatalf("redelivery %s #%d", second.Job.ID, second.Delivered)
 	}
-	if err := b.q.DeadLetter(b.ctx, second, "500 x8", 500); err != nil {
+	if err := b.q.DeadLetter(b.ctx, second, "500 x8", 500, -1); err != nil {
 		t.Fatal(err)
 	}
-	_ = b.q.DeadLetter(b.ctx, first, "500 x8", 500)
+	_ = b.q.DeadLetter(b.ctx, first, "500 x8", 500, -1)
 	dls, err := b.q.DeadLetters(b.ctx, "q", 10)
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func TestDeadLetterTwiceStoresOne(t *testing.T) {
 	if err := fresh.Ack(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.q.DeadLetter(b.ctx, stale, "timeout", 0); err != nil {
+	if err := b.q.DeadLetter(b.ctx, stale, "timeout", 0, -1); err != nil {
 		t.Fatal(err)
 	}
 	if dls, _ := b.q.DeadLetters(b.ctx, "q", 10); len(dls) != 1 {
@@ -216,5 +216,42 @@ func TestDeadLetterTwiceStoresOne(t *testing.T) {
 	}
 	if st, _ := b.q.Status(b.ctx, ok.ID); st.State != queue.StateSucceeded {
 		t.Fatalf("status %+v", st)
+	}
+}
+
+// The attempts a caller gives DeadLetter are recorded even when the status it finds lags behind
+// (a worker that skipped recording its last, fast attempt) or says none were spent (a job that
+// only ever met pause retries).
+func TestDeadLetterRecordsCallersAttempts(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
+	for _, tc := range []struct{ recorded, given int }{{recorded: 2, given: 3}, {recorded: 0, given: 0}} {
+		r := b.publish(&queue.Job{Queue: "q", Body: []byte("x")})
+		m := b.fetchOne(b.consumer("q"), 5*time.Second)
+		if m.Job.ID != r.ID {
+			t.Fatalf("fetched %s, want %s", m.Job.ID, r.ID)
+		}
+		if err := b.q.SetStatus(b.ctx, queue.Status{ID: r.ID, Queue: "q", State: queue.StateRetrying, Attempts: tc.recorded}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.q.DeadLetter(b.ctx, m, "gave up", 503, tc.given); err != nil {
+			t.Fatal(err)
+		}
+		st, err := b.q.Status(b.ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dls, err := b.q.DeadLetters(b.ctx, "q", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dl *queue.DeadLetter
+		for i := range dls {
+			if dls[i].Job.ID == r.ID {
+				dl = &dls[i]
+			}
+		}
+		if st.Attempts != tc.given || dl == nil || dl.Attempts != tc.given {
+			t.Fatalf("recorded %d, gave %d: status attempts %d, dead letter %+v", tc.recorded, tc.given, st.Attempts, dl)
+		}
 	}
 }

@@ -404,7 +404,7 @@ func (r *runner) deadLetter(j *job, reason, lastErr string, lastStatus, attempts
 	j.log().Warn("worker: job dead-lettered", "reason", reason, "attempts", attempts, "last_error", lastErr)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := r.p.q.DeadLetter(ctx, j.m, reason+": "+lastErr, lastStatus); err != nil {
+	if err := r.p.q.DeadLetter(ctx, j.m, reason+": "+lastErr, lastStatus, attempts); err != nil {
 		j.log().Error("worker: dead-letter failed; the job will be redelivered", "err", err)
 	}
 }
