@@ -41,11 +41,18 @@ unit:
 	$(GO) test -race -count=1 -timeout 10m $(TIMED)
 
 # A short run of every fuzz target, on top of the committed seed corpora that `unit` already ran.
+# A failing target is shown and run once more: an input that breaks the code is saved under
+# testdata/fuzz and fails the second run at once, while the fuzzing engine's own rare failures on
+# a loaded machine (a worker that stops answering) do not repeat.
 FUZZ_TIME ?= 5s
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZ_TIME) $$pkg >/dev/null; \
+	    echo "fuzz $$pkg $$f"; \
+	    if ! out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZ_TIME) $$pkg 2>&1); then \
+	      echo "$$out" | tail -30; echo "fuzz $$pkg $$f failed; running it again"; \
+	      $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZ_TIME) $$pkg; \
+	    fi; \
 	  done; \
 	done
 
