@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/testenv"
 )
 
 // --- a structured-field list parser (RFC 9651 4.2.1), for reading RateLimit headers back ---
@@ -334,50 +334,6 @@ func (f *fixture) do(method, target string, body io.Reader, hdr ...string) *http
 	return w.Result()
 }
 
-// metric returns the value of a counter or gauge with these labels in reg, 0 when absent.
-func metric(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			want := map[string]string{}
-			for i := 0; i+1 < len(labels); i += 2 {
-				want[labels[i]] = labels[i+1]
-			}
-			for _, lp := range m.GetLabel() {
-				if v, ok := want[lp.GetName()]; ok && v != lp.GetValue() {
-					continue next
-				}
-				delete(want, lp.GetName())
-			}
-			if len(want) > 0 {
-				continue
-			}
-			return value(m)
-		}
-	}
-	return 0
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return 0
-}
-
 // readEchoed decodes the upstream's echo from a 200 response.
 func readEchoed(t testing.TB, res *http.Response) echoed {
 	t.Helper()
@@ -404,4 +360,10 @@ func serve(h http.Handler, r *http.Request) *http.Response {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w.Result()
+}
+
+// metric reads a metric of reg; see testenv.Metric.
+func metric(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	return testenv.Metric(t, reg, name, labels...)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
 	"github.com/sluice-rl/sluice/internal/config"
@@ -153,47 +152,6 @@ func (h *harness) info(name string) queue.Info {
 	return in
 }
 
-// metric returns the value of the counter or gauge name with labels (name=value pairs) in
-// reg, 0 when absent.
-func metric(t testing.TB, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue next
-				}
-			}
-			return value(m)
-		}
-	}
-	return 0
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return 0
-}
-
 // fetchAndNak takes one job of queue name through its consumer and hands it back, so that the
 // next delivery of it is a redelivery.
 func (h *harness) fetchAndNak(name string) {
@@ -219,4 +177,10 @@ func mustConfig(t testing.TB, yaml string) *config.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// metric reads a metric of reg; see testenv.Metric.
+func metric(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	return testenv.Metric(t, reg, name, labels...)
 }
