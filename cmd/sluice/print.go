@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+// queueView is what the CLI shows of a queue (GET /v1/queues/{q}).
+type queueView struct {
+	Name          string     `json:"name"`
+	Rate          string     `json:"rate"`
+	RatePerSecond float64    `json:"rate_per_second"`
+	EffectiveRate *float64   `json:"effective_rate"`
+	RuntimeRate   *string    `json:"runtime_rate"`
+	Depth         uint64     `json:"depth"`
+	Pending       uint64     `json:"pending"`
+	InFlight      int        `json:"in_flight"`
+	DeadLetters   uint64     `json:"dead_letters"`
+	Paused        bool       `json:"paused"`
+	PausedUntil   *time.Time `json:"paused_until"`
+	Tenants       *int       `json:"tenants"`
+}
+
+// deadLetterView is one dead letter (GET /v1/queues/{q}/dead-letters).
+type deadLetterView struct {
+	ID         string    `json:"id"`
+	Reason     string    `json:"reason"`
+	Attempts   int       `json:"attempts"`
+	LastStatus int       `json:"last_status"`
+	Time       time.Time `json:"time"`
+	Error      string    `json:"error"`
+}
+
+// jobView is a job's state (GET /v1/jobs/{id}).
+type jobView struct {
+	ID        string    `json:"id"`
+	Queue     string    `json:"queue"`
+	State     string    `json:"state"`
+	Attempts  int       `json:"attempts"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	LastError string    `json:"last_error"`
+	Response  *struct {
+		Status int `json:"status"`
+	} `json:"response"`
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
+
+func printQueues(w io.Writer, qs []queueView) error {
+	t := table(w)
+	fmt.Fprintln(t, "QUEUE\tRATE\tEFFECTIVE\tDEPTH\tPENDING\tIN FLIGHT\tDEAD\tPAUSED")
+	for _, q := range qs {
+		rate := q.Rate
+		if q.RuntimeRate != nil {
+			rate = *q.RuntimeRate + " (runtime)"
+		}
+		eff := "-"
+		if q.EffectiveRate != nil {
+			eff = strconv.FormatFloat(*q.EffectiveRate, 'f', -1, 64) + "/s"
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", q.Name, rate, eff, q.Depth, q.Pending,
+			q.InFlight, q.DeadLetters, pausedText(q))
+	}
+	return t.Flush()
+}
+
+func pausedText(q queueView) string {
+	switch {
+	case q.PausedUntil != nil:
+		return "until " + q.PausedUntil.Local().Format(time.DateTime)
+	case q.Paused:
+		return "yes"
+	}
+	return "no"
+}
+
+func printDeadLetters(w io.Writer, dls []deadLetterView) error {
+	if len(dls) == 0 {
+		_, err := fmt.Fprintln(w, "no dead letters")
+		return err
+	}
+	t := table(w)
+	fmt.Fprintln(t, "ID\tREASON\tATTEMPTS\tLAST STATUS\tTIME\tERROR")
+	for _, d := range dls {
+		status := "-"
+		if d.LastStatus != 0 {
+			status = strconv.Itoa(d.LastStatus)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, d.Reason, d.Attempts, status,
+			timeText(d.Time), d.Error)
+	}
+	return t.Flush()
+}
+
+func printJob(w io.Writer, j jobView) error {
+	t := table(w)
+	status := "-"
+	if j.Response != nil && j.Response.Status != 0 {
+		status = strconv.Itoa(j.Response.Status)
+	}
+	for _, row := range [][2]string{
+		{"id", j.ID}, {"queue", j.Queue}, {"state", j.State}, {"attempts", strconv.Itoa(j.Attempts)},
+		{"created", timeText(j.CreatedAt)}, {"updated", timeText(j.UpdatedAt)},
+		{"response", status}, {"last error", j.LastError},
+	} {
+		fmt.Fprintf(t, "%s\t%s\n", row[0], row[1])
+	}
+	return t.Flush()
+}
+
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format(time.DateTime)
+}
