@@ -5,16 +5,22 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // MemoryConfig configures a Memory store. The zero value is ready to use.
 type MemoryConfig struct {
 	// MaxKeys bounds the number of keys the store holds state for (0: 1<<20). When it is
-	// reached, a new key evicts an idle key if one is found, else one that was not used
-	// recently; an evicted key that was not idle forgets what it was charged (fails open).
+	// reached, a new key takes the place of an idle key (one whose state is back to fresh); when
+	// none is found, the new key is decided on its scope's overflow state instead (see Memory).
+	// A key that still holds state is never evicted.
 	MaxKeys int
+	// OnOverflow, if set, is called when a new key is decided on an overflow state, at most once
+	// a second (with the number of such decisions so far); it must not block.
+	OnOverflow func(total uint64)
 	// Shards is the number of independently locked parts of the store, rounded up to a power
 	// of two (0: 64), and lowered so that each shard holds at least one key.
 	Shards int
@@ -33,13 +39,23 @@ type MemoryConfig struct {
 // that any two do. The state of a key is shared by every limit of
 // the same algorithm: callers that apply several limits to one key put the rule's name in the
 // key. A key whose state is idle (its ResetAfter has passed) decides as a new key would; idle
-// keys are removed as new keys arrive (a few at a time), when MaxKeys is reached (first), or by
-// Sweep.
+// keys are removed as new keys arrive (a few at a time), when MaxKeys is reached, or by Sweep.
+//
+// A key whose state still matters (a spent bucket, a full window) is never forgotten, so a flood
+// of new keys cannot reset another key's exhausted limit. When the store is full of such keys, a
+// new key is charged against one overflow state per scope and limit instead, where a key's scope
+// is its text up to its first NUL byte (the ingress puts the rule's name there; a key without
+// one has the empty scope): every new key of a rule then shares one limit until room frees up —
+// limited, never unlimited. Such
+// decisions are counted (Overflows) and reported through MemoryConfig.OnOverflow.
 type Memory struct {
-	now    func() time.Time
-	seeds  [numAlgos]maphash.Seed
-	shards []shard
-	shift  uint // a hash's top bits choose its shard: h >> shift
+	now        func() time.Time
+	seeds      [numAlgos]maphash.Seed
+	shards     []shard
+	shift      uint // a hash's top bits choose its shard: h >> shift
+	onOverflow func(uint64)
+	overflows  atomic.Uint64
+	reported   atomic.Int64 // when onOverflow was last called, Unix seconds
 }
 
 // NewMemory returns an empty Memory store.
@@ -57,9 +73,10 @@ func NewMemory(cfg MemoryConfig) *Memory {
 		n /= 2
 	}
 	m := &Memory{
-		now:    cfg.Now,
-		shards: make([]shard, n),
-		shift:  uint(64 - bits.TrailingZeros(uint(n))),
+		now:        cfg.Now,
+		shards:     make([]shard, n),
+		shift:      uint(64 - bits.TrailingZeros(uint(n))),
+		onOverflow: cfg.OnOverflow,
 	}
 	if m.now == nil {
 		m.now = time.Now
@@ -124,20 +141,86 @@ func (m *Memory) Sweep() int {
 		sh := &m.shards[i]
 		sh.mu.Lock()
 		removed += sh.t.sweep(now, sh.t.used)
+		for id, e := range sh.over {
+			if e.exp <= now {
+				delete(sh.over, id)
+				delete(sh.t.logs, id)
+			}
+		}
 		sh.mu.Unlock()
 	}
 	return removed
 }
+
+// Overflows returns the number of decisions made on an overflow state because the store was
+// full of keys that still hold state.
+func (m *Memory) Overflows() uint64 { return m.overflows.Load() }
 
 func (m *Memory) decide(key string, p params, cost int64, now time.Time) Decision {
 	h := maphash.String(m.seeds[p.alg], key)
 	sh := &m.shards[h>>m.shift]
 	id := h&^flagMask | flagUsed
 	t := micros(now)
-	var d Decision
 
 	sh.mu.Lock()
 	e := sh.t.get(id, t, p.alg == algSlidingLog)
+	if e == nil {
+		sh.mu.Unlock()
+		return m.decideOverflow(key, p, cost, now)
+	}
+	d := apply(e, sh.t.logs[id], p, cost, now)
+	sh.mu.Unlock()
+	return d
+}
+
+// decideOverflow decides a new key that found the store full on its scope's overflow state,
+// which lives outside the bounded table of the shard its own hash chooses.
+func (m *Memory) decideOverflow(key string, p params, cost int64, now time.Time) Decision {
+	scope, _, found := strings.Cut(key, "\x00")
+	if !found {
+		scope = ""
+	}
+	h := maphash.String(m.seeds[p.alg], fmt.Sprintf("\xffoverflow\x00%s\x00%d/%d/%d", scope, p.limit, p.period, p.capacity))
+	sh := &m.shards[h>>m.shift]
+	id := h&^flagMask | flagUsed
+
+	sh.mu.Lock()
+	e := sh.over[id]
+	if e == nil {
+		if sh.over == nil {
+			sh.over = make(map[uint64]*entry)
+		}
+		e = &entry{id: id}
+		sh.over[id] = e
+	}
+	var log *slidingLogState
+	if p.alg == algSlidingLog {
+		if log = sh.t.logs[id]; log == nil {
+			if sh.t.logs == nil {
+				sh.t.logs = make(map[uint64]*slidingLogState)
+			}
+			log = &slidingLogState{}
+			sh.t.logs[id] = log
+		}
+	}
+	d := apply(e, log, p, cost, now)
+	sh.mu.Unlock()
+
+	n := m.overflows.Add(1)
+	if m.onOverflow != nil {
+		sec := now.Unix()
+		if last := m.reported.Load(); sec > last && m.reported.CompareAndSwap(last, sec) {
+			m.onOverflow(n)
+		}
+	}
+	return d
+}
+
+// apply runs the algorithm of p on the state in e (and log, for SlidingLog) and sets when the
+// state becomes idle.
+func apply(e *entry, log *slidingLogState, p params, cost int64, now time.Time) Decision {
+	t := micros(now)
+	var d Decision
 	from := t // the instant the algorithm decided at: its clock never runs backwards
 	switch p.alg {
 	case algTokenBucket:
@@ -165,22 +248,21 @@ func (m *Memory) decide(key string, p params, cost int64, now time.Time) Decisio
 		e.s = [3]int64{s.Start, s.Prev, s.Cur}
 		from = max(t, s.Start)
 	case algSlidingLog:
-		log := sh.t.logs[id]
 		d = slidingLog(log, p, cost, now)
 		if log.n > 0 {
 			from = max(t, log.at(log.n-1))
 		}
 	}
 	e.exp = from + d.ResetAfter.Microseconds()
-	sh.mu.Unlock()
 	return d
 }
 
 // shard is one independently locked part of a Memory store.
 type shard struct {
-	mu sync.Mutex
-	t  table
-	_  [64]byte // keeps the locks of neighbouring shards off one cache line
+	mu   sync.Mutex
+	t    table
+	over map[uint64]*entry // overflow states of the scopes whose hash chooses this shard
+	_    [64]byte          // keeps the locks of neighbouring shards off one cache line
 }
 
 // entry is the state of one key: 40 bytes, whatever the algorithm.
@@ -193,22 +275,21 @@ type entry struct {
 // Flag bits in the low bits of entry.id; the rest is the key's hash.
 const (
 	flagUsed uint64 = 1 << iota // set in every entry in use, so that an id is never 0
-	flagRef                     // used since the clock hand last passed (CLOCK eviction)
 	flagLog                     // a SlidingLog key, whose log is in table.logs
-	flagMask = flagUsed | flagRef | flagLog
+	flagMask = flagUsed | flagLog
 )
 
 const (
 	pageBits  = 8
 	pageSize  = 1 << pageBits
 	sweepStep = 2  // entries the clock hand checks for idleness on each new key
-	evictScan = 16 // entries the clock hand looks at, at most, to choose a victim
+	evictScan = 64 // entries the clock hand looks at, at most, to find an idle one
 )
 
 // table is a hash table of entries, bounded to max entries. Entries live in pages of pageSize
 // that are never moved or freed; slots is an open-addressing index (linear probing, at most
-// half full) of entry numbers + 1, and a CLOCK hand walks the entries to find idle or unused
-// ones. The zero value with max set is an empty table.
+// half full) of entry numbers + 1, and a clock hand walks the entries to find idle ones. The
+// zero value with max set is an empty table.
 type table struct {
 	slots []uint32
 	pages []*[pageSize]entry
@@ -225,24 +306,26 @@ func (t *table) entry(i int) *entry { return &t.pages[i>>pageBits][i&(pageSize-1
 // home returns the slot where the search for id starts.
 func (t *table) home(id uint64) int { return int(id>>8) & (len(t.slots) - 1) }
 
-// get returns the entry of id, marking it used; a new entry has zero state. An idle entry keeps
+// get returns the entry of id; a new entry has zero state. An idle entry keeps
 // its state, which the algorithms treat as the zero value would be treated. log says that the
-// key is a SlidingLog key with a log in t.logs. now is for removing idle entries.
+// key is a SlidingLog key with a log in t.logs. now is for removing idle entries. It returns nil
+// for a new key when the table is full and no idle entry is found to make room.
 func (t *table) get(id uint64, now int64, log bool) *entry {
 	if len(t.slots) > 0 {
 		mask := len(t.slots) - 1
 		for i := t.home(id); t.slots[i] != 0; i = (i + 1) & mask {
 			e := t.entry(int(t.slots[i] - 1))
-			if e.id&^(flagRef|flagLog) != id {
+			if e.id&^flagLog != id {
 				continue
 			}
-			e.id |= flagRef
 			return e
 		}
 	}
 
 	if t.n >= t.max {
-		t.evict(now)
+		if !t.evict(now) {
+			return nil
+		}
 	} else {
 		t.sweep(now, sweepStep)
 	}
@@ -313,7 +396,7 @@ func (t *table) remove(i int) {
 	}
 	t.slots[j] = 0
 	if e.id&flagLog != 0 {
-		delete(t.logs, e.id&^(flagRef|flagLog))
+		delete(t.logs, e.id&^flagLog)
 	}
 	*e = entry{s: [3]int64{int64(t.free)}}
 	t.free = uint32(i + 1)
@@ -335,29 +418,17 @@ func (t *table) sweep(now int64, steps int) int {
 	return removed
 }
 
-// evict removes one entry to make room: the first idle one the clock hand finds within
-// evictScan entries, else the first one not used since the hand last passed it, else the first
-// one it looked at. The hand clears the used marks it passes.
-func (t *table) evict(now int64) {
-	victim, victimRef := -1, false
-	for range evictScan {
+// evict removes an idle entry to make room, the first one the clock hand finds within
+// evictScan entries, and reports whether it found one. Entries whose state still matters are
+// never removed.
+func (t *table) evict(now int64) bool {
+	for range min(evictScan, t.used) {
 		i := t.hand
 		t.hand = (t.hand + 1) % t.used
-		e := t.entry(i)
-		if e.id == 0 {
-			continue
+		if e := t.entry(i); e.id != 0 && e.exp <= now {
+			t.remove(i)
+			return true
 		}
-		if e.exp <= now {
-			victim = i
-			break
-		}
-		if ref := e.id&flagRef != 0; victim < 0 || (victimRef && !ref) {
-			victim, victimRef = i, ref
-		}
-		e.id &^= flagRef
 	}
-	if victim < 0 { // only free entries in view: cannot happen when the table is full
-		return
-	}
-	t.remove(victim)
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -78,8 +79,7 @@ func TestMemoryMaxKeys(t *testing.T) {
 		if _, err := m.Decide(ctx, fmt.Sprint("flood", i), l, 1); err != nil {
 			t.Fatal(err)
 		}
-		// A key in steady use survives the flood: CLOCK spares entries used since the hand
-		// last passed them.
+		// A key whose state still matters survives the flood: only idle keys are evicted.
 		if _, err := m.Decide(ctx, "hot", hot, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -95,6 +95,56 @@ func TestMemoryMaxKeys(t *testing.T) {
 	d, _ := m.Decide(ctx, "hot", hot, 1)
 	if want := hot.Limit - 100_001; d.Remaining != want {
 		t.Fatalf("the hot key was evicted during the flood: remaining %d, want %d", d.Remaining, want)
+	}
+}
+
+// TestMemoryFloodKeepsExhaustedKeys floods a small store with new keys of one rule while another
+// rule's key is exhausted: the exhausted key stays rejected (it is never evicted while its
+// limit applies), and the flood's keys past MaxKeys share one overflow limit rather than each
+// getting a fresh one.
+func TestMemoryFloodKeepsExhaustedKeys(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock(base)
+	var reported atomic.Uint64
+	m := NewMemory(MemoryConfig{MaxKeys: 64, Shards: 2, Now: clk.Now,
+		OnOverflow: func(n uint64) { reported.Store(n) }})
+	for _, alg := range Algorithms {
+		victim := Limit{Algorithm: alg, Limit: 1, Period: time.Hour}
+		if d, _ := m.Decide(ctx, "login\x00victim-"+string(alg), victim, 1); !d.Allowed {
+			t.Fatalf("%s: the victim's first request was rejected", alg)
+		}
+	}
+	flood := Limit{Algorithm: TokenBucket, Limit: 5, Period: time.Hour}
+	allowed := 0
+	for i := range 20_000 {
+		d, err := m.Decide(ctx, fmt.Sprintf("api\x00flood-%d", i), flood, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed++
+		}
+	}
+	for _, alg := range Algorithms {
+		victim := Limit{Algorithm: alg, Limit: 1, Period: time.Hour}
+		if d, _ := m.Decide(ctx, "login\x00victim-"+string(alg), victim, 1); d.Allowed {
+			t.Errorf("%s: the exhausted victim key was allowed again after a key flood", alg)
+		}
+	}
+	if n := m.Len(); n > 64 {
+		t.Errorf("Len() = %d, above MaxKeys 64", n)
+	}
+	// At most 64 flood keys found room, each allowed once; the rest shared one bucket of 5.
+	if allowed > 64+5 {
+		t.Errorf("%d flood requests allowed, want at most %d: overflow keys were not limited", allowed, 64+5)
+	}
+	if m.Overflows() == 0 || reported.Load() == 0 {
+		t.Errorf("Overflows() = %d, reported %d: the overflow was not counted", m.Overflows(), reported.Load())
+	}
+	// Once the flood's states are idle again, new keys get room of their own.
+	clk.Add(time.Hour)
+	if d, _ := m.Decide(ctx, "api\x00late", flood, 1); !d.Allowed || d.Remaining != 4 {
+		t.Errorf("a new key after the flood went idle: %+v, want allowed with 4 remaining", d)
 	}
 }
 
