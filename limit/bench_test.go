@@ -601,3 +601,27 @@ func BenchmarkRedisDecide(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMemoryKeyFlood decides b.N distinct keys of one rule against a store of the default
+// size that also holds an exhausted key of another rule, as an attacker flooding API keys would:
+// run it with -benchtime 3000000x for a flood of a few million keys. It fails if the exhausted
+// key is ever allowed again, and reports the share of flood decisions made on the overflow state.
+func BenchmarkMemoryKeyFlood(b *testing.B) {
+	ctx := context.Background()
+	m := NewMemory(MemoryConfig{})
+	victim := Limit{Algorithm: GCRA, Limit: 1, Period: time.Hour}
+	m.Decide(ctx, "login\x00victim", victim, 1)
+	flood := Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Minute}
+	keys := make([]byte, 0, 32)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		keys = strconv.AppendInt(append(keys[:0], "api\x00k"...), int64(i), 10)
+		m.Decide(ctx, string(keys), flood, 1)
+	}
+	b.StopTimer()
+	if d, _ := m.Decide(ctx, "login\x00victim", victim, 1); d.Allowed {
+		b.Fatal("the exhausted key was allowed again after the flood")
+	}
+	b.ReportMetric(float64(m.Overflows())/float64(b.N), "overflow/op")
+}
