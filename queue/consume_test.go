@@ -145,7 +145,7 @@ func TestAckNoWait(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
-	if _, err := b.q.Status(b.ctx, queue.JobID("q", "")); !errors.Is(err, queue.ErrNotFound) {
+	if _, err := b.q.Status(b.ctx, queue.NewJobID("q")); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
 	if _, err := b.q.Status(b.ctx, "not a valid.id"); !errors.Is(err, queue.ErrNotFound) {

@@ -87,7 +87,7 @@ func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStat
 		next := record{Status: Status{
 			ID: job.ID, Queue: job.Queue, State: StateFailed, Attempts: attempts,
 			CreatedAt: job.CreatedAt, UpdatedAt: now, LastError: reason, Response: resp, DeadLetter: true,
-		}}
+		}, Tenant: job.Tenant}
 		if cur != nil {
 			next.Fingerprint = cur.Fingerprint
 		}
@@ -199,7 +199,7 @@ func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
 		return err
 	}
 	err = q.updateStatus(ctx, id, func(cur *record) *record {
-		next := record{Status: Status{ID: id, Queue: queue, State: StateQueued, CreatedAt: job.CreatedAt}}
+		next := record{Status: Status{ID: id, Queue: queue, State: StateQueued, CreatedAt: job.CreatedAt}, Tenant: job.Tenant}
 		if cur != nil {
 			if cur.State != StateFailed { // a worker already took the replayed job
 				return nil

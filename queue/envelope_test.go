@@ -55,7 +55,7 @@ func TestEnvelopeMatchesEncodingJSON(t *testing.T) {
 	for i := range 5000 {
 		invalid := i%3 == 0
 		job := &Job{
-			ID:             JobID("q", ""),
+			ID:             NewJobID("q"),
 			Queue:          randString(r, false),
 			Method:         randString(r, invalid),
 			Path:           randString(r, invalid),
@@ -103,11 +103,12 @@ func TestEnvelopeMatchesEncodingJSON(t *testing.T) {
 
 func TestJobIDTag(t *testing.T) {
 	for _, q := range []string{"orders", "mail", "a", "Q_1-x"} {
-		id := JobID(q, "")
+		id := NewJobID(q)
 		if !findable(q, id) {
 			t.Fatalf("JobID(%q) = %s does not end with the queue's tag %04x", q, id, queueTag(q))
 		}
-		if findable(q, JobID(q, "key")) && findable(q, JobID(q, "key2")) {
+		keyed := &Queues{secret: []byte("0123456789abcdef")}
+		if findable(q, keyed.JobID(q, "", "key")) && findable(q, keyed.JobID(q, "", "key2")) {
 			t.Fatalf("keyed ids of %q carry its tag", q)
 		}
 	}
@@ -122,7 +123,7 @@ func TestJobIDTag(t *testing.T) {
 }
 
 func BenchmarkEncode(b *testing.B) {
-	job := &Job{ID: JobID("orders", ""), Queue: "orders", Method: "POST", Path: "/api/orders?x=1",
+	job := &Job{ID: NewJobID("orders"), Queue: "orders", Method: "POST", Path: "/api/orders?x=1",
 		Header:    http.Header{"Content-Type": {"application/json"}, "X-Api-Key": {"k-123"}, "Accept": {"*/*"}},
 		CreatedAt: time.Now().UTC()}
 	b.Run("appendEnvelope", func(b *testing.B) {

@@ -28,6 +28,7 @@ type bundle struct {
 	js     jetstream.JetStream
 	q      *queue.Queues
 	prefix string
+	opts   queue.Options // as given to New, with the prefix set
 }
 
 // setup starts an embedded NATS server and provisions specs under a prefix of the test's own.
@@ -55,7 +56,7 @@ func setupURL(t testing.TB, url string, opts queue.Options, specs ...queue.Spec)
 	if err := q.Provision(ctx, specs); err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{t: t, ctx: ctx, url: url, nc: nc, js: js, q: q, prefix: opts.Prefix}
+	return &bundle{t: t, ctx: ctx, url: url, nc: nc, js: js, q: q, prefix: opts.Prefix, opts: opts}
 }
 
 func (b *bundle) stream(name string) string  { return b.prefix + "_Q_" + name }

@@ -32,6 +32,10 @@ type Job struct {
 	CreatedAt time.Time `json:"created_at"`
 	// IdempotencyKey is the client's Idempotency-Key, or "".
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Tenant names who the job belongs to, as an opaque value the caller derives (the ingress:
+	// a hash of the queue's tenant key parts); "" is the one tenant of a queue without
+	// tenants. It scopes the Idempotency-Key and the job's status.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // State is the lifecycle state of a job, as reported by GET /v1/jobs/{id}.
@@ -64,6 +68,9 @@ type Status struct {
 	DeadLetter bool `json:"dead_letter,omitempty"`
 	// NextAttemptAt is when a retrying job will be tried again, when known.
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	// Tenant is the job's Job.Tenant. It is not part of the JSON form: a caller that serves
+	// the status compares it with the asker's tenant.
+	Tenant string `json:"-"`
 }
 
 // Response is what the upstream answered to a delivery attempt.

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -18,34 +19,39 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// idSpace is the UUID namespace of job ids derived from an Idempotency-Key.
-var idSpace = uuid.MustParse("6f1b8a52-3c1e-4c55-9d0a-5a1c7e0f2b44")
-
 // validID matches job ids: usable as a KV key and as one subject token.
 var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
-// JobID returns the id of a job for queue. With an Idempotency-Key it is deterministic: a UUID
-// version 8 whose other 122 bits come from SHA-256 over the queue name and the key, so the same
-// key on the same queue always names the same job. The caller may scope keys further (for
-// example per API key) by folding that into idempotencyKey. Without a key it is a random,
+// NewJobID returns a new random id for a job of queue without an Idempotency-Key: a
 // time-ordered UUID version 7 whose last 16 bits are a tag of the queue's name (58 bits stay
-// random besides the millisecond): [Queues.Status] finds such a job in its queue's stream by
-// id alone, so Publish writes no status entry for it.
-func JobID(queue, idempotencyKey string) string {
-	if idempotencyKey == "" {
-		id, err := uuid.NewV7()
-		if err != nil {
-			id = uuid.New()
-		}
-		tag := queueTag(queue)
-		id[14], id[15] = byte(tag>>8), byte(tag)
-		return id.String()
+// random besides the millisecond). [Queues.Status] finds such a job in its queue's stream by id
+// alone, so Publish writes no status entry for it.
+func NewJobID(queue string) string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		id = uuid.New()
 	}
-	data := make([]byte, 0, 8+len(queue)+len(idempotencyKey))
-	data = binary.BigEndian.AppendUint64(data, uint64(len(queue)))
-	data = append(data, queue...)
-	data = append(data, idempotencyKey...)
-	return uuid.NewHash(sha256.New(), idSpace, data, 8).String()
+	tag := queueTag(queue)
+	id[14], id[15] = byte(tag>>8), byte(tag)
+	return id.String()
+}
+
+// JobID returns the id of the job that tenant's Idempotency-Key names on queue: a UUID version
+// 8 whose other 122 bits come from HMAC-SHA-256, keyed with the deployment's id secret
+// (Options.IDSecret), over the queue, the tenant and the key. The same key of the same tenant on
+// the same queue always names the same job, on every process that shares the secret; two
+// tenants' keys never meet; and without the secret an id cannot be computed from the key.
+func (q *Queues) JobID(queue, tenant, idempotencyKey string) string {
+	m := hmac.New(sha256.New, q.secret)
+	for _, s := range []string{queue, tenant, idempotencyKey} {
+		m.Write(binary.BigEndian.AppendUint64(nil, uint64(len(s))))
+		m.Write([]byte(s))
+	}
+	var id uuid.UUID
+	copy(id[:], m.Sum(nil))
+	id[6] = id[6]&0x0f | 0x80 // version 8
+	id[8] = id[8]&0x3f | 0x80 // RFC 9562 variant
+	return id.String()
 }
 
 // queueTag is the 16-bit tag of queue that JobID puts at the end of an unkeyed job id: FNV-1a
@@ -94,14 +100,14 @@ func fingerprint(j *Job) string {
 
 // Publish stores job in its queue and returns only after JetStream acknowledged it: a nil error
 // means the job is stored and will be delivered, and [Queues.Status] finds it (queued) from then
-// on. It fills in job.ID (with [JobID]) and job.CreatedAt when they are empty.
+// on. It fills in job.ID (with [Queues.JobID] or [NewJobID]) and job.CreatedAt when they are empty.
 //
 // A job without an Idempotency-Key whose id carries its queue's tag (every id JobID makes
 // does) is one message and one JetStream round trip: no status entry is written, because the
 // message itself, on its subject of its own, is what Status reads until a worker records the
 // job's progress. Any other job is also recorded as queued in the status bucket.
 //
-// With job.IdempotencyKey set, a repeat within the queue's DedupeWindow returns the first job's
+// With job.IdempotencyKey set, a repeat of the same tenant's key within the queue's DedupeWindow returns the first job's
 // id with Replayed true and enqueues nothing; a repeat whose method, path or body differ
 // returns ErrIdempotencyMismatch. See the package documentation for how this holds up under
 // concurrency and crashes.
@@ -126,10 +132,15 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	if spec.MaxBodyBytes > 0 && int64(len(job.Body)) > spec.MaxBodyBytes {
 		return Receipt{}, fmt.Errorf("%w: %d bytes, queue %q accepts %d", ErrTooLarge, len(job.Body), job.Queue, spec.MaxBodyBytes)
 	}
-	if job.ID == "" {
-		job.ID = JobID(job.Queue, job.IdempotencyKey)
-	} else if !validID.MatchString(job.ID) {
-		return Receipt{}, fmt.Errorf("queue: publish: invalid job id %q", job.ID)
+	switch {
+	case job.ID == "" && job.IdempotencyKey != "":
+		job.ID = q.JobID(job.Queue, job.Tenant, job.IdempotencyKey)
+	case job.ID == "":
+		job.ID = NewJobID(job.Queue)
+	default:
+		if !validID.MatchString(job.ID) {
+			return Receipt{}, fmt.Errorf("queue: publish: invalid job id %q", job.ID)
+		}
 	}
 	if job.CreatedAt.IsZero() {
 		job.CreatedAt = q.now().UTC()
@@ -173,7 +184,7 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	now := q.now().UTC()
 	rec := record{Status: Status{
 		ID: job.ID, Queue: job.Queue, State: StateQueued, CreatedAt: job.CreatedAt, UpdatedAt: now,
-	}, Fingerprint: fp}
+	}, Fingerprint: fp, Tenant: job.Tenant}
 	if data, err := json.Marshal(rec); err == nil {
 		_, _ = q.kv.Create(sctx, job.ID, data)
 	}

@@ -105,26 +105,77 @@ func TestPublishDirectEmptyBody(t *testing.T) {
 }
 
 func TestJobID(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "orders"})
 	uuidRE := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[78][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
-	a := queue.JobID("orders", "key-1")
-	for _, id := range []string{a, queue.JobID("orders", ""), queue.JobID("orders", "key-2")} {
+	a := b.q.JobID("orders", "", "key-1")
+	for _, id := range []string{a, queue.NewJobID("orders"), b.q.JobID("orders", "t1", "key-2")} {
 		if !uuidRE.MatchString(id) {
 			t.Fatalf("id %q is not a v7/v8 UUID", id)
 		}
 	}
-	if queue.JobID("orders", "key-1") != a {
+	if b.q.JobID("orders", "", "key-1") != a {
 		t.Fatal("keyed id not deterministic")
 	}
 	for _, other := range []string{
-		queue.JobID("orders", "key-2"), queue.JobID("orders2", "key-1"),
-		queue.JobID("orders", "key-1 "), queue.JobID("ord", "erskey-1"),
+		b.q.JobID("orders", "", "key-2"), b.q.JobID("orders2", "", "key-1"),
+		b.q.JobID("orders", "", "key-1 "), b.q.JobID("ord", "", "erskey-1"),
+		b.q.JobID("orders", "t1", "key-1"), b.q.JobID("orders", "t", "1key-1"),
 	} {
 		if other == a {
 			t.Fatalf("id collision: %q", other)
 		}
 	}
-	if queue.JobID("q", "") == queue.JobID("q", "") {
+	if queue.NewJobID("q") == queue.NewJobID("q") {
 		t.Fatal("random ids repeat")
+	}
+}
+
+// TestJobIDSecret checks that keyed ids depend on a secret: every Queues on one prefix shares
+// the stored one, a given IDSecret replaces it, and a short one is refused.
+func TestJobIDSecret(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "orders"})
+	again, err := queue.New(b.ctx, b.js, b.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.JobID("orders", "", "k") != b.q.JobID("orders", "", "k") {
+		t.Fatal("two processes on one prefix derive different ids for one key")
+	}
+	opts := b.opts
+	opts.IDSecret = []byte("another secret, 32 bytes long..")
+	other, err := queue.New(b.ctx, b.js, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.JobID("orders", "", "k") == b.q.JobID("orders", "", "k") {
+		t.Fatal("the id does not depend on the secret")
+	}
+	opts.IDSecret = []byte("short")
+	if _, err := queue.New(b.ctx, b.js, opts); err == nil {
+		t.Fatal("a 5-byte IDSecret was accepted")
+	}
+}
+
+// TestIdempotencyKeyPerTenant: two tenants' jobs with one Idempotency-Key are two jobs, even
+// with different bodies (no 422 that tells one tenant the other's key exists), and each
+// status carries its tenant.
+func TestIdempotencyKeyPerTenant(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "orders"})
+	ra := b.publish(&queue.Job{Queue: "orders", Method: "POST", Path: "/o", Body: []byte("a"), IdempotencyKey: "order-1001", Tenant: "A"})
+	rb := b.publish(&queue.Job{Queue: "orders", Method: "POST", Path: "/o", Body: []byte("b"), IdempotencyKey: "order-1001", Tenant: "B"})
+	if ra.ID == rb.ID || rb.Replayed {
+		t.Fatalf("tenant B's job %+v replayed tenant A's %+v", rb, ra)
+	}
+	for id, tenant := range map[string]string{ra.ID: "A", rb.ID: "B"} {
+		st, err := b.q.Status(b.ctx, id)
+		if err != nil || st.Tenant != tenant {
+			t.Fatalf("Status(%s) = %+v, %v; want tenant %s", id, st, err, tenant)
+		}
+	}
+	// Unkeyed jobs carry their tenant in the message until a worker records them.
+	r := b.publish(&queue.Job{Queue: "orders", Method: "POST", Path: "/o", Tenant: "C"})
+	if st, err := b.q.Status(b.ctx, r.ID); err != nil || st.Tenant != "C" {
+		t.Fatalf("Status of an unkeyed job = %+v, %v; want tenant C", st, err)
 	}
 }
 
@@ -134,7 +185,7 @@ func TestIdempotentRepeat(t *testing.T) {
 		return &queue.Job{Queue: "orders", Method: "POST", Path: "/api/orders", Body: []byte(`{"n":1}`), IdempotencyKey: "k1"}
 	}
 	first := b.publish(job())
-	if first.Replayed || first.ID != queue.JobID("orders", "k1") {
+	if first.Replayed || first.ID != b.q.JobID("orders", "", "k1") {
 		t.Fatalf("first: %+v", first)
 	}
 	second := b.publish(job())
@@ -404,7 +455,7 @@ func TestPublishFailureStatusTruthful(t *testing.T) {
 	p := testenv.NATSProc(t)
 	b := setupURL(t, p.URL, queue.Options{}, queue.Spec{Name: "orders"})
 	p.Kill()
-	job := &queue.Job{Queue: "orders", Body: []byte("x"), ID: queue.JobID("orders", "")}
+	job := &queue.Job{Queue: "orders", Body: []byte("x"), ID: queue.NewJobID("orders")}
 	ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
 	defer cancel()
 	if _, err := b.q.Publish(ctx, job); err == nil {

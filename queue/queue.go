@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"regexp"
@@ -48,6 +49,10 @@ type Options struct {
 	Replicas int
 	// DeadLetterMaxAge is how long a dead letter is kept; default 30 days.
 	DeadLetterMaxAge time.Duration
+	// IDSecret keys the ids of jobs with an Idempotency-Key (see [Queues.JobID]); at least 16
+	// bytes. Nil: New reads the deployment's secret from the "<Prefix>_META" key-value bucket,
+	// where the first process to start stores 32 random bytes, so every process agrees.
+	IDSecret []byte
 }
 
 func (o Options) withDefaults() Options {
@@ -92,12 +97,13 @@ func (s Spec) withDefaults() Spec {
 // status and hands them to workers. It starts no goroutines. It is safe for concurrent use; many
 // processes may use the same streams at once.
 type Queues struct {
-	js   jetstream.JetStream
-	pub  jetstream.JetStream // for async publishes (see New)
-	nc   *nats.Conn
-	opts Options
-	kv   jetstream.KeyValue
-	now  func() time.Time
+	js     jetstream.JetStream
+	pub    jetstream.JetStream // for async publishes (see New)
+	nc     *nats.Conn
+	opts   Options
+	kv     jetstream.KeyValue
+	now    func() time.Time
+	secret []byte // keys JobID
 
 	mu      sync.RWMutex
 	specs   map[string]Spec             // provisioned queues, defaults applied
@@ -144,7 +150,56 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 		return nil, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err)
 	}
 	q.kv = kv
+	if q.secret = opts.IDSecret; q.secret == nil {
+		if q.secret, err = q.sharedSecret(ctx); err != nil {
+			return nil, err
+		}
+	} else if len(q.secret) < 16 {
+		return nil, errors.New("queue: IDSecret: want at least 16 bytes")
+	}
 	return q, nil
+}
+
+// idSecretKey is the key of the id secret in the meta bucket.
+const idSecretKey = "id-secret"
+
+// sharedSecret returns the deployment's id secret from the meta bucket (no TTL, unlike the
+// status bucket), creating the bucket and a random secret if they do not exist yet. Processes
+// that race to create it agree on the first one stored (Create fails for the others).
+func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
+	name := q.opts.Prefix + "_META"
+	kv, err := q.js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = q.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: name, Description: "Sluice deployment settings", History: 1,
+			Storage: jetstream.FileStorage, Replicas: q.opts.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = q.js.KeyValue(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: meta bucket %s: %w", name, err)
+	}
+	for range 3 {
+		e, err := kv.Get(ctx, idSecretKey)
+		if err == nil && len(e.Value()) >= 16 {
+			return e.Value(), nil
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("queue: read id secret: %w", err)
+		}
+		secret := make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, fmt.Errorf("queue: make id secret: %w", err)
+		}
+		if _, err = kv.Create(ctx, idSecretKey, secret); err == nil {
+			return secret, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, fmt.Errorf("queue: store id secret: %w", err)
+		}
+	}
+	return nil, errors.New("queue: id secret: could not read or store it")
 }
 
 func (q *Queues) bucketName() string { return q.opts.Prefix + "_STATUS" }

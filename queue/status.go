@@ -14,6 +14,8 @@ type record struct {
 	Status
 	// Fingerprint identifies the request of a job with an Idempotency-Key (see fingerprint).
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Tenant is the job's tenant (Status.Tenant, which JSON leaves out).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // getRecord reads the entry of job id, returning ErrNotFound when there is none.
@@ -32,6 +34,7 @@ func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, erro
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return record{}, 0, fmt.Errorf("queue: status %s: %w", id, err)
 	}
+	r.Status.Tenant = r.Tenant
 	return r, e.Revision(), nil
 }
 
@@ -98,7 +101,7 @@ func (q *Queues) waiting(ctx context.Context, id string) (st Status, looked bool
 			continue // not a job of ours
 		}
 		return Status{ID: id, Queue: c.name, State: StateQueued, CreatedAt: job.CreatedAt,
-			UpdatedAt: raw.Time.UTC()}, true, nil
+			UpdatedAt: raw.Time.UTC(), Tenant: job.Tenant}, true, nil
 	}
 	return Status{}, len(cands) > 0, fmt.Errorf("%w: %s", ErrNotFound, id)
 }
@@ -121,14 +124,17 @@ func (q *Queues) SetStatus(ctx context.Context, st Status) error {
 		if cur != nil && cur.State == StateSucceeded && st.State != StateSucceeded {
 			return nil
 		}
-		next := record{Status: st}
-		if cur == nil && (next.CreatedAt.IsZero() || next.Queue == "") {
+		next := record{Status: st, Tenant: st.Tenant}
+		if cur == nil && (next.CreatedAt.IsZero() || next.Queue == "" || next.Tenant == "") {
 			if w, _, err := q.waiting(ctx, st.ID); err == nil {
-				cur = &record{Status: w}
+				cur = &record{Status: w, Tenant: w.Tenant}
 			}
 		}
 		if cur != nil {
 			next.Fingerprint = cur.Fingerprint
+			if next.Tenant == "" {
+				next.Tenant = cur.Tenant
+			}
 			if next.CreatedAt.IsZero() {
 				next.CreatedAt = cur.CreatedAt
 			}

@@ -183,7 +183,7 @@ func TestStatusQueueTagCollision(t *testing.T) {
 	var a, c string
 	for i := 0; a == ""; i++ {
 		name := fmt.Sprint("q", i)
-		id := queue.JobID(name, "")
+		id := queue.NewJobID(name)
 		tag := id[len(id)-4:]
 		if other, ok := names[tag]; ok {
 			a, c = other, name
@@ -198,7 +198,7 @@ func TestStatusQueueTagCollision(t *testing.T) {
 		}
 	}
 	// The tag of a queue this Queues does not know leads nowhere.
-	if _, err := b.q.Status(b.ctx, queue.JobID("elsewhere", "")); !errors.Is(err, queue.ErrNotFound) {
+	if _, err := b.q.Status(b.ctx, queue.NewJobID("elsewhere")); !errors.Is(err, queue.ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
 }

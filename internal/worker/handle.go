@@ -310,6 +310,7 @@ func (r *runner) setStatus(j *job, state queue.State, attempts int, lastErr stri
 		LastError:     lastErr,
 		Response:      resp,
 		NextAttemptAt: next,
+		Tenant:        j.m.Job.Tenant,
 	}
 	if err := r.p.q.SetStatus(ctx, st); err != nil {
 		j.log().Warn("worker: record job status", "state", state, "err", err)
