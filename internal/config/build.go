@@ -64,8 +64,21 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 	c.ShutdownTimeout = b.positiveDuration("", "shutdown_timeout", raw.ShutdownTimeout, DefaultShutdownTimeout)
 	c.JobRetention = b.positiveDuration("", "job_retention", raw.JobRetention, DefaultJobRetention)
 	c.MaxHeaderBytes = int(b.integer("", "max_header_bytes", raw.MaxHeaderBytes, DefaultMaxHeaderBytes, strconv.IntSize))
-	if c.MaxHeaderBytes <= 0 {
-		p.add("", "max_header_bytes", "max_header_bytes must be > 0")
+	b.bound("", "max_header_bytes", int64(c.MaxHeaderBytes), 1, 16<<20)
+	c.ReadTimeout = b.positiveDuration("", "read_timeout", raw.ReadTimeout, DefaultReadTimeout)
+	c.IPv6Prefix = int(b.integer("", "ipv6_prefix", raw.IPv6Prefix, DefaultIPv6Prefix, 16))
+	b.bound("", "ipv6_prefix", int64(c.IPv6Prefix), 32, 128)
+	c.AdminToken = b.text("", "admin_token", raw.AdminToken, "")
+	c.IDSecret = b.text("", "id_secret", raw.IDSecret, "")
+	if c.IDSecret != "" && len(c.IDSecret) < 16 {
+		p.add("", "id_secret", "id_secret must be at least 16 bytes long")
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"store_timeout", c.StoreTimeout}, {"shutdown_timeout", c.ShutdownTimeout},
+		{"job_retention", c.JobRetention}, {"read_timeout", c.ReadTimeout}} {
+		b.boundDuration("", d.field, d.v, maxDuration)
 	}
 
 	queueAt := map[string]int{}
@@ -117,6 +130,34 @@ func (b *builder) applyEnv(raw *rawConfig, getenv func(string) string) {
 	}
 	set(EnvListen, "listen", &raw.Listen)
 	set(EnvAdminListen, "admin_listen", &raw.AdminListen)
+	set(EnvAdminToken, "admin_token", &raw.AdminToken)
+	set(EnvIDSecret, "id_secret", &raw.IDSecret)
+}
+
+// Upper bounds of numbers in the file: far above any sane use, low enough that a typo cannot
+// exhaust memory or overflow a computation.
+const (
+	maxConcurrency  = 10_000
+	maxDepth        = 1 << 32
+	maxBodyBytes    = 64 << 20 // the most NATS allows in one message
+	maxAttempts     = 1000
+	maxPauseRetries = 10_000
+	maxBurst        = 1_000_000
+	maxDuration     = 366 * 24 * time.Hour
+)
+
+// bound reports n outside [lo, hi] as a problem of field that names the bounds.
+func (b *builder) bound(where, field string, n, lo, hi int64) {
+	if n < lo || n > hi {
+		b.p.addf(where, field, "%s must be between %d and %d, got %d", field, lo, hi, n)
+	}
+}
+
+// boundDuration reports a duration longer than hi as a problem of field.
+func (b *builder) boundDuration(where, field string, d, hi time.Duration) {
+	if d > hi {
+		b.p.addf(where, field, "%s must be at most %s, got %s", field, hi, d)
+	}
 }
 
 // label names a top-level field in a message, with the variable it came from if any.
@@ -243,7 +284,8 @@ func (b *builder) httpURL(where, field string, v *scalar) string {
 
 func isHTTPURL(s string) bool {
 	u, err := url.Parse(s)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.Opaque == ""
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.Opaque == "" &&
+		u.Fragment == "" && !strings.Contains(s, "#")
 }
 
 // redisURL checks the redis URL. Its text is never repeated in a message: it may hold a
@@ -356,26 +398,18 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 		}
 	}
 	q.Burst = b.integer(where, "burst", r.Burst, 0, 64)
-	if q.Burst < 0 {
-		p.add(where, "burst", "burst must be >= 0")
-	}
+	b.bound(where, "burst", q.Burst, 0, maxBurst)
 	q.MaxDepth = b.integer(where, "max_depth", r.MaxDepth, DefaultMaxDepth, 64)
-	if q.MaxDepth <= 0 {
-		p.add(where, "max_depth", "max_depth must be > 0")
-	}
+	b.bound(where, "max_depth", q.MaxDepth, 1, maxDepth)
 	q.MaxBodyBytes = b.integer(where, "max_body_bytes", r.MaxBodyBytes, DefaultMaxBodyBytes, 64)
-	if q.MaxBodyBytes <= 0 {
-		p.add(where, "max_body_bytes", "max_body_bytes must be > 0")
-	}
+	b.bound(where, "max_body_bytes", q.MaxBodyBytes, 1, maxBodyBytes)
 	if r.Target != nil && r.Target.shape == "" {
 		q.Target = b.target(where, r.Target.text)
 	} else {
 		b.text(where, "target", r.Target, "")
 	}
-	q.MaxAttempts = int(b.integer(where, "max_attempts", r.MaxAttempts, DefaultMaxAttempts, strconv.IntSize))
-	if q.MaxAttempts < 1 {
-		p.add(where, "max_attempts", "max_attempts must be >= 1")
-	}
+	q.MaxAttempts = int(b.integer(where, "max_attempts", r.MaxAttempts, DefaultMaxAttempts, 32))
+	b.bound(where, "max_attempts", int64(q.MaxAttempts), 1, maxAttempts)
 	q.Backoff = Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax}
 	if r.Backoff != nil {
 		q.Backoff.Initial = b.positiveDuration(where, "backoff.initial", r.Backoff.Initial, DefaultBackoffInitial)
@@ -387,16 +421,26 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	q.Timeout = b.positiveDuration(where, "timeout", r.Timeout, DefaultTimeout)
 	q.DedupeWindow = b.positiveDuration(where, "dedupe_window", r.DedupeWindow, DefaultDedupeWindow)
 	q.AckWait = b.positiveDuration(where, "ack_wait", r.AckWait, DefaultAckWait)
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"backoff.initial", q.Backoff.Initial}, {"backoff.max", q.Backoff.Max}, {"timeout", q.Timeout},
+		{"dedupe_window", q.DedupeWindow}, {"ack_wait", q.AckWait}} {
+		b.boundDuration(where, d.field, d.v, maxDuration)
+	}
 	if q.AckWait > 0 && q.AckWait < 100*time.Millisecond {
 		b.p.addf(where, "ack_wait", "ack_wait must be at least 100ms")
 	}
-	q.Concurrency = int(b.integer(where, "concurrency", r.Concurrency, DefaultConcurrency, strconv.IntSize))
-	if q.Concurrency < 1 {
-		p.add(where, "concurrency", "concurrency must be >= 1")
-	}
-	q.MaxPauseRetries = int(b.integer(where, "max_pause_retries", r.MaxPauseRetries, DefaultMaxPauseRetries, strconv.IntSize))
-	if q.MaxPauseRetries < 0 {
-		p.add(where, "max_pause_retries", "max_pause_retries must be >= 0")
+	q.Concurrency = int(b.integer(where, "concurrency", r.Concurrency, DefaultConcurrency, 32))
+	b.bound(where, "concurrency", int64(q.Concurrency), 1, maxConcurrency)
+	q.MaxPauseRetries = int(b.integer(where, "max_pause_retries", r.MaxPauseRetries, DefaultMaxPauseRetries, 32))
+	b.bound(where, "max_pause_retries", int64(q.MaxPauseRetries), 0, maxPauseRetries)
+	for j, s := range b.list(where, "tenant", r.Tenant) {
+		part, err := parseKeyPart(s)
+		if err != nil {
+			p.addf(where, fmt.Sprintf("tenant[%d]", j), "tenant[%d]: %v", j, err)
+		}
+		q.Tenant = append(q.Tenant, part)
 	}
 	return q
 }
@@ -494,7 +538,11 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 				p.addf(where, f.name, "%s is required", f.name)
 			}
 		}
-		b.limitSpec(where, r.LimitSpec())
+		if r.Period > maxDuration {
+			b.boundDuration(where, "period", r.Period, maxDuration)
+		} else {
+			b.limitSpec(where, r.LimitSpec())
+		}
 	} else if rr.Limit != nil || rr.Period != nil || rr.Burst != nil {
 		p.add(where, "algorithm", "algorithm is required when limit, period or burst is set")
 	}

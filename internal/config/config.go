@@ -37,6 +37,8 @@ const (
 	DefaultJobRetention    = 24 * time.Hour
 	DefaultMaxHeaderBytes  = 64 << 10
 	DefaultNATSReplicas    = 1
+	DefaultReadTimeout     = 30 * time.Second
+	DefaultIPv6Prefix      = 64
 
 	DefaultMaxDepth        = 100000
 	DefaultMaxBodyBytes    = 1 << 20
@@ -102,6 +104,18 @@ type Config struct {
 	// MaxHeaderBytes bounds the request header size on the public listener, in bytes (YAML
 	// max_header_bytes). Default 64 KiB.
 	MaxHeaderBytes int
+	// ReadTimeout bounds how long a request's body may take to arrive on the public listener
+	// (YAML read_timeout); a stalled body is cut off. Default 30s.
+	ReadTimeout time.Duration
+	// IPv6Prefix is the prefix length by which an "ip" key part keys IPv6 clients (YAML
+	// ipv6_prefix), 32 to 128: one client usually owns a whole /64. Default 64.
+	IPv6Prefix int
+	// AdminToken guards the admin API's writes (YAML admin_token, env SLUICE_ADMIN_TOKEN):
+	// they need "Authorization: Bearer <token>". "": writes only from loopback peers.
+	AdminToken string
+	// IDSecret keys the ids of jobs with an Idempotency-Key (YAML id_secret, env
+	// SLUICE_ID_SECRET), at least 16 bytes. "": a secret generated once and kept in JetStream.
+	IDSecret string
 	// Queues are the deferred-work queues, in file order; names are unique.
 	Queues []Queue
 	// Rules are the rate-limit rules, in file order; names are unique.
@@ -188,6 +202,10 @@ type Queue struct {
 	// MaxPauseRetries is how many times a job is retried after an upstream 429 or 503
 	// without spending an attempt (YAML max_pause_retries), >= 0. Default 20.
 	MaxPauseRetries int
+	// Tenant are the key parts, as a rule's key, that name who a job belongs to (YAML
+	// tenant): they scope its Idempotency-Key and who may read its status. Empty: the queue
+	// has one tenant.
+	Tenant []KeyPart
 }
 
 // Target is the destination of a queue's directly submitted jobs.

@@ -77,6 +77,8 @@ func TestFullExampleLoads(t *testing.T) {
 		ShutdownTimeout: 30 * time.Second,
 		JobRetention:    72 * time.Hour,
 		MaxHeaderBytes:  32768,
+		ReadTimeout:     30 * time.Second,
+		IPv6Prefix:      64,
 		Queues: []Queue{{
 			Name: "orders", Rate: Rate{N: 50, Per: time.Second}, Burst: 5, MaxDepth: 5000,
 			MaxBodyBytes: 65536, Target: &Target{Method: "PUT", URL: "https://orders.internal/api/orders"},
@@ -163,6 +165,7 @@ upstream: http://up
 		Path: "sluice.yaml", Listen: "127.0.0.1:8080", AdminListen: "127.0.0.1:9090", Upstream: "http://up",
 		DataDir: "./data", OnStoreError: StoreErrorAllow, StoreTimeout: 50 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, JobRetention: 24 * time.Hour, MaxHeaderBytes: 64 << 10,
+		ReadTimeout: 30 * time.Second, IPv6Prefix: 64,
 		Queues: []Queue{{
 			Name: "q", Rate: Rate{1, time.Second}, MaxDepth: 100000, MaxBodyBytes: 1 << 20, MaxAttempts: 8,
 			Backoff: Backoff{time.Second, 5 * time.Minute}, Timeout: 10 * time.Second,
@@ -268,6 +271,7 @@ func TestProblems(t *testing.T) {
 		// Rules: the example of the contract, at rules[2].
 		{"period zero", head + "rules:\n  - {name: a, algorithm: gcra, limit: 1, period: 1s}\n  - {name: b, algorithm: gcra, limit: 1, period: 1s}\n  - {name: login, algorithm: gcra, limit: 5, period: 0s}\n",
 			`sluice.yaml: rules[2] "login": period must be > 0`},
+		{"period huge", rule("{name: r, algorithm: gcra, limit: 1, period: 2562047h}"), `sluice.yaml: rules[1] "r": period must be at most 8784h0m0s, got 2562047h0m0s`},
 		{"period negative", rule("{name: r, algorithm: gcra, limit: 1, period: -1s}"), `sluice.yaml: rules[1] "r": period must be > 0`},
 		{"period not a duration", rule("{name: r, algorithm: gcra, limit: 1, period: 10}"),
 			`sluice.yaml: rules[1] "r": period: invalid duration "10": want a Go duration such as 500ms, 10s, 5m or 24h`},
@@ -333,10 +337,10 @@ func TestProblems(t *testing.T) {
 		{"queue name too long", queue("{name: " + strings.Repeat("q", 65) + ", rate: 1/s}"),
 			`sluice.yaml: queues[1] "` + strings.Repeat("q", 65) + `": name: invalid name "` + strings.Repeat("q", 65) + `": want 1 to 64 of A-Z, a-z, 0-9, _ and -`},
 		{"queue name duplicate", queue("{name: ok, rate: 1/s}"), `sluice.yaml: queues[1] "ok": name: duplicate of queues[0]`},
-		{"queue burst", queue("{name: q, rate: 1/s, burst: -2}"), `sluice.yaml: queues[1] "q": burst must be >= 0`},
-		{"max_depth", queue("{name: q, rate: 1/s, max_depth: 0}"), `sluice.yaml: queues[1] "q": max_depth must be > 0`},
-		{"max_body_bytes", queue("{name: q, rate: 1/s, max_body_bytes: -1}"), `sluice.yaml: queues[1] "q": max_body_bytes must be > 0`},
-		{"max_attempts", queue("{name: q, rate: 1/s, max_attempts: 0}"), `sluice.yaml: queues[1] "q": max_attempts must be >= 1`},
+		{"queue burst", queue("{name: q, rate: 1/s, burst: -2}"), `sluice.yaml: queues[1] "q": burst must be between 0 and 1000000, got -2`},
+		{"max_depth", queue("{name: q, rate: 1/s, max_depth: 0}"), `sluice.yaml: queues[1] "q": max_depth must be between 1 and 4294967296, got 0`},
+		{"max_body_bytes", queue("{name: q, rate: 1/s, max_body_bytes: -1}"), `sluice.yaml: queues[1] "q": max_body_bytes must be between 1 and 67108864, got -1`},
+		{"max_attempts", queue("{name: q, rate: 1/s, max_attempts: 0}"), `sluice.yaml: queues[1] "q": max_attempts must be between 1 and 1000, got 0`},
 		{"backoff initial", queue("{name: q, rate: 1/s, backoff: {initial: 0s}}"), `sluice.yaml: queues[1] "q": backoff.initial must be > 0`},
 		{"backoff max", queue("{name: q, rate: 1/s, backoff: {initial: 10s, max: 1s}}"), `sluice.yaml: queues[1] "q": backoff.max must be >= backoff.initial`},
 		{"backoff initial above default max", queue("{name: q, rate: 1/s, backoff: {initial: 10m}}"), `sluice.yaml: queues[1] "q": backoff.max must be >= backoff.initial`},
@@ -345,8 +349,13 @@ func TestProblems(t *testing.T) {
 			`sluice.yaml: queues[1] "q": timeout: invalid duration "soon": want a Go duration such as 500ms, 10s, 5m or 24h`},
 		{"dedupe_window", queue("{name: q, rate: 1/s, dedupe_window: -1h}"), `sluice.yaml: queues[1] "q": dedupe_window must be > 0`},
 		{"ack_wait", queue("{name: q, rate: 1/s, ack_wait: 10ms}"), `sluice.yaml: queues[1] "q": ack_wait must be at least 100ms`},
-		{"concurrency", queue("{name: q, rate: 1/s, concurrency: 0}"), `sluice.yaml: queues[1] "q": concurrency must be >= 1`},
-		{"max_pause_retries", queue("{name: q, rate: 1/s, max_pause_retries: -1}"), `sluice.yaml: queues[1] "q": max_pause_retries must be >= 0`},
+		{"concurrency", queue("{name: q, rate: 1/s, concurrency: 0}"), `sluice.yaml: queues[1] "q": concurrency must be between 1 and 10000, got 0`},
+		{"concurrency huge", queue("{name: q, rate: 1/s, concurrency: 100000000}"), `sluice.yaml: queues[1] "q": concurrency must be between 1 and 10000, got 100000000`},
+		{"max_body_bytes huge", queue("{name: q, rate: 1/s, max_body_bytes: 99999999999}"), `sluice.yaml: queues[1] "q": max_body_bytes must be between 1 and 67108864, got 99999999999`},
+		{"max_depth huge", queue("{name: q, rate: 1/s, max_depth: 9223372036854775807}"), `sluice.yaml: queues[1] "q": max_depth must be between 1 and 4294967296, got 9223372036854775807`},
+		{"ack_wait huge", queue("{name: q, rate: 1/s, ack_wait: 100000h}"), `sluice.yaml: queues[1] "q": ack_wait must be at most 8784h0m0s, got 100000h0m0s`},
+		{"tenant part", queue("{name: q, rate: 1/s, tenant: [cookie:x]}"), `sluice.yaml: queues[1] "q": tenant[0]: unknown part "cookie:x": want ip, header:NAME, query:NAME, method, path or const:TEXT`},
+		{"max_pause_retries", queue("{name: q, rate: 1/s, max_pause_retries: -1}"), `sluice.yaml: queues[1] "q": max_pause_retries must be between 0 and 10000, got -1`},
 		{"target relative", queue("{name: q, rate: 1/s, target: /api/orders}"),
 			`sluice.yaml: queues[1] "q": target: want an absolute http or https URL, got "/api/orders"`},
 		{"target scheme", queue("{name: q, rate: 1/s, target: 'POST ftp://h/x'}"),
@@ -379,7 +388,11 @@ func TestProblems(t *testing.T) {
 		{"shutdown_timeout", "shutdown_timeout: 5\n",
 			`sluice.yaml: shutdown_timeout: invalid duration "5": want a Go duration such as 500ms, 10s, 5m or 24h`},
 		{"job_retention", "job_retention: -24h\n", `sluice.yaml: job_retention must be > 0`},
-		{"max_header_bytes", "max_header_bytes: 0\n", `sluice.yaml: max_header_bytes must be > 0`},
+		{"read_timeout", "read_timeout: 0s\n", `sluice.yaml: read_timeout must be > 0`},
+		{"ipv6_prefix", "ipv6_prefix: 16\n", `sluice.yaml: ipv6_prefix must be between 32 and 128, got 16`},
+		{"id_secret", "id_secret: short\n", `sluice.yaml: id_secret must be at least 16 bytes long`},
+		{"upstream fragment", "upstream: http://127.0.0.1:9000/x#frag\n", `sluice.yaml: upstream: want an absolute http or https URL, got "http://127.0.0.1:9000/x#frag"`},
+		{"max_header_bytes", "max_header_bytes: 0\n", `sluice.yaml: max_header_bytes must be between 1 and 16777216, got 0`},
 		{"max_header_bytes syntax", "max_header_bytes: 64KiB\n", `sluice.yaml: max_header_bytes: want an integer, got "64KiB"`},
 
 		// Decoding, with the line YAML gives.
@@ -417,7 +430,7 @@ func TestProblems(t *testing.T) {
 
 func TestLimitValidateReasons(t *testing.T) {
 	// Whatever else limit.Limit.Validate refuses is reported with the rule, in its words.
-	for _, period := range []string{"1500ns", "1000000h"} {
+	for _, period := range []string{"1500ns", "8000h"} {
 		l := limit.Limit{Algorithm: limit.TokenBucket, Limit: 1 << 40, Period: mustDuration(t, period)}
 		_, err := Parse("sluice.yaml", []byte("upstream: http://u\nrules: [{name: r, algorithm: token_bucket, limit: 1099511627776, period: "+period+"}]\n"), noEnv)
 		want := l.Validate()

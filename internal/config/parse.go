@@ -41,6 +41,8 @@ const (
 	EnvNATSURL     = "SLUICE_NATS_URL"
 	EnvListen      = "SLUICE_LISTEN"
 	EnvAdminListen = "SLUICE_ADMIN_LISTEN"
+	EnvAdminToken  = "SLUICE_ADMIN_TOKEN"
+	EnvIDSecret    = "SLUICE_ID_SECRET"
 )
 
 // Load reads the file at path and returns its Config, with the process environment's
@@ -152,6 +154,10 @@ type (
 		ShutdownTimeout *scalar    `yaml:"shutdown_timeout"`
 		JobRetention    *scalar    `yaml:"job_retention"`
 		MaxHeaderBytes  *scalar    `yaml:"max_header_bytes"`
+		ReadTimeout     *scalar    `yaml:"read_timeout"`
+		IPv6Prefix      *scalar    `yaml:"ipv6_prefix"`
+		AdminToken      *scalar    `yaml:"admin_token"`
+		IDSecret        *scalar    `yaml:"id_secret"`
 		Queues          []rawQueue `yaml:"queues"`
 		Rules           []rawRule  `yaml:"rules"`
 	}
@@ -176,6 +182,7 @@ type (
 		AckWait         *scalar     `yaml:"ack_wait"`
 		Concurrency     *scalar     `yaml:"concurrency"`
 		MaxPauseRetries *scalar     `yaml:"max_pause_retries"`
+		Tenant          stringList  `yaml:"tenant"`
 	}
 	rawBackoff struct {
 		Initial *scalar `yaml:"initial"`
