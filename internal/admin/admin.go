@@ -14,6 +14,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -182,4 +183,23 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	w.Write(append(body, '\n'))
+}
+
+// Exposed reports whether the admin listener at addr is reachable from other hosts (its host
+// is not a loopback address or "localhost") while token is empty: then the admin API's writes
+// are refused to every peer but loopback ones, and its reads — queue names, depths, metrics —
+// are open to the network. The processes log a warning for it at start.
+func Exposed(addr, token string) bool {
+	if token != "" {
+		return false
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err != nil || !ip.IsLoopback()
 }

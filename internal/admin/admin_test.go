@@ -227,3 +227,18 @@ func TestQueuesNATS(t *testing.T) {
 		t.Fatalf("unprovisioned queue: %d %s", res.StatusCode, body)
 	}
 }
+
+func TestExposed(t *testing.T) {
+	for _, tc := range []struct {
+		addr, token string
+		want        bool
+	}{
+		{"127.0.0.1:9090", "", false}, {"[::1]:9090", "", false}, {"localhost:9090", "", false},
+		{"0.0.0.0:9090", "", true}, {":9090", "", true}, {"10.0.0.5:9090", "", true},
+		{"0.0.0.0:9090", "s3cret", false},
+	} {
+		if got := Exposed(tc.addr, tc.token); got != tc.want {
+			t.Errorf("Exposed(%q, %q) = %v, want %v", tc.addr, tc.token, got, tc.want)
+		}
+	}
+}

@@ -159,6 +159,9 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 		}
 	}
 
+	if admin.Exposed(cfg.AdminListen, cfg.AdminToken) {
+		log.Warn("ingress: admin_listen is reachable from other hosts and no admin_token is set: anyone who reaches it reads queue state and metrics; set admin_token (or SLUICE_ADMIN_TOKEN) or bind it to 127.0.0.1", "admin_listen", cfg.AdminListen)
+	}
 	adm := admin.New(cfg.AdminListen, reg, checks...)
 	(&admin.Queues{
 		Info:        qs,
@@ -220,6 +223,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 		Handler:           srv.Handler(),
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       cfg.ReadTimeout, // the body too: a stalled one is cut off, 408
 		IdleTimeout:       2 * time.Minute,
 	}
 	run("listener", func() error { return httpSrv.Serve(ln) })
@@ -284,7 +288,7 @@ func openQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Config,
 	wait := 100 * time.Millisecond
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		qs, err := queue.New(qctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas})
+		qs, err := queue.New(qctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas, IDSecret: cfg.IDSecretBytes()})
 		if err == nil {
 			err = qs.Provision(qctx, worker.QueueSpecs(cfg))
 		}

@@ -492,6 +492,7 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 			}
 			r.Match.Methods = append(r.Match.Methods, strings.ToUpper(m))
 		}
+		r.Match.CaseInsensitive = b.boolean(where, "match.case_insensitive", rr.Match.CaseInsensitive)
 		if rr.Match.Path != nil {
 			r.Match.Path = b.text(where, "match.path", rr.Match.Path, DefaultMatchPath)
 			b.matchPath(where, r.Match.Path)

@@ -304,20 +304,26 @@ const (
 
 // Match selects requests by method and path.
 type Match struct {
-	// Methods are upper-case HTTP methods; empty matches any method. Methods are compared
-	// exactly, as HTTP methods are case-sensitive.
+	// Methods are upper-case HTTP methods; empty matches any method. The ingress upper-cases
+	// a request's method before it matches and forwards it, so "post" is POST to both.
 	Methods []string
 	// Path is an exact path ("/api/orders"), or a prefix with a trailing "/*" ("/api/*"
 	// matches "/api" and everything under "/api/"); "/*" and "" match every path. The
 	// request path is compared as given: callers pass it cleaned and unescaped as they
 	// route it.
 	Path string
+	// CaseInsensitive matches Path without regard to ASCII case (YAML
+	// match.case_insensitive), for upstreams that route "/API/x" as "/api/x".
+	CaseInsensitive bool
 }
 
 // Matches reports whether a request with this method and path is selected by m.
 func (m Match) Matches(method, path string) bool {
 	if len(m.Methods) > 0 && !slices.Contains(m.Methods, method) {
 		return false
+	}
+	if m.CaseInsensitive {
+		m.Path, path = strings.ToLower(m.Path), strings.ToLower(path)
 	}
 	prefix, ok := strings.CutSuffix(m.Path, "/*")
 	switch {
@@ -360,4 +366,13 @@ func (p KeyPart) String() string {
 		return string(p.Kind)
 	}
 	return string(p.Kind) + ":" + p.Name
+}
+
+// IDSecretBytes returns IDSecret as the bytes queue.Options.IDSecret takes: nil when it is
+// empty, so that the queue layer uses the secret kept in JetStream.
+func (c *Config) IDSecretBytes() []byte {
+	if c.IDSecret == "" {
+		return nil
+	}
+	return []byte(c.IDSecret)
 }

@@ -203,8 +203,9 @@ type (
 		OnStoreError *scalar    `yaml:"on_store_error"`
 	}
 	rawMatch struct {
-		Methods stringList `yaml:"methods"`
-		Path    *scalar    `yaml:"path"`
+		Methods         stringList `yaml:"methods"`
+		Path            *scalar    `yaml:"path"`
+		CaseInsensitive *scalar    `yaml:"case_insensitive"`
 	}
 )
 

@@ -2,6 +2,8 @@ package ingress
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -77,11 +79,17 @@ func (g *Gate) deferRequest(c echo.Context, rs *ruleSet, ru *rule) error {
 		Header: replayHeader(r.Header),
 		Body:   body,
 	}
+	// The forwarding headers this hop would have sent had it forwarded the request now: the
+	// worker replays them, so the upstream still learns the client's address.
+	setForwarding(job.Header, r)
 	if r.URL.RawQuery != "" {
 		job.Path += "?" + r.URL.RawQuery
 	}
 	if k := r.Header.Get("Idempotency-Key"); validIdempotencyKey(k) {
 		job.IdempotencyKey = k
+	}
+	if job.Tenant, err = tenantOf(rs, q, r); err != nil {
+		return g.respondError(c, err)
 	}
 	if err := g.publish(c, q, job); err != nil {
 		return g.respondError(c, err)
@@ -144,19 +152,20 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
+	body := r.Body // left in place: a failure to read it is answered from it (bodyProblem)
 	if limit > 0 {
 		if r.ContentLength > limit {
 			return nil, &http.MaxBytesError{Limit: limit}
 		}
-		r.Body = http.MaxBytesReader(c.Response(), r.Body, limit)
+		body = http.MaxBytesReader(c.Response(), body, limit)
 	}
-	return io.ReadAll(r.Body)
+	return io.ReadAll(body)
 }
 
 // replayHeader returns the headers of a deferred request that a worker replays: the
 // end-to-end headers, without the hop-by-hop ones (and those Connection names), Host,
 // Content-Length, Expect, and the forwarding headers (Forwarded, X-Forwarded-*), which the
-// worker writes anew.
+// ingress writes anew for this hop (setForwarding).
 func replayHeader(h http.Header) http.Header {
 	out := make(http.Header, len(h))
 	var connection []string
@@ -192,7 +201,13 @@ func replayHeader(h http.Header) http.Header {
 
 // respondError writes the problem for err, as the Server's error handler would.
 func (g *Gate) respondError(c echo.Context, err error) error {
-	writeProblem(c.Response(), problemFor(err))
+	p := bodyProblem(c.Request())
+	if p != nil {
+		g.metrics.countBodyProblem(p)
+	} else {
+		p = problemFor(err)
+	}
+	writeProblem(c.Response(), p)
 	return nil
 }
 
@@ -221,12 +236,33 @@ func (s *Server) submitJob(c echo.Context) error {
 			job.Header[h] = append([]string(nil), v...)
 		}
 	}
+	var err error
+	if job.Tenant, err = tenantOf(rs, q, r); err != nil {
+		return err
+	}
 	body, err := readBody(c, q.MaxBodyBytes)
 	if err != nil {
 		return err
 	}
 	job.Body = body
 	return s.gate.publish(c, q, job)
+}
+
+// tenantOf returns the tenant of a request to queue q: "" for a queue without tenant key
+// parts, else a hash of the parts' values (the values themselves, API keys among them, are
+// never stored). It returns a 400 problem when a part's header or query parameter is repeated
+// with different values.
+func tenantOf(rs *ruleSet, q *config.Queue, r *http.Request) (string, error) {
+	if len(q.Tenant) == 0 {
+		return "", nil
+	}
+	req := request{r: r, trusted: rs.trusted, v6bits: rs.v6bits}
+	key := appendParts(nil, q.Tenant, &req)
+	if req.conflict != "" {
+		return "", badRequest("ambiguous tenant", "the "+req.conflict+" appears several times with different values; send it once")
+	}
+	sum := sha256.Sum256(key)
+	return hex.EncodeToString(sum[:16]), nil
 }
 
 // getJob serves GET /v1/jobs/{id}.
@@ -245,6 +281,17 @@ func (s *Server) getJob(c echo.Context) error {
 		}
 		s.gate.log.Error("ingress: job status", "id", id, "err", err)
 		return &statusError{err: err}
+	}
+	// Another tenant's job does not exist, as far as this caller can tell.
+	rs := s.gate.rules.Load()
+	if q, ok := rs.queues[st.Queue]; ok || st.Tenant != "" {
+		var asker string
+		if ok {
+			asker, _ = tenantOf(rs, q, c.Request())
+		}
+		if asker != st.Tenant {
+			return fmt.Errorf("%w: %s", queue.ErrNotFound, id)
+		}
 	}
 	return c.JSON(http.StatusOK, st)
 }

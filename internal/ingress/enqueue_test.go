@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -146,10 +147,19 @@ func TestDeferOverLimit(t *testing.T) {
 	if j.ID != a.ID || j.Direct || j.Method != "POST" || j.Path != "/api/orders?src=web" || string(j.Body) != `{"sku":42}` {
 		t.Fatalf("job %+v body %q", j, j.Body)
 	}
-	for _, h := range []string{"Connection", "X-Secret-Hop", "X-Forwarded-For", "Keep-Alive", "Host", "Content-Length"} {
+	for _, h := range []string{"Connection", "X-Secret-Hop", "Keep-Alive", "Host", "Content-Length"} {
 		if _, ok := j.Header[h]; ok {
 			t.Errorf("job keeps %s", h)
 		}
+	}
+	// The forwarding headers are this hop's, as if the request had been forwarded now: the
+	// client's chain with the peer appended.
+	peer, _, _ := net.SplitHostPort(f.peerAddr)
+	if got := j.Header.Values("X-Forwarded-For"); len(got) != 1 || got[0] != "198.51.100.1, "+peer {
+		t.Errorf("job X-Forwarded-For %q, want the client's chain and the peer %s", got, peer)
+	}
+	if fwd := j.Header.Get("Forwarded"); !strings.Contains(fwd, "for=") || j.Header.Get("X-Forwarded-Proto") != "http" {
+		t.Errorf("job Forwarded %q, X-Forwarded-Proto %q", fwd, j.Header.Get("X-Forwarded-Proto"))
 	}
 	if j.Header.Get("X-Trace") != "abc" || j.Header.Get("X-Api-Key") != "k1" || j.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("job header %v", j.Header)

@@ -247,6 +247,7 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 		writeProblem(c.Response(), problemFor(err))
 		return false, nil, nil
 	}
+	r.Method = canonicalMethod(r.Method)
 	rs := g.rules.Load()
 	if len(rs.rules) == 0 {
 		return true, nil, nil
@@ -266,7 +267,7 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 	}
 
 	// Charge every matching limit in one limiter call.
-	k.q = request{r: r, trusted: rs.trusted}
+	k.q = request{r: r, trusted: rs.trusted, v6bits: rs.v6bits}
 	var ends [16]int
 	keyEnds := ends[:0]
 	for _, ru := range k.matched {
@@ -275,6 +276,11 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 			k.keys = ru.appendKey(k.keys, &k.q)
 			keyEnds = append(keyEnds, len(k.keys))
 		}
+	}
+	if k.q.conflict != "" {
+		writeProblem(c.Response(), badRequest("ambiguous rate-limit key",
+			"the "+k.q.conflict+" appears several times with different values; send it once"))
+		return false, nil, nil
 	}
 	if len(k.limited) > 0 {
 		all := string(k.keys) // one allocation for every key of the request

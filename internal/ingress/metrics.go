@@ -46,6 +46,7 @@ type metrics struct {
 	requests       *prometheus.CounterVec
 	upstreamErrors prometheus.Counter
 	reloads        *prometheus.CounterVec
+	bodyErrors     *prometheus.CounterVec
 
 	byCode [600]atomic.Pointer[counter] // children of requests, by status code
 }
@@ -81,9 +82,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_ingress_reloads_total",
 			Help: "Configurations applied to the ingress by Reload, by result (ok, error).",
 		}, []string{"result"}),
+		bodyErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_request_body_errors_total",
+			Help: "Requests whose body could not be read, by reason: timeout (cut off after read_timeout, 408) or malformed (400).",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.reloads} {
+		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.reloads, m.bodyErrors} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {
@@ -94,6 +99,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// countBodyProblem counts a request whose body could not be read.
+func (m *metrics) countBodyProblem(p *Problem) {
+	reason := "malformed"
+	if p == errBodyTimeout {
+		reason = "timeout"
+	}
+	m.bodyErrors.WithLabelValues(reason).Inc()
 }
 
 // countRequest counts a response with status code. The counter of each code is looked up

@@ -74,6 +74,7 @@ type rule struct {
 // without cutting and joining the path pattern for every request.
 type matcher struct {
 	methods []string // empty: any
+	fold    bool     // compare paths without regard to ASCII case
 	anyPath bool
 	exact   string // the path, when the pattern is not a prefix
 	prefix  string // "/api" of "/api/*"; "" when exact
@@ -81,7 +82,7 @@ type matcher struct {
 }
 
 func compileMatch(m config.Match) matcher {
-	mt := matcher{methods: m.Methods}
+	mt := matcher{methods: m.Methods, fold: m.CaseInsensitive}
 	prefix, ok := strings.CutSuffix(m.Path, "/*")
 	switch {
 	case m.Path == "", ok && prefix == "":
@@ -102,6 +103,11 @@ func (m *matcher) matches(method, path string) bool {
 	switch {
 	case m.anyPath:
 		return true
+	case m.fold && m.prefix == "":
+		return strings.EqualFold(path, m.exact)
+	case m.fold:
+		return strings.EqualFold(path, m.prefix) ||
+			len(path) >= len(m.under) && strings.EqualFold(path[:len(m.under)], m.under)
 	case m.prefix == "":
 		return path == m.exact
 	default:
@@ -117,6 +123,7 @@ func (r *rule) defers() bool { return r.onLimitEnqueue || r.actionEnqueue }
 type ruleSet struct {
 	rules        []*rule
 	trusted      trust
+	v6bits       int // the prefix length that keys an IPv6 client
 	storeTimeout time.Duration
 	queues       map[string]*config.Queue
 	upstream     *url.URL // nil when the config has none
@@ -127,6 +134,7 @@ type ruleSet struct {
 func compile(cfg *config.Config, m *metrics) (*ruleSet, error) {
 	rs := &ruleSet{
 		trusted:      trust(cfg.TrustedProxies),
+		v6bits:       cfg.IPv6Prefix,
 		storeTimeout: cfg.StoreTimeout,
 		queues:       make(map[string]*config.Queue, len(cfg.Queues)),
 	}
@@ -303,6 +311,11 @@ func ceilSeconds(d time.Duration) int64 {
 type request struct {
 	r       *http.Request
 	trusted trust
+	v6bits  int // keyIP masks IPv6 addresses to this prefix; 0 or 128: not at all
+
+	// conflict names a header or query parameter that a key part reads and that the request
+	// repeats with different values; "" when there is none.
+	conflict string
 
 	ipDone bool
 	ip     netip.Addr
@@ -320,32 +333,67 @@ func (q *request) clientIP() (netip.Addr, bool) {
 	return q.ip, q.hasIP
 }
 
+// keyIP is the client address as keys use it: an IPv6 address masked to its /v6bits prefix, as
+// one client usually owns a whole /64.
+func (q *request) keyIP() (netip.Addr, bool) {
+	a, ok := q.clientIP()
+	if ok && a.Is6() && q.v6bits > 0 && q.v6bits < 128 {
+		if p, err := a.Prefix(q.v6bits); err == nil {
+			a = p.Addr()
+		}
+	}
+	return a, ok
+}
+
 func (q *request) queryValue(name string) string {
 	if !q.queryDone {
 		q.query, _ = url.ParseQuery(q.r.URL.RawQuery) // a bad pair is skipped, the rest kept
 		q.queryDone = true
 	}
-	return q.query.Get(name)
+	return q.single("query parameter ", name, q.query[name])
+}
+
+// single returns the one value of vs, "" for none. Repeated equal values count as one; when
+// they differ, it records the conflict (kind and name name the field) and returns the first:
+// the request is refused before any key is used.
+func (q *request) single(kind, name string, vs []string) string {
+	switch len(vs) {
+	case 0:
+		return ""
+	case 1:
+		return vs[0]
+	}
+	for _, v := range vs[1:] {
+		if v != vs[0] && q.conflict == "" {
+			q.conflict = kind + name
+		}
+	}
+	return vs[0]
 }
 
 // appendKey appends the limiter key of the request under r to dst.
 func (r *rule) appendKey(dst []byte, q *request) []byte {
-	dst = append(dst, r.keyPrefix...)
+	return appendParts(append(dst, r.keyPrefix...), r.key, q)
+}
+
+// appendParts appends the values of the key parts of the request to dst, as appendKey
+// describes.
+func appendParts(dst []byte, parts []config.KeyPart, q *request) []byte {
 	start := len(dst)
 	unsafe := false
-	for i, p := range r.key {
+	for i, p := range parts {
 		if i > 0 {
 			dst = append(dst, 0)
 		}
 		if p.Kind == config.KeyIP {
-			if a, ok := q.clientIP(); ok {
+			if a, ok := q.keyIP(); ok {
 				dst = a.AppendTo(dst)
 			} else {
 				dst = append(dst, anonMarker)
 			}
 			continue
 		}
-		v := r.part(p, q)
+		v := part(p, q)
 		if v == "" {
 			dst = append(dst, anonMarker)
 			continue
@@ -360,14 +408,14 @@ func (r *rule) appendKey(dst []byte, q *request) []byte {
 		// (1, its length, its bytes).
 		h := sha256.New()
 		var tag [1 + binary.MaxVarintLen64]byte
-		for _, p := range r.key {
+		for _, p := range parts {
 			var v string
 			if p.Kind == config.KeyIP {
-				if a, ok := q.clientIP(); ok {
+				if a, ok := q.keyIP(); ok {
 					v = a.String()
 				}
 			} else {
-				v = r.part(p, q)
+				v = part(p, q)
 			}
 			if v == "" {
 				h.Write([]byte{0})
@@ -384,14 +432,13 @@ func (r *rule) appendKey(dst []byte, q *request) []byte {
 	return dst
 }
 
-// part returns the value of key part p (not KeyIP) of the request, "" when it has none.
-func (r *rule) part(p config.KeyPart, q *request) string {
+// part returns the value of key part p (not KeyIP) of the request, "" when it has none. A
+// header or query parameter that the request repeats with different values is recorded in
+// q.conflict, so that a second value cannot buy a fresh key.
+func part(p config.KeyPart, q *request) string {
 	switch p.Kind {
 	case config.KeyHeader:
-		if v := q.r.Header[p.Name]; len(v) > 0 { // p.Name is canonical: Header.Get without the work
-			return v[0]
-		}
-		return ""
+		return q.single("header ", p.Name, q.r.Header[p.Name]) // p.Name is canonical
 	case config.KeyQuery:
 		return q.queryValue(p.Name)
 	case config.KeyMethod:

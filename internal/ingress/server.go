@@ -123,7 +123,11 @@ func (s *Server) setUpstream(u *url.URL) {
 // to (appendForwarded). The header values share one allocation.
 func rewrite(pr *httputil.ProxyRequest, target *url.URL) {
 	pr.SetURL(target)
-	in, h := pr.In, pr.Out.Header
+	setForwarding(pr.Out.Header, pr.In)
+}
+
+// setForwarding sets in h the forwarding headers of a request in that this hop passes on.
+func setForwarding(h http.Header, in *http.Request) {
 	vals := make([]string, 4)
 	if host, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
 		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {
@@ -215,6 +219,14 @@ func appendForwarded(dst []byte, in *http.Request) ([]byte, bool) {
 
 // proxyError answers a request the upstream did not answer.
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	// A body that could not be read comes first: net/http cancels the request's context when
+	// a body read fails, which would look like a client that went away.
+	if fw, ok := w.(*forwardWriter); ok {
+		if p := fw.body.problem(); p != nil {
+			writeProblem(w, p) // forwardWriter.WriteHeader counts it
+			return
+		}
+	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return // the client went away; there is no one to answer
 	}
@@ -228,6 +240,7 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 // status. Echo routes the job API only: as a pre-routing middleware this would have echo
 // build the chain anew for every request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body := wrapBody(r)
 	c := s.echo.AcquireContext()
 	c.Reset(r, w)
 	ok, hdrs, err := s.gate.check(c)
@@ -244,7 +257,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if hdrs != nil {
 				hdrs.apply(c.Response().Header()) // on the ingress's own errors too
 			}
-			err = s.forward(c, hdrs)
+			err = s.forward(c, hdrs, body)
 		}
 	}
 	if err != nil {
@@ -259,7 +272,7 @@ var errNoUpstream = &Problem{Type: "about:blank", Title: "No upstream", Status: 
 
 // forward proxies the request to the upstream. The response carries hdrs (when not nil)
 // over any the upstream sent.
-func (s *Server) forward(c echo.Context, hdrs *rateHeaders) error {
+func (s *Server) forward(c echo.Context, hdrs *rateHeaders, body *bodyReader) error {
 	r := c.Request()
 	switch {
 	case !validMethod(r.Method):
@@ -274,7 +287,7 @@ func (s *Server) forward(c echo.Context, hdrs *rateHeaders) error {
 		return errNoUpstream
 	}
 	fw := s.writers.Get().(*forwardWriter)
-	fw.res, fw.hdrs = c.Response(), hdrs
+	fw.res, fw.hdrs, fw.body, fw.m = c.Response(), hdrs, body, s.gate.metrics
 	up.proxy.ServeHTTP(fw, r)
 	*fw = forwardWriter{} // ReverseProxy keeps no reference to it once ServeHTTP returns
 	s.writers.Put(fw)
@@ -288,6 +301,9 @@ func (s *Server) forward(c echo.Context, hdrs *rateHeaders) error {
 type forwardWriter struct {
 	res  *echo.Response
 	hdrs *rateHeaders // nil: none
+	body *bodyReader  // the request's body, nil for none: a failure to read it is the client's
+	m    *metrics     // counts a body problem answered here
+	drop bool         // the upstream's answer is replaced: discard its body
 }
 
 func (fw *forwardWriter) Header() http.Header { return fw.res.Header() }
@@ -299,6 +315,14 @@ func (fw *forwardWriter) WriteHeader(code int) {
 		}
 		return
 	}
+	if p := fw.body.problem(); p != nil && !fw.res.Committed {
+		// The upstream answered a request whose body was cut short (read_timeout) or broken:
+		// the client gets the truth about its own request, not that answer.
+		fw.m.countBodyProblem(p)
+		fw.drop = true
+		writeProblem(fw.res, p)
+		return
+	}
 	if fw.hdrs != nil && !fw.res.Committed {
 		fw.hdrs.apply(fw.res.Header())
 	}
@@ -308,6 +332,9 @@ func (fw *forwardWriter) WriteHeader(code int) {
 func (fw *forwardWriter) Write(b []byte) (int, error) {
 	if !fw.res.Committed {
 		fw.WriteHeader(http.StatusOK)
+	}
+	if fw.drop {
+		return len(b), nil
 	}
 	return fw.res.Write(b)
 }
@@ -345,7 +372,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	p := problemFor(err)
+	p := bodyProblem(c.Request())
+	if p != nil {
+		s.gate.metrics.countBodyProblem(p)
+	} else {
+		p = problemFor(err)
+	}
 	if p.Status == http.StatusInternalServerError {
 		s.gate.log.Error("ingress: request", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}

@@ -120,6 +120,10 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		response = &queue.Response{Status: out.Status}
 	}
 	lastErr := describe(out, err, cfg.Timeout)
+	if err != nil && out.Class != retry.Success {
+		// The status shows a redacted error; the log keeps the whole of it.
+		j.log().Info("worker: delivery failed", "attempt", attempt, "err", err)
+	}
 
 	// deadLetterAttempt dead-letters the job after this attempt. DeadLetter reads the
 	// attempts from the status record, so one that skipped the running record writes it first.
@@ -197,7 +201,7 @@ func describe(out retry.Outcome, err error, timeout time.Duration) string {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Sprintf("upstream timed out after %v", timeout)
 	case err != nil:
-		return err.Error()
+		return publicError(err)
 	default:
 		return fmt.Sprintf("upstream answered %d %s", out.Status, http.StatusText(out.Status))
 	}

@@ -91,6 +91,9 @@ func (m Main) Run(ctx context.Context) error {
 	})
 	reg.MustRegister(reloads)
 	var draining atomic.Bool
+	if admin.Exposed(cfg.AdminListen, cfg.AdminToken) {
+		log.Warn("worker: admin_listen is reachable from other hosts and no admin_token is set: anyone who reaches it reads queue state and metrics; set admin_token (or SLUICE_ADMIN_TOKEN) or bind it to 127.0.0.1", "admin_listen", cfg.AdminListen)
+	}
 	adm := admin.New(cfg.AdminListen, reg,
 		admin.Check{Name: "worker", Func: func(context.Context) error {
 			if !draining.Load() {
@@ -202,7 +205,7 @@ func connectQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Conf
 	backoff := 100 * time.Millisecond
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		qs, err := queue.New(qctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: cfg.NATS.Replicas})
+		qs, err := queue.New(qctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: cfg.NATS.Replicas, IDSecret: cfg.IDSecretBytes()})
 		cancel()
 		if err == nil {
 			return qs, nil

@@ -149,6 +149,9 @@ func defaultClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 256
 	t.MaxIdleConnsPerHost = 64
+	// Deliver the request as the client sent it: no Accept-Encoding of our own (the default
+	// transport adds gzip and decompresses behind the caller's back).
+	t.DisableCompression = true
 	return &http.Client{
 		Transport: t,
 		// A redirect is the upstream's answer, not a place to deliver to: 3xx fails the job.
