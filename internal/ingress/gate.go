@@ -99,12 +99,20 @@ func newGate(cfg *config.Config, opts Options, m *metrics) (*Gate, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
-	switch g.limiter.(type) {
+	overflow := func(total uint64) {
+		g.log.Warn("ingress: in-memory limiter full of keys whose limits still apply; new keys share their rule's overflow limit", "total", total)
+	}
+	switch l := g.limiter.(type) {
 	case nil:
-		g.limiter = limit.NewMemory(limit.MemoryConfig{Now: g.now})
+		mem := limit.NewMemory(limit.MemoryConfig{Now: g.now, OnOverflow: overflow})
+		g.limiter = mem
+		m.memories.Store(&[]*limit.Memory{mem})
 	case *limit.Memory:
+		m.memories.Store(&[]*limit.Memory{l})
 	default:
-		g.fallback = limit.NewMemory(limit.MemoryConfig{Now: g.now})
+		fb := limit.NewMemory(limit.MemoryConfig{Now: g.now, OnOverflow: overflow})
+		g.fallback = fb
+		m.memories.Store(&[]*limit.Memory{fb})
 		g.breaker = newBreaker(opts.BreakerFailures, opts.BreakerCooldown, g.now, func(s BreakerState) {
 			m.breakerState.Set(float64(s))
 			switch s {

@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // These tests play the attacker of the hostile-input review: each one failed on the ingress
@@ -270,4 +272,33 @@ func FuzzCanonicalMethod(f *testing.F) {
 			t.Fatalf("canonicalMethod(%q) = %q has lower case", m, c)
 		}
 	})
+}
+
+// TestKeyFloodOverflowCounted: a flood of one-off keys past the in-memory limiter's bound is
+// decided on the rule's overflow limit — limited, never unlimited — and counted.
+func TestKeyFloodOverflowCounted(t *testing.T) {
+	mem := limit.NewMemory(limit.MemoryConfig{MaxKeys: 64, Shards: 1})
+	f := newFixture(t, `
+rules:
+  - { name: login, match: { path: /login }, key: [ip], algorithm: fixed_window, limit: 1, period: 1h }
+  - { name: api, match: { path: /api/* }, key: [header:X-API-Key], algorithm: fixed_window, limit: 1, period: 1h }
+`, Options{Limiter: mem})
+	if res := f.do("GET", "/login", nil); res.StatusCode != 200 {
+		t.Fatalf("first login: %d", res.StatusCode)
+	}
+	allowed := 0
+	for i := range 2000 {
+		if res := f.do("GET", "/api/x", nil, "X-API-Key", "k"+strconv.Itoa(i)); res.StatusCode == 200 {
+			allowed++
+		}
+	}
+	if res := f.do("GET", "/login", nil); res.StatusCode != 429 {
+		t.Fatalf("the exhausted login key after a flood of API keys: %d, want 429", res.StatusCode)
+	}
+	if allowed > 64+1 {
+		t.Errorf("%d of 2000 one-off keys allowed with room for 64 keys: the overflow was not limited", allowed)
+	}
+	if got := metric(t, f.reg, "sluice_limiter_overflow_total"); got < 2000-64 {
+		t.Errorf("sluice_limiter_overflow_total = %v, want at least %d", got, 2000-64)
+	}
 }

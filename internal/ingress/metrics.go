@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // Outcome is what one rule decided for one request, as the outcome label of
@@ -47,6 +49,8 @@ type metrics struct {
 	upstreamErrors prometheus.Counter
 	reloads        *prometheus.CounterVec
 	bodyErrors     *prometheus.CounterVec
+	overflows      prometheus.CounterFunc
+	memories       atomic.Pointer[[]*limit.Memory] // the in-memory stores the gate decides with
 
 	byCode [600]atomic.Pointer[counter] // children of requests, by status code
 }
@@ -82,13 +86,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_ingress_reloads_total",
 			Help: "Configurations applied to the ingress by Reload, by result (ok, error).",
 		}, []string{"result"}),
-		bodyErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_request_body_errors_total",
-			Help: "Requests whose body could not be read, by reason: timeout (cut off after read_timeout, 408) or malformed (400).",
-		}, []string{"reason"}),
 	}
+	m.overflows = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_limiter_overflow_total",
+		Help: "Decisions of new keys on their rule's shared overflow limit because the in-memory limiter was full of keys whose limits still apply.",
+	}, func() float64 {
+		var n uint64
+		if ms := m.memories.Load(); ms != nil {
+			for _, mem := range *ms {
+				n += mem.Overflows()
+			}
+		}
+		return float64(n)
+	})
+	m.bodyErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_request_body_errors_total",
+		Help: "Requests whose body could not be read, by reason: timeout (cut off after read_timeout, 408) or malformed (400).",
+	}, []string{"reason"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.reloads, m.bodyErrors} {
+		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.reloads, m.bodyErrors, m.overflows} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {
