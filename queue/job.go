@@ -71,6 +71,10 @@ type Status struct {
 	// Tenant is the job's Job.Tenant. It is not part of the JSON form: a caller that serves
 	// the status compares it with the asker's tenant.
 	Tenant string `json:"-"`
+	// Delivered is the JetStream delivery count of the delivery that wrote this status (0:
+	// none), so that a later delivery can tell how many deliveries in between left no record
+	// (a worker that crashed, an ack that was lost). Not part of the JSON form.
+	Delivered uint64 `json:"-"`
 }
 
 // Response is what the upstream answered to a delivery attempt.

@@ -16,6 +16,8 @@ type record struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 	// Tenant is the job's tenant (Status.Tenant, which JSON leaves out).
 	Tenant string `json:"tenant,omitempty"`
+	// Delivered is Status.Delivered, which JSON leaves out.
+	Delivered uint64 `json:"delivered,omitempty"`
 }
 
 // getRecord reads the entry of job id, returning ErrNotFound when there is none.
@@ -34,7 +36,7 @@ func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, erro
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return record{}, 0, fmt.Errorf("queue: status %s: %w", id, err)
 	}
-	r.Status.Tenant = r.Tenant
+	r.Status.Tenant, r.Status.Delivered = r.Tenant, r.Delivered
 	return r, e.Revision(), nil
 }
 
@@ -124,7 +126,7 @@ func (q *Queues) SetStatus(ctx context.Context, st Status) error {
 		if cur != nil && cur.State == StateSucceeded && st.State != StateSucceeded {
 			return nil
 		}
-		next := record{Status: st, Tenant: st.Tenant}
+		next := record{Status: st, Tenant: st.Tenant, Delivered: st.Delivered}
 		if cur == nil && (next.CreatedAt.IsZero() || next.Queue == "" || next.Tenant == "") {
 			if w, _, err := q.waiting(ctx, st.ID); err == nil {
 				cur = &record{Status: w, Tenant: w.Tenant}

@@ -84,6 +84,10 @@
 //
 // The Sluice-Attempt header is the attempt number of the delivery: a retry after a 429 or 503
 // repeats the number of the attempt the upstream refused, since that attempt was not spent.
+// Every status a worker writes records the JetStream delivery count it wrote it at; a later
+// delivery counts the deliveries in between that left no record (a worker killed after
+// sending, a lost ack) as spent attempts, so a redelivery never repeats a number the upstream
+// may have seen. A job handed back before it was sent records that, and is not counted.
 //
 // # Shutdown
 //

@@ -60,6 +60,14 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		case !errors.Is(err, queue.ErrNotFound):
 			j.log().Warn("worker: read job status; counting its attempts from zero", "err", err)
 		}
+		// Deliveries after the one that last wrote the status left no record: their worker
+		// died or lost its ack, possibly after the upstream saw the request. Count them as
+		// spent, so that Sluice-Attempt never repeats a number the upstream has seen.
+		if err == nil || errors.Is(err, queue.ErrNotFound) {
+			if seen := st.Delivered + 1; m.Delivered > seen {
+				j.attempts += int(m.Delivered - seen)
+			}
+		}
 	}
 	if j.attempts >= cfg.MaxAttempts {
 		// Its last attempt was made, but its worker died before dead-lettering it.
@@ -315,6 +323,7 @@ func (r *runner) setStatus(j *job, state queue.State, attempts int, lastErr stri
 		Response:      resp,
 		NextAttemptAt: next,
 		Tenant:        j.m.Job.Tenant,
+		Delivered:     j.m.Delivered,
 	}
 	if err := r.p.q.SetStatus(ctx, st); err != nil {
 		j.log().Warn("worker: record job status", "state", state, "err", err)
@@ -394,6 +403,10 @@ func (r *runner) handBack(j *job, why string) {
 	r.p.m.handedBack.WithLabelValues(r.name).Inc()
 	if why != "" {
 		r.setStatus(j, queue.StateRetrying, j.attempts+1, why, nil, nil)
+	} else {
+		// Not sent: record this delivery, so that the next one does not count it as an
+		// attempt the upstream may have seen (see handle).
+		r.setStatus(j, queue.StateQueued, j.attempts, j.prev.LastError, j.prev.Response, nil)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()

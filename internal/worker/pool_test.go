@@ -137,7 +137,9 @@ func TestSlowDeliveryRecordedRunning(t *testing.T) {
 // A first delivery shorter than runningAfter is not recorded as running (here runningAfter is
 // an hour: the status stays queued while the request is out), but a redelivery is, at once:
 // had its worker died mid-delivery, the attempt would still count, so a job that kills its
-// workers cannot be retried for ever.
+// workers cannot be retried for ever. The delivery that fetchAndNak took left no record, as a
+// worker that died after sending would not: it counts as an attempt the upstream may have seen,
+// so the redelivery is attempt 2, in its status and its Sluice-Attempt.
 func TestRedeliveryRecordedRunningAtOnce(t *testing.T) {
 	h := newHarness(t, queue.Spec{Name: "q"})
 	again := workertest.Publish(t, h.qs, "q", 1, true)[0]
@@ -147,16 +149,43 @@ func TestRedeliveryRecordedRunningAtOnce(t *testing.T) {
 	h.up.Respond(func(workertest.Arrival, int) workertest.Reply { return workertest.Reply{Block: release} })
 	h.runWith(worker.Deps{}, func(p *worker.Pool) { worker.SetRunningAfter(p, time.Hour) }, h.spec("q", 100))
 	h.up.WaitCount(t, 10*time.Second, "both deliveries", func(n int) bool { return n >= 2 })
-	if st := h.waitState(again, queue.StateRunning, 10*time.Second); st.Attempts != 1 {
-		t.Errorf("redelivered job's status = %+v, want running with attempts 1", st)
+	if st := h.waitState(again, queue.StateRunning, 10*time.Second); st.Attempts != 2 {
+		t.Errorf("redelivered job's status = %+v, want running with attempts 2", st)
 	}
 	if st := h.status(first); st.State != queue.StateQueued || st.Attempts != 0 {
 		t.Errorf("first delivery's status while the request is out = %+v, want queued, attempts 0", st)
 	}
 	close(release)
-	for _, id := range []string{again, first} {
-		if st := h.waitState(id, queue.StateSucceeded, 10*time.Second); st.Attempts != 1 {
-			t.Errorf("job %s: final status = %+v, want attempts 1", id, st)
+	want := map[string]int{again: 2, first: 1}
+	for id, n := range want {
+		if st := h.waitState(id, queue.StateSucceeded, 10*time.Second); st.Attempts != n {
+			t.Errorf("job %s: final status = %+v, want attempts %d", id, st, n)
+		}
+	}
+	for _, a := range h.up.Arrivals() {
+		if a.Attempt != want[a.ID] {
+			t.Errorf("job %s sent with Sluice-Attempt %d, want %d", a.ID, a.Attempt, want[a.ID])
+		}
+	}
+}
+
+// TestHandBackIsNotAnAttempt: a job handed back at shutdown before it was sent is not counted
+// as an attempt by its next delivery.
+func TestHandBackIsNotAnAttempt(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	ids := workertest.Publish(t, h.qs, "q", 3, true)
+	r := h.run(worker.Deps{}, h.spec("q", 1)) // 1/s: the second and third wait for slots
+	h.up.WaitCount(t, 10*time.Second, "the first delivery", func(n int) bool { return n >= 1 })
+	r.stop(t)
+	h.run(worker.Deps{}, h.spec("q", 100))
+	for _, id := range ids {
+		if st := h.waitState(id, queue.StateSucceeded, 15*time.Second); st.Attempts != 1 {
+			t.Errorf("job %s: attempts %d, want 1 (a hand-back before sending is no attempt)", id, st.Attempts)
+		}
+	}
+	for _, a := range h.up.Arrivals() {
+		if a.Attempt != 1 {
+			t.Errorf("job %s sent with Sluice-Attempt %d, want 1", a.ID, a.Attempt)
 		}
 	}
 }
