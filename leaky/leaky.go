@@ -12,8 +12,15 @@
 // or "your slot is at t" (Slot.Wait > 0), so a worker reserves a future slot and sleeps until it,
 // rather than polling. Reservations are spaced exactly Interval apart, so with a backlog the
 // aggregate delivery rate over all workers is the rate, and never above it (plus the burst).
-// Slots are instants: a worker stalled past its slot (a GC pause, a starved CPU) delivers late,
-// so deliveries can bunch up briefly after a stall although the slots never do.
+// Slots are instants, and a slot is used on time or not at all: [Wait] gives up a slot that it
+// wakes for more than [Rate.Tolerance] (half an interval) late — after a GC pause, a starved CPU,
+// a SIGSTOP — and takes a new one, instead of delivering late and bunched up with the slots of
+// the workers that were on time. Deliveries then leave within [slot, slot + Interval/2], so any
+// one-second window holds at most rate + burst + 1 of them. The cost is throughput, never
+// accuracy: each given-up slot is one delivery the queue does not make (and a stalled worker
+// may give up every slot it held). On a quiet machine timers wake within a fraction of a
+// millisecond, so slots are given up only at rates of thousands per second, where half an
+// interval is a few hundred microseconds.
 //
 // The interval is passed with every take, so a rate change applies from the next take, with no
 // restart: the gap after the most recent reservation is already the new interval.
@@ -101,6 +108,11 @@ func ceilMicros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
+// Tolerance is how late a delivery may leave after its slot: half an interval. Deliveries
+// within [slot, slot+Tolerance] keep any one-second window to at most rate + Burst + 1 of them,
+// with half an interval to spare for the network's jitter on the way to the upstream.
+func (r Rate) Tolerance() time.Duration { return r.Interval / 2 }
+
 // ErrInvalidRate is returned (wrapped) by Take and Wait for a Rate with Interval ≤ 0 or Burst < 0.
 var ErrInvalidRate = errors.New("leaky: invalid rate")
 
@@ -141,6 +153,10 @@ type checker interface {
 	check(ctx context.Context, queue string, s Slot) (paused time.Duration, valid bool, err error)
 }
 
+// checkLead is how long before its slot Wait asks the schedule whether the queue was paused or
+// its state lost: more than a round trip to Redis takes, so that the answer is in by the slot.
+const checkLead = 2 * time.Millisecond
+
 // Progress reporting in Wait: before every sleep of at least ProgressThreshold, and then every
 // ProgressInterval while it lasts, Wait calls its onWait with the time left, so a worker can tell
 // JetStream the message is in progress (an AckWait longer than ProgressInterval is then safe).
@@ -150,15 +166,29 @@ const (
 )
 
 // Wait reserves a slot of queue at rate r and returns when the caller may deliver: it takes a
-// slot, sleeps until it, and then — if it slept — asks whether the queue was paused meanwhile
-// (PausedFor); if it was, it sleeps the pause out and takes a new slot. On a Redis schedule it
-// also takes a new slot if the state the reservation was made in has been lost. onWait, if not
-// nil, is called before each sleep of at least ProgressThreshold and every ProgressInterval
-// during it, with the time left to sleep.
+// slot and sleeps until it. Shortly before the slot (checkLead) it asks whether the queue was
+// paused meanwhile (PausedFor); if it was, it sleeps the pause out and takes a new slot. On a
+// Redis schedule it also takes a new slot if the state the reservation was made in has been
+// lost. A slot it wakes for later than r.Tolerance() is given up, and it takes a new one.
+// onWait, if not nil, is called before each sleep of at least ProgressThreshold and every
+// ProgressInterval during it, with the time left to sleep.
 //
 // Wait returns nil when the caller may deliver, ctx.Err() as soon as ctx ends (the reserved slot
 // is then not used), or the schedule's error.
 func Wait(ctx context.Context, s Schedule, queue string, r Rate, onWait func(time.Duration)) error {
+	return WaitHooks(ctx, s, queue, r, Hooks{OnWait: onWait})
+}
+
+// Hooks let a caller of WaitHooks observe a wait. Nil fields are not called.
+type Hooks struct {
+	// OnWait is Wait's onWait.
+	OnWait func(left time.Duration)
+	// OnGiveUp is called for each slot given up for being late, with how late it was.
+	OnGiveUp func(late time.Duration)
+}
+
+// WaitHooks is Wait with hooks that observe it.
+func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) error {
 	ck, _ := s.(checker)
 	var timer *time.Timer
 	defer func() {
@@ -177,7 +207,9 @@ func Wait(ctx context.Context, s Schedule, queue string, r Rate, onWait func(tim
 		if slot.Wait <= 0 {
 			return nil // Take saw no pause, atomically with the reservation.
 		}
-		if err := sleep(ctx, &timer, slot.Wait, onWait, ProgressThreshold, ProgressInterval); err != nil {
+		// Wake checkLead before the slot to ask about pauses and lost state, so that the
+		// round trip is over by the slot; then sleep the rest of the way.
+		if err := sleep(ctx, &timer, slot.Wait-min(slot.Wait, checkLead), h.OnWait, ProgressThreshold, ProgressInterval); err != nil {
 			return err
 		}
 		var paused time.Duration
@@ -191,14 +223,26 @@ func Wait(ctx context.Context, s Schedule, queue string, r Rate, onWait func(tim
 			return err
 		}
 		if paused > 0 {
-			if err := sleep(ctx, &timer, paused, onWait, ProgressThreshold, ProgressInterval); err != nil {
+			if err := sleep(ctx, &timer, paused, h.OnWait, ProgressThreshold, ProgressInterval); err != nil {
 				return err
 			}
 			continue
 		}
-		if valid {
-			return nil
+		if !valid {
+			continue
 		}
+		if err := sleep(ctx, &timer, time.Until(slot.At), nil, ProgressThreshold, ProgressInterval); err != nil {
+			return err
+		}
+		// Last, as close to the delivery as it can be: a slot that can no longer be used on
+		// time is given up, never spent late.
+		if late := time.Since(slot.At); late > r.Tolerance() {
+			if h.OnGiveUp != nil {
+				h.OnGiveUp(late)
+			}
+			continue
+		}
+		return nil
 	}
 }
 

@@ -157,3 +157,60 @@ func TestSleepProgress(t *testing.T) {
 		t.Fatalf("short sleep: %v, onWait %v", err, calls)
 	}
 }
+
+// stalling stalls its first PausedFor — as a worker SIGSTOPped or starved of CPU right around
+// its slot would be — and counts takes.
+type stalling struct {
+	Schedule
+	stall   time.Duration
+	stalled atomic.Bool
+	takes   atomic.Int32
+}
+
+func (s *stalling) Take(ctx context.Context, queue string, r Rate) (Slot, error) {
+	s.takes.Add(1)
+	return s.Schedule.Take(ctx, queue, r)
+}
+
+func (s *stalling) PausedFor(ctx context.Context, queue string) (time.Duration, error) {
+	if !s.stalled.Swap(true) {
+		time.Sleep(s.stall) // the stall under test
+	}
+	return s.Schedule.PausedFor(ctx, queue)
+}
+
+// TestWaitGivesUpLateSlots: a slot that Wait wakes for later than the rate's tolerance is
+// given up and a new one taken, never spent late; on time, nothing is given up.
+func TestWaitGivesUpLateSlots(t *testing.T) {
+	for _, d := range drivers(t) {
+		t.Run(d.name, func(t *testing.T) {
+			ctx := context.Background()
+			inner := d.new(t, nil)
+			s := &stalling{Schedule: inner, stall: 300 * time.Millisecond}
+			if _, err := inner.Take(ctx, "q", perSecond10); err != nil { // a backlog: the next slot is 100ms out
+				t.Fatal(err)
+			}
+			var lates []time.Duration
+			err := WaitHooks(ctx, s, "q", perSecond10, Hooks{OnGiveUp: func(late time.Duration) { lates = append(lates, late) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(lates) != 1 || lates[0] < 200*time.Millisecond {
+				t.Fatalf("given up %v, want one slot given up ~250ms late", lates)
+			}
+			if n := s.takes.Load(); n != 2 {
+				t.Fatalf("%d takes, want 2: the late slot and its replacement", n)
+			}
+			// On time: no slot is given up.
+			lates = nil
+			for range 3 {
+				if err := WaitHooks(ctx, s, "q", perSecond10, Hooks{OnGiveUp: func(late time.Duration) { lates = append(lates, late) }}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(lates) != 0 {
+				t.Fatalf("slots given up on an unstalled schedule: %v", lates)
+			}
+		})
+	}
+}

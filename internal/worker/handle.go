@@ -225,7 +225,10 @@ func (r *runner) waitSlot(ctx context.Context) error {
 	start := r.p.now()
 	backoff := takeBackoffMin
 	for {
-		err := leaky.Wait(ctx, r.p.sched, r.name, r.cfg.Load().Rate, nil)
+		err := leaky.WaitHooks(ctx, r.p.sched, r.name, r.cfg.Load().Rate, leaky.Hooks{OnGiveUp: func(late time.Duration) {
+			r.p.m.givenUp.WithLabelValues(r.name).Inc()
+			r.p.log.Debug("worker: slot given up; woke too late to use it on time", "queue", r.name, "late", late)
+		}})
 		if err == nil {
 			r.p.m.slotWait.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
 			return nil

@@ -19,6 +19,7 @@ type metrics struct {
 	pauses      *prometheus.CounterVec   // queue
 	deadLetters *prometheus.CounterVec   // queue, reason
 	takeErrors  *prometheus.CounterVec   // queue
+	givenUp     *prometheus.CounterVec   // queue
 	handedBack  *prometheus.CounterVec   // queue
 	skipped     *prometheus.CounterVec   // queue
 	inFlight    *prometheus.GaugeVec     // queue
@@ -49,6 +50,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_dead_letters_total",
 			Help: "Jobs moved to the dead-letter stream, by queue and reason: max_attempts, permanent, max_pause_retries.",
 		}, []string{"queue", "reason"}),
+		givenUp: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_worker_slots_given_up_total",
+			Help: "Leak slots given up because the worker woke too late to use them on time (a stall), by queue.",
+		}, []string{"queue"}),
 		takeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_slot_take_errors_total",
 			Help: "Failed attempts to take a leak slot (the leak schedule's store unreachable); no job is delivered without a slot.",
@@ -71,7 +76,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.slotWait, m.pauses,
-		m.deadLetters, m.takeErrors, m.handedBack, m.skipped, m.inFlight, m.drain} {
+		m.deadLetters, m.takeErrors, m.givenUp, m.handedBack, m.skipped, m.inFlight, m.drain} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("worker: register metrics"), err)
 		}
