@@ -46,7 +46,7 @@ func encode(subject string, job *Job) (*nats.Msg, error) {
 
 // envelopeSize estimates the length of job's envelope, to size its buffer in one allocation.
 func envelopeSize(job *Job) int {
-	n := 160 + len(job.ID) + len(job.Queue) + len(job.Method) + len(job.Path) + len(job.IdempotencyKey) + len(job.Tenant)
+	n := 160 + len(job.ID) + len(job.Queue) + len(job.Method) + len(job.Path) + len(job.IdempotencyKey) + len(job.Tenant) + 40
 	for k, vs := range job.Header {
 		n += len(k) + 8
 		for _, v := range vs {
@@ -90,6 +90,11 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 	if job.IdempotencyKey != "" {
 		b = append(b, `,"idempotency_key":`...)
 		b = jsonw.AppendString(b, job.IdempotencyKey)
+	}
+	if !job.AckBy.IsZero() {
+		b = append(b, `,"ack_by":"`...)
+		b = job.AckBy.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
 	}
 	if job.Tenant != "" {
 		b = append(b, `,"tenant":`...)

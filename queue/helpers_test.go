@@ -53,6 +53,11 @@ func setupURL(t testing.TB, url string, opts queue.Options, specs ...queue.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // stop withdrawing failed publishes before the server goes
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		q.Close(ctx)
+	})
 	if err := q.Provision(ctx, specs); err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,11 @@ type Job struct {
 	CreatedAt time.Time `json:"created_at"`
 	// IdempotencyKey is the client's Idempotency-Key, or "".
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// AckBy is when the publisher stops waiting for JetStream's acknowledgement and tells its
+	// client that nothing was stored (the ingress's 503); zero when unknown. A job whose
+	// message was stored so late that its acknowledgement may have come after AckBy is
+	// checked by the worker before delivery (see Queues.Publish).
+	AckBy time.Time `json:"ack_by,omitzero"`
 	// Tenant names who the job belongs to, as an opaque value the caller derives (the ingress:
 	// a hash of the queue's tenant key parts); "" is the one tenant of a queue without
 	// tenants. It scopes the Idempotency-Key and the job's status.
@@ -48,10 +53,13 @@ const (
 	StateRetrying  State = "retrying"  // an attempt failed; it will be tried again
 	StateSucceeded State = "succeeded" // the upstream answered 2xx
 	StateFailed    State = "failed"    // permanently failed; it is in the dead-letter queue
+	StateCanceled  State = "canceled"  // withdrawn before delivery; it is never delivered
 )
 
-// Terminal reports whether s is a final state (succeeded or failed).
-func (s State) Terminal() bool { return s == StateSucceeded || s == StateFailed }
+// Terminal reports whether s is a final state (succeeded, failed or canceled).
+func (s State) Terminal() bool {
+	return s == StateSucceeded || s == StateFailed || s == StateCanceled
+}
 
 // Status is the recorded state of one job. Its JSON form is the body of GET /v1/jobs/{id}.
 type Status struct {

@@ -147,6 +147,9 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	}
 	ctx, cancel := withDefaultTimeout(ctx, q.opts.PublishTimeout)
 	defer cancel()
+	if dl, ok := ctx.Deadline(); ok && job.AckBy.IsZero() {
+		job.AckBy = dl
+	}
 	subject, stream := q.jobSubject(job.Queue, job.ID), q.streamName(job.Queue)
 
 	if job.IdempotencyKey == "" && findable(job.Queue, job.ID) {
@@ -157,11 +160,15 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		return Receipt{ID: job.ID, Replayed: ack.Duplicate}, nil
 	}
 
-	fp := ""
+	fp, msgID := "", job.ID
 	if job.IdempotencyKey != "" {
 		fp = fingerprint(job)
 		rec, _, err := q.getRecord(ctx, job.ID)
 		switch {
+		case err == nil && rec.Retracted:
+			// An earlier publish with this key was answered as failed and withdrawn: this one
+			// is a new job under the same id, past the stream's duplicate window for that one.
+			msgID = job.ID + "." + strconv.FormatInt(q.now().UnixNano(), 36)
 		case err == nil:
 			if rec.Fingerprint != "" && rec.Fingerprint != fp {
 				return Receipt{}, fmt.Errorf("%w: job %s", ErrIdempotencyMismatch, job.ID)
@@ -172,7 +179,7 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		}
 	}
 
-	ack, err := q.publish(ctx, subject, job, job.ID, stream)
+	ack, err := q.publish(ctx, subject, job, msgID, stream)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -186,7 +193,11 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		ID: job.ID, Queue: job.Queue, State: StateQueued, CreatedAt: job.CreatedAt, UpdatedAt: now,
 	}, Fingerprint: fp, Tenant: job.Tenant}
 	if data, err := json.Marshal(rec); err == nil {
-		_, _ = q.kv.Create(sctx, job.ID, data)
+		if msgID == job.ID {
+			_, _ = q.kv.Create(sctx, job.ID, data)
+		} else {
+			_, _ = q.kv.Put(sctx, job.ID, data) // over the retracted record
+		}
 	}
 	return Receipt{ID: job.ID, Replayed: ack.Duplicate}, nil
 }
@@ -215,16 +226,125 @@ func (q *Queues) publish(ctx context.Context, subject string, job *Job, msgID, s
 	}}
 	f, err := q.pub.PublishMsgAsync(m, publishOpts...)
 	if err != nil {
-		return nil, publishError(job, err)
+		return nil, publishError(job, err) // not sent: the connection is down (no reconnect buffer)
 	}
 	select {
 	case ack := <-f.Ok():
 		return ack, nil
 	case err := <-f.Err():
+		if retractable(err) {
+			q.startRetract(job, subject, stream, nil)
+		}
 		return nil, publishError(job, err)
 	case <-ctx.Done():
+		// The caller answers "not stored"; make that true if the message lands after all.
+		q.startRetract(job, subject, stream, f)
 		return nil, publishError(job, ctx.Err())
 	}
+}
+
+// retractable reports whether a publish that failed with err may still have been stored: any
+// failure but JetStream's own refusal, which is final.
+func retractable(err error) bool {
+	var apiErr *jetstream.APIError
+	return !errors.As(err, &apiErr)
+}
+
+// retractFor bounds how long retract keeps trying to reach JetStream.
+const retractFor = 2 * time.Minute
+
+// startRetract runs retract in the background, tracked by Close.
+func (q *Queues) startRetract(job *Job, subject, stream string, f jetstream.PubAckFuture) {
+	q.retracts.Add(1)
+	go func() {
+		defer q.retracts.Done()
+		q.retract(job, subject, stream, f)
+	}()
+}
+
+// retract makes a failed publish of job false: it waits for the publish's outcome (f, when it
+// is still pending), and when the message was stored after all (its acknowledgement came late,
+// or was lost with the connection), it records the job as canceled (retracted) and deletes the
+// message, retrying until JetStream answers, for up to retractFor or until Close. The status
+// comes first, so a worker that already took the message finds it canceled (see Job.AckBy). A
+// message of the same id stored by another publish — an accepted earlier one with the same
+// Idempotency-Key — is told apart by its CreatedAt, and left alone.
+func (q *Queues) retract(job *Job, subject, stream string, f jetstream.PubAckFuture) {
+	if f != nil {
+		select { // the outcome, or the async publish's own timeout
+		case <-f.Ok():
+		case <-f.Err():
+		case <-q.closing:
+		}
+	}
+	deadline := time.Now().Add(retractFor)
+	for wait := 100 * time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 5*time.Second) {
+		if done, _ := q.retractOnce(job, subject, stream); done {
+			return
+		}
+		select { // JetStream unreachable: try again
+		case <-time.After(wait):
+		case <-q.closing:
+			return
+		}
+	}
+}
+
+// Close stops the background work of Publish — withdrawing messages stored after their
+// publish was answered as failed — once it is done or ctx ends, whichever comes first. Call it
+// when the process stops publishing; other methods must not be called after it.
+func (q *Queues) Close(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { q.retracts.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		q.closeOnce.Do(func() { close(q.closing) })
+		<-done
+		return ctx.Err()
+	}
+}
+
+// retractOnce looks for job's message in its stream and withdraws it; done is false when
+// JetStream could not be asked.
+func (q *Queues) retractOnce(job *Job, subject, stream string) (done bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	st, err := q.js.Stream(ctx, stream)
+	if err != nil {
+		return false, err
+	}
+	raw, err := st.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true, nil // never stored, or already taken and acked
+	}
+	if err != nil {
+		return false, err
+	}
+	stored, err := decode(raw.Header, raw.Data)
+	if err != nil || stored.ID != job.ID || !stored.CreatedAt.Equal(job.CreatedAt) {
+		return true, nil // not the message of this publish
+	}
+	err = q.updateStatus(ctx, job.ID, func(cur *record) *record {
+		if cur != nil && cur.State.Terminal() {
+			return nil // a worker got there first: nothing left to withdraw
+		}
+		next := record{Status: Status{ID: job.ID, Queue: job.Queue, State: StateCanceled, CreatedAt: job.CreatedAt,
+			LastError: "not accepted: JetStream acknowledged the job after its publisher had answered that nothing was stored"},
+			Tenant: job.Tenant, Retracted: true}
+		if cur != nil {
+			next.Fingerprint = cur.Fingerprint
+		}
+		return &next
+	})
+	if err != nil {
+		return false, err
+	}
+	if err := st.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, err
+	}
+	return true, nil
 }
 
 // publishError maps a publish error to this package's sentinels, keeping the original.

@@ -105,6 +105,10 @@ type Queues struct {
 	now    func() time.Time
 	secret []byte // keys JobID
 
+	retracts  sync.WaitGroup // background withdrawals of failed publishes (retract)
+	closing   chan struct{}  // closed by Close to stop them
+	closeOnce sync.Once
+
 	mu      sync.RWMutex
 	specs   map[string]Spec             // provisioned queues, defaults applied
 	streams map[string]jetstream.Stream // their streams, for reading jobs by subject
@@ -119,7 +123,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 	if !validName.MatchString(opts.Prefix) {
 		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
 	}
-	q := &Queues{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{}}
+	q := &Queues{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{}, closing: make(chan struct{})}
 	// A JetStream context of our own for async publishes, the same API prefix or domain as js,
 	// whose ack timeout frees the futures of acks that never come (callers stop waiting at
 	// their ctx deadline; on a reconnect nats.go fails pending futures anyway).

@@ -18,6 +18,9 @@ type record struct {
 	Tenant string `json:"tenant,omitempty"`
 	// Delivered is Status.Delivered, which JSON leaves out.
 	Delivered uint64 `json:"delivered,omitempty"`
+	// Retracted marks the canceled status of a job whose publish was answered as failed but
+	// may have been stored (see Queues.Publish): a retry with its Idempotency-Key is a new job.
+	Retracted bool `json:"retracted,omitempty"`
 }
 
 // getRecord reads the entry of job id, returning ErrNotFound when there is none.

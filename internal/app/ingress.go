@@ -242,6 +242,10 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 		httpSrv.Close()
 	}
 	<-poolDone // the pool has its own shutdown timeout
+	// Withdrawals of jobs stored after their 503 (queue: retract) finish, within the budget.
+	if err := qs.Close(sctx); err != nil {
+		log.Warn("ingress: stopped before withdrawing every job stored after its 503", "err", err)
+	}
 	log.Info("ingress: stopped")
 	return nil
 }

@@ -45,6 +45,14 @@ func NATS(url, name string) (*nats.Conn, error) {
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
+		// No reconnect buffer: a publish while disconnected fails at once (the ingress
+		// answers 503 in milliseconds) instead of being held and sent after the reconnect,
+		// when its caller has long been told that nothing was stored.
+		nats.ReconnectBufSize(-1),
+		// Notice a server that stopped answering without closing the connection within
+		// seconds rather than minutes.
+		nats.PingInterval(2*time.Second),
+		nats.MaxPingsOutstanding(2),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("nats %s: %w", url, err)

@@ -59,6 +59,11 @@ func newQueueFixture(t *testing.T, yaml string) *queueFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		qs.Close(ctx)
+	})
 	up := upstreamServer(t)
 	cfg := parseConfig(t, up.URL, yaml)
 	var specs []queue.Spec

@@ -69,6 +69,19 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 			}
 		}
 	}
+	if ambiguous(m) {
+		// Give its publisher the time to withdraw it (queue: retract), then look.
+		if !sleep(ctx, time.Until(m.Job.AckBy.Add(retractGrace))) {
+			r.handBack(j, "")
+			return
+		}
+		if st, err := r.status(m.Job.ID); err == nil && st.State == queue.StateCanceled {
+			j.log().Info("worker: job withdrawn by its publisher (answered 503); not delivered")
+			r.p.m.skipped.WithLabelValues(r.name).Inc()
+			r.ackFinal(j, true)
+			return
+		}
+	}
 	if j.attempts >= cfg.MaxAttempts {
 		// Its last attempt was made, but its worker died before dead-lettering it.
 		last := 0
@@ -190,6 +203,22 @@ func (r *runner) pause(j *job, d time.Duration) {
 		return
 	}
 	j.log().Info("worker: upstream throttled; queue paused", "for", d)
+}
+
+// Publishes whose message was stored within ambiguity of the publisher giving up (Job.AckBy)
+// may have been answered 503 with the message stored all the same; the publisher then
+// withdraws it (queue: retract). The worker waits until retractGrace past AckBy for that, and
+// checks the job's status, before delivering such a job. The margin covers the clocks of the publisher's host
+// and the NATS server disagreeing, and the acknowledgement's way back.
+const (
+	ambiguity    = time.Second
+	retractGrace = time.Second
+)
+
+// ambiguous reports whether m was stored so close to (or after) its publisher's deadline that
+// the publisher may have answered that nothing was stored.
+func ambiguous(m *queue.Msg) bool {
+	return !m.Job.AckBy.IsZero() && m.Timestamp.After(m.Job.AckBy.Add(-ambiguity))
 }
 
 // classify is retry.Classify, with jobs the queue cannot route counted as permanent.

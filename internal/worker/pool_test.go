@@ -634,3 +634,38 @@ func TestRunOnce(t *testing.T) {
 		t.Errorf("second Run = %v, want ErrRunning", err)
 	}
 }
+
+// TestWithdrawnJobNotDelivered: a job stored after its publisher stopped waiting (Job.AckBy),
+// which the publisher then withdrew (status canceled), is not delivered; an equally late job
+// that was not withdrawn is delivered once its publisher has had the time to withdraw it.
+func TestWithdrawnJobNotDelivered(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	late := time.Now().Add(-200 * time.Millisecond)
+	publish := func(body string) string {
+		r, err := h.qs.Publish(h.ctx, &queue.Job{Queue: "q", Direct: true, Body: []byte(body), AckBy: late})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	withdrawn, kept := publish("withdrawn"), publish("kept")
+	if err := h.qs.SetStatus(h.ctx, queue.Status{ID: withdrawn, Queue: "q", State: queue.StateCanceled}); err != nil {
+		t.Fatal(err)
+	}
+	h.run(worker.Deps{}, h.spec("q", 100))
+	if st := h.waitState(kept, queue.StateSucceeded, 10*time.Second); st.Attempts != 1 {
+		t.Errorf("kept job: %+v", st)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the withdrawn job to leave the queue", func() bool {
+		in := h.info("q")
+		return in.Depth == 0 && in.InFlight == 0
+	})
+	for _, a := range h.up.Arrivals() {
+		if a.ID == withdrawn {
+			t.Fatalf("the withdrawn job was delivered")
+		}
+	}
+	if st := h.status(withdrawn); st.State != queue.StateCanceled {
+		t.Errorf("withdrawn job's status %+v, want canceled", st)
+	}
+}
