@@ -164,6 +164,25 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 	return q, nil
 }
 
+// ResetConsumers deletes the shared consumer of each named queue that exists, so that the next
+// Provision creates it afresh: every job not yet acked is then delivered again at once, in
+// stream order, with delivery counts starting over. JetStream keeps a handed-back (nak'd) job
+// pending in a consumer's stored state across a server restart, to be redelivered only when
+// its AckWait runs out; this is how a deployment with a single consumer process — the
+// one-process quickstart, at its start, before any worker runs — gets such jobs back at once.
+// With other workers running it would redeliver the jobs they hold.
+func (q *Queues) ResetConsumers(ctx context.Context, names []string) error {
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	for _, name := range names {
+		err := q.js.DeleteConsumer(ctx, q.streamName(name), consumerName)
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("queue: reset consumer of %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // idSecretKey is the key of the id secret in the meta bucket.
 const idSecretKey = "id-secret"
 

@@ -159,3 +159,46 @@ rules:
 		t.Fatalf("after an invalid reload: %d, want 200 under the old limit of 1000", got)
 	}
 }
+
+// On SIGTERM the one-process quickstart hands the jobs its in-process pool holds back for
+// immediate redelivery, as separate worker processes do: after a restart they are delivered at
+// once, not after ack_wait (30s here) behind later jobs.
+func TestEmbeddedHandsBackHeldJobs(t *testing.T) {
+	dir := t.TempDir()
+	rec := workertest.NewRecorder(t)
+	cfg := func(rate string) string {
+		return fmt.Sprintf(`listen: %s
+admin_listen: %s
+data_dir: %s
+queues:
+  - name: held
+    rate: %s
+    ack_wait: 30s
+    target: POST %s/jobs
+`, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), rate, rec.URL)
+	}
+	r := start(t, dir, cfg("1/h"))
+	var ids []string
+	for i := range 10 {
+		resp, err := http.Post("http://"+r.listen+"/v1/queues/held/jobs", "text/plain", strings.NewReader(fmt.Sprint("job ", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		ids = append(ids, strings.TrimPrefix(resp.Header.Get("Location"), "/v1/jobs/"))
+	}
+	// The pool takes jobs and holds them, waiting for slots an hour apart.
+	testenv.WaitFor(t, 10*time.Second, "the first delivery", func() bool { return rec.Count() >= 1 })
+	r.stop()
+	start(t, dir, cfg("100/s"))
+	testenv.WaitFor(t, 10*time.Second, "every job delivered soon after the restart", func() bool {
+		per := rec.PerID()
+		for _, id := range ids {
+			if per[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}

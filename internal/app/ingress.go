@@ -282,6 +282,14 @@ func (m Ingress) apply(ctx context.Context, log *slog.Logger, adm *admin.Server,
 	log.Info("ingress: config reloaded", "rules", len(next.Rules), "queues", len(next.Queues))
 }
 
+func queueNames(cfg *config.Config) []string {
+	names := make([]string, len(cfg.Queues))
+	for i, q := range cfg.Queues {
+		names[i] = q.Name
+	}
+	return names
+}
+
 // openQueues creates the queue layer and provisions the config's queues, retrying while NATS
 // cannot be reached, until ctx ends.
 func openQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (*queue.Queues, error) {
@@ -293,6 +301,12 @@ func openQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Config,
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		qs, err := queue.New(qctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas, IDSecret: cfg.IDSecretBytes()})
+		if err == nil && cfg.NATS == nil {
+			// The quickstart: this process is the only consumer. The jobs its pool handed
+			// back at the last shutdown are pending in the consumer's stored state until their
+			// ack wait runs out; a fresh consumer delivers every unacked job at once, in order.
+			err = qs.ResetConsumers(qctx, queueNames(cfg))
+		}
 		if err == nil {
 			err = qs.Provision(qctx, worker.QueueSpecs(cfg))
 		}
