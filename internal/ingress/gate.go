@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -518,7 +519,7 @@ func (g *Gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
 			err = fmt.Errorf("limiter returned %d decisions for %d requests", len(decs), n)
 		}
 		if err == nil {
-			g.breaker.done(probe, true)
+			g.breaker.done(probe, succeeded)
 			copy(k.decs, decs)
 			return nil
 		}
@@ -526,7 +527,7 @@ func (g *Gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
 			g.breaker.abandon(probe)
 			return ctx.Err()
 		}
-		g.breaker.done(probe, false)
+		g.breaker.done(probe, classifyStoreError(err))
 		g.metrics.storeErrors.Inc()
 	}
 
@@ -551,6 +552,16 @@ func (g *Gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
 		k.decs[i], k.srcs[i] = decs[j], fromFallback
 	}
 	return nil
+}
+
+// classifyStoreError tells a timeout (which a slow process sees too) from a hard failure of the
+// store, for the breaker.
+func classifyStoreError(err error) outcome {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return timedOut
+	}
+	return failedHard
 }
 
 // callStore asks the remote limiter, giving up after timeout whether or not the limiter

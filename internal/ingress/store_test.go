@@ -25,7 +25,11 @@ func TestBreaker(t *testing.T) {
 	call := func(ok bool) bool {
 		allowed, probe := b.allow()
 		if allowed {
-			b.done(probe, ok)
+			o := failedHard
+			if ok {
+				o = succeeded
+			}
+			b.done(probe, o)
 		}
 		return allowed
 	}
@@ -54,7 +58,7 @@ func TestBreaker(t *testing.T) {
 	if ok, _ := b.allow(); ok {
 		t.Fatal("half-open breaker let a second call through while the probe is out")
 	}
-	b.done(true, false) // the probe failed: open again, for another cool-down
+	b.done(true, failedHard) // the probe failed: open again, for another cool-down
 	if b.current() != BreakerOpen || call(true) {
 		t.Fatalf("after a failed probe: state %v, want open", b.current())
 	}
@@ -71,6 +75,89 @@ func TestBreaker(t *testing.T) {
 	if !slices.Equal(changes, want) {
 		t.Fatalf("state changes %v, want %v", changes, want)
 	}
+}
+
+// TestBreakerTimeouts: timeouts — which a process starved of CPU sees from a healthy store —
+// open the breaker only once they have lasted the timeout span with no success in between; a
+// hard failure among them opens it at once.
+func TestBreakerTimeouts(t *testing.T) {
+	c := &clock{t: epoch}
+	b := newBreaker(3, time.Second, c.Now, nil)
+	call := func(o outcome) {
+		if ok, probe := b.allow(); ok {
+			b.done(probe, o)
+		}
+	}
+	for range 20 { // a burst of timeouts, 10ms apart
+		call(timedOut)
+		c.Advance(10 * time.Millisecond)
+	}
+	if b.current() != BreakerClosed {
+		t.Fatalf("state %v after 200ms of timeouts, want closed", b.current())
+	}
+	call(succeeded) // the process got its CPU back
+	for range 3 {
+		call(timedOut)
+		c.Advance(DefaultBreakerTimeoutSpan / 2)
+	}
+	if b.current() != BreakerOpen {
+		t.Fatalf("state %v after %v of timeouts and no success, want open", b.current(), DefaultBreakerTimeoutSpan)
+	}
+	c.Advance(time.Second)
+	call(succeeded) // the probe
+	call(timedOut)
+	call(timedOut)
+	call(failedHard) // a refused connection: the store is down
+	if b.current() != BreakerOpen {
+		t.Fatalf("state %v after a run with a hard failure, want open", b.current())
+	}
+}
+
+// TestBreakerHealthySlowStore: a Redis that answers late for a moment (CLIENT PAUSE stands in
+// for this process missing its CPU: either way calls time out while the store is healthy)
+// does not open the breaker, so decisions go on coming from the store. A stopped Redis opens
+// it within a few calls, and it closes once Redis is back. Before timeouts were told from hard
+// failures, the slow moment opened it.
+func TestBreakerHealthySlowStore(t *testing.T) {
+	rs := testenv.Redis(t)
+	g, e, _ := gateApp(t, storeFailureYAML, Options{
+		Limiter: limit.NewRedis(rs.NewClient(), limit.RedisConfig{Prefix: testenv.Prefix(t)}),
+	})
+	get := func() { serve(e, httptestRequest("GET", "/open", "198.51.100.1:1")) }
+	get()
+	// Redis stalls for 400ms: every call in that time times out (store_timeout 50ms).
+	if err := rs.Client.Do(context.Background(), "CLIENT", "PAUSE", "400", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stalled := 0
+	for start := time.Now(); time.Since(start) < 350*time.Millisecond; {
+		began := time.Now()
+		get()
+		if time.Since(began) >= 40*time.Millisecond {
+			stalled++
+		}
+	}
+	if stalled < DefaultBreakerFailures {
+		t.Fatalf("%d calls timed out during the stall, want at least %d", stalled, DefaultBreakerFailures)
+	}
+	testenv.WaitFor(t, 5*time.Second, "Redis to answer again", func() bool {
+		return rs.Client.Ping(context.Background()).Err() == nil
+	})
+	get()
+	if s := g.BreakerState(); s != BreakerClosed {
+		t.Fatalf("breaker %v after a 400ms stall of a healthy Redis, want closed", s)
+	}
+	// A stopped Redis refuses connections: the breaker opens.
+	rs.Stop()
+	testenv.WaitFor(t, 5*time.Second, "the breaker to open", func() bool {
+		get()
+		return g.BreakerState() == BreakerOpen
+	})
+	rs.Start()
+	testenv.WaitFor(t, 10*time.Second, "the breaker to close", func() bool {
+		get()
+		return g.BreakerState() == BreakerClosed
+	})
 }
 
 // storeFailureYAML has a rule that fails open and one that fails closed.
