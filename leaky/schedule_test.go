@@ -39,14 +39,39 @@ type driver struct {
 }
 
 // drivers returns the Memory driver and a Redis driver using one redis-server for the whole test,
-// isolated per subtest by key prefix.
+// isolated per subtest by key prefix — or, while TestRedisClusterSchedule runs, the Redis
+// Cluster driver alone.
 func drivers(t *testing.T) []driver {
+	if onCluster != nil {
+		c := onCluster
+		return []driver{{"redis-cluster", func(t *testing.T, now func() time.Time) Schedule {
+			return NewRedis(c.Client, RedisConfig{Prefix: testenv.Prefix(t), Now: now})
+		}}}
+	}
 	srv := testenv.Redis(t)
 	return []driver{
 		{"memory", func(t *testing.T, now func() time.Time) Schedule { return NewMemory(now) }},
 		{"redis", func(t *testing.T, now func() time.Time) Schedule {
 			return NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t), Now: now})
 		}},
+	}
+}
+
+// onCluster is the Redis Cluster that drivers hands out while TestRedisClusterSchedule runs.
+var onCluster *testenv.RedisClusterServer
+
+// TestRedisClusterSchedule runs the schedule's tests against a real three-node Redis Cluster
+// (one cluster for all of them: starting one takes seconds). Each queue's state is one
+// {hash-tagged} key, so each script touches one slot.
+func TestRedisClusterSchedule(t *testing.T) {
+	onCluster = testenv.RedisCluster(t)
+	defer func() { onCluster = nil }()
+	for name, f := range map[string]func(*testing.T){
+		"Steps": TestSteps, "SpacingProperty": TestSpacingProperty, "QueuesAreIndependent": TestQueuesAreIndependent,
+		"Pause": TestPauseNonPositiveDoesNothing, "ConcurrentTakes": TestConcurrentTakes,
+		"Wait": TestWait, "WaitGivesUpLateSlots": TestWaitGivesUpLateSlots,
+	} {
+		t.Run(name, f)
 	}
 }
 

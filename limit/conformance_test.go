@@ -335,3 +335,17 @@ func TestRedisConformance(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisClusterConformance runs the conformance table against a real three-node Redis
+// Cluster: every key is hash-tagged, so each script touches one slot, and batched decisions
+// are pipelined per node.
+func TestRedisClusterConformance(t *testing.T) {
+	c := testenv.RedisCluster(t)
+	for name, maxBatch := range map[string]int{"batched": 0, "unbatched": -1} {
+		t.Run(name, func(t *testing.T) {
+			testConformance(t, func(t *testing.T, now func() time.Time) Limiter {
+				return NewRedis(c.Client, RedisConfig{Prefix: testenv.Prefix(t), Now: now, MaxBatch: maxBatch})
+			})
+		})
+	}
+}

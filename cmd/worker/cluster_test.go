@@ -70,6 +70,8 @@ type cluster struct {
 	up    *workertest.Recorder
 	qs    *queue.Queues
 	dir   string
+	// redisURL, when set, replaces the redis-server's URL in the configs (a Redis Cluster).
+	redisURL string
 }
 
 func newCluster(t testing.TB) *cluster {
@@ -113,7 +115,7 @@ redis: { url: %q }
 nats: { url: %q }
 shutdown_timeout: 5s
 queues:
-%s`, c.up.URL, c.redis.URL(), c.nats.URL, queues)
+%s`, c.up.URL, c.redisURLOrDefault(), c.nats.URL, queues)
 	// Write and rename, as editors do, so a watching worker never reads half a file.
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(yaml), 0o644); err != nil {
@@ -122,6 +124,13 @@ queues:
 	if err := os.Rename(tmp, path); err != nil {
 		c.t.Fatal(err)
 	}
+}
+
+func (c *cluster) redisURLOrDefault() string {
+	if c.redisURL != "" {
+		return c.redisURL
+	}
+	return c.redis.URL()
 }
 
 // queueYAML is one queue's config: direct jobs go to the upstream's /q/<name>.

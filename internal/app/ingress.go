@@ -74,7 +74,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 	// The limiter store: Redis when configured, else in-process memory (ingress.New's default).
 	var (
 		lim      limit.Limiter
-		rdb      *redis.Client
+		rdb      redis.UniversalClient
 		checks   []admin.Check
 		schedule leaky.Schedule
 	)

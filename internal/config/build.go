@@ -297,6 +297,12 @@ func (b *builder) redisURL(v *scalar) string {
 		b.p.add("", "redis.url", "redis.url is required")
 		return s
 	}
+	if _, cluster, err := ParseRedisSeeds(s); cluster {
+		if err != nil {
+			b.p.addf("", "redis.url", "%s: cluster seeds: %v", field, err)
+		}
+		return s
+	}
 	u, err := url.Parse(s)
 	if err != nil {
 		b.p.addf("", "redis.url", "%s: invalid URL: %v", field, urlErr(err))

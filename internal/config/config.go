@@ -18,6 +18,8 @@
 package config
 
 import (
+	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -375,4 +377,46 @@ func (c *Config) IDSecretBytes() []byte {
 		return nil
 	}
 	return []byte(c.IDSecret)
+}
+
+// RedisSeeds is a redis.url that lists several host:port seeds separated by commas, the form
+// that names a Redis Cluster: "redis://[user:password@]host:port,host:port,..." (or rediss://,
+// or the bare "host:port,host:port").
+type RedisSeeds struct {
+	TLS            bool
+	User, Password string
+	Addrs          []string
+}
+
+// ParseRedisSeeds parses a cluster redis.url; ok is false for a URL with a single host, which
+// names one server (go-redis's ParseURL reads it).
+func ParseRedisSeeds(s string) (seeds RedisSeeds, ok bool, err error) {
+	if !strings.Contains(s, ",") {
+		return RedisSeeds{}, false, nil
+	}
+	rest := s
+	if scheme, after, found := strings.Cut(s, "://"); found {
+		switch scheme {
+		case "redis":
+		case "rediss":
+			seeds.TLS = true
+		default:
+			return RedisSeeds{}, true, fmt.Errorf("scheme %q is not redis or rediss", scheme)
+		}
+		rest = after
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		user, pass, _ := strings.Cut(rest[:at], ":")
+		seeds.User, seeds.Password, rest = user, pass, rest[at+1:]
+	}
+	rest = strings.TrimSuffix(rest, "/")
+	for _, a := range strings.Split(rest, ",") {
+		a = strings.TrimSpace(a)
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" || port == "" {
+			return RedisSeeds{}, true, fmt.Errorf("seed %d: want host:port", len(seeds.Addrs)+1)
+		}
+		seeds.Addrs = append(seeds.Addrs, a)
+	}
+	return seeds, true, nil
 }

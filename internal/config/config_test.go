@@ -389,6 +389,7 @@ func TestProblems(t *testing.T) {
 			`sluice.yaml: shutdown_timeout: invalid duration "5": want a Go duration such as 500ms, 10s, 5m or 24h`},
 		{"job_retention", "job_retention: -24h\n", `sluice.yaml: job_retention must be > 0`},
 		{"read_timeout", "read_timeout: 0s\n", `sluice.yaml: read_timeout must be > 0`},
+		{"redis cluster seed", "redis: { url: \"redis://127.0.0.1:7000,nohost\" }\n", `sluice.yaml: redis.url: cluster seeds: seed 2: want host:port`},
 		{"ipv6_prefix", "ipv6_prefix: 16\n", `sluice.yaml: ipv6_prefix must be between 32 and 128, got 16`},
 		{"id_secret", "id_secret: short\n", `sluice.yaml: id_secret must be at least 16 bytes long`},
 		{"upstream fragment", "upstream: http://127.0.0.1:9000/x#frag\n", `sluice.yaml: upstream: want an absolute http or https URL, got "http://127.0.0.1:9000/x#frag"`},
@@ -425,6 +426,19 @@ func TestProblems(t *testing.T) {
 			}
 			t.Errorf("no line\n%s\nin\n%s", tc.want, strings.Join(lines, "\n"))
 		})
+	}
+}
+
+func TestRedisSeeds(t *testing.T) {
+	s, ok, err := ParseRedisSeeds("rediss://u:p@127.0.0.1:7000,127.0.0.1:7001, [::1]:7002")
+	if !ok || err != nil || !s.TLS || s.User != "u" || s.Password != "p" || len(s.Addrs) != 3 || s.Addrs[2] != "[::1]:7002" {
+		t.Fatalf("ParseRedisSeeds = %+v, %v, %v", s, ok, err)
+	}
+	if _, ok, _ := ParseRedisSeeds("redis://127.0.0.1:6379/0"); ok {
+		t.Fatal("a single-server URL was taken for cluster seeds")
+	}
+	if _, err := Parse("sluice.yaml", []byte("redis: { url: \"127.0.0.1:7000,127.0.0.1:7001\" }\n"), noEnv); err != nil {
+		t.Fatalf("bare seeds refused: %v", err)
 	}
 }
 

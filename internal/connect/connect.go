@@ -5,6 +5,7 @@
 package connect
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,13 +13,31 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/config"
 )
 
-// Redis returns a client for a redis:// or rediss:// URL (user, password and db included).
+// Redis returns a client for a redis:// or rediss:// URL (user, password and db included), or,
+// for a URL that lists several host:port seeds separated by commas, a Redis Cluster client.
 // Every command is bounded by its context (ContextTimeoutEnabled) and by one-second socket
 // timeouts when the caller set no deadline, so a dead Redis cannot hang a request. It does not
 // dial: the first command does.
-func Redis(url string) (*redis.Client, error) {
+func Redis(url string) (redis.UniversalClient, error) {
+	seeds, cluster, err := config.ParseRedisSeeds(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	if cluster {
+		opts := &redis.ClusterOptions{
+			Addrs: seeds.Addrs, Username: seeds.User, Password: seeds.Password,
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+			ContextTimeoutEnabled: true,
+		}
+		if seeds.TLS {
+			opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		return redis.NewClusterClient(opts), nil
+	}
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)

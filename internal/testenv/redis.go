@@ -24,6 +24,7 @@ type RedisServer struct {
 	t    testing.TB
 	bin  string
 	dir  string
+	args []string // extra redis-server arguments
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -73,9 +74,9 @@ func (s *RedisServer) start() error {
 		return errors.New("already running")
 	}
 	_, port, _ := splitHostPort(s.Addr)
-	cmd := exec.Command(s.bin,
+	cmd := exec.Command(s.bin, append([]string{
 		"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning")
+		"--dir", s.dir, "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning"}, s.args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

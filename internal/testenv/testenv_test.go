@@ -72,3 +72,26 @@ func TestNATSProcessSurvivesKill(t *testing.T) {
 		return err == nil && info.State.Msgs == 1
 	})
 }
+
+func TestRedisCluster(t *testing.T) {
+	c := RedisCluster(t)
+	ctx := context.Background()
+	// Keys in different slots land on different nodes, and the cluster client routes them.
+	for i := range 50 {
+		if err := c.Client.Set(ctx, "k"+itoa(i), i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	used := 0
+	for _, n := range c.Nodes {
+		if n.Client == nil {
+			n.Client = n.NewClient()
+		}
+		if size, _ := n.Client.DBSize(ctx).Result(); size > 0 {
+			used++
+		}
+	}
+	if used != 3 {
+		t.Fatalf("keys on %d nodes, want 3", used)
+	}
+}
