@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -70,13 +71,17 @@ func Connect(t testing.TB, url string) *nats.Conn {
 type NATSProcess struct {
 	URL string
 
-	t    testing.TB
-	bin  string
-	port int
-	dir  string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	// Name is the server's name (cluster nodes only).
+	Name string
+
+	t     testing.TB
+	bin   string
+	port  int
+	dir   string
+	extra []string // cluster arguments
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{}
 }
 
 var (
@@ -135,7 +140,7 @@ func (p *NATSProcess) start() error {
 	if p.cmd != nil {
 		return errors.New("already running")
 	}
-	cmd := exec.Command(p.bin, "-a", "127.0.0.1", "-p", itoa(p.port), "-js", "-sd", p.dir)
+	cmd := exec.Command(p.bin, append([]string{"-a", "127.0.0.1", "-p", itoa(p.port), "-js", "-sd", p.dir}, p.extra...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
@@ -146,6 +151,11 @@ func (p *NATSProcess) start() error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		nc, err := nats.Connect(url, nats.Timeout(200*time.Millisecond))
+		if err == nil && p.extra != nil { // a cluster node: JetStream needs its peers too
+			nc.Close()
+			p.cmd, p.done = cmd, done
+			return nil
+		}
 		if err == nil {
 			js, jerr := nc.JetStream()
 			if jerr == nil {
@@ -191,4 +201,81 @@ func (p *NATSProcess) Start() {
 	if err := p.start(); err != nil {
 		p.t.Fatalf("testenv: restart nats-server: %v", err)
 	}
+}
+
+// NATSClusterServer is a three-node NATS cluster with JetStream, each node a nats-server
+// process with its own store, for failover tests.
+type NATSClusterServer struct {
+	// URL lists the nodes' client URLs, separated by commas.
+	URL   string
+	Nodes []*NATSProcess
+}
+
+// NATSCluster starts a three-node JetStream cluster on loopback and waits until JetStream
+// answers; the test's cleanup kills it.
+func NATSCluster(t testing.TB) *NATSClusterServer {
+	t.Helper()
+	bin, err := natsServerBinary()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	c := &NATSClusterServer{}
+	routes := make([]int, 3)
+	var urls, routeURLs []string
+	for i := range 3 {
+		routes[i] = FreePort(t)
+		routeURLs = append(routeURLs, fmt.Sprintf("nats://127.0.0.1:%d", routes[i]))
+	}
+	for i := range 3 {
+		p := &NATSProcess{t: t, bin: bin, dir: t.TempDir(), port: FreePort(t), Name: fmt.Sprintf("n%d", i+1)}
+		p.extra = []string{"-n", p.Name, "--cluster_name", "sluice-test",
+			"--cluster", routeURLs[i], "--routes", strings.Join(routeURLs, ",")}
+		if err := p.start(); err != nil {
+			t.Fatalf("testenv: start nats-server %s: %v", p.Name, err)
+		}
+		p.URL = fmt.Sprintf("nats://127.0.0.1:%d", p.port)
+		t.Cleanup(p.Kill)
+		c.Nodes = append(c.Nodes, p)
+		urls = append(urls, p.URL)
+	}
+	c.URL = strings.Join(urls, ",")
+	nc, err := nats.Connect(c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	WaitFor(t, 30*time.Second, "the JetStream cluster to elect its meta leader", func() bool {
+		js, err := nc.JetStream(nats.MaxWait(time.Second))
+		if err != nil {
+			return false
+		}
+		_, err = js.AccountInfo()
+		return err == nil
+	})
+	return c
+}
+
+// StreamLeader returns the node that leads stream, asking through nc.
+func (c *NATSClusterServer) StreamLeader(t testing.TB, nc *nats.Conn, stream string) *NATSProcess {
+	t.Helper()
+	var leader string
+	WaitFor(t, 30*time.Second, "a leader of stream "+stream, func() bool {
+		js, err := nc.JetStream(nats.MaxWait(time.Second))
+		if err != nil {
+			return false
+		}
+		info, err := js.StreamInfo(stream)
+		if err != nil || info.Cluster == nil {
+			return false
+		}
+		leader = info.Cluster.Leader
+		return leader != ""
+	})
+	for _, n := range c.Nodes {
+		if n.Name == leader {
+			return n
+		}
+	}
+	t.Fatalf("testenv: stream %s is led by unknown server %q", stream, leader)
+	return nil
 }
