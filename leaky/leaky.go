@@ -13,14 +13,13 @@
 // rather than polling. Reservations are spaced exactly Interval apart, so with a backlog the
 // aggregate delivery rate over all workers is the rate, and never above it (plus the burst).
 // Slots are instants, and a slot is used on time or not at all: [Wait] gives up a slot that it
-// wakes for more than [Rate.Tolerance] (half an interval) late — after a GC pause, a starved CPU,
-// a SIGSTOP — and takes a new one, instead of delivering late and bunched up with the slots of
-// the workers that were on time. Deliveries then leave within [slot, slot + Interval/2], so any
-// one-second window holds at most rate + burst + 1 of them. The cost is throughput, never
-// accuracy: each given-up slot is one delivery the queue does not make (and a stalled worker
-// may give up every slot it held). On a quiet machine timers wake within a fraction of a
-// millisecond, so slots are given up only at rates of thousands per second, where half an
-// interval is a few hundred microseconds.
+// wakes for more than [Rate.Tolerance] late (half an interval, at least 10ms) — after a GC pause,
+// a starved CPU, a SIGSTOP — and takes a new one, instead of delivering late and bunched up with
+// the slots of the workers that were on time. Deliveries then leave within
+// [slot, slot + Tolerance], so any one-second window holds at most rate + burst + 1 of them up
+// to 100/s, and at most 1% more above. The cost is throughput, never accuracy: each given-up
+// slot is one delivery the queue does not make (and a stalled worker gives up every slot it
+// held).
 //
 // The interval is passed with every take, so a rate change applies from the next take, with no
 // restart: the gap after the most recent reservation is already the new interval.
@@ -108,10 +107,15 @@ func ceilMicros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
-// Tolerance is how late a delivery may leave after its slot: half an interval. Deliveries
-// within [slot, slot+Tolerance] keep any one-second window to at most rate + Burst + 1 of them,
-// with half an interval to spare for the network's jitter on the way to the upstream.
-func (r Rate) Tolerance() time.Duration { return r.Interval / 2 }
+// Tolerance is how late a delivery may leave after its slot: half an interval, and at least
+// MinTolerance. Deliveries within [slot, slot+Tolerance] put at most rate + Burst + 1 into any
+// one-second window up to 100/s (where the tolerance is at most an interval), and at most 1%
+// more above (⌈Tolerance × rate⌉ − 1): at 500/s an interval is 2ms, less than a loaded
+// machine's timers and scheduler keep to, and a tighter tolerance gave up 4–8% of the slots.
+func (r Rate) Tolerance() time.Duration { return max(r.Interval/2, MinTolerance) }
+
+// MinTolerance is the least lateness Wait tolerates before it gives up a slot.
+const MinTolerance = 10 * time.Millisecond
 
 // ErrInvalidRate is returned (wrapped) by Take and Wait for a Rate with Interval ≤ 0 or Burst < 0.
 var ErrInvalidRate = errors.New("leaky: invalid rate")
@@ -154,8 +158,9 @@ type checker interface {
 }
 
 // checkLead is how long before its slot Wait asks the schedule whether the queue was paused or
-// its state lost: more than a round trip to Redis takes, so that the answer is in by the slot.
-const checkLead = 2 * time.Millisecond
+// its state lost: more than a round trip to Redis takes on a loaded machine, so that the answer
+// is in by the slot (at 2ms, round trips overran it and made slots late).
+const checkLead = 10 * time.Millisecond
 
 // Progress reporting in Wait: before every sleep of at least ProgressThreshold, and then every
 // ProgressInterval while it lasts, Wait calls its onWait with the time left, so a worker can tell
@@ -185,7 +190,13 @@ type Hooks struct {
 	OnWait func(left time.Duration)
 	// OnGiveUp is called for each slot given up for being late, with how late it was.
 	OnGiveUp func(late time.Duration)
+	// Held, if set, is asked right before WaitHooks would return: true gives the slot up and
+	// makes WaitHooks return ErrHeld (an operator paused the queue while the slot was reserved).
+	Held func() bool
 }
+
+// ErrHeld is returned by WaitHooks when Hooks.Held said the queue is held.
+var ErrHeld = errors.New("leaky: queue held")
 
 // WaitHooks is Wait with hooks that observe it.
 func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) error {
@@ -205,6 +216,9 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 			return err
 		}
 		if slot.Wait <= 0 {
+			if h.Held != nil && h.Held() {
+				return ErrHeld
+			}
 			return nil // Take saw no pause, atomically with the reservation.
 		}
 		// Wake checkLead before the slot to ask about pauses and lost state, so that the
@@ -241,6 +255,9 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 				h.OnGiveUp(late)
 			}
 			continue
+		}
+		if h.Held != nil && h.Held() {
+			return ErrHeld
 		}
 		return nil
 	}

@@ -103,7 +103,8 @@ type Queues struct {
 	opts   Options
 	kv     jetstream.KeyValue
 	now    func() time.Time
-	secret []byte // keys JobID
+	secret []byte             // keys JobID
+	meta   jetstream.KeyValue // the meta bucket: id secret, operator controls
 
 	retracts  sync.WaitGroup // background withdrawals of failed publishes (retract)
 	closing   chan struct{}  // closed by Close to stop them
@@ -154,12 +155,16 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 		return nil, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err)
 	}
 	q.kv = kv
+	if opts.IDSecret != nil && len(opts.IDSecret) < 16 {
+		return nil, errors.New("queue: IDSecret: want at least 16 bytes")
+	}
+	if q.meta, err = q.openMeta(ctx); err != nil {
+		return nil, err
+	}
 	if q.secret = opts.IDSecret; q.secret == nil {
 		if q.secret, err = q.sharedSecret(ctx); err != nil {
 			return nil, err
 		}
-	} else if len(q.secret) < 16 {
-		return nil, errors.New("queue: IDSecret: want at least 16 bytes")
 	}
 	return q, nil
 }
@@ -186,10 +191,9 @@ func (q *Queues) ResetConsumers(ctx context.Context, names []string) error {
 // idSecretKey is the key of the id secret in the meta bucket.
 const idSecretKey = "id-secret"
 
-// sharedSecret returns the deployment's id secret from the meta bucket (no TTL, unlike the
-// status bucket), creating the bucket and a random secret if they do not exist yet. Processes
-// that race to create it agree on the first one stored (Create fails for the others).
-func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
+// openMeta opens the meta bucket — deployment settings that outlive jobs: the id secret and
+// the queues' operator controls — creating it if it does not exist yet.
+func (q *Queues) openMeta(ctx context.Context) (jetstream.KeyValue, error) {
 	name := q.opts.Prefix + "_META"
 	kv, err := q.js.KeyValue(ctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -204,6 +208,14 @@ func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: meta bucket %s: %w", name, err)
 	}
+	return kv, nil
+}
+
+// sharedSecret returns the deployment's id secret from the meta bucket (no TTL, unlike the
+// status bucket), storing a random one if there is none yet. Processes that race to store it
+// agree on the first one stored (Create fails for the others).
+func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
+	kv := q.meta
 	for range 3 {
 		e, err := kv.Get(ctx, idSecretKey)
 		if err == nil && len(e.Value()) >= 16 {

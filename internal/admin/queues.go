@@ -6,7 +6,10 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/queue"
@@ -35,6 +38,8 @@ type Queues struct {
 	PausedUntil func(ctx context.Context, queue string) (time.Time, bool, error)
 	// Now is the clock that decides whether a pause is over. Nil: time.Now.
 	Now func() time.Time
+	// Controls returns the operators' controls of the queues (pause, runtime rate). Optional.
+	Controls func(ctx context.Context) (map[string]queue.Control, error)
 }
 
 // QueueStatus is the admin view of one queue.
@@ -56,9 +61,17 @@ type QueueStatus struct {
 	Consumers int `json:"consumers"`
 	// DeadLetters is the number of jobs in the dead-letter stream.
 	DeadLetters uint64 `json:"dead_letters"`
-	// PausedUntil is when deliveries resume after an upstream asked to back off; null when
-	// the queue is not paused.
+	// Paused is whether deliveries are stopped now: by an operator, or until PausedUntil
+	// after an upstream asked to back off.
+	Paused bool `json:"paused"`
+	// PausedUntil is when deliveries resume by themselves; null when the queue is not paused
+	// or an operator paused it until resumed.
 	PausedUntil *time.Time `json:"paused_until"`
+	// RuntimeRate is the rate an operator set, which replaces Rate; null for none.
+	RuntimeRate *string `json:"runtime_rate"`
+	// EffectiveRate is how many deliveries per second the queue is allowed now: 0 while
+	// paused, else the runtime rate or the file's.
+	EffectiveRate float64 `json:"effective_rate"`
 }
 
 // Mount mounts the queue endpoints on s.
@@ -118,19 +131,44 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 	}
 	st.Depth, st.Pending, st.InFlight = info.Depth, info.Pending, info.InFlight
 	st.Consumers, st.DeadLetters = info.Consumers, info.DeadLetters
+	now := time.Now
+	if q.Now != nil {
+		now = q.Now
+	}
 	if q.PausedUntil != nil {
 		until, paused, err := q.PausedUntil(ctx, cq.Name)
 		if err != nil {
 			return st, err
 		}
-		now := time.Now
-		if q.Now != nil {
-			now = q.Now
-		}
 		if paused && until.After(now()) {
 			u := until.UTC()
-			st.PausedUntil = &u
+			st.Paused, st.PausedUntil = true, &u
 		}
+	}
+	st.EffectiveRate = st.RatePerSecond
+	if q.Controls != nil {
+		cs, err := q.Controls(ctx)
+		if err != nil {
+			return st, err
+		}
+		c := cs[cq.Name]
+		if c.Rate != "" {
+			rate := c.Rate
+			st.RuntimeRate = &rate
+			if rt, err := config.ParseRate(c.Rate); err == nil {
+				st.EffectiveRate = rt.PerSecond()
+			}
+		}
+		if c.PausedAt(now()) {
+			st.Paused, st.PausedUntil = true, nil
+			if !c.PausedUntil.IsZero() {
+				u := c.PausedUntil.UTC()
+				st.PausedUntil = &u
+			}
+		}
+	}
+	if st.Paused {
+		st.EffectiveRate = 0
 	}
 	return st, nil
 }
@@ -142,4 +180,61 @@ func writeProblem(w http.ResponseWriter, code int, title, detail string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	w.Write(body)
+}
+
+// Metrics returns a collector of the queues' state, for alerting: sluice_queue_depth,
+// sluice_queue_in_flight, sluice_queue_dead_letters, sluice_queue_paused (0/1) and
+// sluice_queue_effective_rate (deliveries/s allowed now), all by queue. A scrape reads
+// JetStream once per queue at most once a second; scrapes in between get the cached values.
+func (q *Queues) Metrics() prometheus.Collector { return &queueMetrics{q: q} }
+
+type queueMetrics struct {
+	q *Queues
+
+	mu   sync.Mutex
+	at   time.Time
+	last []QueueStatus
+}
+
+var (
+	descDepth     = prometheus.NewDesc("sluice_queue_depth", "Jobs in the queue, waiting and in flight.", []string{"queue"}, nil)
+	descInFlight  = prometheus.NewDesc("sluice_queue_in_flight", "Jobs held by workers.", []string{"queue"}, nil)
+	descDead      = prometheus.NewDesc("sluice_queue_dead_letters", "Jobs in the queue's dead-letter stream.", []string{"queue"}, nil)
+	descPaused    = prometheus.NewDesc("sluice_queue_paused", "1 while the queue's deliveries are paused (by an operator or an upstream's Retry-After).", []string{"queue"}, nil)
+	descEffective = prometheus.NewDesc("sluice_queue_effective_rate", "Deliveries per second the queue is allowed now.", []string{"queue"}, nil)
+)
+
+func (m *queueMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descDepth, descInFlight, descDead, descPaused, descEffective} {
+		ch <- d
+	}
+}
+
+func (m *queueMetrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	if time.Since(m.at) >= time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		cfg := m.q.Config()
+		out := make([]QueueStatus, 0, len(cfg.Queues))
+		for i := range cfg.Queues {
+			if st, err := m.q.status(ctx, &cfg.Queues[i]); err == nil {
+				out = append(out, st)
+			}
+		}
+		cancel()
+		m.last, m.at = out, time.Now()
+	}
+	sts := m.last
+	m.mu.Unlock()
+	for _, st := range sts {
+		paused := 0.0
+		if st.Paused {
+			paused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(st.Depth), st.Name)
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight), st.Name)
+		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(st.DeadLetters), st.Name)
+		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, paused, st.Name)
+		ch <- prometheus.MustNewConstMetric(descEffective, prometheus.GaugeValue, st.EffectiveRate, st.Name)
+	}
 }

@@ -163,11 +163,18 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 		log.Warn("ingress: admin_listen is reachable from other hosts and no admin_token is set: anyone who reaches it reads queue state and metrics; set admin_token (or SLUICE_ADMIN_TOKEN) or bind it to 127.0.0.1", "admin_listen", cfg.AdminListen)
 	}
 	adm := admin.New(cfg.AdminListen, reg, checks...)
-	(&admin.Queues{
+	queues := &admin.Queues{
 		Info:        qs,
 		Config:      current.Load,
 		PausedUntil: pausedUntil(schedule),
-	}).Mount(adm)
+		Controls:    qs.Controls,
+	}
+	queues.Mount(adm)
+	reg.MustRegister(queues.Metrics())
+	ops := &admin.Ops{Q: qs, Queues: queues, Token: cfg.AdminToken, Logger: log}
+	if err := ops.Mount(adm, reg); err != nil {
+		return err
+	}
 
 	var wg sync.WaitGroup
 	run := func(name string, f func() error) {

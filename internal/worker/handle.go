@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
 	"github.com/sluice-rl/sluice/retry"
@@ -99,6 +100,12 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 	}
 	if err != nil {
 		r.handBack(j, "")
+		return
+	}
+	if _, canceled := r.p.canceled.Load(m.Job.ID); canceled {
+		j.log().Info("worker: job canceled by an operator; not delivered")
+		r.p.m.skipped.WithLabelValues(r.name).Inc()
+		r.ackFinal(j, true)
 		return
 	}
 	attempt := j.attempts + 1
@@ -253,8 +260,15 @@ func describe(out retry.Outcome, err error, timeout time.Duration) string {
 func (r *runner) waitSlot(ctx context.Context) error {
 	start := r.p.now()
 	backoff := takeBackoffMin
+	held := func() bool { return r.p.control(r.name).PausedAt(r.p.now()) }
 	for {
-		err := leaky.WaitHooks(ctx, r.p.sched, r.name, r.cfg.Load().Rate, leaky.Hooks{OnGiveUp: func(late time.Duration) {
+		// An operator's pause holds every worker: no slot is taken while it lasts.
+		for held() {
+			if !sleep(ctx, heldPoll) {
+				return ctx.Err()
+			}
+		}
+		err := leaky.WaitHooks(ctx, r.p.sched, r.name, r.rate(), leaky.Hooks{Held: held, OnGiveUp: func(late time.Duration) {
 			r.p.m.givenUp.WithLabelValues(r.name).Inc()
 			r.p.log.Debug("worker: slot given up; woke too late to use it on time", "queue", r.name, "late", late)
 		}})
@@ -264,6 +278,9 @@ func (r *runner) waitSlot(ctx context.Context) error {
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, leaky.ErrHeld) {
+			continue
 		}
 		r.p.m.takeErrors.WithLabelValues(r.name).Inc()
 		if errors.Is(err, leaky.ErrInvalidRate) {
@@ -277,6 +294,21 @@ func (r *runner) waitSlot(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, takeBackoffMax)
 	}
+}
+
+// heldPoll is how often a worker looks whether an operator's pause of its queue has ended (the
+// controls themselves arrive by a watch, at once).
+const heldPoll = 100 * time.Millisecond
+
+// rate is the queue's leak rate now: the config's, or the one an operator set at run time.
+func (r *runner) rate() leaky.Rate {
+	rate := r.cfg.Load().Rate
+	if s := r.p.control(r.name).Rate; s != "" {
+		if rt, err := config.ParseRate(s); err == nil && rt.Interval() > 0 {
+			rate.Interval = rt.Interval()
+		}
+	}
+	return rate
 }
 
 // keepAlive sends InProgress for m every third of ackWait until stop is called, so that

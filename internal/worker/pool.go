@@ -76,6 +76,11 @@ type Pool struct {
 	// runningAfter is how long a first delivery runs before it is recorded as running.
 	runningAfter time.Duration
 
+	// controls are the operators' run-time controls of the queues (pause, rate), from the
+	// meta bucket; canceled holds the ids of jobs canceled while this pool ran.
+	controls atomic.Pointer[map[string]queue.Control]
+	canceled sync.Map // job id -> struct{}
+
 	mu      sync.Mutex
 	specs   []QueueConfig      // the current queues, in order
 	runners map[string]*runner // while running, by queue name
@@ -179,10 +184,12 @@ func (p *Pool) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	p.ran, p.ctx, p.hard = true, ctx, hard
+	watch := p.watch(ctx)
 	for _, s := range p.specs {
 		p.startLocked(s)
 	}
 	p.mu.Unlock()
+	defer watch()
 
 	<-ctx.Done()
 	p.log.Info("worker: shutting down", "timeout", p.shutdown)
@@ -205,6 +212,42 @@ func (p *Pool) Run(ctx context.Context) error {
 		p.client.CloseIdleConnections()
 	}
 	return nil
+}
+
+// watch follows the operators' controls and cancellations until ctx ends, retrying while NATS
+// cannot be reached; the returned function waits for it to stop.
+func (p *Pool) watch(ctx context.Context) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			err := p.q.WatchControls(ctx, func(m map[string]queue.Control) { p.controls.Store(&m) })
+			if ctx.Err() == nil {
+				p.log.Warn("worker: watching queue controls; retrying", "err", err)
+				sleep(ctx, time.Second)
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			err := p.q.WatchCancels(ctx, func(id string) { p.canceled.Store(id, struct{}{}) })
+			if ctx.Err() == nil {
+				p.log.Warn("worker: watching cancellations; retrying", "err", err)
+				sleep(ctx, time.Second)
+			}
+		}
+	}()
+	return wg.Wait
+}
+
+// control returns the operators' control of the queue named name.
+func (p *Pool) control(name string) queue.Control {
+	if m := p.controls.Load(); m != nil {
+		return (*m)[name]
+	}
+	return queue.Control{}
 }
 
 // startLocked starts the runner of queue s; p.mu is held and Run is running.

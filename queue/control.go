@@ -1,0 +1,249 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Control is what an operator set on a queue at run time, kept in the meta bucket so that every
+// worker applies it within a second and it survives restarts. The zero value is "no control".
+type Control struct {
+	// Paused stops deliveries of the queue on every worker; PausedUntil, when not zero, ends
+	// the pause by itself.
+	Paused      bool      `json:"paused,omitempty"`
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	// Rate replaces the config file's rate ("40/s"); "" keeps the file's.
+	Rate string `json:"rate,omitempty"`
+}
+
+// PausedAt reports whether the control pauses the queue at now.
+func (c Control) PausedAt(now time.Time) bool {
+	return c.Paused && (c.PausedUntil.IsZero() || now.Before(c.PausedUntil))
+}
+
+const controlPrefix = "ctl."
+
+// ErrConflict is returned (wrapped) by Cancel for a job that can no longer be canceled: it is
+// being delivered, or already succeeded or failed.
+var ErrConflict = errors.New("queue: conflict")
+
+// SetControl changes queue's control with change, atomically against other operators.
+func (q *Queues) SetControl(ctx context.Context, queue string, change func(*Control)) (Control, error) {
+	if _, ok := q.spec(queue); !ok {
+		return Control{}, fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	key := controlPrefix + queue
+	for range 20 {
+		var c Control
+		var rev uint64
+		e, err := q.meta.Get(ctx, key)
+		switch {
+		case err == nil:
+			_ = json.Unmarshal(e.Value(), &c)
+			rev = e.Revision()
+		case !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted):
+			return Control{}, fmt.Errorf("queue: control %q: %w", queue, err)
+		}
+		change(&c)
+		data, _ := json.Marshal(c)
+		if rev == 0 {
+			_, err = q.meta.Create(ctx, key, data)
+		} else {
+			_, err = q.meta.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return c, nil
+		}
+		if !isConflict(err) {
+			return Control{}, fmt.Errorf("queue: control %q: %w", queue, err)
+		}
+	}
+	return Control{}, fmt.Errorf("queue: control %q: too many concurrent changes", queue)
+}
+
+// Controls returns the control of every queue that has one.
+func (q *Queues) Controls(ctx context.Context) (map[string]Control, error) {
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	out := map[string]Control{}
+	keys, err := q.meta.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue: controls: %w", err)
+	}
+	for k := range keys.Keys() {
+		name, ok := strings.CutPrefix(k, controlPrefix)
+		if !ok {
+			continue
+		}
+		e, err := q.meta.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var c Control
+		if json.Unmarshal(e.Value(), &c) == nil {
+			out[name] = c
+		}
+	}
+	return out, nil
+}
+
+// WatchControls calls apply with the controls of every queue now and after each change, until
+// ctx ends; a change reaches every watcher within milliseconds. It returns ctx's error, or the
+// error of starting the watch.
+func (q *Queues) WatchControls(ctx context.Context, apply func(map[string]Control)) error {
+	w, err := q.meta.Watch(ctx, controlPrefix+"*")
+	if err != nil {
+		return fmt.Errorf("queue: watch controls: %w", err)
+	}
+	defer w.Stop()
+	cur := map[string]Control{}
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("queue: watch controls: closed")
+			}
+			if e == nil { // the initial values are all in
+				initial = false
+				apply(clone(cur))
+				continue
+			}
+			name := strings.TrimPrefix(e.Key(), controlPrefix)
+			var c Control
+			if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &c) == nil {
+				cur[name] = c
+			} else {
+				delete(cur, name)
+			}
+			if !initial {
+				apply(clone(cur))
+			}
+		}
+	}
+}
+
+func clone(m map[string]Control) map[string]Control {
+	out := make(map[string]Control, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Cancel cancels job id before its delivery: its status becomes canceled (so a worker that
+// takes or already holds it drops it, see the worker), and its message is removed from its
+// queue. It returns the new status, ErrNotFound for an unknown id, or an error wrapping
+// ErrConflict when the job is being delivered or is already final.
+func (q *Queues) Cancel(ctx context.Context, id string) (Status, error) {
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	st, err := q.Status(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	var out Status
+	err = q.updateStatus(ctx, id, func(cur *record) *record {
+		base := st
+		if cur != nil {
+			base = cur.Status
+		}
+		if base.State.Terminal() || base.State == StateRunning {
+			out = base
+			return nil
+		}
+		next := record{Status: base, Tenant: st.Tenant}
+		if cur != nil {
+			next = *cur
+		}
+		next.State, next.LastError, next.UpdatedAt = StateCanceled, "canceled by an operator", time.Time{}
+		out = next.Status
+		return &next
+	})
+	if err != nil {
+		return Status{}, err
+	}
+	if out.State != StateCanceled {
+		return out, fmt.Errorf("%w: job %s is %s", ErrConflict, id, out.State)
+	}
+	if stream, ok := q.stream(out.Queue); ok {
+		if raw, err := stream.GetLastMsgForSubject(ctx, q.jobSubject(out.Queue, id)); err == nil {
+			_ = stream.DeleteMsg(ctx, raw.Sequence) // a worker that holds it sees the status
+		}
+	}
+	q.announceCancel(id)
+	out.State = StateCanceled
+	return out, nil
+}
+
+// stream returns queue's stream, if it is provisioned here.
+func (q *Queues) stream(queue string) (jetstream.Stream, bool) {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	st, ok := q.streams[queue]
+	return st, ok
+}
+
+// PurgeDeadLetters deletes the dead letters ids of queue, or all of them when ids is empty, and
+// returns how many it deleted.
+func (q *Queues) PurgeDeadLetters(ctx context.Context, queue string, ids []string) (int, error) {
+	if _, ok := q.spec(queue); !ok {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	st, err := q.js.Stream(ctx, q.dlqStreamName(queue))
+	if err != nil {
+		return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
+	}
+	if len(ids) == 0 {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
+		}
+		if err := st.Purge(ctx); err != nil {
+			return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
+		}
+		return int(info.State.Msgs), nil
+	}
+	n := 0
+	for _, id := range ids {
+		if !validID.MatchString(id) {
+			continue
+		}
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(q.dlqSubject(queue, id))); err != nil {
+			return n, fmt.Errorf("queue: purge dead letter %s: %w", id, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+func (q *Queues) cancelSubject() string { return q.opts.Prefix + ".cancel" }
+
+// announceCancel tells the workers that job id was canceled, so that one that holds it drops
+// it before sending. Best effort: a worker that misses it reads the status on a redelivery.
+func (q *Queues) announceCancel(id string) { _ = q.nc.Publish(q.cancelSubject(), []byte(id)) }
+
+// WatchCancels calls fn with the id of every job canceled from now on (by Cancel, in any
+// process), until ctx ends.
+func (q *Queues) WatchCancels(ctx context.Context, fn func(id string)) error {
+	sub, err := q.nc.Subscribe(q.cancelSubject(), func(m *nats.Msg) { fn(string(m.Data)) })
+	if err != nil {
+		return fmt.Errorf("queue: watch cancels: %w", err)
+	}
+	<-ctx.Done()
+	_ = sub.Unsubscribe()
+	return ctx.Err()
+}
