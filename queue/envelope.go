@@ -1,7 +1,7 @@
 package queue
 
 import (
-	"github.com/sluice-rl/sluice/internal/jsonw"
+	"github.com/sluice-rl/sluice/jsonw"
 
 	"encoding/base64"
 	"encoding/json"

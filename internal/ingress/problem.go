@@ -1,8 +1,6 @@
 package ingress
 
 import (
-	"github.com/sluice-rl/sluice/internal/jsonw"
-
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-rl/sluice/jsonw"
 	"github.com/sluice-rl/sluice/queue"
 )
 

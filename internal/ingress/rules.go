@@ -1,8 +1,6 @@
 package ingress
 
 import (
-	"github.com/sluice-rl/sluice/internal/jsonw"
-
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -22,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/jsonw"
 	"github.com/sluice-rl/sluice/limit"
 )
 

@@ -1,5 +1,9 @@
 // Package jsonw writes JSON by hand on hot paths, byte for byte as encoding/json's Marshal would,
-// without reflection or allocation.
+// without reflection or allocation. It is a leaf: it imports only the standard library.
+//
+// It is public because the public queue package (the job envelope it stores in JetStream) and
+// the ingress (problem bodies of 429s) both use it, and a public package may not import an
+// internal one. Its API is one function, AppendString; it is safe for concurrent use.
 package jsonw
 
 import "unicode/utf8"
