@@ -26,6 +26,7 @@ deps:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags noembed ./internal/app/ ./cmd/ingress/
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l:" $$unformatted >&2; exit 1; fi
 

@@ -1,3 +1,5 @@
+//go:build !noembed
+
 package app
 
 import (
@@ -44,6 +46,9 @@ func startEmbeddedNATS(dataDir string) (*embeddedNATS, error) {
 func (e *embeddedNATS) connect() (*nats.Conn, error) {
 	return nats.Connect("", nats.InProcessServer(e.srv), nats.Name("sluice-ingress"))
 }
+
+// storeDir is where the server keeps its streams.
+func (e *embeddedNATS) storeDir() string { return e.srv.StoreDir() }
 
 // stop shuts the server down and waits until JetStream has flushed its store.
 func (e *embeddedNATS) stop() {

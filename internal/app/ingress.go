@@ -95,6 +95,9 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 	embedded := cfg.NATS == nil
 	if embedded {
 		ens, err := startEmbeddedNATS(cfg.DataDir)
+		if errors.Is(err, errNoEmbedded) {
+			return connect.ConfigError(fmt.Errorf("%s: %w", m.ConfigPath, err))
+		}
 		if err != nil {
 			return err
 		}
@@ -102,7 +105,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 		if nc, err = ens.connect(); err != nil {
 			return fmt.Errorf("embedded nats: connect: %w", err)
 		}
-		log.Info("ingress: embedded NATS with JetStream", "store", ens.srv.StoreDir())
+		log.Info("ingress: embedded NATS with JetStream", "store", ens.storeDir())
 	} else if nc, err = connect.NATS(cfg.NATS.URL, "sluice-ingress"); err != nil {
 		return err
 	}
