@@ -2,6 +2,11 @@
 // connections, bounded in time and in requests, that reports throughput, latency percentiles and
 // the count of every status code. It only targets loopback addresses.
 //
+// It exists beside wrk (which the benchmark script uses for the GET paths) because the defer
+// path's figures need what wrk does not give: the count of each status code (202 against 429,
+// 503 and 413 — wrk reports only "non-2xx"), a request-count bound as well as a time bound, and
+// a refusal to send anything off the machine.
+//
 //	go run ./cmd/load -url http://127.0.0.1:8080/api/orders -method POST -body '{"n":1}' \
 //	    -header 'X-API-Key: k1' -c 64 -d 10s
 package main

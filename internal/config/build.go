@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/retry"
 )
 
 // builder turns the raw file into a Config, filling in defaults and reporting every problem.
@@ -649,17 +650,4 @@ func parseKeyPart(s string) (KeyPart, error) {
 
 // isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2): a valid method or
 // header name.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, c := range []byte(s) {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
+func isToken(s string) bool { return retry.IsToken(s) }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/sluice-rl/sluice/retry"
 )
 
 // trust is the set of peers whose forwarding headers are believed.
@@ -226,13 +228,7 @@ func skipOWS(s string, i int) int {
 }
 
 // isTokenChar reports whether c may appear in an HTTP token (RFC 9110 5.6.2).
-func isTokenChar(c byte) bool {
-	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
-}
+func isTokenChar(c byte) bool { return retry.IsTokenChar(c) }
 
 // parseForwardedNode parses an RFC 7239 node: an IPv4 address or a bracketed IPv6 address,
 // each with an optional port. "unknown" and obfuscated identifiers do not parse.

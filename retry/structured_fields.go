@@ -255,13 +255,30 @@ func (p *sfParser) token() (any, error) {
 	return sfToken(p.s[start:p.i]), nil
 }
 
-// isTokenChar reports tchar / ":" / "/" (RFC 9110 tchar).
-func isTokenChar(c byte) bool {
+// isTokenChar reports whether c may appear in a Structured Fields token: a tchar, ":" or "/".
+func isTokenChar(c byte) bool { return IsTokenChar(c) || c == ':' || c == '/' }
+
+// IsTokenChar reports whether c may appear in an HTTP token (RFC 9110 section 5.6.2, tchar):
+// the characters of a method or a header name. It is the one such check of the module.
+func IsTokenChar(c byte) bool {
 	switch {
 	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
 		return true
 	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~:/", c) >= 0
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// IsToken reports whether s is a non-empty HTTP token (RFC 9110 section 5.6.2).
+func IsToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !IsTokenChar(s[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *sfParser) binary() (any, error) {
