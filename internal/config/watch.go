@@ -59,13 +59,6 @@ type Watcher struct {
 	checked   func()        // called after each debounced look at the file, for tests
 }
 
-// Watch reloads the file at path until ctx is done, as a Watcher with these callbacks and
-// defaults otherwise does: on SIGHUP and when the file changes.
-func Watch(ctx context.Context, path string, onChange func(*Config), onError func(error)) error {
-	w := &Watcher{Path: path, OnChange: onChange, OnError: onError}
-	return w.Run(ctx)
-}
-
 func (w *Watcher) init() {
 	w.once.Do(func() {
 		w.reload = make(chan struct{}, 1)
