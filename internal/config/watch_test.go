@@ -253,7 +253,7 @@ func TestWatcherReloadBeforeRun(t *testing.T) {
 
 func TestWatchMissingDirectory(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	err := Watch(context.Background(), filepath.Join(t.TempDir(), "gone", "sluice.yaml"), nil, nil)
+	err := (&Watcher{Path: filepath.Join(t.TempDir(), "gone", "sluice.yaml")}).Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "config: watch") {
 		t.Fatalf("Watch on a missing directory: %v", err)
 	}
