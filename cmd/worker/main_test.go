@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
-	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 	"github.com/sluice-rl/sluice/leaky"
 )
@@ -299,7 +299,7 @@ func TestRedisDown(t *testing.T) {
 	if late != 0 {
 		t.Errorf("%d deliveries while Redis was down, want 0", late)
 	}
-	if held := 2 * worker.DefaultConcurrency; early > held {
+	if held := 2 * config.DefaultConcurrency; early > held {
 		t.Errorf("%d deliveries right after Redis went down, want ≤ %d (the jobs the workers held)", early, held)
 	}
 	if d := resumed.Sub(started); d > time.Second {

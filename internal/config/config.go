@@ -26,9 +26,12 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/queue"
 )
 
-// Defaults, applied to keys absent from the file.
+// Defaults, applied to keys absent from the file — once, here: the worker takes complete
+// values, and where the public queue package has a default of its own for a zero field, the
+// file's default is that constant.
 const (
 	DefaultListen          = "127.0.0.1:8080"
 	DefaultAdminListen     = "127.0.0.1:9090"
@@ -36,23 +39,29 @@ const (
 	DefaultOnStoreError    = StoreErrorAllow
 	DefaultStoreTimeout    = 50 * time.Millisecond
 	DefaultShutdownTimeout = 10 * time.Second
-	DefaultJobRetention    = 24 * time.Hour
+	DefaultJobRetention    = queue.DefaultStatusTTL
 	DefaultMaxHeaderBytes  = 64 << 10
 	DefaultNATSReplicas    = 1
 	DefaultReadTimeout     = 30 * time.Second
 	DefaultIPv6Prefix      = 64
 
-	DefaultMaxDepth        = 100000
-	DefaultMaxBodyBytes    = 1 << 20
-	DefaultTargetMethod    = "POST"
-	DefaultMaxAttempts     = 8
+	DefaultMaxDepth     = 100000
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultTargetMethod = "POST"
+	DefaultMaxAttempts  = 8
+	// A queue's delivery backoff. The worker always passes these (or the file's) to retry;
+	// retry's own zero-Policy defaults (500ms to 30s) are the client SDK's, for calls a
+	// program waits on, not for deliveries that may wait minutes.
 	DefaultBackoffInitial  = time.Second
 	DefaultBackoffMax      = 5 * time.Minute
 	DefaultTimeout         = 10 * time.Second
-	DefaultDedupeWindow    = 24 * time.Hour
-	DefaultAckWait         = 30 * time.Second
+	DefaultDedupeWindow    = queue.DefaultDedupeWindow
+	DefaultAckWait         = queue.DefaultAckWait
 	DefaultConcurrency     = 4
 	DefaultMaxPauseRetries = 20
+	// DefaultPause is how long a queue pauses after an upstream 429 or 503 that named no wait
+	// (no Retry-After, RateLimit or X-RateLimit-Reset header). Not a key of the file.
+	DefaultPause = time.Second
 
 	// DefaultMatchPath is the path of a rule without match.path: every path.
 	DefaultMatchPath = "/*"

@@ -470,7 +470,11 @@ func (r *runner) handBack(j *job, why string) {
 	} else {
 		// Not sent: record this delivery, so that the next one does not count it as an
 		// attempt the upstream may have seen (see handle).
-		r.setStatus(j, queue.StateQueued, j.attempts, j.prev.LastError, j.prev.Response, nil)
+		state := queue.StateQueued
+		if j.prev.State != "" {
+			state = j.prev.State // what it was when this delivery took it
+		}
+		r.setStatus(j, state, j.attempts, j.prev.LastError, j.prev.Response, nil)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()

@@ -111,12 +111,17 @@ func (r *running) stop(t testing.TB) time.Duration {
 // spec returns a queue config delivering to the harness's upstream at rate per second.
 func (h *harness) spec(name string, rate int) worker.QueueConfig {
 	return worker.QueueConfig{
-		Name:     name,
-		Rate:     leaky.Every(int64(rate), time.Second),
-		Upstream: h.up.URL,
-		Target:   &worker.Target{Method: http.MethodPost, URL: h.up.URL + "/target/" + name},
-		Backoff:  testBackoff,
-		Timeout:  2 * time.Second,
+		Name:            name,
+		Rate:            leaky.Every(int64(rate), time.Second),
+		Upstream:        h.up.URL,
+		Target:          &worker.Target{Method: http.MethodPost, URL: h.up.URL + "/target/" + name},
+		Backoff:         testBackoff,
+		Timeout:         2 * time.Second,
+		MaxAttempts:     config.DefaultMaxAttempts,
+		Concurrency:     config.DefaultConcurrency,
+		MaxPauseRetries: config.DefaultMaxPauseRetries,
+		DefaultPause:    config.DefaultPause,
+		AckWait:         config.DefaultAckWait,
 	}
 }
 

@@ -145,7 +145,7 @@ func prepare(specs []QueueConfig) ([]QueueConfig, error) {
 			continue
 		}
 		seen[s.Name] = true
-		out = append(out, s.withDefaults())
+		out = append(out, s)
 	}
 	return out, errors.Join(errs...)
 }

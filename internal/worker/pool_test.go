@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
@@ -591,7 +592,7 @@ queues:
 		o.Upstream != "http://127.0.0.1:9000" || o.Target == nil || o.Target.Method != "PUT" ||
 		o.Target.URL != "http://127.0.0.1:9000/api/orders" || o.MaxAttempts != 3 ||
 		o.Backoff.Initial != 2*time.Second || o.Backoff.Max != time.Minute || o.Timeout != 4*time.Second ||
-		o.Concurrency != 7 || o.MaxPauseRetries >= 0 {
+		o.Concurrency != 7 || o.MaxPauseRetries != 0 || o.DefaultPause != config.DefaultPause {
 		t.Errorf("orders = %+v", o)
 	}
 	p := qs[1]
