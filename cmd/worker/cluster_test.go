@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-rl/sluice/internal/app"
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
-	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 	"github.com/sluice-rl/sluice/queue"
 )
@@ -101,7 +101,7 @@ func (c *cluster) config(queues string) string {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if err := c.qs.Provision(c.ctx, worker.QueueSpecs(cfg)); err != nil {
+	if err := c.qs.Provision(c.ctx, app.QueueSpecs(cfg)); err != nil {
 		c.t.Fatal(err)
 	}
 	return path

@@ -12,9 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-rl/sluice/internal/app"
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
-	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -64,7 +64,7 @@ queues:
 		defer ccancel()
 		qs.Close(cctx)
 	})
-	if err := qs.Provision(ctx, worker.QueueSpecs(cfg)); err != nil {
+	if err := qs.Provision(ctx, app.QueueSpecs(cfg)); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {

@@ -21,8 +21,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sluice-rl/sluice/internal/app"
 	"github.com/sluice-rl/sluice/internal/connect"
-	"github.com/sluice-rl/sluice/internal/worker"
 )
 
 func main() {
@@ -35,7 +35,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err := worker.Main{
+	err := app.Worker{
 		ConfigPath: *path,
 		Logger:     slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}.Run(ctx)

@@ -1,7 +1,17 @@
-// Package app assembles the ingress process from its parts: the config file and its reload
-// watcher, the limiter store, the queue layer (on an external or an embedded NATS server), the
-// echo front, the admin listener, and — when NATS is embedded, the quickstart — an in-process
-// worker pool. cmd/ingress is a thin main over [Ingress.Run].
+// Package app assembles Sluice's two processes from their parts; cmd/ingress and cmd/worker are
+// thin mains over [Ingress.Run] and [Worker.Run]. Both have one shape, the same steps in the
+// same order:
+//
+//  1. load the config file (config.Load; an unusable one is a connect.ErrConfig error, exit 2);
+//  2. connect the stores: Redis for limiter state and the leak schedule (connect.Redis), NATS
+//     for the queues (connect.NATS, or the embedded server of the quickstart);
+//  3. serve the admin listener (admin.New: health, readiness, metrics; the ingress adds the
+//     queue reads and the operating API);
+//  4. open the queues (openQueues: retry until NATS answers, then provision — one policy);
+//  5. run: the ingress serves the echo front (ingress.Server) and, when NATS is embedded, an
+//     in-process worker.Pool; the worker runs a worker.Pool;
+//  6. watch the config file (config.Watcher) and apply valid changes;
+//  7. on ctx's end, stop in reverse order within shutdown_timeout.
 package app
 
 import (
@@ -268,7 +278,7 @@ func (m Ingress) apply(ctx context.Context, log *slog.Logger, adm *admin.Server,
 	old := current.Load()
 	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := qs.Provision(pctx, worker.QueueSpecs(next)); err != nil {
+	if err := qs.Provision(pctx, QueueSpecs(next)); err != nil {
 		adm.ReloadFailed()
 		log.Error("ingress: reload refused: provision queues; keeping the old config", "err", err)
 		return
@@ -301,7 +311,8 @@ func queueNames(cfg *config.Config) []string {
 }
 
 // openQueues creates the queue layer and provisions the config's queues, retrying while NATS
-// cannot be reached, until ctx ends.
+// cannot be reached (100ms, doubling to 5s), until ctx ends: the one connect policy of the
+// ingress and the worker.
 func openQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (*queue.Queues, error) {
 	replicas := 1
 	if cfg.NATS != nil {
@@ -318,7 +329,7 @@ func openQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Config,
 			err = qs.ResetConsumers(qctx, queueNames(cfg))
 		}
 		if err == nil {
-			err = qs.Provision(qctx, worker.QueueSpecs(cfg))
+			err = qs.Provision(qctx, QueueSpecs(cfg))
 		}
 		cancel()
 		if err == nil {

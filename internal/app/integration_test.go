@@ -18,7 +18,6 @@ import (
 	"github.com/sluice-rl/sluice/client"
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
-	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 	"github.com/sluice-rl/sluice/queue"
 	"github.com/sluice-rl/sluice/retry"
@@ -64,7 +63,7 @@ rules:
 	}
 	wctx, stopWorker := context.WithCancel(context.Background())
 	workerDone := make(chan error, 1)
-	go func() { workerDone <- worker.Main{ConfigPath: wpath, Logger: testLogger()}.Run(wctx) }()
+	go func() { workerDone <- Worker{ConfigPath: wpath, Logger: testLogger()}.Run(wctx) }()
 	t.Cleanup(func() {
 		stopWorker()
 		if err := <-workerDone; err != nil {
@@ -228,7 +227,7 @@ queues:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := qs.Provision(ctx, worker.QueueSpecs(cfg)); err != nil {
+	if err := qs.Provision(ctx, QueueSpecs(cfg)); err != nil {
 		t.Fatal(err)
 	}
 	cons, err := qs.Consumer(ctx, "crash")

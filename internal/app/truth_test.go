@@ -17,7 +17,6 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
-	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -117,7 +116,7 @@ queues:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := qs.Provision(ctx, worker.QueueSpecs(cfg)); err != nil {
+	if err := qs.Provision(ctx, QueueSpecs(cfg)); err != nil {
 		t.Fatal(err)
 	}
 	// Count what is in the stream, by outcome, until the ingress's withdrawals have landed.

@@ -1,4 +1,4 @@
-package worker_test
+package app
 
 import (
 	"context"
@@ -12,14 +12,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
-	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 	"github.com/sluice-rl/sluice/queue"
 )
 
-// Main, in-process: it provisions the queues, drains them, reports ready, and on cancel
+// Worker, in-process: it provisions the queues, drains them, reports ready, and on cancel
 // returns nil having stopped everything it started (goleak checks at the end).
-func TestMainRun(t *testing.T) {
+func TestWorkerRun(t *testing.T) {
 	rs := testenv.Redis(t)
 	ns := testenv.NATS(t)
 	up := workertest.NewRecorder(t)
@@ -44,7 +43,7 @@ queues:
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- worker.Main{ConfigPath: path, Ready: func(addr string) { ready <- addr }}.Run(ctx)
+		done <- Worker{ConfigPath: path, Ready: func(addr string) { ready <- addr }}.Run(ctx)
 	}()
 	select {
 	case addr := <-ready:

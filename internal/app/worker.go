@@ -1,4 +1,4 @@
-package worker
+package app
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/connect"
+	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
 )
@@ -25,12 +26,13 @@ import (
 func configErr(err error) error           { return connect.ConfigError(err) }
 func configErrf(f string, a ...any) error { return configErr(fmt.Errorf(f, a...)) }
 
-// Main is the standalone worker process, which cmd/worker runs: it loads the config file,
-// connects to Redis (the shared leak schedule) and NATS (the queues), provisions the queues,
-// serves /healthz, /readyz and /metrics on the config's admin_listen, drains the queues with a
-// Pool, reloads on SIGHUP or when the file changes, and shuts down gracefully when Run's
-// context ends.
-type Main struct {
+// Worker is the standalone worker process, which cmd/worker runs. It has the ingress's shape
+// (see the package doc): it loads the config file, connects to Redis (the shared leak schedule)
+// and NATS (the queues), serves /healthz, /readyz and /metrics on the config's admin_listen,
+// opens and provisions the queues (openQueues, the one connect policy of both processes),
+// drains them with a worker.Pool, reloads on SIGHUP or when the file changes, and shuts down
+// gracefully when Run's context ends.
+type Worker struct {
 	// ConfigPath is the config file. Required.
 	ConfigPath string
 	// Logger receives the logs. Nil: text to stderr.
@@ -42,7 +44,7 @@ type Main struct {
 // Run runs the worker until ctx ends, then shuts down within the config's shutdown_timeout and
 // returns nil. It returns a connect.ErrConfig error for an unusable config, and other errors when the
 // admin listener cannot be opened or the queues cannot be provisioned.
-func (m Main) Run(ctx context.Context) error {
+func (m Worker) Run(ctx context.Context) error {
 	log := m.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -122,22 +124,16 @@ func (m Main) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: jetstream: %w", err)
 	}
-	qs, err := connectQueues(ctx, js, cfg, log)
+	qs, err := openQueues(ctx, js, cfg, log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
-	if err := provision(ctx, qs, cfg); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
 
-	specs := FromConfig(cfg)
-	pool, err := New(Deps{
+	specs := worker.FromConfig(cfg)
+	pool, err := worker.New(worker.Deps{
 		Queues:          qs,
 		Schedule:        leaky.NewRedis(rdb, leaky.RedisConfig{}),
 		Registerer:      reg,
@@ -166,10 +162,10 @@ func (m Main) Run(ctx context.Context) error {
 				// starts on them.
 				pctx, cancel := context.WithTimeout(wctx, 20*time.Second)
 				defer cancel()
-				if err := provision(pctx, qs, next); err != nil {
+				if err := qs.Provision(pctx, QueueSpecs(next)); err != nil {
 					log.Error("worker: reload: provision queues", "err", err)
 				}
-				if err := pool.Reload(FromConfig(next)); err != nil {
+				if err := pool.Reload(worker.FromConfig(next)); err != nil {
 					adm.ReloadFailed()
 					log.Error("worker: reload refused; keeping the old config", "err", err)
 					return
@@ -199,25 +195,6 @@ func (m Main) Run(ctx context.Context) error {
 	return err
 }
 
-// connectQueues creates the queue layer, retrying while NATS cannot be reached, until ctx
-// ends.
-func connectQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (*queue.Queues, error) {
-	backoff := 100 * time.Millisecond
-	for {
-		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		qs, err := queue.New(qctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: cfg.NATS.Replicas, IDSecret: cfg.IDSecretBytes()})
-		cancel()
-		if err == nil {
-			return qs, nil
-		}
-		log.Warn("worker: queues unavailable; retrying", "err", err, "retry_in", backoff)
-		if !sleep(ctx, backoff) {
-			return nil, ctx.Err()
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
 // QueueSpecs maps the queues of cfg to the queue layer's specs. Every process that provisions
 // the queues (ingresses and workers) derives them from the same file, so they agree.
 func QueueSpecs(cfg *config.Config) []queue.Spec {
@@ -237,21 +214,4 @@ func QueueSpecs(cfg *config.Config) []queue.Spec {
 		})
 	}
 	return out
-}
-
-// provision creates or updates the queues of cfg, retrying while NATS cannot be reached.
-func provision(ctx context.Context, qs *queue.Queues, cfg *config.Config) error {
-	var err error
-	for range 5 {
-		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		err = qs.Provision(pctx, QueueSpecs(cfg))
-		cancel()
-		if err == nil || !sleep(ctx, time.Second) {
-			break
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("worker: provision queues: %w", err)
-	}
-	return nil
 }
