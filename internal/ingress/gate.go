@@ -274,8 +274,32 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 	if len(k.matched) == 0 {
 		return true, nil, nil
 	}
+	if p, err := g.charge(r, rs, k); p != nil || err != nil {
+		if p != nil {
+			writeProblem(c.Response(), p)
+		}
+		return false, nil, err
+	}
+	mayDefer := g.noDefer == nil || !g.noDefer(r.URL.Path)
+	rl := decideRuling(k.limited, k.decs, k.srcs, k.matched, mayDefer, k.viol)
+	k.viol = rl.viol
+	var hdrs *rateHeaders
+	if rl.header >= 0 {
+		secs := int64(-1)
+		if rl.action == reject {
+			secs = retryAfterSeconds(rl.retryAfter)
+		}
+		hdrs = newRateHeaders(k.limited[rl.header], k.decs[rl.header], secs)
+	}
+	countDecisions(k, &rl)
+	return g.respond(c, rs, k, &rl, hdrs)
+}
 
-	// Charge every matching limit in one limiter call.
+// charge builds the limiter key of every matching rule with a limit and charges them all in
+// one limiter call, filling k.limited, k.reqs, k.decs and k.srcs. It returns a 400 problem for
+// a request whose key is ambiguous (a key header or parameter repeated with different
+// values), and the error of a client that went away.
+func (g *Gate) charge(r *http.Request, rs *ruleSet, k *call) (*Problem, error) {
 	k.q = request{r: r, trusted: rs.trusted, v6bits: rs.v6bits}
 	var ends [16]int
 	keyEnds := ends[:0]
@@ -287,125 +311,148 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 		}
 	}
 	if k.q.conflict != "" {
-		writeProblem(c.Response(), badRequest("ambiguous rate-limit key",
-			"the "+k.q.conflict+" appears several times with different values; send it once"))
-		return false, nil, nil
+		return badRequest("ambiguous rate-limit key",
+			"the "+k.q.conflict+" appears several times with different values; send it once"), nil
 	}
-	if len(k.limited) > 0 {
-		all := string(k.keys) // one allocation for every key of the request
-		start := 0
-		for i, ru := range k.limited {
-			k.reqs = append(k.reqs, limit.Request{Key: all[start:keyEnds[i]], Limit: ru.spec, Cost: 1})
-			start = keyEnds[i]
-		}
-		if err := g.decide(r.Context(), rs, k); err != nil {
-			return false, nil, err // the client went away
-		}
+	if len(k.limited) == 0 {
+		return nil, nil
 	}
-
-	// The most restrictive rule decides.
-	v := forward
-	var (
-		deferTo    *rule
-		retryAfter time.Duration
-		headerRule = -1 // index in k.limited of the policy the headers report
-		mayDefer   = g.noDefer == nil || !g.noDefer(r.URL.Path)
-	)
+	all := string(k.keys) // one allocation for every key of the request
+	start := 0
 	for i, ru := range k.limited {
-		d, src := k.decs[i], k.srcs[i]
+		k.reqs = append(k.reqs, limit.Request{Key: all[start:keyEnds[i]], Limit: ru.spec, Cost: 1})
+		start = keyEnds[i]
+	}
+	return nil, g.decide(r.Context(), rs, k)
+}
+
+// ruling is what happens to a request and why: the verdict, the rule it defers to, the longest
+// Retry-After of the rules it violated (which viol lists), and the policy the rate-limit
+// headers report.
+type ruling struct {
+	action     verdict
+	deferTo    *rule
+	retryAfter time.Duration
+	header     int // index in the limited rules of the policy the headers report; -1: none
+	viol       []*rule
+}
+
+// decideRuling turns each charged rule's decision (limited[i] decided decs[i], which came from
+// srcs[i]) into the ruling. It is pure: it reads its arguments and appends to viol only.
+//   - The most restrictive rule decides: a violated rule that rejects makes it reject; else a
+//     rule whose store failed and that fails closed makes it fail closed; else a violated
+//     rule with on_limit: enqueue, or a matching action: enqueue rule, defers it (mayDefer
+//     false — the job API itself — forwards instead); else it is forwarded.
+//   - Shadow rules, rules that failed open and allowed requests never restrict.
+//   - The headers report the policy closest to exhaustion (least remaining, then the longest
+//     reset), among the violated rules on a 429; rules without a decision report nothing.
+func decideRuling(limited []*rule, decs []limit.Decision, srcs []source, matched []*rule, mayDefer bool, viol []*rule) ruling {
+	rl := ruling{action: forward, header: -1, viol: viol}
+	for i, ru := range limited {
+		d, src := decs[i], srcs[i]
 		switch {
 		case src == failedClosed:
-			if v != reject {
-				v = failClosed
+			if rl.action != reject {
+				rl.action = failClosed
 			}
 		case src == failedOpen || d.Allowed || ru.shadow:
 		case ru.onLimitEnqueue && mayDefer:
-			if deferTo == nil {
-				deferTo = ru
+			if rl.deferTo == nil {
+				rl.deferTo = ru
 			}
 		default:
-			v = reject
-			k.viol = append(k.viol, ru)
-			if d.RetryAfter > retryAfter {
-				retryAfter = d.RetryAfter
-			}
+			rl.action = reject
+			rl.viol = append(rl.viol, ru)
+			rl.retryAfter = max(rl.retryAfter, d.RetryAfter)
 		}
 	}
-	if v == forward {
-		if deferTo == nil {
-			for _, ru := range k.matched {
-				if ru.actionEnqueue && !ru.shadow {
-					deferTo = ru
-					break
-				}
-			}
-		}
-		if deferTo != nil && mayDefer {
-			v = deferIt
+	if rl.action == forward {
+		rl.deferTo = deferTarget(rl.deferTo, matched)
+		if rl.deferTo != nil && mayDefer {
+			rl.action = deferIt
 		}
 	}
-	// Headers report the policy closest to exhaustion: among the violated ones on a 429.
-	for i, ru := range k.limited {
-		src := k.srcs[i]
-		if src == failedOpen || src == failedClosed {
-			continue
-		}
-		d := k.decs[i]
-		if v == reject && (d.Allowed || ru.shadow || ru.onLimitEnqueue && mayDefer) {
-			continue
-		}
-		if headerRule < 0 {
-			headerRule = i
-			continue
-		}
-		best := k.decs[headerRule]
-		if d.Remaining < best.Remaining || d.Remaining == best.Remaining && d.ResetAfter > best.ResetAfter {
-			headerRule = i
-		}
-	}
-	var hdrs *rateHeaders
-	if headerRule >= 0 {
-		secs := int64(-1)
-		if v == reject {
-			secs = retryAfterSeconds(retryAfter)
-		}
-		hdrs = newRateHeaders(k.limited[headerRule], k.decs[headerRule], secs)
-	}
+	rl.header = headerPolicy(limited, decs, srcs, rl.action == reject, mayDefer)
+	return rl
+}
 
-	// Count each rule's decision.
-	for i, ru := range k.limited {
-		d, src := k.decs[i], k.srcs[i]
-		var o Outcome
-		switch {
-		case src == failedClosed && ru.shadow, src == failedOpen:
-			o = OutcomeFailOpen
-		case src == failedClosed:
-			o = OutcomeFailClosed
-		case !d.Allowed && ru.shadow:
-			o = OutcomeShadow
-		case !d.Allowed && v == deferIt && ru == deferTo:
-			continue // counted as enqueued once it is
-		case !d.Allowed:
-			o = OutcomeRejected
-		case ru.actionEnqueue && v == deferIt && ru == deferTo:
-			continue
-		case src == fromFallback:
-			o = OutcomeFailOpen
-		default:
-			o = OutcomeAllowed
+// deferTarget is the rule a forwarded request defers to: the first violated on_limit: enqueue
+// rule (first), else the first matching action: enqueue rule that is not in shadow mode.
+func deferTarget(first *rule, matched []*rule) *rule {
+	if first != nil {
+		return first
+	}
+	for _, ru := range matched {
+		if ru.actionEnqueue && !ru.shadow {
+			return ru
 		}
-		ru.counters[o].Inc()
+	}
+	return nil
+}
+
+// headerPolicy returns the index of the policy the rate-limit headers report, or -1: the one
+// closest to exhaustion among the rules that decided, and among the violated ones on a 429.
+func headerPolicy(limited []*rule, decs []limit.Decision, srcs []source, rejected, mayDefer bool) int {
+	best := -1
+	for i, ru := range limited {
+		if srcs[i] == failedOpen || srcs[i] == failedClosed {
+			continue
+		}
+		d := decs[i]
+		if rejected && (d.Allowed || ru.shadow || ru.onLimitEnqueue && mayDefer) {
+			continue
+		}
+		if best < 0 || d.Remaining < decs[best].Remaining ||
+			d.Remaining == decs[best].Remaining && d.ResetAfter > decs[best].ResetAfter {
+			best = i
+		}
+	}
+	return best
+}
+
+// countDecisions counts each rule's decision under the ruling rl in the decisions metric. The
+// rule a request is deferred to is counted as enqueued once the job is stored (deferRequest).
+func countDecisions(k *call, rl *ruling) {
+	for i, ru := range k.limited {
+		if o, ok := decisionOutcome(ru, k.decs[i], k.srcs[i], rl); ok {
+			ru.counters[o].Inc()
+		}
 	}
 	for _, ru := range k.matched {
 		if ru.actionEnqueue && !ru.hasLimit && ru.shadow {
 			ru.counters[OutcomeShadow].Inc()
 		}
 	}
+}
 
+// decisionOutcome is the outcome counted for rule ru that decided d from src; false when it is
+// counted elsewhere.
+func decisionOutcome(ru *rule, d limit.Decision, src source, rl *ruling) (Outcome, bool) {
+	deferred := rl.action == deferIt && ru == rl.deferTo
+	switch {
+	case src == failedClosed && ru.shadow, src == failedOpen:
+		return OutcomeFailOpen, true
+	case src == failedClosed:
+		return OutcomeFailClosed, true
+	case !d.Allowed && ru.shadow:
+		return OutcomeShadow, true
+	case !d.Allowed && deferred, ru.actionEnqueue && deferred:
+		return 0, false // counted as enqueued once it is
+	case !d.Allowed:
+		return OutcomeRejected, true
+	case src == fromFallback:
+		return OutcomeFailOpen, true
+	}
+	return OutcomeAllowed, true
+}
+
+// respond answers the request under the ruling: 429, 503, or 202 (the deferral), or reports
+// true for a request that proceeds, with its headers.
+func (g *Gate) respond(c echo.Context, rs *ruleSet, k *call, rl *ruling, hdrs *rateHeaders) (bool, *rateHeaders, error) {
 	w := c.Response()
-	switch v {
+	switch rl.action {
 	case reject:
-		g.writeQuotaExceeded(w, k, hdrs, retryAfterSeconds(retryAfter))
+		g.writeQuotaExceeded(w, k, hdrs, retryAfterSeconds(rl.retryAfter))
 		return false, nil, nil
 	case failClosed:
 		if hdrs != nil {
@@ -423,7 +470,7 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 		if hdrs != nil {
 			hdrs.apply(w.Header())
 		}
-		return false, nil, g.deferRequest(c, rs, deferTo)
+		return false, nil, g.deferRequest(c, rs, rl.deferTo)
 	}
 	return true, hdrs, nil
 }
