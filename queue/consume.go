@@ -162,13 +162,36 @@ type Msg struct {
 	settled bool
 }
 
-// errSettled is returned when a settled Msg is settled again.
-var errSettled = errors.New("queue: message already acknowledged")
+// ErrSettled is returned (wrapped) when a settled Msg is settled again.
+var ErrSettled = errors.New("queue: message already acknowledged")
 
-// Ack acknowledges the job as done, and waits for the server to confirm: a nil error means the
-// job is gone from the queue and will not be delivered again.
+// errSettled is ErrSettled, for this package's own checks.
+var errSettled = ErrSettled
+
+// The acknowledgement protocol goes through nats.go where it has the call (Ack, DoubleAck,
+// InProgress); nats.go has no confirmed Nak, NakWithDelay or Term, and a hand-back or a
+// termination must be known to have reached the server (the job is handed to another worker,
+// or leaves the queue), so those three send their acknowledgement as a request and wait for
+// the reply (settle).
+
+// Ack acknowledges the job as done, and waits for the server to confirm (nats.go's DoubleAck):
+// a nil error means the job is gone from the queue and will not be delivered again.
 func (m *Msg) Ack(ctx context.Context) error {
-	return m.settle(ctx, []byte("+ACK"), true)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.settled {
+		return ErrSettled
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	if err := m.raw.DoubleAck(ctx); err != nil {
+		if errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return fmt.Errorf("queue: ack job %s: %w", m.id(), ErrSettled)
+		}
+		return fmt.Errorf("queue: ack job %s: %w", m.id(), err)
+	}
+	m.settled = true
+	return nil
 }
 
 // AckNoWait acknowledges the job as done without waiting for the server's confirmation: the
@@ -183,26 +206,27 @@ func (m *Msg) AckNoWait() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.settled {
-		return errSettled
+		return ErrSettled
 	}
-	reply := m.raw.Reply()
-	if reply == "" {
-		return errors.New("queue: message has no reply subject")
-	}
-	if err := m.nc.Publish(reply, ackBody); err != nil {
+	if err := m.raw.Ack(); err != nil {
 		return fmt.Errorf("queue: ack job %s: %w", m.id(), err)
 	}
 	m.settled = true
 	return nil
 }
 
-// ackBody is the body of an acknowledgement; the connection copies it on Publish.
-var ackBody = []byte("+ACK")
-
 // InProgress tells JetStream the worker is still on the job, restarting its AckWait. It may be
 // called any number of times.
 func (m *Msg) InProgress(ctx context.Context) error {
-	return m.settle(ctx, []byte("+WPI"), false)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.settled {
+		return ErrSettled
+	}
+	if err := m.raw.InProgress(); err != nil {
+		return fmt.Errorf("queue: in progress job %s: %w", m.id(), err)
+	}
+	return nil
 }
 
 // NakWithDelay hands the job back to be delivered again, to any worker, no sooner than d from
@@ -229,7 +253,7 @@ func (m *Msg) settle(ctx context.Context, body []byte, final bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.settled {
-		return errSettled
+		return ErrSettled
 	}
 	reply := m.raw.Reply()
 	if reply == "" {
@@ -254,14 +278,8 @@ func (m *Msg) id() string {
 }
 
 func ackName(body []byte) string {
-	switch {
-	case len(body) >= 4 && string(body[:4]) == "+ACK":
-		return "ack"
-	case len(body) >= 4 && string(body[:4]) == "+WPI":
-		return "in progress"
-	case len(body) >= 4 && string(body[:4]) == "-NAK":
+	if len(body) >= 4 && string(body[:4]) == "-NAK" {
 		return "nak"
-	default:
-		return "term"
 	}
+	return "term"
 }
