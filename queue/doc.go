@@ -24,14 +24,10 @@
 // twice (a crash between the dead-letter publish and the ack) is stored once.
 //
 // Each job has a subject of its own so that [Queues.Status] can read a waiting job by id (see
-// Status below). The stream also keeps the bare subject SLUICE.q.orders, which versions before
-// this one published every job to; Provision adds the per-job subjects to such a stream in
-// place, and the jobs already in it are delivered as before. The server tracks each subject of
-// a stream: about 330 bytes of memory per waiting job (measured with 500,000 jobs on
-// nats-server 2.15: 317 MB against 147 MB on one shared subject), freed as jobs are acked, so a
-// backlog of a million jobs takes about 330 MB more server memory than it would on one
-// subject; and about 4 µs more server CPU per publish (17-24 against 13-20 µs in one prototype
-// run). Consuming showed no difference beyond noise.
+// Status below); the stream also keeps the bare subject <prefix>.q.<queue>. The cost: the
+// server tracks every subject of a stream, a few hundred bytes of memory per waiting job, freed
+// as jobs are acked, and a little more CPU per publish; consuming costs the same (the figures
+// are in BENCHMARKS.md, "queue").
 //
 // Streams use WorkQueue retention (a job leaves the stream when a worker acks it), DiscardNew at
 // MaxDepth, file storage and Spec.Replicas. The consumer acks explicitly, redelivers after
@@ -54,54 +50,47 @@
 // two byte for byte), and read back with encoding/json.
 //
 // A job without an Idempotency-Key is that one message and nothing else: one JetStream round
-// trip and one stored message per job. Its id, a UUID version 7 from [JobID], ends with 16 bits
-// that tag its queue, so Status, given only the id, knows which queue's stream to ask for the
-// message on subject <prefix>.q.<queue>.<id>, and reports the job queued while it waits there.
-// The job's status entry is written by the first worker that records progress (running, or
-// the outcome of a first attempt), and workers record before they ack. Measured as CPU time
-// per job of client and server together (16 concurrent publishers; it decides throughput when
-// every core is busy, and is steadier than wall time on a shared machine), in six interleaved
-// runs of BenchmarkPublish before and after, against the embedded server:
+// trip and one stored message per job. Its id, a UUID version 7 from [NewJobID], ends with 16
+// bits that tag its queue, so Status, given only the id, knows which queue's stream to ask for
+// the message on subject <prefix>.q.<queue>.<id>, and reports the job queued while it waits
+// there. The job's status entry is written by the first worker that records progress
+// (running, or the outcome of a first attempt), and workers record before they ack. One message
+// per job, rather than the job and then a status entry, halves the server's work per publish.
 //
-//	                                          CPU per job   per raw PublishAsync in the same run
-//	the job, then the status entry (before)   58-69 µs      2.5-3.2×
-//	the job only, on its own subject (now)    27-37 µs      1.0-1.8×
-//
-// A prototype against a separate nats-server process also tried writing the job and the
-// status entry at once, awaited together: 50-70 µs per job, against 67-79 µs one after the
-// other and 33-44 µs for the job alone. Concurrency overlaps the two round trips' latency, but
-// the server still stores two messages and the client still handles two acks; it would also
-// have needed a clean-up for an entry whose job failed to publish. One message per job halves
-// the server's work. The envelope written by hand and the JetStream headers set directly (not
-// through jetstream's per-call options) halved the client's allocations, 117 to 60 per publish
-// with the embedded server's counted in.
-//
-// A job with an Idempotency-Key gets a deterministic id, [JobID](queue, key), which carries no
+// A job with an Idempotency-Key gets the id [Queues.JobID](queue, tenant, key): an HMAC under
+// the deployment's secret (Options.IDSecret, or the one kept in the <prefix>_META bucket), so
+// that two tenants' keys never meet and an id cannot be computed from a key. It carries no
 // queue tag. The record that the key was used is the job's status entry in the status bucket,
-// which lives at least Spec.DedupeWindow (24h by default; JetStream's own duplicate window is
-// only minutes). Publish
+// which lives at least Spec.DedupeWindow (JetStream's own duplicate window is only minutes).
+// Publish
 //
-//  1. reads the status entry: if it exists, the job exists; return its id with Replayed;
+//  1. reads the status entry: if it exists, the job exists; return its id with Replayed (a
+//     retracted entry, see below, does not count: the key makes a new job);
 //  2. publishes with Nats-Msg-Id = job id; a PubAck marked Duplicate means another publish of the
 //     same id won (a concurrent request, or an earlier one that crashed before step 3): Replayed;
 //  3. creates the status entry (queued) if none exists yet.
 //
-// Doing steps 2 and 3 at once would save one round trip of latency (measured: about 10% of
-// the wall time and 5% of the CPU), but a crash between the entry landing and the job being
+// Steps 2 and 3 are not done at once: a crash between the entry landing and the job being
 // stored would leave an entry that makes every retry of the key a Replayed 202 for a job that
-// does not exist. A job whose
-// id the caller chose, without the queue's tag, also gets its entry in step 3.
+// does not exist. A job whose id the caller chose, without the queue's tag, also gets its entry
+// in step 3.
+//
+// A publish that fails answers "not stored", and Publish makes that true. While the connection
+// is down, a publish fails before anything is sent (the processes' connections have no
+// reconnect buffer). Where the outcome is unknown — the PubAck did not come before the
+// deadline, or the connection dropped with the publish on the wire — Publish withdraws the job
+// in the background: when the message turns out to be stored, the job's status becomes canceled
+// (retracted) and then its message is deleted, retrying until JetStream answers (until Close).
+// Every job carries Job.AckBy, the instant its publisher stopped waiting; a worker that takes a
+// job stored within a second of it waits for the withdrawal and drops a withdrawn job.
 //
 // Crash reasoning. A crash or error before the PubAck leaves no status entry, so it claims
-// nothing; the client sees an error and may retry, and if the message was stored after all (a
-// publish nats.go buffered while reconnecting is sent when the server is back), the retry is
-// deduplicated by step 2 within StreamDuplicates, and Status reports an unkeyed job queued —
-// which it is. A crash between steps 2 and 3 leaves a stored job without a status entry: a
-// retry within StreamDuplicates is deduplicated by JetStream and writes the missing entry; the
-// first worker to take the job also writes it. Only a retry that comes after StreamDuplicates
-// and before any worker took the job can enqueue the job a second time — with the same job id,
-// which workers send upstream as Idempotency-Key. Concurrent first requests with one key race
-// only at step 2, where JetStream lets one through.
+// nothing; the client sees an error and may retry. A crash between steps 2 and 3 leaves a stored
+// job without a status entry: a retry within StreamDuplicates is deduplicated by JetStream and
+// writes the missing entry; the first worker to take the job also writes it. Only a retry that
+// comes after StreamDuplicates and before any worker took the job can enqueue the job a second
+// time — with the same job id, which workers send upstream as Idempotency-Key. Concurrent first
+// requests with one key race only at step 2, where JetStream lets one through.
 //
 // A repeat with the same key but a different request (method, path or body) is refused with
 // [ErrIdempotencyMismatch], as Stripe and the IETF Idempotency-Key draft do (422).

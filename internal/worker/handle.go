@@ -134,7 +134,7 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		}
 		r.pause(j, pause)
 	}
-	wrote := running.settle()
+	running.settle() // the outcome is recorded only after the running record has landed
 	if err != nil && hard.Err() != nil {
 		// Shutdown cut the delivery short. The upstream may have seen it, so the attempt
 		// stays spent; another worker takes the job at once.
@@ -153,12 +153,9 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		j.log().Info("worker: delivery failed", "attempt", attempt, "err", err)
 	}
 
-	// deadLetterAttempt dead-letters the job after this attempt. DeadLetter reads the
-	// attempts from the status record, so one that skipped the running record writes it first.
+	// deadLetterAttempt dead-letters the job after this attempt; DeadLetter records the
+	// status (failed, with these attempts) itself.
 	deadLetterAttempt := func(reason string) {
-		if !wrote {
-			r.setStatus(j, queue.StateRunning, attempt, lastErr, response, nil)
-		}
 		r.deadLetter(j, reason, lastErr, out.Status, attempt)
 	}
 
