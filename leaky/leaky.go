@@ -193,6 +193,9 @@ type Hooks struct {
 	// Held, if set, is asked right before WaitHooks would return: true gives the slot up and
 	// makes WaitHooks return ErrHeld (an operator paused the queue while the slot was reserved).
 	Held func() bool
+	// OnSlot, if set, is called with how late after its slot the caller is let go (0 for a
+	// slot that was free at once), right before WaitHooks returns nil.
+	OnSlot func(late time.Duration)
 }
 
 // ErrHeld is returned by WaitHooks when Hooks.Held said the queue is held.
@@ -218,6 +221,9 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 		if slot.Wait <= 0 {
 			if h.Held != nil && h.Held() {
 				return ErrHeld
+			}
+			if h.OnSlot != nil {
+				h.OnSlot(0)
 			}
 			return nil // Take saw no pause, atomically with the reservation.
 		}
@@ -250,7 +256,8 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 		}
 		// Last, as close to the delivery as it can be: a slot that can no longer be used on
 		// time is given up, never spent late.
-		if late := time.Since(slot.At); late > r.Tolerance() {
+		late := time.Since(slot.At)
+		if late > r.Tolerance() {
 			if h.OnGiveUp != nil {
 				h.OnGiveUp(late)
 			}
@@ -258,6 +265,9 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 		}
 		if h.Held != nil && h.Held() {
 			return ErrHeld
+		}
+		if h.OnSlot != nil {
+			h.OnSlot(max(late, 0))
 		}
 		return nil
 	}

@@ -265,10 +265,14 @@ func (r *runner) waitSlot(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		err := leaky.WaitHooks(ctx, r.p.sched, r.name, r.rate(), leaky.Hooks{Held: held, OnGiveUp: func(late time.Duration) {
-			r.p.m.givenUp.WithLabelValues(r.name).Inc()
-			r.p.log.Debug("worker: slot given up; woke too late to use it on time", "queue", r.name, "late", late)
-		}})
+		err := leaky.WaitHooks(ctx, r.p.sched, r.name, r.rate(), leaky.Hooks{
+			Held:   held,
+			OnSlot: func(late time.Duration) { r.p.m.slotLate.WithLabelValues(r.name).Observe(late.Seconds()) },
+			OnGiveUp: func(late time.Duration) {
+				r.p.m.givenUp.WithLabelValues(r.name).Inc()
+				r.p.log.Debug("worker: slot given up; woke too late to use it on time", "queue", r.name, "late", late)
+			},
+		})
 		if err == nil {
 			r.p.m.slotWait.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
 			return nil

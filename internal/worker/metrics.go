@@ -16,6 +16,7 @@ type metrics struct {
 	deliveries  *prometheus.CounterVec   // queue, outcome
 	latency     *prometheus.HistogramVec // queue
 	slotWait    *prometheus.HistogramVec // queue
+	slotLate    *prometheus.HistogramVec // queue
 	pauses      *prometheus.CounterVec   // queue
 	deadLetters *prometheus.CounterVec   // queue, reason
 	takeErrors  *prometheus.CounterVec   // queue
@@ -36,6 +37,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name:    "sluice_delivery_duration_seconds",
 			Help:    "Time from sending a job to the upstream until its response was read, by queue.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 12),
+		}, []string{"queue"}),
+		slotLate: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_slot_lateness_seconds",
+			Help:    "How late after its leak slot a delivery left, by queue (slots later than the tolerance are given up, not counted here).",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05},
 		}, []string{"queue"}),
 		slotWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_slot_wait_seconds",
@@ -75,7 +81,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.slotWait, m.pauses,
+	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.slotWait, m.slotLate, m.pauses,
 		m.deadLetters, m.takeErrors, m.givenUp, m.handedBack, m.skipped, m.inFlight, m.drain} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("worker: register metrics"), err)
