@@ -89,6 +89,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 		schedule leaky.Schedule
 	)
 	if cfg.Redis != nil {
+		connect.RouteRedisLogs(log)
 		if rdb, err = connect.Redis(cfg.Redis.URL); err != nil {
 			return connect.ConfigError(fmt.Errorf("%s: redis.url: %w", cfg.Path, err))
 		}
@@ -116,7 +117,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("embedded nats: connect: %w", err)
 		}
 		log.Info("ingress: embedded NATS with JetStream", "store", ens.storeDir())
-	} else if nc, err = connect.NATS(cfg.NATS.URL, "sluice-ingress"); err != nil {
+	} else if nc, err = connect.NATS(cfg.NATS.URL, "sluice-ingress", log); err != nil {
 		return err
 	}
 	stops = append(stops, nc.Close)

@@ -69,6 +69,7 @@ func (m Worker) Run(ctx context.Context) error {
 	}
 
 	// Redis: the leak schedule.
+	connect.RouteRedisLogs(log)
 	rdb, err := connect.Redis(cfg.Redis.URL)
 	if err != nil {
 		return configErrf("%s: redis.url: %w", cfg.Path, err)
@@ -77,7 +78,7 @@ func (m Worker) Run(ctx context.Context) error {
 
 	// NATS: the queues. The connection retries in the background, so the worker starts (and
 	// reports not ready) while NATS is down.
-	nc, err := connect.NATS(cfg.NATS.URL, "sluice-worker")
+	nc, err := connect.NATS(cfg.NATS.URL, "sluice-worker", log)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

@@ -5,9 +5,11 @@
 package connect
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -58,9 +60,23 @@ func Redis(url string) (redis.UniversalClient, error) {
 // NATS connects to url (comma-separated servers) as name. The connection retries in the
 // background when no server answers yet and reconnects forever, so a process starts (and
 // reports not ready) while NATS is down, and carries on when it returns.
-func NATS(url, name string) (*nats.Conn, error) {
+// Its events (disconnects, reconnects, asynchronous errors) are logged to log.
+func NATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
 	nc, err := nats.Connect(url,
 		nats.Name(name),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats: disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats: reconnected", "server", c.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Warn("nats: asynchronous error", "subject", subject, "err", err)
+		}),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
@@ -77,6 +93,17 @@ func NATS(url, name string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("nats %s: %w", url, err)
 	}
 	return nc, nil
+}
+
+// RouteRedisLogs sends go-redis's own log lines (a pool that cannot dial, for one) to log
+// instead of the standard logger, so that they come out structured among the process's other
+// lines. go-redis has one logger per process: the last call wins.
+func RouteRedisLogs(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn("redis: " + fmt.Sprintf(format, v...))
 }
 
 // Probe GETs url and returns 0 when it answers 200 within two seconds, 1 otherwise: the health

@@ -466,6 +466,7 @@ func (r *runner) retryAfter(j *job, attempts int, lastErr string, resp *queue.Re
 // delivery was cut short, why says so and the status records it.
 func (r *runner) handBack(j *job, why string) {
 	r.p.m.handedBack.WithLabelValues(r.name).Inc()
+	r.p.handedBack.Add(1)
 	if why != "" {
 		r.setStatus(j, queue.StateRetrying, j.attempts+1, why, nil, nil)
 	} else {

@@ -78,8 +78,9 @@ type Pool struct {
 
 	// controls are the operators' run-time controls of the queues (pause, rate), from the
 	// meta bucket; canceled holds the ids of jobs canceled while this pool ran.
-	controls atomic.Pointer[map[string]queue.Control]
-	canceled sync.Map // job id -> struct{}
+	controls   atomic.Pointer[map[string]queue.Control]
+	handedBack atomic.Int64 // jobs handed back, for the shutdown's log line
+	canceled   sync.Map     // job id -> struct{}
 
 	mu      sync.Mutex
 	specs   []QueueConfig      // the current queues, in order
@@ -211,6 +212,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	if p.ownClient {
 		p.client.CloseIdleConnections()
 	}
+	p.log.Info("worker: stopped", "handed_back", p.handedBack.Load())
 	return nil
 }
 
