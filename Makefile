@@ -9,9 +9,9 @@ export SLUICE_STRICT := 1
 test: deps vet compose unit fuzz
 
 # deps installs what the tests run besides Go — redis-server, curl for the README's quickstart
-# lines, docker-compose to validate deploy/compose.yaml — from Debian when missing (as root), or
-# says how.
-DEPS := redis-server:redis-server curl:curl docker-compose:docker-compose
+# lines, docker-compose to validate deploy/compose.yaml, chromium for the dashboard's browser
+# test — from Debian when missing (as root), or says how.
+DEPS := redis-server:redis-server curl:curl docker-compose:docker-compose chromium:chromium
 deps:
 	@missing=""; for d in $(DEPS); do command -v $${d%%:*} >/dev/null 2>&1 || missing="$$missing $${d#*:}"; done; \
 	if [ -n "$$missing" ]; then \

@@ -147,6 +147,9 @@ type Info struct {
 	DeadLetters uint64 `json:"dead_letters"`
 	// MaxDepth is the configured depth limit (0 = unlimited).
 	MaxDepth int64 `json:"max_depth"`
+	// Left is how many jobs have left the queue since its stream was created: delivered,
+	// dead-lettered or canceled. Its rate of change is the queue's drain rate.
+	Left uint64 `json:"left"`
 }
 
 // DeadLetter is one job in a queue's dead-letter stream.

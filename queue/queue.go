@@ -389,6 +389,9 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
 	}
 	info.Depth, info.Bytes, info.Consumers = si.State.Msgs, si.State.Bytes, si.State.Consumers
+	if si.State.LastSeq >= si.State.Msgs {
+		info.Left = si.State.LastSeq - si.State.Msgs
+	}
 	c, err := st.Consumer(ctx, consumerName)
 	if err != nil {
 		return Info{}, fmt.Errorf("queue: info %q: consumer: %w", name, err)

@@ -32,6 +32,8 @@ import (
 //	DELETE /v1/queues/{queue}/dead-letters         {"ids":[…]} or no body for all
 //	GET    /v1/jobs/{id}                           a job's status, whoever its tenant
 //	DELETE /v1/jobs/{id}                           cancel a job not yet delivered
+//	GET    /v1/rules                               the rules and their decision counts
+//	GET    /ui/                                    the dashboard (static files, embedded)
 //
 // Writes need "Authorization: Bearer <Token>" when Token is set, and come only from loopback
 // peers when it is not; anything else is 401. Every write is logged (peer, how it was
@@ -47,6 +49,9 @@ type Ops struct {
 	Token string
 	// Logger receives a line per write. Nil: discarded.
 	Logger *slog.Logger
+	// Gatherer is the process's metrics, read for the rules' decision counts (GET /v1/rules).
+	// Nil: no counts.
+	Gatherer prometheus.Gatherer
 
 	writes *prometheus.CounterVec
 }
@@ -72,6 +77,9 @@ func (o *Ops) Mount(s *Server, reg prometheus.Registerer) error {
 	s.Handle("POST /v1/queues/{queue}/dead-letters/replay", o.write("replay", o.replay))
 	s.Handle("DELETE /v1/queues/{queue}/dead-letters", o.write("purge", o.purge))
 	s.Handle("GET /v1/jobs/{id}", http.HandlerFunc(o.job))
+	s.Handle("GET /v1/rules", http.HandlerFunc(o.rules))
+	s.Handle("GET /ui/", uiHandler())
+	s.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	s.Handle("DELETE /v1/jobs/{id}", o.write("cancel", o.cancel))
 	return nil
 }
@@ -345,4 +353,61 @@ func (o *Ops) cancel(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, st)
 	return nil
+}
+
+// ruleView is one rule with its decision counts, for the dashboard.
+type ruleView struct {
+	Name      string             `json:"name"`
+	Algorithm string             `json:"algorithm,omitempty"`
+	Limit     int64              `json:"limit,omitempty"`
+	Period    string             `json:"period,omitempty"`
+	Action    string             `json:"action"`
+	Queue     string             `json:"queue,omitempty"`
+	Shadow    bool               `json:"shadow"`
+	Decisions map[string]float64 `json:"decisions"` // by outcome
+}
+
+// rules serves GET /v1/rules: the config's rules with their decision counts so far.
+func (o *Ops) rules(w http.ResponseWriter, r *http.Request) {
+	counts := map[string]map[string]float64{}
+	if o.Gatherer != nil {
+		if mfs, err := o.Gatherer.Gather(); err == nil {
+			for _, mf := range mfs {
+				if mf.GetName() != "sluice_decisions_total" {
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					var rule, outcome string
+					for _, l := range m.GetLabel() {
+						switch l.GetName() {
+						case "rule":
+							rule = l.GetValue()
+						case "outcome":
+							outcome = l.GetValue()
+						}
+					}
+					if counts[rule] == nil {
+						counts[rule] = map[string]float64{}
+					}
+					counts[rule][outcome] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	cfg := o.Queues.Config()
+	out := struct {
+		Rules []ruleView `json:"rules"`
+	}{Rules: make([]ruleView, 0, len(cfg.Rules))}
+	for _, ru := range cfg.Rules {
+		v := ruleView{Name: ru.Name, Algorithm: string(ru.Algorithm), Limit: ru.Limit, Action: string(ru.Action),
+			Queue: ru.Queue, Shadow: ru.Shadow || cfg.Shadow, Decisions: counts[ru.Name]}
+		if ru.Period > 0 {
+			v.Period = ru.Period.String()
+		}
+		if v.Decisions == nil {
+			v.Decisions = map[string]float64{}
+		}
+		out.Rules = append(out.Rules, v)
+	}
+	writeJSON(w, http.StatusOK, out)
 }

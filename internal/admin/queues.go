@@ -57,6 +57,9 @@ type QueueStatus struct {
 	Pending uint64 `json:"pending"`
 	// InFlight is the number of jobs held by workers.
 	InFlight int `json:"in_flight"`
+	// Left is how many jobs have left the queue (delivered, dead-lettered or canceled) since
+	// it was created; its rate of change is the drain rate.
+	Left uint64 `json:"left"`
 	// Consumers is the number of consumers of the queue's stream.
 	Consumers int `json:"consumers"`
 	// DeadLetters is the number of jobs in the dead-letter stream.
@@ -130,7 +133,7 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 		return st, err
 	}
 	st.Depth, st.Pending, st.InFlight = info.Depth, info.Pending, info.InFlight
-	st.Consumers, st.DeadLetters = info.Consumers, info.DeadLetters
+	st.Consumers, st.DeadLetters, st.Left = info.Consumers, info.DeadLetters, info.Left
 	now := time.Now
 	if q.Now != nil {
 		now = q.Now

@@ -185,7 +185,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 	}
 	queues.Mount(adm)
 	reg.MustRegister(queues.Metrics())
-	ops := &admin.Ops{Q: qs, Queues: queues, Token: cfg.AdminToken, Logger: log}
+	ops := &admin.Ops{Q: qs, Queues: queues, Token: cfg.AdminToken, Logger: log, Gatherer: reg}
 	if err := ops.Mount(adm, reg); err != nil {
 		return err
 	}

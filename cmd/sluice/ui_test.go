@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+)
+
+// browser returns a chromedp context driving Debian's headless chromium; `make test` installs
+// it. Strict mode (CI) fails without it.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if testenv.Strict() {
+			t.Fatal("chromium not found (install: apt-get install -y chromium)")
+		}
+		t.Skip("chromium not found (install: apt-get install -y chromium)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
+		chromedp.WindowSize(1200, 900))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	ctx, cancel3 := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancel3)
+	return ctx
+}
+
+// TestDashboardInBrowser loads /ui/ of a real ingress in headless chromium: the page lists the
+// queues and rules read from the admin API, draws a chart per queue, and its pause button
+// pauses the queue for every worker. SLUICE_SCREENSHOT=path saves a screenshot of the page.
+func TestDashboardInBrowser(t *testing.T) {
+	ctx := browser(t)
+	rec := workertest.NewRecorder(t)
+	listen, admin := ingress(t, fmt.Sprintf(`listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+data_dir: DATA
+upstream: %[1]s
+queues:
+  - { name: orders, rate: 20/s, target: "POST %[1]s/orders" }
+  - { name: reports, rate: 2/s, target: "POST %[1]s/reports" }
+rules:
+  - { name: api-per-key, match: { path: /api/* }, key: [header:X-API-Key], algorithm: token_bucket, limit: 5, period: 1s }
+`, rec.URL))
+	for i := range 20 {
+		submit(t, listen, "orders", fmt.Sprint("order ", i))
+	}
+
+	var queues, rules string
+	err := chromedp.Run(ctx,
+		chromedp.Navigate("http://"+admin+"/ui/"),
+		chromedp.WaitVisible(`body[data-loaded="1"]`),
+		chromedp.WaitVisible(`#chart-orders`),
+		chromedp.Text(`#queues tbody`, &queues),
+		chromedp.Text(`#rules tbody`, &rules),
+	)
+	if err != nil {
+		t.Fatalf("loading the dashboard: %v", err)
+	}
+	for _, want := range []string{"orders", "reports", "20/s"} {
+		if !strings.Contains(queues, want) {
+			t.Errorf("the queues table does not show %q:\n%s", want, queues)
+		}
+	}
+	if !strings.Contains(rules, "api-per-key") {
+		t.Errorf("the rules table does not show the rule:\n%s", rules)
+	}
+
+	// The pause button pauses the queue, as the API reports it.
+	if err := chromedp.Run(ctx, chromedp.Click(`tr[data-queue="orders"] button.toggle`)); err != nil {
+		t.Fatalf("clicking pause: %v", err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the queue paused through the page", func() bool {
+		_, out, _ := sluice(admin, nil, "--json", "queue", "orders")
+		var q struct{ Paused bool }
+		return json.Unmarshal([]byte(out), &q) == nil && q.Paused
+	})
+	var paused string
+	if err := chromedp.Run(ctx,
+		chromedp.WaitVisible(`tr[data-queue="orders"] td.paused`),
+		chromedp.Text(`tr[data-queue="orders"] button.toggle`, &paused),
+	); err != nil {
+		t.Fatalf("the page does not show the pause: %v", err)
+	}
+	if paused != "resume" {
+		t.Errorf("the button of a paused queue says %q, want resume", paused)
+	}
+
+	if path := os.Getenv("SLUICE_SCREENSHOT"); path != "" {
+		var png []byte
+		if err := chromedp.Run(ctx, chromedp.Sleep(8*time.Second), chromedp.FullScreenshot(&png, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,169 @@
+// The Sluice dashboard: reads the admin API every 2 s, draws each queue's drain rate against its
+// effective rate on a canvas, and sends operator writes with the token typed once.
+"use strict";
+const history = {}; // queue -> [{t, left, allowed}]
+const keep = 5 * 60 * 1000;
+const tokenInput = document.getElementById("token");
+tokenInput.value = sessionStorage.getItem("sluice-token") || "";
+tokenInput.addEventListener("change", () => sessionStorage.setItem("sluice-token", tokenInput.value));
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined) e.textContent = text;
+  if (cls) e.className = cls;
+  return e;
+}
+
+async function api(method, path, body) {
+  const headers = {};
+  if (tokenInput.value) headers["Authorization"] = "Bearer " + tokenInput.value;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(res.status + " " + (data.title || "") + (data.detail ? ": " + data.detail : ""));
+  return data;
+}
+
+function say(text, isError) {
+  const s = document.getElementById("status");
+  s.textContent = text;
+  s.className = isError ? "err" : "muted";
+}
+
+async function write(method, path, body) {
+  try {
+    await api(method, path, body);
+    say(method + " " + path + ": done");
+  } catch (e) {
+    say(e.message, true);
+  }
+  refresh();
+}
+
+function renderQueues(queues) {
+  const body = document.querySelector("#queues tbody");
+  body.replaceChildren();
+  const select = document.getElementById("dlqQueue");
+  const chosen = select.value;
+  select.replaceChildren();
+  for (const q of queues) {
+    const tr = el("tr");
+    tr.dataset.queue = q.name;
+    tr.append(el("td", q.name), el("td", q.runtime_rate ? q.runtime_rate + " (runtime)" : q.rate),
+      el("td", q.effective_rate.toFixed(2) + "/s"), el("td", q.depth), el("td", q.in_flight),
+      el("td", q.dead_letters), el("td", q.paused ? "paused" : "no", q.paused ? "paused" : ""));
+    const actions = el("td");
+    const pause = el("button", q.paused ? "resume" : "pause");
+    pause.className = "toggle";
+    pause.addEventListener("click", () =>
+      write("POST", "/v1/queues/" + encodeURIComponent(q.name) + (q.paused ? "/resume" : "/pause")));
+    actions.append(pause);
+    tr.append(actions);
+    body.append(tr);
+    const opt = el("option", q.name);
+    opt.value = q.name;
+    select.append(opt);
+
+    const h = history[q.name] || (history[q.name] = []);
+    h.push({t: Date.now(), left: q.left, allowed: q.effective_rate});
+    while (h.length && h[0].t < Date.now() - keep) h.shift();
+  }
+  if (chosen) select.value = chosen;
+  renderCharts(queues);
+}
+
+function renderCharts(queues) {
+  const box = document.getElementById("charts");
+  for (const q of queues) {
+    let c = document.getElementById("chart-" + q.name);
+    if (!c) {
+      const wrap = el("div", undefined, "chart");
+      wrap.append(el("div", q.name));
+      c = el("canvas");
+      c.id = "chart-" + q.name;
+      c.width = 420;
+      c.height = 160;
+      wrap.append(c);
+      box.append(wrap);
+    }
+    draw(c, history[q.name]);
+  }
+}
+
+// draw plots deliveries per second (from the change of `left`) in blue and the allowed rate in
+// grey, over the last five minutes.
+function draw(canvas, h) {
+  const g = canvas.getContext("2d");
+  g.clearRect(0, 0, canvas.width, canvas.height);
+  const rates = [];
+  for (let i = 1; i < h.length; i++) {
+    const dt = (h[i].t - h[i - 1].t) / 1000;
+    rates.push({t: h[i].t, r: dt > 0 ? Math.max(0, h[i].left - h[i - 1].left) / dt : 0, a: h[i].allowed});
+  }
+  const top = Math.max(1, ...rates.map(p => Math.max(p.r, p.a))) * 1.15;
+  const x = t => canvas.width * (1 - (Date.now() - t) / keep);
+  const y = v => canvas.height - 14 - (canvas.height - 24) * v / top;
+  g.fillStyle = "#667";
+  g.font = "11px system-ui";
+  g.fillText(top.toFixed(1) + "/s", 2, 10);
+  for (const [key, color] of [["a", "#999"], ["r", "#1f6feb"]]) {
+    g.strokeStyle = color;
+    g.lineWidth = key === "r" ? 2 : 1;
+    g.beginPath();
+    rates.forEach((p, i) => (i ? g.lineTo : g.moveTo).call(g, x(p.t), y(p[key])));
+    g.stroke();
+  }
+}
+
+function renderRules(rules) {
+  const body = document.querySelector("#rules tbody");
+  body.replaceChildren();
+  for (const r of rules) {
+    const d = r.decisions;
+    const tr = el("tr");
+    tr.append(el("td", r.name + (r.shadow ? " (shadow)" : "")),
+      el("td", r.limit ? r.limit + " / " + r.period + " " + r.algorithm : r.action + " → " + r.queue));
+    for (const o of ["allowed", "rejected", "enqueued", "shadow", "fail_open", "fail_closed"]) {
+      tr.append(el("td", Math.round(d[o] || 0)));
+    }
+    body.append(tr);
+  }
+}
+
+async function renderDeadLetters() {
+  const q = document.getElementById("dlqQueue").value;
+  const body = document.querySelector("#dlq tbody");
+  if (!q) return;
+  const data = await api("GET", "/v1/queues/" + encodeURIComponent(q) + "/dead-letters");
+  body.replaceChildren();
+  for (const d of data.dead_letters) {
+    const tr = el("tr");
+    tr.append(el("td", d.id), el("td", d.reason), el("td", d.attempts), el("td", d.last_status || "-"),
+      el("td", new Date(d.time).toLocaleString()));
+    body.append(tr);
+  }
+}
+
+document.getElementById("replayAll").addEventListener("click", () => {
+  const q = document.getElementById("dlqQueue").value;
+  if (q) write("POST", "/v1/queues/" + encodeURIComponent(q) + "/dead-letters/replay");
+});
+document.getElementById("purgeAll").addEventListener("click", () => {
+  const q = document.getElementById("dlqQueue").value;
+  if (q && confirm("Delete every dead letter of " + q + "?")) write("DELETE", "/v1/queues/" + encodeURIComponent(q) + "/dead-letters");
+});
+document.getElementById("dlqQueue").addEventListener("change", renderDeadLetters);
+
+async function refresh() {
+  try {
+    const [qs, rs] = await Promise.all([api("GET", "/v1/queues"), api("GET", "/v1/rules")]);
+    renderQueues(qs.queues);
+    renderRules(rs.rules);
+    await renderDeadLetters();
+    document.body.dataset.loaded = "1";
+  } catch (e) {
+    say("reading the admin API: " + e.message, true);
+  }
+}
+refresh();
+setInterval(refresh, 2000);
