@@ -105,3 +105,33 @@ func TestReadmeQuickstart(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeSDKCompiles builds the README's SDK program as written, in a directory inside this
+// module so that its import of the client resolves to this tree.
+func TestReadmeSDKCompiles(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "<!-- sdk:begin -->")
+	block, _, ok2 := strings.Cut(rest, "<!-- sdk:end -->")
+	if !ok || !ok2 {
+		t.Fatal("README.md has no sdk:begin/end markers")
+	}
+	src := strings.TrimSpace(block)
+	src = strings.TrimPrefix(src, "```go")
+	src = strings.TrimSuffix(src, "```")
+	dir, err := os.MkdirTemp("..", "readme-sdk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "vet", "./"+filepath.Base(dir))
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the README's SDK program does not build: %v\n%s\n%s", err, out, src)
+	}
+}

@@ -61,6 +61,7 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 	}
 	c.OnStoreError = b.storeErrorMode("", raw.OnStoreError, DefaultOnStoreError)
 	c.Shadow = b.boolean("", "shadow", raw.Shadow)
+	c.LogDecisions = b.boolean("", "log_decisions", raw.LogDecisions)
 	c.StoreTimeout = b.positiveDuration("", "store_timeout", raw.StoreTimeout, DefaultStoreTimeout)
 	c.ShutdownTimeout = b.positiveDuration("", "shutdown_timeout", raw.ShutdownTimeout, DefaultShutdownTimeout)
 	c.JobRetention = b.positiveDuration("", "job_retention", raw.JobRetention, DefaultJobRetention)

@@ -106,6 +106,9 @@ type Config struct {
 	OnStoreError StoreErrorMode
 	// Shadow puts every rule in shadow mode: it counts and reports, never blocks or defers.
 	Shadow bool
+	// LogDecisions logs every rule's decision (rule, a hash of the key, outcome, the answer's
+	// status) at info level, for debugging limits (YAML log_decisions). Default false.
+	LogDecisions bool
 	// StoreTimeout bounds each limiter-store call (YAML store_timeout). Default 50ms.
 	StoreTimeout time.Duration
 	// ShutdownTimeout bounds a graceful shutdown (YAML shutdown_timeout). Default 10s.

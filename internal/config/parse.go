@@ -150,6 +150,7 @@ type (
 		NATS            *rawNATS   `yaml:"nats"`
 		OnStoreError    *scalar    `yaml:"on_store_error"`
 		Shadow          *scalar    `yaml:"shadow"`
+		LogDecisions    *scalar    `yaml:"log_decisions"`
 		StoreTimeout    *scalar    `yaml:"store_timeout"`
 		ShutdownTimeout *scalar    `yaml:"shutdown_timeout"`
 		JobRetention    *scalar    `yaml:"job_retention"`

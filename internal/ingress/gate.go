@@ -2,6 +2,8 @@ package ingress
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -292,7 +294,29 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 		hdrs = newRateHeaders(k.limited[rl.header], k.decs[rl.header], secs)
 	}
 	countDecisions(k, &rl)
+	if rs.logDecisions {
+		g.logDecisions(r, k, &rl)
+	}
 	return g.respond(c, rs, k, &rl, hdrs)
+}
+
+// logDecisions writes the access log of decisions (log_decisions: true): one line per charged
+// rule, with a hash of its key (not the key: it may hold an API key), the outcome and the
+// status the request is answered with (0: the upstream's).
+func (g *Gate) logDecisions(r *http.Request, k *call, rl *ruling) {
+	status := map[verdict]int{forward: 0, reject: http.StatusTooManyRequests,
+		failClosed: http.StatusServiceUnavailable, deferIt: http.StatusAccepted}[rl.action]
+	for i, ru := range k.limited {
+		o, ok := decisionOutcome(ru, k.decs[i], k.srcs[i], rl)
+		outcome := o.String()
+		if !ok {
+			outcome = "enqueued"
+		}
+		sum := sha256.Sum256([]byte(k.reqs[i].Key))
+		g.log.Info("ingress: decision", "rule", ru.name, "key", hex.EncodeToString(sum[:8]),
+			"outcome", outcome, "remaining", k.decs[i].Remaining, "status", status,
+			"method", r.Method, "path", r.URL.Path)
+	}
 }
 
 // charge builds the limiter key of every matching rule with a limit and charges them all in

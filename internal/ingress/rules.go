@@ -121,6 +121,7 @@ func (r *rule) defers() bool { return r.onLimitEnqueue || r.actionEnqueue }
 // builds a new one and swaps it in.
 type ruleSet struct {
 	rules        []*rule
+	logDecisions bool
 	trusted      trust
 	v6bits       int // the prefix length that keys an IPv6 client
 	storeTimeout time.Duration
@@ -134,6 +135,7 @@ func compile(cfg *config.Config, m *metrics) (*ruleSet, error) {
 	rs := &ruleSet{
 		trusted:      trust(cfg.TrustedProxies),
 		v6bits:       cfg.IPv6Prefix,
+		logDecisions: cfg.LogDecisions,
 		storeTimeout: cfg.StoreTimeout,
 		queues:       make(map[string]*config.Queue, len(cfg.Queues)),
 	}

@@ -1,6 +1,9 @@
 package ingress
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,5 +90,27 @@ func TestDecideRuling(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLogDecisions: with log_decisions, each charged rule's decision is logged with a hash of
+// its key (never the key itself), its outcome and the status of the answer.
+func TestLogDecisions(t *testing.T) {
+	var buf bytes.Buffer
+	f := newFixture(t, `
+log_decisions: true
+rules:
+  - { name: per-key, match: { path: /api/* }, key: [header:X-API-Key], algorithm: fixed_window, limit: 1, period: 1h }
+`, Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	f.do("GET", "/api/x", nil, "X-API-Key", "secret-key-123")
+	f.do("GET", "/api/x", nil, "X-API-Key", "secret-key-123")
+	out := buf.String()
+	for _, want := range []string{"rule=per-key", "outcome=allowed", "outcome=rejected", "status=429", "key="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("decision log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "secret-key-123") {
+		t.Errorf("decision log shows the key itself:\n%s", out)
 	}
 }
