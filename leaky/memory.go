@@ -17,6 +17,9 @@ type Memory struct {
 
 	mu     sync.RWMutex
 	queues map[string]*memQueue
+
+	adaptMu sync.Mutex
+	adapt   map[string]*learned // the queues' learned rates (Adapt)
 }
 
 // memQueue is one queue's state; the fields mean what the hash fields of lua/take.lua mean.

@@ -21,6 +21,9 @@ var (
 	//go:embed lua/paused.lua
 	pausedLua    string
 	pausedScript = redis.NewScript(pausedLua)
+
+	//go:embed lua/adapt.lua
+	adaptLua string
 )
 
 // RedisConfig configures a Redis schedule. The zero value is ready to use.

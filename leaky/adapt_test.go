@@ -1,0 +1,53 @@
+package leaky
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+)
+
+// TestAdapt is AIMD on the learned rate, the same on both schedules: a push-back halves it once
+// however many workers report it within the hold, successes add to it up to the ceiling, a
+// quota target lowers it, and it never leaves [floor, ceiling].
+func TestAdapt(t *testing.T) {
+	forEach(t, func(t *testing.T, s Schedule, c *clock) {
+		ctx := context.Background()
+		a, ok := s.(Adapter)
+		if !ok {
+			t.Fatalf("%T is not an Adapter", s)
+		}
+		base := Adaptation{Ceiling: 50, Floor: 1, Factor: 0.5, Hold: time.Second, Forget: time.Hour}
+		step := func(what string, change func(*Adaptation), want float64, wantDec bool) {
+			t.Helper()
+			ad := base
+			change(&ad)
+			got, dec, err := a.Adapt(ctx, "q", ad)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(got-want) > 1e-9 || dec != wantDec {
+				t.Fatalf("%s: rate %v (decreased %v), want %v (%v)", what, got, dec, want, wantDec)
+			}
+		}
+		step("first look", func(*Adaptation) {}, 50, false)
+		step("push-back", func(a *Adaptation) { a.Decrease = true }, 25, true)
+		step("another worker's push-back, same moment", func(a *Adaptation) { a.Decrease = true }, 25, false)
+		c.Advance(time.Second)
+		step("push-back after the hold", func(a *Adaptation) { a.Decrease = true }, 12.5, true)
+		step("successes", func(a *Adaptation) { a.Increase = 2.5 }, 15, false)
+		step("quota target", func(a *Adaptation) { a.Target = 4 }, 4, false)
+		step("target above the rate is no raise", func(a *Adaptation) { a.Target = 40 }, 4, false)
+		for range 10 {
+			c.Advance(time.Second)
+			if _, _, err := a.Adapt(ctx, "q", Adaptation{Ceiling: 50, Floor: 1, Decrease: true, Factor: 0.5, Forget: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		step("at the floor", func(*Adaptation) {}, 1, false)
+		step("successes climb from the floor", func(a *Adaptation) { a.Increase = 100 }, 50, false)
+		if _, _, err := a.Adapt(ctx, "q", Adaptation{Ceiling: 50, Floor: 60, Forget: time.Hour}); err == nil {
+			t.Fatal("a floor above the ceiling was accepted")
+		}
+	})
+}
