@@ -13,7 +13,8 @@ import (
 // Adaptation is one change of a queue's learned rate (adaptive drain): the rate the upstream is
 // believed to take, between Floor and Ceiling, shared by every worker of the queue. Additive
 // increase while the upstream answers 2xx, multiplicative decrease when it pushes back (AIMD),
-// and a Target when the upstream says how much quota it has left.
+// increases a twentieth as large within 15% of the rate of the last push-back, and a Target when
+// the upstream says how much quota it has left.
 type Adaptation struct {
 	// Ceiling and Floor bound the learned rate, in deliveries per second; 0 < Floor ≤ Ceiling.
 	Ceiling, Floor float64
@@ -39,8 +40,9 @@ func (a Adaptation) valid() error {
 	return nil
 }
 
-// apply is the change of lua/adapt.lua, on eff (0: none yet) and the last decrease at decAt.
-func (a Adaptation) apply(eff float64, decAt, now int64) (float64, int64, bool) {
+// apply is the change of lua/adapt.lua on l (eff 0: none yet); it reports whether it decreased.
+func (a Adaptation) apply(l *learned, now int64) bool {
+	eff := l.eff
 	if eff <= 0 || eff > a.Ceiling {
 		eff = a.Ceiling
 	}
@@ -48,11 +50,15 @@ func (a Adaptation) apply(eff float64, decAt, now int64) (float64, int64, bool) 
 		eff = a.Target
 	}
 	decreased := false
-	if a.Decrease && now-decAt >= a.Hold.Microseconds() {
-		eff, decAt, decreased = eff*a.Factor, now, true
+	if a.Decrease && now-l.decAt >= a.Hold.Microseconds() {
+		l.peak, eff, l.decAt, decreased = eff, eff*a.Factor, now, true
 	}
-	eff = min(max(eff+a.Increase, a.Floor), a.Ceiling)
-	return eff, decAt, decreased
+	inc := a.Increase
+	if l.peak > 0 && eff >= 0.85*l.peak {
+		inc /= 20 // linger just below where the upstream pushed back
+	}
+	l.eff = min(max(eff+inc, a.Floor), a.Ceiling)
+	return decreased
 }
 
 // Adapter is implemented by schedules that keep a learned rate per queue: Memory and Redis.
@@ -60,6 +66,34 @@ type Adapter interface {
 	// Adapt applies a to queue's learned rate atomically and returns the new rate, in
 	// deliveries per second, and whether this call decreased it.
 	Adapt(ctx context.Context, queue string, a Adaptation) (float64, bool, error)
+	// Learned returns queue's learned rate without changing it; false when none is kept (the
+	// queue is at its ceiling).
+	Learned(ctx context.Context, queue string) (float64, bool, error)
+}
+
+// Learned returns the queue's learned rate; see Adapter. forget is how long it is kept without
+// a change (Adaptation.Forget).
+func (m *Memory) Learned(_ context.Context, queue string) (float64, bool, error) {
+	m.adaptMu.Lock()
+	defer m.adaptMu.Unlock()
+	l := m.adapt[queue]
+	if l == nil || m.now().Sub(l.changed) > l.forget {
+		return 0, false, nil
+	}
+	return l.eff, true, nil
+}
+
+// Learned returns the queue's learned rate; see Adapter.
+func (r *Redis) Learned(ctx context.Context, queue string) (float64, bool, error) {
+	s, err := r.rdb.Eval(ctx, "return redis.call('HGET', KEYS[1], 'eff')", []string{r.key(queue) + ":adapt"}).Text()
+	if errors.Is(err, redis.Nil) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("leaky: learned rate of %q: %w", queue, err)
+	}
+	eff, err := strconv.ParseFloat(s, 64)
+	return eff, err == nil, err
 }
 
 // Adapt applies a to the queue's learned rate; see Adapter. It never returns an error but for
@@ -79,16 +113,17 @@ func (m *Memory) Adapt(_ context.Context, queue string, a Adaptation) (float64, 
 		l = &learned{}
 		m.adapt[queue] = l
 	}
-	var decreased bool
-	l.eff, l.decAt, decreased = a.apply(l.eff, l.decAt, now.UnixMicro())
-	l.changed = now
+	decreased := a.apply(l, now.UnixMicro())
+	l.changed, l.forget = now, a.Forget
 	return l.eff, decreased, nil
 }
 
 type learned struct {
 	eff     float64
+	peak    float64
 	decAt   int64
 	changed time.Time
+	forget  time.Duration
 }
 
 var adaptScript = redis.NewScript(adaptLua)

@@ -30,12 +30,18 @@ func TestAdapt(t *testing.T) {
 				t.Fatalf("%s: rate %v (decreased %v), want %v (%v)", what, got, dec, want, wantDec)
 			}
 		}
+		if _, ok, err := a.Learned(ctx, "q"); ok || err != nil {
+			t.Fatalf("a learned rate before any adaptation (%v)", err)
+		}
 		step("first look", func(*Adaptation) {}, 50, false)
 		step("push-back", func(a *Adaptation) { a.Decrease = true }, 25, true)
 		step("another worker's push-back, same moment", func(a *Adaptation) { a.Decrease = true }, 25, false)
 		c.Advance(time.Second)
 		step("push-back after the hold", func(a *Adaptation) { a.Decrease = true }, 12.5, true)
 		step("successes", func(a *Adaptation) { a.Increase = 2.5 }, 15, false)
+		if got, ok, err := a.Learned(ctx, "q"); !ok || err != nil || got != 15 {
+			t.Fatalf("Learned = %v, %v, %v; want 15", got, ok, err)
+		}
 		step("quota target", func(a *Adaptation) { a.Target = 4 }, 4, false)
 		step("target above the rate is no raise", func(a *Adaptation) { a.Target = 40 }, 4, false)
 		for range 10 {
@@ -45,7 +51,7 @@ func TestAdapt(t *testing.T) {
 			}
 		}
 		step("at the floor", func(*Adaptation) {}, 1, false)
-		step("successes climb from the floor", func(a *Adaptation) { a.Increase = 100 }, 50, false)
+		step("near the last push-back, successes climb a twentieth as fast", func(a *Adaptation) { a.Increase = 5 }, 1.25, false)
 		if _, _, err := a.Adapt(ctx, "q", Adaptation{Ceiling: 50, Floor: 60, Forget: time.Hour}); err == nil {
 			t.Fatal("a floor above the ceiling was accepted")
 		}

@@ -67,11 +67,12 @@ func startUpstream(t testing.TB) *upstream {
 // add records the arrival of one line of the upstream's output.
 func (u *upstream) add(line string) {
 	f := strings.Fields(line)
-	if len(f) != 4 {
+	if len(f) != 5 {
 		return
 	}
 	ns, _ := strconv.ParseInt(f[0], 10, 64)
 	a := workertest.Arrival{At: time.Unix(0, ns), ID: f[1], URI: f[3]}
+	a.Status, _ = strconv.Atoi(f[4])
 	a.Attempt, _ = strconv.Atoi(f[2])
 	u.mu.Lock()
 	u.arrivals = append(u.arrivals, a)

@@ -40,6 +40,9 @@ type Queues struct {
 	Now func() time.Time
 	// Controls returns the operators' controls of the queues (pause, runtime rate). Optional.
 	Controls func(ctx context.Context) (map[string]queue.Control, error)
+	// Learned returns the rate the workers learned for an adaptive queue, and false when they
+	// keep none (it is at its ceiling). Optional.
+	Learned func(ctx context.Context, queue string) (float64, bool, error)
 }
 
 // QueueStatus is the admin view of one queue.
@@ -168,6 +171,11 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 				u := c.PausedUntil.UTC()
 				st.PausedUntil = &u
 			}
+		}
+	}
+	if cq.Adaptive && q.Learned != nil {
+		if eff, ok, err := q.Learned(ctx, cq.Name); err == nil && ok && eff < st.EffectiveRate {
+			st.EffectiveRate = eff
 		}
 	}
 	if st.Paused {

@@ -183,6 +183,9 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 		PausedUntil: pausedUntil(schedule),
 		Controls:    qs.Controls,
 	}
+	if ad, ok := schedule.(leaky.Adapter); ok {
+		queues.Learned = ad.Learned
+	}
 	queues.Mount(adm)
 	reg.MustRegister(queues.Metrics())
 	ops := &admin.Ops{Q: qs, Queues: queues, Token: cfg.AdminToken, Logger: log, Gatherer: reg}

@@ -443,6 +443,20 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	b.bound(where, "concurrency", int64(q.Concurrency), 1, maxConcurrency)
 	q.MaxPauseRetries = int(b.integer(where, "max_pause_retries", r.MaxPauseRetries, DefaultMaxPauseRetries, 32))
 	b.bound(where, "max_pause_retries", int64(q.MaxPauseRetries), 0, maxPauseRetries)
+	q.Adaptive = b.boolean(where, "adaptive", r.Adaptive)
+	if r.MinRate != nil {
+		if s := b.text(where, "min_rate", r.MinRate, ""); r.MinRate.shape == "" {
+			if rate, err := ParseRate(s); err != nil {
+				p.addf(where, "min_rate", "min_rate: %v", err)
+			} else if q.Rate.N > 0 && rate.PerSecond() > q.Rate.PerSecond() {
+				p.addf(where, "min_rate", "min_rate %s must not exceed rate %s", rate, q.Rate)
+			} else {
+				q.MinRate = rate
+			}
+		}
+	} else if q.Rate.N > 0 {
+		q.MinRate = DefaultMinRate(q.Rate)
+	}
 	for j, s := range b.list(where, "tenant", r.Tenant) {
 		part, err := parseKeyPart(s)
 		if err != nil {

@@ -220,6 +220,13 @@ type Queue struct {
 	// tenant): they scope its Idempotency-Key and who may read its status. Empty: the queue
 	// has one tenant.
 	Tenant []KeyPart
+	// Adaptive makes Rate the ceiling of a rate the workers learn from the upstream's
+	// answers: lower on 429/503 and low remaining quota, back up while it answers 2xx (YAML
+	// adaptive). Default false.
+	Adaptive bool
+	// MinRate is the floor of the learned rate (YAML min_rate). Default: Rate/100, at least
+	// 1/s (or Rate itself when that is lower).
+	MinRate Rate
 }
 
 // Target is the destination of a queue's directly submitted jobs.

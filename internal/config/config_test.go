@@ -84,12 +84,13 @@ func TestFullExampleLoads(t *testing.T) {
 			MaxBodyBytes: 65536, Target: &Target{Method: "PUT", URL: "https://orders.internal/api/orders"},
 			MaxAttempts: 5, Backoff: Backoff{Initial: 500 * time.Millisecond, Max: time.Minute},
 			Timeout: 3 * time.Second, DedupeWindow: time.Hour, AckWait: 5 * time.Second, Concurrency: 16, MaxPauseRetries: 3,
+			Tenant: []KeyPart{{Kind: KeyHeader, Name: "X-Api-Key"}}, Adaptive: true, MinRate: Rate{5, time.Second},
 		}, {
 			Name: "reports", Rate: Rate{N: 5, Per: 2 * time.Second}, MaxDepth: DefaultMaxDepth,
 			MaxBodyBytes: DefaultMaxBodyBytes, Target: &Target{Method: "POST", URL: "http://reports.internal/run"},
 			MaxAttempts: DefaultMaxAttempts, Backoff: Backoff{Initial: time.Second, Max: 5 * time.Minute},
 			Timeout: DefaultTimeout, DedupeWindow: DefaultDedupeWindow, AckWait: DefaultAckWait, Concurrency: DefaultConcurrency,
-			MaxPauseRetries: DefaultMaxPauseRetries,
+			MaxPauseRetries: DefaultMaxPauseRetries, MinRate: Rate{1, time.Second},
 		}},
 		Rules: []Rule{{
 			Name: "orders-per-key", Match: Match{Methods: []string{"POST"}, Path: "/api/orders"},
@@ -170,6 +171,7 @@ upstream: http://up
 			Name: "q", Rate: Rate{1, time.Second}, MaxDepth: 100000, MaxBodyBytes: 1 << 20, MaxAttempts: 8,
 			Backoff: Backoff{time.Second, 5 * time.Minute}, Timeout: 10 * time.Second,
 			DedupeWindow: 24 * time.Hour, AckWait: 30 * time.Second, Concurrency: 4, MaxPauseRetries: 20,
+			MinRate: Rate{1, time.Second},
 		}},
 		Rules: []Rule{{
 			Name: "r", Match: Match{Path: "/*"}, Key: []KeyPart{{Kind: KeyIP}}, Algorithm: limit.GCRA,
@@ -350,6 +352,7 @@ func TestProblems(t *testing.T) {
 		{"dedupe_window", queue("{name: q, rate: 1/s, dedupe_window: -1h}"), `sluice.yaml: queues[1] "q": dedupe_window must be > 0`},
 		{"ack_wait", queue("{name: q, rate: 1/s, ack_wait: 10ms}"), `sluice.yaml: queues[1] "q": ack_wait must be at least 100ms`},
 		{"concurrency", queue("{name: q, rate: 1/s, concurrency: 0}"), `sluice.yaml: queues[1] "q": concurrency must be between 1 and 10000, got 0`},
+		{"min_rate above rate", queue("{name: q, rate: 1/s, adaptive: true, min_rate: 2/s}"), `sluice.yaml: queues[1] "q": min_rate 2/s must not exceed rate 1/s`},
 		{"concurrency huge", queue("{name: q, rate: 1/s, concurrency: 100000000}"), `sluice.yaml: queues[1] "q": concurrency must be between 1 and 10000, got 100000000`},
 		{"max_body_bytes huge", queue("{name: q, rate: 1/s, max_body_bytes: 99999999999}"), `sluice.yaml: queues[1] "q": max_body_bytes must be between 1 and 67108864, got 99999999999`},
 		{"max_depth huge", queue("{name: q, rate: 1/s, max_depth: 9223372036854775807}"), `sluice.yaml: queues[1] "q": max_depth must be between 1 and 4294967296, got 9223372036854775807`},
@@ -703,6 +706,18 @@ func TestNoServerImports(t *testing.T) {
 					t.Errorf("%s imports %s", name, imp.Path.Value)
 				}
 			}
+		}
+	}
+}
+
+func TestDefaultMinRate(t *testing.T) {
+	for _, tc := range []struct{ rate, want Rate }{
+		{Rate{500, time.Second}, Rate{500, 100 * time.Second}},
+		{Rate{50, time.Second}, Rate{1, time.Second}},
+		{Rate{1, 2 * time.Second}, Rate{1, 2 * time.Second}},
+	} {
+		if got := DefaultMinRate(tc.rate); got.PerSecond() != tc.want.PerSecond() {
+			t.Errorf("DefaultMinRate(%v) = %v, want %v", tc.rate, got, tc.want)
 		}
 	}
 }

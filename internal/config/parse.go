@@ -184,6 +184,8 @@ type (
 		Concurrency     *scalar     `yaml:"concurrency"`
 		MaxPauseRetries *scalar     `yaml:"max_pause_retries"`
 		Tenant          stringList  `yaml:"tenant"`
+		Adaptive        *scalar     `yaml:"adaptive"`
+		MinRate         *scalar     `yaml:"min_rate"`
 	}
 	rawBackoff struct {
 		Initial *scalar `yaml:"initial"`

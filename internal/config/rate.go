@@ -99,3 +99,16 @@ func (r *Rate) UnmarshalText(b []byte) error {
 	*r = v
 	return nil
 }
+
+// DefaultMinRate is the default floor of an adaptive queue's learned rate: r/100, at least 1/s,
+// and never above r.
+func DefaultMinRate(r Rate) Rate {
+	per := r.PerSecond()
+	switch {
+	case per <= 1:
+		return r
+	case per/100 >= 1:
+		return Rate{N: r.N, Per: r.Per * 100}
+	}
+	return Rate{N: 1, Per: time.Second}
+}

@@ -53,6 +53,10 @@ type QueueConfig struct {
 	// AckWait is the queue consumer's AckWait, > 0; a job held longer than AckWait/3 (waiting
 	// for its slot, or being delivered) is kept alive with InProgress every AckWait/3.
 	AckWait time.Duration
+	// Adaptive makes Rate a ceiling: the workers learn the rate the upstream takes (see
+	// adaptive.go), never below MinRate deliveries per second (> 0 when Adaptive).
+	Adaptive bool
+	MinRate  float64
 }
 
 // Target is the destination of a queue's directly submitted jobs.
@@ -93,6 +97,9 @@ func (c QueueConfig) validate() error {
 	if c.MaxPauseRetries < 0 {
 		errs = append(errs, errors.New("max pause retries must be >= 0"))
 	}
+	if c.Adaptive && !(c.MinRate > 0) {
+		errs = append(errs, errors.New("an adaptive queue needs a min rate > 0"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("worker: queue %q: %w", c.Name, err)
 	}
@@ -121,6 +128,8 @@ func FromConfig(cfg *config.Config) []QueueConfig {
 			AckWait:         q.AckWait,
 			MaxPauseRetries: q.MaxPauseRetries,
 			DefaultPause:    config.DefaultPause,
+			Adaptive:        q.Adaptive,
+			MinRate:         q.MinRate.PerSecond(),
 		}
 		if q.Target != nil {
 			qc.Target = &Target{Method: q.Target.Method, URL: q.Target.URL}

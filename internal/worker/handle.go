@@ -125,6 +125,7 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 	r.p.m.latency.WithLabelValues(r.name).Observe(elapsed.Seconds())
 	r.p.m.drain.add(r.name)
 	out := classify(resp, err, r.p.now())
+	r.observe(out.Class, resp)
 	var pause time.Duration
 	if out.Class == retry.Pause {
 		// Stop every worker at once, before anything else.
@@ -301,12 +302,24 @@ func (r *runner) waitSlot(ctx context.Context) error {
 // controls themselves arrive by a watch, at once).
 const heldPoll = 100 * time.Millisecond
 
-// rate is the queue's leak rate now: the config's, or the one an operator set at run time.
-func (r *runner) rate() leaky.Rate {
+// baseRate is the queue's leak rate: the config's, or the one an operator set at run time.
+func (r *runner) baseRate() leaky.Rate {
 	rate := r.cfg.Load().Rate
 	if s := r.p.control(r.name).Rate; s != "" {
 		if rt, err := config.ParseRate(s); err == nil && rt.Interval() > 0 {
 			rate.Interval = rt.Interval()
+		}
+	}
+	return rate
+}
+
+// rate is the leak rate slots are taken at: baseRate, or for an adaptive queue the rate the
+// workers learned, when that is lower.
+func (r *runner) rate() leaky.Rate {
+	rate := r.baseRate()
+	if eff := r.learnedRate(); eff > 0 && r.cfg.Load().Adaptive {
+		if iv := time.Duration(float64(time.Second) / eff); iv > rate.Interval {
+			rate.Interval = iv
 		}
 	}
 	return rate

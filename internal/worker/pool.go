@@ -310,6 +310,8 @@ type runner struct {
 	cancel      context.CancelFunc
 	held        atomic.Int64  // jobs in hand
 	slotWaiters atomic.Int64  // jobs in hand waiting for their leak slot
+	learned     atomic.Uint64 // the learned rate of an adaptive queue, float64 bits; 0: none yet
+	successes   atomic.Int64  // 2xx answers since the learned rate was last raised
 	wake        chan struct{} // a job was finished, the last slot waiter got its slot, or the config changed
 }
 
@@ -332,6 +334,8 @@ func (r *runner) poke() {
 func (r *runner) run(ctx, hard context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	wg.Add(1)
+	go func() { defer wg.Done(); r.learnLoop(ctx) }()
 	cons := r.consumer(ctx)
 	if cons == nil {
 		return

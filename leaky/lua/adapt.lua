@@ -3,6 +3,9 @@
 -- KEYS[1]  the queue's adaptive state, a hash in the queue's slot: {<prefix>leak:<queue>}:adapt
 --            eff     deliveries/s the upstream is believed to take now
 --            dec_at  µs, when the last multiplicative decrease happened
+--            peak    deliveries/s the rate was at when it was last decreased: within 15% of it,
+--                    increases are a twentieth as large, so the rate lingers just below where the
+--                    upstream pushed back instead of running into it again at once
 -- ARGV[1]  ceiling, deliveries/s (> 0): the queue's rate; eff never exceeds it
 -- ARGV[2]  floor, deliveries/s (> 0, ≤ ceiling): eff never goes below it
 -- ARGV[3]  1 to decrease multiplicatively (an upstream 429/503), else 0
@@ -31,20 +34,23 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local st = redis.call('HMGET', key, 'eff', 'dec_at')
+local st = redis.call('HMGET', key, 'eff', 'dec_at', 'peak')
 local eff = tonumber(st[1]) or ceiling
 local decAt = tonumber(st[2]) or 0
+local peak = tonumber(st[3]) or 0
 if eff > ceiling then eff = ceiling end
 local decreased = 0
 if target > 0 and target < eff then eff = target end
 if decrease and now - decAt >= hold then
+  peak = eff
   eff = eff * factor
   decAt = now
   decreased = 1
 end
+if peak > 0 and eff >= 0.85 * peak then increase = increase / 20 end
 eff = eff + increase
 if eff > ceiling then eff = ceiling end
 if eff < floor then eff = floor end
-redis.call('HSET', key, 'eff', tostring(eff), 'dec_at', decAt)
+redis.call('HSET', key, 'eff', tostring(eff), 'dec_at', decAt, 'peak', tostring(peak))
 redis.call('PEXPIRE', key, ttl)
 return {tostring(eff), decreased}

@@ -27,6 +27,7 @@ type Arrival struct {
 	URI     string // the request URI: path and query
 	Header  http.Header
 	Body    []byte
+	Status  int // the status the upstream answered, where it reports it (0: not known)
 }
 
 // Reply is what the Recorder answers to one request.
