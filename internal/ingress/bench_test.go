@@ -10,6 +10,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // nullWriter is a reusable ResponseWriter that keeps nothing but the status.
@@ -144,6 +147,43 @@ func BenchmarkQuotaBody(b *testing.B) {
 			p.Detail = quotaDetail(p.ViolatedPolicies, secs)
 			if _, err := json.Marshal(p); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkIngress429Redis is BenchmarkIngress429Memory with the limiter in a real redis-server:
+// after the first rejection the key's 429s come from the ingress's cache of the store's
+// rejections, without a Redis round trip (compare the two as a ratio in one run).
+func BenchmarkIngress429Redis(b *testing.B) {
+	rs := testenv.Redis(b)
+	s, err := New(parseConfig(b, "http://127.0.0.1:1", `
+rules:
+  - { name: per-key, match: { methods: [POST], path: /api/* }, key: [header:X-API-Key], algorithm: token_bucket, limit: 1, period: 1h }
+  - { name: per-ip,  match: { path: /api/* }, key: [ip], algorithm: gcra, limit: 1000000, period: 1s }
+`), Options{Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
+		Limiter: limit.NewRedis(rs.NewClient(), limit.RedisConfig{Prefix: testenv.Prefix(b)})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	h := s.Handler()
+	newReq := func() *http.Request {
+		r := httptest.NewRequest("POST", "/api/orders", nil)
+		r.Header.Set("X-API-Key", "bench")
+		return r
+	}
+	h.ServeHTTP(&nullWriter{h: http.Header{}}, newReq()) // spends the one request
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		w := &nullWriter{h: http.Header{}}
+		r := newReq()
+		for pb.Next() {
+			clear(w.h)
+			h.ServeHTTP(w, r)
+			if w.code != http.StatusTooManyRequests {
+				b.Fatalf("status %d", w.code)
 			}
 		}
 	})

@@ -197,6 +197,8 @@ const (
 	fromFallback               // the in-process fallback, the store having failed
 	failedOpen                 // no decision at all; the rule fails open
 	failedClosed               // no decision at all; the rule fails closed
+	fromCache                  // a rejection remembered from the store (rejectCache)
+	notCharged                 // not charged: another rule's cached rejection decided
 )
 
 // call is the scratch state of one request, pooled.
@@ -379,7 +381,7 @@ func decideRuling(limited []*rule, decs []limit.Decision, srcs []source, matched
 			if rl.action != reject {
 				rl.action = failClosed
 			}
-		case src == failedOpen || d.Allowed || ru.shadow:
+		case src == failedOpen || src == notCharged || d.Allowed || ru.shadow:
 		case ru.onLimitEnqueue && mayDefer:
 			if rl.deferTo == nil {
 				rl.deferTo = ru
@@ -419,7 +421,7 @@ func deferTarget(first *rule, matched []*rule) *rule {
 func headerPolicy(limited []*rule, decs []limit.Decision, srcs []source, rejected, mayDefer bool) int {
 	best := -1
 	for i, ru := range limited {
-		if srcs[i] == failedOpen || srcs[i] == failedClosed {
+		if srcs[i] == failedOpen || srcs[i] == failedClosed || srcs[i] == notCharged {
 			continue
 		}
 		d := decs[i]
@@ -454,6 +456,8 @@ func countDecisions(k *call, rl *ruling) {
 func decisionOutcome(ru *rule, d limit.Decision, src source, rl *ruling) (Outcome, bool) {
 	deferred := rl.action == deferIt && ru == rl.deferTo
 	switch {
+	case src == notCharged:
+		return 0, false
 	case src == failedClosed && ru.shadow, src == failedOpen:
 		return OutcomeFailOpen, true
 	case src == failedClosed:
@@ -583,6 +587,9 @@ func (g *Gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
 		return nil
 	}
 
+	if g.cachedRejection(k) {
+		return nil
+	}
 	if ok, probe := g.breaker.allow(); ok {
 		var decs []limit.Decision
 		decs, err = g.callStore(ctx, rs.storeTimeout, k.reqs)
@@ -592,6 +599,7 @@ func (g *Gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
 		if err == nil {
 			g.breaker.done(probe, succeeded)
 			copy(k.decs, decs)
+			g.rememberRejections(k)
 			return nil
 		}
 		if ctx.Err() != nil {

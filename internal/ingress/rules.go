@@ -67,6 +67,7 @@ type rule struct {
 	quotaHead, quotaMid string
 
 	counters [numOutcomes]prometheus.Counter
+	rejects  *rejectCache // rejections remembered from the shared store
 }
 
 // matcher is a config.Match made ready for requests: it answers as Match.Matches does,
@@ -183,11 +184,12 @@ func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Q
 		return nil, errors.New("name is not valid UTF-8") // it is a metric label
 	}
 	r := &rule{
-		name:   cr.Name,
-		match:  compileMatch(cr.Match),
-		key:    slices.Clone(cr.Key),
-		shadow: cr.Shadow || cfg.Shadow,
-		queue:  cr.Queue,
+		rejects: newRejectCache(),
+		name:    cr.Name,
+		match:   compileMatch(cr.Match),
+		key:     slices.Clone(cr.Key),
+		shadow:  cr.Shadow || cfg.Shadow,
+		queue:   cr.Queue,
 	}
 	if len(r.key) == 0 {
 		r.key = []config.KeyPart{{Kind: config.KeyIP}}
