@@ -30,7 +30,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/config"
@@ -81,47 +80,12 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	// The limiter store: Redis when configured, else in-process memory (ingress.New's default).
-	var (
-		lim      limit.Limiter
-		rdb      redis.UniversalClient
-		checks   []admin.Check
-		schedule leaky.Schedule
-	)
-	if cfg.Redis != nil {
-		connect.RouteRedisLogs(log)
-		if rdb, err = connect.Redis(cfg.Redis.URL); err != nil {
-			return connect.ConfigError(fmt.Errorf("%s: redis.url: %w", cfg.Path, err))
-		}
-		stops = append(stops, func() { rdb.Close() })
-		lim = limit.NewRedis(rdb, limit.RedisConfig{})
-		schedule = leaky.NewRedis(rdb, leaky.RedisConfig{})
-		checks = append(checks, admin.RedisCheck(rdb))
-	} else {
-		schedule = leaky.NewMemory(nil)
-	}
-
-	// NATS: the configured servers, or the embedded one of the quickstart.
-	var nc *nats.Conn
-	embedded := cfg.NATS == nil
-	if embedded {
-		ens, err := startEmbeddedNATS(cfg.DataDir)
-		if errors.Is(err, errNoEmbedded) {
-			return connect.ConfigError(fmt.Errorf("%s: %w", m.ConfigPath, err))
-		}
-		if err != nil {
-			return err
-		}
-		stops = append(stops, ens.stop)
-		if nc, err = ens.connect(); err != nil {
-			return fmt.Errorf("embedded nats: connect: %w", err)
-		}
-		log.Info("ingress: embedded NATS with JetStream", "store", ens.storeDir())
-	} else if nc, err = connect.NATS(cfg.NATS.URL, "sluice-ingress", log); err != nil {
+	// Step 2: the stores.
+	st, err := m.connectStores(cfg, log, &stops)
+	if err != nil {
 		return err
 	}
-	stops = append(stops, nc.Close)
-	checks = append(checks, admin.NATSCheck(nc))
+	lim, schedule, nc, checks, embedded := st.lim, st.schedule, st.nc, st.checks, st.embedded
 
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -155,22 +119,9 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 	}
 
 	// Listeners first, so that a taken port is reported before anything is served.
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, adminLn, demoLn, err := listen(cfg)
 	if err != nil {
-		return fmt.Errorf("ingress: listen %s: %w", cfg.Listen, err)
-	}
-	adminLn, err := net.Listen("tcp", cfg.AdminListen)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("ingress: admin listen %s: %w", cfg.AdminListen, err)
-	}
-	var demoLn net.Listener
-	if cfg.DemoUpstream != "" {
-		if demoLn, err = net.Listen("tcp", cfg.DemoUpstream); err != nil {
-			ln.Close()
-			adminLn.Close()
-			return fmt.Errorf("ingress: demo upstream listen %s: %w", cfg.DemoUpstream, err)
-		}
+		return err
 	}
 
 	if admin.Exposed(cfg.AdminListen, cfg.AdminToken) {
@@ -272,6 +223,76 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 	}
 	log.Info("ingress: stopped")
 	return nil
+}
+
+// stores are what the ingress connected to in step 2.
+type stores struct {
+	lim      limit.Limiter // nil: in-process memory (ingress.New's default)
+	schedule leaky.Schedule
+	nc       *nats.Conn
+	checks   []admin.Check
+	embedded bool // NATS is the quickstart's embedded server
+}
+
+// connectStores connects the limiter store (Redis when configured, else memory) and NATS (the
+// configured servers, or the embedded one of the quickstart), appending what it starts to stops.
+func (m Ingress) connectStores(cfg *config.Config, log *slog.Logger, stops *[]func()) (stores, error) {
+	var st stores
+	if cfg.Redis != nil {
+		connect.RouteRedisLogs(log)
+		rdb, err := connect.Redis(cfg.Redis.URL)
+		if err != nil {
+			return st, connect.ConfigError(fmt.Errorf("%s: redis.url: %w", cfg.Path, err))
+		}
+		*stops = append(*stops, func() { rdb.Close() })
+		st.lim = limit.NewRedis(rdb, limit.RedisConfig{})
+		st.schedule = leaky.NewRedis(rdb, leaky.RedisConfig{})
+		st.checks = append(st.checks, admin.RedisCheck(rdb))
+	} else {
+		st.schedule = leaky.NewMemory(nil)
+	}
+	st.embedded = cfg.NATS == nil
+	if st.embedded {
+		ens, err := startEmbeddedNATS(cfg.DataDir)
+		if errors.Is(err, errNoEmbedded) {
+			return st, connect.ConfigError(fmt.Errorf("%s: %w", m.ConfigPath, err))
+		}
+		if err != nil {
+			return st, err
+		}
+		*stops = append(*stops, ens.stop)
+		if st.nc, err = ens.connect(); err != nil {
+			return st, fmt.Errorf("embedded nats: connect: %w", err)
+		}
+		log.Info("ingress: embedded NATS with JetStream", "store", ens.storeDir())
+	} else {
+		var err error
+		if st.nc, err = connect.NATS(cfg.NATS.URL, "sluice-ingress", log); err != nil {
+			return st, err
+		}
+	}
+	*stops = append(*stops, st.nc.Close)
+	st.checks = append(st.checks, admin.NATSCheck(st.nc))
+	return st, nil
+}
+
+// listen opens the public, admin and (when configured) demo listeners, all or none.
+func listen(cfg *config.Config) (ln, adminLn, demoLn net.Listener, err error) {
+	if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, nil, nil, fmt.Errorf("ingress: listen %s: %w", cfg.Listen, err)
+	}
+	if adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+		ln.Close()
+		return nil, nil, nil, fmt.Errorf("ingress: admin listen %s: %w", cfg.AdminListen, err)
+	}
+	if cfg.DemoUpstream != "" {
+		if demoLn, err = net.Listen("tcp", cfg.DemoUpstream); err != nil {
+			ln.Close()
+			adminLn.Close()
+			return nil, nil, nil, fmt.Errorf("ingress: demo upstream listen %s: %w", cfg.DemoUpstream, err)
+		}
+	}
+	return ln, adminLn, demoLn, nil
 }
 
 // apply makes a valid new config current: rules and limits at once, new and changed queues

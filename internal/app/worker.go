@@ -53,19 +53,8 @@ func (m Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return configErr(err)
 	}
-	if cfg.NATS == nil || cfg.Redis == nil {
-		var missing []string
-		if cfg.NATS == nil {
-			missing = append(missing, "`nats`")
-		}
-		if cfg.Redis == nil {
-			missing = append(missing, "`redis`")
-		}
-		return configErrf("%s: the standalone worker needs `nats` and `redis` sections (or "+
-			"SLUICE_NATS_URL and SLUICE_REDIS_URL) to share queues and the leak schedule with "+
-			"the ingress; missing %s. Without them the quickstart runs its workers inside the "+
-			"ingress: go run ./cmd/ingress -config %s",
-			cfg.Path, strings.Join(missing, " and "), cfg.Path)
+	if err := needsStores(cfg); err != nil {
+		return err
 	}
 
 	// Redis: the leak schedule.
@@ -194,6 +183,26 @@ func (m Worker) Run(ctx context.Context) error {
 	draining.Store(false)
 	log.Info("worker: stopped")
 	return err
+}
+
+// needsStores refuses a config without the nats and redis sections a standalone worker shares
+// with the ingress, saying what is missing and what to run instead.
+func needsStores(cfg *config.Config) error {
+	if cfg.NATS != nil && cfg.Redis != nil {
+		return nil
+	}
+	var missing []string
+	if cfg.NATS == nil {
+		missing = append(missing, "`nats`")
+	}
+	if cfg.Redis == nil {
+		missing = append(missing, "`redis`")
+	}
+	return configErrf("%s: the standalone worker needs `nats` and `redis` sections (or "+
+		"SLUICE_NATS_URL and SLUICE_REDIS_URL) to share queues and the leak schedule with "+
+		"the ingress; missing %s. Without them the quickstart runs its workers inside the "+
+		"ingress: go run ./cmd/ingress -config %s",
+		cfg.Path, strings.Join(missing, " and "), cfg.Path)
 }
 
 // QueueSpecs maps the queues of cfg to the queue layer's specs. Every process that provisions

@@ -457,13 +457,7 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	} else if q.Rate.N > 0 {
 		q.MinRate = DefaultMinRate(q.Rate)
 	}
-	for j, s := range b.list(where, "tenant", r.Tenant) {
-		part, err := parseKeyPart(s)
-		if err != nil {
-			p.addf(where, fmt.Sprintf("tenant[%d]", j), "tenant[%d]: %v", j, err)
-		}
-		q.Tenant = append(q.Tenant, part)
-	}
+	q.Tenant = b.keyParts(where, "tenant", r.Tenant)
 	return q
 }
 
@@ -506,31 +500,10 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 		p.add(where, "name", "name is required")
 	}
 
-	r.Match.Path = DefaultMatchPath
-	if rr.Match != nil {
-		for j, m := range b.list(where, "match.methods", rr.Match.Methods) {
-			if !isToken(m) {
-				p.addf(where, fmt.Sprintf("match.methods[%d]", j), "match.methods[%d]: invalid method %q", j, m)
-			}
-			r.Match.Methods = append(r.Match.Methods, strings.ToUpper(m))
-		}
-		r.Match.CaseInsensitive = b.boolean(where, "match.case_insensitive", rr.Match.CaseInsensitive)
-		if rr.Match.Path != nil {
-			r.Match.Path = b.text(where, "match.path", rr.Match.Path, DefaultMatchPath)
-			b.matchPath(where, r.Match.Path)
-		}
-	}
-
-	keys := b.list(where, "key", rr.Key)
-	if len(keys) == 0 {
+	r.Match = b.match(where, rr.Match)
+	r.Key = b.keyParts(where, "key", rr.Key)
+	if len(r.Key) == 0 {
 		r.Key = []KeyPart{{Kind: KeyIP}}
-	}
-	for j, s := range keys {
-		part, err := parseKeyPart(s)
-		if err != nil {
-			p.addf(where, fmt.Sprintf("key[%d]", j), "key[%d]: %v", j, err)
-		}
-		r.Key = append(r.Key, part)
 	}
 
 	r.Action = ActionLimit
@@ -585,6 +558,39 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 	r.Shadow = b.boolean(where, "shadow", rr.Shadow)
 	r.OnStoreError = b.storeErrorMode(where, rr.OnStoreError, "")
 	return r
+}
+
+// match builds a rule's match section; nil matches every method and path.
+func (b *builder) match(where string, rm *rawMatch) Match {
+	m := Match{Path: DefaultMatchPath}
+	if rm == nil {
+		return m
+	}
+	for j, meth := range b.list(where, "match.methods", rm.Methods) {
+		if !isToken(meth) {
+			b.p.addf(where, fmt.Sprintf("match.methods[%d]", j), "match.methods[%d]: invalid method %q", j, meth)
+		}
+		m.Methods = append(m.Methods, strings.ToUpper(meth))
+	}
+	m.CaseInsensitive = b.boolean(where, "match.case_insensitive", rm.CaseInsensitive)
+	if rm.Path != nil {
+		m.Path = b.text(where, "match.path", rm.Path, DefaultMatchPath)
+		b.matchPath(where, m.Path)
+	}
+	return m
+}
+
+// keyParts parses a list of key parts (a rule's key, a queue's tenant), naming field in errors.
+func (b *builder) keyParts(where, field string, l stringList) []KeyPart {
+	var parts []KeyPart
+	for j, s := range b.list(where, field, l) {
+		part, err := parseKeyPart(s)
+		if err != nil {
+			b.p.addf(where, fmt.Sprintf("%s[%d]", field, j), "%s[%d]: %v", field, j, err)
+		}
+		parts = append(parts, part)
+	}
+	return parts
 }
 
 // limitSpec reports what limit.Limit.Validate finds wrong, naming the field.

@@ -46,42 +46,8 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 	defer stop()
 	j := &job{m: m, r: r}
 
-	if m.Delivered > 1 {
-		st, err := r.status(m.Job.ID)
-		switch {
-		case err == nil && st.State.Terminal():
-			// The outcome was recorded but the ack was lost (a crash, a connection drop):
-			// do not deliver it again.
-			j.log().Info("worker: redelivered job already final; acking", "state", st.State)
-			r.p.m.skipped.WithLabelValues(r.name).Inc()
-			r.ackFinal(j, true)
-			return
-		case err == nil:
-			j.prev, j.attempts = st, st.Attempts
-		case !errors.Is(err, queue.ErrNotFound):
-			j.log().Warn("worker: read job status; counting its attempts from zero", "err", err)
-		}
-		// Deliveries after the one that last wrote the status left no record: their worker
-		// died or lost its ack, possibly after the upstream saw the request. Count them as
-		// spent, so that Sluice-Attempt never repeats a number the upstream has seen.
-		if err == nil || errors.Is(err, queue.ErrNotFound) {
-			if seen := st.Delivered + 1; m.Delivered > seen {
-				j.attempts += int(m.Delivered - seen)
-			}
-		}
-	}
-	if ambiguous(m) {
-		// Give its publisher the time to withdraw it (queue: retract), then look.
-		if !sleep(ctx, time.Until(m.Job.AckBy.Add(retractGrace))) {
-			r.handBack(j, "")
-			return
-		}
-		if st, err := r.status(m.Job.ID); err == nil && st.State == queue.StateCanceled {
-			j.log().Info("worker: job withdrawn by its publisher (answered 503); not delivered")
-			r.p.m.skipped.WithLabelValues(r.name).Inc()
-			r.ackFinal(j, true)
-			return
-		}
+	if !r.recall(ctx, j) {
+		return
 	}
 	if j.attempts >= cfg.MaxAttempts {
 		// Its last attempt was made, but its worker died before dead-lettering it.
@@ -208,6 +174,52 @@ func (r *runner) pause(j *job, d time.Duration) {
 		return
 	}
 	j.log().Info("worker: upstream throttled; queue paused", "for", d)
+}
+
+// recall reads what is known of a redelivered or possibly withdrawn job before it is delivered:
+// its recorded state and attempts (a final job is acked, not delivered again), the deliveries
+// that left no record, and whether its publisher withdrew it. It reports false when it settled
+// the job itself.
+func (r *runner) recall(ctx context.Context, j *job) bool {
+	m := j.m
+	if m.Delivered > 1 {
+		st, err := r.status(m.Job.ID)
+		switch {
+		case err == nil && st.State.Terminal():
+			// The outcome was recorded but the ack was lost (a crash, a connection drop):
+			// do not deliver it again.
+			j.log().Info("worker: redelivered job already final; acking", "state", st.State)
+			r.p.m.skipped.WithLabelValues(r.name).Inc()
+			r.ackFinal(j, true)
+			return false
+		case err == nil:
+			j.prev, j.attempts = st, st.Attempts
+		case !errors.Is(err, queue.ErrNotFound):
+			j.log().Warn("worker: read job status; counting its attempts from zero", "err", err)
+		}
+		// Deliveries after the one that last wrote the status left no record: their worker
+		// died or lost its ack, possibly after the upstream saw the request. Count them as
+		// spent, so that Sluice-Attempt never repeats a number the upstream has seen.
+		if err == nil || errors.Is(err, queue.ErrNotFound) {
+			if seen := st.Delivered + 1; m.Delivered > seen {
+				j.attempts += int(m.Delivered - seen)
+			}
+		}
+	}
+	if ambiguous(m) {
+		// Give its publisher the time to withdraw it (queue: retract), then look.
+		if !sleep(ctx, time.Until(m.Job.AckBy.Add(retractGrace))) {
+			r.handBack(j, "")
+			return false
+		}
+		if st, err := r.status(m.Job.ID); err == nil && st.State == queue.StateCanceled {
+			j.log().Info("worker: job withdrawn by its publisher (answered 503); not delivered")
+			r.p.m.skipped.WithLabelValues(r.name).Inc()
+			r.ackFinal(j, true)
+			return false
+		}
+	}
+	return true
 }
 
 // Publishes whose message was stored within ambiguity of the publisher giving up (Job.AckBy)
