@@ -107,8 +107,14 @@ func (c *Consumer) msg(raw jetstream.Msg) (*Msg, error) {
 		return nil, err
 	}
 	job.Queue = c.queue
+	stored := md.Timestamp
+	if v := raw.Headers().Get(hdrStored); v != "" { // moved from a fair queue's backlog
+		if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
+			stored = time.Unix(0, ns)
+		}
+	}
 	return &Msg{
-		Job: job, Delivered: md.NumDelivered, Seq: md.Sequence.Stream, Timestamp: md.Timestamp,
+		Job: job, Delivered: md.NumDelivered, Seq: md.Sequence.Stream, Timestamp: stored,
 		raw: raw, nc: c.q.nc,
 	}, nil
 }
@@ -152,7 +158,7 @@ type Msg struct {
 	Delivered uint64
 	// Seq is the job's sequence number in its queue's stream.
 	Seq uint64
-	// Timestamp is when the job was stored.
+	// Timestamp is when the job was stored (in a fair queue: in its tenant's backlog).
 	Timestamp time.Time
 
 	raw jetstream.Msg

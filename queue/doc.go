@@ -118,4 +118,58 @@
 // The status bucket keeps one entry per job, expiring max(Options.StatusTTL, every
 // Spec.DedupeWindow) after its last update. Workers update it with [Queues.SetStatus]; a status
 // that says succeeded is never moved back by a late, stale update.
+//
+// # Fair share among tenants
+//
+// A queue with Spec.Fair gives each tenant (Job.Tenant) with waiting jobs a share of its
+// deliveries in proportion to its weight, however deep another tenant's backlog is. The model:
+//
+//	stream   SLUICE_T_orders      subjects SLUICE.t.orders.<tenant>   the tenants' backlogs
+//	stream   SLUICE_Q_orders      as above                            the delivery stream
+//	bucket   SLUICE_TENANTS       key <queue>.<tenant> → jobs delivered
+//	entry    SLUICE_META fair.<queue>                                 the scheduler's lease
+//
+// Publish stores a fair queue's job in its tenant's backlog, one subject per tenant, and writes
+// its status entry (queued, with the job's place in the backlog, so that Status and Cancel find
+// it). A scheduler, [Fair], moves jobs from the backlogs to the delivery stream, where workers
+// take them through the queue's one consumer exactly as from a FIFO queue, so acks, retries,
+// pauses, dead letters, cancels and the global leak rate work unchanged. The scheduler keeps
+// only FairOptions.Target jobs waiting in the delivery stream (the worker sets a fifth of a
+// second of the queue's rate) and picks the next ones by deficit round robin over the tenants
+// with waiting jobs: a tenant's turn adds its weight to its deficit and it gives a job per
+// whole unit. A tenant with 10 jobs behind another's 300 therefore waits for about Target jobs
+// and the jobs the workers hold, not for the 300. FairOptions.TenantRate caps each tenant by
+// spacing its moves 1/TenantRate apart, so a capped tenant gets slightly less than its cap.
+//
+// Guarantees. The deliveries' order and rate are still set by the workers and the leak
+// schedule: fairness changes which job comes next, never how many go out. Any number of
+// processes run a scheduler for the same queue; a lease in the meta bucket, renewed every
+// 500ms and taken over when it has not moved for 2s (by compare-and-set, no clocks compared),
+// lets one of them work. A job is deleted from its backlog only after the delivery stream
+// acknowledged its copy, which carries the job's message id: a scheduler that dies between the
+// two leaves the job in both, and the next leader's copy is dropped by the delivery stream's
+// duplicate window. So a crash or a SIGKILL of any process loses nothing, and a job is moved
+// once as long as the takeover comes within Spec.StreamDuplicates. Two schedulers that both
+// believe they lead (one stopped past its lease and resumed) only move jobs in a different
+// order. When the leader dies, deliveries go on from what the delivery stream holds and stop
+// until another takes over, at most 2s later.
+//
+// Costs. Per job, the scheduler makes one direct get, one publish and one delete on top of the
+// FIFO path (the figures are in BENCHMARKS.md, "fair queues"), and Publish writes the status
+// entry a job without an Idempotency-Key does not otherwise need. Per tenant: a subject in the
+// backlog stream while it has waiting jobs (the server keeps a few hundred bytes for it), the
+// scheduler's ~100 bytes of round-robin state, and a delivered count in the tenants bucket,
+// which expires 24h after its last change. Every 500ms the leader reads the backlogs' subject
+// counts, one entry per tenant with waiting jobs: with 10 000 such tenants, a few hundred
+// kilobytes. A tenant that goes idle costs nothing once its backlog is empty: its subject
+// disappears, the leader drops it at the next read, and its count expires. There is no
+// consumer and no Redis key per tenant.
+//
+// Rejected: a consumer per tenant (10 000 consumers cost the server far more than 10 000
+// subjects, and workers would need to poll them all); one consumer with a filter rewritten per
+// delivery (a consumer update per job); reordering by handing jobs back with a delay (a deep
+// backlog is read through job by job); and picking the tenant in Redis with each leak slot
+// (Redis would have to mirror which tenants have jobs, and a queue could not be fair without
+// Redis). Leaving the jobs in the delivery stream and reading ahead to find other tenants' jobs
+// was rejected too: it is fair only within how far a worker reads ahead.
 package queue

@@ -115,6 +115,10 @@ type Spec struct {
 	AckWait time.Duration
 	// MaxAckPending bounds the jobs held by all workers of the queue at once; default 1000.
 	MaxAckPending int
+	// Fair makes the queue share its deliveries among its tenants (Job.Tenant): jobs wait in
+	// a backlog per tenant, and a scheduler ([Queues.Fair]) moves them to the delivery stream
+	// in weighted round robin. See "Fair share among tenants" in the package doc.
+	Fair bool
 }
 
 // Receipt is the result of a successful Publish.
@@ -150,6 +154,14 @@ type Info struct {
 	// Left is how many jobs have left the queue since its stream was created: delivered,
 	// dead-lettered or canceled. Its rate of change is the queue's drain rate.
 	Left uint64 `json:"left"`
+	// Fair is whether the queue is fair (Spec.Fair). The fields below are set only then.
+	Fair bool `json:"fair,omitempty"`
+	// Backlog is how many of Depth wait in the tenants' backlogs, not yet scheduled.
+	Backlog uint64 `json:"backlog,omitempty"`
+	// Tenants is how many tenants have jobs in their backlogs.
+	Tenants int `json:"tenants,omitempty"`
+	// TopTenants are the TopTenants tenants with the deepest backlogs, deepest first.
+	TopTenants []TenantDepth `json:"top_tenants,omitempty"`
 }
 
 // DeadLetter is one job in a queue's dead-letter stream.

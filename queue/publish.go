@@ -151,8 +151,14 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		job.AckBy = dl
 	}
 	subject, stream := q.jobSubject(job.Queue, job.ID), q.streamName(job.Queue)
+	if spec.Fair {
+		// The job waits in its tenant's backlog, where it cannot be read by id: it gets a
+		// status entry, as a job with an Idempotency-Key does, which also keeps its place in
+		// the backlog for Cancel.
+		subject, stream = q.backlogSubject(job.Queue, job.Tenant), q.backlogStreamName(job.Queue)
+	}
 
-	if job.IdempotencyKey == "" && findable(job.Queue, job.ID) {
+	if job.IdempotencyKey == "" && !spec.Fair && findable(job.Queue, job.ID) {
 		ack, err := q.publish(ctx, subject, job, job.ID, stream)
 		if err != nil {
 			return Receipt{}, err
@@ -192,6 +198,9 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	rec := record{Status: Status{
 		ID: job.ID, Queue: job.Queue, State: StateQueued, CreatedAt: job.CreatedAt, UpdatedAt: now,
 	}, Fingerprint: fp, Tenant: job.Tenant}
+	if spec.Fair && !ack.Duplicate {
+		rec.BacklogSeq = ack.Sequence
+	}
 	if data, err := json.Marshal(rec); err == nil {
 		if msgID == job.ID {
 			_, _ = q.kv.Create(sctx, job.ID, data)
@@ -315,17 +324,26 @@ func (q *Queues) retractOnce(job *Job, subject, stream string) (done bool, err e
 	if err != nil {
 		return false, err
 	}
+	fair := stream == q.backlogStreamName(job.Queue)
 	raw, err := st.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if errors.Is(err, jetstream.ErrMsgNotFound) && !fair {
 		return true, nil // never stored, or already taken and acked
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, err
 	}
-	stored, err := decode(raw.Header, raw.Data)
-	if err != nil || stored.ID != job.ID || !stored.CreatedAt.Equal(job.CreatedAt) {
+	mine := false
+	if raw != nil {
+		stored, err := decode(raw.Header, raw.Data)
+		mine = err == nil && stored.ID == job.ID && stored.CreatedAt.Equal(job.CreatedAt)
+	}
+	if !mine && !fair {
 		return true, nil // not the message of this publish
 	}
+	// In a fair queue's backlog the tenant's last message may be a later job, with this one
+	// stored before it, or the job may have been moved on to the delivery stream: it is
+	// recorded withdrawn all the same, and whichever worker takes it reads that (its storage
+	// time is within ambiguity of AckBy) and drops it.
 	err = q.updateStatus(ctx, job.ID, func(cur *record) *record {
 		if cur != nil && cur.State.Terminal() {
 			return nil // a worker got there first: nothing left to withdraw
@@ -340,6 +358,9 @@ func (q *Queues) retractOnce(job *Job, subject, stream string) (done bool, err e
 	})
 	if err != nil {
 		return false, err
+	}
+	if !mine {
+		return true, nil
 	}
 	if err := st.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, err

@@ -360,6 +360,11 @@ func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error
 	if err != nil {
 		return nil, fmt.Errorf("queue: %q: dead-letter stream %s: %w", s.Name, q.dlqStreamName(s.Name), err)
 	}
+	if s.Fair {
+		if err := q.provisionBacklog(ctx, s, limit); err != nil {
+			return nil, err
+		}
+	}
 	return stream, nil
 }
 
@@ -411,6 +416,11 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 		return Info{}, fmt.Errorf("queue: info %q: dead letters: %w", name, err)
 	}
 	info.DeadLetters = di.State.Msgs
+	if s.Fair {
+		if err := q.fairInfo(ctx, name, &info); err != nil {
+			return Info{}, err
+		}
+	}
 	return info, nil
 }
 

@@ -21,6 +21,9 @@ type record struct {
 	// Retracted marks the canceled status of a job whose publish was answered as failed but
 	// may have been stored (see Queues.Publish): a retry with its Idempotency-Key is a new job.
 	Retracted bool `json:"retracted,omitempty"`
+	// BacklogSeq is where the job of a fair queue was stored in its tenant's backlog, so that
+	// Cancel can remove it from there.
+	BacklogSeq uint64 `json:"backlog_seq,omitempty"`
 }
 
 // getRecord reads the entry of job id, returning ErrNotFound when there is none.

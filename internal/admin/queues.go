@@ -26,6 +26,8 @@ type QueueInfo interface {
 //	GET /v1/queues          {"queues": [QueueStatus, ...]}, in config order; a queue not yet
 //	                        provisioned is listed empty
 //	GET /v1/queues/{queue}  QueueStatus, or 404
+//	GET /v1/queues/{queue}/tenants/{tenant}
+//	                        TenantStatus of a fair queue's tenant, or 404
 //
 // Errors are application/problem+json. Fill in the fields and Mount it.
 type Queues struct {
@@ -43,6 +45,24 @@ type Queues struct {
 	// Learned returns the rate the workers learned for an adaptive queue, and false when they
 	// keep none (it is at its ceiling). Optional.
 	Learned func(ctx context.Context, queue string) (float64, bool, error)
+	// Tenant describes one tenant of a fair queue (*queue.Queues.Tenant). Optional: nil
+	// answers GET /v1/queues/{queue}/tenants/{tenant} with 404.
+	Tenant func(ctx context.Context, queue, tenant string) (queue.TenantInfo, error)
+}
+
+// TenantStatus is the admin view of one tenant of a fair queue.
+type TenantStatus struct {
+	// Tenant is the tenant's id: a hash of its key parts' values, as jobs carry it.
+	Tenant string `json:"tenant"`
+	// Name is the tenant's value when the queue's weights name it, else "".
+	Name string `json:"name,omitempty"`
+	// Weight is its weight in the round robin.
+	Weight float64 `json:"weight"`
+	// Depth is how many of its jobs wait in its backlog.
+	Depth uint64 `json:"depth"`
+	// Delivered is how many of its jobs the scheduler has handed to the workers (only in
+	// GET /v1/queues/{queue}/tenants/{tenant}).
+	Delivered *uint64 `json:"delivered,omitempty"`
 }
 
 // QueueStatus is the admin view of one queue.
@@ -78,12 +98,70 @@ type QueueStatus struct {
 	// EffectiveRate is how many deliveries per second the queue is allowed now: 0 while
 	// paused, else the runtime rate or the file's.
 	EffectiveRate float64 `json:"effective_rate"`
+	// Fair is whether the queue shares its rate among its tenants; the fields below are
+	// there only then. Backlog is how many of Depth wait in the tenants' backlogs, Tenants
+	// how many tenants have jobs waiting there, TopTenants the deepest of them.
+	Fair       bool           `json:"fair,omitempty"`
+	Backlog    uint64         `json:"backlog,omitempty"`
+	Tenants    int            `json:"tenants,omitempty"`
+	TopTenants []TenantStatus `json:"top_tenants,omitempty"`
 }
 
 // Mount mounts the queue endpoints on s.
 func (q *Queues) Mount(s *Server) {
 	s.Handle("GET /v1/queues", http.HandlerFunc(q.list))
 	s.Handle("GET /v1/queues/{queue}", http.HandlerFunc(q.one))
+	s.Handle("GET /v1/queues/{queue}/tenants/{tenant}", http.HandlerFunc(q.tenant))
+}
+
+// tenant serves GET /v1/queues/{queue}/tenants/{tenant}: {tenant} is a tenant id (32 hex
+// digits, as TopTenants lists them) or a tenant's value, which is hashed to its id.
+func (q *Queues) tenant(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("queue")
+	cq, ok := q.Config().Queue(name)
+	if !ok || !cq.Fair || q.Tenant == nil {
+		writeProblem(w, http.StatusNotFound, "Unknown queue", "no fair queue named "+strconv.Quote(name))
+		return
+	}
+	id := r.PathValue("tenant")
+	if !isTenantID(id) {
+		id = config.TenantID([]byte(id))
+	}
+	ti, err := q.Tenant(r.Context(), name, id)
+	switch {
+	case errors.Is(err, queue.ErrUnknownQueue):
+		writeProblem(w, http.StatusNotFound, "Unknown queue", "queue "+strconv.Quote(name)+" is configured but not provisioned as fair")
+	case err != nil:
+		writeProblem(w, http.StatusServiceUnavailable, "Tenant state unavailable", err.Error())
+	default:
+		st := tenantStatus(cq, id, ti.Depth)
+		st.Delivered = &ti.Delivered
+		writeJSON(w, http.StatusOK, st)
+	}
+}
+
+// isTenantID reports whether s has the form of a tenant id: 32 lower-case hex digits.
+func isTenantID(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// tenantStatus is tenant id of cq with depth, named when cq's weights name it.
+func tenantStatus(cq *config.Queue, id string, depth uint64) TenantStatus {
+	st := TenantStatus{Tenant: id, Weight: 1, Depth: depth}
+	for v, w := range cq.Weights {
+		if config.TenantID([]byte(v)) == id {
+			st.Name, st.Weight = v, w
+		}
+	}
+	return st
 }
 
 func (q *Queues) list(w http.ResponseWriter, r *http.Request) {
@@ -137,6 +215,13 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 	}
 	st.Depth, st.Pending, st.InFlight = info.Depth, info.Pending, info.InFlight
 	st.Consumers, st.DeadLetters, st.Left = info.Consumers, info.DeadLetters, info.Left
+	if info.Fair {
+		st.Fair, st.Backlog, st.Tenants = true, info.Backlog, info.Tenants
+		st.TopTenants = make([]TenantStatus, 0, len(info.TopTenants))
+		for _, td := range info.TopTenants {
+			st.TopTenants = append(st.TopTenants, tenantStatus(cq, td.Tenant, td.Depth))
+		}
+	}
 	now := time.Now
 	if q.Now != nil {
 		now = q.Now
@@ -194,8 +279,9 @@ func writeProblem(w http.ResponseWriter, code int, title, detail string) {
 }
 
 // Metrics returns a collector of the queues' state, for alerting: sluice_queue_depth,
-// sluice_queue_in_flight, sluice_queue_dead_letters, sluice_queue_paused (0/1) and
-// sluice_queue_effective_rate (deliveries/s allowed now), all by queue. A scrape reads
+// sluice_queue_in_flight, sluice_queue_dead_letters, sluice_queue_paused (0/1),
+// sluice_queue_effective_rate (deliveries/s allowed now) and, for fair queues,
+// sluice_queue_tenants (tenants with jobs waiting), all by queue. A scrape reads
 // JetStream once per queue at most once a second; scrapes in between get the cached values.
 func (q *Queues) Metrics() prometheus.Collector { return &queueMetrics{q: q} }
 
@@ -213,10 +299,11 @@ var (
 	descDead      = prometheus.NewDesc("sluice_queue_dead_letters", "Jobs in the queue's dead-letter stream.", []string{"queue"}, nil)
 	descPaused    = prometheus.NewDesc("sluice_queue_paused", "1 while the queue's deliveries are paused (by an operator or an upstream's Retry-After).", []string{"queue"}, nil)
 	descEffective = prometheus.NewDesc("sluice_queue_effective_rate", "Deliveries per second the queue is allowed now.", []string{"queue"}, nil)
+	descTenants   = prometheus.NewDesc("sluice_queue_tenants", "Tenants with jobs waiting in a fair queue's backlogs.", []string{"queue"}, nil)
 )
 
 func (m *queueMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDepth, descInFlight, descDead, descPaused, descEffective} {
+	for _, d := range []*prometheus.Desc{descDepth, descInFlight, descDead, descPaused, descEffective, descTenants} {
 		ch <- d
 	}
 }
@@ -247,5 +334,8 @@ func (m *queueMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(st.DeadLetters), st.Name)
 		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, paused, st.Name)
 		ch <- prometheus.MustNewConstMetric(descEffective, prometheus.GaugeValue, st.EffectiveRate, st.Name)
+		if st.Fair {
+			ch <- prometheus.MustNewConstMetric(descTenants, prometheus.GaugeValue, float64(st.Tenants), st.Name)
+		}
 	}
 }

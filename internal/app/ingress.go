@@ -133,6 +133,7 @@ func (m Ingress) Run(ctx context.Context) (err error) {
 		Config:      current.Load,
 		PausedUntil: pausedUntil(schedule),
 		Controls:    qs.Controls,
+		Tenant:      qs.Tenant,
 	}
 	if ad, ok := schedule.(leaky.Adapter); ok {
 		queues.Learned = ad.Learned

@@ -221,6 +221,7 @@ func QueueSpecs(cfg *config.Config) []queue.Spec {
 			DedupeWindow: q.DedupeWindow,
 			Replicas:     replicas,
 			AckWait:      q.AckWait,
+			Fair:         q.Fair,
 		})
 	}
 	return out

@@ -140,6 +140,7 @@ func (b *builder) applyEnv(raw *rawConfig, getenv func(string) string) {
 // exhaust memory or overflow a computation.
 const (
 	maxConcurrency  = 10_000
+	maxWeight       = 1000
 	maxDepth        = 1 << 32
 	maxBodyBytes    = 64 << 20 // the most NATS allows in one message
 	maxAttempts     = 1000
@@ -458,7 +459,48 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 		q.MinRate = DefaultMinRate(q.Rate)
 	}
 	q.Tenant = b.keyParts(where, "tenant", r.Tenant)
+	b.fairness(where, &q, &r)
 	return q
+}
+
+// fairness reads fair, weights and tenant_rate, which need tenant and each other.
+func (b *builder) fairness(where string, q *Queue, r *rawQueue) {
+	q.Fair = b.boolean(where, "fair", r.Fair)
+	if q.Fair && len(q.Tenant) == 0 {
+		b.p.add(where, "fair", "fair: true needs tenant: the key parts that name who a job belongs to")
+	}
+	if r.Weights.shape != "" {
+		b.p.addf(where, "weights", "weights: want a mapping of tenant to weight, not %s", r.Weights.shape)
+	}
+	for i, k := range r.Weights.keys {
+		field := "weights." + k
+		s := b.text(where, field, &r.Weights.vals[i], "")
+		w, err := strconv.ParseFloat(s, 64)
+		switch {
+		case err != nil:
+			b.p.addf(where, field, "%s: want a number, got %q", field, s)
+			continue
+		case !(w > 0 && w <= maxWeight):
+			b.p.addf(where, field, "%s: %s is out of range: want > 0 and <= %d", field, s, maxWeight)
+			continue
+		}
+		if q.Weights == nil {
+			q.Weights = map[string]float64{}
+		}
+		q.Weights[k] = w
+	}
+	if r.TenantRate != nil {
+		if s := b.text(where, "tenant_rate", r.TenantRate, ""); r.TenantRate.shape == "" {
+			if rate, err := ParseRate(s); err != nil {
+				b.p.addf(where, "tenant_rate", "tenant_rate: %v", err)
+			} else {
+				q.TenantRate = rate
+			}
+		}
+	}
+	if !q.Fair && (len(r.Weights.keys) > 0 || r.TenantRate != nil) {
+		b.p.add(where, "fair", "weights and tenant_rate need fair: true")
+	}
 }
 
 // target parses "[METHOD] URL".

@@ -18,6 +18,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
@@ -227,6 +229,34 @@ type Queue struct {
 	// MinRate is the floor of the learned rate (YAML min_rate). Default: Rate/100, at least
 	// 1/s (or Rate itself when that is lower).
 	MinRate Rate
+	// Fair shares the queue's rate among the tenants that have jobs waiting, in weighted
+	// round robin, instead of delivering in arrival order (YAML fair). Needs Tenant.
+	Fair bool
+	// Weights maps a tenant's value (its key parts' values, joined by NUL bytes when there
+	// are several) to its weight in the round robin, > 0 and <= 1000; default 1.
+	Weights map[string]float64
+	// TenantRate caps the deliveries of any one tenant of a fair queue (YAML tenant_rate);
+	// zero: no cap.
+	TenantRate Rate
+}
+
+// TenantID is the tenant of jobs whose tenant key parts make up key: a hash, so that the
+// values (API keys among them) are never stored.
+func TenantID(key []byte) string {
+	sum := sha256.Sum256(key)
+	return hex.EncodeToString(sum[:16])
+}
+
+// TenantWeights returns Weights by tenant (TenantID of each value).
+func (q *Queue) TenantWeights() map[string]float64 {
+	if len(q.Weights) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(q.Weights))
+	for v, w := range q.Weights {
+		out[TenantID([]byte(v))] = w
+	}
+	return out
 }
 
 // Target is the destination of a queue's directly submitted jobs.

@@ -186,6 +186,9 @@ type (
 		Tenant          stringList  `yaml:"tenant"`
 		Adaptive        *scalar     `yaml:"adaptive"`
 		MinRate         *scalar     `yaml:"min_rate"`
+		Fair            *scalar     `yaml:"fair"`
+		Weights         scalarMap   `yaml:"weights"`
+		TenantRate      *scalar     `yaml:"tenant_rate"`
 	}
 	rawBackoff struct {
 		Initial *scalar `yaml:"initial"`
@@ -248,6 +251,29 @@ func (l *stringList) UnmarshalYAML(n *yaml.Node) error {
 		}
 	default:
 		*l = stringList{shape: kindName(n.Kind)}
+	}
+	return nil
+}
+
+// scalarMap is a mapping of single values, in file order. When the file holds something
+// else, shape says so.
+type scalarMap struct {
+	keys  []string
+	vals  []scalar
+	shape string
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler. It never fails: see shape.
+func (m *scalarMap) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		*m = scalarMap{shape: kindName(n.Kind)}
+		return nil
+	}
+	*m = scalarMap{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		var v scalar
+		_ = v.UnmarshalYAML(n.Content[i+1]) // never fails
+		m.keys, m.vals = append(m.keys, n.Content[i].Value), append(m.vals, v)
 	}
 	return nil
 }

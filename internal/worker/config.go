@@ -57,6 +57,14 @@ type QueueConfig struct {
 	// adaptive.go), never below MinRate deliveries per second (> 0 when Adaptive).
 	Adaptive bool
 	MinRate  float64
+	// Fair makes the queue share its deliveries among its tenants: the Pool runs the
+	// queue's scheduler (queue.Fair, one leader among all processes) and holds few jobs
+	// waiting for slots, so that the order the scheduler chose is the order of delivery.
+	Fair bool
+	// Weights are the tenants' weights in a fair queue, by tenant (Job.Tenant); default 1.
+	Weights map[string]float64
+	// TenantRate caps the deliveries per second of one tenant of a fair queue; 0: none.
+	TenantRate float64
 }
 
 // Target is the destination of a queue's directly submitted jobs.
@@ -130,6 +138,9 @@ func FromConfig(cfg *config.Config) []QueueConfig {
 			DefaultPause:    config.DefaultPause,
 			Adaptive:        q.Adaptive,
 			MinRate:         q.MinRate.PerSecond(),
+			Fair:            q.Fair,
+			Weights:         q.TenantWeights(),
+			TenantRate:      q.TenantRate.PerSecond(),
 		}
 		if q.Target != nil {
 			qc.Target = &Target{Method: q.Target.Method, URL: q.Target.URL}

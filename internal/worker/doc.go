@@ -82,6 +82,12 @@
 // suffer). At 2000/s with 4 workers, Concurrency 64 reserves about 100ms ahead; the default
 // 4, with a few workers, suits rates up to a few hundred per second.
 //
+// A fair queue (QueueConfig.Fair) is drained the same way, with two differences: every Pool
+// runs the queue's scheduler (queue.Fair, of which one leads across all processes), and a
+// runner holds at most a twentieth of a second of the rate's jobs waiting for their slots
+// (fairLookahead), because the jobs in hand are delivered before whatever the scheduler picks
+// next. Concurrency then bounds only the deliveries in flight.
+//
 // The Sluice-Attempt header is the attempt number of the delivery: a retry after a 429 or 503
 // repeats the number of the attempt the upstream refused, since that attempt was not spent.
 // Every status a worker writes records the JetStream delivery count it wrote it at; a later

@@ -61,7 +61,7 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 
 	r.slotWaiters.Add(1)
 	err := r.waitSlot(ctx)
-	if r.slotWaiters.Add(-1) == 0 {
+	if r.slotWaiters.Add(-1) == 0 || r.cfg.Load().Fair {
 		r.poke() // the fetch loop may be holding back for the slot waiters
 	}
 	if err != nil {

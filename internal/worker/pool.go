@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -35,6 +36,12 @@ const (
 	// runningAfter is how long the first delivery of a job may run before its attempt is
 	// recorded as running; most deliveries end sooner and record only their outcome.
 	runningAfter = 100 * time.Millisecond
+	// fairAhead is how far ahead of its slots a fair queue's runner holds jobs (see
+	// fairLookahead); fairTarget, how far ahead of the workers the scheduler keeps jobs in the
+	// delivery stream, as the queue's rate goes, between 2 and fairTargetMax jobs.
+	fairAhead     = 50 * time.Millisecond
+	fairTarget    = 200 * time.Millisecond
+	fairTargetMax = 512
 )
 
 // ErrRunning is returned by Run when the Pool is already running or has run.
@@ -336,6 +343,8 @@ func (r *runner) run(ctx, hard context.Context) {
 	defer wg.Wait()
 	wg.Add(1)
 	go func() { defer wg.Done(); r.learnLoop(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); r.scheduleLoop(ctx) }()
 	cons := r.consumer(ctx)
 	if cons == nil {
 		return
@@ -345,7 +354,11 @@ func (r *runner) run(ctx, hard context.Context) {
 	for ctx.Err() == nil {
 		cfg := r.cfg.Load()
 		n := cfg.Concurrency - int(r.held.Load())
-		if n <= 0 || (n < fetchBatch(cfg.Concurrency) && r.slotWaiters.Load() > 0) {
+		if cfg.Fair {
+			// Jobs in hand are served before whatever the scheduler chooses next.
+			n = min(n, fairLookahead(cfg)-int(r.slotWaiters.Load()))
+		}
+		if n <= 0 || (!cfg.Fair && n < fetchBatch(cfg.Concurrency) && r.slotWaiters.Load() > 0) {
 			select {
 			case <-r.wake:
 			case <-ctx.Done():
@@ -376,6 +389,13 @@ func (r *runner) run(ctx, hard context.Context) {
 			}()
 		}
 	}
+}
+
+// fairLookahead is how many jobs of a fair queue a runner holds waiting for their slots: the
+// jobs of a twentieth of a second at the queue's rate, at least 1 — enough for the slots to
+// follow each other, few enough that a newly arrived tenant waits behind little.
+func fairLookahead(cfg *QueueConfig) int {
+	return max(1, int(math.Ceil(fairAhead.Seconds()/cfg.Rate.Interval.Seconds())))
 }
 
 // fetchBatch is the fewest free places in hand a runner fetches for, at concurrency c: a
