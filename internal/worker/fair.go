@@ -13,13 +13,13 @@ import (
 // queue.Fair's lease lets one of them work at a time.
 func (r *runner) scheduleLoop(ctx context.Context) {
 	var (
-		f      *queue.Fair
-		stop   func() // stops f and waits for it
-		shown  *QueueConfig
+		f     *queue.Fair
+		stop  func() // stops f and waits for it
+		shown *QueueConfig
 		// drained is whether a drain of leftover backlogs was started since the queue was
 		// last fair.
 		drained bool
-		ticker = time.NewTicker(250 * time.Millisecond)
+		ticker  = time.NewTicker(250 * time.Millisecond)
 	)
 	defer ticker.Stop()
 	defer func() {
