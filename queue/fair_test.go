@@ -205,3 +205,20 @@ func TestFairLeaseTakeover(t *testing.T) {
 		t.Fatalf("delivered %d distinct jobs, want 80", len(seen))
 	}
 }
+
+// A queue that was fair and no longer is still has its tenants' backlogs moved on.
+func TestFairDrainAfterFairIsOff(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "off", Fair: true})
+	b.publishTenant("off", "a", 6)
+	if err := b.q.Provision(b.ctx, []queue.Spec{{Name: "off"}}); err != nil {
+		t.Fatal(err)
+	}
+	b.publishTenant("off", "a", 2) // now straight to the delivery stream
+	if _, err := b.q.Fair("off", queue.FairOptions{}); err == nil {
+		t.Fatal("a scheduler for a queue that is not fair, without Drain")
+	}
+	order := b.drainFair("off", queue.FairOptions{Drain: true}, 8)
+	if len(order) != 8 {
+		t.Fatalf("took %d jobs, want 8", len(order))
+	}
+}
