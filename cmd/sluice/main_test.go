@@ -88,7 +88,8 @@ admin_listen: 127.0.0.1:0
 data_dir: DATA
 queues:
   - { name: ops, rate: 50/s, target: "POST %s/ops" }
-`, rec.URL))
+  - { name: fairops, rate: 1/h, tenant: "header:X-Tenant", fair: true, weights: { gold: 2 }, target: "POST %s/fair" }
+`, rec.URL, rec.URL))
 
 	code, out, _ := sluice(admin, nil, "queues")
 	if code != 0 || !strings.Contains(out, "QUEUE") || !strings.Contains(out, "ops") || !strings.Contains(out, "50/s") {
@@ -176,6 +177,25 @@ queues:
 	}
 	if _, out, _ := sluice(admin, nil, "dlq", "list", "ops"); !strings.Contains(out, "no dead letters") {
 		t.Fatalf("dlq list after purge:\n%s", out)
+	}
+
+	// A fair queue: its tenants, and one of them by value.
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+listen+"/v1/queues/fairops/jobs", strings.NewReader("x"))
+		req.Header.Set("X-Tenant", "gold")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("submit to fairops: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	if code, out, errOut := sluice(admin, nil, "queue", "fairops"); code != 0 || !strings.Contains(out, "TENANTS") ||
+		!strings.Contains(out, "TENANT ") || !strings.Contains(out, "gold") {
+		t.Fatalf("queue fairops: %d %s %s", code, out, errOut)
+	}
+	if code, out, errOut := sluice(admin, nil, "tenant", "fairops", "gold"); code != 0 || !strings.Contains(out, "DELIVERED") ||
+		!strings.Contains(out, "gold") || !strings.Contains(out, "  2  ") {
+		t.Fatalf("tenant fairops gold: %d %s %s", code, out, errOut)
 	}
 
 	// Errors: one line, exit 1.

@@ -10,18 +10,30 @@ import (
 
 // queueView is what the CLI shows of a queue (GET /v1/queues/{q}).
 type queueView struct {
-	Name          string     `json:"name"`
-	Rate          string     `json:"rate"`
-	RatePerSecond float64    `json:"rate_per_second"`
-	EffectiveRate *float64   `json:"effective_rate"`
-	RuntimeRate   *string    `json:"runtime_rate"`
-	Depth         uint64     `json:"depth"`
-	Pending       uint64     `json:"pending"`
-	InFlight      int        `json:"in_flight"`
-	DeadLetters   uint64     `json:"dead_letters"`
-	Paused        bool       `json:"paused"`
-	PausedUntil   *time.Time `json:"paused_until"`
-	Tenants       *int       `json:"tenants"`
+	Name          string       `json:"name"`
+	Rate          string       `json:"rate"`
+	RatePerSecond float64      `json:"rate_per_second"`
+	EffectiveRate *float64     `json:"effective_rate"`
+	RuntimeRate   *string      `json:"runtime_rate"`
+	Depth         uint64       `json:"depth"`
+	Pending       uint64       `json:"pending"`
+	InFlight      int          `json:"in_flight"`
+	DeadLetters   uint64       `json:"dead_letters"`
+	Paused        bool         `json:"paused"`
+	PausedUntil   *time.Time   `json:"paused_until"`
+	Fair          bool         `json:"fair"`
+	Tenants       int          `json:"tenants"`
+	TopTenants    []tenantView `json:"top_tenants"`
+}
+
+// tenantView is one tenant of a fair queue (GET /v1/queues/{q}/tenants/{t}, or a queue's
+// top_tenants).
+type tenantView struct {
+	Tenant    string  `json:"tenant"`
+	Name      string  `json:"name"`
+	Weight    float64 `json:"weight"`
+	Depth     uint64  `json:"depth"`
+	Delivered *uint64 `json:"delivered"`
 }
 
 // deadLetterView is one dead letter (GET /v1/queues/{q}/dead-letters).
@@ -52,7 +64,7 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 
 
 func printQueues(w io.Writer, qs []queueView) error {
 	t := table(w)
-	fmt.Fprintln(t, "QUEUE\tRATE\tEFFECTIVE\tDEPTH\tPENDING\tIN FLIGHT\tDEAD\tPAUSED")
+	fmt.Fprintln(t, "QUEUE\tRATE\tEFFECTIVE\tDEPTH\tPENDING\tIN FLIGHT\tDEAD\tPAUSED\tTENANTS")
 	for _, q := range qs {
 		rate := q.Rate
 		if q.RuntimeRate != nil {
@@ -62,8 +74,29 @@ func printQueues(w io.Writer, qs []queueView) error {
 		if q.EffectiveRate != nil {
 			eff = strconv.FormatFloat(*q.EffectiveRate, 'f', -1, 64) + "/s"
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", q.Name, rate, eff, q.Depth, q.Pending,
-			q.InFlight, q.DeadLetters, pausedText(q))
+		tenants := "-" // not fair
+		if q.Fair {
+			tenants = strconv.Itoa(q.Tenants)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Name, rate, eff, q.Depth, q.Pending,
+			q.InFlight, q.DeadLetters, pausedText(q), tenants)
+	}
+	return t.Flush()
+}
+
+// printTenants prints tenants of a fair queue, with their delivered counts when known.
+func printTenants(w io.Writer, ts []tenantView) error {
+	t := table(w)
+	fmt.Fprintln(t, "TENANT\tNAME\tWEIGHT\tWAITING\tDELIVERED")
+	for _, tv := range ts {
+		name, delivered := tv.Name, "-"
+		if name == "" {
+			name = "-"
+		}
+		if tv.Delivered != nil {
+			delivered = strconv.FormatUint(*tv.Delivered, 10)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\n", tv.Tenant, name, strconv.FormatFloat(tv.Weight, 'f', -1, 64), tv.Depth, delivered)
 	}
 	return t.Flush()
 }

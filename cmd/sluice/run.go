@@ -23,7 +23,8 @@ const usage = `usage: sluice [--admin URL] [--token T] [--json] [--timeout D] CO
 
 commands:
   queues                 list queues
-  queue Q                show one queue
+  queue Q                show one queue (a fair queue: with its deepest tenants)
+  tenant Q TENANT        show a tenant of fair queue Q (its id, or its value)
   pause Q [--for 30s]    stop deliveries of Q on every worker
   resume Q               restart deliveries of Q
   rate Q 40/s|file       set Q's rate at run time, or restore the config file's
@@ -98,6 +99,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.queues(ctx, rest)
 	case "queue":
 		return c.queue(ctx, rest)
+	case "tenant":
+		return c.tenant(ctx, rest)
 	case "pause":
 		return c.pause(ctx, rest)
 	case "resume":
@@ -151,7 +154,23 @@ func (c *cli) showQueue(ctx context.Context, method, path string, body any) erro
 	if err != nil || c.json {
 		return c.printRaw(raw, err)
 	}
-	return printQueues(c.out, []queueView{q})
+	if err := printQueues(c.out, []queueView{q}); err != nil || len(q.TopTenants) == 0 {
+		return err
+	}
+	fmt.Fprintln(c.out)
+	return printTenants(c.out, q.TopTenants)
+}
+
+func (c *cli) tenant(ctx context.Context, args []string) error {
+	if err := exactly("tenant", args, "QUEUE", "TENANT"); err != nil {
+		return err
+	}
+	var tv tenantView
+	raw, err := c.api.call(ctx, "GET", "/v1/queues/"+url.PathEscape(args[0])+"/tenants/"+url.PathEscape(args[1]), nil, &tv)
+	if err != nil || c.json {
+		return c.printRaw(raw, err)
+	}
+	return printTenants(c.out, []tenantView{tv})
 }
 
 func (c *cli) pause(ctx context.Context, args []string) error {

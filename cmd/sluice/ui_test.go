@@ -52,6 +52,7 @@ upstream: %[1]s
 queues:
   - { name: orders, rate: 20/s, target: "POST %[1]s/orders" }
   - { name: reports, rate: 2/s, target: "POST %[1]s/reports" }
+  - { name: shared, rate: 2/s, tenant: "header:X-Tenant", fair: true, target: "POST %[1]s/shared" }
 rules:
   - { name: api-per-key, match: { path: /api/* }, key: [header:X-API-Key], algorithm: token_bucket, limit: 5, period: 1s }
 `, rec.URL))
@@ -59,13 +60,15 @@ rules:
 		submit(t, listen, "orders", fmt.Sprint("order ", i))
 	}
 
-	var queues, rules string
+	var queues, rules, tenants, notFair string
 	err := chromedp.Run(ctx,
 		chromedp.Navigate("http://"+admin+"/ui/"),
 		chromedp.WaitVisible(`body[data-loaded="1"]`),
 		chromedp.WaitVisible(`#chart-orders`),
 		chromedp.Text(`#queues tbody`, &queues),
 		chromedp.Text(`#rules tbody`, &rules),
+		chromedp.Text(`tr[data-queue="shared"] td.tenants`, &tenants),
+		chromedp.Text(`tr[data-queue="orders"] td.tenants`, &notFair),
 	)
 	if err != nil {
 		t.Fatalf("loading the dashboard: %v", err)
@@ -74,6 +77,9 @@ rules:
 		if !strings.Contains(queues, want) {
 			t.Errorf("the queues table does not show %q:\n%s", want, queues)
 		}
+	}
+	if tenants != "0" || notFair != "-" {
+		t.Errorf("tenants column: fair queue %q, plain queue %q; want 0 and -", tenants, notFair)
 	}
 	if !strings.Contains(rules, "api-per-key") {
 		t.Errorf("the rules table does not show the rule:\n%s", rules)
