@@ -141,6 +141,7 @@ func (b *builder) applyEnv(raw *rawConfig, getenv func(string) string) {
 const (
 	maxConcurrency  = 10_000
 	maxWeight       = 1000
+	maxLease        = 10_000
 	maxDepth        = 1 << 32
 	maxBodyBytes    = 64 << 20 // the most NATS allows in one message
 	maxAttempts     = 1000
@@ -599,6 +600,15 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 
 	r.Shadow = b.boolean(where, "shadow", rr.Shadow)
 	r.OnStoreError = b.storeErrorMode(where, rr.OnStoreError, "")
+	r.Lease = b.integer(where, "lease", rr.Lease, 0, 64)
+	switch {
+	case r.Lease < 0 || r.Lease > maxLease:
+		p.addf(where, "lease", "lease must be between 0 and %d, got %d", maxLease, r.Lease)
+	case r.Lease > 0 && r.Algorithm == "":
+		p.add(where, "lease", "lease needs a limit (algorithm, limit and period)")
+	case r.Lease > 0 && r.Limit > 0 && r.Lease > r.Limit:
+		p.addf(where, "lease", "lease %d must not exceed limit %d", r.Lease, r.Limit)
+	}
 	return r
 }
 

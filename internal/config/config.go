@@ -306,6 +306,11 @@ type Rule struct {
 	// OnStoreError overrides Config.OnStoreError for this rule (YAML on_store_error).
 	// "": inherit the global mode; see StoreErrorMode.
 	OnStoreError StoreErrorMode
+	// Lease is how many requests of a key an ingress takes from the shared store at once and
+	// then admits by itself (YAML lease), for limits where admitting up to Lease more per
+	// ingress is acceptable; 0 (the default) asks the store for every request. It applies only
+	// with redis, and never more than the limit itself.
+	Lease int64
 }
 
 // LimitSpec returns the rule's limit as the limiters take it.

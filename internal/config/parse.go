@@ -207,6 +207,7 @@ type (
 		Queue        *scalar    `yaml:"queue"`
 		Shadow       *scalar    `yaml:"shadow"`
 		OnStoreError *scalar    `yaml:"on_store_error"`
+		Lease        *scalar    `yaml:"lease"`
 	}
 	rawMatch struct {
 		Methods         stringList `yaml:"methods"`

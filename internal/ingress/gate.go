@@ -199,6 +199,7 @@ const (
 	failedClosed               // no decision at all; the rule fails closed
 	fromCache                  // a rejection remembered from the store (rejectCache)
 	notCharged                 // not charged: another rule's cached rejection decided
+	fromLease                  // admitted from requests taken from the store ahead (leaseCache)
 )
 
 // call is the scratch state of one request, pooled.
@@ -212,6 +213,8 @@ type call struct {
 	keys    []byte
 	fbIdx   []int
 	fbReqs  []limit.Request
+	stIdx   []int // the rules asked of the store when some were decided from leases
+	stReqs  []limit.Request
 	viol    []*rule // the rules a 429 names
 	body    []byte  // a 429's body
 }
@@ -591,14 +594,8 @@ func (g *Gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
 		return nil
 	}
 	if ok, probe := g.breaker.allow(); ok {
-		var decs []limit.Decision
-		decs, err = g.callStore(ctx, rs.storeTimeout, k.reqs)
-		if err == nil && len(decs) != n {
-			err = fmt.Errorf("limiter returned %d decisions for %d requests", len(decs), n)
-		}
-		if err == nil {
+		if err = g.storeDecisions(ctx, rs.storeTimeout, k); err == nil {
 			g.breaker.done(probe, succeeded)
-			copy(k.decs, decs)
 			g.rememberRejections(k)
 			return nil
 		}

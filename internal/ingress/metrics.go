@@ -50,6 +50,7 @@ type metrics struct {
 	reloads        *prometheus.CounterVec
 	bodyErrors     *prometheus.CounterVec
 	cachedRejects  prometheus.Counter
+	leased         prometheus.Counter
 	overflows      prometheus.CounterFunc
 	memories       atomic.Pointer[[]*limit.Memory] // the in-memory stores the gate decides with
 
@@ -104,12 +105,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "sluice_cached_rejections_total",
 		Help: "Requests rejected from the ingress's cache of the store's rejections, without asking the store.",
 	})
+	m.leased = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_leased_decisions_total",
+		Help: "Requests admitted from a rule's lease (requests taken from the store ahead), without asking the store.",
+	})
 	m.bodyErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_request_body_errors_total",
 		Help: "Requests whose body could not be read, by reason: timeout (cut off after read_timeout, 408) or malformed (400).",
 	}, []string{"reason"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.reloads, m.bodyErrors, m.overflows, m.cachedRejects} {
+		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.reloads, m.bodyErrors, m.overflows, m.cachedRejects, m.leased} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {

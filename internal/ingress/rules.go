@@ -51,8 +51,9 @@ type rule struct {
 
 	hasLimit bool
 	spec     limit.Limit
-	shadow   bool // the rule's own shadow flag or the global one
-	failOpen bool // store-error mode allow
+	leases   *leaseCache // requests taken from the store ahead (lease: N > 1); nil: none
+	shadow   bool        // the rule's own shadow flag or the global one
+	failOpen bool        // store-error mode allow
 
 	onLimitEnqueue bool
 	actionEnqueue  bool
@@ -228,6 +229,9 @@ func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Q
 	r.hasLimit = !r.actionEnqueue || cr.Algorithm != ""
 	if r.hasLimit {
 		r.spec = cr.LimitSpec()
+		if cr.Lease > 1 {
+			r.leases = newLeaseCache(cr.Lease, r.spec.Period)
+		}
 		if err := r.spec.Validate(); err != nil {
 			return nil, err
 		}
