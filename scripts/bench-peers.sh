@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# Sluice beside its peers, in one run on this machine, loopback only (BENCHMARKS.md, "Peers").
+#
+# HTTP (wrk -t2 -c64, ROUNDS interleaved rounds of DUR seconds per server):
+#   plain        a Go net/http "ok" server (examples/upstream -ok): the upstream of the proxies
+#   429 path     Sluice ingress (memory; Redis, answered from its cache of rejections),
+#                nginx limit_req, HAProxy stick table: every request over a spent limit
+#   forward path Sluice ingress (memory limiter, a limit never reached), Go's
+#                httputil.ReverseProxy (scripts/goproxy), nginx limit_req, HAProxy stick table,
+#                Caddy reverse_proxy: every request proxied to the plain server
+# Drain (4 worker processes of concurrency 16 each, one redis-server, a recording upstream):
+#   Sluice workers (JetStream + Redis leak schedule) and BullMQ workers, unthrottled and at
+#   200/s (BullMQ's limiter {max: 200, duration: 1000}); achieved rate and the largest number
+#   of deliveries in any one-second window, from the arrival times at the upstream.
+#
+# Installs what it lacks: wrk nginx haproxy caddy redis-server (apt), bullmq (npm, into
+# scripts/peers). Usage: scripts/bench-peers.sh [seconds per HTTP run] [rounds] [jobs]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DUR=${1:-5}
+ROUNDS=${2:-2}
+JOBS=${3:-20000}
+PACED_JOBS=3000
+W=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
+
+need=()
+for c in wrk nginx haproxy caddy redis-server; do command -v "$c" >/dev/null || need+=("$c"); done
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+[ -d scripts/peers/node_modules/bullmq ] || (cd scripts/peers && npm ci --no-audit --no-fund --silent)
+
+go build -o "$W/ingress" ./cmd/ingress
+go build -o "$W/worker" ./cmd/worker
+go build -o "$W/plain" ./examples/upstream
+go build -o "$W/goproxy" ./scripts/goproxy
+go build -o "$W/load" ./cmd/load
+go build -o "$W/recorder" ./cmd/worker/testdata/upstream
+go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
+
+wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
+
+# ---- servers -----------------------------------------------------------------------------
+"$W/plain" -ok -listen 127.0.0.1:19100 2>/dev/null &
+redis-server --port 19379 --bind 127.0.0.1 --save '' --appendonly no --loglevel warning >/dev/null &
+"$W/nats-server" -a 127.0.0.1 -p 19422 -js -sd "$W/js" >/dev/null 2>&1 &
+wait_http http://127.0.0.1:19100/
+
+sluice() { # name listen store limit
+  local redis=""; [ "$3" = redis ] && redis="redis: { url: redis://127.0.0.1:19379/0 }"
+  cat > "$W/$1.yaml" <<YAML
+listen: $2
+admin_listen: 127.0.0.1:$((${2##*:} + 1000))
+upstream: http://127.0.0.1:19100
+data_dir: $W/data-$1
+nats: { url: nats://127.0.0.1:19422 }
+$redis
+rules:
+  - { name: all, match: { methods: [GET] }, key: [const:all], algorithm: token_bucket, limit: $4, period: 1h }
+YAML
+  "$W/ingress" -config "$W/$1.yaml" 2>"$W/$1.log" &
+  wait_http "http://127.0.0.1:$((${2##*:} + 1000))/healthz"
+}
+sluice mem429 127.0.0.1:19201 mem 1
+sluice red429 127.0.0.1:19203 redis 1
+sluice memfwd 127.0.0.1:19202 mem 1000000000000
+"$W/goproxy" -listen 127.0.0.1:19310 -upstream http://127.0.0.1:19100 &
+
+mkdir -p "$W/nginx"
+cat > "$W/nginx.conf" <<CONF
+user root;
+worker_processes 2;
+pid $W/nginx/pid;
+error_log $W/nginx/error.log error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $W/nginx; proxy_temp_path $W/nginx; fastcgi_temp_path $W/nginx;
+  uwsgi_temp_path $W/nginx; scgi_temp_path $W/nginx;
+  limit_req_zone \$server_name zone=spent:1m rate=1r/m;
+  limit_req_zone \$server_name zone=open:1m rate=100000000r/s;
+  limit_req_status 429;
+  upstream plain { server 127.0.0.1:19100; keepalive 64; }
+  server { listen 127.0.0.1:19301; server_name n429;
+    location / { limit_req zone=spent nodelay; return 200 "ok"; } }
+  server { listen 127.0.0.1:19302; server_name nfwd;
+    location / { limit_req zone=open burst=100000000 nodelay; proxy_http_version 1.1;
+      proxy_set_header Connection ""; proxy_pass http://plain; } }
+}
+CONF
+nginx -c "$W/nginx.conf" -g 'daemon off;' &
+
+cat > "$W/haproxy.cfg" <<CONF
+global
+  nbthread 2
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+backend counts
+  stick-table type integer size 16 expire 1h store http_req_rate(1h)
+backend plain
+  http-reuse always
+  server p 127.0.0.1:19100
+frontend h429
+  bind 127.0.0.1:19305
+  http-request track-sc0 int(1) table counts
+  http-request deny deny_status 429 if { sc_http_req_rate(0) gt 1 }
+  http-request return status 200 content-type text/plain string ok
+frontend hfwd
+  bind 127.0.0.1:19306
+  http-request track-sc0 int(2) table counts
+  http-request deny deny_status 429 if { sc_http_req_rate(0) gt 1000000000000 }
+  default_backend plain
+CONF
+haproxy -db -f "$W/haproxy.cfg" >/dev/null 2>&1 &
+
+cat > "$W/Caddyfile" <<CONF
+{
+  admin off
+  auto_https off
+}
+http://127.0.0.1:19307 {
+  reverse_proxy 127.0.0.1:19100
+}
+CONF
+caddy run --config "$W/Caddyfile" --adapter caddyfile >/dev/null 2>&1 &
+
+for u in 19201/x 19203/x 19301/x 19305/x; do curl -s -o /dev/null "http://127.0.0.1:$u"; done # spend the one request
+for p in 19202 19302 19306 19307 19310; do wait_http "http://127.0.0.1:$p/x"; done
+
+# ---- HTTP ----------------------------------------------------------------------------------
+declare -A RPS P99
+wrk_run() { # key url
+  local out; out=$(wrk -t2 -c64 -d"${DUR}s" --latency "$2")
+  local rps p99; rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out"); p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  RPS[$1]="${RPS[$1]:-} $rps"; P99[$1]="${P99[$1]:-} $p99"
+}
+runs=(plain:http://127.0.0.1:19100/x
+  s429mem:http://127.0.0.1:19201/x s429redis:http://127.0.0.1:19203/x n429:http://127.0.0.1:19301/x h429:http://127.0.0.1:19305/x
+  sfwd:http://127.0.0.1:19202/x gofwd:http://127.0.0.1:19310/x nfwd:http://127.0.0.1:19302/x hfwd:http://127.0.0.1:19306/x cfwd:http://127.0.0.1:19307/x)
+for _ in $(seq 1 "$ROUNDS"); do
+  for r in "${runs[@]}"; do wrk_run "${r%%:*}" "${r#*:}"; done
+done
+
+median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3)"
+echo "# nginx $(nginx -v 2>&1 | cut -d/ -f2), $(haproxy -v | head -1 | cut -d' ' -f1-3), caddy $(caddy version | cut -d' ' -f1), bullmq $(node -p 'require("./scripts/peers/node_modules/bullmq/package.json").version'), redis $(redis-server --version | cut -d' ' -f3)"
+echo "# wrk -t2 -c64 -d${DUR}s, $ROUNDS interleaved rounds; req/s of each round, median, and ratio to the plain server's median"
+echo
+echo '| run | req/s per round | median | ÷ plain | p99 per round |'
+echo '|---|---|---:|---:|---|'
+base=$(median <<<"${RPS[plain]}")
+for r in "${runs[@]}"; do
+  k=${r%%:*}; m=$(median <<<"${RPS[$k]}")
+  printf '| %s | %s | %.0f | %.2f | %s |\n' "$k" "${RPS[$k]# }" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {print a/b}')" "${P99[$k]# }"
+done
+
+# ---- drain ---------------------------------------------------------------------------------
+"$W/recorder" > "$W/arrivals" &
+for _ in $(seq 1 100); do [ -s "$W/arrivals" ] && break; sleep 0.05; done
+REC=$(head -1 "$W/arrivals")
+
+# stats <uri> <jobs>: waits for the jobs to arrive, then prints "rate/s max-in-1s seconds"
+stats() {
+  for _ in $(seq 1 3000); do
+    [ "$(grep -c " $1 " "$W/arrivals" || true)" -ge "$2" ] && break; sleep 0.1
+  done
+  grep " $1 " "$W/arrivals" | awk '{print $1}' | sort -n | awk '
+    { t[NR] = $1 }
+    END { j = 1; best = 0
+      for (i = 1; i <= NR; i++) { while (j <= NR && t[j] - t[i] < 1e9) j++; if (j - i > best) best = j - i }
+      span = (t[NR] - t[1]) / 1e9; printf "%.1f %d %.2f\n", (NR - 1) / span, best, span }'
+}
+
+cat > "$W/drain.yaml" <<YAML
+listen: 127.0.0.1:19401
+admin_listen: 127.0.0.1:20401
+upstream: http://127.0.0.1:19100
+nats: { url: nats://127.0.0.1:19422 }
+redis: { url: redis://127.0.0.1:19379/0 }
+shutdown_timeout: 1s
+queues:
+  - { name: unthrottled, rate: 1000000/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/sluice/unthrottled" }
+  - { name: paced, rate: 200/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/sluice/paced" }
+YAML
+"$W/ingress" -config "$W/drain.yaml" 2>"$W/drain-ingress.log" &
+wait_http http://127.0.0.1:20401/healthz
+sluice_drain() { # queue jobs
+  # fill the backlog with the workers stopped, then start 4 worker processes
+  "$W/load" -url "http://127.0.0.1:19401/v1/queues/$1/jobs" -method POST -body x -c 32 -n "$2" -warmup 0 -d 10m >/dev/null
+  local pids=()
+  for i in 1 2 3 4; do
+    sed "s/admin_listen: .*/admin_listen: 127.0.0.1:$((20410 + i))/" "$W/drain.yaml" > "$W/worker$i.yaml"
+    "$W/worker" -config "$W/worker$i.yaml" 2>"$W/worker$i.log" & pids+=($!)
+  done
+  stats "/sluice/$1" "$2"
+  kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
+}
+bull_drain() { # name jobs max
+  node scripts/peers/bullmq.mjs produce 19379 "$1" "$2"
+  local pids=()
+  for _ in 1 2 3 4; do node scripts/peers/bullmq.mjs work 19379 "$1" "$REC/bull/$1" 16 "$3" & pids+=($!); done
+  stats "/bull/$1" "$2"
+  kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
+}
+
+echo
+echo "# drain: 4 worker processes × concurrency 16, one redis-server; $JOBS jobs unthrottled, $PACED_JOBS at 200/s"
+echo
+echo '| drain | achieved jobs/s | most in any 1 s | seconds |'
+echo '|---|---:|---:|---:|'
+printf '| Sluice, unthrottled | %s |\n' "$(sluice_drain unthrottled "$JOBS" | sed 's/ / | /g')"
+printf '| BullMQ, unthrottled | %s |\n' "$(bull_drain unthrottled "$JOBS" 0 | sed 's/ / | /g')"
+printf '| Sluice, rate 200/s | %s |\n' "$(sluice_drain paced "$PACED_JOBS" | sed 's/ / | /g')"
+printf '| BullMQ, limiter 200/s | %s |\n' "$(bull_drain paced "$PACED_JOBS" 200 | sed 's/ / | /g')"

@@ -1,0 +1,43 @@
+// BullMQ side of scripts/bench-peers.sh.
+//   node bullmq.mjs produce <redis port> <queue> <jobs>
+//   node bullmq.mjs work <redis port> <queue> <upstream URL> <concurrency> <max per second, 0: none>
+// A worker POSTs each job's body to <upstream URL> with the job id as Idempotency-Key (as a
+// Sluice worker does) and runs until it is killed. With a max, it uses BullMQ's own limiter
+// ({max, duration: 1000}), which the limiter shares among all workers of the queue.
+import { Queue, Worker } from "bullmq";
+import http from "node:http";
+
+const [mode, port, name, ...rest] = process.argv.slice(2);
+const connection = { host: "127.0.0.1", port: Number(port) };
+
+if (mode === "produce") {
+  const n = Number(rest[0]);
+  const q = new Queue(name, { connection });
+  for (let i = 0; i < n; i += 1000) {
+    const batch = [];
+    for (let j = i; j < Math.min(n, i + 1000); j++) {
+      batch.push({ name: "job", data: { body: `job-${j}` }, opts: { removeOnComplete: true, removeOnFail: true } });
+    }
+    await q.addBulk(batch);
+  }
+  await q.close();
+  process.exit(0);
+}
+
+const [upstream, concurrency, max] = rest;
+const agent = new http.Agent({ keepAlive: true, maxSockets: Number(concurrency) });
+const target = new URL(upstream);
+function post(id, body) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: target.hostname, port: target.port, path: target.pathname, method: "POST", agent,
+      headers: { "Idempotency-Key": id, "Content-Type": "text/plain", "Content-Length": Buffer.byteLength(body) } }, (res) => {
+      res.resume();
+      res.on("end", () => (res.statusCode < 300 ? resolve() : reject(new Error(`status ${res.statusCode}`))));
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+const opts = { connection, concurrency: Number(concurrency) };
+if (Number(max) > 0) opts.limiter = { max: Number(max), duration: 1000 };
+new Worker(name, async (job) => post(String(job.id), job.data.body), opts);
