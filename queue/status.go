@@ -128,6 +128,21 @@ func (q *Queues) SetStatus(ctx context.Context, st Status) error {
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
+	if q.firstRecord(st) {
+		// Most likely the job's first entry (see firstRecord): create it without reading
+		// first, which saves a round trip per job; if one exists after all, update it below.
+		next := record{Status: st, Tenant: st.Tenant, Delivered: st.Delivered}
+		if next.UpdatedAt.IsZero() {
+			next.UpdatedAt = q.now().UTC()
+		}
+		if data, err := json.Marshal(next); err == nil {
+			if _, err = q.kv.Create(ctx, st.ID, data); err == nil {
+				return nil
+			} else if !isConflict(err) {
+				return fmt.Errorf("queue: set status %s: %w", st.ID, err)
+			}
+		}
+	}
 	return q.updateStatus(ctx, st.ID, func(cur *record) *record {
 		if cur != nil && cur.State == StateSucceeded && st.State != StateSucceeded {
 			return nil
@@ -152,6 +167,18 @@ func (q *Queues) SetStatus(ctx context.Context, st Status) error {
 		}
 		return &next
 	})
+}
+
+// firstRecord reports whether st is most likely the first entry of its job: the outcome of
+// its first delivery, of a job without an Idempotency-Key (its id carries its queue's tag)
+// in a queue that is not fair (whose jobs get their entry when published), with everything
+// an entry needs already in st.
+func (q *Queues) firstRecord(st Status) bool {
+	if st.Delivered != 1 || st.Queue == "" || st.CreatedAt.IsZero() || !findable(st.Queue, st.ID) {
+		return false
+	}
+	spec, ok := q.spec(st.Queue)
+	return ok && !spec.Fair
 }
 
 // updateStatus applies change to the entry of job id with compare-and-set, retrying on

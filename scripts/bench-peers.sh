@@ -29,7 +29,7 @@ for c in wrk nginx haproxy caddy redis-server; do command -v "$c" >/dev/null || 
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-[ -d scripts/peers/node_modules/bullmq ] || (cd scripts/peers && npm ci --no-audit --no-fund --silent)
+[ -d scripts/peers/node_modules/bullmq ] && [ -d scripts/peers/node_modules/ioredis ] || (cd scripts/peers && npm ci --no-audit --no-fund --silent)
 
 go build -o "$W/ingress" ./cmd/ingress
 go build -o "$W/worker" ./cmd/worker
@@ -128,8 +128,8 @@ http://127.0.0.1:19307 {
 CONF
 caddy run --config "$W/Caddyfile" --adapter caddyfile >/dev/null 2>&1 &
 
-for u in 19201/x 19203/x 19301/x 19305/x; do curl -s -o /dev/null "http://127.0.0.1:$u"; done # spend the one request
-for p in 19202 19302 19306 19307 19310; do wait_http "http://127.0.0.1:$p/x"; done
+# Wait for every server; on the 429 paths, that first request spends the one the limit allows.
+for p in 19201 19203 19301 19305 19202 19302 19306 19307 19310; do wait_http "http://127.0.0.1:$p/x"; done
 
 # ---- HTTP ----------------------------------------------------------------------------------
 declare -A RPS P99

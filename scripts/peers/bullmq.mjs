@@ -5,10 +5,12 @@
 // Sluice worker does) and runs until it is killed. With a max, it uses BullMQ's own limiter
 // ({max, duration: 1000}), which the limiter shares among all workers of the queue.
 import { Queue, Worker } from "bullmq";
+import IORedis from "ioredis";
 import http from "node:http";
 
 const [mode, port, name, ...rest] = process.argv.slice(2);
-const connection = { host: "127.0.0.1", port: Number(port) };
+// BullMQ 6 takes a client instance in ESM; workers need maxRetriesPerRequest: null.
+const connection = new IORedis({ host: "127.0.0.1", port: Number(port), maxRetriesPerRequest: null });
 
 if (mode === "produce") {
   const n = Number(rest[0]);
