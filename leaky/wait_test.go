@@ -214,3 +214,27 @@ func TestWaitGivesUpLateSlots(t *testing.T) {
 		})
 	}
 }
+
+// Up to StrictRate a slot's tolerance is under an interval, so that no second holds more than
+// rate + burst + 1 deliveries; above it, MinTolerance.
+func TestTolerance(t *testing.T) {
+	for _, c := range []struct {
+		perSecond float64
+		want      time.Duration
+	}{
+		{1, 500 * time.Millisecond},
+		{50, 10 * time.Millisecond},
+		{100, 9 * time.Millisecond},
+		{200, 4500 * time.Microsecond},
+		{500, MinTolerance},
+		{2000, MinTolerance},
+	} {
+		r := Rate{Interval: time.Duration(float64(time.Second) / c.perSecond)}
+		if got := r.Tolerance(); got != c.want {
+			t.Errorf("%v/s: tolerance %v, want %v", c.perSecond, got, c.want)
+		}
+		if c.perSecond <= StrictRate && r.Tolerance() >= r.Interval {
+			t.Errorf("%v/s: tolerance %v is not under the interval %v", c.perSecond, r.Tolerance(), r.Interval)
+		}
+	}
+}

@@ -3,6 +3,8 @@
 #
 # HTTP (wrk -t2 -c64, ROUNDS interleaved rounds of DUR seconds per server):
 #   plain        a Go net/http "ok" server (examples/upstream -ok): the upstream of the proxies
+#   defer path   Sluice ingress, action: enqueue: POST → JetStream (nats-server process, file
+#                store) → PubAck → 202
 #   429 path     Sluice ingress (memory; Redis, answered from its cache of rejections),
 #                nginx limit_req, HAProxy stick table: every request over a spent limit
 #   forward path Sluice ingress (memory limiter, a limit never reached), Go's
@@ -56,8 +58,11 @@ upstream: http://127.0.0.1:19100
 data_dir: $W/data-$1
 nats: { url: nats://127.0.0.1:19422 }
 $redis
+queues:
+  - { name: deferred-$1, rate: 100/s, max_depth: 100000000 }
 rules:
   - { name: all, match: { methods: [GET] }, key: [const:all], algorithm: token_bucket, limit: $4, period: 1h }
+  - { name: orders, match: { methods: [POST], path: /api/orders }, action: enqueue, queue: deferred-$1 }
 YAML
   "$W/ingress" -config "$W/$1.yaml" 2>"$W/$1.log" &
   wait_http "http://127.0.0.1:$((${2##*:} + 1000))/healthz"
@@ -132,14 +137,22 @@ caddy run --config "$W/Caddyfile" --adapter caddyfile >/dev/null 2>&1 &
 for p in 19201 19203 19301 19305 19202 19302 19306 19307 19310; do wait_http "http://127.0.0.1:$p/x"; done
 
 # ---- HTTP ----------------------------------------------------------------------------------
+cat > "$W/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = '{"order":"0123456789","items":[1,2,3],"note":"benchmark payload.."}'
+wrk.headers["Content-Type"] = "application/json"
+LUA
 declare -A RPS P99
 wrk_run() { # key url
-  local out; out=$(wrk -t2 -c64 -d"${DUR}s" --latency "$2")
+  local script=(); [[ $1 == *defer* ]] && script=(-s "$W/post.lua")
+  local out; out=$(wrk -t2 -c64 -d"${DUR}s" --latency "${script[@]}" "$2")
+  if [[ $1 == *defer* ]] && ! grep -q "Non-2xx" <<<"$out"; then :; elif [[ $1 == *defer* ]]; then echo "$1: non-2xx answers" >&2; fi
   local rps p99; rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out"); p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   RPS[$1]="${RPS[$1]:-} $rps"; P99[$1]="${P99[$1]:-} $p99"
 }
 runs=(plain:http://127.0.0.1:19100/x
   s429mem:http://127.0.0.1:19201/x s429redis:http://127.0.0.1:19203/x n429:http://127.0.0.1:19301/x h429:http://127.0.0.1:19305/x
+  sdefer:http://127.0.0.1:19202/api/orders
   sfwd:http://127.0.0.1:19202/x gofwd:http://127.0.0.1:19310/x nfwd:http://127.0.0.1:19302/x hfwd:http://127.0.0.1:19306/x cfwd:http://127.0.0.1:19307/x)
 for _ in $(seq 1 "$ROUNDS"); do
   for r in "${runs[@]}"; do wrk_run "${r%%:*}" "${r#*:}"; done
