@@ -13,7 +13,7 @@
 // rather than polling. Reservations are spaced exactly Interval apart, so with a backlog the
 // aggregate delivery rate over all workers is the rate, and never above it (plus the burst).
 // Slots are instants, and a slot is used on time or not at all: [Wait] gives up a slot that it
-// wakes for more than [Rate.Tolerance] late (under an interval up to [StrictRate], 10ms above) —
+// wakes for more than [Rate.Tolerance] late (half an interval up to [StrictRate], 10ms above) —
 // after a GC pause, a starved CPU, a SIGSTOP — and takes a new one, instead of delivering late
 // and bunched up with the slots of the workers that were on time. Deliveries then leave within
 // [slot, slot + Tolerance], so any one-second window holds at most rate + burst + 1 of them up
@@ -107,21 +107,19 @@ func ceilMicros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
-// Tolerance is how late a delivery may leave after its slot. Up to StrictRate it is less than
-// an interval — half an interval, or up to MinTolerance where that is less than nine tenths of
-// one — so deliveries within [slot, slot+Tolerance] put at most rate + Burst + 1 into any
-// one-second window. Above StrictRate it is MinTolerance, which allows at most 1% more
+// Tolerance is how late a delivery may leave after its slot: half an interval up to StrictRate,
+// so that deliveries within [slot, slot+Tolerance] put at most rate + Burst + 1 into any
+// one-second window, and MinTolerance above it, which allows at most 1% more
 // (⌈Tolerance × rate⌉ − 1): at 500/s an interval is 2ms, less than a loaded machine's timers
 // and scheduler keep to, and a tighter tolerance gave up 4–8% of the slots.
 func (r Rate) Tolerance() time.Duration {
 	if r.Interval*StrictRate >= time.Second {
-		return max(r.Interval/2, min(MinTolerance, r.Interval*9/10))
+		return r.Interval / 2
 	}
 	return MinTolerance
 }
 
-// MinTolerance is the lateness Wait tolerates before it gives up a slot, wherever half an
-// interval is less and nine tenths of one more.
+// MinTolerance is the lateness Wait tolerates before it gives up a slot above StrictRate.
 const MinTolerance = 10 * time.Millisecond
 
 // StrictRate is the highest rate, per second, at which Tolerance keeps every one-second window

@@ -215,7 +215,7 @@ func TestWaitGivesUpLateSlots(t *testing.T) {
 	}
 }
 
-// Up to StrictRate a slot's tolerance is under an interval, so that no second holds more than
+// Up to StrictRate a slot's tolerance is half an interval, so that no second holds more than
 // rate + burst + 1 deliveries; above it, MinTolerance.
 func TestTolerance(t *testing.T) {
 	for _, c := range []struct {
@@ -224,8 +224,8 @@ func TestTolerance(t *testing.T) {
 	}{
 		{1, 500 * time.Millisecond},
 		{50, 10 * time.Millisecond},
-		{100, 9 * time.Millisecond},
-		{200, 4500 * time.Microsecond},
+		{100, 5 * time.Millisecond},
+		{200, 2500 * time.Microsecond},
 		{500, MinTolerance},
 		{2000, MinTolerance},
 	} {

@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${1:-5}
-ROUNDS=${2:-2}
+ROUNDS=${2:-2}   # 0: the drains only
 JOBS=${3:-20000}
 PACED_JOBS=3000
 W=$(mktemp -d)
@@ -161,6 +161,7 @@ done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3)"
 echo "# nginx $(nginx -v 2>&1 | cut -d/ -f2), $(haproxy -v | head -1 | cut -d' ' -f1-3), caddy $(caddy version | cut -d' ' -f1), bullmq $(node -p 'require("./scripts/peers/node_modules/bullmq/package.json").version'), redis $(redis-server --version | cut -d' ' -f3)"
+if [ "$ROUNDS" -gt 0 ]; then
 echo "# wrk -t2 -c64 -d${DUR}s, $ROUNDS interleaved rounds; req/s of each round, median, and ratio to the plain server's median"
 echo
 echo '| run | req/s per round | median | ÷ plain | p99 per round |'
@@ -170,6 +171,7 @@ for r in "${runs[@]}"; do
   k=${r%%:*}; m=$(median <<<"${RPS[$k]}")
   printf '| %s | %s | %.0f | %.2f | %s |\n' "$k" "${RPS[$k]# }" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {print a/b}')" "${P99[$k]# }"
 done
+fi
 
 # ---- drain ---------------------------------------------------------------------------------
 "$W/recorder" > "$W/arrivals" &
@@ -202,13 +204,19 @@ YAML
 "$W/ingress" -config "$W/drain.yaml" 2>"$W/drain-ingress.log" &
 wait_http http://127.0.0.1:20401/healthz
 sluice_drain() { # queue jobs
-  # fill the backlog with the workers stopped, then start 4 worker processes
+  # Fill the backlog, start 4 worker processes with the queue paused, and resume it once every
+  # one is ready: the drain is measured without processes starting up beside it.
   "$W/load" -url "http://127.0.0.1:19401/v1/queues/$1/jobs" -method POST -body x -c 32 -n "$2" -warmup 0 -d 10m >/dev/null
+  curl -s -o /dev/null -X POST "http://127.0.0.1:20401/v1/queues/$1/pause"
   local pids=()
   for i in 1 2 3 4; do
     sed "s/admin_listen: .*/admin_listen: 127.0.0.1:$((20410 + i))/" "$W/drain.yaml" > "$W/worker$i.yaml"
     "$W/worker" -config "$W/worker$i.yaml" 2>"$W/worker$i.log" & pids+=($!)
   done
+  for i in 1 2 3 4; do
+    for _ in $(seq 1 200); do [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((20410 + i))/readyz")" = 200 ] && break; sleep 0.05; done
+  done
+  curl -s -o /dev/null -X POST "http://127.0.0.1:20401/v1/queues/$1/resume"
   stats "/sluice/$1" "$2"
   kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
 }
@@ -216,6 +224,7 @@ bull_drain() { # name jobs max
   node scripts/peers/bullmq.mjs produce 19379 "$1" "$2"
   local pids=()
   for _ in 1 2 3 4; do node scripts/peers/bullmq.mjs work 19379 "$1" "$REC/bull/$1" 16 "$3" & pids+=($!); done
+  node scripts/peers/bullmq.mjs resume 19379 "$1" 4
   stats "/bull/$1" "$2"
   kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
 }
@@ -229,3 +238,4 @@ printf '| Sluice, unthrottled | %s |\n' "$(sluice_drain unthrottled "$JOBS" | se
 printf '| BullMQ, unthrottled | %s |\n' "$(bull_drain unthrottled "$JOBS" 0 | sed 's/ / | /g')"
 printf '| Sluice, rate 200/s | %s |\n' "$(sluice_drain paced "$PACED_JOBS" | sed 's/ / | /g')"
 printf '| BullMQ, limiter 200/s | %s |\n' "$(bull_drain paced "$PACED_JOBS" 200 | sed 's/ / | /g')"
+[ -z "${KEEP_ARRIVALS:-}" ] || cp "$W/arrivals" "$KEEP_ARRIVALS"   # for a closer look at the drains

@@ -1,5 +1,6 @@
 // BullMQ side of scripts/bench-peers.sh.
-//   node bullmq.mjs produce <redis port> <queue> <jobs>
+//   node bullmq.mjs produce <redis port> <queue> <jobs>      (the queue is left paused)
+//   node bullmq.mjs resume <redis port> <queue> <workers>    (once that many workers are connected)
 //   node bullmq.mjs work <redis port> <queue> <upstream URL> <concurrency> <max per second, 0: none>
 // A worker POSTs each job's body to <upstream URL> with the job id as Idempotency-Key (as a
 // Sluice worker does) and runs until it is killed. With a max, it uses BullMQ's own limiter
@@ -17,11 +18,21 @@ if (mode === "produce") {
   const q = new Queue(name, { connection });
   for (let i = 0; i < n; i += 1000) {
     const batch = [];
+    if (i === 0) await q.pause(); // nothing is taken before every worker is there
     for (let j = i; j < Math.min(n, i + 1000); j++) {
       batch.push({ name: "job", data: { body: `job-${j}` }, opts: { removeOnComplete: true, removeOnFail: true } });
     }
     await q.addBulk(batch);
   }
+  await q.pause();
+  await q.close();
+  process.exit(0);
+}
+
+if (mode === "resume") {
+  const q = new Queue(name, { connection });
+  while ((await q.getWorkers()).length < Number(rest[0])) await new Promise((r) => setTimeout(r, 50));
+  await q.resume();
   await q.close();
   process.exit(0);
 }
