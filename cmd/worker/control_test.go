@@ -51,3 +51,31 @@ func TestPauseStopsEveryWorkerProcess(t *testing.T) {
 	}
 	t.Logf("paused: 0 deliveries in 2 s on 3 workers; runtime rate 10/s: %.2f/s", workertest.Rate(after))
 }
+
+// A worker that starts while an operator has paused its queue delivers nothing until the
+// queue is resumed: it reads the controls before it takes a slot.
+func TestWorkerStartedWhilePausedWaits(t *testing.T) {
+	c := newCluster(t)
+	up := startUpstream(t)
+	path := c.config(c.queueYAMLTo(up.URL, "held", "100/s", "concurrency: 8"))
+	workertest.Publish(t, c.qs, "held", 50, true)
+	if _, err := c.qs.SetControl(c.ctx, "held", func(ctl *queue.Control) { ctl.Paused = true }); err != nil {
+		t.Fatal(err)
+	}
+	var procs []*proc
+	for range 3 {
+		p := c.spawn(path)
+		procs = append(procs, p)
+	}
+	for _, p := range procs {
+		p.waitReady()
+	}
+	<-time.After(time.Second) // the span in which nothing may arrive, not a wait for an event
+	if n := len(up.Arrivals("/q/held")); n != 0 {
+		t.Fatalf("%d deliveries by workers started while the queue was paused", n)
+	}
+	if _, err := c.qs.SetControl(c.ctx, "held", func(ctl *queue.Control) { ctl.Paused = false }); err != nil {
+		t.Fatal(err)
+	}
+	up.WaitCount(t, 30*time.Second, "every job after the resume", func(int) bool { return len(up.Arrivals("/q/held")) >= 50 })
+}

@@ -192,6 +192,15 @@ func (p *Pool) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	p.ran, p.ctx, p.hard = true, ctx, hard
+	// The controls as they are now, before any runner takes a slot: a worker that starts
+	// while an operator has paused its queue must not deliver until the watch catches up.
+	cctx, ccancel := context.WithTimeout(ctx, opTimeout)
+	if m, err := p.q.Controls(cctx); err == nil {
+		p.controls.Store(&m)
+	} else {
+		p.log.Warn("worker: reading queue controls; the watch will retry", "err", err)
+	}
+	ccancel()
 	watch := p.watch(ctx)
 	for _, s := range p.specs {
 		p.startLocked(s)
