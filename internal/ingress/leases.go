@@ -92,10 +92,7 @@ func (g *Gate) storeDecisions(ctx context.Context, timeout time.Duration, k *cal
 		leased = leased || ru.leases != nil
 	}
 	if !leased {
-		decs, err := g.callStore(ctx, timeout, k.reqs)
-		if err == nil && len(decs) != len(k.reqs) {
-			err = fmt.Errorf("limiter returned %d decisions for %d requests", len(decs), len(k.reqs))
-		}
+		decs, err := g.askStore(ctx, timeout, k.reqs)
 		if err == nil {
 			copy(k.decs, decs)
 		}
@@ -119,10 +116,7 @@ func (g *Gate) storeDecisions(ctx context.Context, timeout time.Duration, k *cal
 	if len(k.stReqs) == 0 {
 		return nil
 	}
-	decs, err := g.callStore(ctx, timeout, k.stReqs)
-	if err == nil && len(decs) != len(k.stReqs) {
-		err = fmt.Errorf("limiter returned %d decisions for %d requests", len(decs), len(k.stReqs))
-	}
+	decs, err := g.askStore(ctx, timeout, k.stReqs)
 	if err != nil {
 		return err
 	}
@@ -145,15 +139,20 @@ func (g *Gate) storeDecisions(ctx context.Context, timeout time.Duration, k *cal
 	for _, i := range again {
 		k.stReqs = append(k.stReqs, k.reqs[i])
 	}
-	decs, err = g.callStore(ctx, timeout, k.stReqs)
-	if err == nil && len(decs) != len(k.stReqs) {
-		err = fmt.Errorf("limiter returned %d decisions for %d requests", len(decs), len(k.stReqs))
-	}
-	if err != nil {
+	if decs, err = g.askStore(ctx, timeout, k.stReqs); err != nil {
 		return err
 	}
 	for j, i := range again {
 		k.decs[i] = decs[j]
 	}
 	return nil
+}
+
+// askStore is callStore, checked to answer every request.
+func (g *Gate) askStore(ctx context.Context, timeout time.Duration, reqs []limit.Request) ([]limit.Decision, error) {
+	decs, err := g.callStore(ctx, timeout, reqs)
+	if err == nil && len(decs) != len(reqs) {
+		err = fmt.Errorf("limiter returned %d decisions for %d requests", len(decs), len(reqs))
+	}
+	return decs, err
 }
