@@ -133,7 +133,9 @@ type Receipt struct {
 // Info is a snapshot of one queue, for the admin API and metrics.
 type Info struct {
 	Name string `json:"name"`
-	// Depth is the number of jobs in the queue, waiting and in flight.
+	// Depth is the number of jobs in the queue, waiting and in flight. In a fair queue it is
+	// the backlogs' and the delivery stream's, read one after the other: a job the scheduler
+	// moves in between is counted twice.
 	Depth uint64 `json:"depth"`
 	// Bytes is the size of the queue's stream in bytes.
 	Bytes uint64 `json:"bytes"`
