@@ -229,21 +229,20 @@ type Fair struct {
 	opts FairOptions
 
 	// The leader's state, touched only by Run's goroutine.
-	ring       []*tenant          // tenants with waiting jobs, in round-robin order
-	byID       map[string]*tenant // the ring's tenants by tenant
-	pos        int                // the ring's next tenant
-	cmu        sync.Mutex         // guards counts, which moves update in parallel
-	counts     map[string]*count  // delivered counts, by tenant
-	refreshed  time.Time
-	leaseRev   uint64    // revision of our lease entry while we lead
-	seenRev    uint64    // revision of the lease last seen while another led
-	seenAt     time.Time // when seenRev was first seen
-	lastFlush  time.Time
-	backlog    jetstream.Stream
-	delivery   jetstream.Stream
-	cons       jetstream.Consumer
-	tenantsKV  jetstream.KeyValue
-	tenantRate float64
+	ring      []*tenant          // tenants with waiting jobs, in round-robin order
+	byID      map[string]*tenant // the ring's tenants by tenant
+	pos       int                // the ring's next tenant
+	cmu       sync.Mutex         // guards counts, which moves update in parallel
+	counts    map[string]*count  // delivered counts, by tenant
+	refreshed time.Time
+	leaseRev  uint64    // revision of our lease entry while we lead
+	seenRev   uint64    // revision of the lease last seen while another led
+	seenAt    time.Time // when seenRev was first seen
+	lastFlush time.Time
+	backlog   jetstream.Stream
+	delivery  jetstream.Stream
+	cons      jetstream.Consumer
+	tenantsKV jetstream.KeyValue
 }
 
 // tenant is one tenant in the leader's round robin.
@@ -298,7 +297,8 @@ func (f *Fair) leaseKey() string { return "fair." + f.queue }
 // Run schedules the queue until ctx ends: it takes the lease when no other scheduler holds
 // it, and while it holds it, keeps FairOptions.Target jobs waiting in the delivery stream,
 // chosen from the tenants' backlogs in weighted round robin. Failures are logged and retried.
-// It returns nil when ctx ends, after giving the lease up.
+// It returns nil, after giving the lease up, when ctx ends or (FairOptions.Drain) the backlogs
+// are empty.
 func (f *Fair) Run(ctx context.Context) error {
 	if f.Options().Drain {
 		if _, err := f.q.js.Stream(ctx, f.q.backlogStreamName(f.queue)); errors.Is(err, jetstream.ErrStreamNotFound) {
