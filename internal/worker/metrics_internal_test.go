@@ -34,3 +34,19 @@ func TestDrainRate(t *testing.T) {
 		t.Errorf("rate of a forgotten queue = %v, want 0", got)
 	}
 }
+
+// Canceled ids are forgotten after cancelMemory, unless a job of that id is in hand.
+func TestPruneCanceled(t *testing.T) {
+	p := &Pool{}
+	now := time.Now()
+	p.canceled.Store("old", now.Add(-2*cancelMemory))
+	p.canceled.Store("old-held", now.Add(-2*cancelMemory))
+	p.canceled.Store("new", now.Add(-cancelMemory/2))
+	p.holding.Store("old-held", struct{}{})
+	p.pruneCanceled(now)
+	for id, want := range map[string]bool{"old": false, "old-held": true, "new": true} {
+		if _, got := p.canceled.Load(id); got != want {
+			t.Errorf("%s remembered: %v, want %v", id, got, want)
+		}
+	}
+}

@@ -84,10 +84,12 @@ type Pool struct {
 	runningAfter time.Duration
 
 	// controls are the operators' run-time controls of the queues (pause, rate), from the
-	// meta bucket; canceled holds the ids of jobs canceled while this pool ran.
+	// meta bucket; canceled holds the ids of jobs canceled while this pool ran, until
+	// pruneCanceled forgets them; holding, the ids of the jobs in hand.
 	controls   atomic.Pointer[map[string]queue.Control]
 	handedBack atomic.Int64 // jobs handed back, for the shutdown's log line
-	canceled   sync.Map     // job id -> struct{}
+	canceled   sync.Map     // job id -> time.Time it was announced
+	holding    sync.Map     // job id -> struct{}
 
 	mu      sync.Mutex
 	specs   []QueueConfig      // the current queues, in order
@@ -236,7 +238,20 @@ func (p *Pool) Run(ctx context.Context) error {
 // cannot be reached; the returned function waits for it to stop.
 func (p *Pool) watch(ctx context.Context) (wait func()) {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(cancelMemory / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				p.pruneCanceled(p.now())
+			}
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
@@ -250,7 +265,7 @@ func (p *Pool) watch(ctx context.Context) (wait func()) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			err := p.q.WatchCancels(ctx, func(id string) { p.canceled.Store(id, struct{}{}) })
+			err := p.q.WatchCancels(ctx, func(id string) { p.canceled.Store(id, p.now()) })
 			if ctx.Err() == nil {
 				p.log.Warn("worker: watching cancellations; retrying", "err", err)
 				sleep(ctx, time.Second)
@@ -258,6 +273,22 @@ func (p *Pool) watch(ctx context.Context) (wait func()) {
 		}
 	}()
 	return wg.Wait
+}
+
+// cancelMemory is how long a canceled job's id is remembered when no job of that id is in hand:
+// a cancel deletes the job's message before it is announced, so only a job in hand, or one a
+// fetch already had on its way, can still come with that id.
+const cancelMemory = time.Minute
+
+// pruneCanceled forgets the canceled ids announced more than cancelMemory before now, but for
+// those of jobs in hand.
+func (p *Pool) pruneCanceled(now time.Time) {
+	p.canceled.Range(func(k, v any) bool {
+		if _, held := p.holding.Load(k); !held && now.Sub(v.(time.Time)) > cancelMemory {
+			p.canceled.Delete(k)
+		}
+		return true
+	})
 }
 
 // control returns the operators' control of the queue named name.
@@ -389,8 +420,14 @@ func (r *runner) run(ctx, hard context.Context) {
 			r.held.Add(1)
 			r.p.m.inFlight.WithLabelValues(r.name).Inc()
 			wg.Add(1)
+			if m.Job != nil {
+				r.p.holding.Store(m.Job.ID, struct{}{})
+			}
 			go func() {
 				defer wg.Done()
+				if m.Job != nil {
+					defer r.p.holding.Delete(m.Job.ID)
+				}
 				r.handle(ctx, hard, m)
 				r.held.Add(-1)
 				r.p.m.inFlight.WithLabelValues(r.name).Dec()
