@@ -132,15 +132,8 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	if spec.MaxBodyBytes > 0 && int64(len(job.Body)) > spec.MaxBodyBytes {
 		return Receipt{}, fmt.Errorf("%w: %d bytes, queue %q accepts %d", ErrTooLarge, len(job.Body), job.Queue, spec.MaxBodyBytes)
 	}
-	switch {
-	case job.ID == "" && job.IdempotencyKey != "":
-		job.ID = q.JobID(job.Queue, job.Tenant, job.IdempotencyKey)
-	case job.ID == "":
-		job.ID = NewJobID(job.Queue)
-	default:
-		if !validID.MatchString(job.ID) {
-			return Receipt{}, fmt.Errorf("queue: publish: invalid job id %q", job.ID)
-		}
+	if err := q.assignID(job); err != nil {
+		return Receipt{}, err
 	}
 	if job.CreatedAt.IsZero() {
 		job.CreatedAt = q.now().UTC()
@@ -190,25 +183,45 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		return Receipt{}, err
 	}
 
-	// The job is stored. Record it as queued unless a worker (or the publish that won a race
-	// for this id) already wrote a status; this must not be cut short by the caller's deadline.
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), q.opts.PublishTimeout)
-	defer scancel()
-	now := q.now().UTC()
-	rec := record{Status: Status{
-		ID: job.ID, Queue: job.Queue, State: StateQueued, CreatedAt: job.CreatedAt, UpdatedAt: now,
-	}, Fingerprint: fp, Tenant: job.Tenant}
-	if spec.Fair && !ack.Duplicate {
-		rec.BacklogSeq = ack.Sequence
-	}
-	if data, err := json.Marshal(rec); err == nil {
-		if msgID == job.ID {
-			_, _ = q.kv.Create(sctx, job.ID, data)
-		} else {
-			_, _ = q.kv.Put(sctx, job.ID, data) // over the retracted record
-		}
-	}
+	q.recordQueued(ctx, job, fp, msgID != job.ID, spec.Fair && !ack.Duplicate, ack.Sequence)
 	return Receipt{ID: job.ID, Replayed: ack.Duplicate}, nil
+}
+
+// assignID gives job its id: derived from its Idempotency-Key, new, or the caller's, checked.
+func (q *Queues) assignID(job *Job) error {
+	switch {
+	case job.ID == "" && job.IdempotencyKey != "":
+		job.ID = q.JobID(job.Queue, job.Tenant, job.IdempotencyKey)
+	case job.ID == "":
+		job.ID = NewJobID(job.Queue)
+	case !validID.MatchString(job.ID):
+		return fmt.Errorf("queue: publish: invalid job id %q", job.ID)
+	}
+	return nil
+}
+
+// recordQueued records the stored job as queued unless a worker (or the publish that won a
+// race for its id) already wrote a status, or over a retracted record (overwrite); in a fair
+// queue (inBacklog) with its place in the backlog, seq. A failure is not the caller's: the
+// first worker to take the job writes the entry. It is not cut short by ctx's deadline.
+func (q *Queues) recordQueued(ctx context.Context, job *Job, fp string, overwrite, inBacklog bool, seq uint64) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.opts.PublishTimeout)
+	defer cancel()
+	rec := record{Status: Status{
+		ID: job.ID, Queue: job.Queue, State: StateQueued, CreatedAt: job.CreatedAt, UpdatedAt: q.now().UTC(),
+	}, Fingerprint: fp, Tenant: job.Tenant}
+	if inBacklog {
+		rec.BacklogSeq = seq
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	if overwrite {
+		_, _ = q.kv.Put(sctx, job.ID, data)
+	} else {
+		_, _ = q.kv.Create(sctx, job.ID, data)
+	}
 }
 
 // publishOpts are the options of every job publish. Message id and expected stream are set as

@@ -128,20 +128,8 @@ func (q *Queues) SetStatus(ctx context.Context, st Status) error {
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	if q.firstRecord(st) {
-		// Most likely the job's first entry (see firstRecord): create it without reading
-		// first, which saves a round trip per job; if one exists after all, update it below.
-		next := record{Status: st, Tenant: st.Tenant, Delivered: st.Delivered}
-		if next.UpdatedAt.IsZero() {
-			next.UpdatedAt = q.now().UTC()
-		}
-		if data, err := json.Marshal(next); err == nil {
-			if _, err = q.kv.Create(ctx, st.ID, data); err == nil {
-				return nil
-			} else if !isConflict(err) {
-				return fmt.Errorf("queue: set status %s: %w", st.ID, err)
-			}
-		}
+	if done, err := q.createFirst(ctx, st); done || err != nil {
+		return err
 	}
 	return q.updateStatus(ctx, st.ID, func(cur *record) *record {
 		if cur != nil && cur.State == StateSucceeded && st.State != StateSucceeded {
@@ -167,6 +155,30 @@ func (q *Queues) SetStatus(ctx context.Context, st Status) error {
 		}
 		return &next
 	})
+}
+
+// createFirst creates the entry of st when it is most likely the job's first (see
+// firstRecord), without reading first, which saves a round trip per job. done is false when
+// it did not try, or an entry exists after all: then the caller updates it.
+func (q *Queues) createFirst(ctx context.Context, st Status) (done bool, err error) {
+	if !q.firstRecord(st) {
+		return false, nil
+	}
+	next := record{Status: st, Tenant: st.Tenant, Delivered: st.Delivered}
+	if next.UpdatedAt.IsZero() {
+		next.UpdatedAt = q.now().UTC()
+	}
+	data, err := json.Marshal(next)
+	if err != nil {
+		return false, nil
+	}
+	switch _, err = q.kv.Create(ctx, st.ID, data); {
+	case err == nil:
+		return true, nil
+	case isConflict(err):
+		return false, nil
+	}
+	return true, fmt.Errorf("queue: set status %s: %w", st.ID, err)
 }
 
 // firstRecord reports whether st is most likely the first entry of its job: the outcome of

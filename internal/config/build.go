@@ -600,16 +600,22 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 
 	r.Shadow = b.boolean(where, "shadow", rr.Shadow)
 	r.OnStoreError = b.storeErrorMode(where, rr.OnStoreError, "")
-	r.Lease = b.integer(where, "lease", rr.Lease, 0, 64)
-	switch {
-	case r.Lease < 0 || r.Lease > maxLease:
-		p.addf(where, "lease", "lease must be between 0 and %d, got %d", maxLease, r.Lease)
-	case r.Lease > 0 && r.Algorithm == "":
-		p.add(where, "lease", "lease needs a limit (algorithm, limit and period)")
-	case r.Lease > 0 && r.Limit > 0 && r.Lease > r.Limit:
-		p.addf(where, "lease", "lease %d must not exceed limit %d", r.Lease, r.Limit)
-	}
+	r.Lease = b.lease(where, &r, rr.Lease)
 	return r
+}
+
+// lease reads a rule's lease, which needs a limit and may not exceed it.
+func (b *builder) lease(where string, r *Rule, v *scalar) int64 {
+	n := b.integer(where, "lease", v, 0, 64)
+	switch {
+	case n < 0 || n > maxLease:
+		b.p.addf(where, "lease", "lease must be between 0 and %d, got %d", maxLease, n)
+	case n > 0 && r.Algorithm == "":
+		b.p.add(where, "lease", "lease needs a limit (algorithm, limit and period)")
+	case n > 0 && r.Limit > 0 && n > r.Limit:
+		b.p.addf(where, "lease", "lease %d must not exceed limit %d", n, r.Limit)
+	}
+	return n
 }
 
 // match builds a rule's match section; nil matches every method and path.
