@@ -165,12 +165,14 @@ func deadLetter(queue string, h nats.Header, data []byte, seq uint64) DeadLetter
 }
 
 // Replay puts dead letter id back on queue as a fresh job with the same id (status queued,
-// attempts 0) and removes it from the dead-letter stream. It returns ErrNotFound when queue
+// attempts 0) and removes it from the dead-letter stream; in a fair queue, at the end of its
+// tenant's backlog. It returns ErrNotFound when queue
 // has no dead letter id, ErrUnknownQueue, or ErrFull when the queue is full. It is safe to
 // retry: a crash after the re-publish leaves the dead letter in place, and replaying it again
 // within the stream's duplicate window does not enqueue it twice.
 func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
-	if _, ok := q.spec(queue); !ok {
+	spec, ok := q.spec(queue)
+	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
 	}
 	if !validID.MatchString(id) {
@@ -195,11 +197,22 @@ func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
 	}
 	job.Queue = queue
 	msgID := "replay-" + id + "-" + strconv.FormatUint(raw.Sequence, 10)
-	if _, err := q.publish(ctx, q.jobSubject(queue, id), job, msgID, q.streamName(queue)); err != nil {
+	subject, stream := q.jobSubject(queue, id), q.streamName(queue)
+	if spec.Fair {
+		// Back into its tenant's backlog, to wait its turn. The message id starts with the job
+		// id, which the scheduler takes the job's subject from (jobIDOf).
+		msgID = id + ".replay-" + strconv.FormatUint(raw.Sequence, 10)
+		subject, stream = q.backlogSubject(queue, job.Tenant), q.backlogStreamName(queue)
+	}
+	ack, err := q.publish(ctx, subject, job, msgID, stream)
+	if err != nil {
 		return err
 	}
 	err = q.updateStatus(ctx, id, func(cur *record) *record {
 		next := record{Status: Status{ID: id, Queue: queue, State: StateQueued, CreatedAt: job.CreatedAt}, Tenant: job.Tenant}
+		if spec.Fair && !ack.Duplicate {
+			next.BacklogSeq = ack.Sequence
+		}
 		if cur != nil {
 			if cur.State != StateFailed { // a worker already took the replayed job
 				return nil

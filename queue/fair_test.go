@@ -222,3 +222,52 @@ func TestFairDrainAfterFairIsOff(t *testing.T) {
 		t.Fatalf("took %d jobs, want 8", len(order))
 	}
 }
+
+// A fair queue's dead letter replays into its tenant's backlog, and is delivered from there
+// under its own id.
+func TestFairReplayIntoTheBacklog(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "r", Fair: true})
+	ids := b.publishTenant("r", "a", 1)
+	schedule := func() (stop func()) {
+		f, _ := b.q.Fair("r", queue.FairOptions{Target: 1})
+		ctx, cancel := context.WithCancel(b.ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); f.Run(ctx) }()
+		return func() { cancel(); <-done }
+	}
+	cons, err := b.q.Consumer(b.ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func() *queue.Msg {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			if msgs, err := cons.Fetch(b.ctx, 1, 200*time.Millisecond); err != nil {
+				t.Fatal(err)
+			} else if len(msgs) == 1 {
+				return msgs[0]
+			}
+		}
+		t.Fatal("no job delivered")
+		return nil
+	}
+	stop := schedule()
+	m := take()
+	stop()
+	if err := b.q.DeadLetter(b.ctx, m, "upstream answered 400", 400, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.q.Replay(b.ctx, "r", ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if ti, err := b.q.Tenant(b.ctx, "r", "a"); err != nil || ti.Depth != 1 {
+		t.Fatalf("tenant a after the replay: %+v, %v; want its job back in its backlog", ti, err)
+	}
+	if st, err := b.q.Status(b.ctx, ids[0]); err != nil || st.State != queue.StateQueued {
+		t.Fatalf("status after the replay: %+v, %v", st, err)
+	}
+	defer schedule()()
+	if m2 := take(); m2.Job.ID != ids[0] || m2.Job.Tenant != "a" {
+		t.Fatalf("replayed job delivered as %s of %q, want %s of a", m2.Job.ID, m2.Job.Tenant, ids[0])
+	}
+}
