@@ -4,7 +4,7 @@ GO ?= go
 # Tests that need redis-server or NATS fail instead of skipping under `make test`.
 export SLUICE_STRICT := 1
 
-.PHONY: test deps vet compose unit fuzz quickstart bench
+.PHONY: test deps vet compose unit fuzz quickstart bench soak
 
 test: deps vet compose unit fuzz
 
@@ -62,3 +62,13 @@ quickstart:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# soak: the long runs kept out of `make test` (minutes each): a flood of 3 million limiter keys,
+# a fair queue with 10 000 tenants beside FIFO, the rate at the upstream under SIGSTOPped
+# workers, and Sluice beside nginx, HAProxy, Caddy and BullMQ (installs them). Figures go to
+# BENCHMARKS.md.
+soak: deps
+	$(GO) test -run '^$$' -bench MemoryKeyFlood -benchtime 1x ./limit/
+	$(GO) test -run '^$$' -bench FairDrain -benchtime 1x -count 3 ./cmd/worker/
+	$(GO) test -run '^$$' -bench UpstreamUnderStalls -benchtime 1x ./cmd/worker/
+	scripts/bench-peers.sh 5 3 20000
