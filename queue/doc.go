@@ -154,9 +154,12 @@
 // order. When the leader dies, deliveries go on from what the delivery stream holds and stop
 // until another takes over, at most 2s later.
 //
-// Costs. Per job, the scheduler makes one direct get, one publish and one delete on top of the
-// FIFO path (the figures are in BENCHMARKS.md, "fair queues"), and Publish writes the status
-// entry a job without an Idempotency-Key does not otherwise need. Per tenant: a subject in the
+// Costs. On top of the FIFO path, each job is published twice (to its backlog, then to the
+// delivery stream), and Publish writes the status entry a job without an Idempotency-Key does
+// not otherwise need. The scheduler reads a tenant's share of a round with one batched direct
+// get and removes it with one purge (a single job: one get and one delete), so many tenants of
+// one job each cost the most (BENCHMARKS.md, "Fair queues": 0.57× the FIFO drain with 10 000
+// tenants, 0.81× with one). Per tenant: a subject in the
 // backlog stream while it has waiting jobs (the server keeps a few hundred bytes for it), the
 // scheduler's ~100 bytes of round-robin state, and a delivered count in the tenants bucket,
 // which expires 24h after its last change. Every 500ms the leader reads the backlogs' subject
