@@ -72,9 +72,13 @@ func TestFairShareAcrossWorkers(t *testing.T) {
 	const name, rate = "fairshare", 20
 	path := c.config(c.fairYAML(up, name, fmt.Sprintf("%d/s", rate)))
 	big := idsOf(c.publishTenant(name, "big", 300))
+	// The workers start with the schedule paused, so that no process starts beside the
+	// measured drain (as in TestAccuracy).
+	release := c.holdPaused(name)
 	for range 2 {
-		c.spawn(path)
+		c.spawn(path).waitReady()
 	}
+	release()
 	up.WaitCount(t, time.Minute, "the big backlog to drain for a while", func(n int) bool { return n >= 40 })
 	sent := time.Now()
 	small := idsOf(c.publishTenant(name, "small", 10))
@@ -135,9 +139,13 @@ func TestFairWeightsAcrossWorkers(t *testing.T) {
 	gold := idsOf(c.publishTenant(name, "gold", 300))
 	plain := idsOf(c.publishTenant(name, "plain", 300))
 	var procs []*proc
+	release := c.holdPaused(name)
 	for range 3 {
-		procs = append(procs, c.spawn(path))
+		p := c.spawn(path)
+		p.waitReady()
+		procs = append(procs, p)
 	}
+	release()
 	up.WaitCount(t, time.Minute, "200 deliveries", func(n int) bool { return n >= 200 })
 	// Kill the first worker (the likeliest leader: it started first) without a chance to hand
 	// anything back or give up its lease.
