@@ -139,7 +139,8 @@
 // with waiting jobs: a tenant's turn adds its weight to its deficit and it gives a job per
 // whole unit. A tenant with 10 jobs behind another's 300 therefore waits for about Target jobs
 // and the jobs the workers hold, not for the 300. FairOptions.TenantRate caps each tenant by
-// spacing its moves 1/TenantRate apart, so a capped tenant gets slightly less than its cap.
+// spacing its moves 1/TenantRate apart (the scheduler sleeps until the next one is due), so a
+// capped tenant gets just under its cap.
 //
 // Guarantees. The deliveries' order and rate are still set by the workers and the leak
 // schedule: fairness changes which job comes next, never how many go out. Any number of

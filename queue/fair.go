@@ -239,6 +239,7 @@ type Fair struct {
 	seenRev   uint64    // revision of the lease last seen while another led
 	seenAt    time.Time // when seenRev was first seen
 	lastFlush time.Time
+	nextDue   time.Time // when the first capped tenant not due in the last pick is due
 	backlog   jetstream.Stream
 	delivery  jetstream.Stream
 	cons      jetstream.Consumer
@@ -342,7 +343,13 @@ func (f *Fair) Run(ctx context.Context) error {
 			f.flush(ctx)
 		}
 		if moved == 0 {
-			sleep(ctx, pollEvery)
+			// Until the next capped tenant is due, if that is sooner: a release polled up to
+			// pollEvery late would leave a capped tenant well short of its cap.
+			d := pollEvery
+			if !f.nextDue.IsZero() {
+				d = min(d, max(time.Until(f.nextDue), time.Millisecond))
+			}
+			sleep(ctx, d)
 		}
 	}
 	f.flush(context.Background())
@@ -521,6 +528,7 @@ func (f *Fair) refresh(ctx context.Context, opts FairOptions) error {
 // its place and deficit for the next call. Tenants under their TenantRate cap give only the
 // jobs the cap allows now. It returns the jobs per tenant, in the order first chosen.
 func (f *Fair) pick(n int, opts FairOptions, now time.Time) []pickN {
+	f.nextDue = time.Time{}
 	var out []pickN
 	idle := 0 // turns in a row that gave nothing: a whole round of them ends the call
 	for n > 0 && len(f.ring) > 0 && idle <= len(f.ring) {
@@ -556,6 +564,9 @@ func (f *Fair) pick(n int, opts FairOptions, now time.Time) []pickN {
 // 1/rate apart (GCRA, burst 1); it spends them.
 func (f *Fair) allowed(t *tenant, rate float64, now time.Time) int {
 	if t.next.After(now) {
+		if f.nextDue.IsZero() || t.next.Before(f.nextDue) {
+			f.nextDue = t.next
+		}
 		return 0
 	}
 	t.next = now.Add(time.Duration(float64(time.Second) / rate))
