@@ -537,8 +537,13 @@ func (f *Fair) pick(n int, opts FairOptions, now time.Time) []pickN {
 			t.deficit += t.weight
 		}
 		k := min(int(t.deficit), n, int(min(t.depth, uint64(n))))
-		if opts.TenantRate > 0 {
-			k = min(k, f.allowed(t, opts.TenantRate, now))
+		capped := false // the cap holds the tenant back now
+		if k > 0 && opts.TenantRate > 0 {
+			if a := f.allowed(t, opts.TenantRate, now); a == 0 {
+				k, capped = 0, true
+			} else {
+				k = min(k, a)
+			}
 		}
 		if k > 0 {
 			t.deficit -= float64(k)
@@ -552,7 +557,7 @@ func (f *Fair) pick(n int, opts FairOptions, now time.Time) []pickN {
 		if t.deficit >= 1 && t.depth > 0 && n == 0 {
 			break // its turn goes on next time
 		}
-		if t.depth == 0 || opts.TenantRate > 0 && k == 0 {
+		if t.depth == 0 || capped {
 			t.deficit = 0 // an empty or capped tenant does not save up turns
 		}
 		f.pos = (f.pos + 1) % len(f.ring)
