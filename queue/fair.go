@@ -666,7 +666,11 @@ func (f *Fair) moveTenant(ctx context.Context, t *tenant, n int) (int, error) {
 		}
 		futs = append(futs, fut)
 	}
-	// Up to the first job whose copy is not acknowledged, the tenant's jobs are all moved.
+	// Up to the first job whose copy is not acknowledged, the tenant's jobs are all moved. Once
+	// copies are sent, the move is finished even when ctx ends (a scheduler stopping): a job
+	// left in both streams would be moved again, and delivered twice after the duplicate window.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
 	moved := 0
 	for _, fut := range futs {
 		select {
@@ -675,8 +679,8 @@ func (f *Fair) moveTenant(ctx context.Context, t *tenant, n int) (int, error) {
 			continue
 		case e := <-fut.Err():
 			err = cmp.Or(err, e)
-		case <-ctx.Done():
-			err = cmp.Or(err, ctx.Err())
+		case <-fctx.Done():
+			err = cmp.Or(err, fctx.Err())
 		}
 		break
 	}
@@ -684,9 +688,9 @@ func (f *Fair) moveTenant(ctx context.Context, t *tenant, n int) (int, error) {
 		upTo := raws[moved-1].Sequence + 1
 		var e error
 		if moved == 1 {
-			e = f.backlog.DeleteMsg(ctx, raws[0].Sequence)
+			e = f.backlog.DeleteMsg(fctx, raws[0].Sequence)
 		} else {
-			e = f.backlog.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(upTo))
+			e = f.backlog.Purge(fctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(upTo))
 		}
 		if errors.Is(e, jetstream.ErrMsgNotFound) {
 			e = nil // canceled meanwhile
