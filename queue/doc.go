@@ -149,7 +149,7 @@
 // lets one of them work. A job is deleted from its backlog only after the delivery stream
 // acknowledged its copy, which carries the job's message id: a scheduler that dies between the
 // two leaves the job in both, and the next leader's copy is dropped by the delivery stream's
-// duplicate window. So a crash or a SIGKILL of any process loses nothing, and a job is moved
+// duplicate window (a scheduler that is stopped finishes the moves it started first). So a crash or a SIGKILL of any process loses nothing, and a job is moved
 // once as long as the takeover comes within Spec.StreamDuplicates. Two schedulers that both
 // believe they lead (one stopped past its lease and resumed) only move jobs in a different
 // order. When the leader dies, deliveries go on from what the delivery stream holds and stop
