@@ -133,6 +133,11 @@ func (q *Queues) backlogs(ctx context.Context, name string) (map[string]uint64, 
 	if err != nil {
 		return nil, 0, err
 	}
+	return q.backlogDepths(ctx, st, name)
+}
+
+// backlogDepths is backlogs with the backlog stream st in hand: one request.
+func (q *Queues) backlogDepths(ctx context.Context, st jetstream.Stream, name string) (map[string]uint64, uint64, error) {
 	si, err := st.Info(ctx, jetstream.WithSubjectFilter(q.opts.Prefix+".t."+name+".*"))
 	if err != nil {
 		return nil, 0, err
@@ -477,7 +482,7 @@ func (f *Fair) round(ctx context.Context) (int, error) {
 // refresh rereads which tenants have waiting jobs, and how many: tenants new to the ring join
 // it at its end, tenants without jobs leave it.
 func (f *Fair) refresh(ctx context.Context, opts FairOptions) error {
-	depths, _, err := f.q.backlogs(ctx, f.queue)
+	depths, _, err := f.q.backlogDepths(ctx, f.backlog, f.queue)
 	if err != nil {
 		return err
 	}

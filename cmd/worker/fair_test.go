@@ -19,8 +19,14 @@ import (
 // ingress would (its tenant is config.TenantID of the value), and returns their ids.
 func (c *cluster) publishTenant(name, value string, n int) []string {
 	c.t.Helper()
+	return c.publishJobs(name, n, func(int) string { return value })
+}
+
+// publishJobs publishes n direct jobs of queue name, 8 at a time, job i belonging to the tenant
+// whose X-Tenant value is tenant(i), and returns their ids by i.
+func (c *cluster) publishJobs(name string, n int, tenant func(i int) string) []string {
+	c.t.Helper()
 	ids := make([]string, n)
-	tenant := config.TenantID([]byte(value))
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	sem := make(chan struct{}, 8)
@@ -31,7 +37,8 @@ func (c *cluster) publishTenant(name, value string, n int) []string {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 			defer cancel()
-			r, err := c.qs.Publish(ctx, &queue.Job{Queue: name, Direct: true, Tenant: tenant,
+			value := tenant(i)
+			r, err := c.qs.Publish(ctx, &queue.Job{Queue: name, Direct: true, Tenant: config.TenantID([]byte(value)),
 				Header: http.Header{"Content-Type": {"text/plain"}}, Body: fmt.Appendf(nil, "%s-%d", value, i)})
 			if err != nil {
 				errs <- err
@@ -230,7 +237,7 @@ func BenchmarkFairDrain(b *testing.B) {
 				extra = append(extra, "fair: true")
 			}
 			path := c.config(c.queueYAML(queueName, "1000000/s", extra...))
-			c.publishSpread(queueName, jobs, max(tenants, 1))
+			c.publishJobs(queueName, jobs, func(i int) string { return fmt.Sprintf("t%d", i%max(tenants, 1)) })
 			release := c.holdPaused(queueName)
 			var procs []*proc
 			for range 4 {
@@ -248,41 +255,5 @@ func BenchmarkFairDrain(b *testing.B) {
 			ts := workertest.Times(c.up.Arrivals())
 			report(b, jobs, ts[len(ts)-1].Sub(ts[0]))
 		})
-	}
-}
-
-// publishSpread publishes n direct jobs of queue name, job i belonging to tenant i % tenants.
-func (c *cluster) publishSpread(name string, n, tenants int) {
-	c.t.Helper()
-	var wg sync.WaitGroup
-	next := make(chan int)
-	errs := make(chan error, 16)
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				tenant := config.TenantID(fmt.Appendf(nil, "t%d", i%tenants))
-				ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
-				_, err := c.qs.Publish(ctx, &queue.Job{Queue: name, Direct: true, Tenant: tenant, Body: []byte("x")})
-				cancel()
-				if err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		c.t.Fatal(err)
-	default:
 	}
 }

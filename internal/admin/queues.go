@@ -134,7 +134,7 @@ func (q *Queues) tenant(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeProblem(w, http.StatusServiceUnavailable, "Tenant state unavailable", err.Error())
 	default:
-		st := tenantStatus(cq, id, ti.Depth)
+		st := tenantStatus(tenantNames(cq), cq, id, ti.Depth)
 		st.Delivered = &ti.Delivered
 		writeJSON(w, http.StatusOK, st)
 	}
@@ -154,14 +154,21 @@ func isTenantID(s string) bool {
 }
 
 // tenantStatus is tenant id of cq with depth, named when cq's weights name it.
-func tenantStatus(cq *config.Queue, id string, depth uint64) TenantStatus {
+func tenantStatus(names map[string]string, cq *config.Queue, id string, depth uint64) TenantStatus {
 	st := TenantStatus{Tenant: id, Weight: 1, Depth: depth}
-	for v, w := range cq.Weights {
-		if config.TenantID([]byte(v)) == id {
-			st.Name, st.Weight = v, w
-		}
+	if v, ok := names[id]; ok {
+		st.Name, st.Weight = v, cq.Weights[v]
 	}
 	return st
+}
+
+// tenantNames maps the ids of the tenants cq's weights name to their values.
+func tenantNames(cq *config.Queue) map[string]string {
+	names := make(map[string]string, len(cq.Weights))
+	for v := range cq.Weights {
+		names[config.TenantID([]byte(v))] = v
+	}
+	return names
 }
 
 func (q *Queues) list(w http.ResponseWriter, r *http.Request) {
@@ -218,8 +225,9 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 	if info.Fair {
 		st.Fair, st.Backlog, st.Tenants = true, info.Backlog, info.Tenants
 		st.TopTenants = make([]TenantStatus, 0, len(info.TopTenants))
+		names := tenantNames(cq)
 		for _, td := range info.TopTenants {
-			st.TopTenants = append(st.TopTenants, tenantStatus(cq, td.Tenant, td.Depth))
+			st.TopTenants = append(st.TopTenants, tenantStatus(names, cq, td.Tenant, td.Depth))
 		}
 	}
 	now := time.Now
