@@ -13,8 +13,8 @@
 // rather than polling. Reservations are spaced exactly Interval apart, so with a backlog the
 // aggregate delivery rate over all workers is the rate, and never above it (plus the burst).
 // Slots are instants, and a slot is used on time or not at all: [Wait] gives up a slot that it
-// wakes for more than [Rate.Tolerance] late (half an interval up to [StrictRate], 10ms above) —
-// after a GC pause, a starved CPU, a SIGSTOP — and takes a new one, instead of delivering late
+// wakes for more than [Rate.Tolerance] late (half an interval up to [StrictRate], 10ms above),
+// — after a GC pause, a starved CPU, a take's reply held up, a SIGSTOP — and takes a new one, instead of delivering late
 // and bunched up with the slots of the workers that were on time. Deliveries then leave within
 // [slot, slot + Tolerance], so any one-second window holds at most rate + burst + 1 of them up
 // to 200/s, and at most 1% more above. The cost is throughput, never accuracy: each given-up
@@ -133,7 +133,10 @@ var ErrInvalidRate = errors.New("leaky: invalid rate")
 type Slot struct {
 	// Wait is how long to sleep before delivering; 0 = go now.
 	Wait time.Duration
-	// At is the local-clock instant of the slot: when Take returned, plus Wait.
+	// At is the slot's instant on the local clock, never before the slot. For Memory it is
+	// exact. For Redis the slot is an instant of the server's clock, placed on the local one
+	// within the shortest round trip the process has seen (see Redis): At is the latest it
+	// can be.
 	At time.Time
 
 	// sched is the slot's instant on the schedule's own clock, µs (Redis: the server's TIME).
@@ -228,6 +231,13 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 			return err
 		}
 		if slot.Wait <= 0 {
+			if late := time.Since(slot.At); late > r.Tolerance() {
+				// The reply came back later than the slot may be late: give it up.
+				if h.OnGiveUp != nil {
+					h.OnGiveUp(late)
+				}
+				continue
+			}
 			if h.Held != nil && h.Held() {
 				return ErrHeld
 			}
@@ -237,8 +247,10 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 			return nil // Take saw no pause, atomically with the reservation.
 		}
 		// Wake checkLead before the slot to ask about pauses and lost state, so that the
-		// round trip is over by the slot; then sleep the rest of the way.
-		if err := sleep(ctx, &timer, slot.Wait-min(slot.Wait, checkLead), h.OnWait, ProgressThreshold, ProgressInterval); err != nil {
+		// round trip is over by the slot; then sleep the rest of the way. Both sleeps end at
+		// instants of the slot's At: Wait counts from when the schedule ran the take, which
+		// may be well before its reply came back.
+		if err := sleep(ctx, &timer, time.Until(slot.At.Add(-checkLead)), h.OnWait, ProgressThreshold, ProgressInterval); err != nil {
 			return err
 		}
 		var paused time.Duration

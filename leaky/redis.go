@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,6 +39,9 @@ type RedisConfig struct {
 
 // Redis is a Schedule shared by every process that uses the same Redis and prefix. Each call is
 // one round trip running one Lua script (EVALSHA, falling back to EVAL), atomic on the server.
+// Slots are instants of the server's clock; a Redis places them on the local clock within the
+// shortest round trip its takes of the queue have had (serverClock), so a take whose reply was
+// held up still knows when its slot is, and how late it is.
 // It needs Redis ≥ 5 (or 3.2 with script effects replication).
 //
 // A Redis is safe for concurrent use. Its methods return an error wrapping the client's when
@@ -47,6 +51,7 @@ type Redis struct {
 	rdb    redis.Scripter
 	prefix string
 	now    func() time.Time
+	clocks sync.Map // queue → *serverClock
 }
 
 // NewRedis returns a schedule kept in rdb (a *redis.Client, *redis.ClusterClient, Ring, …).
@@ -72,7 +77,9 @@ func (r *Redis) Take(ctx context.Context, queue string, rt Rate) (Slot, error) {
 		fixed = r.now()
 		args = append(args, fixed.UnixMicro())
 	}
+	sent := time.Now()
 	res, err := takeScript.Run(ctx, r.rdb, []string{r.key(queue)}, args...).Int64Slice()
+	recv := time.Now()
 	if err != nil {
 		return Slot{}, fmt.Errorf("leaky: take %q: %w", queue, err)
 	}
@@ -80,13 +87,26 @@ func (r *Redis) Take(ctx context.Context, queue string, rt Rate) (Slot, error) {
 		return Slot{}, fmt.Errorf("leaky: take %q: unexpected reply %v", queue, res)
 	}
 	wait := time.Duration(res[0]) * time.Microsecond
-	// The wait is counted from when the script ran; counting it from when the reply arrived
-	// (later) can only make the slot late, never early.
-	at := fixed
-	if r.now == nil {
-		at = time.Now()
+	sched := res[4] + res[0] // the slot on the server's clock
+	if r.now != nil {
+		return Slot{Wait: wait, At: fixed.Add(wait), sched: sched, epoch: res[3]}, nil
 	}
-	return Slot{Wait: wait, At: at.Add(wait), sched: res[4] + res[0], epoch: res[3]}, nil
+	// The slot on this process's clock, at the latest it can be: never early, and not as late
+	// as this reply (when + wait), which a loaded machine can hold up for longer than a slot
+	// may be late.
+	c := r.clock(queue)
+	_, hi := c.observe(sent, recv, res[4])
+	return Slot{Wait: wait, At: c.local(sched, hi), sched: sched, epoch: res[3]}, nil
+}
+
+// clock returns the server clock of queue's key: one per queue, as on Redis Cluster queues
+// live on different servers.
+func (r *Redis) clock(queue string) *serverClock {
+	if c, ok := r.clocks.Load(queue); ok {
+		return c.(*serverClock)
+	}
+	c, _ := r.clocks.LoadOrStore(queue, newServerClock())
+	return c.(*serverClock)
 }
 
 // Pause pauses the queue for d from now; see Schedule.

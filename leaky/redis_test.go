@@ -127,9 +127,9 @@ func TestRedisAggregateRate(t *testing.T) {
 	)
 	hooks := Hooks{OnGiveUp: func(time.Duration) { givenUp.Add(1) }}
 	for range 2 {
-		client := srv.NewClient()
+		sched := NewRedis(srv.NewClient(), RedisConfig{Prefix: prefix}) // one per process, as in a worker
 		for range 8 {
-			s := &lastSlot{Redis: NewRedis(client, RedisConfig{Prefix: prefix})}
+			s := &lastSlot{Redis: sched}
 			wg.Go(func() {
 				for {
 					if err := WaitHooks(ctx, s, "q", r, hooks); err != nil {
@@ -318,4 +318,66 @@ func (l *lossy) Take(ctx context.Context, queue string, r Rate) (Slot, error) {
 		}
 	}
 	return slot, err
+}
+
+// heldReply holds up the reply of the next command by delay once armed, as a loaded machine
+// holds up a reply on its way back: the server ran the script on time.
+type heldReply struct{ delay atomic.Int64 } // ns; 0: none
+
+func (h *heldReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *heldReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *heldReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if d := h.delay.Swap(0); d > 0 {
+			time.Sleep(time.Duration(d)) // the condition under test: a reply 80ms late
+		}
+		return err
+	}
+}
+
+// TestRedisHeldReply: a take whose reply is held up longer than a slot may be late still
+// places its slot where the server put it, from the round trips before it. A slot reserved
+// ahead is delivered on time, not as late as the reply; a slot free at once is given up, as
+// it is already late.
+func TestRedisHeldReply(t *testing.T) {
+	srv := testenv.Redis(t)
+	client := srv.NewClient()
+	held := new(heldReply)
+	client.AddHook(held)
+	s := &lastSlot{Redis: NewRedis(client, RedisConfig{Prefix: testenv.Prefix(t)})}
+	ctx := context.Background()
+	const delay = 80 * time.Millisecond // the tolerance at 10/s is 50ms
+
+	// Reserved ahead: three takes make a backlog (and measure the round trip); the fourth's
+	// reply is held up, and its slot is 300ms out.
+	for range 3 {
+		take(t, s, "ahead", perSecond10)
+	}
+	held.delay.Store(int64(delay))
+	var lates []time.Duration
+	hooks := Hooks{OnGiveUp: func(late time.Duration) { lates = append(lates, late) }}
+	if err := WaitHooks(ctx, s, "ahead", perSecond10, hooks); err != nil {
+		t.Fatal(err)
+	}
+	// Redis runs on this host: its TIME and time.Now read the same clock.
+	if late := time.Since(time.UnixMicro(s.last.sched)); late < 0 || late > 20*time.Millisecond || len(lates) != 0 {
+		t.Fatalf("reserved ahead: Wait returned %v after the slot (given up: %v), want on time", late, lates)
+	}
+
+	// Free at once (a burst): the held reply makes the slot 80ms late; it is given up and the
+	// next one taken.
+	burst := Rate{Interval: 100 * ms, Burst: 10}
+	for range 3 {
+		take(t, s, "now", burst)
+	}
+	held.delay.Store(int64(delay))
+	if err := WaitHooks(ctx, s, "now", burst, hooks); err != nil {
+		t.Fatal(err)
+	}
+	if len(lates) != 1 || lates[0] < delay-5*time.Millisecond {
+		t.Fatalf("free at once: given up %v, want one slot given up about %v late", lates, delay)
+	}
 }
