@@ -139,6 +139,9 @@ type Slot struct {
 	// can be.
 	At time.Time
 
+	// early is the earliest the slot can be on the local clock (Redis; zero: At), which Wait
+	// wakes checkLead before to check the queue and place the slot again.
+	early time.Time
 	// sched is the slot's instant on the schedule's own clock, µs (Redis: the server's TIME).
 	sched int64
 	// epoch identifies the schedule state the slot was reserved in (Redis only; 0 = none).
@@ -166,7 +169,8 @@ type Schedule interface {
 // checker is implemented by schedules whose state can be lost while reservations are
 // outstanding (Redis): it reports PausedFor and whether a slot's reservation still stands.
 type checker interface {
-	check(ctx context.Context, queue string, s Slot) (paused time.Duration, valid bool, err error)
+	// at is s.At placed again with what the check's round trip taught about the clocks.
+	check(ctx context.Context, queue string, s Slot) (paused time.Duration, valid bool, at time.Time, err error)
 }
 
 // checkLead is how long before its slot Wait asks the schedule whether the queue was paused or
@@ -248,15 +252,19 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 		}
 		// Wake checkLead before the slot to ask about pauses and lost state, so that the
 		// round trip is over by the slot; then sleep the rest of the way. Both sleeps end at
-		// instants of the slot's At: Wait counts from when the schedule ran the take, which
-		// may be well before its reply came back.
-		if err := sleep(ctx, &timer, time.Until(slot.At.Add(-checkLead)), h.OnWait, ProgressThreshold, ProgressInterval); err != nil {
+		// local instants of the slot, not after Slot.Wait: that counts from when the schedule
+		// ran the take, which may be well before its reply came back.
+		wake := slot.early
+		if wake.IsZero() {
+			wake = slot.At
+		}
+		if err := sleep(ctx, &timer, time.Until(wake.Add(-checkLead)), h.OnWait, ProgressThreshold, ProgressInterval); err != nil {
 			return err
 		}
 		var paused time.Duration
 		valid := true
 		if ck != nil {
-			paused, valid, err = ck.check(ctx, queue, slot)
+			paused, valid, slot.At, err = ck.check(ctx, queue, slot)
 		} else {
 			paused, err = s.PausedFor(ctx, queue)
 		}
