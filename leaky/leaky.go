@@ -41,8 +41,13 @@
 // Both have the same semantics, in integer microseconds.
 //
 // The Redis scripts use the server's TIME as the clock: every worker on every host shares one
-// clock, and a take answers with a wait relative to it, which the worker sleeps on its own clock.
-// Hosts' clocks need not agree; only the rate of their clocks matters, over the length of one wait.
+// clock, and a slot is an instant of it. A process places slots on its own monotonic clock
+// through bounds on the offset between the two: every take and every pause check was read by
+// the server somewhere within its round trip, and the bounds of all of them intersect, so the
+// fastest round trip sets the precision (tens to hundreds of µs on a LAN). A reply held up on a
+// loaded machine thus neither moves its slot later nor hides that it is late. Hosts' clocks
+// need not agree; the bounds widen at 500 ppm between samples, and start afresh when a sample
+// contradicts them (a stepped server clock, a failover).
 //
 // An idle queue's state expires a minute after it stops mattering (the next TAT and any pause
 // are in the past), so idle queues vanish from Redis. If Redis loses the state (a restart without
