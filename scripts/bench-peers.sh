@@ -3,6 +3,7 @@
 #
 # HTTP (wrk -t2 -c64, ROUNDS interleaved rounds of DUR seconds per server):
 #   plain        a Go net/http "ok" server (examples/upstream -ok): the upstream of the proxies
+#   same429      a Go net/http server answering the bytes of the ingress's 429 (scripts/replay)
 #   defer path   Sluice ingress, action: enqueue: POST → JetStream (nats-server process, file
 #                store) → PubAck → 202
 #   429 path     Sluice ingress (memory; Redis, answered from its cache of rejections),
@@ -37,6 +38,7 @@ go build -o "$W/ingress" ./cmd/ingress
 go build -o "$W/worker" ./cmd/worker
 go build -o "$W/plain" ./examples/upstream
 go build -o "$W/goproxy" ./scripts/goproxy
+go build -o "$W/replay" ./scripts/replay
 go build -o "$W/load" ./cmd/load
 go build -o "$W/recorder" ./cmd/worker/testdata/upstream
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
@@ -135,6 +137,11 @@ caddy run --config "$W/Caddyfile" --adapter caddyfile >/dev/null 2>&1 &
 
 # Wait for every server; on the 429 paths, that first request spends the one the limit allows.
 for p in 19201 19203 19301 19305 19202 19302 19306 19307 19310; do wait_http "http://127.0.0.1:$p/x"; done
+# The plain server again, answering with the memory ingress's 429 as recorded: what net/http
+# costs for the same bytes (headers and body) without a decision.
+curl -si http://127.0.0.1:19201/x > "$W/429.txt"
+"$W/replay" -listen 127.0.0.1:19320 -response "$W/429.txt" &
+wait_http http://127.0.0.1:19320/x
 
 # ---- HTTP ----------------------------------------------------------------------------------
 cat > "$W/post.lua" <<'LUA'
@@ -151,7 +158,7 @@ wrk_run() { # key url
   RPS[$1]="${RPS[$1]:-} $rps"; P99[$1]="${P99[$1]:-} $p99"
 }
 runs=(plain:http://127.0.0.1:19100/x
-  s429mem:http://127.0.0.1:19201/x s429redis:http://127.0.0.1:19203/x n429:http://127.0.0.1:19301/x h429:http://127.0.0.1:19305/x
+  same429:http://127.0.0.1:19320/x s429mem:http://127.0.0.1:19201/x s429redis:http://127.0.0.1:19203/x n429:http://127.0.0.1:19301/x h429:http://127.0.0.1:19305/x
   sdefer:http://127.0.0.1:19202/api/orders
   sfwd:http://127.0.0.1:19202/x gofwd:http://127.0.0.1:19310/x nfwd:http://127.0.0.1:19302/x hfwd:http://127.0.0.1:19306/x cfwd:http://127.0.0.1:19307/x)
 for _ in $(seq 1 "$ROUNDS"); do
