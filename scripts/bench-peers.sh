@@ -14,7 +14,8 @@
 # Drain (4 worker processes of concurrency 16 each, one redis-server, a recording upstream):
 #   Sluice workers (JetStream + Redis leak schedule) and BullMQ workers, unthrottled and at
 #   200/s (BullMQ's limiter {max: 200, duration: 1000}); achieved rate and the largest number
-#   of deliveries in any one-second window, from the arrival times at the upstream.
+#   of deliveries in any one-second window, from the arrival times at the upstream. Beside them,
+#   4 scripts/jsdrain processes: JetStream's ceiling for a worker that delivers over HTTP.
 #
 # Installs what it lacks: wrk nginx haproxy caddy redis-server (apt), bullmq (npm, into
 # scripts/peers). Usage: scripts/bench-peers.sh [seconds per HTTP run] [rounds] [jobs]
@@ -40,6 +41,7 @@ go build -o "$W/plain" ./examples/upstream
 go build -o "$W/goproxy" ./scripts/goproxy
 go build -o "$W/replay" ./scripts/replay
 go build -o "$W/load" ./cmd/load
+go build -o "$W/jsdrain" ./scripts/jsdrain
 go build -o "$W/recorder" ./cmd/worker/testdata/upstream
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
 
@@ -207,6 +209,7 @@ shutdown_timeout: 1s
 queues:
   - { name: unthrottled, rate: 1000000/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/sluice/unthrottled" }
   - { name: paced, rate: 200/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/sluice/paced" }
+  - { name: bare, rate: 1000000/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/bare/bare" }
 YAML
 "$W/ingress" -config "$W/drain.yaml" 2>"$W/drain-ingress.log" &
 wait_http http://127.0.0.1:20401/healthz
@@ -227,6 +230,20 @@ sluice_drain() { # queue jobs
   stats "/sluice/$1" "$2"
   kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
 }
+bare_drain() { # jobs
+  # The JetStream ceiling: 4 scripts/jsdrain processes fetch, POST and ack, nothing else.
+  "$W/load" -url "http://127.0.0.1:19401/v1/queues/bare/jobs" -method POST -body x -c 32 -n "$1" -warmup 0 -d 10m >/dev/null
+  local pids=()
+  for i in 1 2 3 4; do
+    "$W/jsdrain" -config "$W/drain.yaml" -queue bare -target "$REC/bare/bare" -c 16 > "$W/jsdrain$i.out" 2>"$W/jsdrain$i.log" & pids+=($!)
+  done
+  for i in 1 2 3 4; do
+    for _ in $(seq 1 200); do grep -q ready "$W/jsdrain$i.out" && break; sleep 0.05; done
+  done
+  kill -USR1 "${pids[@]}"
+  stats /bare/bare "$1"
+  kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
+}
 bull_drain() { # name jobs max
   node scripts/peers/bullmq.mjs produce 19379 "$1" "$2"
   local pids=()
@@ -243,6 +260,7 @@ echo '| drain | achieved jobs/s | most in any 1 s | seconds |'
 echo '|---|---:|---:|---:|'
 printf '| Sluice, unthrottled | %s |\n' "$(sluice_drain unthrottled "$JOBS" | sed 's/ / | /g')"
 printf '| BullMQ, unthrottled | %s |\n' "$(bull_drain unthrottled "$JOBS" 0 | sed 's/ / | /g')"
+printf '| bare JetStream: fetch, POST, ack (scripts/jsdrain) | %s |\n' "$(bare_drain "$JOBS" | sed 's/ / | /g')"
 printf '| Sluice, rate 200/s | %s |\n' "$(sluice_drain paced "$PACED_JOBS" | sed 's/ / | /g')"
 printf '| BullMQ, limiter 200/s | %s |\n' "$(bull_drain paced "$PACED_JOBS" 200 | sed 's/ / | /g')"
 [ -z "${KEEP_ARRIVALS:-}" ] || cp "$W/arrivals" "$KEEP_ARRIVALS"   # for a closer look at the drains
