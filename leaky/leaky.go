@@ -45,9 +45,13 @@
 // through bounds on the offset between the two: every take and every pause check was read by
 // the server somewhere within its round trip, and the bounds of all of them intersect, so the
 // fastest round trip sets the precision (tens to hundreds of µs on a LAN). A reply held up on a
-// loaded machine thus neither moves its slot later nor hides that it is late. Hosts' clocks
-// need not agree; the bounds widen at 500 ppm between samples, and start afresh when a sample
-// contradicts them (a stepped server clock, a failover).
+// loaded machine thus neither moves its slot later nor hides that it is late. A slot free at
+// once is used only if even the earliest it can have been is within the tolerance: the first
+// takes of a process, when only their own slow round trips bound the clocks, cannot deliver
+// late unnoticed. (With Redis farther away than the tolerance, such a slot is given up and the
+// next one, reserved ahead, is used.) Hosts' clocks need not agree; the bounds widen at 500 ppm
+// between samples, and start afresh when a sample contradicts them (a stepped server clock, a
+// failover).
 //
 // An idle queue's state expires a minute after it stops mattering (the next TAT and any pause
 // are in the past), so idle queues vanish from Redis. If Redis loses the state (a restart without
@@ -145,7 +149,8 @@ type Slot struct {
 	At time.Time
 
 	// early is the earliest the slot can be on the local clock (Redis; zero: At), which Wait
-	// wakes checkLead before to check the queue and place the slot again.
+	// wakes checkLead before to check the queue and place the slot again, and by which it
+	// judges a slot free at once.
 	early time.Time
 	// sched is the slot's instant on the schedule's own clock, µs (Redis: the server's TIME).
 	sched int64
@@ -240,7 +245,15 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 			return err
 		}
 		if slot.Wait <= 0 {
-			if late := time.Since(slot.At); late > r.Tolerance() {
+			// The slot is the instant the schedule ran the take, which lies between early and
+			// At on this clock: as far back as early when the reply was slow and nothing yet
+			// bounds the clocks more tightly (the first takes of a process, all sent at once).
+			// Deliver only if even the earliest it can have been is within the tolerance.
+			since := slot.early
+			if since.IsZero() {
+				since = slot.At
+			}
+			if late := time.Since(since); late > r.Tolerance() {
 				// The reply came back later than the slot may be late: give it up.
 				if h.OnGiveUp != nil {
 					h.OnGiveUp(late)

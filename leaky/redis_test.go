@@ -381,6 +381,22 @@ func TestRedisHeldReply(t *testing.T) {
 		t.Fatalf("first take: Wait returned %v after the slot (given up: %v), want on time", late, lates)
 	}
 
+	// Free at once, and the first take of a fresh process: nothing bounds the clocks but the
+	// take's own round trip, so the slot was anywhere in those 80ms. It may have been 80ms ago:
+	// it is given up, and the next slot, 100ms after it, is delivered on time.
+	fresh := &lastSlot{Redis: NewRedis(client, RedisConfig{Prefix: prefix})}
+	held.delay.Store(int64(delay))
+	if err := WaitHooks(ctx, fresh, "fresh", perSecond10, hooks); err != nil {
+		t.Fatal(err)
+	}
+	if len(lates) != 1 || lates[0] < delay-5*time.Millisecond {
+		t.Fatalf("fresh, free at once: given up %v, want one slot given up about %v late", lates, delay)
+	}
+	if late := time.Since(time.UnixMicro(fresh.last.sched)); late < 0 || late > 20*time.Millisecond {
+		t.Fatalf("fresh: Wait returned %v after the slot, want on time", late)
+	}
+	lates = nil
+
 	// Free at once (a burst): the held reply makes the slot 80ms late; it is given up and the
 	// next one taken.
 	burst := Rate{Interval: 100 * ms, Burst: 10}
