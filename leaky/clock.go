@@ -23,8 +23,15 @@ type serverClock struct {
 	mu     sync.Mutex
 	lo, hi int64 // bounds, µs, of the offset: local µs since origin − server µs, as of last
 	last   int64 // local µs since origin of the latest sample
+	born   int64 // local µs since origin when the bounds were last set afresh
 	set    bool
 }
+
+// youngFor is how long after its bounds are set afresh a clock is young: its bounds may still
+// be as wide as the round trips of a loaded start, and a slot is used only if it is on time
+// however wide they are. After that, wide bounds are taken for the network's own precision
+// (a Redis far away), and slots are placed at the latest bound.
+const youngFor = 2 * time.Second
 
 // maxDrift is how fast the bounds widen without samples: 500 ppm, the most NTP slews a clock.
 const maxDrift = 500e-6
@@ -32,8 +39,9 @@ const maxDrift = 500e-6
 func newServerClock() *serverClock { return &serverClock{origin: time.Now()} }
 
 // observe adds the sample of a take sent at sent, answered at recv, whose script read server
-// (µs) from the server's clock, and returns the bounds of the offset.
-func (c *serverClock) observe(sent, recv time.Time, server int64) (lo, hi int64) {
+// (µs) from the server's clock, and returns the bounds of the offset and whether the clock is
+// young (youngFor).
+func (c *serverClock) observe(sent, recv time.Time, server int64) (lo, hi int64, young bool) {
 	s, r := sent.Sub(c.origin).Microseconds(), recv.Sub(c.origin).Microseconds()
 	slo, shi := s-server, r-server
 	c.mu.Lock()
@@ -42,11 +50,11 @@ func (c *serverClock) observe(sent, recv time.Time, server int64) (lo, hi int64)
 		w := int64(float64(max(r-c.last, 0))*maxDrift) + 1
 		if lo, hi := max(c.lo-w, slo), min(c.hi+w, shi); lo <= hi {
 			c.lo, c.hi, c.last = lo, hi, max(r, c.last)
-			return lo, hi
+			return lo, hi, r-c.born < youngFor.Microseconds()
 		}
 	}
-	c.lo, c.hi, c.last, c.set = slo, shi, r, true
-	return slo, shi
+	c.lo, c.hi, c.last, c.born, c.set = slo, shi, r, r, true
+	return slo, shi, true
 }
 
 // local returns the local instant of server instant server (µs) at offset off.

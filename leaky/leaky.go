@@ -45,13 +45,15 @@
 // through bounds on the offset between the two: every take and every pause check was read by
 // the server somewhere within its round trip, and the bounds of all of them intersect, so the
 // fastest round trip sets the precision (tens to hundreds of µs on a LAN). A reply held up on a
-// loaded machine thus neither moves its slot later nor hides that it is late. A slot free at
-// once is used only if even the earliest it can have been is within the tolerance: the first
-// takes of a process, when only their own slow round trips bound the clocks, cannot deliver
-// late unnoticed. (With Redis farther away than the tolerance, such a slot is given up and the
-// next one, reserved ahead, is used.) Hosts' clocks need not agree; the bounds widen at 500 ppm
-// between samples, and start afresh when a sample contradicts them (a stepped server clock, a
-// failover).
+// loaded machine thus neither moves its slot later nor hides that it is late. A slot is placed
+// at the latest the bounds allow, so never early; a slot free at once, and any slot during the
+// first 2s of a process's bounds (until they have had calm round trips), is used only if even
+// the earliest it can have been is within the tolerance. So the first takes of a process, sent
+// all at once and bounded only by their own slow round trips, cannot deliver late unnoticed.
+// After that, bounds wider than the tolerance are the network's own precision (a Redis far
+// away): slots reserved ahead are used at the latest bound, slots free at once given up for
+// the next one. Hosts' clocks need not agree; the bounds widen at 500 ppm between samples, and
+// start afresh when a sample contradicts them (a stepped server clock, a failover).
 //
 // An idle queue's state expires a minute after it stops mattering (the next TAT and any pause
 // are in the past), so idle queues vanish from Redis. If Redis loses the state (a restart without
@@ -150,8 +152,11 @@ type Slot struct {
 
 	// early is the earliest the slot can be on the local clock (Redis; zero: At), which Wait
 	// wakes checkLead before to check the queue and place the slot again, and by which it
-	// judges a slot free at once.
+	// judges a slot free at once, and any slot while strict.
 	early time.Time
+	// strict: the clock that placed the slot is young (Redis): Wait uses it only if even early
+	// is within the tolerance.
+	strict bool
 	// sched is the slot's instant on the schedule's own clock, µs (Redis: the server's TIME).
 	sched int64
 	// epoch identifies the schedule state the slot was reserved in (Redis only; 0 = none).
@@ -179,8 +184,8 @@ type Schedule interface {
 // checker is implemented by schedules whose state can be lost while reservations are
 // outstanding (Redis): it reports PausedFor and whether a slot's reservation still stands.
 type checker interface {
-	// at is s.At placed again with what the check's round trip taught about the clocks.
-	check(ctx context.Context, queue string, s Slot) (paused time.Duration, valid bool, at time.Time, err error)
+	// placed is s placed again with what the check's round trip taught about the clocks.
+	check(ctx context.Context, queue string, s Slot) (paused time.Duration, valid bool, placed Slot, err error)
 }
 
 // checkLead is how long before its slot Wait asks the schedule whether the queue was paused or
@@ -282,7 +287,7 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 		var paused time.Duration
 		valid := true
 		if ck != nil {
-			paused, valid, slot.At, err = ck.check(ctx, queue, slot)
+			paused, valid, slot, err = ck.check(ctx, queue, slot)
 		} else {
 			paused, err = s.PausedFor(ctx, queue)
 		}
@@ -302,11 +307,15 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 			return err
 		}
 		// Last, as close to the delivery as it can be: a slot that can no longer be used on
-		// time is given up, never spent late.
-		late := time.Since(slot.At)
-		if late > r.Tolerance() {
+		// time is given up, never spent late. While the clock is young, on time however
+		// early the slot can have been.
+		late, worst := time.Since(slot.At), time.Since(slot.At)
+		if slot.strict {
+			worst = time.Since(slot.early)
+		}
+		if worst > r.Tolerance() {
 			if h.OnGiveUp != nil {
-				h.OnGiveUp(late)
+				h.OnGiveUp(worst)
 			}
 			continue
 		}

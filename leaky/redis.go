@@ -95,8 +95,8 @@ func (r *Redis) Take(ctx context.Context, queue string, rt Rate) (Slot, error) {
 	// as this reply (when + wait), which a loaded machine can hold up for longer than a slot
 	// may be late.
 	c := r.clock(queue)
-	lo, hi := c.observe(sent, recv, res[4])
-	return Slot{Wait: wait, At: c.local(sched, hi), early: c.local(sched, lo), sched: sched, epoch: res[3]}, nil
+	lo, hi, young := c.observe(sent, recv, res[4])
+	return Slot{Wait: wait, At: c.local(sched, hi), early: c.local(sched, lo), strict: young, sched: sched, epoch: res[3]}, nil
 }
 
 // clock returns the server clock of queue's key: one per queue, as on Redis Cluster queues
@@ -131,10 +131,10 @@ func (r *Redis) PausedFor(ctx context.Context, queue string) (time.Duration, err
 }
 
 // check reports PausedFor, whether s was reserved in the queue's current state (always true
-// for a Slot without epoch), and s.At placed again on the local clock: the check runs shortly
+// for a Slot without epoch), and s placed again on the local clock: the check runs shortly
 // before the slot, usually on a calmer machine than the take, whose round trip may have been
 // long (a drain's start sends every worker's takes at once).
-func (r *Redis) check(ctx context.Context, queue string, s Slot) (time.Duration, bool, time.Time, error) {
+func (r *Redis) check(ctx context.Context, queue string, s Slot) (time.Duration, bool, Slot, error) {
 	args := []any{s.epoch}
 	if r.now != nil {
 		args = append(args, r.now().UnixMicro())
@@ -143,18 +143,17 @@ func (r *Redis) check(ctx context.Context, queue string, s Slot) (time.Duration,
 	res, err := pausedScript.Run(ctx, r.rdb, []string{r.key(queue)}, args...).Int64Slice()
 	recv := time.Now()
 	if err != nil {
-		return 0, false, s.At, fmt.Errorf("leaky: paused %q: %w", queue, err)
+		return 0, false, s, fmt.Errorf("leaky: paused %q: %w", queue, err)
 	}
 	if len(res) != 3 {
-		return 0, false, s.At, fmt.Errorf("leaky: paused %q: unexpected reply %v", queue, res)
+		return 0, false, s, fmt.Errorf("leaky: paused %q: unexpected reply %v", queue, res)
 	}
-	at := s.At
 	if r.now == nil && s.sched != 0 {
 		c := r.clock(queue)
-		_, hi := c.observe(sent, recv, res[2])
-		at = c.local(s.sched, hi)
+		lo, hi, young := c.observe(sent, recv, res[2])
+		s.At, s.early, s.strict = c.local(s.sched, hi), c.local(s.sched, lo), young
 	}
-	return time.Duration(res[0]) * time.Microsecond, res[1] == 1, at, nil
+	return time.Duration(res[0]) * time.Microsecond, res[1] == 1, s, nil
 }
 
 var (

@@ -320,9 +320,11 @@ func (l *lossy) Take(ctx context.Context, queue string, r Rate) (Slot, error) {
 	return slot, err
 }
 
-// heldReply holds up the reply of the next command by delay once armed, as a loaded machine
-// holds up a reply on its way back: the server ran the script on time.
-type heldReply struct{ delay atomic.Int64 } // ns; 0: none
+// heldReply holds up the replies of the next n commands by delay once armed (hold), as a
+// loaded machine holds up a reply on its way back: the server ran the script on time.
+type heldReply struct{ delay, n atomic.Int64 } // ns; commands
+
+func (h *heldReply) hold(d time.Duration, n int64) { h.delay.Store(int64(d)); h.n.Store(n) }
 
 func (h *heldReply) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *heldReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -331,8 +333,8 @@ func (h *heldReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *heldReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if d := h.delay.Swap(0); d > 0 {
-			time.Sleep(time.Duration(d)) // the condition under test: a reply 80ms late
+		if h.n.Add(-1) >= 0 {
+			time.Sleep(time.Duration(h.delay.Load())) // the condition under test: a reply 80ms late
 		}
 		return err
 	}
@@ -357,7 +359,7 @@ func TestRedisHeldReply(t *testing.T) {
 	for range 3 {
 		take(t, s, "ahead", perSecond10)
 	}
-	held.delay.Store(int64(delay))
+	held.hold(delay, 1)
 	var lates []time.Duration
 	hooks := Hooks{OnGiveUp: func(late time.Duration) { lates = append(lates, late) }}
 	if err := WaitHooks(ctx, s, "ahead", perSecond10, hooks); err != nil {
@@ -373,7 +375,7 @@ func TestRedisHeldReply(t *testing.T) {
 	// again, and delivers on time. (Another schedule's take makes the backlog.)
 	other := NewRedis(srv.NewClient(), RedisConfig{Prefix: prefix})
 	take(t, other, "cold", perSecond10)
-	held.delay.Store(int64(delay))
+	held.hold(delay, 1)
 	if err := WaitHooks(ctx, s, "cold", perSecond10, hooks); err != nil {
 		t.Fatal(err)
 	}
@@ -381,11 +383,29 @@ func TestRedisHeldReply(t *testing.T) {
 		t.Fatalf("first take: Wait returned %v after the slot (given up: %v), want on time", late, lates)
 	}
 
+	// A fresh process whose take and pause check are both held up: nothing bounds the clocks
+	// better than those 80ms round trips, and the slot may be anywhere in them. While the
+	// clock is young the slot is used only if on time however early it was: it is given up,
+	// and the next one is on time.
+	young := &lastSlot{Redis: NewRedis(client, RedisConfig{Prefix: prefix})}
+	take(t, other, "young", perSecond10)
+	held.hold(delay, 2)
+	if err := WaitHooks(ctx, young, "young", perSecond10, hooks); err != nil {
+		t.Fatal(err)
+	}
+	if len(lates) != 1 || lates[0] < delay-5*time.Millisecond {
+		t.Fatalf("young, take and check held: given up %v, want one slot given up about %v late", lates, delay)
+	}
+	if late := time.Since(time.UnixMicro(young.last.sched)); late < 0 || late > 20*time.Millisecond {
+		t.Fatalf("young: Wait returned %v after the slot, want on time", late)
+	}
+	lates = nil
+
 	// Free at once, and the first take of a fresh process: nothing bounds the clocks but the
 	// take's own round trip, so the slot was anywhere in those 80ms. It may have been 80ms ago:
 	// it is given up, and the next slot, 100ms after it, is delivered on time.
 	fresh := &lastSlot{Redis: NewRedis(client, RedisConfig{Prefix: prefix})}
-	held.delay.Store(int64(delay))
+	held.hold(delay, 1)
 	if err := WaitHooks(ctx, fresh, "fresh", perSecond10, hooks); err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +423,7 @@ func TestRedisHeldReply(t *testing.T) {
 	for range 3 {
 		take(t, s, "now", burst)
 	}
-	held.delay.Store(int64(delay))
+	held.hold(delay, 1)
 	if err := WaitHooks(ctx, s, "now", burst, hooks); err != nil {
 		t.Fatal(err)
 	}
