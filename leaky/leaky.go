@@ -13,9 +13,9 @@
 // rather than polling. Reservations are spaced exactly Interval apart, so with a backlog the
 // aggregate delivery rate over all workers is the rate, and never above it (plus the burst).
 // Slots are instants, and a slot is used on time or not at all: [Wait] gives up a slot that it
-// wakes for more than [Rate.Tolerance] late (half an interval up to [StrictRate], 10ms above),
-// — after a GC pause, a starved CPU, a take's reply held up, a SIGSTOP — and takes a new one, instead of delivering late
-// and bunched up with the slots of the workers that were on time. Deliveries then leave within
+// wakes for more than [Rate.Tolerance] late (half an interval up to [StrictRate], 10ms above)
+// — after a GC pause, a starved CPU, a take's reply held up, a SIGSTOP — and takes a new one,
+// instead of delivering late and bunched up with the slots of the workers that were on time. Deliveries then leave within
 // [slot, slot + Tolerance], so any one-second window holds at most rate + burst + 1 of them up
 // to 200/s, and at most 1% more above. The cost is throughput, never accuracy: each given-up
 // slot is one delivery the queue does not make (and a stalled worker gives up every slot it
@@ -46,14 +46,14 @@
 // the server somewhere within its round trip, and the bounds of all of them intersect, so the
 // fastest round trip sets the precision (tens to hundreds of µs on a LAN). A reply held up on a
 // loaded machine thus neither moves its slot later nor hides that it is late. A slot is placed
-// at the latest the bounds allow, so never early; a slot free at once, and any slot during the
-// first 2s of a process's bounds (until they have had calm round trips), is used only if even
-// the earliest it can have been is within the tolerance. So the first takes of a process, sent
-// all at once and bounded only by their own slow round trips, cannot deliver late unnoticed.
-// After that, bounds wider than the tolerance are the network's own precision (a Redis far
-// away): slots reserved ahead are used at the latest bound, slots free at once given up for
-// the next one. Hosts' clocks need not agree; the bounds widen at 500 ppm between samples, and
-// start afresh when a sample contradicts them (a stepped server clock, a failover).
+// at the latest the bounds allow, so never early. For the first 2s of a process's bounds for a
+// queue (until they have had calm round trips) a slot is used only if even the earliest it can
+// have been is within the tolerance: the first takes of a process, sent all at once and bounded
+// only by their own slow round trips, cannot deliver late unnoticed. After that, bounds wider
+// than the tolerance are the network's own precision (a Redis far away), and lateness counts
+// from the latest bound, so such a queue is not stalled. Hosts' clocks need not agree; the
+// bounds widen at 500 ppm between samples, and start afresh when a sample contradicts them (a
+// stepped server clock, a failover).
 //
 // An idle queue's state expires a minute after it stops mattering (the next TAT and any pause
 // are in the past), so idle queues vanish from Redis. If Redis loses the state (a restart without
@@ -151,16 +151,25 @@ type Slot struct {
 	At time.Time
 
 	// early is the earliest the slot can be on the local clock (Redis; zero: At), which Wait
-	// wakes checkLead before to check the queue and place the slot again, and by which it
-	// judges a slot free at once, and any slot while strict.
+	// wakes checkLead before to check the queue and place the slot again.
 	early time.Time
-	// strict: the clock that placed the slot is young (Redis): Wait uses it only if even early
-	// is within the tolerance.
+	// strict: the clock that placed the slot is young (Redis), and lateness counts from early.
 	strict bool
 	// sched is the slot's instant on the schedule's own clock, µs (Redis: the server's TIME).
 	sched int64
 	// epoch identifies the schedule state the slot was reserved in (Redis only; 0 = none).
 	epoch int64
+}
+
+// late is how late it is for s now: since At, the latest the slot can be, or for a strict
+// slot since early, the earliest. A slot is the instant the schedule ran the take (plus its
+// wait), which a slow reply leaves anywhere between the two while nothing bounds the clocks
+// more tightly.
+func (s Slot) late() time.Duration {
+	if s.strict && !s.early.IsZero() {
+		return time.Since(s.early)
+	}
+	return time.Since(s.At)
 }
 
 // Schedule is a queue-wide leak schedule. Implementations are safe for concurrent use. Errors
@@ -250,15 +259,7 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 			return err
 		}
 		if slot.Wait <= 0 {
-			// The slot is the instant the schedule ran the take, which lies between early and
-			// At on this clock: as far back as early when the reply was slow and nothing yet
-			// bounds the clocks more tightly (the first takes of a process, all sent at once).
-			// Deliver only if even the earliest it can have been is within the tolerance.
-			since := slot.early
-			if since.IsZero() {
-				since = slot.At
-			}
-			if late := time.Since(since); late > r.Tolerance() {
+			if late := slot.late(); late > r.Tolerance() {
 				// The reply came back later than the slot may be late: give it up.
 				if h.OnGiveUp != nil {
 					h.OnGiveUp(late)
@@ -307,15 +308,10 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 			return err
 		}
 		// Last, as close to the delivery as it can be: a slot that can no longer be used on
-		// time is given up, never spent late. While the clock is young, on time however
-		// early the slot can have been.
-		late, worst := time.Since(slot.At), time.Since(slot.At)
-		if slot.strict {
-			worst = time.Since(slot.early)
-		}
-		if worst > r.Tolerance() {
+		// time is given up, never spent late.
+		if late := slot.late(); late > r.Tolerance() {
 			if h.OnGiveUp != nil {
-				h.OnGiveUp(worst)
+				h.OnGiveUp(late)
 			}
 			continue
 		}
@@ -323,7 +319,7 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 			return ErrHeld
 		}
 		if h.OnSlot != nil {
-			h.OnSlot(max(late, 0))
+			h.OnSlot(max(time.Since(slot.At), 0))
 		}
 		return nil
 	}
