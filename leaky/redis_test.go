@@ -383,6 +383,22 @@ func TestRedisHeldReply(t *testing.T) {
 		t.Fatalf("first take: Wait returned %v after the slot (given up: %v), want on time", late, lates)
 	}
 
+	// givenUpThenOnTime waits for a slot of queue that was held up: one slot given up about
+	// delay late, then the next one on time.
+	givenUpThenOnTime := func(name string, s *lastSlot, queue string) {
+		t.Helper()
+		if err := WaitHooks(ctx, s, queue, perSecond10, hooks); err != nil {
+			t.Fatal(err)
+		}
+		if len(lates) != 1 || lates[0] < delay-5*time.Millisecond {
+			t.Fatalf("%s: given up %v, want one slot given up about %v late", name, lates, delay)
+		}
+		if late := time.Since(time.UnixMicro(s.last.sched)); late < 0 || late > 20*time.Millisecond {
+			t.Fatalf("%s: Wait returned %v after the slot, want on time", name, late)
+		}
+		lates = nil
+	}
+
 	// A fresh process whose take and pause check are both held up: nothing bounds the clocks
 	// better than those 80ms round trips, and the slot may be anywhere in them. While the
 	// clock is young the slot is used only if on time however early it was: it is given up,
@@ -390,32 +406,14 @@ func TestRedisHeldReply(t *testing.T) {
 	young := &lastSlot{Redis: NewRedis(client, RedisConfig{Prefix: prefix})}
 	take(t, other, "young", perSecond10)
 	held.hold(delay, 2)
-	if err := WaitHooks(ctx, young, "young", perSecond10, hooks); err != nil {
-		t.Fatal(err)
-	}
-	if len(lates) != 1 || lates[0] < delay-5*time.Millisecond {
-		t.Fatalf("young, take and check held: given up %v, want one slot given up about %v late", lates, delay)
-	}
-	if late := time.Since(time.UnixMicro(young.last.sched)); late < 0 || late > 20*time.Millisecond {
-		t.Fatalf("young: Wait returned %v after the slot, want on time", late)
-	}
-	lates = nil
+	givenUpThenOnTime("young, take and check held", young, "young")
 
 	// Free at once, and the first take of a fresh process: nothing bounds the clocks but the
 	// take's own round trip, so the slot was anywhere in those 80ms. It may have been 80ms ago:
 	// it is given up, and the next slot, 100ms after it, is delivered on time.
 	fresh := &lastSlot{Redis: NewRedis(client, RedisConfig{Prefix: prefix})}
 	held.hold(delay, 1)
-	if err := WaitHooks(ctx, fresh, "fresh", perSecond10, hooks); err != nil {
-		t.Fatal(err)
-	}
-	if len(lates) != 1 || lates[0] < delay-5*time.Millisecond {
-		t.Fatalf("fresh, free at once: given up %v, want one slot given up about %v late", lates, delay)
-	}
-	if late := time.Since(time.UnixMicro(fresh.last.sched)); late < 0 || late > 20*time.Millisecond {
-		t.Fatalf("fresh: Wait returned %v after the slot, want on time", late)
-	}
-	lates = nil
+	givenUpThenOnTime("fresh, free at once", fresh, "fresh")
 
 	// Free at once (a burst): the held reply makes the slot 80ms late; it is given up and the
 	// next one taken.
