@@ -224,7 +224,7 @@ func (q *Queues) PurgeDeadLetters(ctx context.Context, queue string, ids []strin
 	}
 	n := 0
 	for _, id := range ids {
-		if !validID.MatchString(id) {
+		if !validID(id) {
 			continue
 		}
 		if err := st.Purge(ctx, jetstream.WithPurgeSubject(q.dlqSubject(queue, id))); err != nil {

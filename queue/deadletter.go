@@ -175,7 +175,7 @@ func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
 	}
-	if !validID.MatchString(id) {
+	if !validID(id) {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, q.opts.PublishTimeout)

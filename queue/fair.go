@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,7 +48,8 @@ const (
 	TopTenants = 10
 )
 
-var validToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+// validToken reports whether s can be a subject token as it is: 1 to 64 of [A-Za-z0-9_-].
+func validToken(s string) bool { return isToken(s, 64) }
 
 // tenantToken is the subject token of tenant: "_" for the queue's one unnamed tenant, the
 // tenant itself when it is a short token (the ingress's tenants are hex hashes), else a hash.
@@ -57,7 +57,7 @@ func tenantToken(tenant string) string {
 	switch {
 	case tenant == "":
 		return "_"
-	case tenant != "_" && validToken.MatchString(tenant):
+	case tenant != "_" && validToken(tenant):
 		return tenant
 	}
 	sum := sha256.Sum256([]byte(tenant))

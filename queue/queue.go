@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -115,13 +114,14 @@ type Queues struct {
 	streams map[string]jetstream.Stream // their streams, for reading jobs by subject
 }
 
-var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+// validName reports whether s is a queue name or key prefix: 1 to 64 of [A-Za-z0-9_-].
+func validName(s string) bool { return isToken(s, 64) }
 
 // New returns the queue layer over js and makes sure the status bucket exists. Call
 // [Queues.Provision] before publishing or consuming.
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, error) {
 	opts = opts.withDefaults()
-	if !validName.MatchString(opts.Prefix) {
+	if !validName(opts.Prefix) {
 		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
 	}
 	q := &Queues{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{}, closing: make(chan struct{})}
@@ -271,7 +271,7 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	seen := map[string]bool{}
 	ttl := q.opts.StatusTTL
 	for i, s := range specs {
-		if !validName.MatchString(s.Name) {
+		if !validName(s.Name) {
 			errs = append(errs, fmt.Errorf("queue: specs[%d] %q: name: want 1-64 letters, digits, '-' or '_'", i, s.Name))
 			continue
 		}

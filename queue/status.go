@@ -28,7 +28,7 @@ type record struct {
 
 // getRecord reads the entry of job id, returning ErrNotFound when there is none.
 func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, error) {
-	if !validID.MatchString(id) {
+	if !validID(id) {
 		return record{}, 0, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
 	e, err := q.kv.Get(ctx, id)
@@ -81,7 +81,7 @@ func (q *Queues) Status(ctx context.Context, id string) (Status, error) {
 // there is none), and returns ErrNotFound when none of them holds the job.
 func (q *Queues) waiting(ctx context.Context, id string) (st Status, looked bool, err error) {
 	tag, ok := idTag(id)
-	if !ok || !validID.MatchString(id) {
+	if !ok || !validID(id) {
 		return Status{}, false, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	type candidate struct {
@@ -120,7 +120,7 @@ func (q *Queues) waiting(ctx context.Context, id string) (st Status, looked bool
 // recorded state is succeeded keeps it: a late update from a worker whose delivery was
 // duplicated (its ack wait expired) is ignored and SetStatus returns nil.
 func (q *Queues) SetStatus(ctx context.Context, st Status) error {
-	if !validID.MatchString(st.ID) {
+	if !validID(st.ID) {
 		return fmt.Errorf("queue: set status: invalid job id %q", st.ID)
 	}
 	if st.State == "" {
