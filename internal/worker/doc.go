@@ -95,6 +95,16 @@
 // sending, a lost ack) as spent attempts, so a redelivery never repeats a number the upstream
 // may have seen. A job handed back before it was sent records that, and is not counted.
 //
+// # Connections to the upstream
+//
+// A delivery that needs a new connection would wait for TCP's handshake after its slot, which
+// on a loaded machine takes longer than a slot may be late; a worker's first deliveries, and
+// any beyond the connections it keeps alive, would reach the upstream late and next to the
+// on-time ones after them. So the Pool's own client keeps one connection to each upstream
+// dialed ahead (spares, warmed when a job starts waiting for its slot), which its transport
+// takes when it needs a new connection. A spare the upstream has closed, or one older than
+// 30s, is dialed afresh. A client given in Deps.HTTP dials as it likes.
+//
 // # Shutdown
 //
 // When Run's context is cancelled the Pool stops fetching, hands back (Nak, for immediate

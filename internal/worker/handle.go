@@ -59,6 +59,14 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 		return
 	}
 
+	if r.p.spares != nil {
+		// A connection to the upstream ready before the slot, should the delivery need one.
+		target := cfg.Upstream
+		if m.Job.Direct && cfg.Target != nil {
+			target = cfg.Target.URL
+		}
+		r.p.spares.warm(target)
+	}
 	r.slotWaiters.Add(1)
 	err := r.waitSlot(ctx)
 	if r.slotWaiters.Add(-1) == 0 || r.cfg.Load().Fair {

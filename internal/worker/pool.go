@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -76,10 +77,12 @@ type Pool struct {
 	client *http.Client
 	// ownClient is whether New made client, so Run closes its idle connections at the end.
 	ownClient bool
-	log       *slog.Logger
-	m         *metrics
-	shutdown  time.Duration
-	now       func() time.Time
+	// spares are the connections client's transport dials ahead; nil for a client of Deps.
+	spares   *spares
+	log      *slog.Logger
+	m        *metrics
+	shutdown time.Duration
+	now      func() time.Time
 	// runningAfter is how long a first delivery runs before it is recorded as running.
 	runningAfter time.Duration
 
@@ -129,7 +132,8 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 		runningAfter: runningAfter,
 	}
 	if p.client == nil {
-		p.client, p.ownClient = defaultClient(), true
+		p.client, p.spares = defaultClient()
+		p.ownClient = true
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -160,18 +164,26 @@ func prepare(specs []QueueConfig) ([]QueueConfig, error) {
 	return out, errors.Join(errs...)
 }
 
-func defaultClient() *http.Client {
+// defaultClient returns the Pool's own client, and the spares its transport dials from (nil
+// where they cannot work).
+func defaultClient() (*http.Client, *spares) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 256
 	t.MaxIdleConnsPerHost = 64
 	// Deliver the request as the client sent it: no Accept-Encoding of our own (the default
 	// transport adds gzip and decompresses behind the caller's back).
 	t.DisableCompression = true
+	var sp *spares
+	if sparesWork {
+		// As http.DefaultTransport dials.
+		sp = newSpares(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}, t.Proxy)
+		t.DialContext = sp.dial
+	}
 	return &http.Client{
 		Transport: t,
 		// A redirect is the upstream's answer, not a place to deliver to: 3xx fails the job.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	}, sp
 }
 
 // Queues returns the configs the Pool drains, with defaults filled in.
@@ -229,6 +241,9 @@ func (p *Pool) Run(ctx context.Context) error {
 	}
 	if p.ownClient {
 		p.client.CloseIdleConnections()
+	}
+	if p.spares != nil {
+		p.spares.close()
 	}
 	p.log.Info("worker: stopped", "handed_back", p.handedBack.Load())
 	return nil
