@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/jsonw"
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -124,9 +125,38 @@ func (g *Gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
 			state = st.State
 		}
 	}
-	loc := JobPath(rcpt.ID)
-	c.Response().Header().Set("Location", loc)
-	return c.JSON(http.StatusAccepted, Accepted{ID: rcpt.ID, Queue: q.Name, State: state, StatusURL: loc})
+	writeAccepted(c.Response(), &Accepted{ID: rcpt.ID, Queue: q.Name, State: state, StatusURL: JobPath(rcpt.ID)})
+	return nil
+}
+
+// acceptedType is the Content-Type of a 202, as a header value that is never written to.
+var acceptedType = []string{echo.MIMEApplicationJSON}
+
+// writeAccepted answers 202 with a's JSON, with a Location of its status URL.
+func writeAccepted(w http.ResponseWriter, a *Accepted) {
+	bp := bufs.Get().(*[]byte)
+	body := append(a.appendJSON((*bp)[:0]), '\n') // the newline encoding/json's Encoder writes
+	h := w.Header()
+	h["Content-Type"] = acceptedType[:1:1]
+	h["Location"] = []string{a.StatusURL}
+	w.WriteHeader(http.StatusAccepted)
+	w.Write(body)
+	*bp = body
+	bufs.Put(bp)
+}
+
+// appendJSON appends a as JSON to dst, byte for byte what encoding/json's Marshal writes
+// for it, without reflection.
+func (a *Accepted) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = jsonw.AppendString(dst, a.ID)
+	dst = append(dst, `,"queue":`...)
+	dst = jsonw.AppendString(dst, a.Queue)
+	dst = append(dst, `,"state":`...)
+	dst = jsonw.AppendString(dst, string(a.State))
+	dst = append(dst, `,"status_url":`...)
+	dst = jsonw.AppendString(dst, a.StatusURL)
+	return append(dst, '}')
 }
 
 // drainSeconds is how long the backlog of a full queue takes to drain at its rate: the

@@ -315,3 +315,18 @@ rules:
 		t.Fatalf("depth %d, want 1", info.Depth)
 	}
 }
+
+// TestAcceptedJSON checks that the 202's body is byte for byte what encoding/json's Encoder
+// writes for it (echo's c.JSON before), for strings that need escaping.
+func TestAcceptedJSON(t *testing.T) {
+	for _, s := range trickyStrings {
+		a := &Accepted{ID: s, Queue: s + "q", State: queue.State(s), StatusURL: JobPath(s)}
+		var want bytes.Buffer
+		if err := json.NewEncoder(&want).Encode(a); err != nil {
+			t.Fatal(err)
+		}
+		if got := append(a.appendJSON(nil), '\n'); !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("%q:\n got %s\nwant %s", s, got, want.Bytes())
+		}
+	}
+}

@@ -509,6 +509,11 @@ func (g *Gate) respond(c echo.Context, rs *ruleSet, k *call, rl *ruling, hdrs *r
 // writeQuotaExceeded answers 429 for the rules in k.viol, with Retry-After and
 // X-RateLimit-Retry-After of secs and the quota-exceeded problem. The body of a single rule's
 // 429 is assembled from the parts compile made; it is the bytes writeProblem would write.
+// heldWhole is how much of a body net/http buffers before it must send the header: its
+// bufferBeforeChunkingSize. A body up to this size, written before the handler returns, gets
+// its Content-Length from net/http.
+const heldWhole = 2048
+
 func (g *Gate) writeQuotaExceeded(w http.ResponseWriter, k *call, hdrs *rateHeaders, secs int64) {
 	if hdrs == nil { // cannot happen: a rule that rejects has its headers reported
 		hdrs = &rateHeaders{vals: [6]string{5: itoa(secs)}}
@@ -540,7 +545,19 @@ func (g *Gate) writeQuotaExceeded(w http.ResponseWriter, k *call, hdrs *rateHead
 			RetryAfter:       secs,
 		}).appendJSON(k.body[:0])
 	}
-	writeProblemBody(w, http.StatusTooManyRequests, k.body, hdrs.vals[5], &hdrs.prob)
+	// No Content-Length for a body net/http holds whole until the handler returns, as here:
+	// it writes the header itself then, without a map entry. That keeps the map at eight
+	// entries, the most a map holds in one group; at nine, net/http's map and its copy of it
+	// are hash tables, which cost this path several percent (BENCHMARKS.md).
+	if len(k.body) > heldWhole {
+		hdrs.prob[1] = itoa(int64(len(k.body)))
+		h["Content-Length"] = hdrs.prob[1:2:2]
+	} else {
+		delete(h, "Content-Length")
+	}
+	setProblemHeaders(h, &hdrs.prob, http.StatusTooManyRequests, hdrs.vals[5])
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(k.body)
 }
 
 func (g *Gate) cooldown() time.Duration {

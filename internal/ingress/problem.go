@@ -147,7 +147,7 @@ func writeProblem(w http.ResponseWriter, p *Problem) {
 	if p.RetryAfter > 0 {
 		retryAfter = itoa(p.RetryAfter)
 	}
-	writeProblemBody(w, p.Status, body, retryAfter, nil)
+	writeProblemBody(w, p.Status, body, retryAfter)
 	*bp = body
 	bufs.Put(bp)
 }
@@ -156,30 +156,43 @@ func writeProblem(w http.ResponseWriter, p *Problem) {
 var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // writeProblemBody writes a problem+json response of status with body (which w must not
-// retain, as io.Writer says), and a Retry-After header unless retryAfter is "". hv holds the header
-// values when the caller has room for them (a 429's rate-limit header block); nil allocates.
-// Header values are assigned to the map directly, under their canonical names, each a slice
-// of one with a capacity of one so that an append elsewhere copies instead of writing into hv.
-func writeProblemBody(w http.ResponseWriter, status int, body []byte, retryAfter string, hv *problemHeaders) {
-	if hv == nil {
-		hv = new(problemHeaders)
-	}
-	hv[0] = ProblemContentType
+// retain, as io.Writer says), and a Retry-After header unless retryAfter is "".
+func writeProblemBody(w http.ResponseWriter, status int, body []byte, retryAfter string) {
+	hv := new(problemHeaders)
 	hv[1] = itoa(int64(len(body)))
-	hv[2] = "no-store"
 	h := w.Header()
-	h["Content-Type"] = hv[0:1:1]
 	h["Content-Length"] = hv[1:2:2]
-	h["Cache-Control"] = hv[2:3:3]
-	if retryAfter != "" {
-		hv[3] = retryAfter
-		h[hdrRetryAfter] = hv[3:4:4]
-	}
+	setProblemHeaders(h, hv, status, retryAfter)
 	w.WriteHeader(status)
 	w.Write(body)
 }
 
-// problemHeaders are the values of the headers writeProblemBody sets: Content-Type,
+// setProblemHeaders sets the headers of a problem response but its Content-Length: the
+// Content-Type, the Retry-After unless retryAfter is "", and Cache-Control: no-store where
+// status is one a cache may store without being told (heuristically cacheable, RFC 9110
+// §15.1: 404, 405, 410, 414, 501). Any other error status is never stored without explicit
+// freshness (RFC 9111 §3), so saying no-store there would only add a header; a stale one (an
+// upstream's, under an answer replaced) is removed. hv holds the values: each is assigned as a
+// slice of one with a capacity of one, under its canonical name, so an append elsewhere
+// copies instead of writing into hv.
+func setProblemHeaders(h http.Header, hv *problemHeaders, status int, retryAfter string) {
+	hv[0] = ProblemContentType
+	h["Content-Type"] = hv[0:1:1]
+	switch status {
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusGone, http.StatusRequestURITooLong,
+		http.StatusNotImplemented:
+		hv[2] = "no-store"
+		h["Cache-Control"] = hv[2:3:3]
+	default:
+		delete(h, "Cache-Control")
+	}
+	if retryAfter != "" {
+		hv[3] = retryAfter
+		h[hdrRetryAfter] = hv[3:4:4]
+	}
+}
+
+// problemHeaders are the values of the headers of a problem response: Content-Type,
 // Content-Length, Cache-Control, Retry-After.
 type problemHeaders [4]string
 

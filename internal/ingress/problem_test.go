@@ -1,10 +1,16 @@
 package ingress
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
+	"maps"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -109,10 +115,9 @@ func TestQuotaExceededBody(t *testing.T) {
 				if string(body) != string(want) {
 					t.Errorf("%q %s: body\n got %s\nwant %s", name, target, body, want)
 				}
-				if cl := res.Header.Get("Content-Length"); cl != strconv.Itoa(len(body)) {
-					t.Errorf("Content-Length %q for %d bytes", cl, len(body))
-				}
-				if res.Header.Get("Content-Type") != ProblemContentType || res.Header.Get("Cache-Control") != "no-store" {
+				// Content-Length is net/http's to write (TestQuotaExceededOnTheWire); a 429 is
+				// never stored by a cache without being told it may be, so no Cache-Control.
+				if res.Header.Get("Content-Type") != ProblemContentType || res.Header["Cache-Control"] != nil {
 					t.Errorf("headers %v", res.Header)
 				}
 			}
@@ -128,6 +133,81 @@ func TestItoa(t *testing.T) {
 	for _, n := range []int64{0, 1, 9, 10, 599, 1023, 1024, 1025, 1 << 40, -1, -1024} {
 		if got := itoa(n); got != strconv.FormatInt(n, 10) {
 			t.Errorf("itoa(%d) = %q", n, got)
+		}
+	}
+}
+
+// TestQuotaExceededOnTheWire checks a 429 as a client reads it from a real server: every
+// header the contract names, a Content-Length that net/http wrote for a short body and the
+// gate for a long one (no chunking either way), and no other header but Date.
+func TestQuotaExceededOnTheWire(t *testing.T) {
+	long := strings.Repeat("a-rule-with-a-name-long-enough-to-fill-a-body-", 2) // 92 bytes
+	for _, tc := range []struct {
+		name  string
+		rules int
+	}{{"one rule", 1}, {"a body over net/http's buffer", 30}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := parseConfig(t, "http://127.0.0.1:1", "rules: []\n")
+			for i := range tc.rules {
+				cfg.Rules = append(cfg.Rules, config.Rule{Name: long + strconv.Itoa(i), Algorithm: "fixed_window", Limit: 1, Period: time.Hour})
+			}
+			s, err := New(cfg, Options{Registerer: prometheus.NewRegistry()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			ts := httptest.NewServer(s.Handler())
+			t.Cleanup(ts.Close)
+			conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			br := bufio.NewReader(conn)
+			var res *http.Response
+			for range 2 { // the first spends the limit of 1, on one kept-alive connection
+				if _, err := io.WriteString(conn, "GET /x HTTP/1.1\r\nHost: sluice.test\r\n\r\n"); err != nil {
+					t.Fatal(err)
+				}
+				if res, err = http.ReadResponse(br, nil); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, res.Body); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if res.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("status %d", res.StatusCode)
+			}
+			if res.TransferEncoding != nil || res.ContentLength <= 0 {
+				t.Errorf("Transfer-Encoding %v, Content-Length %d", res.TransferEncoding, res.ContentLength)
+			}
+			if tc.rules > 1 && res.ContentLength <= heldWhole {
+				t.Errorf("body of %d bytes; the case needs one over %d", res.ContentLength, heldWhole)
+			}
+			want := []string{"Content-Length", "Content-Type", "Date", "Ratelimit", "Ratelimit-Policy", "Retry-After",
+				"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "X-Ratelimit-Retry-After"}
+			got := slices.Sorted(maps.Keys(res.Header))
+			if !slices.Equal(got, want) {
+				t.Errorf("headers %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestProblemCacheControl checks that a problem says no-store exactly where a cache could
+// otherwise store it, and replaces an upstream's Cache-Control either way.
+func TestProblemCacheControl(t *testing.T) {
+	for status, want := range map[int]string{404: "no-store", 405: "no-store", 410: "no-store", 414: "no-store", 501: "no-store",
+		400: "", 413: "", 429: "", 502: "", 503: "", 504: ""} {
+		w := httptest.NewRecorder()
+		w.Header().Set("Cache-Control", "max-age=3600") // an upstream's, under an answer replaced
+		writeProblem(w, &Problem{Type: "about:blank", Title: http.StatusText(status), Status: status})
+		if got := w.Header().Get("Cache-Control"); got != want {
+			t.Errorf("%d: Cache-Control %q, want %q", status, got, want)
+		}
+		if got := w.Header().Get("Content-Length"); got != strconv.Itoa(w.Body.Len()) {
+			t.Errorf("%d: Content-Length %q for %d bytes", status, got, w.Body.Len())
 		}
 	}
 }

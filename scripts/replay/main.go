@@ -12,7 +12,6 @@ import (
 	"log"
 	"net/http"
 	"os"
-	"strconv"
 	"time"
 )
 
@@ -33,7 +32,7 @@ func main() {
 		log.Fatalf("%s: %v", *file, err)
 	}
 	resp.Header.Del("Date") // net/http writes its own
-	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	resp.Header.Del("Content-Length") // net/http writes it for a body it holds whole, as for the ingress
 	status := resp.StatusCode
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		// Values are assigned, as the ingress does, not appended: a copy of the map's slices
