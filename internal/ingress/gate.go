@@ -506,14 +506,14 @@ func (g *Gate) respond(c echo.Context, rs *ruleSet, k *call, rl *ruling, hdrs *r
 	return true, hdrs, nil
 }
 
-// writeQuotaExceeded answers 429 for the rules in k.viol, with Retry-After and
-// X-RateLimit-Retry-After of secs and the quota-exceeded problem. The body of a single rule's
-// 429 is assembled from the parts compile made; it is the bytes writeProblem would write.
 // heldWhole is how much of a body net/http buffers before it must send the header: its
 // bufferBeforeChunkingSize. A body up to this size, written before the handler returns, gets
 // its Content-Length from net/http.
 const heldWhole = 2048
 
+// writeQuotaExceeded answers 429 for the rules in k.viol, with Retry-After and
+// X-RateLimit-Retry-After of secs and the quota-exceeded problem. The body of a single rule's
+// 429 is assembled from the parts compile made; it is the bytes writeProblem would write.
 func (g *Gate) writeQuotaExceeded(w http.ResponseWriter, k *call, hdrs *rateHeaders, secs int64) {
 	if hdrs == nil { // cannot happen: a rule that rejects has its headers reported
 		hdrs = &rateHeaders{vals: [6]string{5: itoa(secs)}}
