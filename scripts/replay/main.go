@@ -31,7 +31,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("%s: %v", *file, err)
 	}
-	resp.Header.Del("Date") // net/http writes its own
+	resp.Header.Del("Date")           // net/http writes its own
 	resp.Header.Del("Content-Length") // net/http writes it for a body it holds whole, as for the ingress
 	status := resp.StatusCode
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
