@@ -160,7 +160,8 @@ func headerUTF8(h http.Header) bool {
 	return true
 }
 
-// decode reverses encode.
+// decode reverses encode: by hand for the documents appendEnvelope writes (readEnvelope), with
+// encoding/json for any other.
 func decode(h nats.Header, data []byte) (*Job, error) {
 	meta := h.Get(hdrJob)
 	if meta == "" {
@@ -168,8 +169,11 @@ func decode(h nats.Header, data []byte) (*Job, error) {
 	}
 	var j Job
 	env := envelope{Job: &j}
-	if err := json.Unmarshal([]byte(meta), &env); err != nil {
-		return nil, fmt.Errorf("queue: decode job: %w", err)
+	if !readEnvelope(meta, &j) {
+		j = Job{}
+		if err := json.Unmarshal([]byte(meta), &env); err != nil {
+			return nil, fmt.Errorf("queue: decode job: %w", err)
+		}
 	}
 	if env.Header64 != nil {
 		j.Header = make(http.Header, len(env.Header64))

@@ -1,0 +1,172 @@
+package queue
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// readEnvelope fills j from meta when meta is a document as appendEnvelope writes it: its
+// fields in its order, no whitespace, strings with only the escapes it writes, times in canonical RFC 3339
+// (what time.Time's AppendFormat with RFC3339Nano writes), headers as valid UTF-8. It reports
+// false for anything else, leaving the document to encoding/json (header_b64 included), and
+// never accepts a document encoding/json would read differently (FuzzReadEnvelope). Strings
+// without escapes are substrings of meta, not copies. Decoding the envelope was the worker's
+// largest use of encoding/json (BenchmarkDecode).
+func readEnvelope(meta string, j *Job) bool {
+	r := envReader{s: meta}
+	if !r.lit(`{"id":`) || !r.str(&j.ID) || !r.lit(`,"queue":`) || !r.str(&j.Queue) {
+		return false
+	}
+	if r.lit(`,"method":`) && !r.str(&j.Method) {
+		return false
+	}
+	if r.lit(`,"path":`) && !r.str(&j.Path) {
+		return false
+	}
+	if r.lit(`,"direct":true`) {
+		j.Direct = true
+	}
+	if r.lit(`,"header":`) && !r.header(&j.Header) {
+		return false
+	}
+	if !r.lit(`,"created_at":`) || !r.time(&j.CreatedAt) {
+		return false
+	}
+	if r.lit(`,"idempotency_key":`) && !r.str(&j.IdempotencyKey) {
+		return false
+	}
+	if r.lit(`,"ack_by":`) && !r.time(&j.AckBy) {
+		return false
+	}
+	if r.lit(`,"tenant":`) && !r.str(&j.Tenant) {
+		return false
+	}
+	return r.lit("}") && r.s == ""
+}
+
+// envReader reads the front of s.
+type envReader struct{ s string }
+
+// lit consumes prefix when s starts with it.
+func (r *envReader) lit(prefix string) bool {
+	if !strings.HasPrefix(r.s, prefix) {
+		return false
+	}
+	r.s = r.s[len(prefix):]
+	return true
+}
+
+// str consumes a JSON string into dst: valid UTF-8 without control characters, with the
+// escapes appendEnvelope writes (surrogate escapes, which it never writes, are refused). A
+// string without escapes is a substring of the document.
+func (r *envReader) str(dst *string) bool {
+	if len(r.s) == 0 || r.s[0] != '"' {
+		return false
+	}
+	i := 1
+	for ; i < len(r.s) && r.s[i] != '"' && r.s[i] != '\\' && r.s[i] >= 0x20; i++ {
+	}
+	if i < len(r.s) && r.s[i] == '"' {
+		v := r.s[1:i]
+		if !utf8.ValidString(v) {
+			return false
+		}
+		*dst, r.s = v, r.s[i+1:]
+		return true
+	}
+	b := []byte(r.s[1:i])
+	for i < len(r.s) {
+		switch c := r.s[i]; {
+		case c == '"':
+			if !utf8.Valid(b) {
+				return false
+			}
+			*dst, r.s = string(b), r.s[i+1:]
+			return true
+		case c < 0x20:
+			return false
+		case c != '\\':
+			b = append(b, c)
+			i++
+			continue
+		}
+		if i+1 >= len(r.s) {
+			return false
+		}
+		switch e := r.s[i+1]; e {
+		case '"', '\\', '/':
+			b = append(b, e)
+		case 'b':
+			b = append(b, '\b')
+		case 'f':
+			b = append(b, '\f')
+		case 'n':
+			b = append(b, '\n')
+		case 'r':
+			b = append(b, '\r')
+		case 't':
+			b = append(b, '\t')
+		case 'u':
+			if i+6 > len(r.s) {
+				return false
+			}
+			n, err := strconv.ParseUint(r.s[i+2:i+6], 16, 16)
+			if err != nil || utf16.IsSurrogate(rune(n)) {
+				return false
+			}
+			b = utf8.AppendRune(b, rune(n))
+			i += 4
+		default:
+			return false
+		}
+		i += 2
+	}
+	return false
+}
+
+// time consumes a JSON string holding a time in canonical RFC 3339 form.
+func (r *envReader) time(dst *time.Time) bool {
+	var s string
+	if !r.str(&s) {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return false
+	}
+	var buf [len(time.RFC3339Nano) + 8]byte
+	if string(t.AppendFormat(buf[:0], time.RFC3339Nano)) != s {
+		return false // not canonical: encoding/json's stricter parser decides
+	}
+	*dst = t
+	return true
+}
+
+// header consumes a non-empty JSON object of string arrays.
+func (r *envReader) header(dst *http.Header) bool {
+	h := make(http.Header, 8)
+	if !r.lit("{") {
+		return false
+	}
+	for first := true; !r.lit("}"); first = false {
+		var k string
+		if !first && !r.lit(",") || !r.str(&k) || !r.lit(":[") {
+			return false
+		}
+		vs := make([]string, 0, 1)
+		for i := 0; !r.lit("]"); i++ {
+			var v string
+			if i > 0 && !r.lit(",") || !r.str(&v) {
+				return false
+			}
+			vs = append(vs, v)
+		}
+		h[k] = vs
+	}
+	*dst = h
+	return true
+}
