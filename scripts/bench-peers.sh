@@ -5,7 +5,10 @@
 #   plain        a Go net/http "ok" server (examples/upstream -ok): the upstream of the proxies
 #   same429      a Go net/http server answering the bytes of the ingress's 429 (scripts/replay)
 #   defer path   Sluice ingress, action: enqueue: POST → JetStream (nats-server process, file
-#                store) → PubAck → 202
+#                store) → PubAck → 202. Beside it, scripts/jspub: a net/http server that only
+#                publishes the body and answers 202 after the PubAck, to one subject (jspub) and
+#                to a subject and Nats-Msg-Id per message as Sluice does (jsperjob): the ceiling
+#                of any such server on this machine
 #   429 path     Sluice ingress (memory; Redis, answered from its cache of rejections),
 #                nginx limit_req, HAProxy stick table: every request over a spent limit
 #   forward path Sluice ingress (memory limiter, a limit never reached), Go's
@@ -42,6 +45,7 @@ go build -o "$W/goproxy" ./scripts/goproxy
 go build -o "$W/replay" ./scripts/replay
 go build -o "$W/load" ./cmd/load
 go build -o "$W/jsdrain" ./scripts/jsdrain
+go build -o "$W/jspub" ./scripts/jspub
 go build -o "$W/recorder" ./cmd/worker/testdata/upstream
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
 
@@ -75,6 +79,8 @@ sluice mem429 127.0.0.1:19201 mem 1
 sluice red429 127.0.0.1:19203 redis 1
 sluice memfwd 127.0.0.1:19202 mem 1000000000000
 "$W/goproxy" -listen 127.0.0.1:19310 -upstream http://127.0.0.1:19100 &
+"$W/jspub" -listen 127.0.0.1:19330 -nats nats://127.0.0.1:19422 &
+"$W/jspub" -listen 127.0.0.1:19331 -nats nats://127.0.0.1:19422 -per-job &
 
 mkdir -p "$W/nginx"
 cat > "$W/nginx.conf" <<CONF
@@ -138,7 +144,7 @@ CONF
 caddy run --config "$W/Caddyfile" --adapter caddyfile >/dev/null 2>&1 &
 
 # Wait for every server; on the 429 paths, that first request spends the one the limit allows.
-for p in 19201 19203 19301 19305 19202 19302 19306 19307 19310; do wait_http "http://127.0.0.1:$p/x"; done
+for p in 19201 19203 19301 19305 19202 19302 19306 19307 19310 19330 19331; do wait_http "http://127.0.0.1:$p/x"; done
 # The plain server again, answering with the memory ingress's 429 as recorded: what net/http
 # costs for the same bytes (headers and body) without a decision.
 curl -si http://127.0.0.1:19201/x > "$W/429.txt"
@@ -153,7 +159,7 @@ wrk.headers["Content-Type"] = "application/json"
 LUA
 declare -A RPS P99
 wrk_run() { # key url
-  local script=(); [[ $1 == *defer* ]] && script=(-s "$W/post.lua")
+  local script=(); [[ $1 == *defer* || $1 == js* ]] && script=(-s "$W/post.lua")
   local out; out=$(wrk -t2 -c64 -d"${DUR}s" --latency "${script[@]}" "$2")
   if [[ $1 == *defer* ]] && ! grep -q "Non-2xx" <<<"$out"; then :; elif [[ $1 == *defer* ]]; then echo "$1: non-2xx answers" >&2; fi
   local rps p99; rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out"); p99=$(awk '$1=="99%" {print $2}' <<<"$out")
@@ -161,7 +167,7 @@ wrk_run() { # key url
 }
 runs=(plain:http://127.0.0.1:19100/x
   same429:http://127.0.0.1:19320/x s429mem:http://127.0.0.1:19201/x s429redis:http://127.0.0.1:19203/x n429:http://127.0.0.1:19301/x h429:http://127.0.0.1:19305/x
-  sdefer:http://127.0.0.1:19202/api/orders
+  sdefer:http://127.0.0.1:19202/api/orders jspub:http://127.0.0.1:19330/x jsperjob:http://127.0.0.1:19331/x
   sfwd:http://127.0.0.1:19202/x gofwd:http://127.0.0.1:19310/x nfwd:http://127.0.0.1:19302/x hfwd:http://127.0.0.1:19306/x cfwd:http://127.0.0.1:19307/x)
 for _ in $(seq 1 "$ROUNDS"); do
   for r in "${runs[@]}"; do wrk_run "${r%%:*}" "${r#*:}"; done
@@ -180,6 +186,9 @@ for r in "${runs[@]}"; do
   k=${r%%:*}; m=$(median <<<"${RPS[$k]}")
   printf '| %s | %s | %.0f | %.2f | %s |\n' "$k" "${RPS[$k]# }" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {print a/b}')" "${P99[$k]# }"
 done
+echo
+ratio() { awk -v a="$(median <<<"${RPS[$1]}")" -v b="$(median <<<"${RPS[$2]}")" 'BEGIN {printf "%.2f", a/b}'; }
+echo "sdefer ÷ jspub $(ratio sdefer jspub), ÷ jsperjob $(ratio sdefer jsperjob); s429mem ÷ same429 $(ratio s429mem same429); sfwd ÷ gofwd $(ratio sfwd gofwd)"
 fi
 
 # ---- drain ---------------------------------------------------------------------------------
