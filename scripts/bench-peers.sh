@@ -36,7 +36,11 @@ for c in wrk nginx haproxy caddy redis-server; do command -v "$c" >/dev/null || 
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-[ -d scripts/peers/node_modules/bullmq ] && [ -d scripts/peers/node_modules/ioredis ] || (cd scripts/peers && npm ci --no-audit --no-fund --silent)
+# npm 11 refuses `npm ci` when the lock lacks the platform packages of an optional dependency
+# that its registry does not serve (msgpackr-extract's, here); `npm install` takes the lock's
+# versions all the same.
+[ -d scripts/peers/node_modules/bullmq ] && [ -d scripts/peers/node_modules/ioredis ] ||
+  (cd scripts/peers && { npm ci --no-audit --no-fund --silent 2>/dev/null || npm install --no-save --no-audit --no-fund --silent; })
 
 go build -o "$W/ingress" ./cmd/ingress
 go build -o "$W/worker" ./cmd/worker
