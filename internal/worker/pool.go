@@ -406,6 +406,7 @@ func (r *runner) run(ctx, hard context.Context) {
 	}
 	log := r.p.log.With("queue", r.name)
 	backoff := 100 * time.Millisecond
+	idle := make(chan *queue.Msg) // handlers done with a job, waiting for the next
 	for ctx.Err() == nil {
 		cfg := r.cfg.Load()
 		n := cfg.Concurrency - int(r.held.Load())
@@ -434,22 +435,50 @@ func (r *runner) run(ctx, hard context.Context) {
 		for _, m := range msgs {
 			r.held.Add(1)
 			r.p.m.inFlight.WithLabelValues(r.name).Inc()
-			wg.Add(1)
 			if m.Job != nil {
 				r.p.holding.Store(m.Job.ID, struct{}{})
 			}
-			go func() {
-				defer wg.Done()
-				if m.Job != nil {
-					defer r.p.holding.Delete(m.Job.ID)
-				}
-				r.handle(ctx, hard, m)
-				r.held.Add(-1)
-				r.p.m.inFlight.WithLabelValues(r.name).Dec()
-				r.poke()
-			}()
+			select {
+			case idle <- m:
+			default:
+				wg.Add(1)
+				go func() { defer wg.Done(); r.handler(ctx, hard, m, idle) }()
+			}
 		}
 	}
+}
+
+// handlerIdle is how long a handler goroutine waits for another job before it ends.
+const handlerIdle = time.Second
+
+// handler handles m, then every job run hands it while it waits (idle), until ctx ends or no
+// job comes for handlerIdle. A goroutine per job started each one on a small stack that grew
+// by copying, deep in the HTTP, Redis and NATS clients: 3% of an unthrottled worker's CPU.
+func (r *runner) handler(ctx, hard context.Context, m *queue.Msg, idle <-chan *queue.Msg) {
+	t := time.NewTimer(handlerIdle)
+	defer t.Stop()
+	for {
+		r.handleOne(ctx, hard, m)
+		t.Reset(handlerIdle)
+		select {
+		case m = <-idle:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// handleOne handles m and gives its place back.
+func (r *runner) handleOne(ctx, hard context.Context, m *queue.Msg) {
+	if m.Job != nil {
+		defer r.p.holding.Delete(m.Job.ID)
+	}
+	r.handle(ctx, hard, m)
+	r.held.Add(-1)
+	r.p.m.inFlight.WithLabelValues(r.name).Dec()
+	r.poke()
 }
 
 // fairLookahead is how many jobs of a fair queue a runner holds waiting for their slots: the
