@@ -10,12 +10,12 @@ import (
 )
 
 // readEnvelope fills j from meta when meta is a document as appendEnvelope writes it: its
-// fields in its order, no whitespace, strings with only the escapes it writes, times in canonical RFC 3339
-// (what time.Time's AppendFormat with RFC3339Nano writes), headers as valid UTF-8. It reports
-// false for anything else, leaving the document to encoding/json (header_b64 included), and
-// never accepts a document encoding/json would read differently (FuzzReadEnvelope). Strings
-// without escapes are substrings of meta, not copies. Decoding the envelope was the worker's
-// largest use of encoding/json (BenchmarkDecode).
+// fields in its order, no whitespace, strings with only the escapes it writes, times in
+// canonical RFC 3339 (what time.Time's AppendFormat with RFC3339Nano writes), headers as valid
+// UTF-8. It reports false for anything else, leaving the document to encoding/json
+// (header_b64 included), and never accepts a document encoding/json would read differently
+// (FuzzReadEnvelope). Strings without escapes are substrings of meta, not copies. Decoding the
+// envelope was the worker's largest use of encoding/json (BenchmarkDecode).
 func readEnvelope(meta string, j *Job) bool {
 	r := envReader{s: meta}
 	if !r.lit(`{"id":`) || !r.str(&j.ID) || !r.lit(`,"queue":`) || !r.str(&j.Queue) {
@@ -128,10 +128,12 @@ func (r *envReader) str(dst *string) bool {
 	return false
 }
 
-// time consumes a JSON string holding a time in canonical RFC 3339 form.
+// time consumes a JSON string holding a time in canonical RFC 3339 form, without escapes
+// (time.Time's UnmarshalJSON, which encoding/json calls, reads none).
 func (r *envReader) time(dst *time.Time) bool {
 	var s string
-	if !r.str(&s) {
+	rest := len(r.s)
+	if !r.str(&s) || rest-len(r.s) != len(s)+2 {
 		return false
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
@@ -146,7 +148,7 @@ func (r *envReader) time(dst *time.Time) bool {
 	return true
 }
 
-// header consumes a non-empty JSON object of string arrays.
+// header consumes a JSON object of string arrays.
 func (r *envReader) header(dst *http.Header) bool {
 	h := make(http.Header, 8)
 	if !r.lit("{") {

@@ -108,6 +108,14 @@ func TestReadEnvelope(t *testing.T) {
 			t.Fatalf("decode %s: %v", meta, err)
 		}
 	}
+	// An escape in a time, which encoding/json refuses (time.Time reads the raw string).
+	meta := `{"id":"a","queue":"q","created_at":"\u0032026-11-23T09:30:00Z"}`
+	if checkReadEnvelope(t, meta) {
+		t.Fatalf("%s was read by hand", meta)
+	}
+	if _, err := decode(map[string][]string{hdrJob: {meta}}, nil); err == nil {
+		t.Fatalf("decode %s: no error", meta)
+	}
 }
 
 // Whatever readEnvelope accepts, encoding/json reads to the same job.
@@ -127,6 +135,7 @@ func FuzzReadEnvelope(f *testing.F) {
 		f.Add(string(meta))
 	}
 	f.Add(`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z"}`)
+	f.Add(`{"id":"a\u0026b","queue":"q","header":{"A":["\u00e9"]},"created_at":"\u0032026-11-23T09:30:00Z"}`)
 	f.Fuzz(func(t *testing.T, meta string) { checkReadEnvelope(t, meta) })
 }
 
