@@ -12,6 +12,9 @@ import (
 // runner's current config; it is idle while the queue is not fair. Every process runs one;
 // queue.Fair's lease lets one of them work at a time.
 func (r *runner) scheduleLoop(ctx context.Context) {
+	if r.p.fairs == nil {
+		return
+	}
 	var (
 		f     *queue.Fair
 		stop  func() // stops f and waits for it
@@ -32,7 +35,7 @@ func (r *runner) scheduleLoop(ctx context.Context) {
 		switch {
 		case !cfg.Fair && !drained && f == nil:
 			// Jobs a fair configuration of this queue left in its tenants' backlogs.
-			if f, _ = r.p.q.Fair(r.name, queue.FairOptions{Drain: true, Logger: r.p.log}); f != nil {
+			if f, _ = r.p.fairs.Fair(r.name, queue.FairOptions{Drain: true, Logger: r.p.log}); f != nil {
 				stop = runFair(ctx, f)
 			}
 			drained = true
@@ -42,7 +45,7 @@ func (r *runner) scheduleLoop(ctx context.Context) {
 				stop = nil
 			}
 			var err error
-			if f, err = r.p.q.Fair(r.name, fairOptions(cfg, r)); err != nil {
+			if f, err = r.p.fairs.Fair(r.name, fairOptions(cfg, r)); err != nil {
 				f = nil // not provisioned as fair yet: try again at the next tick
 				break
 			}

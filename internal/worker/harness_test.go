@@ -26,6 +26,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type harness struct {
 	t     *testing.T
 	ctx   context.Context
+	nats  *testenv.NATSServer
 	js    jetstream.JetStream
 	qs    *queue.Queues
 	up    *workertest.Recorder
@@ -37,7 +38,8 @@ func newHarness(t *testing.T, specs ...queue.Spec) *harness {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	nc := testenv.Connect(t, testenv.NATS(t).URL)
+	srv := testenv.NATS(t)
+	nc := testenv.Connect(t, srv.URL)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +51,7 @@ func newHarness(t *testing.T, specs ...queue.Spec) *harness {
 	if err := qs.Provision(ctx, specs); err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, ctx: ctx, js: js, qs: qs, up: workertest.NewRecorder(t),
+	return &harness{t: t, ctx: ctx, nats: srv, js: js, qs: qs, up: workertest.NewRecorder(t),
 		sched: leaky.NewMemory(nil)}
 }
 

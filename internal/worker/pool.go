@@ -50,8 +50,10 @@ var ErrRunning = errors.New("worker: pool already ran")
 
 // Deps are what a Pool works with. Queues and Schedule are required.
 type Deps struct {
-	// Queues is the JetStream layer: consumers, status records, dead letters.
-	Queues *queue.Queues
+	// Queues is the JetStream layer: consumers, status records, dead letters (a
+	// *queue.Queues). When it also makes fair queues' schedulers (fairSource, as
+	// *queue.Queues does), the Pool runs them.
+	Queues Broker
 	// Schedule is the queues' leak schedule, shared by all workers of every process
 	// (leaky.NewRedis), or leaky.NewMemory for a single process.
 	Schedule leaky.Schedule
@@ -72,7 +74,9 @@ type Deps struct {
 // leak slot and is then delivered. Create it with New, start it with Run, change its queues
 // with Reload. Its methods are safe for concurrent use.
 type Pool struct {
-	q      *queue.Queues
+	q      Broker
+	fairs  fairSource // nil: Queues makes no fair schedulers
+	exec   *executor  // carries out each job's plan
 	sched  leaky.Schedule
 	client *http.Client
 	// ownClient is whether New made client, so Run closes its idle connections at the end.
@@ -131,12 +135,15 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 
 		runningAfter: runningAfter,
 	}
+	if p.log == nil {
+		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	p.fairs, _ = deps.Queues.(fairSource)
+	p.exec = &executor{ctx: context.Background(), store: p.q, sched: p.sched, m: m, log: p.log, now: p.now,
+		handedBack: func() { p.handedBack.Add(1) }}
 	if p.client == nil {
 		p.client, p.spares = defaultClient()
 		p.ownClient = true
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if p.shutdown <= 0 {
 		p.shutdown = DefaultShutdownTimeout
@@ -198,14 +205,18 @@ func (p *Pool) Queues() []QueueConfig {
 // deliveries in flight, cuts the rest short and hands them back, and returns nil. A Pool runs
 // once; a second call returns ErrRunning.
 func (p *Pool) Run(ctx context.Context) error {
+	// hard ends deliveries in flight once the shutdown timeout has passed; settling ends the
+	// calls that settle jobs (status, ack, nak, dead letter, pause) settleGrace after that.
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHard()
+	settling, cancelSettling := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSettling()
 	p.mu.Lock()
 	if p.ran {
 		p.mu.Unlock()
 		return ErrRunning
 	}
-	p.ran, p.ctx, p.hard = true, ctx, hard
+	p.ran, p.ctx, p.hard, p.exec.ctx = true, ctx, hard, settling
 	// The controls as they are now, before any runner takes a slot: a worker that starts
 	// while an operator has paused its queue must not deliver until the watch catches up.
 	cctx, ccancel := context.WithTimeout(ctx, opTimeout)
@@ -215,30 +226,18 @@ func (p *Pool) Run(ctx context.Context) error {
 		p.log.Warn("worker: reading queue controls; the watch will retry", "err", err)
 	}
 	ccancel()
-	watch := p.watch(ctx)
+	watching := p.watch(ctx)
 	for _, s := range p.specs {
 		p.startLocked(s)
 	}
 	p.mu.Unlock()
-	defer watch()
 
 	<-ctx.Done()
 	p.log.Info("worker: shutting down", "timeout", p.shutdown)
 	p.mu.Lock()
 	p.ctx = nil
 	p.mu.Unlock()
-
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	timer := time.NewTimer(p.shutdown)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		p.log.Warn("worker: shutdown timeout passed; cutting deliveries in flight short")
-		cancelHard()
-		<-done
-	}
+	p.drain(watching, cancelHard, cancelSettling)
 	if p.ownClient {
 		p.client.CloseIdleConnections()
 	}
@@ -249,9 +248,47 @@ func (p *Pool) Run(ctx context.Context) error {
 	return nil
 }
 
+// settleGrace is how long after the shutdown timeout the jobs cut short still have to be
+// handed back and their status recorded; past it, the calls that settle jobs are abandoned
+// (NATS cannot be reached) and the jobs come back after their AckWait.
+const settleGrace = time.Second
+
+// drain waits for the runners to finish their jobs in hand, and for the watches to stop: for
+// ShutdownTimeout, then, with deliveries cut short (cancelHard), for settleGrace, then, with
+// every call that settles a job abandoned (cancelSettling), for the runners only, which then
+// return at once. A watch that cannot stop in time (NATS is down) is left to end on its own.
+func (p *Pool) drain(watching <-chan struct{}, cancelHard, cancelSettling context.CancelFunc) {
+	running := make(chan struct{})
+	go func() { p.wg.Wait(); close(running) }()
+	cut := time.NewTimer(p.shutdown)
+	defer cut.Stop()
+	var abandon <-chan time.Time
+	for running != nil || watching != nil {
+		select {
+		case <-running:
+			running = nil
+		case <-watching:
+			watching = nil
+		case <-cut.C:
+			if running != nil {
+				p.log.Warn("worker: shutdown timeout passed; cutting deliveries in flight short")
+			}
+			cancelHard()
+			abandon = time.After(settleGrace)
+		case <-abandon:
+			p.log.Warn("worker: could not settle every job in time; they return after their AckWait")
+			cancelSettling()
+			if running != nil {
+				<-running
+			}
+			return
+		}
+	}
+}
+
 // watch follows the operators' controls and cancellations until ctx ends, retrying while NATS
-// cannot be reached; the returned function waits for it to stop.
-func (p *Pool) watch(ctx context.Context) (wait func()) {
+// cannot be reached; the returned channel is closed once it has stopped.
+func (p *Pool) watch(ctx context.Context) (stopped <-chan struct{}) {
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() {
@@ -287,7 +324,9 @@ func (p *Pool) watch(ctx context.Context) (wait func()) {
 			}
 		}
 	}()
-	return wg.Wait
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
 }
 
 // cancelMemory is how long a canceled job's id is remembered when no job of that id is in hand:
@@ -543,4 +582,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// fairSource makes the scheduler of a fair queue; *queue.Queues is one.
+type fairSource interface {
+	Fair(name string, opts queue.FairOptions) (*queue.Fair, error)
 }

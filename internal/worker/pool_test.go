@@ -532,6 +532,29 @@ func TestShutdownTimeoutCutsDeliveryShort(t *testing.T) {
 	}
 }
 
+// With NATS gone, a shutdown still keeps its timeout: deliveries in flight are cut short when
+// it passes, and the calls that would settle them are abandoned settleGrace (1s) later
+// instead of each waiting out its own 5s timeout; the jobs come back after their AckWait.
+func TestShutdownTimeoutHoldsWhileNATSIsDown(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	never := make(chan struct{})
+	t.Cleanup(func() { close(never) })
+	h.up.Respond(func(workertest.Arrival, int) workertest.Reply { return workertest.Reply{Block: never} })
+	workertest.Publish(t, h.qs, "q", 3, true)
+	spec := h.spec("q", 100)
+	spec.Timeout = time.Minute
+	r := h.run(worker.Deps{ShutdownTimeout: 300 * time.Millisecond}, spec)
+	h.up.WaitCount(t, 10*time.Second, "three deliveries in flight", func(n int) bool { return n >= 3 })
+	h.nats.Server.Shutdown()
+	took := r.stop(t)
+	if took < 300*time.Millisecond || took > 300*time.Millisecond+time.Second+700*time.Millisecond {
+		t.Errorf("shutdown took %v with NATS down, want the 300ms timeout plus at most the 1s grace", took)
+	}
+	if got := metric(t, r.reg, "sluice_deliveries_total", "queue", "q", "outcome", "interrupted"); got != 3 {
+		t.Errorf("interrupted deliveries = %v, want 3", got)
+	}
+}
+
 // Reload changes a queue's rate at once and starts new queues; an invalid config is refused
 // and changes nothing.
 func TestReload(t *testing.T) {

@@ -1,0 +1,211 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// job is one job in hand and what is known about it.
+type job struct {
+	m     *queue.Msg // the delivery: the job, its delivery count; what a dead letter moves
+	msg   message    // settles m; m itself but in tests of the executor
+	queue string
+	state jobState
+	// running is the running record of the delivery, nil before it was sent.
+	running *runningRecord
+}
+
+// executor carries plans out: it pauses the queue, writes status records and settles
+// messages. Every call it makes is bounded by opTimeout and by ctx, which ends a short grace
+// after the shutdown timeout, so a shutdown returns in time even while NATS or Redis cannot be
+// reached. It is safe for concurrent use.
+type executor struct {
+	ctx   context.Context
+	store jobStore
+	sched leaky.Schedule // pauses queues; nil: a plan's pause is not applied
+	m     *metrics
+	log   *slog.Logger
+	now   func() time.Time
+	// handedBack counts the jobs handed back, for the shutdown's log line.
+	handedBack func()
+}
+
+// logger returns a logger that names j's queue, id and delivery count. It is made on each
+// call rather than kept with the job: most jobs log nothing, and slog's With allocates.
+func (e *executor) logger(j *job) *slog.Logger {
+	return e.log.With("queue", j.queue, "job", j.m.Job.ID, "delivered", j.m.Delivered)
+}
+
+// op returns the context of one call: ctx, bounded by d.
+func (e *executor) op(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(e.ctx, d)
+}
+
+// apply carries p out for j: the queue's pause, then (once the delivery's running record, if
+// any, has landed) the status record, then the message's settlement.
+func (e *executor) apply(j *job, p plan) {
+	if p.pause > 0 {
+		e.pause(j, p.pause)
+	}
+	if j.running != nil {
+		j.running.finish() // the outcome is recorded only after the running record has landed
+	}
+	recorded := false
+	if p.record != nil {
+		recorded = e.write(j, p.record)
+	}
+	if p.skipped {
+		e.m.skipped.WithLabelValues(j.queue).Inc()
+	}
+	switch p.how {
+	case ack:
+		e.ack(j, p.final || recorded)
+	case nak:
+		ctx, cancel := e.op(opTimeout)
+		defer cancel()
+		if err := j.msg.NakWithDelay(ctx, p.delay); err != nil {
+			e.logger(j).Warn("worker: nak failed; the job will be redelivered after AckWait", "err", err)
+		}
+	case handBack:
+		e.m.handedBack.WithLabelValues(j.queue).Inc()
+		if e.handedBack != nil {
+			e.handedBack()
+		}
+		ctx, cancel := e.op(opTimeout)
+		defer cancel()
+		if err := j.msg.Nak(ctx); err != nil {
+			e.logger(j).Warn("worker: hand back failed; the job will be redelivered after AckWait", "err", err)
+		}
+	case deadLetter:
+		e.deadLetter(j, p)
+	}
+}
+
+// pause pauses j's queue for every worker for d, after an upstream 429 or 503.
+func (e *executor) pause(j *job, d time.Duration) {
+	e.m.pauses.WithLabelValues(j.queue).Inc()
+	if e.sched == nil {
+		return
+	}
+	ctx, cancel := e.op(storeTimeout)
+	defer cancel()
+	if err := e.sched.Pause(ctx, j.queue, d); err != nil {
+		// The job is still retried after d; other workers may meet a 429 of their own.
+		e.logger(j).Warn("worker: pause queue", "err", err, "for", d)
+		return
+	}
+	e.logger(j).Info("worker: upstream throttled; queue paused", "for", d)
+}
+
+// status reads the job's status record.
+func (e *executor) status(j *job) (queue.Status, error) {
+	ctx, cancel := e.op(opTimeout)
+	defer cancel()
+	return e.store.Status(ctx, j.m.Job.ID)
+}
+
+// write records the job's status and reports whether it did. A failure is logged: the status
+// is informative, and the job's fate is decided by its settlement.
+func (e *executor) write(j *job, rec *record) bool {
+	ctx, cancel := e.op(opTimeout)
+	defer cancel()
+	created := j.m.Job.CreatedAt
+	if !j.state.prev.CreatedAt.IsZero() {
+		created = j.state.prev.CreatedAt
+	}
+	now := e.now()
+	st := queue.Status{
+		ID:        j.m.Job.ID,
+		Queue:     j.queue,
+		State:     rec.state,
+		Attempts:  rec.attempts,
+		CreatedAt: created,
+		UpdatedAt: now,
+		LastError: rec.lastErr,
+		Response:  rec.response,
+		Tenant:    j.m.Job.Tenant,
+		Delivered: j.m.Delivered,
+	}
+	if rec.hasNext {
+		next := now.Add(rec.next)
+		st.NextAttemptAt = &next
+	}
+	if err := e.store.SetStatus(ctx, st); err != nil {
+		e.logger(j).Warn("worker: record job status", "state", rec.state, "err", err)
+		return false
+	}
+	return true
+}
+
+// ack acks a job whose outcome is final. When recorded says the final status is in the status
+// record, the ack is not confirmed (queue.Msg.AckNoWait), which saves a round trip: a lost ack
+// only brings the job back after AckWait, to be acked as already final without being delivered
+// again. Otherwise the ack waits for the server's confirmation, as nothing else would stop a
+// redelivery.
+func (e *executor) ack(j *job, recorded bool) {
+	if recorded {
+		err := j.msg.AckNoWait()
+		if err == nil {
+			return
+		}
+		e.logger(j).Debug("worker: ack without confirmation failed; confirming", "err", err)
+	}
+	ctx, cancel := e.op(opTimeout)
+	defer cancel()
+	if err := j.msg.Ack(ctx); err != nil {
+		e.logger(j).Warn("worker: ack failed; the job will be redelivered and skipped", "err", err)
+	}
+}
+
+// deadLetter moves the job to the dead-letter stream, which records its status as failed.
+func (e *executor) deadLetter(j *job, p plan) {
+	e.m.deadLetters.WithLabelValues(j.queue, p.reason).Inc()
+	e.logger(j).Warn("worker: job dead-lettered", "reason", p.reason, "attempts", p.deadAttempts, "last_error", p.deadErr)
+	ctx, cancel := e.op(opTimeout)
+	defer cancel()
+	if err := e.store.DeadLetter(ctx, j.m, p.reason+": "+p.deadErr, p.deadStatus, p.deadAttempts); err != nil {
+		e.logger(j).Error("worker: dead-letter failed; the job will be redelivered", "err", err)
+	}
+}
+
+// runningRecord is the running record of one delivery attempt, written while the request is
+// on its way (recordRunning).
+type runningRecord struct {
+	timer *time.Timer   // nil when the write started at once
+	done  chan struct{} // closed when the write has finished
+	ok    bool          // whether it was written; read after done is closed
+}
+
+// recordRunning records j as running its attempt once after has passed (at once when after
+// <= 0), without delaying the caller: a status write takes a few round trips to NATS, and any
+// delay between the slot and the request bunches deliveries up at the upstream. finish
+// cancels it if it has not started.
+func (e *executor) recordRunning(j *job, attempt int, after time.Duration) *runningRecord {
+	rr := &runningRecord{done: make(chan struct{})}
+	prev := j.state.prev
+	write := func() {
+		defer close(rr.done)
+		rr.ok = e.write(j, &record{state: queue.StateRunning, attempts: attempt,
+			lastErr: prev.LastError, response: prev.Response})
+	}
+	if after <= 0 {
+		go write()
+	} else {
+		rr.timer = time.AfterFunc(after, write)
+	}
+	return rr
+}
+
+// finish cancels the write if it has not started, or else waits for it to finish, and reports
+// whether the running record was written.
+func (rr *runningRecord) finish() bool {
+	if rr.timer != nil && rr.timer.Stop() {
+		return false
+	}
+	<-rr.done
+	return rr.ok
+}

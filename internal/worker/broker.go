@@ -1,0 +1,50 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// Broker is what a Pool needs of the job queue: its consumers, the jobs' status records, dead
+// letters, and the operators' controls and cancellations. *queue.Queues satisfies it.
+type Broker interface {
+	jobStore
+	// Consumer returns the shared consumer of a queue; queue.ErrUnknownQueue while the queue
+	// is not provisioned.
+	Consumer(ctx context.Context, name string) (*queue.Consumer, error)
+	// Controls returns the operators' controls of every queue (pause, rate).
+	Controls(ctx context.Context) (map[string]queue.Control, error)
+	// WatchControls calls apply with every queue's controls whenever they change, until ctx
+	// ends or the watch fails.
+	WatchControls(ctx context.Context, apply func(map[string]queue.Control)) error
+	// WatchCancels calls fn with the id of every job an operator cancels, until ctx ends or
+	// the watch fails.
+	WatchCancels(ctx context.Context, fn func(id string)) error
+}
+
+// jobStore is the part of the Broker that carries a plan out (apply): the status records and
+// the dead-letter stream. Tests of the executor fake it.
+type jobStore interface {
+	// Status reads a job's status record; queue.ErrNotFound when it has none.
+	Status(ctx context.Context, id string) (queue.Status, error)
+	// SetStatus writes a job's status record.
+	SetStatus(ctx context.Context, st queue.Status) error
+	// DeadLetter moves the job of m to its queue's dead-letter stream and records it failed.
+	DeadLetter(ctx context.Context, m *queue.Msg, reason string, lastStatus, attempts int) error
+}
+
+// message settles one delivery of a job; *queue.Msg is one. Tests of the executor fake it.
+type message interface {
+	Ack(ctx context.Context) error
+	AckNoWait() error
+	Nak(ctx context.Context) error
+	NakWithDelay(ctx context.Context, d time.Duration) error
+	InProgress(ctx context.Context) error
+}
+
+var (
+	_ Broker  = (*queue.Queues)(nil)
+	_ message = (*queue.Msg)(nil)
+)

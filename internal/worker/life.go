@@ -1,0 +1,217 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/queue"
+	"github.com/sluice-rl/sluice/retry"
+)
+
+// handle carries one job through its life — recall, admit (its leak slot), send — and then
+// applies what settle makes of how that ended. ctx ends when the queue stops fetching
+// (shutdown or reload); hard ends when deliveries in flight must stop.
+func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
+	cfg := r.cfg.Load()
+	stop := keepAlive(r.p.exec.ctx, m, cfg.AckWait)
+	defer stop()
+	j := &job{m: m, msg: m, queue: r.name}
+	out := r.live(ctx, hard, cfg, j)
+	r.p.exec.apply(j, settle(j.state, out, cfg, rand.Float64()))
+}
+
+// live takes j as far as it goes in one pass and returns how the pass ended.
+func (r *runner) live(ctx, hard context.Context, cfg *QueueConfig, j *job) outcome {
+	if end, stop := r.recall(ctx, cfg, j); stop {
+		return outcome{end: end}
+	}
+	if end, stop := r.admit(ctx, cfg, j); stop {
+		return outcome{end: end}
+	}
+	return r.send(hard, cfg, j)
+}
+
+// recall reads what is known of a redelivered or possibly withdrawn job before it is
+// delivered (recallState), and reports whether the pass ends here.
+func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd, bool) {
+	m := j.m
+	var (
+		st  queue.Status
+		err error
+	)
+	if m.Delivered > 1 {
+		if st, err = r.p.exec.status(j); err != nil && !errors.Is(err, queue.ErrNotFound) {
+			r.p.exec.logger(j).Warn("worker: read job status; counting its attempts from zero", "err", err)
+		}
+	}
+	s, end, stop := recallState(m.Delivered, st, err, cfg.MaxAttempts)
+	j.state = s
+	if stop {
+		if end == endFinal {
+			r.p.exec.logger(j).Info("worker: redelivered job already final; acking", "state", st.State)
+		}
+		return end, true
+	}
+	if ambiguous(m) {
+		// Give its publisher the time to withdraw it (queue: retract), then look.
+		if !sleep(ctx, time.Until(m.Job.AckBy.Add(retractGrace))) {
+			return endNotSent, true
+		}
+		if st, err := r.p.exec.status(j); err == nil && st.State == queue.StateCanceled {
+			r.p.exec.logger(j).Info("worker: job withdrawn by its publisher (answered 503); not delivered")
+			return endWithdrawn, true
+		}
+	}
+	return 0, false
+}
+
+// admit holds j until it may be delivered: its leak slot (waitSlot), and no operator's cancel
+// meanwhile. It reports whether the pass ends here instead.
+func (r *runner) admit(ctx context.Context, cfg *QueueConfig, j *job) (passEnd, bool) {
+	if r.p.spares != nil {
+		// A connection to the upstream ready before the slot, should the delivery need one.
+		target := cfg.Upstream
+		if j.m.Job.Direct && cfg.Target != nil {
+			target = cfg.Target.URL
+		}
+		r.p.spares.warm(target)
+	}
+	r.slotWaiters.Add(1)
+	err := r.waitSlot(ctx)
+	if r.slotWaiters.Add(-1) == 0 || r.cfg.Load().Fair {
+		r.poke() // the fetch loop may be holding back for the slot waiters
+	}
+	if err != nil {
+		return endNotSent, true
+	}
+	if _, canceled := r.p.canceled.Load(j.m.Job.ID); canceled {
+		r.p.exec.logger(j).Info("worker: job canceled by an operator; not delivered")
+		return endCanceled, true
+	}
+	return 0, false
+}
+
+// send delivers j's attempt and classifies the answer. The attempt is recorded (state
+// running) while the request is on its way, not before: on a first delivery only if it is
+// still out after runningAfter (see the package doc).
+func (r *runner) send(hard context.Context, cfg *QueueConfig, j *job) outcome {
+	attempt := j.state.attempts + 1
+	after := time.Duration(0)
+	if j.m.Delivered == 1 {
+		after = r.p.runningAfter
+	}
+	j.running = r.p.exec.recordRunning(j, attempt, after)
+	start := r.p.now()
+	resp, err := r.deliver(hard, cfg, j.m.Job, attempt)
+	r.p.m.latency.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
+	r.p.m.drain.add(r.name)
+	c := classify(resp, err, r.p.now())
+	r.observe(c.Class, resp)
+	if err != nil && hard.Err() != nil {
+		// Shutdown cut the delivery short; another worker takes the job at once.
+		r.p.m.deliveries.WithLabelValues(r.name, "interrupted").Inc()
+		return outcome{end: endInterrupted}
+	}
+	r.p.m.deliveries.WithLabelValues(r.name, c.Class.String()).Inc()
+	if err != nil && c.Class != retry.Success {
+		// The status shows a redacted error; the log keeps the whole of it.
+		r.p.exec.logger(j).Info("worker: delivery failed", "attempt", attempt, "err", err)
+	}
+	return outcome{end: endDelivered, class: c.Class, status: c.Status, wait: c.Wait,
+		hasWait: c.HasWait, lastErr: describe(c, err, cfg.Timeout)}
+}
+
+// Publishes whose message was stored within ambiguity of the publisher giving up (Job.AckBy)
+// may have been answered 503 with the message stored all the same; the publisher then
+// withdraws it (queue: retract). The worker waits until retractGrace past AckBy for that, and
+// checks the job's status, before delivering such a job. The margin covers the clocks of the publisher's host
+// and the NATS server disagreeing, and the acknowledgement's way back.
+const (
+	ambiguity    = time.Second
+	retractGrace = time.Second
+)
+
+// ambiguous reports whether m was stored so close to (or after) its publisher's deadline that
+// the publisher may have answered that nothing was stored.
+func ambiguous(m *queue.Msg) bool {
+	return !m.Job.AckBy.IsZero() && m.Timestamp.After(m.Job.AckBy.Add(-ambiguity))
+}
+
+// classify is retry.Classify, with jobs the queue cannot route counted as permanent.
+func classify(resp *http.Response, err error, now time.Time) retry.Outcome {
+	var re *routeError
+	if errors.As(err, &re) {
+		return retry.Outcome{Class: retry.Permanent}
+	}
+	return retry.Classify(resp, err, now)
+}
+
+// describe is the status's last_error for an outcome.
+func describe(out retry.Outcome, err error, timeout time.Duration) string {
+	switch {
+	case out.Class == retry.Success:
+		return ""
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("upstream timed out after %v", timeout)
+	case err != nil:
+		return publicError(err)
+	default:
+		return fmt.Sprintf("upstream answered %d %s", out.Status, http.StatusText(out.Status))
+	}
+}
+
+// keepAlive sends InProgress for m every third of ackWait until stop is called, so that
+// JetStream does not redeliver a job that is waiting for its slot or being delivered. It runs
+// on a timer, not a goroutine of its own: most jobs are done long before it first fires.
+// stop returns once no InProgress is being sent.
+func keepAlive(ctx context.Context, m message, ackWait time.Duration) (stop func()) {
+	k := &keeper{ctx: ctx, m: m, every: max(ackWait/3, 10*time.Millisecond)}
+	k.mu.Lock()
+	k.t = time.AfterFunc(k.every, k.fire)
+	k.mu.Unlock()
+	return k.stop
+}
+
+// keeper is the state of one keepAlive.
+type keeper struct {
+	ctx     context.Context // the executor's: ends after the shutdown's grace
+	m       message
+	every   time.Duration
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+	firing  sync.WaitGroup // an InProgress being sent
+}
+
+func (k *keeper) fire() {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
+	}
+	k.firing.Add(1)
+	k.mu.Unlock()
+	defer k.firing.Done()
+	ctx, cancel := context.WithTimeout(k.ctx, opTimeout)
+	_ = k.m.InProgress(ctx) // a failure is seen again at the ack
+	cancel()
+	k.mu.Lock()
+	if !k.stopped {
+		k.t.Reset(k.every)
+	}
+	k.mu.Unlock()
+}
+
+func (k *keeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.t.Stop()
+	k.mu.Unlock()
+	k.firing.Wait()
+}
+
