@@ -214,4 +214,3 @@ func (k *keeper) stop() {
 	k.mu.Unlock()
 	k.firing.Wait()
 }
-

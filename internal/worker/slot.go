@@ -84,4 +84,3 @@ func (r *runner) rate() leaky.Rate {
 	}
 	return rate
 }
-
