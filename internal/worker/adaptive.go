@@ -2,10 +2,12 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice/leaky"
@@ -34,51 +36,75 @@ const (
 	adaptEvery    = 250 * time.Millisecond
 )
 
-// learnedRate returns the learned rate in deliveries per second, 0 when none is known yet.
-func (r *runner) learnedRate() float64 { return math.Float64frombits(r.learned.Load()) }
+// learner learns an adaptive queue's rate (QueueConfig.Adaptive) from its deliveries'
+// answers, together with every other worker of the queue, through the leak schedule. It is
+// safe for concurrent use.
+type learner struct {
+	name    string
+	ad      leaky.Adapter // nil: the schedule cannot adapt, and nothing is learned
+	cfg     func() *QueueConfig
+	ceiling func() float64 // the queue's rate in deliveries per second, the learned rate's ceiling
+	log     *slog.Logger
+	now     func() time.Time
+
+	learned   atomic.Uint64 // the learned rate, float64 bits; 0: none yet
+	successes atomic.Int64  // 2xx answers since the learned rate was last raised
+}
+
+// newLearner returns the learner of r's queue.
+func newLearner(r *runner) *learner {
+	ad, _ := r.p.sched.(leaky.Adapter)
+	return &learner{name: r.name, ad: ad, cfg: r.cfg.Load, log: r.p.log, now: r.p.now,
+		ceiling: func() float64 {
+			base := r.baseRate()
+			if base.Interval <= 0 {
+				return 0
+			}
+			return float64(time.Second) / float64(base.Interval)
+		}}
+}
+
+// rate returns the learned rate in deliveries per second, 0 when none is known yet or the
+// queue is not adaptive.
+func (l *learner) rate() float64 {
+	if !l.cfg().Adaptive {
+		return 0
+	}
+	return math.Float64frombits(l.learned.Load())
+}
 
 // adapt applies a change of the queue's learned rate; errors (Redis down) are left to the next
 // second's try.
-func (r *runner) adapt(change func(a *leaky.Adaptation)) {
-	ad, ok := r.p.sched.(leaky.Adapter)
-	cfg := r.cfg.Load()
-	if !ok || !cfg.Adaptive {
+func (l *learner) adapt(change func(a *leaky.Adaptation)) {
+	cfg := l.cfg()
+	if l.ad == nil || !cfg.Adaptive {
 		return
 	}
-	ceiling := r.ceiling()
+	ceiling := l.ceiling()
 	a := leaky.Adaptation{Ceiling: ceiling, Floor: min(cfg.MinRate, ceiling), Factor: adaptFactor,
 		Hold: adaptHold, Forget: adaptForget}
 	change(&a)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	before := r.learnedRate()
+	before := math.Float64frombits(l.learned.Load())
 	if before <= 0 {
 		before = ceiling
 	}
-	eff, decreased, err := ad.Adapt(ctx, r.name, a)
+	eff, decreased, err := l.ad.Adapt(ctx, l.name, a)
 	if err != nil {
-		r.p.log.Debug("worker: adapt the rate", "queue", r.name, "err", err)
+		l.log.Debug("worker: adapt the rate", "queue", l.name, "err", err)
 		return
 	}
-	r.learned.Store(math.Float64bits(eff))
+	l.learned.Store(math.Float64bits(eff))
 	if decreased {
-		r.p.log.Warn("worker: upstream pushed back; effective rate lowered", "queue", r.name,
+		l.log.Warn("worker: upstream pushed back; effective rate lowered", "queue", l.name,
 			"from", strconv.FormatFloat(before, 'f', 2, 64), "to", strconv.FormatFloat(eff, 'f', 2, 64))
 	}
 }
 
-// ceiling is the queue's rate in deliveries per second: the config's or an operator's.
-func (r *runner) ceiling() float64 {
-	base := r.baseRate()
-	if base.Interval <= 0 {
-		return 0
-	}
-	return float64(time.Second) / float64(base.Interval)
-}
-
-// learnLoop refreshes the learned rate once a second, adding what the successes of that second
-// earned, until ctx ends.
-func (r *runner) learnLoop(ctx context.Context) {
+// run refreshes the learned rate every adaptEvery, adding what the successes since earned,
+// until ctx ends.
+func (l *learner) run(ctx context.Context) {
 	t := time.NewTicker(adaptEvery)
 	defer t.Stop()
 	for {
@@ -87,12 +113,12 @@ func (r *runner) learnLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !r.cfg.Load().Adaptive {
+		if !l.cfg().Adaptive {
 			continue
 		}
-		n := float64(r.successes.Swap(0))
-		r.adapt(func(a *leaky.Adaptation) {
-			eff := r.learnedRate()
+		n := float64(l.successes.Swap(0))
+		l.adapt(func(a *leaky.Adaptation) {
+			eff := math.Float64frombits(l.learned.Load())
 			if eff <= 0 {
 				eff = a.Ceiling
 			}
@@ -102,18 +128,18 @@ func (r *runner) learnLoop(ctx context.Context) {
 }
 
 // observe feeds one delivery's answer to the learned rate.
-func (r *runner) observe(class retry.Class, resp *http.Response) {
-	if !r.cfg.Load().Adaptive {
+func (l *learner) observe(class retry.Class, resp *http.Response) {
+	if !l.cfg().Adaptive {
 		return
 	}
 	switch class {
 	case retry.Pause:
-		r.adapt(func(a *leaky.Adaptation) { a.Decrease = true })
+		l.adapt(func(a *leaky.Adaptation) { a.Decrease = true })
 	case retry.Success:
-		r.successes.Add(1)
+		l.successes.Add(1)
 		if resp != nil {
-			if target, ok := quotaRate(resp.Header, r.p.now()); ok {
-				r.adapt(func(a *leaky.Adaptation) { a.Target = max(target, a.Floor) })
+			if target, ok := quotaRate(resp.Header, l.now()); ok {
+				l.adapt(func(a *leaky.Adaptation) { a.Target = max(target, a.Floor) })
 			}
 		}
 	}

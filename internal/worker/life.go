@@ -13,8 +13,8 @@ import (
 	"github.com/sluice-rl/sluice/retry"
 )
 
-// handle carries one job through its life — recall, admit (its leak slot), send — and then
-// applies what settle makes of how that ended. ctx ends when the queue stops fetching
+// handle carries one job through its life — recall, admit (admission steps: its leak slot),
+// send — and then applies what settle makes of how that ended. ctx ends when the queue stops fetching
 // (shutdown or reload); hard ends when deliveries in flight must stop.
 func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
 	cfg := r.cfg.Load()
@@ -30,7 +30,9 @@ func (r *runner) live(ctx, hard context.Context, cfg *QueueConfig, j *job) outco
 	if end, stop := r.recall(ctx, cfg, j); stop {
 		return outcome{end: end}
 	}
-	if end, stop := r.admit(ctx, cfg, j); stop {
+	release, end, stop := r.admit(ctx, cfg, j)
+	defer release()
+	if stop {
 		return outcome{end: end}
 	}
 	return r.send(hard, cfg, j)
@@ -59,7 +61,7 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 	}
 	if ambiguous(m) {
 		// Give its publisher the time to withdraw it (queue: retract), then look.
-		if !sleep(ctx, time.Until(m.Job.AckBy.Add(retractGrace))) {
+		if retry.Sleep(ctx, nil, time.Until(m.Job.AckBy.Add(retractGrace))) != nil {
 			return endNotSent, true
 		}
 		if st, err := r.p.exec.status(j); err == nil && st.State == queue.StateCanceled {
@@ -70,9 +72,43 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 	return 0, false
 }
 
-// admit holds j until it may be delivered: its leak slot (waitSlot), and no operator's cancel
-// meanwhile. It reports whether the pass ends here instead.
-func (r *runner) admit(ctx context.Context, cfg *QueueConfig, j *job) (passEnd, bool) {
+// An admission step holds a job back until one condition of its delivery is met. It returns
+// release, called once the delivery (or the pass) has ended, for a step that holds something
+// while the job is delivered, or how the pass ends instead (stop). Steps run in the order of
+// runner.steps; a later step's wait does not hold an earlier step's place longer than the
+// delivery needs it, so steps that hold places (concurrency) come last but one.
+type admission func(ctx context.Context, cfg *QueueConfig, j *job) (release func(), end passEnd, stop bool)
+
+// admit runs j through the runner's admission steps, and returns the releases of those that
+// held something (to call when the pass ends) and whether the pass ends here instead.
+func (r *runner) admit(ctx context.Context, cfg *QueueConfig, j *job) (release func(), end passEnd, stop bool) {
+	var held []func()
+	release = func() {
+		for i := len(held) - 1; i >= 0; i-- {
+			held[i]()
+		}
+	}
+	for _, step := range r.steps {
+		rel, end, stop := step(ctx, cfg, j)
+		if rel != nil {
+			held = append(held, rel)
+		}
+		if stop {
+			return release, end, true
+		}
+	}
+	return release, 0, false
+}
+
+// admissions are a runner's admission steps, in order: the queue's leak slot, then no
+// operator's cancel meanwhile.
+func (r *runner) admissions() []admission {
+	return []admission{r.admitSlot, r.admitUncanceled}
+}
+
+// admitSlot waits for the job's leak slot (waitSlot), with a connection to the upstream dialed
+// meanwhile; the pass ends, not sent, when ctx ends first.
+func (r *runner) admitSlot(ctx context.Context, cfg *QueueConfig, j *job) (func(), passEnd, bool) {
 	if r.p.spares != nil {
 		// A connection to the upstream ready before the slot, should the delivery need one.
 		target := cfg.Upstream
@@ -87,13 +123,18 @@ func (r *runner) admit(ctx context.Context, cfg *QueueConfig, j *job) (passEnd, 
 		r.poke() // the fetch loop may be holding back for the slot waiters
 	}
 	if err != nil {
-		return endNotSent, true
+		return nil, endNotSent, true
 	}
+	return nil, 0, false
+}
+
+// admitUncanceled ends the pass of a job an operator canceled while it waited.
+func (r *runner) admitUncanceled(_ context.Context, _ *QueueConfig, j *job) (func(), passEnd, bool) {
 	if _, canceled := r.p.canceled.Load(j.m.Job.ID); canceled {
 		r.p.exec.logger(j).Info("worker: job canceled by an operator; not delivered")
-		return endCanceled, true
+		return nil, endCanceled, true
 	}
-	return 0, false
+	return nil, 0, false
 }
 
 // send delivers j's attempt and classifies the answer. The attempt is recorded (state
@@ -111,7 +152,7 @@ func (r *runner) send(hard context.Context, cfg *QueueConfig, j *job) outcome {
 	r.p.m.latency.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
 	r.p.m.drain.add(r.name)
 	c := classify(resp, err, r.p.now())
-	r.observe(c.Class, resp)
+	r.learn.observe(c.Class, resp)
 	if err != nil && hard.Err() != nil {
 		// Shutdown cut the delivery short; another worker takes the job at once.
 		r.p.m.deliveries.WithLabelValues(r.name, "interrupted").Inc()

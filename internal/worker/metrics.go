@@ -8,9 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// drainWindow is the span over which sluice_drain_rate averages deliveries.
-const drainWindow = 10 * time.Second
-
 // metrics are the worker's Prometheus collectors. Every method is safe for concurrent use.
 type metrics struct {
 	deliveries  *prometheus.CounterVec   // queue, outcome

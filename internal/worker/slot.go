@@ -3,26 +3,28 @@ package worker
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/retry"
 )
 
 // waitSlot waits until the job may be delivered, with leaky.Wait: it takes a leak slot, sleeps
 // until it, and checks that the queue was not paused (nor the schedule's state lost) meanwhile.
 // When the schedule cannot be reached it does not deliver: it counts the error and tries again
-// after a backoff capped at takeBackoffMax, so delivery resumes within a fraction of a second
+// after a backoff (takeBackoff), so delivery resumes within a fraction of a second
 // of the store's return. The rate is read afresh on every try, so a reload applies at once.
 // It returns ctx's error when ctx ends first.
 func (r *runner) waitSlot(ctx context.Context) error {
 	start := r.p.now()
-	backoff := takeBackoffMin
+	failures := 0
 	held := func() bool { return r.p.control(r.name).PausedAt(r.p.now()) }
 	for {
 		// An operator's pause holds every worker: no slot is taken while it lasts.
 		for held() {
-			if !sleep(ctx, heldPoll) {
+			if retry.Sleep(ctx, nil, heldPoll) != nil {
 				return ctx.Err()
 			}
 		}
@@ -51,12 +53,16 @@ func (r *runner) waitSlot(ctx context.Context) error {
 		} else {
 			r.p.log.Debug("worker: leak schedule unavailable", "queue", r.name, "err", err)
 		}
-		if !sleep(ctx, backoff) {
-			return ctx.Err()
+		failures++
+		if err := retry.Sleep(ctx, nil, takeBackoff.Delay(failures, rand.Float64())); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, takeBackoffMax)
 	}
 }
+
+// takeBackoff spaces the retries of a failed slot take: short, so that delivery resumes within a
+// fraction of a second of the store's return.
+var takeBackoff = retry.Policy{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}
 
 // heldPoll is how often a worker looks whether an operator's pause of its queue has ended (the
 // controls themselves arrive by a watch, at once).
@@ -77,7 +83,7 @@ func (r *runner) baseRate() leaky.Rate {
 // workers learned, when that is lower.
 func (r *runner) rate() leaky.Rate {
 	rate := r.baseRate()
-	if eff := r.learnedRate(); eff > 0 && r.cfg.Load().Adaptive {
+	if eff := r.learn.rate(); eff > 0 {
 		if iv := time.Duration(float64(time.Second) / eff); iv > rate.Interval {
 			rate.Interval = iv
 		}
