@@ -1,17 +1,3 @@
-// Package app assembles Sluice's two processes from their parts; cmd/ingress and cmd/worker are
-// thin mains over [Ingress.Run] and [Worker.Run]. Both have one shape, the same steps in the
-// same order:
-//
-//  1. load the config file (config.Load; an unusable one is a connect.ErrConfig error, exit 2);
-//  2. connect the stores: Redis for limiter state and the leak schedule (connect.Redis), NATS
-//     for the queues (connect.NATS, or the embedded server of the quickstart);
-//  3. serve the admin listener (admin.New: health, readiness, metrics; the ingress adds the
-//     queue reads and the operating API);
-//  4. open the queues (openQueues: retry until NATS answers, then provision — one policy);
-//  5. run: the ingress serves the echo front (ingress.Server) and, when NATS is embedded, an
-//     in-process worker.Pool; the worker runs a worker.Pool;
-//  6. watch the config file (config.Watcher) and apply valid changes;
-//  7. on ctx's end, stop in reverse order within shutdown_timeout.
 package app
 
 import (
@@ -22,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/config"
@@ -54,330 +40,321 @@ type Ingress struct {
 }
 
 // Run serves until ctx ends, then stops accepting, lets requests and deliveries in flight
-// finish within the config's shutdown_timeout, and returns nil. It returns a connect.ErrConfig error
-// for an unusable config and other errors when a listener cannot be opened or the queues
-// cannot be set up.
-func (m Ingress) Run(ctx context.Context) (err error) {
-	log := m.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
+// finish within the config's shutdown_timeout, and returns nil. It returns a connect.ErrConfig
+// error for an unusable config and other errors, naming the service, when a listener cannot be
+// opened, the queues cannot be set up or a listener fails while serving.
+func (m Ingress) Run(ctx context.Context) error {
 	cfg, err := config.Load(m.ConfigPath)
 	if err != nil {
 		return connect.ConfigError(err)
 	}
-	var current atomic.Pointer[config.Config]
-	current.Store(cfg)
-
-	// Everything started below is stopped in reverse order on return.
-	var stops []func()
-	defer func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	// Step 2: the stores.
-	st, err := m.connectStores(cfg, log, &stops)
-	if err != nil {
-		return err
+	p := &ingressProc{Ingress: m, log: logger(m.Logger), reg: newRegistry()}
+	p.current.Store(cfg)
+	lc := newLifecycle("ingress", p.log)
+	defer func() { lc.stop(p.current.Load().ShutdownTimeout); p.log.Info("ingress: stopped") }()
+	if err := lc.start(ctx, p.services(lc, cfg)...); err != nil {
+		return startErr(ctx, err)
 	}
-	lim, schedule, nc, checks, embedded := st.lim, st.schedule, st.nc, st.checks, st.embedded
-
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("ingress: jetstream: %w", err)
-	}
-	qs, err := openQueues(ctx, js, cfg, log)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-
-	srv, err := ingress.New(cfg, ingress.Options{Limiter: lim, Enqueuer: qs, Registerer: reg, Logger: log})
-	if err != nil {
-		return connect.ConfigError(err)
-	}
-	stops = append(stops, srv.Close)
-
-	// The in-process worker pool drains an embedded NATS server's queues: nothing outside
-	// this process can reach them.
-	var pool *worker.Pool
-	if embedded {
-		pool, err = worker.New(worker.Deps{
-			Queues: qs, Schedule: schedule, Registerer: reg, Logger: log,
-			ShutdownTimeout: cfg.ShutdownTimeout,
-		}, worker.FromConfig(cfg))
-		if err != nil {
-			return connect.ConfigError(err)
-		}
-	}
-
-	// Listeners first, so that a taken port is reported before anything is served.
-	ln, adminLn, demoLn, err := listen(cfg)
-	if err != nil {
-		return err
-	}
-
-	if admin.Exposed(cfg.AdminListen, cfg.AdminToken) {
-		log.Warn("ingress: admin_listen is reachable from other hosts and no admin_token is set: anyone who reaches it reads queue state and metrics; set admin_token (or SLUICE_ADMIN_TOKEN) or bind it to 127.0.0.1", "admin_listen", cfg.AdminListen)
-	}
-	adm := admin.New(cfg.AdminListen, reg, checks...)
-	queues := &admin.Queues{
-		Info:        qs,
-		Config:      current.Load,
-		PausedUntil: pausedUntil(schedule),
-		Controls:    qs.Controls,
-		Tenant:      qs.Tenant,
-	}
-	if ad, ok := schedule.(leaky.Adapter); ok {
-		queues.Learned = ad.Learned
-	}
-	queues.Mount(adm)
-	reg.MustRegister(queues.Metrics())
-	ops := &admin.Ops{Q: qs, Queues: queues, Token: cfg.AdminToken, Logger: log, Gatherer: reg}
-	if err := ops.Mount(adm, reg); err != nil {
-		return err
-	}
-
-	var wg sync.WaitGroup
-	run := func(name string, f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("ingress: "+name, "err", err)
-			}
-		}()
-	}
-	// background is cancelled after the graceful shutdown below, not with ctx.
-	background, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	defer func() { stopBackground(); wg.Wait() }()
-
-	run("admin listener", func() error { return adm.Serve(background, adminLn) })
-	if demoLn != nil {
-		demoSrv := &http.Server{Handler: demo.Handler(log), ReadHeaderTimeout: 10 * time.Second}
-		run("demo upstream", func() error { return demoSrv.Serve(demoLn) })
-		context.AfterFunc(background, func() { demoSrv.Close() })
-		log.Info("ingress: demo upstream", "addr", demoLn.Addr().String())
-	}
-	poolDone := make(chan struct{})
-	if pool != nil {
-		poolCtx, stopPool := context.WithCancel(ctx)
-		defer stopPool()
-		go func() {
-			defer close(poolDone)
-			if err := pool.Run(poolCtx); err != nil {
-				log.Error("ingress: worker pool", "err", err)
-			}
-		}()
-		log.Info("ingress: in-process workers drain the queues", "queues", len(cfg.Queues))
-	} else {
-		close(poolDone)
-	}
-
-	// Reload on SIGHUP and on file change; an invalid file keeps the old config.
-	run("config watcher", func() error {
-		w := &config.Watcher{
-			Path:     m.ConfigPath,
-			Current:  cfg,
-			OnChange: func(next *config.Config) { m.apply(background, log, adm, srv, qs, pool, &current, next) },
-			OnError: func(err error) {
-				adm.ReloadFailed()
-				log.Error("ingress: reload refused; keeping the old config", "err", err)
-			},
-		}
-		return w.Run(background)
-	})
-
-	httpSrv := &http.Server{
-		Handler:           srv.Handler(),
-		MaxHeaderBytes:    cfg.MaxHeaderBytes,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       cfg.ReadTimeout, // the body too: a stalled one is cut off, 408
-		IdleTimeout:       2 * time.Minute,
-	}
-	run("listener", func() error { return httpSrv.Serve(ln) })
-	log.Info("ingress: listening", "addr", ln.Addr().String(), "admin", adminLn.Addr().String(),
+	p.log.Info("ingress: listening", "addr", p.ln.Addr().String(), "admin", p.adminLn.Addr().String(),
 		"rules", len(cfg.Rules), "queues", len(cfg.Queues), "redis", cfg.Redis != nil)
 	if m.Ready != nil {
-		m.Ready(ln.Addr().String(), adminLn.Addr().String())
+		m.Ready(p.ln.Addr().String(), p.adminLn.Addr().String())
 	}
+	err = lc.wait(ctx)
+	p.log.Info("ingress: shutting down", "timeout", p.current.Load().ShutdownTimeout)
+	return err
+}
 
-	<-ctx.Done()
-	log.Info("ingress: shutting down", "timeout", current.Load().ShutdownTimeout)
-	sctx, cancel := context.WithTimeout(context.Background(), current.Load().ShutdownTimeout)
-	defer cancel()
-	if err := httpSrv.Shutdown(sctx); err != nil {
-		log.Warn("ingress: requests still in flight at the shutdown timeout", "err", err)
-		httpSrv.Close()
+// ingressProc is one run of the ingress: what its services share.
+type ingressProc struct {
+	Ingress
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	current atomic.Pointer[config.Config]
+
+	rdb      redis.UniversalClient
+	lim      limit.Limiter // nil: in-process memory (ingress.New's default)
+	schedule leaky.Schedule
+	ens      *embeddedNATS // the quickstart's NATS server; nil with a nats section
+	nc       *nats.Conn
+	checks   []admin.Check
+	qs       *queue.Queues
+	srv      *ingress.Server
+	pool     *worker.Pool // drains the embedded server's queues; nil with a nats section
+	ln       net.Listener
+	adminLn  net.Listener
+	demoLn   net.Listener // nil without demo_upstream
+	adm      *admin.Server
+}
+
+// services are the ingress's services, in the order they start (see the package doc).
+func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
+	s := []service{{name: "redis", start: p.startRedis, stop: p.stopRedis}}
+	if cfg.NATS == nil {
+		s = append(s, service{name: "embedded nats", start: p.startEmbedded, stop: p.stopEmbedded})
 	}
-	<-poolDone // the pool has its own shutdown timeout
-	// Withdrawals of jobs stored after their 503 (queue: retract) finish, within the budget.
-	if err := qs.Close(sctx); err != nil {
-		log.Warn("ingress: stopped before withdrawing every job stored after its 503", "err", err)
+	s = append(s,
+		service{name: "nats", start: p.startNATS, stop: p.stopNATS},
+		service{name: "queues", start: p.startQueues, stop: p.stopQueues},
+		service{name: "rules", start: p.startRules, stop: p.stopRules},
+		// Listeners before anything serves, so that a taken port is reported first.
+		service{name: "listen", start: p.listen, stop: p.closeListeners},
+		service{name: "admin api", start: p.mountAdmin},
+		lc.run("admin listener", background{}, func(ctx context.Context) error { return p.adm.Serve(ctx, p.adminLn) }),
+	)
+	if cfg.DemoUpstream != "" {
+		s = append(s, lc.run("demo upstream", background{}, p.serveDemo))
 	}
-	log.Info("ingress: stopped")
+	if cfg.NATS == nil {
+		// Nothing outside this process can reach an embedded server's queues.
+		s = append(s, service{name: "worker pool", start: p.newPool},
+			lc.run("in-process workers", background{drainsFirst: true}, p.runPool))
+	}
+	return append(s,
+		lc.run("config watcher", background{optional: true}, p.watch),
+		p.public(lc),
+	)
+}
+
+// startRedis connects the limiter store and the leak schedule: Redis when configured, else
+// memory.
+func (p *ingressProc) startRedis(context.Context) error {
+	cfg := p.current.Load()
+	if cfg.Redis == nil {
+		p.schedule = leaky.NewMemory(nil)
+		return nil
+	}
+	connect.RouteRedisLogs(p.log)
+	rdb, err := connect.Redis(cfg.Redis.URL)
+	if err != nil {
+		return connect.ConfigError(fmt.Errorf("%s: redis.url: %w", cfg.Path, err))
+	}
+	p.rdb = rdb
+	p.lim = limit.NewRedis(rdb, limit.RedisConfig{})
+	p.schedule = leaky.NewRedis(rdb, leaky.RedisConfig{})
+	p.checks = append(p.checks, admin.RedisCheck(rdb))
 	return nil
 }
 
-// stores are what the ingress connected to in step 2.
-type stores struct {
-	lim      limit.Limiter // nil: in-process memory (ingress.New's default)
-	schedule leaky.Schedule
-	nc       *nats.Conn
-	checks   []admin.Check
-	embedded bool // NATS is the quickstart's embedded server
+func (p *ingressProc) stopRedis(context.Context) error {
+	if p.rdb == nil {
+		return nil
+	}
+	return p.rdb.Close()
 }
 
-// connectStores connects the limiter store (Redis when configured, else memory) and NATS (the
-// configured servers, or the embedded one of the quickstart), appending what it starts to stops.
-func (m Ingress) connectStores(cfg *config.Config, log *slog.Logger, stops *[]func()) (stores, error) {
-	var st stores
-	if cfg.Redis != nil {
-		connect.RouteRedisLogs(log)
-		rdb, err := connect.Redis(cfg.Redis.URL)
-		if err != nil {
-			return st, connect.ConfigError(fmt.Errorf("%s: redis.url: %w", cfg.Path, err))
-		}
-		*stops = append(*stops, func() { rdb.Close() })
-		st.lim = limit.NewRedis(rdb, limit.RedisConfig{})
-		st.schedule = leaky.NewRedis(rdb, leaky.RedisConfig{})
-		st.checks = append(st.checks, admin.RedisCheck(rdb))
-	} else {
-		st.schedule = leaky.NewMemory(nil)
+// startEmbedded starts the quickstart's NATS server, in-process.
+func (p *ingressProc) startEmbedded(context.Context) error {
+	ens, err := startEmbeddedNATS(p.current.Load().DataDir)
+	if errors.Is(err, errNoEmbedded) {
+		return connect.ConfigError(fmt.Errorf("%s: %w", p.ConfigPath, err))
 	}
-	st.embedded = cfg.NATS == nil
-	if st.embedded {
-		ens, err := startEmbeddedNATS(cfg.DataDir)
-		if errors.Is(err, errNoEmbedded) {
-			return st, connect.ConfigError(fmt.Errorf("%s: %w", m.ConfigPath, err))
-		}
-		if err != nil {
-			return st, err
-		}
-		*stops = append(*stops, ens.stop)
-		if st.nc, err = ens.connect(); err != nil {
-			return st, fmt.Errorf("embedded nats: connect: %w", err)
-		}
-		log.Info("ingress: embedded NATS with JetStream", "store", ens.storeDir())
-	} else {
-		var err error
-		if st.nc, err = connect.NATS(cfg.NATS.URL, "sluice-ingress", log); err != nil {
-			return st, err
-		}
+	if err != nil {
+		return err
 	}
-	*stops = append(*stops, st.nc.Close)
-	st.checks = append(st.checks, admin.NATSCheck(st.nc))
-	return st, nil
+	p.ens = ens
+	p.log.Info("ingress: embedded NATS with JetStream", "store", ens.storeDir())
+	return nil
 }
+
+func (p *ingressProc) stopEmbedded(context.Context) error { p.ens.stop(); return nil }
+
+// startNATS connects to the embedded server or to the configured ones.
+func (p *ingressProc) startNATS(context.Context) error {
+	var err error
+	if p.ens != nil {
+		p.nc, err = p.ens.connect()
+	} else {
+		p.nc, err = connect.NATS(p.current.Load().NATS.URL, "sluice-ingress", p.log)
+	}
+	if err != nil {
+		return err
+	}
+	p.checks = append(p.checks, admin.NATSCheck(p.nc))
+	return nil
+}
+
+func (p *ingressProc) stopNATS(context.Context) error { p.nc.Close(); return nil }
+
+// startQueues opens and provisions the queues, once NATS answers.
+func (p *ingressProc) startQueues(ctx context.Context) error {
+	js, err := jetstream.New(p.nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	p.qs, err = openQueues(ctx, "ingress", js, p.current.Load(), p.log)
+	return err
+}
+
+// stopQueues lets the withdrawals of jobs stored after their 503 (queue: retract) finish,
+// within the shutdown budget.
+func (p *ingressProc) stopQueues(ctx context.Context) error {
+	if err := p.qs.Close(ctx); err != nil {
+		return fmt.Errorf("stopped before withdrawing every job stored after its 503: %w", err)
+	}
+	return nil
+}
+
+// startRules builds the front: rules, limits, forwarding and the job API.
+func (p *ingressProc) startRules(context.Context) error {
+	srv, err := ingress.New(p.current.Load(), ingress.Options{Limiter: p.lim, Enqueuer: p.qs, Registerer: p.reg, Logger: p.log})
+	if err != nil {
+		return connect.ConfigError(err)
+	}
+	p.srv = srv
+	return nil
+}
+
+func (p *ingressProc) stopRules(context.Context) error { p.srv.Close(); return nil }
 
 // listen opens the public, admin and (when configured) demo listeners, all or none.
-func listen(cfg *config.Config) (ln, adminLn, demoLn net.Listener, err error) {
-	if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
-		return nil, nil, nil, fmt.Errorf("ingress: listen %s: %w", cfg.Listen, err)
+func (p *ingressProc) listen(context.Context) error {
+	cfg := p.current.Load()
+	var err error
+	if p.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return err
 	}
-	if adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
-		ln.Close()
-		return nil, nil, nil, fmt.Errorf("ingress: admin listen %s: %w", cfg.AdminListen, err)
+	if p.adminLn, err = net.Listen("tcp", cfg.AdminListen); err != nil {
+		p.ln.Close()
+		return fmt.Errorf("admin_listen: %w", err)
 	}
 	if cfg.DemoUpstream != "" {
-		if demoLn, err = net.Listen("tcp", cfg.DemoUpstream); err != nil {
+		if p.demoLn, err = net.Listen("tcp", cfg.DemoUpstream); err != nil {
+			p.ln.Close()
+			p.adminLn.Close()
+			return fmt.Errorf("demo_upstream: %w", err)
+		}
+	}
+	return nil
+}
+
+// closeListeners closes the listeners that no server took over (a start that failed after
+// listen); closing one a server has closed does nothing.
+func (p *ingressProc) closeListeners(context.Context) error {
+	for _, ln := range []net.Listener{p.ln, p.adminLn, p.demoLn} {
+		if ln != nil {
 			ln.Close()
-			adminLn.Close()
-			return nil, nil, nil, fmt.Errorf("ingress: demo upstream listen %s: %w", cfg.DemoUpstream, err)
 		}
 	}
-	return ln, adminLn, demoLn, nil
+	return nil
 }
 
-// apply makes a valid new config current: rules and limits at once, new and changed queues
-// provisioned, the in-process pool's rates updated. Listen addresses and the redis and nats
-// sections take effect at the next restart.
-func (m Ingress) apply(ctx context.Context, log *slog.Logger, adm *admin.Server, srv *ingress.Server,
-	qs *queue.Queues, pool *worker.Pool, current *atomic.Pointer[config.Config], next *config.Config) {
-	old := current.Load()
-	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	if err := qs.Provision(pctx, QueueSpecs(next)); err != nil {
-		adm.ReloadFailed()
-		log.Error("ingress: reload refused: provision queues; keeping the old config", "err", err)
-		return
+// mountAdmin builds the admin API: health, readiness, metrics, queue reads and the operating
+// API.
+func (p *ingressProc) mountAdmin(context.Context) error {
+	cfg := p.current.Load()
+	if admin.Exposed(cfg.AdminListen, cfg.AdminToken) {
+		p.log.Warn("ingress: admin_listen is reachable from other hosts and no admin_token is set: anyone who reaches it reads queue state and metrics; set admin_token (or SLUICE_ADMIN_TOKEN) or bind it to 127.0.0.1", "admin_listen", cfg.AdminListen)
 	}
-	if err := srv.Reload(next); err != nil {
-		adm.ReloadFailed()
-		log.Error("ingress: reload refused; keeping the old config", "err", err)
-		return
+	p.adm = admin.New(cfg.AdminListen, p.reg, p.checks...)
+	queues := &admin.Queues{
+		Info:        p.qs,
+		Config:      p.current.Load,
+		PausedUntil: pausedUntil(p.schedule),
+		Controls:    p.qs.Controls,
+		Tenant:      p.qs.Tenant,
 	}
-	if pool != nil {
-		if err := pool.Reload(worker.FromConfig(next)); err != nil {
-			log.Error("ingress: reload: worker pool keeps its old queues", "err", err)
-		}
+	if ad, ok := p.schedule.(leaky.Adapter); ok {
+		queues.Learned = ad.Learned
 	}
-	current.Store(next)
-	if old.Listen != next.Listen || old.AdminListen != next.AdminListen ||
-		(old.Redis == nil) != (next.Redis == nil) || (old.NATS == nil) != (next.NATS == nil) ||
-		(old.Redis != nil && old.Redis.URL != next.Redis.URL) || (old.NATS != nil && old.NATS.URL != next.NATS.URL) {
-		log.Warn("ingress: listen addresses, redis and nats take effect at the next restart")
-	}
-	log.Info("ingress: config reloaded", "rules", len(next.Rules), "queues", len(next.Queues))
+	queues.Mount(p.adm)
+	p.reg.MustRegister(queues.Metrics())
+	ops := &admin.Ops{Q: p.qs, Queues: queues, Token: cfg.AdminToken, Logger: p.log, Gatherer: p.reg}
+	return ops.Mount(p.adm, p.reg)
 }
 
-func queueNames(cfg *config.Config) []string {
-	names := make([]string, len(cfg.Queues))
-	for i, q := range cfg.Queues {
-		names[i] = q.Name
-	}
-	return names
+// serveDemo serves the quickstart's demo upstream until ctx ends.
+func (p *ingressProc) serveDemo(ctx context.Context) error {
+	srv := &http.Server{Handler: demo.Handler(p.log), ReadHeaderTimeout: 10 * time.Second}
+	context.AfterFunc(ctx, func() { srv.Close() })
+	p.log.Info("ingress: demo upstream", "addr", p.demoLn.Addr().String())
+	return srv.Serve(p.demoLn)
 }
 
-// openQueues creates the queue layer and provisions the config's queues, retrying while NATS
-// cannot be reached (100ms, doubling to 5s), until ctx ends: the one connect policy of the
-// ingress and the worker.
-func openQueues(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (*queue.Queues, error) {
-	replicas := 1
-	if cfg.NATS != nil {
-		replicas = cfg.NATS.Replicas
+// newPool builds the in-process worker pool of the embedded server's queues.
+func (p *ingressProc) newPool(context.Context) error {
+	cfg := p.current.Load()
+	pool, err := worker.New(worker.Deps{
+		Queues: p.qs, Schedule: p.schedule, Registerer: p.reg, Logger: p.log,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+	}, worker.FromConfig(cfg))
+	if err != nil {
+		return connect.ConfigError(err)
 	}
-	wait := 100 * time.Millisecond
-	for {
-		qctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		qs, err := queue.New(qctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas, IDSecret: cfg.IDSecretBytes()})
-		if err == nil && cfg.NATS == nil {
-			// The quickstart: this process is the only consumer. The jobs its pool handed
-			// back at the last shutdown are pending in the consumer's stored state until their
-			// ack wait runs out; a fresh consumer delivers every unacked job at once, in order.
-			err = qs.ResetConsumers(qctx, queueNames(cfg))
-		}
-		if err == nil {
-			err = qs.Provision(qctx, QueueSpecs(cfg))
-		}
-		cancel()
-		if err == nil {
-			return qs, nil
-		}
-		log.Warn("ingress: queues unavailable; retrying", "err", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 5*time.Second)
+	p.pool = pool
+	return nil
+}
+
+func (p *ingressProc) runPool(ctx context.Context) error {
+	p.log.Info("ingress: in-process workers drain the queues", "queues", len(p.current.Load().Queues))
+	return p.pool.Run(ctx)
+}
+
+// watch reloads the config on SIGHUP and on file change, by the one reload policy.
+func (p *ingressProc) watch(ctx context.Context) error {
+	steps := []reloadStep{
+		provisionStep(p.qs),
+		{"rules", func(_ context.Context, next *config.Config) error { return p.srv.Reload(next) }},
+	}
+	if p.pool != nil {
+		steps = append(steps, reloadStep{"worker pool", func(_ context.Context, next *config.Config) error {
+			return p.pool.Reload(worker.FromConfig(next))
+		}})
+	}
+	r := &reloader{proc: "ingress", log: p.log, failed: p.adm.ReloadFailed, current: &p.current, steps: steps}
+	return r.watcher(ctx, p.ConfigPath).Run(ctx)
+}
+
+// public serves the public listener. Its stop lets the requests in flight finish within the
+// shutdown budget, then cuts the rest off.
+func (p *ingressProc) public(lc *lifecycle) service {
+	cfg := p.current.Load()
+	var srv *http.Server
+	serve := lc.run("listener", background{}, func(context.Context) error { return srv.Serve(p.ln) })
+	return service{
+		name: serve.name,
+		start: func(ctx context.Context) error {
+			srv = &http.Server{
+				Handler:           p.srv.Handler(),
+				MaxHeaderBytes:    cfg.MaxHeaderBytes,
+				ReadHeaderTimeout: 10 * time.Second,
+				ReadTimeout:       cfg.ReadTimeout, // the body too: a stalled one is cut off, 408
+				IdleTimeout:       2 * time.Minute,
+			}
+			return serve.start(ctx)
+		},
+		stop: func(ctx context.Context) error {
+			err := srv.Shutdown(ctx)
+			if err != nil {
+				srv.Close()
+				err = fmt.Errorf("requests still in flight at the shutdown timeout: %w", err)
+			}
+			serve.stop(ctx)
+			return err
+		},
 	}
 }
 
-// pausedUntil adapts a leak schedule to the admin API's view of a queue's pause.
-func pausedUntil(s leaky.Schedule) func(ctx context.Context, q string) (time.Time, bool, error) {
-	return func(ctx context.Context, q string) (time.Time, bool, error) {
-		d, err := s.PausedFor(ctx, q)
-		if err != nil || d <= 0 {
-			return time.Time{}, false, err
-		}
-		return time.Now().Add(d), true, nil
+// logger is l, or text to stderr.
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	return l
+}
+
+// newRegistry is a process's metrics registry, with the Go runtime's and the process's.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// startErr is what Run returns for a start that failed with err: nil when ctx ended meanwhile
+// (the process was told to stop while it waited for NATS), else err.
+func startErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil
+	}
+	return err
 }

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync/atomic"
-	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/config"
@@ -42,13 +41,10 @@ type Worker struct {
 }
 
 // Run runs the worker until ctx ends, then shuts down within the config's shutdown_timeout and
-// returns nil. It returns a connect.ErrConfig error for an unusable config, and other errors when the
-// admin listener cannot be opened or the queues cannot be provisioned.
+// returns nil. It returns a connect.ErrConfig error for an unusable config, and other errors,
+// naming the service, when the admin listener cannot be opened or fails, or the queues cannot
+// be provisioned.
 func (m Worker) Run(ctx context.Context) error {
-	log := m.Logger
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
 	cfg, err := config.Load(m.ConfigPath)
 	if err != nil {
 		return configErr(err)
@@ -56,133 +52,134 @@ func (m Worker) Run(ctx context.Context) error {
 	if err := needsStores(cfg); err != nil {
 		return err
 	}
+	p := &workerProc{Worker: m, log: logger(m.Logger), reg: newRegistry()}
+	p.current.Store(cfg)
+	lc := newLifecycle("worker", p.log)
+	defer func() { lc.stop(p.current.Load().ShutdownTimeout); p.log.Info("worker: stopped") }()
+	if err := lc.start(ctx, p.services(lc)...); err != nil {
+		return startErr(ctx, err)
+	}
+	p.draining.Store(true)
+	p.log.Info("worker: draining", "queues", len(cfg.Queues), "nats", cfg.NATS.URL)
+	if m.Ready != nil {
+		m.Ready(p.ln.Addr().String())
+	}
+	err = lc.wait(ctx)
+	p.draining.Store(false)
+	return err
+}
 
-	// Redis: the leak schedule.
-	connect.RouteRedisLogs(log)
+// workerProc is one run of the worker: what its services share.
+type workerProc struct {
+	Worker
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	current  atomic.Pointer[config.Config]
+	draining atomic.Bool // the pool runs: /readyz's "worker" check
+
+	rdb  redis.UniversalClient
+	nc   *nats.Conn
+	ln   net.Listener
+	adm  *admin.Server
+	qs   *queue.Queues
+	pool *worker.Pool
+}
+
+// services are the worker's services, in the order they start (see the package doc). The
+// admin listener is up before the queues, so that /readyz tells why the worker does not
+// drain yet while NATS is down.
+func (p *workerProc) services(lc *lifecycle) []service {
+	return []service{
+		{name: "redis", start: p.startRedis, stop: func(context.Context) error { return p.rdb.Close() }},
+		{name: "nats", start: p.startNATS, stop: func(context.Context) error { p.nc.Close(); return nil }},
+		{name: "admin api", start: p.startAdmin, stop: func(context.Context) error { p.ln.Close(); return nil }},
+		lc.run("admin listener", background{}, func(ctx context.Context) error { return p.adm.Serve(ctx, p.ln) }),
+		{name: "queues", start: p.startQueues, stop: func(ctx context.Context) error { return p.qs.Close(ctx) }},
+		{name: "worker pool", start: p.newPool},
+		lc.run("workers", background{drainsFirst: true}, func(ctx context.Context) error { return p.pool.Run(ctx) }),
+		lc.run("config watcher", background{optional: true}, p.watch),
+	}
+}
+
+// startRedis connects to the Redis of the leak schedule.
+func (p *workerProc) startRedis(context.Context) error {
+	cfg := p.current.Load()
+	connect.RouteRedisLogs(p.log)
 	rdb, err := connect.Redis(cfg.Redis.URL)
 	if err != nil {
 		return configErrf("%s: redis.url: %w", cfg.Path, err)
 	}
-	defer rdb.Close()
+	p.rdb = rdb
+	return nil
+}
 
-	// NATS: the queues. The connection retries in the background, so the worker starts (and
-	// reports not ready) while NATS is down.
-	nc, err := connect.NATS(cfg.NATS.URL, "sluice-worker", log)
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	defer nc.Close()
+// startNATS connects to NATS. The connection retries in the background, so the worker starts
+// (and reports not ready) while NATS is down.
+func (p *workerProc) startNATS(context.Context) error {
+	var err error
+	p.nc, err = connect.NATS(p.current.Load().NATS.URL, "sluice-worker", p.log)
+	return err
+}
 
-	// Metrics and the admin listener, up from the start so /readyz tells why the worker is
-	// not draining yet; it stops after the pool.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reloads := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sluice_config_reloads_total",
-		Help: "Config reloads applied.",
-	})
-	reg.MustRegister(reloads)
-	var draining atomic.Bool
+// startAdmin opens the admin listener: health, readiness (Redis, NATS, and whether the pool
+// drains) and metrics.
+func (p *workerProc) startAdmin(context.Context) error {
+	cfg := p.current.Load()
 	if admin.Exposed(cfg.AdminListen, cfg.AdminToken) {
-		log.Warn("worker: admin_listen is reachable from other hosts and no admin_token is set: anyone who reaches it reads queue state and metrics; set admin_token (or SLUICE_ADMIN_TOKEN) or bind it to 127.0.0.1", "admin_listen", cfg.AdminListen)
+		p.log.Warn("worker: admin_listen is reachable from other hosts and no admin_token is set: anyone who reaches it reads queue state and metrics; set admin_token (or SLUICE_ADMIN_TOKEN) or bind it to 127.0.0.1", "admin_listen", cfg.AdminListen)
 	}
-	adm := admin.New(cfg.AdminListen, reg,
+	p.adm = admin.New(cfg.AdminListen, p.reg,
 		admin.Check{Name: "worker", Func: func(context.Context) error {
-			if !draining.Load() {
+			if !p.draining.Load() {
 				return errors.New("not draining")
 			}
 			return nil
 		}},
-		admin.RedisCheck(rdb), admin.NATSCheck(nc))
-	ln, err := net.Listen("tcp", cfg.AdminListen)
-	if err != nil {
-		return fmt.Errorf("worker: admin listener: %w", err)
-	}
-	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
-	adminDone := make(chan struct{})
-	go func() {
-		defer close(adminDone)
-		if err := adm.Serve(adminCtx, ln); err != nil {
-			log.Error("worker: admin listener", "err", err)
-		}
-	}()
-	defer func() { stopAdmin(); <-adminDone }()
-	log.Info("worker: admin listening", "addr", ln.Addr().String())
-
-	// The queue layer, once NATS answers.
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("worker: jetstream: %w", err)
-	}
-	qs, err := openQueues(ctx, js, cfg, log)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
+		admin.RedisCheck(p.rdb), admin.NATSCheck(p.nc))
+	var err error
+	if p.ln, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 		return err
 	}
+	p.log.Info("worker: admin listening", "addr", p.ln.Addr().String())
+	return nil
+}
 
-	specs := worker.FromConfig(cfg)
+// startQueues opens and provisions the queues, once NATS answers.
+func (p *workerProc) startQueues(ctx context.Context) error {
+	js, err := jetstream.New(p.nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	p.qs, err = openQueues(ctx, "worker", js, p.current.Load(), p.log)
+	return err
+}
+
+// newPool builds the pool that drains the queues, on the leak schedule in Redis.
+func (p *workerProc) newPool(context.Context) error {
+	cfg := p.current.Load()
 	pool, err := worker.New(worker.Deps{
-		Queues:          qs,
-		Schedule:        leaky.NewRedis(rdb, leaky.RedisConfig{}),
-		Registerer:      reg,
-		Logger:          log,
+		Queues:          p.qs,
+		Schedule:        leaky.NewRedis(p.rdb, leaky.RedisConfig{}),
+		Registerer:      p.reg,
+		Logger:          p.log,
 		ShutdownTimeout: cfg.ShutdownTimeout,
-	}, specs)
+	}, worker.FromConfig(cfg))
 	if err != nil {
 		return configErr(err)
 	}
+	p.pool = pool
+	return nil
+}
 
-	// Reload on SIGHUP and when the file changes. A new config that cannot be applied is
-	// refused like an invalid one.
-	wctx, stopWatch := context.WithCancel(ctx)
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		w := &config.Watcher{
-			Path:    m.ConfigPath,
-			Current: cfg,
-			OnChange: func(next *config.Config) {
-				if next.NATS == nil || next.Redis == nil || next.NATS.URL != cfg.NATS.URL ||
-					next.Redis.URL != cfg.Redis.URL || next.AdminListen != cfg.AdminListen {
-					log.Warn("worker: reload: nats, redis and admin_listen changes apply only after a restart")
-				}
-				// Provision first, so that new queues have their consumer when the pool
-				// starts on them.
-				pctx, cancel := context.WithTimeout(wctx, 20*time.Second)
-				defer cancel()
-				if err := qs.Provision(pctx, QueueSpecs(next)); err != nil {
-					log.Error("worker: reload: provision queues", "err", err)
-				}
-				if err := pool.Reload(worker.FromConfig(next)); err != nil {
-					adm.ReloadFailed()
-					log.Error("worker: reload refused; keeping the old config", "err", err)
-					return
-				}
-				reloads.Inc()
-				log.Info("worker: config reloaded", "queues", len(next.Queues))
-			},
-			OnError: func(err error) {
-				adm.ReloadFailed()
-				log.Error("worker: reload refused; keeping the old config", "err", err)
-			},
-		}
-		if err := w.Run(wctx); err != nil {
-			log.Error("worker: config watcher", "err", err)
-		}
-	}()
-	defer func() { stopWatch(); <-watchDone }()
-
-	draining.Store(true)
-	log.Info("worker: draining", "queues", len(specs), "nats", cfg.NATS.URL)
-	if m.Ready != nil {
-		m.Ready(ln.Addr().String())
-	}
-	err = pool.Run(ctx)
-	draining.Store(false)
-	log.Info("worker: stopped")
-	return err
+// watch reloads the config on SIGHUP and on file change, by the one reload policy: the
+// queues are provisioned first, so that new queues have their consumer when the pool starts on
+// them.
+func (p *workerProc) watch(ctx context.Context) error {
+	r := &reloader{proc: "worker", log: p.log, failed: p.adm.ReloadFailed, current: &p.current, steps: []reloadStep{
+		provisionStep(p.qs),
+		{"worker pool", func(_ context.Context, next *config.Config) error { return p.pool.Reload(worker.FromConfig(next)) }},
+	}}
+	return r.watcher(ctx, p.ConfigPath).Run(ctx)
 }
 
 // needsStores refuses a config without the nats and redis sections a standalone worker shares
@@ -203,26 +200,4 @@ func needsStores(cfg *config.Config) error {
 		"the ingress; missing %s. Without them the quickstart runs its workers inside the "+
 		"ingress: go run ./cmd/ingress -config %s",
 		cfg.Path, strings.Join(missing, " and "), cfg.Path)
-}
-
-// QueueSpecs maps the queues of cfg to the queue layer's specs. Every process that provisions
-// the queues (ingresses and workers) derives them from the same file, so they agree.
-func QueueSpecs(cfg *config.Config) []queue.Spec {
-	replicas := 1
-	if cfg.NATS != nil {
-		replicas = cfg.NATS.Replicas
-	}
-	out := make([]queue.Spec, 0, len(cfg.Queues))
-	for _, q := range cfg.Queues {
-		out = append(out, queue.Spec{
-			Name:         q.Name,
-			MaxDepth:     q.MaxDepth,
-			MaxBodyBytes: q.MaxBodyBytes,
-			DedupeWindow: q.DedupeWindow,
-			Replicas:     replicas,
-			AckWait:      q.AckWait,
-			Fair:         q.Fair,
-		})
-	}
-	return out
 }

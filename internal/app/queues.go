@@ -1,0 +1,106 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
+	"github.com/sluice-rl/sluice/retry"
+)
+
+// openPolicy spaces the attempts of openQueues: 100ms doubling to 5s, each ±50% so that the
+// workers of a fleet that lost NATS together do not come back in step.
+var openPolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5}
+
+// openTimeout bounds one attempt of openQueues.
+const openTimeout = 20 * time.Second
+
+// openQueues creates the queue layer and provisions the config's queues, retrying while NATS
+// cannot be reached (openPolicy) until ctx ends: the one connect policy of the ingress and the
+// worker. proc names the process in the logs.
+func openQueues(ctx context.Context, proc string, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (*queue.Queues, error) {
+	for failures := 1; ; failures++ {
+		qs, err := openQueuesOnce(ctx, js, cfg)
+		if err == nil {
+			return qs, nil
+		}
+		wait := openPolicy.Delay(failures, rand.Float64())
+		log.Warn(proc+": queues unavailable; retrying", "err", err, "retry_in", wait)
+		if err := retry.Sleep(ctx, nil, wait); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// openQueuesOnce is one attempt of openQueues.
+func openQueuesOnce(ctx context.Context, js jetstream.JetStream, cfg *config.Config) (*queue.Queues, error) {
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	qs, err := queue.New(ctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas(cfg), IDSecret: cfg.IDSecretBytes()})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.NATS == nil {
+		// The quickstart: this process is the only consumer. The jobs its pool handed back at
+		// the last shutdown are pending in the consumer's stored state until their ack wait
+		// runs out; a fresh consumer delivers every unacked job at once, in order.
+		if err := qs.ResetConsumers(ctx, queueNames(cfg)); err != nil {
+			return nil, err
+		}
+	}
+	if err := qs.Provision(ctx, QueueSpecs(cfg)); err != nil {
+		return nil, err
+	}
+	return qs, nil
+}
+
+// QueueSpecs maps the queues of cfg to the queue layer's specs. Every process that provisions
+// the queues (ingresses and workers) derives them from the same file, so they agree.
+func QueueSpecs(cfg *config.Config) []queue.Spec {
+	out := make([]queue.Spec, 0, len(cfg.Queues))
+	for _, q := range cfg.Queues {
+		out = append(out, queue.Spec{
+			Name:         q.Name,
+			MaxDepth:     q.MaxDepth,
+			MaxBodyBytes: q.MaxBodyBytes,
+			DedupeWindow: q.DedupeWindow,
+			Replicas:     replicas(cfg),
+			AckWait:      q.AckWait,
+			Fair:         q.Fair,
+		})
+	}
+	return out
+}
+
+// replicas is the stream replicas of cfg's queues: nats.replicas, 1 for the embedded server.
+func replicas(cfg *config.Config) int {
+	if cfg.NATS == nil {
+		return 1
+	}
+	return cfg.NATS.Replicas
+}
+
+func queueNames(cfg *config.Config) []string {
+	names := make([]string, len(cfg.Queues))
+	for i, q := range cfg.Queues {
+		names[i] = q.Name
+	}
+	return names
+}
+
+// pausedUntil adapts a leak schedule to the admin API's view of a queue's pause.
+func pausedUntil(s leaky.Schedule) func(ctx context.Context, q string) (time.Time, bool, error) {
+	return func(ctx context.Context, q string) (time.Time, bool, error) {
+		d, err := s.PausedFor(ctx, q)
+		if err != nil || d <= 0 {
+			return time.Time{}, false, err
+		}
+		return time.Now().Add(d), true, nil
+	}
+}
