@@ -116,73 +116,76 @@ func walkForwarded(peer netip.Addr, lines []string, trusted trust) netip.Addr {
 //	forwarded-pair = token "=" value
 //	value          = token / quoted-string
 func forwardedFors(dst []string, line string) ([]string, bool) {
-	s := line
-	i := 0
-	for {
-		// One element.
-		var forValue string
-		hasFor := false
-		for {
-			i = skipOWS(s, i)
-			if i < len(s) && (s[i] == ';' || s[i] == ',') {
-				if s[i] == ';' {
-					i++
-					continue
-				}
-				break // empty pair list before ','
-			}
-			if i >= len(s) {
-				break
-			}
-			start := i
-			for i < len(s) && isTokenChar(s[i]) {
-				i++
-			}
-			if i == start || i >= len(s) || s[i] != '=' {
-				return dst, false
-			}
-			name := s[start:i]
-			i++ // '='
-			var value string
-			if i < len(s) && s[i] == '"' {
-				v, n, ok := unquote(s[i:])
-				if !ok {
-					return dst, false
-				}
-				value, i = v, i+n
-			} else {
-				start := i
-				for i < len(s) && isTokenChar(s[i]) {
-					i++
-				}
-				if i == start {
-					return dst, false
-				}
-				value = s[start:i]
-			}
-			if strings.EqualFold(name, "for") {
-				if hasFor {
-					return dst, false // RFC 7239 4: each parameter at most once per element
-				}
-				forValue, hasFor = value, true
-			}
-			i = skipOWS(s, i)
-			if i < len(s) && s[i] == ';' {
-				i++
-				continue
-			}
-			break
+	for i := 0; ; i++ { // i++ steps over the ',' between elements
+		forValue, end, ok := forwardedElement(line, i)
+		if !ok {
+			return dst, false
 		}
 		dst = append(dst, forValue)
-		i = skipOWS(s, i)
-		if i >= len(s) {
+		i = skipOWS(line, end)
+		if i >= len(line) {
 			return dst, true
 		}
-		if s[i] != ',' {
+		if line[i] != ',' {
 			return dst, false
+		}
+	}
+}
+
+// forwardedElement reads the forwarded-element of s that starts at i, and returns its for=
+// value ("" when it has none) and where it ends: at the end of s, or at what follows it (a
+// ',' when s is valid). It reports false when the element is not valid or names for= twice
+// (RFC 7239 4: each parameter at most once per element).
+func forwardedElement(s string, i int) (forValue string, end int, ok bool) {
+	hasFor := false
+	for {
+		i = skipOWS(s, i)
+		if i < len(s) && s[i] == ';' { // an empty pair
+			i++
+			continue
+		}
+		if i >= len(s) || s[i] == ',' {
+			return forValue, i, true
+		}
+		name, value, next, ok := forwardedPair(s, i)
+		if !ok {
+			return "", i, false
+		}
+		if strings.EqualFold(name, "for") {
+			if hasFor {
+				return "", i, false
+			}
+			forValue, hasFor = value, true
+		}
+		i = skipOWS(s, next)
+		if i >= len(s) || s[i] != ';' {
+			return forValue, i, true
 		}
 		i++
 	}
+}
+
+// forwardedPair reads the forwarded-pair (token "=" value) of s that starts at i, and returns
+// its name, its value (a quoted-string unquoted) and the index after it.
+func forwardedPair(s string, i int) (name, value string, end int, ok bool) {
+	start := i
+	for i < len(s) && isTokenChar(s[i]) {
+		i++
+	}
+	if i == start || i >= len(s) || s[i] != '=' {
+		return "", "", i, false
+	}
+	name = s[start:i]
+	i++ // '='
+	if i < len(s) && s[i] == '"' {
+		v, n, ok := unquote(s[i:])
+		return name, v, i + n, ok
+	}
+	start = i
+	for i < len(s) && isTokenChar(s[i]) {
+		i++
+	}
+	return name, s[start:i], i, i > start
 }
 
 // unquote decodes the quoted-string at the start of s and returns it, the number of bytes it
