@@ -177,25 +177,60 @@ func compile(cfg *config.Config, m *metrics) (*ruleSet, error) {
 	return rs, nil
 }
 
+// compileRule compiles one rule of cfg, whose queues are queues. Its error is the first
+// thing wrong with the rule, in the order of the steps below.
 func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Queue) (*rule, error) {
-	if cr.Name == "" {
-		return nil, errors.New("name is required")
+	if err := checkName(cr.Name); err != nil {
+		return nil, err
 	}
-	if !utf8.ValidString(cr.Name) {
-		return nil, errors.New("name is not valid UTF-8") // it is a metric label
+	key, err := compileKey(cr.Key)
+	if err != nil {
+		return nil, err
 	}
 	r := &rule{
 		rejects: newRejectCache(),
 		name:    cr.Name,
 		match:   compileMatch(cr.Match),
-		key:     slices.Clone(cr.Key),
+		key:     key,
 		shadow:  cr.Shadow || cfg.Shadow,
 		queue:   cr.Queue,
 	}
-	if len(r.key) == 0 {
-		r.key = []config.KeyPart{{Kind: config.KeyIP}}
+	if err := r.compileActions(cr.Action, cr.OnLimit); err != nil {
+		return nil, err
 	}
-	for _, p := range r.key {
+	if err := r.compileLimit(cr); err != nil {
+		return nil, err
+	}
+	if _, ok := queues[cr.Queue]; r.defers() && !ok {
+		return nil, fmt.Errorf("no queue named %q", cr.Queue)
+	}
+	if r.failOpen, err = failsOpen(cr.StoreErrorMode(cfg.OnStoreError)); err != nil {
+		return nil, err
+	}
+	r.compileText()
+	return r, nil
+}
+
+// checkName reports why name cannot name a rule: it is required, and it is a metric label.
+func checkName(name string) error {
+	if name == "" {
+		return errors.New("name is required")
+	}
+	if !utf8.ValidString(name) {
+		return errors.New("name is not valid UTF-8")
+	}
+	return nil
+}
+
+// compileKey returns a copy of a rule's key parts ready for requests, header names in canonical
+// form (they are looked up in the header map as they are; the name is not part of the key).
+// No parts is the client address.
+func compileKey(parts []config.KeyPart) ([]config.KeyPart, error) {
+	if len(parts) == 0 {
+		return []config.KeyPart{{Kind: config.KeyIP}}, nil
+	}
+	key := slices.Clone(parts)
+	for i, p := range key {
 		switch p.Kind {
 		case config.KeyIP, config.KeyMethod, config.KeyPath:
 		case config.KeyHeader, config.KeyQuery, config.KeyConst:
@@ -205,50 +240,60 @@ func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Q
 		default:
 			return nil, fmt.Errorf("unknown key part %q", p.Kind)
 		}
-	}
-	for i, p := range r.key {
 		if p.Kind == config.KeyHeader {
-			// Looked up in the header map as is; the name is not part of the key.
-			r.key[i].Name = textproto.CanonicalMIMEHeaderKey(p.Name)
+			key[i].Name = textproto.CanonicalMIMEHeaderKey(p.Name)
 		}
 	}
-	switch cr.Action {
+	return key, nil
+}
+
+// compileActions sets what the rule does with a request it matches (action) and with one over
+// its limit (onLimit).
+func (r *rule) compileActions(action config.Action, onLimit config.OnLimit) error {
+	switch action {
 	case "", config.ActionLimit:
 	case config.ActionEnqueue:
 		r.actionEnqueue = true
 	default:
-		return nil, fmt.Errorf("unknown action %q", cr.Action)
+		return fmt.Errorf("unknown action %q", action)
 	}
-	switch cr.OnLimit {
+	switch onLimit {
 	case "", config.OnLimitReject:
 	case config.OnLimitEnqueue:
 		r.onLimitEnqueue = true
 	default:
-		return nil, fmt.Errorf("unknown on_limit %q", cr.OnLimit)
+		return fmt.Errorf("unknown on_limit %q", onLimit)
 	}
-	r.hasLimit = !r.actionEnqueue || cr.Algorithm != ""
-	if r.hasLimit {
-		r.spec = cr.LimitSpec()
-		if cr.Lease > 1 {
-			r.leases = newLeaseCache(cr.Lease, r.spec.Period)
-		}
-		if err := r.spec.Validate(); err != nil {
-			return nil, err
-		}
-	}
-	if r.defers() {
-		if _, ok := queues[cr.Queue]; !ok {
-			return nil, fmt.Errorf("no queue named %q", cr.Queue)
-		}
-	}
-	switch mode := cr.StoreErrorMode(cfg.OnStoreError); mode {
-	case config.StoreErrorAllow:
-		r.failOpen = true
-	case config.StoreErrorDeny:
-	default:
-		return nil, fmt.Errorf("unknown on_store_error %q", mode)
-	}
+	return nil
+}
 
+// compileLimit sets the rule's limit and its leases. Every rule has a limit but an action:
+// enqueue rule without an algorithm.
+func (r *rule) compileLimit(cr config.Rule) error {
+	r.hasLimit = !r.actionEnqueue || cr.Algorithm != ""
+	if !r.hasLimit {
+		return nil
+	}
+	r.spec = cr.LimitSpec()
+	if cr.Lease > 1 {
+		r.leases = newLeaseCache(cr.Lease, r.spec.Period)
+	}
+	return r.spec.Validate()
+}
+
+// failsOpen reports whether a rule of on_store_error mode fails open.
+func failsOpen(mode config.StoreErrorMode) (bool, error) {
+	switch mode {
+	case config.StoreErrorAllow:
+		return true, nil
+	case config.StoreErrorDeny:
+		return false, nil
+	}
+	return false, fmt.Errorf("unknown on_store_error %q", mode)
+}
+
+// compileText makes the text of the rule's keys, headers and 429 body once, for every request.
+func (r *rule) compileText() {
 	if len(r.name) <= maxRuleInKey {
 		r.keyPrefix = r.name + "\x00"
 	} else {
@@ -261,7 +306,6 @@ func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Q
 		r.policy = r.item + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(r.spec.Period), 10)
 		r.quotaHead, r.quotaMid = quotaBody(r.name)
 	}
-	return r, nil
 }
 
 // quotaTitle is the title of a 429 for a rate limit.
