@@ -116,8 +116,8 @@ type Spec struct {
 	// MaxAckPending bounds the jobs held by all workers of the queue at once; default 1000.
 	MaxAckPending int
 	// Fair makes the queue share its deliveries among its tenants (Job.Tenant): jobs wait in
-	// a backlog per tenant, and a scheduler ([Queues.Fair]) moves them to the delivery stream
-	// in weighted round robin. See "Fair share among tenants" in the package doc.
+	// a backlog per tenant (see [FairLayout]), and a scheduler (package queue/fair) moves them
+	// to the delivery stream in weighted round robin.
 	Fair bool
 }
 

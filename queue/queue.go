@@ -194,7 +194,7 @@ const idSecretKey = "id-secret"
 // openMeta opens the meta bucket — deployment settings that outlive jobs: the id secret and
 // the queues' operator controls — creating it if it does not exist yet.
 func (q *Queues) openMeta(ctx context.Context) (jetstream.KeyValue, error) {
-	name := q.opts.Prefix + "_META"
+	name := q.metaBucketName()
 	kv, err := q.js.KeyValue(ctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = q.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -387,7 +387,7 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 	info := Info{Name: name, MaxDepth: s.MaxDepth}
 	if s.Fair {
 		// The backlogs before the delivery stream: a job the scheduler moves in between is
-		// counted twice (at most FairOptions.Target of them), never missed.
+		// counted twice (at most the scheduler's target of them), never missed.
 		if err := q.fairInfo(ctx, name, &info); err != nil {
 			return Info{}, err
 		}

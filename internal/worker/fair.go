@@ -5,18 +5,24 @@ import (
 	"math"
 	"time"
 
-	"github.com/sluice-rl/sluice/queue"
+	"github.com/sluice-rl/sluice/queue/fair"
 )
+
+// fairSource gives a Pool the layouts of its fair queues, to run their schedulers;
+// *queue.Queues is one. A Broker that is not one (a test's fake) runs no schedulers.
+type fairSource interface {
+	fair.Source
+}
 
 // scheduleLoop runs the scheduler of a fair queue while ctx lasts, with the options of the
 // runner's current config; it is idle while the queue is not fair. Every process runs one;
-// queue.Fair's lease lets one of them work at a time.
+// the scheduler's lease lets one of them work at a time.
 func (r *runner) scheduleLoop(ctx context.Context) {
 	if r.p.fairs == nil {
 		return
 	}
 	var (
-		f     *queue.Fair
+		f     *fair.Scheduler
 		stop  func() // stops f and waits for it
 		shown *QueueConfig
 		// drained is whether a drain of leftover backlogs was started since the queue was
@@ -35,7 +41,7 @@ func (r *runner) scheduleLoop(ctx context.Context) {
 		switch {
 		case !cfg.Fair && !drained && f == nil:
 			// Jobs a fair configuration of this queue left in its tenants' backlogs.
-			if f, _ = r.p.fairs.Fair(r.name, queue.FairOptions{Drain: true, Logger: r.p.log}); f != nil {
+			if f, _ = fair.New(r.p.fairs, r.name, fair.Options{Drain: true, Logger: r.p.log}); f != nil {
 				stop = runFair(ctx, f)
 			}
 			drained = true
@@ -45,7 +51,7 @@ func (r *runner) scheduleLoop(ctx context.Context) {
 				stop = nil
 			}
 			var err error
-			if f, err = r.p.fairs.Fair(r.name, fairOptions(cfg, r)); err != nil {
+			if f, err = fair.New(r.p.fairs, r.name, fairOptions(cfg, r)); err != nil {
 				f = nil // not provisioned as fair yet: try again at the next tick
 				break
 			}
@@ -66,7 +72,7 @@ func (r *runner) scheduleLoop(ctx context.Context) {
 }
 
 // runFair runs f until ctx ends or the returned function is called, which waits for it.
-func runFair(ctx context.Context, f *queue.Fair) (stop func()) {
+func runFair(ctx context.Context, f *fair.Scheduler) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); f.Run(ctx) }()
@@ -74,9 +80,9 @@ func runFair(ctx context.Context, f *queue.Fair) (stop func()) {
 }
 
 // fairOptions are the scheduler options of config cfg.
-func fairOptions(cfg *QueueConfig, r *runner) queue.FairOptions {
+func fairOptions(cfg *QueueConfig, r *runner) fair.Options {
 	target := math.Ceil(fairTarget.Seconds() / cfg.Rate.Interval.Seconds())
-	return queue.FairOptions{
+	return fair.Options{
 		Weights:    cfg.Weights,
 		TenantRate: cfg.TenantRate,
 		Target:     int(min(max(target, 2), fairTargetMax)),

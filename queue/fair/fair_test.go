@@ -1,14 +1,56 @@
-package queue_test
+package fair_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/queue"
+	"github.com/sluice-rl/sluice/queue/fair"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// bundle is what one test works with: a server, and a Queues whose names are unique to the
+// test, with specs provisioned.
+type bundle struct {
+	t   testing.TB
+	ctx context.Context
+	js  jetstream.JetStream
+	q   *queue.Queues
+}
+
+func setup(t testing.TB, specs ...queue.Spec) *bundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	js, err := jetstream.New(testenv.Connect(t, testenv.NATS(t).URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := queue.New(ctx, js, queue.Options{Prefix: testenv.Name(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		q.Close(ctx)
+	})
+	if err := q.Provision(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{t: t, ctx: ctx, js: js, q: q}
+}
 
 // publishTenant publishes n jobs of tenant to queue name.
 func (b *bundle) publishTenant(name, tenant string, n int) []string {
@@ -36,18 +78,25 @@ func (b *bundle) publishTenant(name, tenant string, n int) []string {
 	return ids
 }
 
-// drainFair runs a scheduler for queue name with opts and takes jobs one at a time until
-// stop says so or want jobs were taken; it returns their tenants in delivery order.
-func (b *bundle) drainFair(name string, opts queue.FairOptions, want int) []string {
+// schedule runs a scheduler of queue name with opts until the returned function is called,
+// which waits for Run to return.
+func (b *bundle) schedule(name string, opts fair.Options) (stop func()) {
 	b.t.Helper()
-	f, err := b.q.Fair(name, opts)
+	s, err := fair.New(b.q, name, opts)
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); f.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	go func() { defer close(done); s.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+// drainFair runs a scheduler for queue name with opts and takes jobs one at a time until
+// want jobs were taken, or a minute passed; it returns their tenants in delivery order.
+func (b *bundle) drainFair(name string, opts fair.Options, want int) []string {
+	b.t.Helper()
+	defer b.schedule(name, opts)()
 	cons, err := b.q.Consumer(b.ctx, name)
 	if err != nil {
 		b.t.Fatal(err)
@@ -71,11 +120,11 @@ func (b *bundle) drainFair(name string, opts queue.FairOptions, want int) []stri
 
 // A tenant's few jobs behind another tenant's backlog wait only for the round robin.
 func TestFairInterleavesTenants(t *testing.T) {
-	b := setup(t, queue.Options{}, queue.Spec{Name: "shared", Fair: true})
+	b := setup(t, queue.Spec{Name: "shared", Fair: true})
 	b.publishTenant("shared", "big", 300)
 	b.publishTenant("shared", "small", 10)
 
-	order := b.drainFair("shared", queue.FairOptions{Target: 2}, 310)
+	order := b.drainFair("shared", fair.Options{Target: 2}, 310)
 	if len(order) != 310 {
 		t.Fatalf("took %d jobs, want 310", len(order))
 	}
@@ -94,11 +143,11 @@ func TestFairInterleavesTenants(t *testing.T) {
 
 // While both have jobs waiting, tenants get deliveries in proportion to their weights.
 func TestFairWeights(t *testing.T) {
-	b := setup(t, queue.Options{}, queue.Spec{Name: "w", Fair: true})
+	b := setup(t, queue.Spec{Name: "w", Fair: true})
 	b.publishTenant("w", "gold", 200)
 	b.publishTenant("w", "plain", 200)
 
-	order := b.drainFair("w", queue.FairOptions{Target: 3, Weights: map[string]float64{"gold": 3}}, 200)
+	order := b.drainFair("w", fair.Options{Target: 3, Weights: map[string]float64{"gold": 3}}, 200)
 	counts := map[string]int{}
 	for _, tn := range order[:200] {
 		counts[tn]++
@@ -113,7 +162,7 @@ func TestFairWeights(t *testing.T) {
 // A fair queue's tenants are visible with their depths and delivered counts, and its jobs
 // have a status from the moment they are accepted; a canceled waiting job is never delivered.
 func TestFairVisibilityAndCancel(t *testing.T) {
-	b := setup(t, queue.Options{}, queue.Spec{Name: "v", Fair: true})
+	b := setup(t, queue.Spec{Name: "v", Fair: true})
 	ids := b.publishTenant("v", "a", 5)
 	b.publishTenant("v", "b", 2)
 	b.publishTenant("v", "", 1)
@@ -140,7 +189,7 @@ func TestFairVisibilityAndCancel(t *testing.T) {
 		t.Fatalf("tenant a = %+v, %v; want depth 4 after a cancel", ti, err)
 	}
 
-	order := b.drainFair("v", queue.FairOptions{Target: 2}, 7)
+	order := b.drainFair("v", fair.Options{Target: 2}, 7)
 	if len(order) != 7 {
 		t.Fatalf("delivered %d jobs, want the 7 not canceled", len(order))
 	}
@@ -157,12 +206,12 @@ func TestFairVisibilityAndCancel(t *testing.T) {
 // Two schedulers of one queue: one leads, and when it stops the other takes over; no job is
 // moved twice or lost.
 func TestFairLeaseTakeover(t *testing.T) {
-	b := setup(t, queue.Options{}, queue.Spec{Name: "l", Fair: true})
+	b := setup(t, queue.Spec{Name: "l", Fair: true})
 	b.publishTenant("l", "a", 40)
 	b.publishTenant("l", "b", 40)
 
-	f1, _ := b.q.Fair("l", queue.FairOptions{Target: 4})
-	f2, _ := b.q.Fair("l", queue.FairOptions{Target: 4})
+	f1, _ := fair.New(b.q, "l", fair.Options{Target: 4})
+	f2, _ := fair.New(b.q, "l", fair.Options{Target: 4})
 	ctx1, cancel1 := context.WithCancel(b.ctx)
 	ctx2, cancel2 := context.WithCancel(b.ctx)
 	var wg sync.WaitGroup
@@ -195,7 +244,7 @@ func TestFairLeaseTakeover(t *testing.T) {
 		if len(seen) == 50 {
 			cancel2()
 			ctx3, cancel3 := context.WithCancel(b.ctx)
-			f3, _ := b.q.Fair("l", queue.FairOptions{Target: 4})
+			f3, _ := fair.New(b.q, "l", fair.Options{Target: 4})
 			wg.Add(1)
 			go func() { defer wg.Done(); f3.Run(ctx3) }()
 			defer cancel3()
@@ -208,16 +257,16 @@ func TestFairLeaseTakeover(t *testing.T) {
 
 // A queue that was fair and no longer is still has its tenants' backlogs moved on.
 func TestFairDrainAfterFairIsOff(t *testing.T) {
-	b := setup(t, queue.Options{}, queue.Spec{Name: "off", Fair: true})
+	b := setup(t, queue.Spec{Name: "off", Fair: true})
 	b.publishTenant("off", "a", 6)
 	if err := b.q.Provision(b.ctx, []queue.Spec{{Name: "off"}}); err != nil {
 		t.Fatal(err)
 	}
 	b.publishTenant("off", "a", 2) // now straight to the delivery stream
-	if _, err := b.q.Fair("off", queue.FairOptions{}); err == nil {
-		t.Fatal("a scheduler for a queue that is not fair, without Drain")
+	if _, err := fair.New(b.q, "off", fair.Options{}); !errors.Is(err, queue.ErrUnknownQueue) {
+		t.Fatalf("a scheduler for a queue that is not fair, without Drain: %v; want ErrUnknownQueue", err)
 	}
-	order := b.drainFair("off", queue.FairOptions{Drain: true}, 8)
+	order := b.drainFair("off", fair.Options{Drain: true}, 8)
 	if len(order) != 8 {
 		t.Fatalf("took %d jobs, want 8", len(order))
 	}
@@ -226,15 +275,9 @@ func TestFairDrainAfterFairIsOff(t *testing.T) {
 // A fair queue's dead letter replays into its tenant's backlog, and is delivered from there
 // under its own id.
 func TestFairReplayIntoTheBacklog(t *testing.T) {
-	b := setup(t, queue.Options{}, queue.Spec{Name: "r", Fair: true})
+	b := setup(t, queue.Spec{Name: "r", Fair: true})
 	ids := b.publishTenant("r", "a", 1)
-	schedule := func() (stop func()) {
-		f, _ := b.q.Fair("r", queue.FairOptions{Target: 1})
-		ctx, cancel := context.WithCancel(b.ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); f.Run(ctx) }()
-		return func() { cancel(); <-done }
-	}
+	schedule := func() (stop func()) { return b.schedule("r", fair.Options{Target: 1}) }
 	cons, err := b.q.Consumer(b.ctx, "r")
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,99 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// A runner's scheduleLoop follows its queue's config: while the queue is fair it keeps the
+// config's target of jobs in the delivery stream, no more; once the queue is no longer fair
+// it drains what the tenants' backlogs still hold.
+func TestScheduleLoopFollowsTheConfig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(testenv.Connect(t, testenv.NATS(t).URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := queue.New(ctx, js, queue.Options{Prefix: testenv.Name(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qs.Close(ctx)
+	if err := qs.Provision(ctx, []queue.Spec{{Name: "f", Fair: true}}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(tenant string, n int) {
+		for range n {
+			if _, err := qs.Publish(ctx, &queue.Job{Queue: "f", Tenant: tenant, Method: "POST", Path: "/x"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish("a", 5)
+	publish("b", 5)
+
+	r := &runner{p: &Pool{fairs: qs, log: slog.New(slog.DiscardHandler)}, name: "f"}
+	cfg := &QueueConfig{Name: "f", Fair: true, Rate: leaky.Every(20, time.Second)}
+	r.cfg.Store(cfg)
+	target := fairOptions(cfg, r).Target // 200ms at 20/s
+	if target != 4 {
+		t.Fatalf("target at 20/s = %d, want 4", target)
+	}
+	lctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.scheduleLoop(lctx) }()
+	defer func() { stop(); <-done }()
+
+	info := func() queue.Info {
+		t.Helper()
+		in, err := qs.Info(ctx, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	testenv.WaitFor(t, 10*time.Second, "the scheduler fills the delivery stream to the target", func() bool {
+		return info().Pending == uint64(target)
+	})
+	if in := info(); in.Backlog != uint64(10-target) || in.Pending != uint64(target) {
+		t.Fatalf("with no worker: %d in the backlogs and %d in the delivery stream, want %d and %d",
+			in.Backlog, in.Pending, 10-target, target)
+	}
+
+	// The queue stops being fair, with jobs still in its backlogs: a worker taking jobs gets
+	// them all.
+	if err := qs.Provision(ctx, []queue.Spec{{Name: "f"}}); err != nil {
+		t.Fatal(err)
+	}
+	r.cfg.Store(&QueueConfig{Name: "f", Rate: leaky.Every(20, time.Second)})
+	cons, err := qs.Consumer(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := 0
+	testenv.WaitFor(t, 10*time.Second, "every job delivered", func() bool {
+		msgs, err := cons.Fetch(ctx, 10, 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if err := m.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		took += len(msgs)
+		return took == 10
+	})
+	if in := info(); in.Depth != 0 {
+		t.Fatalf("after the drain: depth %d, want 0", in.Depth)
+	}
+}

@@ -1,0 +1,423 @@
+package fair
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/queue"
+)
+
+const (
+	// refreshEvery is how often the leader rereads which tenants have waiting jobs;
+	// refreshIdle, how often while it knows of none.
+	refreshEvery = 500 * time.Millisecond
+	refreshIdle  = 100 * time.Millisecond
+	// pollEvery is how often the leader looks at the delivery stream while it is full enough.
+	pollEvery = 20 * time.Millisecond
+	// flushEvery is how often the leader writes the tenants' delivered counts.
+	flushEvery = time.Second
+	// moveParallel bounds the tenants whose jobs one round moves at once.
+	moveParallel = 32
+	// opTimeout bounds a round, and the moves a stopping scheduler finishes.
+	opTimeout = 5 * time.Second
+	// backoffMin and backoffMax bound the wait before a failed round is tried again.
+	backoffMin = 100 * time.Millisecond
+	backoffMax = 2 * time.Second
+)
+
+// Source gives a scheduler the layout of its queue; *queue.Queues is one.
+type Source interface {
+	// FairLayout returns the layout of queue name, or an error wrapping
+	// queue.ErrUnknownQueue when name is not provisioned.
+	FairLayout(name string) (queue.FairLayout, error)
+}
+
+// Options configure a Scheduler. The zero value schedules with equal weights, no cap and a
+// Target of 1.
+type Options struct {
+	// Weights maps a tenant (Job.Tenant) to its weight, > 0; a tenant not in it weighs 1.
+	// While tenants have jobs waiting, each gets jobs in proportion to its weight.
+	Weights map[string]float64
+	// TenantRate caps how many jobs per second one tenant's backlog releases; 0: no cap.
+	TenantRate float64
+	// Target is how many jobs the scheduler keeps waiting in the delivery stream, ahead of the
+	// workers; >= 1. Jobs there are served in order, so Target over the queue's rate is
+	// the most a newly arrived tenant waits behind others' jobs. Default 1.
+	Target int
+	// Logger receives the scheduler's logs (leadership changes, failures). Nil: discarded.
+	Logger *slog.Logger
+	// Drain makes Run return once the backlogs are empty, or when the queue has none: for a
+	// queue that was fair and no longer is, whose tenants' jobs still wait.
+	Drain bool
+}
+
+// Scheduler moves the jobs of one fair queue from its tenants' backlogs to its delivery
+// stream, where workers take them as from any queue, in weighted round robin. Any number of
+// processes may run one for the same queue; a lease lets one of them work at a time. Create
+// it with New and run it with Run; SetOptions and Options are safe to call while it runs.
+type Scheduler struct {
+	l   queue.FairLayout
+	get directGet
+	now func() time.Time
+
+	mu   sync.Mutex
+	opts Options
+
+	// The leader's state, touched only by Run's goroutine (counts: by its moves too).
+	lease     *lease
+	picks     picker
+	cursor    map[string]uint64 // per tenant, the backlog sequence its next job is at or after
+	counts    counts
+	refreshed time.Time
+	lastFlush time.Time
+	backlog   jetstream.Stream
+	cons      jetstream.Consumer // the workers' consumer, for how many jobs wait for them
+	tenantsKV jetstream.KeyValue
+}
+
+// New returns the scheduler of fair queue name. It returns an error wrapping
+// queue.ErrUnknownQueue when name is not a provisioned fair queue (or, with opts.Drain, not a
+// provisioned queue).
+func New(src Source, name string, opts Options) (*Scheduler, error) {
+	l, err := src.FairLayout(name)
+	if err == nil && !l.Fair && !opts.Drain {
+		err = fmt.Errorf("%w: %q (not a fair queue)", queue.ErrUnknownQueue, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{l: l, get: newDirectGet(l.JetStream, l.Backlog), now: time.Now, cursor: map[string]uint64{}}
+	s.SetOptions(opts)
+	return s, nil
+}
+
+// SetOptions changes the scheduler's options from its next round on.
+func (s *Scheduler) SetOptions(opts Options) {
+	opts.Target = max(opts.Target, 1)
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s.mu.Lock()
+	s.opts = opts
+	s.mu.Unlock()
+}
+
+// Options returns the scheduler's options, defaults applied.
+func (s *Scheduler) Options() Options {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts
+}
+
+// Run schedules the queue until ctx ends: it takes the lease when no other scheduler holds
+// it, and while it holds it, keeps Options.Target jobs waiting in the delivery stream, chosen
+// from the tenants' backlogs in weighted round robin. Failures are logged and retried. It
+// returns nil, after writing the delivered counts and giving the lease up, when ctx ends or
+// (Options.Drain) the backlogs are empty.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if s.Options().Drain {
+		if _, err := s.l.JetStream.Stream(ctx, s.l.Backlog); errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil // never fair: nothing to drain
+		}
+	}
+	defer s.stepDown()
+	var renewed time.Time
+	backoff := backoffMin
+	for ctx.Err() == nil {
+		if s.now().Sub(renewed) >= leaseRenew || !s.leading() {
+			s.renew(ctx)
+			renewed = s.now()
+		}
+		if !s.leading() {
+			sleep(ctx, leaseRenew)
+			continue
+		}
+		moved, err := s.round(ctx)
+		if s.Options().Drain && (errors.Is(err, jetstream.ErrStreamNotFound) || err == nil && s.picks.len() == 0) {
+			break // nothing (left) to drain
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			s.Options().Logger.Warn("fair: scheduler; retrying", "queue", s.l.Queue, "err", err, "retry_in", backoff)
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, backoffMax)
+			continue
+		}
+		backoff = backoffMin
+		if s.now().Sub(s.lastFlush) >= flushEvery {
+			s.flush(ctx)
+		}
+		if moved == 0 {
+			sleep(ctx, s.idle())
+		}
+	}
+	s.flush(context.Background())
+	return nil
+}
+
+// idle is how long to wait after a round that moved nothing: pollEvery, or until the next
+// capped tenant is due if that is sooner (a release polled up to pollEvery late would leave a
+// capped tenant well short of its cap).
+func (s *Scheduler) idle() time.Duration {
+	d := pollEvery
+	if due := s.picks.nextDue; !due.IsZero() {
+		d = min(d, max(due.Sub(s.now()), time.Millisecond))
+	}
+	return d
+}
+
+func (s *Scheduler) leading() bool { return s.lease != nil && s.lease.held() }
+
+// renew takes, renews or loses the lease, and forgets the leader's state when leadership
+// changes: another leader may have changed it meanwhile.
+func (s *Scheduler) renew(ctx context.Context) {
+	log := s.Options().Logger
+	if s.lease == nil {
+		kv, err := s.l.JetStream.KeyValue(ctx, s.l.Meta)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("fair: scheduler lease", "queue", s.l.Queue, "err", err)
+			}
+			return
+		}
+		s.lease = newLease(kv, s.l.LeaseKey)
+	}
+	led := s.lease.held()
+	if _, err := s.lease.renew(ctx); err != nil && ctx.Err() == nil {
+		log.Warn("fair: scheduler lease", "queue", s.l.Queue, "err", err)
+	}
+	if led != s.lease.held() {
+		log.Info("fair: scheduler", "queue", s.l.Queue, "leading", s.lease.held())
+		s.picks, s.cursor, s.refreshed = picker{}, map[string]uint64{}, time.Time{}
+		s.counts.reset()
+	}
+}
+
+// stepDown gives the lease up, so that another process takes over at once.
+func (s *Scheduler) stepDown() {
+	if s.lease != nil {
+		s.lease.release(context.Background())
+	}
+}
+
+// open finds the streams, consumer and bucket the leader works with.
+func (s *Scheduler) open(ctx context.Context) error {
+	if s.cons != nil {
+		return nil
+	}
+	js := s.l.JetStream
+	var err error
+	if s.backlog, err = js.Stream(ctx, s.l.Backlog); err != nil {
+		return err
+	}
+	if s.tenantsKV, err = js.KeyValue(ctx, s.l.Tenants); err != nil {
+		return err
+	}
+	s.cons, err = js.Consumer(ctx, s.l.Delivery, s.l.Consumer)
+	return err
+}
+
+// round tops the delivery stream up to Target and returns how many jobs it moved.
+func (s *Scheduler) round(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	if err := s.open(ctx); err != nil {
+		return 0, err
+	}
+	opts := s.Options()
+	if since := s.now().Sub(s.refreshed); since >= refreshEvery || (s.picks.len() == 0 && since >= refreshIdle) {
+		if err := s.refresh(ctx, opts); err != nil {
+			return 0, err
+		}
+	}
+	if s.picks.len() == 0 {
+		return 0, nil
+	}
+	ci, err := s.cons.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	need := opts.Target - int(ci.NumPending)
+	if need <= 0 {
+		return 0, nil
+	}
+	return s.move(ctx, s.picks.pick(need, opts.TenantRate, s.now())), nil
+}
+
+// refresh rereads which tenants have waiting jobs, and how many.
+func (s *Scheduler) refresh(ctx context.Context, opts Options) error {
+	depths, _, err := s.l.Depths(ctx, s.backlog)
+	if err != nil {
+		return err
+	}
+	s.refreshed = s.now()
+	s.picks.update(depths, opts.Weights)
+	for id := range s.cursor {
+		if _, ok := depths[id]; !ok {
+			delete(s.cursor, id)
+		}
+	}
+	return nil
+}
+
+// moved is what moving one tenant's share did.
+type moved struct {
+	n     int
+	upTo  uint64 // the tenant's backlog is purged below it; 0: nothing was
+	empty bool   // fewer jobs were there than asked for
+	err   error
+}
+
+// move moves the picked jobs, tenants in parallel and each tenant's in order, and returns how
+// many it moved. A tenant found empty gives no more until the next refresh.
+func (s *Scheduler) move(ctx context.Context, picks []pickN) int {
+	res := make([]moved, len(picks))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, moveParallel)
+	for i, p := range picks {
+		wg.Add(1)
+		sem <- struct{}{}
+		from := s.cursor[p.tenant]
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			res[i] = s.moveTenant(ctx, p.tenant, from, p.n)
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i, r := range res {
+		id := picks[i].tenant
+		if r.err != nil && ctx.Err() == nil {
+			s.Options().Logger.Warn("fair: scheduler: move", "queue", s.l.Queue, "tenant", id, "err", r.err)
+		}
+		if r.empty {
+			s.picks.empty(id)
+		}
+		if r.upTo != 0 {
+			s.cursor[id] = r.upTo
+		}
+		s.counts.add(id, r.n)
+		total += r.n
+	}
+	return total
+}
+
+// moveTenant moves up to n of tenant's oldest jobs, at or after backlog sequence from, to the
+// delivery stream: they are read from the backlog in one request, published to the delivery
+// stream under their own message ids, and removed from the backlog once those publishes are
+// acknowledged. A crash in between leaves a job in both; the next leader moves it again, and
+// the delivery stream drops the second copy as a duplicate of its message id (within
+// Spec.StreamDuplicates).
+func (s *Scheduler) moveTenant(ctx context.Context, tenant string, from uint64, n int) moved {
+	subj := s.l.BacklogSubject(tenant)
+	raws, err := s.read(ctx, subj, from, n)
+	out := moved{empty: len(raws) < n && err == nil}
+	futs, perr := s.forward(raws)
+	err = cmp.Or(err, perr)
+	// Up to the first job whose copy is not acknowledged, the tenant's jobs are all moved. Once
+	// copies are sent, the move is finished even when ctx ends (a scheduler stopping): a job
+	// left in both streams would be moved again, and delivered twice after the duplicate window.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	out.n, perr = acked(fctx, futs)
+	out.err = cmp.Or(err, perr)
+	if out.n > 0 {
+		if err := s.remove(fctx, subj, raws[:out.n]); err != nil {
+			out.err = cmp.Or(out.err, err) // moved again by a later round, and dropped as duplicates
+		} else {
+			out.upTo = raws[out.n-1].Sequence + 1
+		}
+	}
+	return out
+}
+
+// read reads up to n messages on subj at or after sequence from: one job with the stream's
+// own direct get (over the connection's shared reply subscription, no inbox of its own), more
+// in one batch.
+func (s *Scheduler) read(ctx context.Context, subj string, from uint64, n int) ([]*jetstream.RawStreamMsg, error) {
+	if n > 1 {
+		return s.get.batch(ctx, subj, from, n)
+	}
+	raw, err := s.backlog.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subj))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return []*jetstream.RawStreamMsg{raw}, nil
+}
+
+// forward publishes the delivery-stream copies of raws, in order, without waiting for their
+// acknowledgements; it stops at the first that cannot be sent.
+func (s *Scheduler) forward(raws []*jetstream.RawStreamMsg) ([]jetstream.PubAckFuture, error) {
+	futs := make([]jetstream.PubAckFuture, 0, len(raws))
+	for _, raw := range raws {
+		fut, err := s.l.JetStream.PublishMsgAsync(s.l.Forward(raw))
+		if err != nil {
+			return futs, err
+		}
+		futs = append(futs, fut)
+	}
+	return futs, nil
+}
+
+// acked waits for futs in order and returns how many were acknowledged before the first that
+// failed, or ctx ended.
+func acked(ctx context.Context, futs []jetstream.PubAckFuture) (int, error) {
+	for i, fut := range futs {
+		select {
+		case <-fut.Ok():
+		case err := <-fut.Err():
+			return i, err
+		case <-ctx.Done():
+			return i, ctx.Err()
+		}
+	}
+	return len(futs), nil
+}
+
+// remove deletes raws, a tenant's oldest jobs on subj, from the backlog: one job by its
+// sequence, more with one purge of the subject below the last one's.
+func (s *Scheduler) remove(ctx context.Context, subj string, raws []*jetstream.RawStreamMsg) error {
+	var err error
+	if len(raws) == 1 {
+		err = s.backlog.DeleteMsg(ctx, raws[0].Sequence)
+	} else {
+		err = s.backlog.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(raws[len(raws)-1].Sequence+1))
+	}
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil // canceled meanwhile
+	}
+	return err
+}
+
+// flush writes the delivered counts that changed.
+func (s *Scheduler) flush(ctx context.Context) {
+	s.lastFlush = s.now()
+	if s.tenantsKV == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	s.counts.flush(ctx, s.tenantsKV, s.l.CountKey, moveParallel)
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
