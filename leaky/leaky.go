@@ -161,15 +161,15 @@ type Slot struct {
 	epoch int64
 }
 
-// late is how late it is for s now: since At, the latest the slot can be, or for a strict
+// late is how late it is for s at now: since At, the latest the slot can be, or for a strict
 // slot since early, the earliest. A slot is the instant the schedule ran the take (plus its
 // wait), which a slow reply leaves anywhere between the two while nothing bounds the clocks
 // more tightly.
-func (s Slot) late() time.Duration {
+func (s Slot) late(now time.Time) time.Duration {
 	if s.strict && !s.early.IsZero() {
-		return time.Since(s.early)
+		return now.Sub(s.early)
 	}
-	return time.Since(s.At)
+	return now.Sub(s.At)
 }
 
 // Schedule is a queue-wide leak schedule. Implementations are safe for concurrent use. Errors
@@ -236,6 +236,19 @@ type Hooks struct {
 	// OnSlot, if set, is called with how late after its slot the caller is let go (0 for a
 	// slot that was free at once), right before WaitHooks returns nil.
 	OnSlot func(late time.Duration)
+	// Clock, if set, is the clock WaitHooks reads and sleeps on, in place of the real one: a
+	// test gives the same fake clock to the schedule (NewMemory's now, RedisConfig.Now) and
+	// here, and a wait then takes no real time. Nil: time.Now and a time.Timer reused across
+	// the sleeps of one call.
+	Clock Clock
+}
+
+// Clock is a source of time that WaitHooks can be driven by: Now, and a channel that receives
+// once d has passed. It has the method set of retry.Clock, so retrytest's fake clocks are
+// Clocks. Implementations must be safe for concurrent use.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
 }
 
 // ErrHeld is returned by WaitHooks when Hooks.Held said the queue is held.
@@ -243,13 +256,9 @@ var ErrHeld = errors.New("leaky: queue held")
 
 // WaitHooks is Wait with hooks that observe it.
 func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) error {
-	ck, _ := s.(checker)
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	w := waiter{s: s, queue: queue, rate: r, h: h, sleeper: sleeper{clock: h.Clock}}
+	w.ck, _ = s.(checker)
+	defer w.stop()
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -258,79 +267,138 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 		if err != nil {
 			return err
 		}
-		if slot.Wait <= 0 {
-			if late := slot.late(); late > r.Tolerance() {
-				// The reply came back later than the slot may be late: give it up.
-				if h.OnGiveUp != nil {
-					h.OnGiveUp(late)
-				}
-				continue
-			}
-			if h.Held != nil && h.Held() {
-				return ErrHeld
-			}
-			if h.OnSlot != nil {
-				h.OnSlot(0)
-			}
-			return nil // Take saw no pause, atomically with the reservation.
-		}
-		// Wake checkLead before the slot to ask about pauses and lost state, so that the
-		// round trip is over by the slot; then sleep the rest of the way. Both sleeps end at
-		// local instants of the slot, not after Slot.Wait: that counts from when the schedule
-		// ran the take, which may be well before its reply came back.
-		wake := slot.early
-		if wake.IsZero() {
-			wake = slot.At
-		}
-		if err := sleep(ctx, &timer, time.Until(wake.Add(-checkLead)), h.OnWait, ProgressThreshold, ProgressInterval); err != nil {
+		if ok, err := w.await(ctx, slot); ok || err != nil {
 			return err
 		}
-		var paused time.Duration
-		valid := true
-		if ck != nil {
-			paused, valid, slot, err = ck.check(ctx, queue, slot)
-		} else {
-			paused, err = s.PausedFor(ctx, queue)
+	}
+}
+
+// waiter is the state of one WaitHooks call.
+type waiter struct {
+	s     Schedule
+	ck    checker // s's, if it has one
+	queue string
+	rate  Rate
+	h     Hooks
+	sleeper
+}
+
+// await waits for slot: it reports true when the caller may deliver, false when the slot is
+// spent (given up for being late, or voided by a pause or lost state) and a new one must be
+// taken, or an error (ctx's, the schedule's, ErrHeld).
+func (w *waiter) await(ctx context.Context, slot Slot) (bool, error) {
+	if slot.Wait <= 0 {
+		// Take saw no pause, atomically with the reservation; the reply may still have come
+		// back later than the slot may be late.
+		return w.release(slot, true)
+	}
+	slot, retake, err := w.sleepToSlot(ctx, slot)
+	if retake || err != nil {
+		return false, err
+	}
+	return w.release(slot, false)
+}
+
+// sleepToSlot sleeps until slot, waking checkLead before it to ask about pauses and lost state,
+// so that the round trip is over by the slot. Both sleeps end at local instants of the slot,
+// not after Slot.Wait: that counts from when the schedule ran the take, which may be well
+// before its reply came back. It returns the slot as the check placed it again, or retake
+// (after sleeping out a pause) when the slot may not be used.
+func (w *waiter) sleepToSlot(ctx context.Context, slot Slot) (_ Slot, retake bool, err error) {
+	wake := slot.early
+	if wake.IsZero() {
+		wake = slot.At
+	}
+	if err := w.sleep(ctx, wake.Add(-checkLead).Sub(w.now()), w.h.OnWait, ProgressThreshold, ProgressInterval); err != nil {
+		return slot, false, err
+	}
+	paused, valid, slot, err := w.check(ctx, slot)
+	switch {
+	case err != nil:
+		return slot, false, err
+	case paused > 0:
+		return slot, true, w.sleep(ctx, paused, w.h.OnWait, ProgressThreshold, ProgressInterval)
+	case !valid:
+		return slot, true, nil
+	}
+	return slot, false, w.sleep(ctx, slot.At.Sub(w.now()), nil, ProgressThreshold, ProgressInterval)
+}
+
+// check asks the schedule whether the queue was paused since slot was taken and whether the
+// reservation still stands, and places slot again where the schedule can (Redis).
+func (w *waiter) check(ctx context.Context, slot Slot) (paused time.Duration, valid bool, _ Slot, err error) {
+	if w.ck != nil {
+		return w.ck.check(ctx, w.queue, slot)
+	}
+	paused, err = w.s.PausedFor(ctx, w.queue)
+	return paused, true, slot, err
+}
+
+// release decides, as close to the delivery as it can be, whether the caller may use slot: a
+// slot that can no longer be used on time is given up (false), never spent late; a held queue
+// gives it up with ErrHeld; otherwise OnSlot hears how late the caller goes (0 for a slot that
+// was free at once) and release reports true.
+func (w *waiter) release(slot Slot, free bool) (bool, error) {
+	now := w.now()
+	if late := slot.late(now); late > w.rate.Tolerance() {
+		if w.h.OnGiveUp != nil {
+			w.h.OnGiveUp(late)
 		}
-		if err != nil {
-			return err
+		return false, nil
+	}
+	if w.h.Held != nil && w.h.Held() {
+		return false, ErrHeld
+	}
+	if w.h.OnSlot != nil {
+		var late time.Duration
+		if !free {
+			late = max(w.now().Sub(slot.At), 0)
 		}
-		if paused > 0 {
-			if err := sleep(ctx, &timer, paused, h.OnWait, ProgressThreshold, ProgressInterval); err != nil {
-				return err
-			}
-			continue
-		}
-		if !valid {
-			continue
-		}
-		if err := sleep(ctx, &timer, time.Until(slot.At), nil, ProgressThreshold, ProgressInterval); err != nil {
-			return err
-		}
-		// Last, as close to the delivery as it can be: a slot that can no longer be used on
-		// time is given up, never spent late.
-		if late := slot.late(); late > r.Tolerance() {
-			if h.OnGiveUp != nil {
-				h.OnGiveUp(late)
-			}
-			continue
-		}
-		if h.Held != nil && h.Held() {
-			return ErrHeld
-		}
-		if h.OnSlot != nil {
-			h.OnSlot(max(time.Since(slot.At), 0))
-		}
-		return nil
+		w.h.OnSlot(late)
+	}
+	return true, nil
+}
+
+// sleeper sleeps on a Clock, or on the real clock with one timer reused across its sleeps (a
+// Wait sleeps up to three times per slot, so the timer is allocated once).
+type sleeper struct {
+	clock Clock       // nil: the real clock
+	timer *time.Timer // the real clock's, once one sleep needed it
+}
+
+func (s *sleeper) now() time.Time {
+	if s.clock != nil {
+		return s.clock.Now()
+	}
+	return time.Now()
+}
+
+// after returns a channel that receives once d has passed.
+func (s *sleeper) after(d time.Duration) <-chan time.Time {
+	if s.clock != nil {
+		return s.clock.After(d)
+	}
+	if s.timer == nil {
+		s.timer = time.NewTimer(d)
+	} else {
+		s.timer.Reset(d)
+	}
+	return s.timer.C
+}
+
+// stop releases the real clock's timer.
+func (s *sleeper) stop() {
+	if s.timer != nil {
+		s.timer.Stop()
 	}
 }
 
 // sleep sleeps d unless ctx ends first. If d ≥ threshold it calls onWait (if not nil) first and
 // then every period while at least threshold is left, with the time left.
-func sleep(ctx context.Context, timer **time.Timer, d time.Duration, onWait func(time.Duration), threshold, period time.Duration) error {
-	deadline := time.Now().Add(d)
+func (s *sleeper) sleep(ctx context.Context, d time.Duration, onWait func(time.Duration), threshold, period time.Duration) error {
+	deadline := s.now().Add(d)
 	for {
-		left := time.Until(deadline)
+		left := deadline.Sub(s.now())
 		if left <= 0 {
 			return nil
 		}
@@ -339,16 +407,11 @@ func sleep(ctx context.Context, timer **time.Timer, d time.Duration, onWait func
 			onWait(left)
 			step = min(left, period)
 		}
-		if *timer == nil {
-			*timer = time.NewTimer(step)
-		} else {
-			(*timer).Reset(step)
-		}
 		select {
 		case <-ctx.Done():
-			(*timer).Stop()
+			s.stop()
 			return ctx.Err()
-		case <-(*timer).C:
+		case <-s.after(step):
 		}
 	}
 }

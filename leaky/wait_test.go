@@ -3,10 +3,16 @@ package leaky
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/retry/retrytest"
 )
+
+// epoch is where the fake clocks of the tests start.
+var epoch = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // pausing pauses the queue right after its first take — as another worker hitting a 429 would
 // while this one sleeps for its slot — and counts takes.
@@ -67,6 +73,42 @@ func TestWait(t *testing.T) {
 				}
 			})
 
+			// On a fake clock shared by the schedule and the wait, Wait returns exactly at
+			// the slot, and after a pause exactly at its end, without sleeping.
+			t.Run("fake clock: exactly at the slot", func(t *testing.T) {
+				c := retrytest.NewAutoClock(epoch)
+				s := d.new(t, c.Now)
+				r := Rate{Interval: 50 * time.Millisecond}
+				take(t, s, "q", r)
+				var onSlot []time.Duration
+				if err := WaitHooks(context.Background(), s, "q", r, Hooks{Clock: c, OnSlot: func(late time.Duration) { onSlot = append(onSlot, late) }}); err != nil {
+					t.Fatal(err)
+				}
+				if el := c.Now().Sub(epoch); el != 50*time.Millisecond || len(onSlot) != 1 || onSlot[0] != 0 {
+					t.Fatalf("returned after %v, OnSlot %v; want at the slot 50ms away, 0 late", el, onSlot)
+				}
+				// The sleeps: to checkLead before the slot, then the rest of the way.
+				if w := c.Waits(); len(w) != 2 || w[0] != 50*time.Millisecond-checkLead || w[1] != checkLead {
+					t.Fatalf("slept %v, want [%v %v]", w, 50*time.Millisecond-checkLead, checkLead)
+				}
+			})
+
+			t.Run("fake clock: exactly at the pause's end", func(t *testing.T) {
+				c := retrytest.NewAutoClock(epoch)
+				s := &pausing{Schedule: d.new(t, c.Now), pause: 250 * time.Millisecond}
+				r := Rate{Interval: 100 * time.Millisecond}
+				take(t, s.Schedule, "q", r)
+				if err := WaitHooks(context.Background(), s, "q", r, Hooks{Clock: c}); err != nil {
+					t.Fatal(err)
+				}
+				if el := c.Now().Sub(epoch); el != 250*time.Millisecond {
+					t.Fatalf("returned after %v, want at the end of the 250ms pause", el)
+				}
+				if n := s.takes.Load(); n != 2 {
+					t.Fatalf("%d takes, want 2 (a new slot after the pause)", n)
+				}
+			})
+
 			t.Run("ctx cancelled mid-sleep", func(t *testing.T) {
 				s := d.new(t, nil)
 				r := Rate{Interval: time.Minute}
@@ -119,42 +161,55 @@ func TestWait(t *testing.T) {
 }
 
 // TestSleepProgress: long sleeps report progress before and periodically during the sleep, with
-// the time left; short ones do not.
+// the time left; short ones do not. On a fake clock the calls are exact; the real clock sleeps
+// at least as long as asked.
 func TestSleepProgress(t *testing.T) {
 	const d, threshold, period = 200 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond
+	c := retrytest.NewAutoClock(epoch)
+	sl := &sleeper{clock: c}
 	var calls []time.Duration
-	var timer *time.Timer
-	defer func() { timer.Stop() }()
-	start := time.Now()
-	err := sleep(context.Background(), &timer, d, func(left time.Duration) {
-		calls = append(calls, left)
-	}, threshold, period)
-	if err != nil {
+	record := func(left time.Duration) { calls = append(calls, left) }
+	if err := sl.sleep(context.Background(), d, record, threshold, period); err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el < d {
-		t.Fatalf("slept %v, less than %v", el, d)
+	if el := c.Now().Sub(epoch); el != d {
+		t.Fatalf("slept %v, want %v", el, d)
 	}
-	// Called first with about d left, then about every period (timers never fire early, so never
-	// more often) while at least the threshold is left. Only a stall of the whole test for most of
-	// d could leave a single call.
-	if len(calls) < 2 || len(calls) > int(d/period)+1 {
-		t.Fatalf("onWait calls %v: want 2 to %d", calls, int(d/period)+1)
-	}
-	if calls[0] > d || calls[0] < d-period {
-		t.Fatalf("first onWait(%v), want about %v", calls[0], d)
-	}
-	for i := 1; i < len(calls); i++ {
-		if calls[i] > calls[i-1]-period || calls[i] < threshold {
-			t.Fatalf("onWait calls %v: closer than the period or below the threshold", calls)
-		}
+	// Called first with d left, then every period while at least the threshold is left.
+	want := []time.Duration{200 * ms, 170 * ms, 140 * ms, 110 * ms, 80 * ms, 50 * ms, 20 * ms}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("onWait calls %v, want %v", calls, want)
 	}
 	// Short sleeps do not report.
 	calls = nil
-	if err := sleep(context.Background(), &timer, threshold/2, func(left time.Duration) {
-		calls = append(calls, left)
-	}, threshold, period); err != nil || len(calls) != 0 {
+	if err := sl.sleep(context.Background(), threshold/2, record, threshold, period); err != nil || len(calls) != 0 {
 		t.Fatalf("short sleep: %v, onWait %v", err, calls)
+	}
+
+	// The real clock, with its one timer reused across sleeps.
+	sys := &sleeper{}
+	defer sys.stop()
+	calls = nil
+	start := time.Now()
+	for range 2 {
+		if err := sys.sleep(context.Background(), 30*time.Millisecond, record, threshold, period); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if el := time.Since(start); el < 60*time.Millisecond || len(calls) < 2 || calls[0] > 30*time.Millisecond {
+		t.Fatalf("real clock: two 30ms sleeps took %v, onWait %v; want ≥ 60ms and a call before each", el, calls)
+	}
+	// A cancelled context ends a sleep on a clock that never fires.
+	ctx, cancel := context.WithCancel(context.Background())
+	manual := retrytest.NewClock(epoch)
+	done := make(chan error, 1)
+	go func() { done <- (&sleeper{clock: manual}).sleep(ctx, time.Hour, nil, threshold, period) }()
+	if err := manual.BlockUntilWaiters(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled sleep = %v, want context.Canceled", err)
 	}
 }
 
@@ -162,6 +217,7 @@ func TestSleepProgress(t *testing.T) {
 // its slot would be — and counts takes.
 type stalling struct {
 	Schedule
+	clock   *retrytest.Clock
 	stall   time.Duration
 	stalled atomic.Bool
 	takes   atomic.Int32
@@ -174,7 +230,7 @@ func (s *stalling) Take(ctx context.Context, queue string, r Rate) (Slot, error)
 
 func (s *stalling) PausedFor(ctx context.Context, queue string) (time.Duration, error) {
 	if !s.stalled.Swap(true) {
-		time.Sleep(s.stall) // the stall under test
+		s.clock.Advance(s.stall) // the stall under test
 	}
 	return s.Schedule.PausedFor(ctx, queue)
 }
@@ -185,18 +241,20 @@ func TestWaitGivesUpLateSlots(t *testing.T) {
 	for _, d := range drivers(t) {
 		t.Run(d.name, func(t *testing.T) {
 			ctx := context.Background()
-			inner := d.new(t, nil)
-			s := &stalling{Schedule: inner, stall: 300 * time.Millisecond}
+			c := retrytest.NewAutoClock(epoch)
+			inner := d.new(t, c.Now)
+			s := &stalling{Schedule: inner, clock: c, stall: 300 * time.Millisecond}
 			if _, err := inner.Take(ctx, "q", perSecond10); err != nil { // a backlog: the next slot is 100ms out
 				t.Fatal(err)
 			}
 			var lates []time.Duration
-			err := WaitHooks(ctx, s, "q", perSecond10, Hooks{OnGiveUp: func(late time.Duration) { lates = append(lates, late) }})
-			if err != nil {
+			hooks := Hooks{Clock: c, OnGiveUp: func(late time.Duration) { lates = append(lates, late) }}
+			if err := WaitHooks(ctx, s, "q", perSecond10, hooks); err != nil {
 				t.Fatal(err)
 			}
-			if len(lates) != 1 || lates[0] < 200*time.Millisecond {
-				t.Fatalf("given up %v, want one slot given up ~250ms late", lates)
+			// Woken 10ms before the slot 100ms out, stalled 300ms: 290ms late.
+			if len(lates) != 1 || lates[0] != 290*time.Millisecond {
+				t.Fatalf("given up %v, want one slot given up 290ms late", lates)
 			}
 			if n := s.takes.Load(); n != 2 {
 				t.Fatalf("%d takes, want 2: the late slot and its replacement", n)
@@ -204,7 +262,7 @@ func TestWaitGivesUpLateSlots(t *testing.T) {
 			// On time: no slot is given up.
 			lates = nil
 			for range 3 {
-				if err := WaitHooks(ctx, s, "q", perSecond10, Hooks{OnGiveUp: func(late time.Duration) { lates = append(lates, late) }}); err != nil {
+				if err := WaitHooks(ctx, s, "q", perSecond10, hooks); err != nil {
 					t.Fatal(err)
 				}
 			}
