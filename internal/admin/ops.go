@@ -42,7 +42,7 @@ import (
 // a second and survive restarts.
 type Ops struct {
 	// Q is the queue layer. Required.
-	Q *queue.Queues
+	Q QueueOps
 	// Queues answers with a queue's state after a write. Required.
 	Queues *Queues
 	// Token is the admin token; "" allows writes from loopback peers only.
@@ -55,6 +55,27 @@ type Ops struct {
 
 	writes *prometheus.CounterVec
 }
+
+// QueueOps is what the operating API does to the queue layer; *queue.Queues implements it.
+// Errors wrapping queue.ErrUnknownQueue and queue.ErrNotFound answer 404, queue.ErrConflict
+// 409, anything else 503.
+type QueueOps interface {
+	// SetControl changes the operators' controls of queue (pause, runtime rate) with change
+	// and returns them as stored.
+	SetControl(ctx context.Context, queue string, change func(*queue.Control)) (queue.Control, error)
+	// DeadLetters lists up to limit dead letters of queue, oldest first.
+	DeadLetters(ctx context.Context, queue string, limit int) ([]queue.DeadLetter, error)
+	// Replay publishes dead letter id of queue again and removes it from the dead letters.
+	Replay(ctx context.Context, queue, id string) error
+	// PurgeDeadLetters deletes the dead letters ids of queue (nil: all) and returns how many.
+	PurgeDeadLetters(ctx context.Context, queue string, ids []string) (int, error)
+	// Status reads a job's status, whoever its tenant.
+	Status(ctx context.Context, id string) (queue.Status, error)
+	// Cancel cancels a job not yet delivered and returns its status.
+	Cancel(ctx context.Context, id string) (queue.Status, error)
+}
+
+var _ QueueOps = (*queue.Queues)(nil)
 
 // Mount mounts the operating API on s and registers its metric with reg.
 func (o *Ops) Mount(s *Server, reg prometheus.Registerer) error {

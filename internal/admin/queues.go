@@ -208,6 +208,8 @@ func (q *Queues) one(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// status reads the state of configured queue cq: its stream's, its pauses (upstream and
+// operator), its runtime and learned rates.
 func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, error) {
 	st := QueueStatus{
 		Name:          cq.Name,
@@ -220,51 +222,17 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 	if err != nil {
 		return st, err
 	}
-	st.Depth, st.Pending, st.InFlight = info.Depth, info.Pending, info.InFlight
-	st.Consumers, st.DeadLetters, st.Left = info.Consumers, info.DeadLetters, info.Left
-	if info.Fair {
-		st.Fair, st.Backlog, st.Tenants = true, info.Backlog, info.Tenants
-		st.TopTenants = make([]TenantStatus, 0, len(info.TopTenants))
-		names := tenantNames(cq)
-		for _, td := range info.TopTenants {
-			st.TopTenants = append(st.TopTenants, tenantStatus(names, cq, td.Tenant, td.Depth))
-		}
-	}
+	st.setInfo(info, cq)
 	now := time.Now
 	if q.Now != nil {
 		now = q.Now
 	}
-	if q.PausedUntil != nil {
-		until, paused, err := q.PausedUntil(ctx, cq.Name)
-		if err != nil {
-			return st, err
-		}
-		if paused && until.After(now()) {
-			u := until.UTC()
-			st.Paused, st.PausedUntil = true, &u
-		}
+	if err := q.setPausedUntil(ctx, &st, now()); err != nil {
+		return st, err
 	}
 	st.EffectiveRate = st.RatePerSecond
-	if q.Controls != nil {
-		cs, err := q.Controls(ctx)
-		if err != nil {
-			return st, err
-		}
-		c := cs[cq.Name]
-		if c.Rate != "" {
-			rate := c.Rate
-			st.RuntimeRate = &rate
-			if rt, err := config.ParseRate(c.Rate); err == nil {
-				st.EffectiveRate = rt.PerSecond()
-			}
-		}
-		if c.PausedAt(now()) {
-			st.Paused, st.PausedUntil = true, nil
-			if !c.PausedUntil.IsZero() {
-				u := c.PausedUntil.UTC()
-				st.PausedUntil = &u
-			}
-		}
+	if err := q.setControl(ctx, &st, now()); err != nil {
+		return st, err
 	}
 	if cq.Adaptive && q.Learned != nil {
 		if eff, ok, err := q.Learned(ctx, cq.Name); err == nil && ok && eff < st.EffectiveRate {
@@ -275,6 +243,66 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 		st.EffectiveRate = 0
 	}
 	return st, nil
+}
+
+// setInfo sets what info says of configured queue cq: its counts and, when it is fair, its
+// tenants.
+func (st *QueueStatus) setInfo(info queue.Info, cq *config.Queue) {
+	st.Depth, st.Pending, st.InFlight = info.Depth, info.Pending, info.InFlight
+	st.Consumers, st.DeadLetters, st.Left = info.Consumers, info.DeadLetters, info.Left
+	if !info.Fair {
+		return
+	}
+	st.Fair, st.Backlog, st.Tenants = true, info.Backlog, info.Tenants
+	st.TopTenants = make([]TenantStatus, 0, len(info.TopTenants))
+	names := tenantNames(cq)
+	for _, td := range info.TopTenants {
+		st.TopTenants = append(st.TopTenants, tenantStatus(names, cq, td.Tenant, td.Depth))
+	}
+}
+
+// setPausedUntil sets the pause an upstream asked for, if it lasts beyond now.
+func (q *Queues) setPausedUntil(ctx context.Context, st *QueueStatus, now time.Time) error {
+	if q.PausedUntil == nil {
+		return nil
+	}
+	until, paused, err := q.PausedUntil(ctx, st.Name)
+	if err != nil {
+		return err
+	}
+	if paused && until.After(now) {
+		u := until.UTC()
+		st.Paused, st.PausedUntil = true, &u
+	}
+	return nil
+}
+
+// setControl sets the operators' controls of the queue: a runtime rate replaces the
+// effective rate, and an operator's pause in force at now replaces an upstream's.
+func (q *Queues) setControl(ctx context.Context, st *QueueStatus, now time.Time) error {
+	if q.Controls == nil {
+		return nil
+	}
+	cs, err := q.Controls(ctx)
+	if err != nil {
+		return err
+	}
+	c := cs[st.Name]
+	if c.Rate != "" {
+		rate := c.Rate
+		st.RuntimeRate = &rate
+		if rt, err := config.ParseRate(c.Rate); err == nil {
+			st.EffectiveRate = rt.PerSecond()
+		}
+	}
+	if c.PausedAt(now) {
+		st.Paused, st.PausedUntil = true, nil
+		if !c.PausedUntil.IsZero() {
+			u := c.PausedUntil.UTC()
+			st.PausedUntil = &u
+		}
+	}
+	return nil
 }
 
 // writeProblem writes an RFC 9457 problem.
