@@ -30,6 +30,20 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 	b.applyEnv(raw, getenv)
 
 	c := &Config{Path: path}
+	b.network(c, raw)
+	b.stores(c, raw)
+	b.process(c, raw)
+	queueAt := b.queues(c, raw.Queues)
+	b.rules(c, raw.Rules, queueAt)
+	if len(c.Rules) > 0 && raw.Upstream == nil {
+		p.add("", "upstream", "upstream is required when rules are defined")
+	}
+	return c
+}
+
+// network reads where the process listens and forwards: listen, admin_listen, upstream,
+// trusted_proxies, data_dir and demo_upstream.
+func (b *builder) network(c *Config, raw *rawConfig) {
 	c.Listen = b.addr("listen", raw.Listen, DefaultListen)
 	c.AdminListen = b.addr("admin_listen", raw.AdminListen, DefaultAdminListen)
 	c.Upstream = b.httpURL("", "upstream", raw.Upstream)
@@ -37,16 +51,20 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 		if pfx, ok := parseProxy(s); ok {
 			c.TrustedProxies = append(c.TrustedProxies, pfx)
 		} else if s != "" || raw.TrustedProxies.items[i].shape == "" {
-			p.addf("", fmt.Sprintf("trusted_proxies[%d]", i), "trusted_proxies[%d]: invalid CIDR or IP %q", i, s)
+			b.p.addf("", fmt.Sprintf("trusted_proxies[%d]", i), "trusted_proxies[%d]: invalid CIDR or IP %q", i, s)
 		}
 	}
 	c.DataDir = b.text("", "data_dir", raw.DataDir, DefaultDataDir)
 	if c.DataDir == "" {
-		p.add("", "data_dir", "data_dir must not be empty")
+		b.p.add("", "data_dir", "data_dir must not be empty")
 	}
 	if raw.DemoUpstream != nil {
 		c.DemoUpstream = b.addr("demo_upstream", raw.DemoUpstream, "")
 	}
+}
+
+// stores reads the redis and nats sections.
+func (b *builder) stores(c *Config, raw *rawConfig) {
 	if raw.Redis != nil {
 		c.Redis = &Redis{URL: b.redisURL(raw.Redis.URL)}
 	}
@@ -56,9 +74,14 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 			Replicas: int(b.integer("", "nats.replicas", raw.NATS.Replicas, DefaultNATSReplicas, strconv.IntSize)),
 		}
 		if c.NATS.Replicas < 1 || c.NATS.Replicas > 5 {
-			p.add("", "nats.replicas", "nats.replicas must be between 1 and 5")
+			b.p.add("", "nats.replicas", "nats.replicas must be between 1 and 5")
 		}
 	}
+}
+
+// process reads the keys that apply to the whole process: store-error mode, shadow, timeouts,
+// sizes, the admin token and the id secret.
+func (b *builder) process(c *Config, raw *rawConfig) {
 	c.OnStoreError = b.storeErrorMode("", raw.OnStoreError, DefaultOnStoreError)
 	c.Shadow = b.boolean("", "shadow", raw.Shadow)
 	c.LogDecisions = b.boolean("", "log_decisions", raw.LogDecisions)
@@ -73,7 +96,7 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 	c.AdminToken = b.text("", "admin_token", raw.AdminToken, "")
 	c.IDSecret = b.text("", "id_secret", raw.IDSecret, "")
 	if c.IDSecret != "" && len(c.IDSecret) < 16 {
-		p.add("", "id_secret", "id_secret must be at least 16 bytes long")
+		b.p.add("", "id_secret", "id_secret must be at least 16 bytes long")
 	}
 	for _, d := range []struct {
 		field string
@@ -82,32 +105,36 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 		{"job_retention", c.JobRetention}, {"read_timeout", c.ReadTimeout}} {
 		b.boundDuration("", d.field, d.v, maxDuration)
 	}
+}
 
+// queues reads the queues, and returns the index of each name.
+func (b *builder) queues(c *Config, raws []rawQueue) map[string]int {
 	queueAt := map[string]int{}
-	for i, rq := range raw.Queues {
+	for i, rq := range raws {
 		q := b.queue(i, rq)
 		where := place("queues", i, q.Name)
 		if j, dup := queueAt[q.Name]; dup && q.Name != "" {
-			p.addf(where, "name", "name: duplicate of queues[%d]", j)
+			b.p.addf(where, "name", "name: duplicate of queues[%d]", j)
 		} else {
 			queueAt[q.Name] = i
 		}
 		c.Queues = append(c.Queues, q)
 	}
+	return queueAt
+}
+
+// rules reads the rules, whose queues must be among queueAt.
+func (b *builder) rules(c *Config, raws []rawRule, queueAt map[string]int) {
 	ruleAt := map[string]int{}
-	for i, rr := range raw.Rules {
+	for i, rr := range raws {
 		r := b.rule(i, rr, queueAt)
 		if j, dup := ruleAt[r.Name]; dup && r.Name != "" {
-			p.addf(place("rules", i, r.Name), "name", "name: duplicate of rules[%d]", j)
+			b.p.addf(place("rules", i, r.Name), "name", "name: duplicate of rules[%d]", j)
 		} else {
 			ruleAt[r.Name] = i
 		}
 		c.Rules = append(c.Rules, r)
 	}
-	if len(c.Rules) > 0 && raw.Upstream == nil {
-		p.add("", "upstream", "upstream is required when rules are defined")
-	}
-	return c
 }
 
 // applyEnv writes the environment's overrides into raw.
@@ -536,72 +563,85 @@ var algorithmList = func() string {
 }()
 
 func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
-	p := b.p
 	r := Rule{Name: b.text(place("rules", i, ""), "name", rr.Name, "")}
 	where := place("rules", i, r.Name)
 	if r.Name == "" {
-		p.add(where, "name", "name is required")
+		b.p.add(where, "name", "name is required")
 	}
-
 	r.Match = b.match(where, rr.Match)
 	r.Key = b.keyParts(where, "key", rr.Key)
 	if len(r.Key) == 0 {
 		r.Key = []KeyPart{{Kind: KeyIP}}
 	}
+	b.ruleAction(where, &r, rr)
+	b.ruleLimit(where, &r, rr)
+	b.ruleQueue(where, &r, rr, queues)
+	r.Shadow = b.boolean(where, "shadow", rr.Shadow)
+	r.OnStoreError = b.storeErrorMode(where, rr.OnStoreError, "")
+	r.Lease = b.lease(where, &r, rr.Lease)
+	return r
+}
 
+// ruleAction reads a rule's action and on_limit.
+func (b *builder) ruleAction(where string, r *Rule, rr rawRule) {
 	r.Action = ActionLimit
 	if rr.Action != nil {
 		r.Action = Action(b.text(where, "action", rr.Action, string(ActionLimit)))
 		if r.Action != ActionLimit && r.Action != ActionEnqueue {
-			p.addf(where, "action", "action: invalid value %q: want limit or enqueue", r.Action)
+			b.p.addf(where, "action", "action: invalid value %q: want limit or enqueue", r.Action)
 		}
 	}
 	r.OnLimit = OnLimitReject
 	if rr.OnLimit != nil {
 		r.OnLimit = OnLimit(b.text(where, "on_limit", rr.OnLimit, string(OnLimitReject)))
 		if r.OnLimit != OnLimitReject && r.OnLimit != OnLimitEnqueue {
-			p.addf(where, "on_limit", "on_limit: invalid value %q: want reject or enqueue", r.OnLimit)
+			b.p.addf(where, "on_limit", "on_limit: invalid value %q: want reject or enqueue", r.OnLimit)
 		}
 	}
+}
 
+// ruleLimit reads a rule's algorithm, limit, period and burst: required unless the rule only
+// enqueues, and then not allowed without an algorithm.
+func (b *builder) ruleLimit(where string, r *Rule, rr rawRule) {
 	r.Algorithm = limit.Algorithm(b.text(where, "algorithm", rr.Algorithm, ""))
 	r.Limit = b.integer(where, "limit", rr.Limit, 0, 64)
 	r.Period = b.duration(where, "period", rr.Period, 0)
 	r.Burst = b.integer(where, "burst", rr.Burst, 0, 64)
-	if r.Action != ActionEnqueue || rr.Algorithm != nil {
-		for _, f := range []struct {
-			name string
-			v    *scalar
-		}{{"algorithm", rr.Algorithm}, {"limit", rr.Limit}, {"period", rr.Period}} {
-			if f.v == nil {
-				p.addf(where, f.name, "%s is required", f.name)
-			}
+	if r.Action == ActionEnqueue && rr.Algorithm == nil {
+		if rr.Limit != nil || rr.Period != nil || rr.Burst != nil {
+			b.p.add(where, "algorithm", "algorithm is required when limit, period or burst is set")
 		}
-		if r.Period > maxDuration {
-			b.boundDuration(where, "period", r.Period, maxDuration)
-		} else {
-			b.limitSpec(where, r.LimitSpec())
-		}
-	} else if rr.Limit != nil || rr.Period != nil || rr.Burst != nil {
-		p.add(where, "algorithm", "algorithm is required when limit, period or burst is set")
+		return
 	}
+	for _, f := range []struct {
+		name string
+		v    *scalar
+	}{{"algorithm", rr.Algorithm}, {"limit", rr.Limit}, {"period", rr.Period}} {
+		if f.v == nil {
+			b.p.addf(where, f.name, "%s is required", f.name)
+		}
+	}
+	if r.Period > maxDuration {
+		b.boundDuration(where, "period", r.Period, maxDuration)
+	} else {
+		b.limitSpec(where, r.LimitSpec())
+	}
+}
 
+// ruleQueue reads a rule's queue, which must exist, and is required to enqueue.
+func (b *builder) ruleQueue(where string, r *Rule, rr rawRule, queues map[string]int) {
 	r.Queue = b.text(where, "queue", rr.Queue, "")
 	if _, ok := queues[r.Queue]; r.Queue != "" && !ok {
-		p.addf(where, "queue", "queue: no queue named %q", r.Queue)
+		b.p.addf(where, "queue", "queue: no queue named %q", r.Queue)
 	}
-	if r.Queue == "" {
-		if r.Action == ActionEnqueue {
-			p.add(where, "queue", "queue is required when action is enqueue")
-		} else if r.OnLimit == OnLimitEnqueue {
-			p.add(where, "queue", "queue is required when on_limit is enqueue")
-		}
+	if r.Queue != "" {
+		return
 	}
-
-	r.Shadow = b.boolean(where, "shadow", rr.Shadow)
-	r.OnStoreError = b.storeErrorMode(where, rr.OnStoreError, "")
-	r.Lease = b.lease(where, &r, rr.Lease)
-	return r
+	if r.Action == ActionEnqueue {
+		b.p.add(where, "queue", "queue is required when action is enqueue")
+	} else if r.OnLimit == OnLimitEnqueue {
+		b.p.add(where, "queue", "queue is required when on_limit is enqueue")
+	}
 }
 
 // lease reads a rule's lease, which needs a limit and may not exceed it.

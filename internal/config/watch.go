@@ -81,15 +81,6 @@ func (w *Watcher) Reload() {
 // file's directory.
 func (w *Watcher) Run(ctx context.Context) error {
 	w.init()
-	debounce := w.Debounce
-	if debounce <= 0 {
-		debounce = DefaultDebounce
-	}
-	getenv := w.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("config: watch %s: %w", w.Path, err)
@@ -99,85 +90,125 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err := fw.Add(dir); err != nil {
 		return fmt.Errorf("config: watch %s: %w", dir, err)
 	}
+	signals, stopSignals := w.signals()
+	defer stopSignals()
+	l := w.newLoader()
+	d := newDebouncer(w.Debounce)
+	defer d.timer.Stop()
 
-	signals := w.Signals
-	if signals == nil {
-		ch := make(chan os.Signal, 1)
-		signal.Notify(ch, syscall.SIGHUP)
-		defer signal.Stop(ch)
-		signals = ch
-	}
-
-	// last is the content of the last load, nil when the file could not be read.
-	var last []byte
-	if w.Current != nil && w.Current.source != nil {
-		last = w.Current.source
-	} else {
-		last, _ = os.ReadFile(w.Path)
-	}
-	load := func(always bool) {
-		data, err := os.ReadFile(w.Path)
-		if err != nil {
-			last = nil
-			w.fail(fmt.Errorf("config: %w", err))
-			return
-		}
-		if !always && last != nil && bytes.Equal(data, last) {
-			return
-		}
-		last = data
-		cfg, err := Parse(w.Path, data, getenv)
-		if err != nil {
-			w.fail(err)
-			return
-		}
-		if w.OnChange != nil {
-			w.OnChange(cfg)
-		}
-	}
-
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	var first time.Time // of the pending burst of events; zero when none is pending
 	// The directory is watched from here on; a change made before is found by comparing.
-	load(false)
+	l.load(false)
 	w.readyOnce.Do(func() { close(w.ready) })
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-signals:
-			load(true)
+			l.load(true)
 		case <-w.reload:
-			load(true)
+			l.load(true)
 		case ev, ok := <-fw.Events:
 			if !ok {
 				return nil
 			}
-			if ev.Op == fsnotify.Chmod {
-				continue
+			if ev.Op != fsnotify.Chmod {
+				d.event(time.Now())
 			}
-			now := time.Now()
-			if first.IsZero() {
-				first = now
-			}
-			wait := min(debounce, first.Add(10*debounce).Sub(now))
-			timer.Reset(max(wait, 0))
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return nil
 			}
 			w.fail(fmt.Errorf("config: watch %s: %w", dir, err))
-		case <-timer.C:
-			first = time.Time{}
-			load(false)
+		case <-d.timer.C:
+			d.fired()
+			l.load(false)
 			if w.checked != nil {
 				w.checked()
 			}
 		}
 	}
 }
+
+// signals returns the channel of signals that trigger a reload, and what stops it.
+func (w *Watcher) signals() (<-chan os.Signal, func()) {
+	if w.Signals != nil {
+		return w.Signals, func() {}
+	}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	return ch, func() { signal.Stop(ch) }
+}
+
+// loader reads and parses the file for Run, and hands the result on.
+type loader struct {
+	w      *Watcher
+	getenv func(string) string
+	last   []byte // the content of the last load; nil when the file could not be read
+}
+
+func (w *Watcher) newLoader() *loader {
+	l := &loader{w: w, getenv: w.Getenv}
+	if l.getenv == nil {
+		l.getenv = os.Getenv
+	}
+	if w.Current != nil && w.Current.source != nil {
+		l.last = w.Current.source
+	} else {
+		l.last, _ = os.ReadFile(w.Path)
+	}
+	return l
+}
+
+// load reads the file and hands it to OnChange, or its problem to OnError; unless always, a
+// file whose content is that of the last load is left alone.
+func (l *loader) load(always bool) {
+	data, err := os.ReadFile(l.w.Path)
+	if err != nil {
+		l.last = nil
+		l.w.fail(fmt.Errorf("config: %w", err))
+		return
+	}
+	if !always && l.last != nil && bytes.Equal(data, l.last) {
+		return
+	}
+	l.last = data
+	cfg, err := Parse(l.w.Path, data, l.getenv)
+	if err != nil {
+		l.w.fail(err)
+		return
+	}
+	if l.w.OnChange != nil {
+		l.w.OnChange(cfg)
+	}
+}
+
+// debouncer turns a burst of file events into one look at the file: its timer fires once the
+// events have been quiet for wait, and at the latest 10×wait after the burst's first event.
+type debouncer struct {
+	wait  time.Duration
+	timer *time.Timer
+	first time.Time // of the pending burst; zero when none is pending
+}
+
+func newDebouncer(wait time.Duration) *debouncer {
+	if wait <= 0 {
+		wait = DefaultDebounce
+	}
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &debouncer{wait: wait, timer: t}
+}
+
+// event notes a file event at now.
+func (d *debouncer) event(now time.Time) {
+	if d.first.IsZero() {
+		d.first = now
+	}
+	d.timer.Reset(max(min(d.wait, d.first.Add(10*d.wait).Sub(now)), 0))
+}
+
+// fired notes that the timer fired: the burst is over.
+func (d *debouncer) fired() { d.first = time.Time{} }
 
 func (w *Watcher) fail(err error) {
 	if w.OnError != nil {
