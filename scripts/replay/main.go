@@ -12,12 +12,14 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:19320", "address to serve on")
 	file := flag.String("response", "", "the recorded response (`curl -si` output)")
+	set := flag.String("set", "", "headers to set besides the recorded ones, as `Name: value; Name: value`")
 	flag.Parse()
 	raw, err := os.ReadFile(*file)
 	if err != nil {
@@ -33,6 +35,11 @@ func main() {
 	}
 	resp.Header.Del("Date")           // net/http writes its own
 	resp.Header.Del("Content-Length") // net/http writes it for a body it holds whole, as for the ingress
+	for _, kv := range strings.Split(*set, ";") {
+		if k, v, ok := strings.Cut(kv, ":"); ok {
+			resp.Header.Set(strings.TrimSpace(k), strings.TrimSpace(v))
+		}
+	}
 	status := resp.StatusCode
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		// Values are assigned, as the ingress does, not appended: a copy of the map's slices
