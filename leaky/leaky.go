@@ -4,68 +4,41 @@
 // # The model
 //
 // Each delivery takes a slot. Slots are spaced one [Rate.Interval] apart; after idleness up to
-// [Rate.Burst] extra slots are available at once. The schedule is GCRA-style (the generic cell
-// rate algorithm): the queue's state is the theoretical arrival time (TAT) of its most recent
-// reservation. A take computes the next TAT — the previous one plus the interval, but never before
-// now, so idle time does not bank more than the burst — and hands out a slot up to Burst intervals
-// before that TAT, never before now. A take always succeeds: it answers "go now" (Slot.Wait == 0)
-// or "your slot is at t" (Slot.Wait > 0), so a worker reserves a future slot and sleeps until it,
-// rather than polling. Reservations are spaced exactly Interval apart, so with a backlog the
-// aggregate delivery rate over all workers is the rate, and never above it (plus the burst).
-// Slots are instants, and a slot is used on time or not at all: [Wait] gives up a slot that it
-// wakes for more than [Rate.Tolerance] late (half an interval up to [StrictRate], 10ms above)
-// — after a GC pause, a starved CPU, a take's reply held up, a SIGSTOP — and takes a new one,
-// instead of delivering late and bunched up with the slots of the workers that were on time. Deliveries then leave within
-// [slot, slot + Tolerance], so any one-second window holds at most rate + burst + 1 of them up
-// to 200/s, and at most 1% more above. The cost is throughput, never accuracy: each given-up
-// slot is one delivery the queue does not make (and a stalled worker gives up every slot it
-// held).
+// [Rate.Burst] extra slots are available at once. The state of a queue is GCRA's theoretical
+// arrival time (TAT) of its latest reservation; a take moves it one interval on (never before
+// now) and hands out a slot up to Burst intervals before it, never before now. A take always
+// succeeds: "go now" (Slot.Wait == 0) or "your slot is at t", so a worker reserves a future slot
+// and sleeps until it instead of polling. The interval travels with every take, so a rate
+// change applies from the next slot. [Schedule.Pause] moves the schedule past an upstream's
+// Retry-After for every worker at once and uses up the burst; [Wait] wakes 10ms before a
+// slot to ask whether the queue was paused (or its Redis state lost) meanwhile, and if so
+// sleeps the pause out and takes a new slot.
 //
-// The interval is passed with every take, so a rate change applies from the next take, with no
-// restart: the gap after the most recent reservation is already the new interval.
+// [Memory] keeps the schedule in one process (the quickstart). [Redis] shares it through one
+// {hash-tagged} hash per queue, changed by one Lua script per call on the server's TIME, so
+// every host shares one clock; each process places slots on its own monotonic clock within
+// bounds that its round trips set (the fastest one sets the precision), at the latest bound,
+// so never early. Idle state expires a minute after it stops mattering.
 //
-// # Pause
+// # Guarantees
 //
-// [Schedule.Pause] moves the queue's schedule forward for every worker at once — used when the
-// upstream answers 429 or 503 with a Retry-After. No slot reserved after the pause starts before
-// its end, and the pause uses up the burst: slots resume at the plain rate and the burst refills
-// at the rate afterwards, so a recovering upstream is not met by a burst. Slots reserved before
-// the pause may fall inside it; a worker that wakes for one asks [Schedule.PausedFor] and waits
-// the pause out, then takes a new slot. [Wait] does all of this.
+//   - With a backlog, all workers together deliver at the rate, never above it (plus Burst).
+//   - A slot is used on time or not at all: [Wait] gives up a slot it wakes for more than
+//     [Rate.Tolerance] late (half an interval up to [StrictRate], [MinTolerance] above) and takes
+//     a new one, so any one-second window holds at most rate + Burst + 1 deliveries up to
+//     200/s, and at most 1% more above. While a process's clock bounds are young (2s) a slot
+//     is judged from the earliest it can have been, so a held-up reply cannot hide lateness.
+//   - Redis state lost (a restart, a failover) restarts the schedule at "now" and voids every
+//     reservation made before it (an epoch is checked before each slot): the old and the new
+//     schedule never overlap. While Redis is unreachable, takes return an error.
 //
-// # Implementations
+// # Costs
 //
-// [Memory] keeps the schedule in process memory, for the one-process quickstart. [Redis]
-// coordinates any number of processes through one Redis hash per queue, under a {hash-tagged}
-// key so it works on Redis Cluster, changed by one atomic Lua script per take (lua/take.lua).
-// Both have the same semantics, in integer microseconds.
-//
-// The Redis scripts use the server's TIME as the clock: every worker on every host shares one
-// clock, and a slot is an instant of it. A process places slots on its own monotonic clock
-// through bounds on the offset between the two: every take and every pause check was read by
-// the server somewhere within its round trip, and the bounds of all of them intersect, so the
-// fastest round trip sets the precision (tens to hundreds of µs on a LAN). A reply held up on a
-// loaded machine thus neither moves its slot later nor hides that it is late. A slot is placed
-// at the latest the bounds allow, so never early. For the first 2s of a process's bounds for a
-// queue (until they have had calm round trips) a slot is used only if even the earliest it can
-// have been is within the tolerance: the first takes of a process, sent all at once and bounded
-// only by their own slow round trips, cannot deliver late unnoticed. After that, bounds wider
-// than the tolerance are the network's own precision (a Redis far away), and lateness counts
-// from the latest bound, so such a queue is not stalled. Hosts' clocks need not agree; the
-// bounds widen at 500 ppm between samples, and start afresh when a sample contradicts them (a
-// stepped server clock, a failover).
-//
-// An idle queue's state expires a minute after it stops mattering (the next TAT and any pause
-// are in the past), so idle queues vanish from Redis. If Redis loses the state (a restart without
-// persistence, a failover that lost writes) the schedule restarts at "now" — as after idleness —
-// and every reservation handed out before is void: [Wait] checks, after sleeping, that the state
-// its reservation was made in still exists (an epoch stored with the state) and takes a new slot
-// if not. So a restart never lets the old and the new schedule overlap, and the rate is never
-// exceeded; at most the reservations in flight are lost, which only slows the queue for a moment.
-// While Redis is unreachable, takes return an error: the worker decides what that means.
-//
-// A reservation that is not used (the worker's context ends while it sleeps) is not given back:
-// it only lowers the rate for one slot.
+// One Redis round trip per take and one per slot reserved ahead (the pause check); Memory
+// takes in under 100ns without allocating. A given-up slot is one delivery the queue does not
+// make, and a reservation whose waiter's context ends is not given back: accuracy is bought
+// with throughput, never the other way. [Hooks.Clock] lets tests drive a wait on a fake clock.
+// The history of these rules, with their measurements: docs/design/leaky.md.
 package leaky
 
 import (
