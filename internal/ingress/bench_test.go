@@ -90,17 +90,14 @@ rules:
 	})
 }
 
-// BenchmarkGateAllowMemory is the decision alone, as a user's echo app pays it.
+// BenchmarkGateAllowMemory is the decision alone, without the proxy.
 func BenchmarkGateAllowMemory(b *testing.B) {
-	g, err := NewGate(parseConfig(b, "http://127.0.0.1:1", `
+	g := testGate(b, parseConfig(b, "http://127.0.0.1:1", `
 rules:
   - { name: per-ip, match: { path: /api/* }, key: [ip], algorithm: gcra, limit: 1000000000, period: 1s }
 `), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
 	e := echo.New()
-	e.Pre(g.Middleware())
+	e.Pre(gateMiddleware(g))
 	e.GET("/*", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -162,7 +159,7 @@ rules:
   - { name: per-key, match: { methods: [POST], path: /api/* }, key: [header:X-API-Key], algorithm: token_bucket, limit: 1, period: 1h }
   - { name: per-ip,  match: { path: /api/* }, key: [ip], algorithm: gcra, limit: 1000000, period: 1s }
 `), Options{Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
-		Limiter: limit.NewRedis(rs.NewClient(), limit.RedisConfig{Prefix: testenv.Prefix(b)})})
+		Limiter: limit.NewRedis(storeClient(b, rs), limit.RedisConfig{Prefix: testenv.Prefix(b)})})
 	if err != nil {
 		b.Fatal(err)
 	}

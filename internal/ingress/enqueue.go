@@ -66,7 +66,7 @@ var errBadIdempotencyKey = badRequest("invalid Idempotency-Key", "the Idempotenc
 // its method, path, query, replayable headers and body. A valid Idempotency-Key header makes
 // the deferral idempotent, as for direct submissions; an invalid one is ignored here (the
 // request was not addressed to Sluice).
-func (g *Gate) deferRequest(c echo.Context, rs *ruleSet, ru *rule) error {
+func (g *gate) deferRequest(c echo.Context, rs *ruleSet, ru *rule) error {
 	r := c.Request()
 	q := rs.queues[ru.queue]
 	body, err := readBody(c, q.MaxBodyBytes)
@@ -100,7 +100,7 @@ func (g *Gate) deferRequest(c echo.Context, rs *ruleSet, ru *rule) error {
 }
 
 // publish publishes job and answers 202, or returns the error to answer.
-func (g *Gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
+func (g *gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
 	if g.enqueuer == nil {
 		return &publishError{queue: q.Name, err: errNoEnqueuer}
 	}
@@ -161,7 +161,7 @@ func (a *Accepted) appendJSON(dst []byte) []byte {
 
 // drainSeconds is how long the backlog of a full queue takes to drain at its rate: the
 // Retry-After of a 429 for a full queue, at least 1 second.
-func (g *Gate) drainSeconds(ctx context.Context, q *config.Queue) int64 {
+func (g *gate) drainSeconds(ctx context.Context, q *config.Queue) int64 {
 	depth := q.MaxDepth
 	ictx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -230,7 +230,7 @@ func replayHeader(h http.Header) http.Header {
 }
 
 // respondError writes the problem for err, as the Server's error handler would.
-func (g *Gate) respondError(c echo.Context, err error) error {
+func (g *gate) respondError(c echo.Context, err error) error {
 	p := bodyProblem(c.Request())
 	if p != nil {
 		g.metrics.countBodyProblem(p)

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,19 +21,22 @@ import (
 	"github.com/sluice-rl/sluice/limit"
 )
 
-// Options are the parts of a Gate or Server that do not come from the config file. The zero
-// value of each field is its default.
+// Options are the parts of a Server that do not come from the config file. The zero value of
+// each field is its default.
 type Options struct {
 	// Limiter decides requests. Nil: a limit.Memory in this process (state is not shared
 	// with other processes). When it is not a *limit.Memory it is taken to be a remote store:
-	// each call is bounded by the config's store_timeout and guarded by a circuit breaker,
-	// with an in-process limit.Memory as the fallback of rules that fail open.
+	// each call is given a context that ends after the config's store_timeout and is guarded
+	// by a circuit breaker, with an in-process limit.Memory as the fallback of rules that fail
+	// open. A remote Limiter must return once its context ends: a limit.Redis over a go-redis
+	// client with ContextTimeoutEnabled, as connect.Redis builds it, does; one without it
+	// waits for the client's own ReadTimeout, holding the request that long.
 	Limiter limit.Limiter
 	// Enqueuer is where deferred requests and directly submitted jobs go (a *queue.Queues).
 	// Nil: requests that a rule defers are answered 503, and the job API answers 503.
 	Enqueuer Enqueuer
 	// Registerer receives the ingress's metrics. Nil: they are kept but not exported. One
-	// Registerer takes the metrics of one Gate or Server only.
+	// Registerer takes the metrics of one Server only.
 	Registerer prometheus.Registerer
 	// Logger receives errors and state changes. Nil: slog.Default().
 	Logger *slog.Logger
@@ -47,22 +49,22 @@ type Options struct {
 	// Default DefaultBreakerCooldown (1s).
 	BreakerCooldown time.Duration
 	// UpstreamTimeout bounds the wait for the upstream's response headers (the body then
-	// streams for as long as it takes); a timeout is answered 504. Default 30s. Server only.
+	// streams for as long as it takes); a timeout is answered 504. Default 30s.
 	UpstreamTimeout time.Duration
 	// Transport carries forwarded requests. Nil: a transport tuned for one upstream (many
-	// idle keep-alive connections). Server only.
+	// idle keep-alive connections).
 	Transport http.RoundTripper
 }
 
-// Gate decides each request against the rules of a configuration: it matches the request,
-// charges every matching rule's limit in one limiter call, and then forwards the request
-// (calls the next handler), rejects it with 429, defers it to a queue (202), or refuses it
-// with 503 when the limiter store is down and a rule fails closed. It sets the rate-limit
-// headers on every response to a request that matched a rule with a limit.
+// gate decides each request against the rules of a configuration: it matches the request,
+// charges every matching rule's limit in one limiter call, and then lets the request proceed,
+// rejects it with 429, defers it to a queue (202), or refuses it with 503 when the limiter
+// store is down and a rule fails closed. It sets the rate-limit headers on every response to a
+// request that matched a rule with a limit.
 //
-// A Gate is safe for concurrent use; Reload swaps its rules while requests are in flight,
+// A gate is safe for concurrent use; reload swaps its rules while requests are in flight,
 // each request being decided entirely under the old rules or entirely under the new.
-type Gate struct {
+type gate struct {
 	rules    atomic.Pointer[ruleSet]
 	limiter  limit.Limiter
 	fallback limit.Limiter // nil when limiter is in-process
@@ -77,19 +79,10 @@ type Gate struct {
 	noDefer func(path string) bool
 }
 
-// NewGate compiles cfg's rules and returns a Gate that decides with opts.Limiter. It returns
-// an error when a rule cannot be used (only a hand-built Config can hold one) or the metrics
-// cannot be registered.
-func NewGate(cfg *config.Config, opts Options) (*Gate, error) {
-	m, err := newMetrics(opts.Registerer)
-	if err != nil {
-		return nil, err
-	}
-	return newGate(cfg, opts, m)
-}
-
-func newGate(cfg *config.Config, opts Options, m *metrics) (*Gate, error) {
-	g := &Gate{
+// newGate compiles cfg's rules and returns a gate that decides with opts.Limiter and counts
+// in m. It returns an error when a rule cannot be used (only a hand-built Config can hold one).
+func newGate(cfg *config.Config, opts Options, m *metrics) (*gate, error) {
+	g := &gate{
 		limiter:  opts.Limiter,
 		enqueuer: opts.Enqueuer,
 		metrics:  m,
@@ -137,10 +130,10 @@ func newGate(cfg *config.Config, opts Options, m *metrics) (*Gate, error) {
 	return g, nil
 }
 
-// Reload compiles cfg's rules and swaps them in atomically. On error the Gate keeps its
+// reload compiles cfg's rules and swaps them in atomically. On error the gate keeps its
 // rules. Limiter state is kept: a rule that keeps its name keeps its counters, under its
 // new limit.
-func (g *Gate) Reload(cfg *config.Config) error {
+func (g *gate) reload(cfg *config.Config) error {
 	rs, err := compile(cfg, g.metrics)
 	if err != nil {
 		g.metrics.reloads.WithLabelValues("error").Inc()
@@ -151,42 +144,13 @@ func (g *Gate) Reload(cfg *config.Config) error {
 	return nil
 }
 
-// BreakerState reports the state of the circuit breaker in front of the limiter store;
+// breakerState reports the state of the circuit breaker in front of the limiter store;
 // always BreakerClosed for an in-process limiter.
-func (g *Gate) BreakerState() BreakerState {
+func (g *gate) breakerState() BreakerState {
 	if g.breaker == nil {
 		return BreakerClosed
 	}
 	return g.breaker.current()
-}
-
-// Middleware returns the Gate as echo middleware. Install it with echo's Pre so that routing
-// sees the cleaned path:
-//
-//	e.Pre(gate.Middleware())
-//
-// Requests that match no rule pass straight to the next handler. The middleware writes its
-// own responses (429, 503, 202, 400 for a refused path) as problem+json, whatever the app's
-// HTTPErrorHandler; the rate-limit headers are set on the response the next handler writes.
-func (g *Gate) Middleware() echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if ok, err := g.admit(c); !ok {
-				return err
-			}
-			return next(c)
-		}
-	}
-}
-
-// Middleware compiles cfg's rules into a Gate and returns its echo middleware. Use NewGate
-// instead to reload the rules later.
-func Middleware(cfg *config.Config, opts Options) (echo.MiddlewareFunc, error) {
-	g, err := NewGate(cfg, opts)
-	if err != nil {
-		return nil, err
-	}
-	return g.Middleware(), nil
 }
 
 // source says where a rule's decision came from.
@@ -202,35 +166,58 @@ const (
 	fromLease                  // admitted from requests taken from the store ahead (leaseCache)
 )
 
-// call is the scratch state of one request, pooled.
+// charge is one matching rule with a limit, charged for one request: what the limiter is
+// asked (the request's key under the rule, the rule's limit, a cost of 1), what it decided,
+// and where that decision came from.
+type charge struct {
+	rule *rule
+	req  limit.Request
+	dec  limit.Decision
+	src  source
+}
+
+// call is the scratch state of one request, pooled: after the first requests, deciding one
+// allocates only the string of its keys.
 type call struct {
 	q       request
-	matched []*rule // every matching rule
-	limited []*rule // the matching rules with a limit, aligned with reqs
-	reqs    []limit.Request
-	decs    []limit.Decision
-	srcs    []source
-	keys    []byte
-	fbIdx   []int
-	fbReqs  []limit.Request
-	stIdx   []int // the rules asked of the store when some were decided from leases
-	stReqs  []limit.Request
-	viol    []*rule // the rules a 429 names
-	body    []byte  // a 429's body
+	matched []*rule  // every matching rule
+	charges []charge // the matching rules with a limit, in rule order
+	keys    []byte   // the keys of the charges, end to end, before they become one string
+
+	// reqs are the requests of one limiter call, for the charges at the same indexes in idx:
+	// all of them, or those that a lease, the reject cache or the store's failure left.
+	reqs []limit.Request
+	idx  []int
+	one  [1]limit.Decision // the decision of a call of one request (ask)
+
+	viol []*rule // the rules a 429 names
+	body []byte  // a 429's body
 }
 
 func (c *call) reset() {
 	c.q = request{}
 	clear(c.matched)
-	clear(c.limited)
+	clear(c.charges)
 	clear(c.reqs)
-	c.matched, c.limited, c.reqs = c.matched[:0], c.limited[:0], c.reqs[:0]
-	c.decs, c.srcs, c.keys, c.fbIdx = c.decs[:0], c.srcs[:0], c.keys[:0], c.fbIdx[:0]
-	clear(c.fbReqs)
-	c.fbReqs = c.fbReqs[:0]
 	clear(c.viol)
-	c.viol, c.body = c.viol[:0], c.body[:0]
+	c.matched, c.charges, c.keys = c.matched[:0], c.charges[:0], c.keys[:0]
+	c.reqs, c.idx, c.viol, c.body = c.reqs[:0], c.idx[:0], c.viol[:0], c.body[:0]
 }
+
+// collect sets c.reqs and c.idx to the requests of the charges that want picks, and returns
+// the requests.
+func (c *call) collect(want func(*charge) bool) []limit.Request {
+	c.reqs, c.idx = c.reqs[:0], c.idx[:0]
+	for i := range c.charges {
+		if ch := &c.charges[i]; want(ch) {
+			c.reqs, c.idx = append(c.reqs, ch.req), append(c.idx, i)
+		}
+	}
+	return c.reqs
+}
+
+// every is the collect filter that picks every charge.
+func every(*charge) bool { return true }
 
 // verdict is what happens to a request.
 type verdict uint8
@@ -242,22 +229,11 @@ const (
 	deferIt                   // 202: to a queue
 )
 
-// admit decides the request of c. It reports true when the request may proceed to the next
-// handler, with the rate-limit headers set on the response (and set again just before it is
-// written, over any an upstream sent). Otherwise it has answered the request itself, or
-// returns the error to answer (a client that went away).
-func (g *Gate) admit(c echo.Context) (bool, error) {
-	ok, hdrs, err := g.check(c)
-	if ok && hdrs != nil {
-		hdrs.install(c.Response())
-	}
-	return ok, err
-}
-
-// check decides the request of c as admit does, but leaves the rate-limit headers of a
-// request that may proceed to the caller: it returns them, nil when no rule with a limit
-// matched.
-func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
+// check decides the request of c. It reports true when the request may proceed, with the
+// rate-limit headers to set on its response (nil when no rule with a limit matched).
+// Otherwise it has answered the request itself, or returns the error to answer (a client
+// that went away).
+func (g *gate) check(c echo.Context) (bool, *rateHeaders, error) {
 	r := c.Request()
 	if _, err := cleanPath(r.URL); err != nil {
 		writeProblem(c.Response(), problemFor(err))
@@ -281,14 +257,14 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 	if len(k.matched) == 0 {
 		return true, nil, nil
 	}
-	if p, err := g.charge(r, rs, k); p != nil || err != nil {
+	if p, err := g.chargeRules(r, rs, k); p != nil || err != nil {
 		if p != nil {
 			writeProblem(c.Response(), p)
 		}
 		return false, nil, err
 	}
 	mayDefer := g.noDefer == nil || !g.noDefer(r.URL.Path)
-	rl := decideRuling(k.limited, k.decs, k.srcs, k.matched, mayDefer, k.viol)
+	rl := decideRuling(k.charges, k.matched, mayDefer, k.viol)
 	k.viol = rl.viol
 	var hdrs *rateHeaders
 	if rl.header >= 0 {
@@ -296,7 +272,8 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 		if rl.action == reject {
 			secs = retryAfterSeconds(rl.retryAfter)
 		}
-		hdrs = newRateHeaders(k.limited[rl.header], k.decs[rl.header], secs)
+		ch := &k.charges[rl.header]
+		hdrs = newRateHeaders(ch.rule, ch.dec, secs)
 	}
 	countDecisions(k, &rl)
 	if rs.logDecisions {
@@ -308,33 +285,34 @@ func (g *Gate) check(c echo.Context) (bool, *rateHeaders, error) {
 // logDecisions writes the access log of decisions (log_decisions: true): one line per charged
 // rule, with a hash of its key (not the key: it may hold an API key), the outcome and the
 // status the request is answered with (0: the upstream's).
-func (g *Gate) logDecisions(r *http.Request, k *call, rl *ruling) {
+func (g *gate) logDecisions(r *http.Request, k *call, rl *ruling) {
 	status := map[verdict]int{forward: 0, reject: http.StatusTooManyRequests,
 		failClosed: http.StatusServiceUnavailable, deferIt: http.StatusAccepted}[rl.action]
-	for i, ru := range k.limited {
-		o, ok := decisionOutcome(ru, k.decs[i], k.srcs[i], rl)
+	for i := range k.charges {
+		ch := &k.charges[i]
+		o, ok := decisionOutcome(ch, rl)
 		outcome := o.String()
 		if !ok {
 			outcome = "enqueued"
 		}
-		sum := sha256.Sum256([]byte(k.reqs[i].Key))
-		g.log.Info("ingress: decision", "rule", ru.name, "key", hex.EncodeToString(sum[:8]),
-			"outcome", outcome, "remaining", k.decs[i].Remaining, "status", status,
+		sum := sha256.Sum256([]byte(ch.req.Key))
+		g.log.Info("ingress: decision", "rule", ch.rule.name, "key", hex.EncodeToString(sum[:8]),
+			"outcome", outcome, "remaining", ch.dec.Remaining, "status", status,
 			"method", r.Method, "path", r.URL.Path)
 	}
 }
 
-// charge builds the limiter key of every matching rule with a limit and charges them all in
-// one limiter call, filling k.limited, k.reqs, k.decs and k.srcs. It returns a 400 problem for
-// a request whose key is ambiguous (a key header or parameter repeated with different
-// values), and the error of a client that went away.
-func (g *Gate) charge(r *http.Request, rs *ruleSet, k *call) (*Problem, error) {
+// chargeRules builds a charge, with its limiter key, for every matching rule with a limit and
+// decides them all in one limiter call. It returns a 400 problem for a request whose key is
+// ambiguous (a key header or parameter repeated with different values), and the error of a
+// client that went away.
+func (g *gate) chargeRules(r *http.Request, rs *ruleSet, k *call) (*Problem, error) {
 	k.q = request{r: r, trusted: rs.trusted, v6bits: rs.v6bits}
 	var ends [16]int
 	keyEnds := ends[:0]
 	for _, ru := range k.matched {
 		if ru.hasLimit {
-			k.limited = append(k.limited, ru)
+			k.charges = append(k.charges, charge{rule: ru})
 			k.keys = ru.appendKey(k.keys, &k.q)
 			keyEnds = append(keyEnds, len(k.keys))
 		}
@@ -343,13 +321,14 @@ func (g *Gate) charge(r *http.Request, rs *ruleSet, k *call) (*Problem, error) {
 		return badRequest("ambiguous rate-limit key",
 			"the "+k.q.conflict+" appears several times with different values; send it once"), nil
 	}
-	if len(k.limited) == 0 {
+	if len(k.charges) == 0 {
 		return nil, nil
 	}
 	all := string(k.keys) // one allocation for every key of the request
 	start := 0
-	for i, ru := range k.limited {
-		k.reqs = append(k.reqs, limit.Request{Key: all[start:keyEnds[i]], Limit: ru.spec, Cost: 1})
+	for i := range k.charges {
+		ch := &k.charges[i]
+		ch.req = limit.Request{Key: all[start:keyEnds[i]], Limit: ch.rule.spec, Cost: 1}
 		start = keyEnds[i]
 	}
 	return nil, g.decide(r.Context(), rs, k)
@@ -362,12 +341,12 @@ type ruling struct {
 	action     verdict
 	deferTo    *rule
 	retryAfter time.Duration
-	header     int // index in the limited rules of the policy the headers report; -1: none
+	header     int // index in the charges of the policy the headers report; -1: none
 	viol       []*rule
 }
 
-// decideRuling turns each charged rule's decision (limited[i] decided decs[i], which came from
-// srcs[i]) into the ruling. It is pure: it reads its arguments and appends to viol only.
+// decideRuling turns the decision of each charged rule into the ruling. It is pure: it reads
+// its arguments and appends to viol only.
 //   - The most restrictive rule decides: a violated rule that rejects makes it reject; else a
 //     rule whose store failed and that fails closed makes it fail closed; else a violated
 //     rule with on_limit: enqueue, or a matching action: enqueue rule, defers it (mayDefer
@@ -375,11 +354,12 @@ type ruling struct {
 //   - Shadow rules, rules that failed open and allowed requests never restrict.
 //   - The headers report the policy closest to exhaustion (least remaining, then the longest
 //     reset), among the violated rules on a 429; rules without a decision report nothing.
-func decideRuling(limited []*rule, decs []limit.Decision, srcs []source, matched []*rule, mayDefer bool, viol []*rule) ruling {
+func decideRuling(charges []charge, matched []*rule, mayDefer bool, viol []*rule) ruling {
 	rl := ruling{action: forward, header: -1, viol: viol}
-	for i, ru := range limited {
-		d, src := decs[i], srcs[i]
-		switch {
+	for i := range charges {
+		ch := &charges[i]
+		ru, d := ch.rule, &ch.dec
+		switch src := ch.src; {
 		case src == failedClosed:
 			if rl.action != reject {
 				rl.action = failClosed
@@ -401,7 +381,7 @@ func decideRuling(limited []*rule, decs []limit.Decision, srcs []source, matched
 			rl.action = deferIt
 		}
 	}
-	rl.header = headerPolicy(limited, decs, srcs, rl.action == reject, mayDefer)
+	rl.header = headerPolicy(charges, rl.action == reject, mayDefer)
 	return rl
 }
 
@@ -419,20 +399,26 @@ func deferTarget(first *rule, matched []*rule) *rule {
 	return nil
 }
 
-// headerPolicy returns the index of the policy the rate-limit headers report, or -1: the one
-// closest to exhaustion among the rules that decided, and among the violated ones on a 429.
-func headerPolicy(limited []*rule, decs []limit.Decision, srcs []source, rejected, mayDefer bool) int {
+// headerPolicy returns the index of the charge whose policy the rate-limit headers report, or
+// -1: the one closest to exhaustion among the rules that decided, and among the violated ones
+// on a 429.
+func headerPolicy(charges []charge, rejected, mayDefer bool) int {
 	best := -1
-	for i, ru := range limited {
-		if srcs[i] == failedOpen || srcs[i] == failedClosed || srcs[i] == notCharged {
+	for i := range charges {
+		ch := &charges[i]
+		if ch.src == failedOpen || ch.src == failedClosed || ch.src == notCharged {
 			continue
 		}
-		d := decs[i]
+		d, ru := &ch.dec, ch.rule
 		if rejected && (d.Allowed || ru.shadow || ru.onLimitEnqueue && mayDefer) {
 			continue
 		}
-		if best < 0 || d.Remaining < decs[best].Remaining ||
-			d.Remaining == decs[best].Remaining && d.ResetAfter > decs[best].ResetAfter {
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := &charges[best].dec
+		if d.Remaining < b.Remaining || d.Remaining == b.Remaining && d.ResetAfter > b.ResetAfter {
 			best = i
 		}
 	}
@@ -442,9 +428,10 @@ func headerPolicy(limited []*rule, decs []limit.Decision, srcs []source, rejecte
 // countDecisions counts each rule's decision under the ruling rl in the decisions metric. The
 // rule a request is deferred to is counted as enqueued once the job is stored (deferRequest).
 func countDecisions(k *call, rl *ruling) {
-	for i, ru := range k.limited {
-		if o, ok := decisionOutcome(ru, k.decs[i], k.srcs[i], rl); ok {
-			ru.counters[o].Inc()
+	for i := range k.charges {
+		ch := &k.charges[i]
+		if o, ok := decisionOutcome(ch, rl); ok {
+			ch.rule.counters[o].Inc()
 		}
 	}
 	for _, ru := range k.matched {
@@ -454,9 +441,9 @@ func countDecisions(k *call, rl *ruling) {
 	}
 }
 
-// decisionOutcome is the outcome counted for rule ru that decided d from src; false when it is
-// counted elsewhere.
-func decisionOutcome(ru *rule, d limit.Decision, src source, rl *ruling) (Outcome, bool) {
+// decisionOutcome is the outcome counted for charge ch; false when it is counted elsewhere.
+func decisionOutcome(ch *charge, rl *ruling) (Outcome, bool) {
+	ru, d, src := ch.rule, &ch.dec, ch.src
 	deferred := rl.action == deferIt && ru == rl.deferTo
 	switch {
 	case src == notCharged:
@@ -479,7 +466,7 @@ func decisionOutcome(ru *rule, d limit.Decision, src source, rl *ruling) (Outcom
 
 // respond answers the request under the ruling: 429, 503, or 202 (the deferral), or reports
 // true for a request that proceeds, with its headers.
-func (g *Gate) respond(c echo.Context, rs *ruleSet, k *call, rl *ruling, hdrs *rateHeaders) (bool, *rateHeaders, error) {
+func (g *gate) respond(c echo.Context, rs *ruleSet, k *call, rl *ruling, hdrs *rateHeaders) (bool, *rateHeaders, error) {
 	w := c.Response()
 	switch rl.action {
 	case reject:
@@ -514,7 +501,7 @@ const heldWhole = 2048
 // writeQuotaExceeded answers 429 for the rules in k.viol, with Retry-After and
 // X-RateLimit-Retry-After of secs and the quota-exceeded problem. The body of a single rule's
 // 429 is assembled from the parts compile made; it is the bytes writeProblem would write.
-func (g *Gate) writeQuotaExceeded(w http.ResponseWriter, k *call, hdrs *rateHeaders, secs int64) {
+func (g *gate) writeQuotaExceeded(w http.ResponseWriter, k *call, hdrs *rateHeaders, secs int64) {
 	if hdrs == nil { // cannot happen: a rule that rejects has its headers reported
 		hdrs = &rateHeaders{vals: [6]string{5: itoa(secs)}}
 	}
@@ -560,7 +547,7 @@ func (g *Gate) writeQuotaExceeded(w http.ResponseWriter, k *call, hdrs *rateHead
 	w.Write(k.body)
 }
 
-func (g *Gate) cooldown() time.Duration {
+func (g *gate) cooldown() time.Duration {
 	if g.breaker == nil {
 		return time.Second
 	}
@@ -575,35 +562,22 @@ func quotaDetail(violated []string, secs int64) string {
 	return fmt.Sprintf("rate limits %q exceeded; retry in %d s", violated, secs)
 }
 
-// decide fills k.decs and k.srcs for k.reqs. It returns an error only when ctx ended (the
-// client went away); a failing store is handled here, rule by rule.
-func (g *Gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
-	n := len(k.reqs)
-	k.decs = append(k.decs[:0], make([]limit.Decision, n)...)
-	k.srcs = append(k.srcs[:0], make([]source, n)...)
+// decide fills in the decision and source of every charge of k. It returns an error only
+// when ctx ended (the client went away); a failing store is handled here, rule by rule.
+func (g *gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
 	start := time.Now()
 	defer func() { g.metrics.duration.Observe(time.Since(start).Seconds()) }()
 
-	var err error
 	if g.breaker == nil {
-		if n == 1 { // the common case; Decide returns its decision without a slice
-			q := &k.reqs[0]
-			if k.decs[0], err = g.limiter.Decide(ctx, q.Key, q.Limit, q.Cost); err == nil {
-				return nil
-			}
-		} else {
-			var decs []limit.Decision
-			if decs, err = g.limiter.DecideAll(ctx, k.reqs); err == nil {
-				copy(k.decs, decs)
-				return nil
-			}
+		decs, err := ask(ctx, g.limiter, k.collect(every), &k.one)
+		if err == nil {
+			k.settle(decs, fromStore)
+			return nil
 		}
 		// An in-process limiter fails only on bad input, which compile rules out.
 		g.log.Error("ingress: limiter", "err", err)
 		g.metrics.storeErrors.Inc()
-		for i, ru := range k.limited {
-			k.srcs[i] = storeFailure(ru)
-		}
+		k.failAll()
 		return nil
 	}
 
@@ -611,7 +585,8 @@ func (g *Gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
 		return nil
 	}
 	if ok, probe := g.breaker.allow(); ok {
-		if err = g.storeDecisions(ctx, rs.storeTimeout, k); err == nil {
+		err := g.storeDecisions(ctx, rs.storeTimeout, k)
+		if err == nil {
 			g.breaker.done(probe, succeeded)
 			g.rememberRejections(k)
 			return nil
@@ -625,26 +600,50 @@ func (g *Gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
 	}
 
 	// The store failed or the breaker is open: rules that fail open are decided in-process.
-	k.fbIdx, k.fbReqs = k.fbIdx[:0], k.fbReqs[:0]
-	for i, ru := range k.limited {
-		k.srcs[i] = storeFailure(ru)
-		if k.srcs[i] == failedOpen {
-			k.fbIdx = append(k.fbIdx, i)
-			k.fbReqs = append(k.fbReqs, k.reqs[i])
-		}
-	}
-	if len(k.fbReqs) == 0 {
+	k.failAll()
+	reqs := k.collect(func(ch *charge) bool { return ch.src == failedOpen })
+	if len(reqs) == 0 {
 		return nil
 	}
-	decs, ferr := g.fallback.DecideAll(ctx, k.fbReqs)
-	if ferr != nil {
-		g.log.Error("ingress: fallback limiter", "err", ferr)
+	decs, err := ask(ctx, g.fallback, reqs, &k.one)
+	if err != nil {
+		g.log.Error("ingress: fallback limiter", "err", err)
 		return nil // those rules stay failedOpen: allowed without a decision
 	}
-	for j, i := range k.fbIdx {
-		k.decs[i], k.srcs[i] = decs[j], fromFallback
-	}
+	k.settle(decs, fromFallback)
 	return nil
+}
+
+// settle records decs, the limiter's answer to k.reqs, as the decisions of the charges in
+// k.idx, decided from src.
+func (k *call) settle(decs []limit.Decision, src source) {
+	for j, i := range k.idx {
+		ch := &k.charges[i]
+		ch.dec, ch.src = decs[j], src
+	}
+}
+
+// failAll marks every charge of k as left without a decision by the store.
+func (k *call) failAll() {
+	for i := range k.charges {
+		ch := &k.charges[i]
+		ch.dec, ch.src = limit.Decision{}, storeFailure(ch.rule)
+	}
+}
+
+// ask decides reqs with lim: with Decide when there is one request (the common case, which
+// needs no slice; its decision goes to one), else with DecideAll.
+func ask(ctx context.Context, lim limit.Limiter, reqs []limit.Request, one *[1]limit.Decision) ([]limit.Decision, error) {
+	if len(reqs) == 1 {
+		q := &reqs[0]
+		d, err := lim.Decide(ctx, q.Key, q.Limit, q.Cost)
+		if err != nil {
+			return nil, err
+		}
+		one[0] = d
+		return one[:], nil
+	}
+	return lim.DecideAll(ctx, reqs)
 }
 
 // classifyStoreError tells a timeout (which a slow process sees too) from a hard failure of the
@@ -657,28 +656,20 @@ func classifyStoreError(err error) outcome {
 	return failedHard
 }
 
-// callStore asks the remote limiter, giving up after timeout whether or not the limiter
-// honours its context (a go-redis client without ContextTimeoutEnabled waits for its own
-// read timeout): the call runs in a goroutine that is abandoned at the deadline.
-func (g *Gate) callStore(ctx context.Context, timeout time.Duration, reqs []limit.Request) ([]limit.Decision, error) {
-	type result struct {
-		decs []limit.Decision
-		err  error
-	}
+// askStore asks the remote limiter for reqs under a context that ends after timeout. The
+// limiter returns once that context ends (Options.Limiter), so this is the whole bound; the
+// call runs on the request's goroutine, and nothing of it outlives the request.
+func (g *gate) askStore(ctx context.Context, timeout time.Duration, k *call) ([]limit.Decision, error) {
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	done := make(chan result, 1)
-	own := slices.Clone(reqs) // reqs is pooled; an abandoned call must not see it reused
-	go func() {
-		decs, err := g.limiter.DecideAll(tctx, own)
-		done <- result{decs, err}
-	}()
-	select {
-	case r := <-done:
-		return r.decs, r.err
-	case <-tctx.Done():
-		return nil, fmt.Errorf("ingress: limiter store: %w", tctx.Err())
+	decs, err := ask(tctx, g.limiter, k.reqs, &k.one)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("ingress: limiter store: %w", err)
+	case len(decs) != len(k.reqs):
+		return nil, fmt.Errorf("ingress: limiter store returned %d decisions for %d requests", len(decs), len(k.reqs))
 	}
+	return decs, nil
 }
 
 // storeFailure is what a rule without a decision does.

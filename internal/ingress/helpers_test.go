@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
@@ -366,4 +368,47 @@ func serve(h http.Handler, r *http.Request) *http.Response {
 func metric(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
 	t.Helper()
 	return testenv.Metric(t, reg, name, labels...)
+}
+
+// storeClient returns a go-redis client for rs set up as connect.Redis sets up the processes'
+// clients where it matters to the Gate: every command is bounded by its context
+// (ContextTimeoutEnabled), which is what bounds a store call by store_timeout. Unlike
+// connect.Redis's, it does not retry, as testenv's clients do not. The test's cleanup closes it.
+func storeClient(t testing.TB, rs *testenv.RedisServer) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// testGate compiles cfg into a gate with opts, its metrics going to opts.Registerer.
+func testGate(t testing.TB, cfg *config.Config, opts Options) *gate {
+	t.Helper()
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := newGate(cfg, opts, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// gateMiddleware runs g in front of an echo app's handlers, as the Server runs it in front of
+// its proxy: the decision path alone. Install it with Pre, so that the rules see the cleaned
+// path before routing.
+func gateMiddleware(g *gate) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ok, hdrs, err := g.check(c)
+			if !ok {
+				return err
+			}
+			if hdrs != nil {
+				hdrs.install(c.Response())
+			}
+			return next(c)
+		}
+	}
 }

@@ -2,7 +2,6 @@ package ingress
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -82,77 +81,58 @@ func (c *leaseCache) put(key string, d limit.Decision, now time.Time) limit.Deci
 	return own
 }
 
-// storeDecisions decides k's requests with the shared store: in one round trip, or none when
+// storeDecisions decides k's charges with the shared store: in one round trip, or none when
 // every rule with a lease admits from it. A rule with a lease and none left asks for a new one
 // (cost N); one the store refuses at N asks again for the request alone, in a second round
 // trip for those rules only.
-func (g *Gate) storeDecisions(ctx context.Context, timeout time.Duration, k *call) error {
-	leased := false
-	for _, ru := range k.limited {
-		leased = leased || ru.leases != nil
-	}
-	if !leased {
-		decs, err := g.askStore(ctx, timeout, k.reqs)
-		if err == nil {
-			copy(k.decs, decs)
-		}
-		return err
-	}
-
-	now := g.now()
-	k.stIdx, k.stReqs = k.stIdx[:0], k.stReqs[:0]
-	for i, ru := range k.limited {
-		q := k.reqs[i]
-		if ru.leases != nil {
-			if d, ok := ru.leases.take(q.Key, now); ok {
-				k.decs[i], k.srcs[i] = d, fromLease
+func (g *gate) storeDecisions(ctx context.Context, timeout time.Duration, k *call) error {
+	var now time.Time // for leases only
+	k.reqs, k.idx = k.reqs[:0], k.idx[:0]
+	for i := range k.charges {
+		ch := &k.charges[i]
+		q := ch.req
+		if l := ch.rule.leases; l != nil {
+			if now.IsZero() {
+				now = g.now()
+			}
+			if d, ok := l.take(q.Key, now); ok {
+				ch.dec, ch.src = d, fromLease
 				g.metrics.leased.Inc()
 				continue
 			}
-			q.Cost = ru.leases.n
+			q.Cost = l.n
 		}
-		k.stIdx, k.stReqs = append(k.stIdx, i), append(k.stReqs, q)
+		k.reqs, k.idx = append(k.reqs, q), append(k.idx, i)
 	}
-	if len(k.stReqs) == 0 {
+	if len(k.reqs) == 0 {
 		return nil
 	}
-	decs, err := g.askStore(ctx, timeout, k.stReqs)
+	decs, err := g.askStore(ctx, timeout, k)
 	if err != nil {
 		return err
 	}
-	again := k.fbIdx[:0] // the rules whose lease the store refused: asked again at cost 1
-	for j, i := range k.stIdx {
-		d, ru := decs[j], k.limited[i]
-		if ru.leases != nil {
+	again := k.idx[:0] // the charges whose lease the store refused: asked again at cost 1
+	for j, i := range k.idx {
+		ch, d := &k.charges[i], decs[j]
+		if l := ch.rule.leases; l != nil {
 			if !d.Allowed {
-				again = append(again, i)
+				again = append(again, i) // overwrites only what this loop has read
 				continue
 			}
-			d = ru.leases.put(k.reqs[i].Key, d, now)
+			d = l.put(ch.req.Key, d, now)
 		}
-		k.decs[i] = d
+		ch.dec, ch.src = d, fromStore
 	}
 	if len(again) == 0 {
 		return nil
 	}
-	k.stReqs = k.stReqs[:0]
+	k.idx, k.reqs = again, k.reqs[:0]
 	for _, i := range again {
-		k.stReqs = append(k.stReqs, k.reqs[i])
+		k.reqs = append(k.reqs, k.charges[i].req)
 	}
-	if decs, err = g.askStore(ctx, timeout, k.stReqs); err != nil {
+	if decs, err = g.askStore(ctx, timeout, k); err != nil {
 		return err
 	}
-	for j, i := range again {
-		k.decs[i] = decs[j]
-	}
+	k.settle(decs, fromStore)
 	return nil
-}
-
-// askStore is callStore, checked to answer every request.
-func (g *Gate) askStore(ctx context.Context, timeout time.Duration, reqs []limit.Request) ([]limit.Decision, error) {
-	decs, err := g.callStore(ctx, timeout, reqs)
-	if err == nil && len(decs) != len(reqs) {
-		err = fmt.Errorf("limiter returned %d decisions for %d requests", len(decs), len(reqs))
-	}
-	return decs, err
 }

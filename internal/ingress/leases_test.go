@@ -23,7 +23,7 @@ store_timeout: 200ms
 on_store_error: deny
 rules:
   - { name: per-key, match: { path: /api/* }, key: [header:X-API-Key], algorithm: token_bucket, limit: 100, period: 1h, lease: 10 }
-`, Options{Now: time.Now, Limiter: limit.NewRedis(rs.NewClient(), limit.RedisConfig{Prefix: testenv.Prefix(t)})})
+`, Options{Now: time.Now, Limiter: limit.NewRedis(storeClient(t, rs), limit.RedisConfig{Prefix: testenv.Prefix(t)})})
 	get := func() int {
 		res := f.do("GET", "/api/x", nil, "X-API-Key", "k1")
 		res.Body.Close()
@@ -56,8 +56,8 @@ func TestLeasesStayWithinTheLimit(t *testing.T) {
 rules:
   - { name: per-key, match: { path: /api/* }, key: [header:X-API-Key], algorithm: fixed_window, limit: 15, period: 1h, lease: 10 }
 `
-	a := newFixture(t, cfg, Options{Now: time.Now, Limiter: limit.NewRedis(rs.NewClient(), limit.RedisConfig{Prefix: prefix})})
-	b := newFixture(t, cfg, Options{Now: time.Now, Limiter: limit.NewRedis(rs.NewClient(), limit.RedisConfig{Prefix: prefix})})
+	a := newFixture(t, cfg, Options{Now: time.Now, Limiter: limit.NewRedis(storeClient(t, rs), limit.RedisConfig{Prefix: prefix})})
+	b := newFixture(t, cfg, Options{Now: time.Now, Limiter: limit.NewRedis(storeClient(t, rs), limit.RedisConfig{Prefix: prefix})})
 	admitted := 0
 	for i := range 40 {
 		f := a
@@ -90,16 +90,13 @@ func BenchmarkGateAllowRedis(b *testing.B) {
 			name = "lease-100"
 		}
 		b.Run(name, func(b *testing.B) {
-			g, err := NewGate(parseConfig(b, "http://127.0.0.1:1", `
+			g := testGate(b, parseConfig(b, "http://127.0.0.1:1", `
 rules:
   - { name: per-key, match: { path: /api/* }, key: [header:X-API-Key], algorithm: gcra, limit: 1000000000, period: 1s`+lease+` }
 `), Options{Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
-				Limiter: limit.NewRedis(rs.NewClient(), limit.RedisConfig{Prefix: testenv.Prefix(b) + name})})
-			if err != nil {
-				b.Fatal(err)
-			}
+				Limiter: limit.NewRedis(storeClient(b, rs), limit.RedisConfig{Prefix: testenv.Prefix(b) + name})})
 			e := echo.New()
-			e.Pre(g.Middleware())
+			e.Pre(gateMiddleware(g))
 			e.GET("/*", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 			b.ReportAllocs()
 			b.SetParallelism(32)

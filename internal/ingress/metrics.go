@@ -118,7 +118,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {
-					return nil, errors.New("ingress: metrics already registered: use one Registerer per Gate or Server")
+					return nil, errors.New("ingress: metrics already registered: use one Registerer per Server")
 				}
 				return nil, err
 			}

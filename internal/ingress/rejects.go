@@ -67,23 +67,24 @@ func (c *rejectCache) put(key string, d limit.Decision, now time.Time) {
 // that rejects (not shadow, not on_limit: enqueue) has its key cached as rejected: the request
 // is rejected whatever the store would say, so it is not asked, and the other rules are not
 // charged (notCharged). It reports whether it decided.
-func (g *Gate) cachedRejection(k *call) bool {
+func (g *gate) cachedRejection(k *call) bool {
 	now := g.now()
 	hit := false
-	for i, ru := range k.limited {
-		if ru.rejects == nil || ru.shadow || ru.onLimitEnqueue {
+	for i := range k.charges {
+		ch := &k.charges[i]
+		if ru := ch.rule; ru.rejects == nil || ru.shadow || ru.onLimitEnqueue {
 			continue
 		}
-		if d, ok := ru.rejects.get(k.reqs[i].Key, now); ok {
-			k.decs[i], k.srcs[i], hit = d, fromCache, true
+		if d, ok := ch.rule.rejects.get(ch.req.Key, now); ok {
+			ch.dec, ch.src, hit = d, fromCache, true
 		}
 	}
 	if !hit {
 		return false
 	}
-	for i := range k.limited {
-		if k.srcs[i] != fromCache {
-			k.srcs[i] = notCharged
+	for i := range k.charges {
+		if ch := &k.charges[i]; ch.src != fromCache {
+			ch.src = notCharged
 		}
 	}
 	g.metrics.cachedRejects.Inc()
@@ -91,14 +92,15 @@ func (g *Gate) cachedRejection(k *call) bool {
 }
 
 // rememberRejections caches the store's rejections of k's rules that reject.
-func (g *Gate) rememberRejections(k *call) {
+func (g *gate) rememberRejections(k *call) {
 	var now time.Time
-	for i, ru := range k.limited {
-		if d := k.decs[i]; !d.Allowed && ru.rejects != nil && !ru.shadow && !ru.onLimitEnqueue {
+	for i := range k.charges {
+		ch := &k.charges[i]
+		if ru := ch.rule; !ch.dec.Allowed && ru.rejects != nil && !ru.shadow && !ru.onLimitEnqueue {
 			if now.IsZero() {
 				now = g.now()
 			}
-			ru.rejects.put(k.reqs[i].Key, d, now)
+			ru.rejects.put(ch.req.Key, ch.dec, now)
 		}
 	}
 }

@@ -20,7 +20,7 @@ store_timeout: 200ms
 rules:
   - { name: per-key, match: { path: /api/* }, key: [header:X-API-Key], algorithm: fixed_window, limit: 1, period: 2s }
   - { name: wide, match: { path: /api/* }, key: [const:all], algorithm: fixed_window, limit: 1000, period: 1h }
-`, Options{Now: time.Now, Limiter: limit.NewRedis(rs.NewClient(), limit.RedisConfig{Prefix: testenv.Prefix(t)})})
+`, Options{Now: time.Now, Limiter: limit.NewRedis(storeClient(t, rs), limit.RedisConfig{Prefix: testenv.Prefix(t)})})
 	get := func() int {
 		res := f.do("GET", "/api/x", nil, "X-API-Key", "k1")
 		res.Body.Close()

@@ -2,12 +2,15 @@ package ingress
 
 import (
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // TestMatcher checks that a compiled matcher answers as config.Match.Matches does.
@@ -37,12 +40,9 @@ func TestHeaderKeyName(t *testing.T) {
 	cfg := parseConfig(t, "http://127.0.0.1:1", "rules: []\n")
 	cfg.Rules = []config.Rule{{Name: "per-key", Key: []config.KeyPart{{Kind: config.KeyHeader, Name: "x-api-KEY"}},
 		Algorithm: "fixed_window", Limit: 1, Period: 60e9}}
-	g, err := NewGate(cfg, Options{Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := testGate(t, cfg, Options{Registerer: prometheus.NewRegistry()})
 	e := echo.New()
-	e.Pre(g.Middleware())
+	e.Pre(gateMiddleware(g))
 	e.Any("/*", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 	status := func(key string) int {
 		r := httptestRequest("GET", "/x", "192.0.2.1:1")
@@ -57,5 +57,65 @@ func TestHeaderKeyName(t *testing.T) {
 	}
 	if s := status("alice"); s != http.StatusTooManyRequests {
 		t.Fatalf("alice again: %d, want 429", s)
+	}
+}
+
+// TestCompileRule checks each step of compiling a rule of a hand-built config (config.Load
+// rejects all of these first): the first thing wrong with a rule is the error, and a good rule
+// comes out with its defaults and canonical header names.
+func TestCompileRule(t *testing.T) {
+	cfg := &config.Config{}
+	queues := map[string]*config.Queue{"q": {Name: "q"}}
+	good := config.Rule{Name: "r", Algorithm: limit.FixedWindow, Limit: 1, Period: time.Second}
+	with := func(f func(*config.Rule)) config.Rule {
+		r := good
+		f(&r)
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		rule config.Rule
+		want string
+	}{
+		{"no name", with(func(r *config.Rule) { r.Name = "" }), "name is required"},
+		{"bad UTF-8 name", with(func(r *config.Rule) { r.Name = "\xff" }), "not valid UTF-8"},
+		{"key part without its name", with(func(r *config.Rule) { r.Key = []config.KeyPart{{Kind: config.KeyHeader}} }), `key part "header" needs a name`},
+		{"unknown key part", with(func(r *config.Rule) { r.Key = []config.KeyPart{{Kind: "cookie", Name: "x"}} }), `unknown key part "cookie"`},
+		{"unknown action", with(func(r *config.Rule) { r.Action = "drop" }), `unknown action "drop"`},
+		{"unknown on_limit", with(func(r *config.Rule) { r.OnLimit = "drop" }), `unknown on_limit "drop"`},
+		{"invalid limit", with(func(r *config.Rule) { r.Limit = 0 }), "limit must be > 0"},
+		{"limit before queue", with(func(r *config.Rule) { r.Limit, r.OnLimit = 0, config.OnLimitEnqueue }), "limit must be > 0"},
+		{"no such queue", with(func(r *config.Rule) { r.OnLimit, r.Queue = config.OnLimitEnqueue, "nope" }), `no queue named "nope"`},
+		{"unknown on_store_error", with(func(r *config.Rule) { r.OnStoreError = "maybe" }), `unknown on_store_error "maybe"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := compileRule(cfg, tc.rule, queues); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("compileRule = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+
+	r, err := compileRule(cfg, with(func(r *config.Rule) {
+		r.Key = []config.KeyPart{{Kind: config.KeyHeader, Name: "x-api-KEY"}, {Kind: config.KeyMethod}}
+		r.OnStoreError = config.StoreErrorDeny
+		r.Lease = 10
+	}), queues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.key[0].Name != "X-Api-Key" || r.key[1].Kind != config.KeyMethod || r.failOpen || !r.hasLimit || r.leases == nil ||
+		r.keyPrefix != "r\x00" || r.policy != `"r";q=1;w=1` || r.limitText != "1" {
+		t.Fatalf("compiled rule %+v", r)
+	}
+	// Defaults: the key is the client address, the store-error mode allow; an action: enqueue
+	// rule without an algorithm has no limit; a long name is hashed in keys.
+	long := strings.Repeat("n", maxRuleInKey+1)
+	r, err = compileRule(cfg, config.Rule{Name: long, Action: config.ActionEnqueue, Queue: "q"}, queues)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.key) != 1 || r.key[0].Kind != config.KeyIP || !r.failOpen || r.hasLimit || !r.actionEnqueue ||
+		r.keyPrefix[0] != hashMarker || len(r.keyPrefix) != 1+32+1 || r.policy != "" {
+		t.Fatalf("compiled rule %+v", r)
 	}
 }

@@ -65,15 +65,14 @@ func TestDecideRuling(t *testing.T) {
 		{name: "job API: action enqueue forwards", matched: []*rule{action}, noDefer: true, want: forward, header: -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var limited, matched []*rule
-			var decs []limit.Decision
-			var srcs []source
+			var matched []*rule
+			var charges []charge
 			for _, c := range tc.charged {
-				limited, decs, srcs = append(limited, c.rule), append(decs, c.d), append(srcs, c.src)
+				charges = append(charges, charge{rule: c.rule, dec: c.d, src: c.src})
 				matched = append(matched, c.rule)
 			}
 			matched = append(matched, tc.matched...)
-			rl := decideRuling(limited, decs, srcs, matched, !tc.noDefer, nil)
+			rl := decideRuling(charges, matched, !tc.noDefer, nil)
 			deferTo := rl.deferTo
 			if rl.action != deferIt {
 				deferTo = nil // a candidate only; nothing is deferred

@@ -20,14 +20,14 @@ import (
 // DefaultUpstreamTimeout bounds the wait for an upstream's response headers.
 const DefaultUpstreamTimeout = 30 * time.Second
 
-// Server is the standalone ingress: a Gate in front of a reverse proxy to the configured
+// Server is the standalone ingress: a gate in front of a reverse proxy to the configured
 // upstream, plus the job API (POST /v1/queues/{queue}/jobs, GET /v1/jobs/{id}). Its Handler
 // is served by an http.Server that the caller runs; set that server's MaxHeaderBytes from the
 // config (max_header_bytes) to bound request headers.
 //
 // A Server is safe for concurrent use, Reload included.
 type Server struct {
-	gate      *Gate
+	gate      *gate
 	echo      *echo.Echo // routes the job API and renders its errors
 	proxy     atomic.Pointer[upstream]
 	transport http.RoundTripper
@@ -78,14 +78,11 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 // Handler returns the HTTP handler of the ingress: the Server itself.
 func (s *Server) Handler() http.Handler { return s }
 
-// Gate returns the Server's Gate.
-func (s *Server) Gate() *Gate { return s.gate }
-
 // Reload applies cfg: its rules, trusted proxies, store timeout, queues and upstream. It is
 // atomic: a request is served entirely under the old config or entirely under the new. On
 // error the Server keeps its config.
 func (s *Server) Reload(cfg *config.Config) error {
-	if err := s.gate.Reload(cfg); err != nil {
+	if err := s.gate.reload(cfg); err != nil {
 		return err
 	}
 	s.setUpstream(s.gate.rules.Load().upstream)

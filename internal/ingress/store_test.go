@@ -121,7 +121,7 @@ func TestBreakerTimeouts(t *testing.T) {
 func TestBreakerHealthySlowStore(t *testing.T) {
 	rs := testenv.Redis(t)
 	g, e, _ := gateApp(t, storeFailureYAML, Options{
-		Limiter: limit.NewRedis(rs.NewClient(), limit.RedisConfig{Prefix: testenv.Prefix(t)}),
+		Limiter: limit.NewRedis(storeClient(t, rs), limit.RedisConfig{Prefix: testenv.Prefix(t)}),
 	})
 	get := func() { serve(e, httptestRequest("GET", "/open", "198.51.100.1:1")) }
 	get()
@@ -144,19 +144,19 @@ func TestBreakerHealthySlowStore(t *testing.T) {
 		return rs.Client.Ping(context.Background()).Err() == nil
 	})
 	get()
-	if s := g.BreakerState(); s != BreakerClosed {
+	if s := g.breakerState(); s != BreakerClosed {
 		t.Fatalf("breaker %v after a 400ms stall of a healthy Redis, want closed", s)
 	}
 	// A stopped Redis refuses connections: the breaker opens.
 	rs.Stop()
 	testenv.WaitFor(t, 5*time.Second, "the breaker to open", func() bool {
 		get()
-		return g.BreakerState() == BreakerOpen
+		return g.breakerState() == BreakerOpen
 	})
 	rs.Start()
 	testenv.WaitFor(t, 10*time.Second, "the breaker to close", func() bool {
 		get()
-		return g.BreakerState() == BreakerClosed
+		return g.breakerState() == BreakerClosed
 	})
 }
 
@@ -169,18 +169,15 @@ rules:
   - { name: closed, match: { path: /closed }, algorithm: fixed_window, limit: 100000, period: 1s, on_store_error: deny }
 `
 
-// gateApp is an echo app with a Gate and a handler that answers 200: the decision path
-// alone, as a user's app would embed it.
-func gateApp(t *testing.T, yaml string, opts Options) (*Gate, *echo.Echo, *prometheus.Registry) {
+// gateApp is an echo app with a gate and a handler that answers 200: the decision path
+// alone.
+func gateApp(t *testing.T, yaml string, opts Options) (*gate, *echo.Echo, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	opts.Registerer = reg
-	g, err := NewGate(parseConfig(t, "http://127.0.0.1:1", yaml), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := testGate(t, parseConfig(t, "http://127.0.0.1:1", yaml), opts)
 	e := echo.New()
-	e.Pre(g.Middleware())
+	e.Pre(gateMiddleware(g))
 	e.Any("/*", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 	return g, e, reg
 }
@@ -190,7 +187,7 @@ func gateApp(t *testing.T, yaml string, opts Options) (*Gate, *echo.Echo, *prome
 // that fail closed answer 503. Once redis-server is back, decisions come from it again.
 func TestStoreDown(t *testing.T) {
 	rs := testenv.Redis(t)
-	rdb := rs.NewClient()
+	rdb := storeClient(t, rs)
 	prefix := testenv.Prefix(t)
 	g, e, reg := gateApp(t, storeFailureYAML, Options{Limiter: limit.NewRedis(rdb, limit.RedisConfig{Prefix: prefix})})
 	redisKeys := func() int {
@@ -249,7 +246,7 @@ func TestStoreDown(t *testing.T) {
 	}
 	rs.Stop()
 	down := time.Now()
-	testenv.WaitFor(t, 5*time.Second, "the breaker to open", func() bool { return g.BreakerState() == BreakerOpen })
+	testenv.WaitFor(t, 5*time.Second, "the breaker to open", func() bool { return g.breakerState() == BreakerOpen })
 
 	// Fails closed: 503 with Retry-After, as problem+json.
 	res := serve(e, httptestRequest("GET", "/closed", "198.51.100.1:1"))
@@ -272,7 +269,7 @@ func TestStoreDown(t *testing.T) {
 
 	rs.Start()
 	testenv.WaitFor(t, 10*time.Second, "decisions from redis again", func() bool {
-		return g.BreakerState() == BreakerClosed && redisKeys() > 0
+		return g.breakerState() == BreakerClosed && redisKeys() > 0
 	})
 	up := time.Now()
 	stop.Store(true)
@@ -317,7 +314,7 @@ func TestStoreDown(t *testing.T) {
 // store_timeout before the rule fails open.
 func TestStoreTimeout(t *testing.T) {
 	rs := testenv.Redis(t)
-	rdb := rs.NewClient()
+	rdb := storeClient(t, rs)
 	_, e, reg := gateApp(t, storeFailureYAML, Options{
 		Limiter: limit.NewRedis(rdb, limit.RedisConfig{Prefix: testenv.Prefix(t)}),
 	})
