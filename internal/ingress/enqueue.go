@@ -9,13 +9,13 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/textproto"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/httphdr"
 	"github.com/sluice-rl/sluice/jsonw"
 	"github.com/sluice-rl/sluice/queue"
 )
@@ -193,37 +193,23 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 }
 
 // replayHeader returns the headers of a deferred request that a worker replays: the
-// end-to-end headers, without the hop-by-hop ones (and those Connection names), Host,
-// Content-Length, Expect, and the forwarding headers (Forwarded, X-Forwarded-*), which the
-// ingress writes anew for this hop (setForwarding).
+// end-to-end headers, without the hop-by-hop ones and those Connection names
+// (httphdr.RemoveHopByHop), Host, Content-Length, Expect, and the forwarding headers
+// (Forwarded, X-Forwarded-*), which the ingress writes anew for this hop (setForwarding).
 func replayHeader(h http.Header) http.Header {
-	out := make(http.Header, len(h))
-	var connection []string
-	for _, v := range h["Connection"] {
-		for f := range strings.SplitSeq(v, ",") {
-			if f = textproto.TrimString(f); f != "" {
-				connection = append(connection, textproto.CanonicalMIMEHeaderKey(f))
-			}
-		}
+	out := h.Clone()
+	if out == nil {
+		return http.Header{}
 	}
-	for name, vs := range h {
+	httphdr.RemoveHopByHop(out)
+	for name := range out {
 		switch name {
-		case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-			"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Host", "Content-Length", "Expect", "Forwarded":
-			continue
-		}
-		if strings.HasPrefix(name, "X-Forwarded-") {
-			continue
-		}
-		skip := false
-		for _, c := range connection {
-			if c == name {
-				skip = true
-				break
+		case "Host", "Content-Length", "Expect", "Forwarded":
+			delete(out, name)
+		default:
+			if strings.HasPrefix(name, "X-Forwarded-") {
+				delete(out, name)
 			}
-		}
-		if !skip {
-			out[name] = append([]string(nil), vs...)
 		}
 	}
 	return out
