@@ -48,8 +48,8 @@ var ErrRunning = errors.New("worker: pool already ran")
 // Deps are what a Pool works with. Queues and Schedule are required.
 type Deps struct {
 	// Queues is the JetStream layer: consumers, status records, dead letters (a
-	// *queue.Queues). When it also makes fair queues' schedulers (fairSource, as
-	// *queue.Queues does), the Pool runs them.
+	// *queue.Queues). When it also gives the layouts of fair queues (fairSource, as
+	// *queue.Queues does), the Pool runs their schedulers.
 	Queues Broker
 	// Schedule is the queues' leak schedule, shared by all workers of every process
 	// (leaky.NewRedis), or leaky.NewMemory for a single process.
@@ -423,9 +423,4 @@ func (r *runner) poke() {
 	case r.wake <- struct{}{}:
 	default:
 	}
-}
-
-// fairSource makes the scheduler of a fair queue; *queue.Queues is one.
-type fairSource interface {
-	Fair(name string, opts queue.FairOptions) (*queue.Fair, error)
 }
