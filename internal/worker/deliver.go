@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluice-rl/sluice/internal/httphdr"
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -27,14 +28,6 @@ const maxDrain = 64 << 10
 type routeError struct{ msg string }
 
 func (e *routeError) Error() string { return e.msg }
-
-// hopHeaders are the headers that describe one connection, not the request; a deferred
-// request's copies of them are not replayed. Content-Length is recomputed and Host is the
-// upstream's.
-var hopHeaders = []string{
-	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Host",
-}
 
 // request builds the HTTP request of one delivery attempt.
 func request(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (*http.Request, error) {
@@ -65,15 +58,11 @@ func request(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (
 		if header == nil {
 			header = http.Header{}
 		}
-		// Connection may name further hop-by-hop headers.
-		for _, v := range header.Values("Connection") {
-			for _, name := range strings.Split(v, ",") {
-				header.Del(strings.TrimSpace(name))
-			}
-		}
-		for _, h := range hopHeaders {
-			header.Del(h)
-		}
+		// A deferred request's hop-by-hop headers described the client's connection, not the
+		// request; Content-Length is recomputed and Host is the upstream's.
+		httphdr.RemoveHopByHop(header)
+		header.Del("Content-Length")
+		header.Del("Host")
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(j.Body))
 	if err != nil {
