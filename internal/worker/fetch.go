@@ -11,11 +11,14 @@ import (
 	"github.com/sluice-rl/sluice/retry"
 )
 
-// The waits of a runner's retries: after a failed fetch, and while its queue's consumer does
-// not exist yet (the ingress or another worker may be about to provision it).
+// The waits of a runner's retries: after a failed fetch, while its queue's consumer does not
+// exist yet (the ingress or another worker may be about to provision it), and while the leak
+// schedule cannot be reached.
 var (
 	fetchBackoff    = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
 	consumerBackoff = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	// probeBackoff spaces the probes of an unreachable leak schedule.
+	probeBackoff = retry.Policy{Initial: 100 * time.Millisecond, Max: time.Second}
 )
 
 // run fetches jobs while ctx lasts, keeping at most Concurrency in hand, and returns when
@@ -42,6 +45,16 @@ func (r *runner) run(ctx, hard context.Context) {
 	failures := 0
 	idle := make(chan *queue.Msg) // handlers done with a job, waiting for the next
 	for ctx.Err() == nil {
+		if r.p.health.err() != nil {
+			// The leak schedule cannot be reached: fetch nothing (other workers may reach it)
+			// until it answers.
+			failures++
+			if !r.probe(ctx) {
+				retry.Sleep(ctx, nil, probeBackoff.Delay(failures, rand.Float64()))
+				continue
+			}
+			failures = 0
+		}
 		cfg := r.cfg.Load()
 		n := cfg.Concurrency - int(r.held.Load())
 		if cfg.Fair {

@@ -92,8 +92,9 @@ type Pool struct {
 	// pruneCanceled forgets them; holding, the ids of the jobs in hand.
 	controls   atomic.Pointer[map[string]queue.Control]
 	handedBack atomic.Int64 // jobs handed back, for the shutdown's log line
-	canceled   sync.Map     // job id -> time.Time it was announced
-	holding    sync.Map     // job id -> struct{}
+	health     scheduleHealth
+	canceled   sync.Map // job id -> time.Time it was announced
+	holding    sync.Map // job id -> struct{}
 
 	mu      sync.Mutex
 	specs   []QueueConfig      // the current queues, in order
@@ -189,6 +190,12 @@ func defaultClient() (*http.Client, *spares) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}, sp
 }
+
+// Ready reports whether the Pool can deliver: nil, or an error wrapping ErrScheduleDown while
+// its leak schedule (Redis) cannot be reached, saying since when and why. While it cannot, the
+// Pool hands back the jobs it holds and fetches none, so that workers that can reach the
+// schedule deliver them; it probes the schedule and resumes by itself once it answers.
+func (p *Pool) Ready() error { return p.health.err() }
 
 // Queues returns the configs the Pool drains, with defaults filled in.
 func (p *Pool) Queues() []QueueConfig {

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -553,6 +554,40 @@ func TestShutdownTimeoutHoldsWhileNATSIsDown(t *testing.T) {
 	if got := metric(t, r.reg, "sluice_deliveries_total", "queue", "q", "outcome", "interrupted"); got != 3 {
 		t.Errorf("interrupted deliveries = %v, want 3", got)
 	}
+}
+
+// A worker whose leak schedule (Redis) cannot be reached does not sit on its jobs: within
+// storeGiveUp (2s) it hands them back, for a worker that can reach its schedule to deliver
+// long before their AckWait, reports not ready, and fetches none; once Redis answers again it
+// is ready again by itself.
+func TestScheduleDownHandsJobsBack(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q", AckWait: time.Minute})
+	rs := testenv.Redis(t)
+	rdb := rs.NewClient()
+	t.Cleanup(func() { rdb.Close() })
+	ids := workertest.Publish(t, h.qs, "q", 4, true)
+	rs.Stop()
+	a := h.run(worker.Deps{Schedule: leaky.NewRedis(rdb, leaky.RedisConfig{Prefix: testenv.Name(t) + ":"})}, h.spec("q", 100))
+	testenv.WaitFor(t, 10*time.Second, "worker A to hold the jobs", func() bool { return h.info("q").InFlight == 4 })
+	testenv.WaitFor(t, 10*time.Second, "worker A to report its schedule down", func() bool {
+		return errors.Is(a.Ready(), worker.ErrScheduleDown)
+	})
+	// Worker B reaches its schedule; the jobs come to it at once, not after A's AckWait.
+	h.run(worker.Deps{}, h.spec("q", 100))
+	h.up.WaitCount(t, 15*time.Second, "every job, from worker B", func(n int) bool { return n >= len(ids) })
+	if got := metric(t, a.reg, "sluice_jobs_handed_back_total", "queue", "q"); got < 4 {
+		t.Errorf("worker A handed back %v jobs, want ≥ 4", got)
+	}
+	if got := metric(t, a.reg, "sluice_deliveries_total", "queue", "q", "outcome", "success"); got != 0 {
+		t.Errorf("worker A delivered %v jobs with no leak schedule, want 0", got)
+	}
+	for _, id := range ids {
+		if st := h.waitState(id, queue.StateSucceeded, 5*time.Second); st.Attempts != 1 {
+			t.Errorf("job %s: %d attempts, want 1 (hand-backs spend none)", id, st.Attempts)
+		}
+	}
+	rs.Start()
+	testenv.WaitFor(t, 15*time.Second, "worker A ready again", func() bool { return a.Ready() == nil })
 }
 
 // Reload changes a queue's rate at once and starts new queues; an invalid config is refused

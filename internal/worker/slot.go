@@ -3,7 +3,10 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
@@ -16,10 +19,12 @@ import (
 // When the schedule cannot be reached it does not deliver: it counts the error and tries again
 // after a backoff (takeBackoff), so delivery resumes within a fraction of a second
 // of the store's return. The rate is read afresh on every try, so a reload applies at once.
-// It returns ctx's error when ctx ends first.
+// It returns ctx's error when ctx ends first, and ErrScheduleDown once the schedule has failed
+// for storeGiveUp without a break: the job is then handed back, for a worker that can reach it.
 func (r *runner) waitSlot(ctx context.Context) error {
 	start := r.p.now()
 	failures := 0
+	var failingSince time.Time
 	held := func() bool { return r.p.control(r.name).PausedAt(r.p.now()) }
 	for {
 		// An operator's pause holds every worker: no slot is taken while it lasts.
@@ -38,6 +43,7 @@ func (r *runner) waitSlot(ctx context.Context) error {
 		})
 		if err == nil {
 			r.p.m.slotWait.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
+			r.p.health.up(r.p.log)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -53,11 +59,70 @@ func (r *runner) waitSlot(ctx context.Context) error {
 		} else {
 			r.p.log.Debug("worker: leak schedule unavailable", "queue", r.name, "err", err)
 		}
+		if failures == 0 {
+			failingSince = r.p.now()
+		}
+		if (r.p.health.err() != nil || r.p.now().Sub(failingSince) >= storeGiveUp) && !errors.Is(err, leaky.ErrInvalidRate) {
+			r.p.health.down(r.p.log, failingSince, err)
+			return ErrScheduleDown
+		}
 		failures++
 		if err := retry.Sleep(ctx, nil, takeBackoff.Delay(failures, rand.Float64())); err != nil {
 			return err
 		}
 	}
+}
+
+// storeGiveUp is how long a job waits for an unreachable leak schedule before it is handed back.
+const storeGiveUp = 2 * time.Second
+
+// ErrScheduleDown is what Pool.Ready returns (wrapped) while the leak schedule cannot be reached:
+// the Pool then hands back its jobs and fetches none until the schedule answers again.
+var ErrScheduleDown = errors.New("worker: leak schedule unreachable")
+
+// scheduleHealth is whether the Pool's leak schedule answers. It is safe for concurrent use.
+type scheduleHealth struct {
+	fault atomic.Pointer[scheduleFault] // nil: it answers
+}
+
+type scheduleFault struct {
+	since time.Time
+	err   error
+}
+
+// down records that the schedule has failed since since, with err; it logs the first time.
+func (h *scheduleHealth) down(log *slog.Logger, since time.Time, err error) {
+	if h.fault.CompareAndSwap(nil, &scheduleFault{since: since, err: err}) {
+		log.Warn("worker: leak schedule unreachable; handing jobs back and fetching none until it answers",
+			"since", since, "err", err)
+	}
+}
+
+// up records that the schedule answered; it logs when it had not.
+func (h *scheduleHealth) up(log *slog.Logger) {
+	if f := h.fault.Swap(nil); f != nil {
+		log.Info("worker: leak schedule answers again; fetching", "down_for", time.Since(f.since).Round(time.Millisecond))
+	}
+}
+
+// err is nil while the schedule answers, and otherwise ErrScheduleDown, with since when and why.
+func (h *scheduleHealth) err() error {
+	f := h.fault.Load()
+	if f == nil {
+		return nil
+	}
+	return fmt.Errorf("%w since %s: %v", ErrScheduleDown, f.since.UTC().Format(time.RFC3339), f.err)
+}
+
+// probe asks the schedule whether it answers again (a read, PausedFor), and records the answer.
+func (r *runner) probe(ctx context.Context) bool {
+	pctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if _, err := r.p.sched.PausedFor(pctx, r.name); err != nil {
+		return false
+	}
+	r.p.health.up(r.p.log)
+	return true
 }
 
 // takeBackoff spaces the retries of a failed slot take: short, so that delivery resumes within a
