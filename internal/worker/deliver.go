@@ -14,8 +14,12 @@ import (
 
 // The headers every delivery carries.
 const (
-	// HeaderIdempotencyKey carries the job id, so the upstream can recognise a redelivery.
+	// HeaderIdempotencyKey carries the client's own Idempotency-Key when its request carried a
+	// valid one, and the job id otherwise, so that the upstream recognises a redelivery, and a
+	// request first forwarded and then, on the client's retry, deferred, under one key.
 	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderJob carries the job id.
+	HeaderJob = "Sluice-Job"
 	// HeaderAttempt carries the attempt number, from 1.
 	HeaderAttempt = "Sluice-Attempt"
 )
@@ -63,13 +67,24 @@ func request(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (
 		httphdr.RemoveHopByHop(header)
 		header.Del("Content-Length")
 		header.Del("Host")
+		// Sluice-* headers are Sluice's own: a client's are never passed on as such.
+		for k := range header {
+			if len(k) > len("Sluice-") && strings.EqualFold(k[:len("Sluice-")], "Sluice-") {
+				delete(header, k)
+			}
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(j.Body))
 	if err != nil {
 		return nil, &routeError{"build request: " + err.Error()}
 	}
 	req.Header = header
-	req.Header.Set(HeaderIdempotencyKey, j.ID)
+	key := j.IdempotencyKey
+	if key == "" {
+		key = j.ID
+	}
+	req.Header.Set(HeaderIdempotencyKey, key)
+	req.Header.Set(HeaderJob, j.ID)
 	req.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
 	return req, nil
 }

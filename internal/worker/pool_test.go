@@ -24,7 +24,8 @@ var testBackoff = retry.Policy{Initial: 50 * time.Millisecond, Max: 400 * time.M
 
 // A deferred request is replayed with its method, path, query, headers and body to the
 // upstream; a direct job goes to the queue's target with its body and Content-Type only. Both
-// carry Idempotency-Key and Sluice-Attempt.
+// carry Sluice-Job, Sluice-Attempt and Idempotency-Key: the client's own key when it sent
+// one, the job id otherwise. A client's own Sluice-* headers are not passed on.
 func TestDeliveryRequests(t *testing.T) {
 	h := newHarness(t, queue.Spec{Name: "deferred"}, queue.Spec{Name: "direct"})
 	body := []byte("binary\x00body\xff")
@@ -39,9 +40,13 @@ func TestDeliveryRequests(t *testing.T) {
 			"Connection":        {"X-Hop"},
 			"X-Hop":             {"dropped: named by Connection"},
 			"Transfer-Encoding": {"chunked"},
-			"Idempotency-Key":   {"client-key-replaced-by-job-id"},
+			"Idempotency-Key":   {"order-12812"},
+			"Sluice-Attempt":    {"99"},
+			"Sluice-Job":        {"forged"},
+			"Sluice-Custom":     {"x"},
 		},
-		Body: body,
+		IdempotencyKey: "order-12812",
+		Body:           body,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +79,7 @@ func TestDeliveryRequests(t *testing.T) {
 	}
 	a, ok := byID[deferred.ID]
 	if !ok {
-		t.Fatalf("deferred job %s not delivered with its id as Idempotency-Key", deferred.ID)
+		t.Fatalf("deferred job %s not delivered with its id as Sluice-Job", deferred.ID)
 	}
 	if a.Method != http.MethodPatch || a.URI != "/base/api/v1/orders?id=7&x=a%20b" {
 		t.Errorf("deferred: %s %s, want PATCH /base/api/v1/orders?id=7&x=a%%20b", a.Method, a.URI)
@@ -84,7 +89,8 @@ func TestDeliveryRequests(t *testing.T) {
 	}
 	for k, want := range map[string][]string{
 		"Content-Type": {"application/octet-stream"}, "X-Custom": {"a"}, "X-Multi": {"1", "2"},
-		"Idempotency-Key": {deferred.ID}, "Sluice-Attempt": {"1"},
+		"Idempotency-Key": {"order-12812"}, "Sluice-Job": {deferred.ID}, "Sluice-Attempt": {"1"},
+		"Sluice-Custom": nil,
 	} {
 		if got := a.Header.Values(k); !slices.Equal(got, want) {
 			t.Errorf("deferred header %s = %q, want %q", k, got, want)
@@ -104,7 +110,8 @@ func TestDeliveryRequests(t *testing.T) {
 		t.Errorf("direct: %s %s %q, want PUT /target/x?k=v {\"n\":1}", a.Method, a.URI, a.Body)
 	}
 	if a.Header.Get("Content-Type") != "application/x-thing" || a.Header.Get("X-Not-Forwarded") != "" ||
-		a.Header.Get("Idempotency-Key") != direct.ID || a.Header.Get("Sluice-Attempt") != "1" {
+		a.Header.Get("Idempotency-Key") != direct.ID || a.Header.Get("Sluice-Job") != direct.ID ||
+		a.Header.Get("Sluice-Attempt") != "1" {
 		t.Errorf("direct headers = %v", a.Header)
 	}
 }

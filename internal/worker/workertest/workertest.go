@@ -21,7 +21,7 @@ import (
 // Arrival is one request the Recorder received.
 type Arrival struct {
 	At      time.Time // when the handler was entered
-	ID      string    // the Idempotency-Key header: the job id
+	ID      string    // the Sluice-Job header: the job id
 	Attempt int       // the Sluice-Attempt header; 0 when absent or malformed
 	Method  string
 	URI     string // the request URI: path and query
@@ -73,7 +73,7 @@ func (r *Recorder) serve(w http.ResponseWriter, req *http.Request) {
 	at := time.Now()
 	body, _ := io.ReadAll(req.Body)
 	a := Arrival{
-		At: at, ID: req.Header.Get("Idempotency-Key"), Method: req.Method, URI: req.RequestURI,
+		At: at, ID: req.Header.Get("Sluice-Job"), Method: req.Method, URI: req.RequestURI,
 		Header: req.Header.Clone(), Body: body,
 	}
 	a.Attempt, _ = strconv.Atoi(req.Header.Get("Sluice-Attempt"))

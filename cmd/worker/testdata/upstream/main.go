@@ -6,7 +6,7 @@
 // 429 with Retry-After: 1, as a rate-limited API does — and writes one line per request to
 // stdout, flushed at once:
 //
-//	<arrival, Unix ns> <Idempotency-Key or -> <Sluice-Attempt or -> <request URI> <status>
+//	<arrival, Unix ns> <Sluice-Job, else Idempotency-Key, or -> <Sluice-Attempt or -> <request URI> <status>
 //
 // The first line is its base URL. It runs until it is killed.
 package main
@@ -62,7 +62,11 @@ func main() {
 			}
 		}
 		w.WriteHeader(status)
-		fmt.Fprintf(out, "%d %s %s %s %d\n", at.UnixNano(), orDash(r.Header.Get("Idempotency-Key")),
+		id := r.Header.Get("Sluice-Job")
+		if id == "" { // BullMQ's and the bare JetStream consumer's deliveries (bench-peers.sh)
+			id = r.Header.Get("Idempotency-Key")
+		}
+		fmt.Fprintf(out, "%d %s %s %s %d\n", at.UnixNano(), orDash(id),
 			orDash(r.Header.Get("Sluice-Attempt")), r.RequestURI, status)
 		err := out.Flush()
 		mu.Unlock()
