@@ -23,7 +23,8 @@
 //     upstream may have seen: Sluice-Attempt never repeats a number, and a job that kills its
 //     workers is dead-lettered after MaxAttempts (+1) deliveries. A redelivered job whose
 //     status is already final is acked, not delivered again.
-//   - Every delivery carries Idempotency-Key (the job id) and Sluice-Attempt.
+//   - Every delivery carries Sluice-Job (the job id), Sluice-Attempt, and Idempotency-Key:
+//     the client's own key when it sent one, the job id otherwise.
 //   - On shutdown the Pool stops fetching, hands back the jobs waiting for slots, lets
 //     deliveries in flight finish within Deps.ShutdownTimeout, cuts the rest short and hands
 //     them back; Run returns within ShutdownTimeout plus one second even when NATS cannot be
