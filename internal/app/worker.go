@@ -122,7 +122,7 @@ func (p *workerProc) startNATS(context.Context) error {
 }
 
 // startAdmin opens the admin listener: health, readiness (Redis, NATS, and whether the pool
-// drains) and metrics.
+// drains and reaches its leak schedule) and metrics.
 func (p *workerProc) startAdmin(context.Context) error {
 	cfg := p.current.Load()
 	if admin.Exposed(cfg.AdminListen, cfg.AdminToken) {
@@ -133,7 +133,8 @@ func (p *workerProc) startAdmin(context.Context) error {
 			if !p.draining.Load() {
 				return errors.New("not draining")
 			}
-			return nil
+			// Set before draining was: the leak schedule's health, as the pool sees it.
+			return p.pool.Ready()
 		}},
 		admin.RedisCheck(p.rdb), admin.NATSCheck(p.nc))
 	var err error
