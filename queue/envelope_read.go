@@ -27,9 +27,7 @@ func readEnvelope(meta string, j *Job) bool {
 	if r.lit(`,"path":`) && !r.str(&j.Path) {
 		return false
 	}
-	if r.lit(`,"direct":true`) {
-		j.Direct = true
-	}
+	j.Direct = r.lit(`,"direct":true`)
 	if r.lit(`,"header":`) && !r.header(&j.Header) {
 		return false
 	}
@@ -94,38 +92,47 @@ func (r *envReader) str(dst *string) bool {
 			i++
 			continue
 		}
-		if i+1 >= len(r.s) {
+		var ok bool
+		if b, i, ok = unescape(b, r.s, i); !ok {
 			return false
 		}
-		switch e := r.s[i+1]; e {
-		case '"', '\\', '/':
-			b = append(b, e)
-		case 'b':
-			b = append(b, '\b')
-		case 'f':
-			b = append(b, '\f')
-		case 'n':
-			b = append(b, '\n')
-		case 'r':
-			b = append(b, '\r')
-		case 't':
-			b = append(b, '\t')
-		case 'u':
-			if i+6 > len(r.s) {
-				return false
-			}
-			n, err := strconv.ParseUint(r.s[i+2:i+6], 16, 16)
-			if err != nil || utf16.IsSurrogate(rune(n)) {
-				return false
-			}
-			b = utf8.AppendRune(b, rune(n))
-			i += 4
-		default:
-			return false
-		}
-		i += 2
 	}
 	return false
+}
+
+// unescape appends to b the character of the escape at s[i:] and returns the index after
+// it; false for an escape appendEnvelope does not write (surrogates included) or a cut one.
+func unescape(b []byte, s string, i int) ([]byte, int, bool) {
+	if i+1 >= len(s) {
+		return b, i, false
+	}
+	switch e := s[i+1]; e {
+	case '"', '\\', '/':
+		b = append(b, e)
+	case 'b':
+		b = append(b, '\b')
+	case 'f':
+		b = append(b, '\f')
+	case 'n':
+		b = append(b, '\n')
+	case 'r':
+		b = append(b, '\r')
+	case 't':
+		b = append(b, '\t')
+	case 'u':
+		if i+6 > len(s) {
+			return b, i, false
+		}
+		n, err := strconv.ParseUint(s[i+2:i+6], 16, 16)
+		if err != nil || utf16.IsSurrogate(rune(n)) {
+			return b, i, false
+		}
+		b = utf8.AppendRune(b, rune(n))
+		i += 4
+	default:
+		return b, i, false
+	}
+	return b, i + 2, true
 }
 
 // time consumes a JSON string holding a time in canonical RFC 3339 form, without escapes

@@ -137,21 +137,9 @@ func fingerprint(j *Job) string {
 // A failure to write the status entry after the job was stored is not an error: the job is
 // accepted, and the first worker that takes it writes the entry.
 func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
-	if job == nil {
-		return Receipt{}, errors.New("queue: publish: nil job")
-	}
-	spec, ok := q.spec(job.Queue)
-	if !ok {
-		return Receipt{}, fmt.Errorf("%w: %q", ErrUnknownQueue, job.Queue)
-	}
-	if spec.MaxBodyBytes > 0 && int64(len(job.Body)) > spec.MaxBodyBytes {
-		return Receipt{}, fmt.Errorf("%w: %d bytes, queue %q accepts %d", ErrTooLarge, len(job.Body), job.Queue, spec.MaxBodyBytes)
-	}
-	if err := q.assignID(job); err != nil {
+	spec, err := q.prepare(job)
+	if err != nil {
 		return Receipt{}, err
-	}
-	if job.CreatedAt.IsZero() {
-		job.CreatedAt = q.now().UTC()
 	}
 	ctx, cancel := withDefaultTimeout(ctx, q.opts.PublishTimeout)
 	defer cancel()
@@ -174,32 +162,68 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		return Receipt{ID: job.ID, Replayed: ack.Duplicate}, nil
 	}
 
-	fp, msgID := "", job.ID
-	if job.IdempotencyKey != "" {
-		fp = fingerprint(job)
-		rec, _, err := q.getRecord(ctx, job.ID)
-		switch {
-		case err == nil && rec.Retracted:
-			// An earlier publish with this key was answered as failed and withdrawn: this one
-			// is a new job under the same id, past the stream's duplicate window for that one.
-			msgID = job.ID + "." + strconv.FormatInt(q.now().UnixNano(), 36)
-		case err == nil:
-			if rec.Fingerprint != "" && rec.Fingerprint != fp {
-				return Receipt{}, fmt.Errorf("%w: job %s", ErrIdempotencyMismatch, job.ID)
-			}
-			return Receipt{ID: job.ID, Replayed: true}, nil
-		case !errors.Is(err, ErrNotFound):
-			return Receipt{}, fmt.Errorf("queue: publish %s: check idempotency record: %w", job.ID, err)
-		}
+	fp, msgID, replayed, err := q.checkKey(ctx, job)
+	if err != nil {
+		return Receipt{}, err
 	}
-
+	if replayed {
+		return Receipt{ID: job.ID, Replayed: true}, nil
+	}
 	ack, err := q.publish(ctx, subject, job, msgID, stream)
 	if err != nil {
 		return Receipt{}, err
 	}
-
 	q.recordQueued(ctx, job, fp, msgID != job.ID, spec.Fair && !ack.Duplicate, ack.Sequence)
 	return Receipt{ID: job.ID, Replayed: ack.Duplicate}, nil
+}
+
+// prepare checks job against its queue's spec, which it returns, and fills in its id and
+// creation time.
+func (q *Queues) prepare(job *Job) (Spec, error) {
+	if job == nil {
+		return Spec{}, errors.New("queue: publish: nil job")
+	}
+	spec, ok := q.spec(job.Queue)
+	if !ok {
+		return Spec{}, fmt.Errorf("%w: %q", ErrUnknownQueue, job.Queue)
+	}
+	if spec.MaxBodyBytes > 0 && int64(len(job.Body)) > spec.MaxBodyBytes {
+		return Spec{}, fmt.Errorf("%w: %d bytes, queue %q accepts %d", ErrTooLarge, len(job.Body), job.Queue, spec.MaxBodyBytes)
+	}
+	if err := q.assignID(job); err != nil {
+		return Spec{}, err
+	}
+	if job.CreatedAt.IsZero() {
+		job.CreatedAt = q.now().UTC()
+	}
+	return spec, nil
+}
+
+// checkKey looks up the record of job's Idempotency-Key, if it has one: replayed when the key
+// already made a job (ErrIdempotencyMismatch when for another request). It returns the
+// request's fingerprint ("" without a key) and the message id to publish under: the job id,
+// or for a key whose earlier job was withdrawn, the job id with a suffix, so that the stream's
+// duplicate window does not drop the new one.
+func (q *Queues) checkKey(ctx context.Context, job *Job) (fp, msgID string, replayed bool, err error) {
+	if job.IdempotencyKey == "" {
+		return "", job.ID, false, nil
+	}
+	fp = fingerprint(job)
+	rec, _, err := q.getRecord(ctx, job.ID)
+	switch {
+	case err == nil && rec.Retracted:
+		// An earlier publish with this key was answered as failed and withdrawn: this one is
+		// a new job under the same id, past the stream's duplicate window for that one.
+		return fp, job.ID + "." + strconv.FormatInt(q.now().UnixNano(), 36), false, nil
+	case err == nil:
+		if rec.Fingerprint != "" && rec.Fingerprint != fp {
+			return "", "", false, fmt.Errorf("%w: job %s", ErrIdempotencyMismatch, job.ID)
+		}
+		return fp, job.ID, true, nil
+	case !errors.Is(err, ErrNotFound):
+		return "", "", false, fmt.Errorf("queue: publish %s: check idempotency record: %w", job.ID, err)
+	}
+	return fp, job.ID, false, nil
 }
 
 // assignID gives job its id: derived from its Idempotency-Key, new, or the caller's, checked.

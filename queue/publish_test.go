@@ -125,8 +125,8 @@ func TestJobID(t *testing.T) {
 			t.Fatalf("id collision: %q", other)
 		}
 	}
-	if queue.NewJobID("q") == queue.NewJobID("q") {
-		t.Fatal("random ids repeat")
+	if id1, id2 := queue.NewJobID("q"), queue.NewJobID("q"); id1 == id2 {
+		t.Fatalf("random ids repeat: %s", id1)
 	}
 }
 
