@@ -57,7 +57,7 @@ func envelopeSize(job *Job) int {
 }
 
 // appendEnvelope appends the JSON of job's envelope to b: the same document encoding/json makes
-// of envelope{Job: job} (decode reads it with encoding/json), written directly because
+// of envelope{Job: job} (decode reads it by hand, readEnvelope), written directly because
 // reflection was the largest allocation of a publish. Header names are sorted, as
 // encoding/json sorts map keys.
 func appendEnvelope(b []byte, job *Job) ([]byte, error) {
