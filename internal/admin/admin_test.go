@@ -217,9 +217,18 @@ func TestQueuesNATS(t *testing.T) {
 	s := New("127.0.0.1:0", nil)
 	(&Queues{Info: qs, Config: func() *config.Config { return cfg }}).Mount(s)
 
-	res, body := get(t, s.Handler(), "/v1/queues/orders")
-	var st QueueStatus
-	if err := json.Unmarshal(body, &st); err != nil || res.StatusCode != 200 || st.Depth != 4 || st.Pending != 4 || st.Rate != "50/s" || st.PausedUntil != nil {
+	// The consumer's pending count follows the stream's a moment later, on the server's time.
+	var (
+		res  *http.Response
+		body []byte
+		st   QueueStatus
+	)
+	testenv.WaitFor(t, 5*time.Second, "the consumer counts the 4 jobs pending", func() bool {
+		res, body = get(t, s.Handler(), "/v1/queues/orders")
+		st = QueueStatus{}
+		return json.Unmarshal(body, &st) == nil && st.Pending == 4
+	})
+	if res.StatusCode != 200 || st.Depth != 4 || st.Pending != 4 || st.Rate != "50/s" || st.PausedUntil != nil {
 		t.Fatalf("orders: %d %s", res.StatusCode, body)
 	}
 	// "reports" is configured but was not provisioned.

@@ -22,52 +22,64 @@ func (r *runner) scheduleLoop(ctx context.Context) {
 		return
 	}
 	var (
-		f     *fair.Scheduler
-		stop  func() // stops f and waits for it
-		shown *QueueConfig
-		// drained is whether a drain of leftover backlogs was started since the queue was
-		// last fair.
-		drained bool
-		ticker  = time.NewTicker(250 * time.Millisecond)
+		s      fairRun
+		shown  *QueueConfig
+		ticker = time.NewTicker(250 * time.Millisecond)
 	)
 	defer ticker.Stop()
-	defer func() {
-		if stop != nil {
-			stop()
-		}
-	}()
+	defer s.end()
 	for {
 		cfg := r.cfg.Load()
-		switch {
-		case !cfg.Fair && !drained && f == nil:
-			// Jobs a fair configuration of this queue left in its tenants' backlogs.
-			if f, _ = fair.New(r.p.fairs, r.name, fair.Options{Drain: true, Logger: r.p.log}); f != nil {
-				stop = runFair(ctx, f)
-			}
-			drained = true
-		case cfg.Fair && (f == nil || f.Options().Drain):
-			if stop != nil {
-				stop()
-				stop = nil
-			}
-			var err error
-			if f, err = fair.New(r.p.fairs, r.name, fairOptions(cfg, r)); err != nil {
-				f = nil // not provisioned as fair yet: try again at the next tick
-				break
-			}
-			stop = runFair(ctx, f)
-		case !cfg.Fair && f != nil && !f.Options().Drain:
-			stop()
-			f, stop, drained = nil, nil, false
-		case f != nil && !f.Options().Drain && cfg != shown:
-			f.SetOptions(fairOptions(cfg, r))
-		}
+		r.follow(ctx, &s, cfg, cfg != shown)
 		shown = cfg
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 		}
+	}
+}
+
+// fairRun is the scheduler a runner runs for its queue, if any.
+type fairRun struct {
+	f    *fair.Scheduler
+	stop func() // stops f and waits for it
+	// drained is whether a drain of leftover backlogs was started since the queue was last
+	// fair.
+	drained bool
+}
+
+// end stops the scheduler, if one runs, and waits for it.
+func (s *fairRun) end() {
+	if s.stop != nil {
+		s.stop()
+	}
+}
+
+// follow makes s match config cfg, changed since the last call or not: a scheduler while the
+// queue is fair, with cfg's options; once it is not, one drain of what its backlogs still hold.
+func (r *runner) follow(ctx context.Context, s *fairRun, cfg *QueueConfig, changed bool) {
+	switch {
+	case !cfg.Fair && !s.drained && s.f == nil:
+		// Jobs a fair configuration of this queue left in its tenants' backlogs.
+		if s.f, _ = fair.New(r.p.fairs, r.name, fair.Options{Drain: true, Logger: r.p.log}); s.f != nil {
+			s.stop = runFair(ctx, s.f)
+		}
+		s.drained = true
+	case cfg.Fair && (s.f == nil || s.f.Options().Drain):
+		s.end()
+		s.stop = nil
+		var err error
+		if s.f, err = fair.New(r.p.fairs, r.name, fairOptions(cfg, r)); err != nil {
+			s.f = nil // not provisioned as fair yet: try again at the next tick
+			return
+		}
+		s.stop = runFair(ctx, s.f)
+	case !cfg.Fair && s.f != nil && !s.f.Options().Drain:
+		s.end()
+		s.f, s.stop, s.drained = nil, nil, false
+	case s.f != nil && !s.f.Options().Drain && changed:
+		s.f.SetOptions(fairOptions(cfg, r))
 	}
 }
 

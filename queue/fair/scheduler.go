@@ -39,6 +39,8 @@ type Source interface {
 	FairLayout(name string) (queue.FairLayout, error)
 }
 
+var _ Source = (*queue.Queues)(nil)
+
 // Options configure a Scheduler. The zero value schedules with equal weights, no cap and a
 // Target of 1.
 type Options struct {
