@@ -136,11 +136,9 @@ func newGate(cfg *config.Config, opts Options, m *metrics) (*gate, error) {
 func (g *gate) reload(cfg *config.Config) error {
 	rs, err := compile(cfg, g.metrics)
 	if err != nil {
-		g.metrics.reloads.WithLabelValues("error").Inc()
-		return err
+		return err // the process's reloader counts it (sluice_config_reload_errors_total)
 	}
 	g.rules.Store(rs)
-	g.metrics.reloads.WithLabelValues("ok").Inc()
 	return nil
 }
 

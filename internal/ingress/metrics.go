@@ -47,7 +47,6 @@ type metrics struct {
 	breakerState   prometheus.Gauge
 	requests       *prometheus.CounterVec
 	upstreamErrors prometheus.Counter
-	reloads        *prometheus.CounterVec
 	bodyErrors     *prometheus.CounterVec
 	cachedRejects  prometheus.Counter
 	leased         prometheus.Counter
@@ -84,10 +83,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_upstream_errors_total",
 			Help: "Forwarded requests that got no response from the upstream (502 and 504).",
 		}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_ingress_reloads_total",
-			Help: "Configurations applied to the ingress by Reload, by result (ok, error).",
-		}, []string{"result"}),
 	}
 	m.overflows = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "sluice_limiter_overflow_total",
@@ -114,7 +109,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "Requests whose body could not be read, by reason: timeout (cut off after read_timeout, 408) or malformed (400).",
 	}, []string{"reason"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.reloads, m.bodyErrors, m.overflows, m.cachedRejects, m.leased} {
+		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.bodyErrors, m.overflows, m.cachedRejects, m.leased} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {
