@@ -58,7 +58,7 @@ type QueueConfig struct {
 	Adaptive bool
 	MinRate  float64
 	// Fair makes the queue share its deliveries among its tenants: the Pool runs the
-	// queue's scheduler (queue.Fair, one leader among all processes) and holds few jobs
+	// queue's scheduler (package queue/fair, one leader among all processes) and holds few jobs
 	// waiting for slots, so that the order the scheduler chose is the order of delivery.
 	Fair bool
 	// Weights are the tenants' weights in a fair queue, by tenant (Job.Tenant); default 1.
