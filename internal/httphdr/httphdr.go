@@ -45,3 +45,29 @@ func RemoveHopByHop(h http.Header) {
 		delete(h, name)
 	}
 }
+
+// IsHopByHop reports whether name, in canonical form, is one of HopByHop.
+func IsHopByHop(name string) bool {
+	switch name {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
+}
+
+// ConnectionNames returns the fields that the Connection fields of h name, in canonical form;
+// nil when there are none.
+func ConnectionNames(h http.Header) []string {
+	var names []string
+	for _, v := range h["Connection"] {
+		for len(v) > 0 {
+			var name string
+			name, v, _ = strings.Cut(v, ",")
+			if name = textproto.TrimString(name); name != "" {
+				names = append(names, textproto.CanonicalMIMEHeaderKey(name))
+			}
+		}
+	}
+	return names
+}

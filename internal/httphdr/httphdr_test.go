@@ -76,3 +76,24 @@ func TestHopByHopCanonical(t *testing.T) {
 		}
 	}
 }
+
+// IsHopByHop agrees with the list, and ConnectionNames reads what RemoveHopByHop removes.
+func TestIsHopByHopAndConnectionNames(t *testing.T) {
+	for _, name := range HopByHop {
+		if !IsHopByHop(name) {
+			t.Errorf("IsHopByHop(%q) = false, want true: it is in HopByHop", name)
+		}
+	}
+	for _, name := range []string{"Host", "Content-Type", "Te-Extra", "connection", "X-Hop", ""} {
+		if IsHopByHop(name) {
+			t.Errorf("IsHopByHop(%q) = true, want false", name)
+		}
+	}
+	h := http.Header{"Connection": {"keep-alive, x-hop ,", " X-Other"}}
+	if got, want := ConnectionNames(h), []string{"Keep-Alive", "X-Hop", "X-Other"}; !slices.Equal(got, want) {
+		t.Errorf("ConnectionNames = %q, want %q", got, want)
+	}
+	if got := ConnectionNames(http.Header{"Accept": {"*/*"}}); got != nil {
+		t.Errorf("ConnectionNames without Connection = %q, want nil", got)
+	}
+}
