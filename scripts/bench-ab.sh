@@ -10,7 +10,8 @@
 #            from the arrival times at a recording upstream
 #
 # Usage: scripts/bench-ab.sh BEFORE [AFTER] [seconds per HTTP run] [rounds] [jobs]
-# BEFORE and AFTER are commits (AFTER defaults to the work tree as it is).
+# BEFORE and AFTER are commits (AFTER defaults to the work tree as it is); jobs 0 skips the
+# drains.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BEFORE=${1:?usage: scripts/bench-ab.sh BEFORE [AFTER] [seconds] [rounds] [jobs]}
@@ -20,7 +21,13 @@ ROUNDS=${4:-3}
 JOBS=${5:-20000}
 PACED=2000
 W=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; git worktree remove --force "$W/src-a" 2>/dev/null; git worktree remove --force "$W/src-b" 2>/dev/null; rm -rf "$W"' EXIT
+cleanup() {
+  set +e
+  kill $(jobs -p) 2>/dev/null; wait 2>/dev/null
+  git worktree remove --force "$W/src-a" 2>/dev/null; git worktree remove --force "$W/src-b" 2>/dev/null
+  rm -rf "$W"; true
+}
+trap cleanup EXIT
 need=()
 for c in wrk redis-server; do command -v "$c" >/dev/null || need+=("$c"); done
 if [ ${#need[@]} -gt 0 ]; then
@@ -116,10 +123,13 @@ drain() { # side queue jobs
   kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
   echo "$out"
 }
-for _ in $(seq 1 "$ROUNDS"); do
-  for s in a b; do wrk_run "429-$s" "http://127.0.0.1:${HTTP[$s]}/x"; done
-  for s in a b; do wrk_run "defer-$s" "http://127.0.0.1:${HTTP[$s]}/api/orders" "$W/post.lua"; done
-  for s in a b; do
+for round in $(seq 1 "$ROUNDS"); do
+  # Each round swaps who goes first, so that neither side always runs after the other.
+  order="a b"; [ $((round % 2)) = 0 ] && order="b a"
+  for s in $order; do wrk_run "429-$s" "http://127.0.0.1:${HTTP[$s]}/x"; done
+  for s in $order; do wrk_run "defer-$s" "http://127.0.0.1:${HTTP[$s]}/api/orders" "$W/post.lua"; done
+  [ "$JOBS" -gt 0 ] || continue
+  for s in $order; do
     drain "$s" unthrottled "$JOBS" > "$W/out"; read -r rate most < "$W/out"; add "drain-$s" "$rate"; add "drainmax-$s" "$most"
     drain "$s" paced "$PACED" > "$W/out"; read -r rate most < "$W/out"; add "paced-$s" "$rate"; add "pacedmax-$s" "$most"
   done
@@ -127,12 +137,13 @@ done
 
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3)"
-echo "# before: $(git rev-parse --short "$BEFORE"), after: ${AFTER:-the work tree at $(git rev-parse --short HEAD)}; $ROUNDS interleaved rounds"
+echo "# before: $(git rev-parse --short "$BEFORE"), after: ${AFTER:-the work tree at $(git rev-parse --short HEAD)}; $ROUNDS interleaved rounds, who goes first alternating"
 echo "# HTTP: wrk -t2 -c64 -d${DUR}s; drain: 4 workers × concurrency 16, $JOBS jobs unthrottled, $PACED at 200/s"
 echo
 echo '| measure | before, per round | after, per round | after ÷ before (medians) |'
 echo '|---|---|---|---:|'
 for k in 429 defer drain paced drainmax pacedmax; do
+  [ -n "${R[$k-a]:-}" ] || continue
   printf '| %s | %s | %s | %.2f |\n' "$k" "${R[$k-a]# }" "${R[$k-b]# }" \
     "$(awk -v a="$(median <<<"${R[$k-a]}")" -v b="$(median <<<"${R[$k-b]}")" 'BEGIN {print b/a}')"
 done

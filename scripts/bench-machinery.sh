@@ -22,7 +22,8 @@ cd "$(dirname "$0")/.."
 DUR=${1:-4}
 ROUNDS=${2:-5}
 W=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
+cleanup() { set +e; kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$W"; true; }
+trap cleanup EXIT
 command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 
 go build -o "$W/ingress" ./cmd/ingress
