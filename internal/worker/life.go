@@ -160,8 +160,8 @@ func (r *runner) send(hard context.Context, cfg *QueueConfig, j *job) outcome {
 	}
 	r.p.m.deliveries.WithLabelValues(r.name, c.Class.String()).Inc()
 	if err != nil && c.Class != retry.Success {
-		// The status shows a redacted error; the log keeps the whole of it.
-		r.p.exec.logger(j).Info("worker: delivery failed", "attempt", attempt, "err", err)
+		// The status shows a fixed description; the log the whole error but for its query.
+		r.p.exec.logger(j).Info("worker: delivery failed", "attempt", attempt, "err", logged(err))
 	}
 	return outcome{end: endDelivered, class: c.Class, status: c.Status, wait: c.Wait,
 		hasWait: c.HasWait, lastErr: describe(c, err, cfg.Timeout)}

@@ -2,7 +2,13 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +43,76 @@ func TestPublicErrorRedacts(t *testing.T) {
 			t.Errorf("%s: status error %q does not say what failed", target, got)
 		}
 	}
-	if got := redactText(`Post "https://a.example:8443/p?x=1": proxy 10.1.2.3:3128 and [fe80::1]:80 and db.internal:5432`); strings.ContainsAny(got, "0123456789") {
-		t.Errorf("redactText left addresses: %q", got)
+}
+
+// A TLS failure names neither the certificate's hosts nor its issuer, and a malformed answer
+// shows none of the upstream's bytes: the status says what failed in fixed words.
+func TestPublicErrorTLSAndMalformed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tlsUp := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	tlsUp.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are the point
+	tlsUp.StartTLS()
+	defer tlsUp.Close()
+	port := tlsUp.URL[strings.LastIndex(tlsUp.URL, ":")+1:]
+	trusting := tlsUp.Client() // trusts the test certificate, valid for example.com and 127.0.0.1
+
+	garbage, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer garbage.Close()
+	go func() {
+		for {
+			c, err := garbage.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("SSH-2.0-OpenSSH internal-db-01.corp\r\n\r\n"))
+			c.Close()
+		}
+	}()
+
+	for _, tc := range []struct {
+		name, url string
+		client    *http.Client
+		want      string
+	}{
+		{"unknown authority", tlsUp.URL + "/?token=s3cr3t", http.DefaultClient, "upstream request failed: tls: the upstream's certificate is signed by an unknown authority"},
+		{"wrong host", "https://localhost:" + port + "/", trusting, "upstream request failed: tls: the upstream's certificate is not valid for its host"},
+		{"not TLS", "https://" + garbage.Addr().String() + "/", http.DefaultClient, "upstream request failed: tls: the upstream does not speak TLS"},
+		{"malformed", "http://" + garbage.Addr().String() + "/", http.DefaultClient, "upstream request failed: malformed HTTP response"},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, "GET", tc.url, nil)
+		resp, err := tc.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("%s: request succeeded", tc.name)
+		}
+		if got := publicError(err); got != tc.want {
+			t.Errorf("%s: publicError = %q, want %q (from %q)", tc.name, got, tc.want, err)
+		}
+		for _, leak := range []string{"example.com", "localhost", "internal-db", "corp", "OpenSSH", "s3cr3t"} {
+			if strings.Contains(publicError(err), leak) {
+				t.Errorf("%s: %q leaks %q", tc.name, publicError(err), leak)
+			}
+		}
+	}
+}
+
+// The log keeps a failed delivery's error, host and path, but not its query or userinfo.
+func TestLoggedDropsQueryAndUserinfo(t *testing.T) {
+	err := &url.Error{Op: "Post", URL: "https://bob:pa55@billing.internal:8443/charge?api_key=s3cr3t&x=1",
+		Err: errors.New("connection refused")}
+	got := logged(err).Error()
+	for _, leak := range []string{"s3cr3t", "api_key", "pa55", "bob"} {
+		if strings.Contains(got, leak) {
+			t.Errorf("logged = %q, leaks %q", got, leak)
+		}
+	}
+	for _, keep := range []string{"billing.internal:8443/charge", "connection refused"} {
+		if !strings.Contains(got, keep) {
+			t.Errorf("logged = %q, want it to keep %q", got, keep)
+		}
 	}
 }
