@@ -68,8 +68,14 @@ func TestPublicErrorTLSAndMalformed(t *testing.T) {
 			if err != nil {
 				return
 			}
-			c.Write([]byte("SSH-2.0-OpenSSH internal-db-01.corp\r\n\r\n"))
-			c.Close()
+			go func() {
+				// Answer once the request is in (a TLS hello or an HTTP request), as a server
+				// that speaks something else does.
+				buf := make([]byte, 4096)
+				c.Read(buf)
+				c.Write([]byte("SSH-2.0-OpenSSH internal-db-01.corp\r\n\r\n"))
+				c.Close()
+			}()
 		}
 	}()
 
