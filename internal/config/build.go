@@ -94,6 +94,14 @@ func (b *builder) process(c *Config, raw *rawConfig) {
 	c.IPv6Prefix = int(b.integer("", "ipv6_prefix", raw.IPv6Prefix, DefaultIPv6Prefix, 16))
 	b.bound("", "ipv6_prefix", int64(c.IPv6Prefix), 32, 128)
 	c.AdminToken = b.text("", "admin_token", raw.AdminToken, "")
+	b.adminToken(c.AdminToken)
+	for i, s := range b.list("", "admin_hosts", raw.AdminHosts) {
+		if h, ok := parseAdminHost(s); ok {
+			c.AdminHosts = append(c.AdminHosts, h)
+		} else {
+			b.p.addf("", fmt.Sprintf("admin_hosts[%d]", i), "admin_hosts[%d]: want a host name or IP, optionally with :port, got %q", i, s)
+		}
+	}
 	c.IDSecret = b.text("", "id_secret", raw.IDSecret, "")
 	if c.IDSecret != "" && len(c.IDSecret) < 16 {
 		b.p.add("", "id_secret", "id_secret must be at least 16 bytes long")
@@ -105,6 +113,52 @@ func (b *builder) process(c *Config, raw *rawConfig) {
 		{"job_retention", c.JobRetention}, {"read_timeout", c.ReadTimeout}} {
 		b.boundDuration("", d.field, d.v, maxDuration)
 	}
+}
+
+// minAdminToken is the shortest admin token accepted, in characters.
+const minAdminToken = 16
+
+// adminToken reports a token that is short or a placeholder; "" (no token) is valid.
+func (b *builder) adminToken(tok string) {
+	field := b.label("admin_token")
+	lower := strings.ToLower(tok)
+	for _, ph := range []string{"change-me", "changeme", "change_me"} {
+		if strings.Contains(lower, ph) {
+			b.p.addf("", "admin_token", "%s: %q is a placeholder; set a random token of at least %d characters (such as `openssl rand -hex 16`)", field, tok, minAdminToken)
+			return
+		}
+	}
+	if n := len([]rune(tok)); n > 0 && n < minAdminToken {
+		b.p.addf("", "admin_token", "%s must be at least %d characters long, got %d", field, minAdminToken, n)
+	}
+}
+
+// adminHostName is a DNS name as admin_hosts may list it.
+var adminHostName = regexp.MustCompile(`^[a-z0-9_]([a-z0-9_-]*[a-z0-9])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9])?)*$`)
+
+// parseAdminHost returns an admin_hosts item ("host" or "host:port", host a DNS name or an
+// IP) lowercased, with an IPv6 host in brackets; false when it is neither.
+func parseAdminHost(s string) (string, bool) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		host, port = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), ""
+	} else if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
+		return "", false
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		a = a.Unmap()
+		host = a.String()
+		if a.Is6() {
+			host = "[" + host + "]"
+		}
+	} else if len(host) > 253 || !adminHostName.MatchString(host) {
+		return "", false
+	}
+	if port != "" {
+		return host + ":" + port, true
+	}
+	return host, true
 }
 
 // queues reads the queues, and returns the index of each name.

@@ -149,8 +149,14 @@ type Config struct {
 	// ipv6_prefix), 32 to 128: one client usually owns a whole /64. Default 64.
 	IPv6Prefix int
 	// AdminToken guards the admin API's writes (YAML admin_token, env SLUICE_ADMIN_TOKEN):
-	// they need "Authorization: Bearer <token>". "": writes only from loopback peers.
+	// they need "Authorization: Bearer <token>". "": writes only from loopback peers. At least
+	// 16 characters, and not a placeholder such as "change-me".
 	AdminToken string
+	// AdminHosts are the names, besides loopback ones and the listener's own address, that a
+	// request to the admin listener may give as its Host (YAML admin_hosts: "host" for any
+	// port, or "host:port"), lowercased, IPv6 hosts in brackets. A request for any other Host
+	// is refused, so that a DNS-rebinding page cannot reach the admin API. Empty: none.
+	AdminHosts []string
 	// IDSecret keys the ids of jobs with an Idempotency-Key (YAML id_secret, env
 	// SLUICE_ID_SECRET), at least 16 bytes. "": a secret generated once and kept in JetStream.
 	IDSecret string

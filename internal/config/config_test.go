@@ -406,6 +406,12 @@ func TestProblems(t *testing.T) {
 		{"redis cluster seed", "redis: { url: \"redis://127.0.0.1:7000,nohost\" }\n", `sluice.yaml: redis.url: cluster seeds: seed 2: want host:port`},
 		{"ipv6_prefix", "ipv6_prefix: 16\n", `sluice.yaml: ipv6_prefix must be between 32 and 128, got 16`},
 		{"id_secret", "id_secret: short\n", `sluice.yaml: id_secret must be at least 16 bytes long`},
+		{"admin_token short", "admin_token: x\n", `sluice.yaml: admin_token must be at least 16 characters long, got 1`},
+		{"admin_token placeholder", "admin_token: Change-Me-0123456789\n",
+			"sluice.yaml: admin_token: \"Change-Me-0123456789\" is a placeholder; set a random token of at least 16 characters (such as `openssl rand -hex 16`)"},
+		{"admin_hosts url", "admin_hosts: ['http://admin.example']\n", `sluice.yaml: admin_hosts[0]: want a host name or IP, optionally with :port, got "http://admin.example"`},
+		{"admin_hosts port", "admin_hosts: [ops, 'ops:99999']\n", `sluice.yaml: admin_hosts[1]: want a host name or IP, optionally with :port, got "ops:99999"`},
+		{"admin_hosts mapping", "admin_hosts: {ops: 1}\n", `sluice.yaml: admin_hosts: want a list, not a mapping`},
 		{"upstream fragment", "upstream: http://127.0.0.1:9000/x#frag\n", `sluice.yaml: upstream: want an absolute http or https URL, got "http://127.0.0.1:9000/x#frag"`},
 		{"max_header_bytes", "max_header_bytes: 0\n", `sluice.yaml: max_header_bytes must be between 1 and 16777216, got 0`},
 		{"max_header_bytes syntax", "max_header_bytes: 64KiB\n", `sluice.yaml: max_header_bytes: want an integer, got "64KiB"`},
@@ -648,6 +654,22 @@ func TestTrustedProxies(t *testing.T) {
 	}
 	if lines := problemLines(t, "trusted_proxies: ['fe80::1%eth0']\n"); lines[0] != `sluice.yaml: trusted_proxies[0]: invalid CIDR or IP "fe80::1%eth0"` {
 		t.Errorf("zoned address: %v", lines)
+	}
+}
+
+// TestAdminAccess: admin_hosts items are normalised; a short admin token from the
+// environment names its variable, and a token of 16 characters is accepted.
+func TestAdminAccess(t *testing.T) {
+	c := mustParse(t, "admin_token: 0123456789abcdef\nadmin_hosts: [Ops.Example, 'ops.example:9090', '::1', '[FD00::1]:9090', '::ffff:10.0.0.1', sluice-admin_1]\n")
+	want := []string{"ops.example", "ops.example:9090", "[::1]", "[fd00::1]:9090", "10.0.0.1", "sluice-admin_1"}
+	if !reflect.DeepEqual(c.AdminHosts, want) || c.AdminToken != "0123456789abcdef" {
+		t.Errorf("admin_hosts = %q, token %q; want %q", c.AdminHosts, c.AdminToken, want)
+	}
+	_, err := Parse("sluice.yaml", []byte("data_dir: d\n"), func(k string) string {
+		return map[string]string{EnvAdminToken: "abc"}[k]
+	})
+	if err == nil || err.Error() != "sluice.yaml: admin_token (from SLUICE_ADMIN_TOKEN) must be at least 16 characters long, got 3" {
+		t.Errorf("short token from the environment: %v", err)
 	}
 }
 

@@ -158,6 +158,7 @@ type (
 		ReadTimeout     *scalar    `yaml:"read_timeout"`
 		IPv6Prefix      *scalar    `yaml:"ipv6_prefix"`
 		AdminToken      *scalar    `yaml:"admin_token"`
+		AdminHosts      stringList `yaml:"admin_hosts"`
 		IDSecret        *scalar    `yaml:"id_secret"`
 		Queues          []rawQueue `yaml:"queues"`
 		Rules           []rawRule  `yaml:"rules"`
