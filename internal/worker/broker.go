@@ -22,6 +22,9 @@ type Broker interface {
 	// WatchCancels calls fn with the id of every job an operator cancels, until ctx ends or
 	// the watch fails.
 	WatchCancels(ctx context.Context, fn func(id string)) error
+	// Reconnects counts the connection's reconnects to NATS: a change means the server may
+	// have restarted and lost recent delivery counts.
+	Reconnects() uint64
 }
 
 // jobStore is the part of the Broker that carries a plan out (apply): the status records and

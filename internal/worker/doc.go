@@ -32,7 +32,10 @@
 //
 // Costs. A first delivery that ends within 100ms costs one slot take (one Redis script),
 // one status write (a read and a compare-and-set in the status bucket) and an unconfirmed
-// ack; a redelivery or a longer delivery writes its running status as well. Each fetch is a
+// ack; a redelivery or a longer delivery writes its running status as well, and a redelivery
+// reads the job's record first — so does a first delivery within max(2×AckWait, 30s) of the
+// Pool's start or a reconnect to NATS, when a restarted server may hand out again, as first
+// deliveries, jobs whose acks it lost. Each fetch is a
 // pull request; a runner fetches once a quarter of Concurrency is free. Concurrency must
 // cover rate × (slot-to-ack time + the longest stall) across all workers for the rate to
 // hold. The default client keeps one connection per upstream dialed ahead.

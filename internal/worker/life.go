@@ -46,12 +46,13 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 		st  queue.Status
 		err error
 	)
-	if m.Delivered > 1 {
+	read := m.Delivered > 1 || r.suspect()
+	if read {
 		if st, err = r.p.exec.status(j); err != nil && !errors.Is(err, queue.ErrNotFound) {
 			r.p.exec.logger(j).Warn("worker: read job status; counting its attempts from zero", "err", err)
 		}
 	}
-	s, end, stop := recallState(m.Delivered, st, err, cfg.MaxAttempts)
+	s, end, stop := recallState(m.Delivered, st, err, read, cfg.MaxAttempts)
 	j.state = s
 	if stop {
 		if end == endFinal {
@@ -78,6 +79,26 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 // runner.steps; a later step's wait does not hold an earlier step's place longer than the
 // delivery needs it, so steps that hold places (concurrency) come last but one.
 type admission func(ctx context.Context, cfg *QueueConfig, j *job) (release func(), end passEnd, stop bool)
+
+// suspect reports whether first deliveries must read their status record too: for a while
+// after the runner started or its broker reconnected (suspicion), when NATS may have
+// restarted and forgotten the delivery counts of jobs acknowledged just before.
+func (r *runner) suspect() bool {
+	return r.p.now().UnixNano() < r.suspectUntil.Load()
+}
+
+// noticeReconnect starts a suspicion window when the broker has reconnected since it last
+// looked; the runner's fetch loop calls it before each fetch.
+func (r *runner) noticeReconnect(cfg *QueueConfig) {
+	if n := r.p.q.Reconnects(); n != r.reconnects.Swap(n) {
+		r.suspectUntil.Store(r.p.now().Add(r.p.suspicion(cfg)).UnixNano())
+	}
+}
+
+// suspicion is how long after a (re)start first deliveries read their record: twice AckWait,
+// at least 30s. The jobs whose counts a restart lost come back first (they are the oldest in
+// the stream), within an AckWait of it.
+func suspicion(cfg *QueueConfig) time.Duration { return max(2*cfg.AckWait, 30*time.Second) }
 
 // admit runs j through the runner's admission steps, and returns the releases of those that
 // held something (to call when the pass ends) and whether the pass ends here instead.

@@ -86,6 +86,8 @@ type Pool struct {
 	now      func() time.Time
 	// runningAfter is how long a first delivery runs before it is recorded as running.
 	runningAfter time.Duration
+	// suspicion is how long first deliveries read their record after a start or reconnect.
+	suspicion func(*QueueConfig) time.Duration
 
 	// controls are the operators' run-time controls of the queues (pause, rate), from the
 	// meta bucket; canceled holds the ids of jobs canceled while this pool ran, until
@@ -132,6 +134,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 		runners:  map[string]*runner{},
 
 		runningAfter: runningAfter,
+		suspicion:    suspicion,
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -365,6 +368,8 @@ func (p *Pool) startLocked(s QueueConfig) {
 	ctx, cancel := context.WithCancel(p.ctx)
 	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1)}
 	r.steps = r.admissions()
+	r.reconnects.Store(p.q.Reconnects())
+	r.suspectUntil.Store(p.now().Add(p.suspicion(&s)).UnixNano()) // a start may follow a NATS restart
 	r.learn = newLearner(r)
 	r.cfg.Store(&s)
 	p.runners[s.Name] = r
@@ -418,11 +423,15 @@ type runner struct {
 	name        string
 	cfg         atomic.Pointer[QueueConfig]
 	cancel      context.CancelFunc
-	held        atomic.Int64  // jobs in hand
-	slotWaiters atomic.Int64  // jobs in hand waiting for their leak slot
-	learn       *learner      // the learned rate of an adaptive queue
-	steps       []admission   // what a job waits for before its delivery (admissions)
-	wake        chan struct{} // a job was finished, the last slot waiter got its slot, or the config changed
+	held        atomic.Int64 // jobs in hand
+	slotWaiters atomic.Int64 // jobs in hand waiting for their leak slot
+	learn       *learner     // the learned rate of an adaptive queue
+	steps       []admission  // what a job waits for before its delivery (admissions)
+	// suspectUntil (Unix ns) ends the window in which first deliveries read their record
+	// (suspect); reconnects is the broker's reconnect count when the runner last looked.
+	suspectUntil atomic.Int64
+	reconnects   atomic.Uint64
+	wake         chan struct{} // a job was finished, the last slot waiter got its slot, or the config changed
 }
 
 func (r *runner) poke() {

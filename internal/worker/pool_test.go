@@ -597,6 +597,62 @@ func TestScheduleDownHandsJobsBack(t *testing.T) {
 	testenv.WaitFor(t, 15*time.Second, "worker A ready again", func() bool { return a.Ready() == nil })
 }
 
+// preFinal publishes a job whose status already says succeeded, as if a worker had delivered
+// it before NATS restarted and handed it out again, its delivery count forgotten (Delivered 1).
+func (h *harness) preFinal(name string) string {
+	h.t.Helper()
+	id := queue.NewJobID(name)
+	if err := h.qs.SetStatus(h.ctx, queue.Status{ID: id, Queue: name, State: queue.StateSucceeded,
+		Attempts: 1, Delivered: 1, CreatedAt: time.Now()}); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.qs.Publish(h.ctx, &queue.Job{ID: id, Queue: name, Direct: true, Body: []byte("again")}); err != nil {
+		h.t.Fatal(err)
+	}
+	return id
+}
+
+// A worker that starts (NATS may have restarted with it) or whose connection to NATS has
+// reconnected reads the record of first deliveries for a while: a job whose record is final is
+// acked, not delivered again, though JetStream hands it out as a first delivery (issue 30,
+// item 13). Outside that window a first delivery reads nothing, as before.
+func TestFirstDeliveryAfterReconnectReadsItsRecord(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	atStart := h.preFinal("q")
+	r := h.runWith(worker.Deps{}, func(p *worker.Pool) { worker.SetSuspicion(p, 500*time.Millisecond) }, h.spec("q", 100))
+	testenv.WaitFor(t, 10*time.Second, "the job final at start to be skipped", func() bool {
+		return metric(t, r.reg, "sluice_redeliveries_skipped_total", "queue", "q") >= 1
+	})
+
+	// Once the window has passed, a first delivery is not read: such a job is delivered.
+	quiet := time.Now().Add(time.Second)
+	testenv.WaitFor(t, 5*time.Second, "the start's window to pass", func() bool { return time.Now().After(quiet) })
+	unread := h.preFinal("q")
+	h.up.WaitCount(t, 10*time.Second, "the job published outside the window", func(n int) bool { return n >= 1 })
+
+	nc := h.js.Conn()
+	before := nc.Stats().Reconnects
+	if err := nc.ForceReconnect(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the connection to reconnect", func() bool {
+		return nc.Stats().Reconnects > before && nc.IsConnected()
+	})
+	afterReconnect := h.preFinal("q")
+	testenv.WaitFor(t, 10*time.Second, "the job final after the reconnect to be skipped", func() bool {
+		return metric(t, r.reg, "sluice_redeliveries_skipped_total", "queue", "q") >= 2
+	})
+	testenv.WaitFor(t, 5*time.Second, "the queue to be empty", func() bool { return h.info("q").Depth == 0 })
+	ids := map[string]bool{}
+	for _, a := range h.up.Arrivals() {
+		ids[a.ID] = true
+	}
+	if ids[atStart] || ids[afterReconnect] || !ids[unread] || len(ids) != 1 {
+		t.Errorf("delivered %v; want only %s (outside the window), not %s (start) nor %s (after the reconnect)",
+			ids, unread, atStart, afterReconnect)
+	}
+}
+
 // Reload changes a queue's rate at once and starts new queues; an invalid config is refused
 // and changes nothing.
 func TestReload(t *testing.T) {

@@ -112,19 +112,21 @@ type plan struct {
 }
 
 // recallState is the job's state before this delivery, from its JetStream delivery count and its
-// status record (st, with err from reading it), and whether the pass ends here (endFinal or
-// endExhausted; ok false means deliver it).
+// status record (st, with err from reading it; read false when it was not read), and whether
+// the pass ends here (endFinal or endExhausted; stop false means deliver it).
 //
-//   - a first delivery spends from zero and reads no record;
+//   - a first delivery spends from zero and reads no record, but while the broker may have
+//     lost delivery counts (read: after a reconnect, or a worker's start), when it is read as
+//     a redelivery's would be: a crash of NATS can hand a job out again as a first delivery;
 //   - a redelivery whose record is final was acked too late, not lost: ack it, deliver nothing;
 //   - the attempts spent are the record's, plus every delivery after the one that wrote the
 //     record, which left none (its worker died or lost its ack, maybe after the upstream saw
 //     the request), so Sluice-Attempt never repeats a number the upstream may have seen;
 //   - an unreadable record (not "not found") counts from zero, as the worker cannot know;
 //   - a job whose attempts are spent is dead-lettered without another delivery.
-func recallState(delivered uint64, st queue.Status, err error, maxAttempts int) (s jobState, end passEnd, stop bool) {
+func recallState(delivered uint64, st queue.Status, err error, read bool, maxAttempts int) (s jobState, end passEnd, stop bool) {
 	s.delivered = delivered
-	if delivered <= 1 {
+	if !read {
 		return s, 0, false
 	}
 	switch {

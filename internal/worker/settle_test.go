@@ -21,12 +21,21 @@ func TestRecallState(t *testing.T) {
 		delivered uint64
 		st        queue.Status
 		err       error
+		unread    bool // a first delivery outside a suspicion window: its record is not read
 		want      jobState
 		end       passEnd
 		stop      bool
 	}{
-		{name: "a first delivery spends from zero and reads nothing", delivered: 1,
+		{name: "a first delivery spends from zero and reads nothing", delivered: 1, unread: true,
 			want: jobState{delivered: 1}},
+		{name: "a first delivery after a reconnect whose record succeeded: NATS lost its count; acked", delivered: 1,
+			st:   queue.Status{State: queue.StateSucceeded, Attempts: 1, Delivered: 1},
+			want: jobState{delivered: 1}, end: endFinal, stop: true},
+		{name: "a first delivery after a reconnect with a running record goes on from its attempts", delivered: 1,
+			st:   queue.Status{State: queue.StateRunning, Attempts: 1, Delivered: 1},
+			want: jobState{delivered: 1, attempts: 1, prev: queue.Status{State: queue.StateRunning, Attempts: 1, Delivered: 1}}},
+		{name: "a first delivery after a reconnect with no record spends from zero", delivered: 1,
+			err: queue.ErrNotFound, want: jobState{delivered: 1}},
 		{name: "a redelivery whose record succeeded is acked, not delivered", delivered: 2,
 			st:   queue.Status{State: queue.StateSucceeded, Attempts: 1, Delivered: 1},
 			want: jobState{delivered: 2}, end: endFinal, stop: true},
@@ -62,7 +71,7 @@ func TestRecallState(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, end, stop := recallState(tt.delivered, tt.st, tt.err, maxAttempts)
+			got, end, stop := recallState(tt.delivered, tt.st, tt.err, !tt.unread, maxAttempts)
 			if !reflect.DeepEqual(got, tt.want) || end != tt.end || stop != tt.stop {
 				t.Errorf("recallState = %+v, %v, %v; want %+v, %v, %v", got, end, stop, tt.want, tt.end, tt.stop)
 			}
