@@ -401,20 +401,29 @@ type Match struct {
 	CaseInsensitive bool
 }
 
-// Matches reports whether a request with this method and path is selected by m.
+// Matches reports whether a request with this method and path is selected by m. It selects
+// what upstreams route alike: HEAD when Methods has GET, and an exact Path with or without a
+// trailing slash ("/api/orders" matches "/api/orders/" and the other way round).
 func (m Match) Matches(method, path string) bool {
-	if len(m.Methods) > 0 && !slices.Contains(m.Methods, method) {
+	if len(m.Methods) > 0 && !slices.Contains(m.Methods, method) &&
+		(method != "HEAD" || !slices.Contains(m.Methods, "GET")) {
 		return false
 	}
 	if m.CaseInsensitive {
 		m.Path, path = strings.ToLower(m.Path), strings.ToLower(path)
 	}
 	prefix, ok := strings.CutSuffix(m.Path, "/*")
+	noSlash := func(p string) string {
+		if len(p) > 1 {
+			return strings.TrimSuffix(p, "/")
+		}
+		return p
+	}
 	switch {
 	case m.Path == "":
 		return true
 	case !ok:
-		return path == m.Path
+		return noSlash(path) == noSlash(m.Path)
 	case prefix == "":
 		return true
 	default:

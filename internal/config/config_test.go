@@ -606,6 +606,13 @@ func TestMatch(t *testing.T) {
 		{Match{Methods: []string{"POST", "PUT"}, Path: "/*"}, "GET", "/x", false},
 		{Match{Methods: []string{"POST"}, Path: "/*"}, "post", "/x", false},
 		{Match{Methods: []string{"POST"}, Path: "/a/*"}, "POST", "/b", false},
+		// What upstreams route alike is matched alike: HEAD under GET, a trailing slash.
+		{Match{Methods: []string{"GET"}, Path: "/*"}, "HEAD", "/x", true},
+		{Match{Methods: []string{"POST"}, Path: "/*"}, "HEAD", "/x", false},
+		{Match{Path: "/api/orders"}, "GET", "/api/orders/", true},
+		{Match{Path: "/api/orders/"}, "GET", "/api/orders", true},
+		{Match{Path: "/API/Orders", CaseInsensitive: true}, "GET", "/api/orders/", true},
+		{Match{Path: "/api/orders"}, "GET", "/api/orders//", false},
 	} {
 		if got := tc.m.Matches(tc.method, tc.path); got != tc.want {
 			t.Errorf("%+v.Matches(%q, %q) = %v, want %v", tc.m, tc.method, tc.path, got, tc.want)

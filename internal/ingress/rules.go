@@ -77,7 +77,7 @@ type matcher struct {
 	methods []string // empty: any
 	fold    bool     // compare paths without regard to ASCII case
 	anyPath bool
-	exact   string // the path, when the pattern is not a prefix
+	exact   string // the path without a trailing slash, when the pattern is not a prefix
 	prefix  string // "/api" of "/api/*"; "" when exact
 	under   string // "/api/" of "/api/*"
 }
@@ -89,31 +89,43 @@ func compileMatch(m config.Match) matcher {
 	case m.Path == "", ok && prefix == "":
 		mt.anyPath = true
 	case !ok:
-		mt.exact = m.Path
+		mt.exact = trimSlash(m.Path) // "/api/orders" and "/api/orders/" are one route
 	default:
 		mt.prefix, mt.under = prefix, prefix+"/"
 	}
 	return mt
 }
 
-// matches reports whether a request with this method and path is selected.
+// matches reports whether a request with this method and path is selected: as
+// config.Match.Matches does, HEAD under a GET rule and an exact path with or without its
+// trailing slash, the requests an upstream routes the same.
 func (m *matcher) matches(method, path string) bool {
-	if len(m.methods) > 0 && !slices.Contains(m.methods, method) {
+	if len(m.methods) > 0 && !slices.Contains(m.methods, method) &&
+		(method != "HEAD" || !slices.Contains(m.methods, "GET")) {
 		return false
 	}
 	switch {
 	case m.anyPath:
 		return true
-	case m.fold && m.prefix == "":
-		return strings.EqualFold(path, m.exact)
+	case m.prefix == "":
+		if m.fold {
+			return strings.EqualFold(trimSlash(path), m.exact)
+		}
+		return trimSlash(path) == m.exact
 	case m.fold:
 		return strings.EqualFold(path, m.prefix) ||
 			len(path) >= len(m.under) && strings.EqualFold(path[:len(m.under)], m.under)
-	case m.prefix == "":
-		return path == m.exact
 	default:
 		return path == m.prefix || strings.HasPrefix(path, m.under)
 	}
+}
+
+// trimSlash returns p without its trailing slash, "/" as it is.
+func trimSlash(p string) string {
+	if len(p) > 1 && p[len(p)-1] == '/' {
+		return p[:len(p)-1]
+	}
+	return p
 }
 
 // defers reports whether the rule sends requests to a queue in some case.

@@ -15,21 +15,47 @@ import (
 
 // TestMatcher checks that a compiled matcher answers as config.Match.Matches does.
 func TestMatcher(t *testing.T) {
-	patterns := []string{"", "/*", "/api/*", "/api", "/api/", "/api/orders", "/a/b/*", "/x*"}
-	paths := []string{"/", "/api", "/api/", "/api/orders", "/apix", "/api/orders/1", "/a/b", "/a/b/c", "/a/bc", "/x", "/x*", "/xy", ""}
+	patterns := []string{"", "/*", "/api/*", "/api", "/api/", "/api/orders", "/API/Orders/", "/a/b/*", "/x*", "/"}
+	paths := []string{"/", "/api", "/api/", "/api/orders", "/api/orders/", "/Api/Orders/", "/api/orders//", "/apix", "/api/orders/1", "/a/b", "/a/b/c", "/a/bc", "/x", "/x*", "/xy", ""}
 	methodSets := [][]string{nil, {"GET"}, {"POST", "PUT"}}
 	for _, pat := range patterns {
 		for _, ms := range methodSets {
-			m := config.Match{Methods: ms, Path: pat}
-			mt := compileMatch(m)
-			for _, path := range paths {
-				for _, method := range []string{"GET", "POST", "get", "DELETE"} {
-					if got, want := mt.matches(method, path), m.Matches(method, path); got != want {
-						t.Errorf("pattern %q methods %v: %s %q = %v, Matches says %v", pat, ms, method, path, got, want)
+			for _, fold := range []bool{false, true} {
+				m := config.Match{Methods: ms, Path: pat, CaseInsensitive: fold}
+				mt := compileMatch(m)
+				for _, path := range paths {
+					for _, method := range []string{"GET", "HEAD", "POST", "get", "DELETE"} {
+						if got, want := mt.matches(method, path), m.Matches(method, path); got != want {
+							t.Errorf("pattern %q methods %v fold %v: %s %q = %v, Matches says %v", pat, ms, fold, method, path, got, want)
+						}
 					}
 				}
 			}
 		}
+	}
+}
+
+// TestSameRouteCharged checks that requests an upstream routes as a rule's are charged under
+// it: HEAD under a GET-only rule (Go's ServeMux and most frameworks serve HEAD with the GET
+// handler), and an exact path with a trailing slash. Before, both passed uncharged.
+func TestSameRouteCharged(t *testing.T) {
+	f := newFixture(t, `
+rules:
+  - {name: read-order, match: {methods: [GET], path: /api/orders}, algorithm: fixed_window, limit: 1, period: 1h}
+`, Options{})
+	if res := f.do("GET", "/api/orders", nil); res.StatusCode != http.StatusOK {
+		t.Fatalf("first GET: %d", res.StatusCode)
+	}
+	for _, c := range []struct{ method, path string }{
+		{"HEAD", "/api/orders"}, {"GET", "/api/orders/"}, {"head", "/api/orders/"},
+	} {
+		res := f.do(c.method, c.path, nil)
+		if res.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("%s %s: %d, want 429: the rule's route, charged under it", c.method, c.path, res.StatusCode)
+		}
+	}
+	if res := f.do("POST", "/api/orders", nil); res.StatusCode != http.StatusOK {
+		t.Errorf("POST: %d, want 200: not under a GET rule", res.StatusCode)
 	}
 }
 
