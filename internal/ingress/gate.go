@@ -239,6 +239,10 @@ func (g *gate) check(c echo.Context) (bool, *rateHeaders, error) {
 	}
 	r.Method = canonicalMethod(r.Method)
 	rs := g.rules.Load()
+	if p := scrubHeaders(r.Header, rs.keyHeaders, rs.underscoreKeys); p != nil {
+		writeProblem(c.Response(), p)
+		return false, nil, nil
+	}
 	if len(rs.rules) == 0 {
 		return true, nil, nil
 	}

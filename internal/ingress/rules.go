@@ -141,6 +141,9 @@ type ruleSet struct {
 	storeTimeout time.Duration
 	queues       map[string]*config.Queue
 	upstream     *url.URL // nil when the config has none
+
+	keyHeaders     map[string]string // key and tenant headers by foldHeaderName (scrubHeaders)
+	underscoreKeys bool              // some of them have "_" in their names
 }
 
 // compile builds the rule set of cfg. It checks what a hand-built Config may lack (a Config
@@ -159,6 +162,7 @@ func compile(cfg *config.Config, m *metrics) (*ruleSet, error) {
 	for i := range cfg.Queues {
 		rs.queues[cfg.Queues[i].Name] = &cfg.Queues[i]
 	}
+	rs.keyHeaders, rs.underscoreKeys = keyHeaderSet(cfg.Rules, cfg.Queues)
 	var errs []error
 	if cfg.Upstream != "" {
 		u, err := url.Parse(cfg.Upstream)
