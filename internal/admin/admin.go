@@ -6,6 +6,11 @@
 //
 // and whatever the process mounts with Handle, such as the queue endpoints of [Queues]
 // (GET /v1/queues, GET /v1/queues/{queue}). It uses net/http only.
+//
+// Every request passes two rules first (guard.go): its Host must name the listener (a
+// loopback name, its address, or one of admin_hosts), except for the three probes above; and
+// a write must not come from another site's page (Origin, Sec-Fetch-Site). Either refusal is
+// 403 problem+json. Bodies are bounded to 1 MiB and 10 s, answers to 30 s.
 package admin
 
 import (
@@ -30,6 +35,12 @@ const (
 	DefaultCheckTimeout = 2 * time.Second
 	// DefaultShutdownTimeout bounds the graceful shutdown of ListenAndServe.
 	DefaultShutdownTimeout = 5 * time.Second
+	// DefaultReadTimeout bounds how long a request (header and body) may take to arrive on
+	// the admin listener; a stalled body is cut off.
+	DefaultReadTimeout = 10 * time.Second
+	// DefaultWriteTimeout bounds how long an answer may take to be written, so that a client
+	// that never reads does not hold its connection.
+	DefaultWriteTimeout = 30 * time.Second
 )
 
 // Check is one named readiness check, such as "redis" or "nats". Func returns nil when the
@@ -62,13 +73,20 @@ type Server struct {
 	checks       []Check
 	checkTimeout time.Duration
 	reloadErrors prometheus.Counter
+	// readTimeout and writeTimeout are the listener's (Default*Timeout); tests shorten them.
+	readTimeout, writeTimeout time.Duration
+
+	mu       sync.Mutex
+	hosts    func() []string                   // admin_hosts; see AllowHosts
+	onRefuse func(r *http.Request, why string) // see OnRefuse
 }
 
 // New returns an admin server for addr (host:port) that exports reg's metrics and reports
 // ready when every check passes. It registers sluice_config_reload_errors_total with reg
 // (reusing the counter if reg already has it); nil reg serves an empty /metrics.
 func New(addr string, reg *prometheus.Registry, checks ...Check) *Server {
-	s := &Server{addr: addr, mux: http.NewServeMux(), checks: checks, checkTimeout: DefaultCheckTimeout}
+	s := &Server{addr: addr, mux: http.NewServeMux(), checks: checks, checkTimeout: DefaultCheckTimeout,
+		readTimeout: DefaultReadTimeout, writeTimeout: DefaultWriteTimeout}
 	s.reloadErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_config_reload_errors_total",
 		Help: "Config reloads that failed (an invalid file, or one that could not be read); the process kept its config.",
@@ -93,8 +111,9 @@ func New(addr string, reg *prometheus.Registry, checks ...Check) *Server {
 // Handle mounts h on pattern (an http.ServeMux pattern, such as "GET /v1/queues/{queue}").
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-// Handler returns the admin HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler returns the admin HTTP handler: the mounted handlers behind the Host and origin
+// rules (see AllowHosts), with bodies bounded to 1 MiB.
+func (s *Server) Handler() http.Handler { return s.guard(s.mux) }
 
 // ReloadFailed counts a config reload that failed, in sluice_config_reload_errors_total.
 func (s *Server) ReloadFailed() { s.reloadErrors.Inc() }
@@ -113,8 +132,10 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 // Serve is ListenAndServe on a listener the caller opened; it closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
-		Handler:           s.mux,
+		Handler:           s.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       s.readTimeout,
+		WriteTimeout:      s.writeTimeout,
 		IdleTimeout:       time.Minute,
 		MaxHeaderBytes:    16 << 10,
 	}

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func get(t *testing.T, h http.Handler, path string) (*http.Response, []byte) {
 	t.Helper()
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+	h.ServeHTTP(w, httptest.NewRequest("GET", "http://127.0.0.1:9090"+path, nil))
 	res := w.Result()
 	body, _ := io.ReadAll(res.Body)
 	return res, body

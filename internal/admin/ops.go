@@ -36,8 +36,10 @@ import (
 //	GET    /ui/                                    the dashboard (static files, embedded)
 //
 // Writes need "Authorization: Bearer <Token>" when Token is set, and come only from loopback
-// peers when it is not; anything else is 401. Every write is logged (peer, how it was
-// authorised, what) and counted in sluice_admin_writes_total{action,result}. Pause, resume
+// peers when it is not; anything else is 401. Before that, the server refuses with 403 a
+// write from another site's page and any request for another Host (Server.Handler), token
+// or no token. Every write is logged (peer, how it was authorised, what) and counted in
+// sluice_admin_writes_total{action,result}, refused ones included. Pause, resume
 // and rate are kept in JetStream (queue.Queues.SetControl), so they reach every worker within
 // a second and survive restarts.
 type Ops struct {
@@ -91,17 +93,30 @@ func (o *Ops) Mount(s *Server, reg prometheus.Registerer) error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s.Handle("POST /v1/queues/{queue}/pause", o.write("pause", o.pause))
-	s.Handle("POST /v1/queues/{queue}/resume", o.write("resume", o.resume))
-	s.Handle("PATCH /v1/queues/{queue}", o.write("rate", o.rate))
+	actions := map[string]string{}
+	write := func(pattern, action string, h func(w http.ResponseWriter, r *http.Request) error) {
+		actions[pattern] = action
+		s.Handle(pattern, o.write(action, h))
+	}
+	write("POST /v1/queues/{queue}/pause", "pause", o.pause)
+	write("POST /v1/queues/{queue}/resume", "resume", o.resume)
+	write("PATCH /v1/queues/{queue}", "rate", o.rate)
 	s.Handle("GET /v1/queues/{queue}/dead-letters", http.HandlerFunc(o.deadLetters))
-	s.Handle("POST /v1/queues/{queue}/dead-letters/replay", o.write("replay", o.replay))
-	s.Handle("DELETE /v1/queues/{queue}/dead-letters", o.write("purge", o.purge))
+	write("POST /v1/queues/{queue}/dead-letters/replay", "replay", o.replay)
+	write("DELETE /v1/queues/{queue}/dead-letters", "purge", o.purge)
 	s.Handle("GET /v1/jobs/{id}", http.HandlerFunc(o.job))
 	s.Handle("GET /v1/rules", http.HandlerFunc(o.rules))
 	s.Handle("GET /ui/", uiHandler())
 	s.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	s.Handle("DELETE /v1/jobs/{id}", o.write("cancel", o.cancel))
+	write("DELETE /v1/jobs/{id}", "cancel", o.cancel)
+	s.OnRefuse(func(r *http.Request, why string) {
+		_, pattern := s.mux.Handler(r)
+		if action := actions[pattern]; action != "" {
+			o.writes.WithLabelValues(action, "refused").Inc()
+		}
+		o.Logger.Warn("admin: request refused", "method", r.Method, "path", r.URL.Path, "host", r.Host,
+			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"), "peer", r.RemoteAddr, "why", why)
+	})
 	return nil
 }
 

@@ -107,8 +107,10 @@ type QueueStatus struct {
 	TopTenants []TenantStatus `json:"top_tenants,omitempty"`
 }
 
-// Mount mounts the queue endpoints on s.
+// Mount mounts the queue endpoints on s, and has s answer the Host names of the current
+// config's admin_hosts (Server.AllowHosts).
 func (q *Queues) Mount(s *Server) {
+	s.AllowHosts(func() []string { return q.Config().AdminHosts })
 	s.Handle("GET /v1/queues", http.HandlerFunc(q.list))
 	s.Handle("GET /v1/queues/{queue}", http.HandlerFunc(q.one))
 	s.Handle("GET /v1/queues/{queue}/tenants/{tenant}", http.HandlerFunc(q.tenant))
