@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+
+	"github.com/sluice-rl/sluice/internal/config"
 )
 
 // bodyReader wraps a request body and keeps the first error reading it, so that a failure
@@ -14,10 +16,26 @@ import (
 type bodyReader struct {
 	rc  io.ReadCloser
 	err error
+
+	// limit, when > 0, is the max_body_bytes of queue, the smallest of the queues a forwarded
+	// request may be deferred to: beyond it the body is cut off, and answered 413, as it
+	// would be were the request deferred (limitBody).
+	limit int64
+	queue string
+	n     int64 // bytes read so far
 }
 
 func (b *bodyReader) Read(p []byte) (int, error) {
+	if b.limit > 0 && b.n > b.limit {
+		return 0, b.err
+	}
 	n, err := b.rc.Read(p)
+	b.n += int64(n)
+	if b.limit > 0 && b.n > b.limit {
+		err = &bodyTooLargeError{queue: b.queue, limit: b.limit}
+		b.err = err
+		return n - int(b.n-b.limit), err
+	}
 	if err != nil && err != io.EOF && b.err == nil {
 		b.err = err
 	}
@@ -59,9 +77,39 @@ func (b *bodyReader) problem() *Problem {
 	if errors.As(b.err, &mbe) {
 		return nil
 	}
+	var big *bodyTooLargeError
+	if errors.As(b.err, &big) {
+		return problemFor(big)
+	}
 	var ne net.Error
 	if errors.As(b.err, &ne) && ne.Timeout() {
 		return errBodyTimeout
 	}
 	return errBodyMalformed
+}
+
+// limitBody holds a forwarded request that a rule may defer to bound to the smallest
+// max_body_bytes of those rules' queues, so that a body is refused with 413 whether the
+// request is forwarded or deferred, not only once it would be queued. A Content-Length over
+// the limit is refused at once; it returns the problem to answer (nil: go on).
+func limitBody(r *http.Request, matched []*rule, queues map[string]*config.Queue) *Problem {
+	b, _ := r.Body.(*bodyReader)
+	var q *config.Queue
+	for _, ru := range matched {
+		if !ru.defers() || ru.shadow {
+			continue
+		}
+		if rq := queues[ru.queue]; rq != nil && rq.MaxBodyBytes > 0 && (q == nil || rq.MaxBodyBytes < q.MaxBodyBytes) {
+			q = rq
+		}
+	}
+	switch {
+	case q == nil:
+		return nil
+	case r.ContentLength > q.MaxBodyBytes:
+		return problemFor(&bodyTooLargeError{queue: q.Name, limit: q.MaxBodyBytes})
+	case b != nil:
+		b.limit, b.queue = q.MaxBodyBytes, q.Name
+	}
+	return nil
 }

@@ -70,7 +70,7 @@ var errBadIdempotencyKey = badRequest("invalid Idempotency-Key", "the Idempotenc
 func (g *gate) deferRequest(c echo.Context, rs *ruleSet, ru *rule) error {
 	r := c.Request()
 	q := rs.queues[ru.queue]
-	body, err := readBody(c, q.MaxBodyBytes)
+	body, err := readBody(c, q)
 	if err != nil {
 		return g.respondError(c, err)
 	}
@@ -176,21 +176,27 @@ func (g *gate) drainSeconds(ctx context.Context, q *config.Queue) int64 {
 	return max(int64(min(secs, math.MaxInt32)), 1)
 }
 
-// readBody reads the request body, at most limit bytes (0: no limit of its own); a longer
-// body is an *http.MaxBytesError.
-func readBody(c echo.Context, limit int64) ([]byte, error) {
+// readBody reads the request body, at most q's max_body_bytes (0: no limit of its own); a
+// longer body is a *bodyTooLargeError.
+func readBody(c echo.Context, q *config.Queue) ([]byte, error) {
 	r := c.Request()
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
 	body := r.Body // left in place: a failure to read it is answered from it (bodyProblem)
+	limit := q.MaxBodyBytes
 	if limit > 0 {
 		if r.ContentLength > limit {
-			return nil, &http.MaxBytesError{Limit: limit}
+			return nil, &bodyTooLargeError{queue: q.Name, limit: limit}
 		}
 		body = http.MaxBytesReader(c.Response(), body, limit)
 	}
-	return io.ReadAll(body)
+	b, err := io.ReadAll(body)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, &bodyTooLargeError{queue: q.Name, limit: limit}
+	}
+	return b, err
 }
 
 // replayHeader returns the headers of a deferred request that a worker replays: the
@@ -233,10 +239,12 @@ func (s *Server) submitJob(c echo.Context) error {
 	rs := s.gate.rules.Load()
 	q, ok := rs.queues[name]
 	if !ok {
-		return fmt.Errorf("%w: no queue named %q", queue.ErrUnknownQueue, name)
+		return &Problem{Type: "about:blank", Title: "Unknown queue", Status: http.StatusNotFound,
+			Detail: fmt.Sprintf("no queue named %q", name)}
 	}
 	if q.Target == nil {
-		return fmt.Errorf("%w: queue %q has no target, so it takes no jobs directly", queue.ErrUnknownQueue, name)
+		return &Problem{Type: "about:blank", Title: "Unknown queue", Status: http.StatusNotFound,
+			Detail: fmt.Sprintf("queue %q has no target, so it takes no jobs directly", name)}
 	}
 	r := c.Request()
 	job := &queue.Job{Queue: name, Direct: true, Header: http.Header{}}
@@ -255,7 +263,7 @@ func (s *Server) submitJob(c echo.Context) error {
 	if job.Tenant, err = tenantOf(rs, q, r); err != nil {
 		return err
 	}
-	body, err := readBody(c, q.MaxBodyBytes)
+	body, err := readBody(c, q)
 	if err != nil {
 		return err
 	}

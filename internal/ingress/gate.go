@@ -492,6 +492,15 @@ func (g *gate) respond(c echo.Context, rs *ruleSet, k *call, rl *ruling, hdrs *r
 		}
 		return false, nil, g.deferRequest(c, rs, rl.deferTo)
 	}
+	if g.noDefer == nil || !g.noDefer(c.Request().URL.Path) {
+		if p := limitBody(c.Request(), k.matched, rs.queues); p != nil {
+			if hdrs != nil {
+				hdrs.apply(w.Header())
+			}
+			writeProblem(w, p)
+			return false, nil, nil
+		}
+	}
 	return true, hdrs, nil
 }
 

@@ -23,6 +23,16 @@ const QuotaExceededType = "https://iana.org/assignments/http-problem-types#quota
 
 // Problem is an RFC 9457 problem detail: the body of every error response of the ingress, and
 // an error that carries its own status. Handlers return a *Problem (or any error, which
+// bodyTooLargeError is a request body over the max_body_bytes of the queue it may go to.
+type bodyTooLargeError struct {
+	queue string
+	limit int64
+}
+
+func (e *bodyTooLargeError) Error() string {
+	return fmt.Sprintf("request body over max_body_bytes %d of queue %q", e.limit, e.queue)
+}
+
 // problemFor maps) and the error handler writes it.
 type Problem struct {
 	// Type is a URI naming the kind of problem; "" is written as "about:blank".
@@ -92,6 +102,7 @@ func problemFor(err error) *Problem {
 		ue     *upstreamError
 		pe     *publishError
 		full   *queueFullError
+		big    *bodyTooLargeError
 		se     *statusError
 		netErr net.Error
 	)
@@ -102,8 +113,11 @@ func problemFor(err error) *Problem {
 		return &Problem{Type: "about:blank", Title: "Queue is full", Status: http.StatusTooManyRequests,
 			Detail:     fmt.Sprintf("queue %q holds as many jobs as it may; retry once its backlog has drained", full.queue),
 			RetryAfter: full.retryAfter}
+	case errors.As(err, &big):
+		return &Problem{Type: "about:blank", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
+			Detail: fmt.Sprintf("the request body is larger than %d bytes, the max_body_bytes of queue %q that this request may be deferred to", big.limit, big.queue)}
 	case errors.As(err, &mbe), errors.Is(err, queue.ErrTooLarge):
-		detail := "the request body is larger than this endpoint accepts"
+		detail := "the request is larger than the queue's message store accepts (NATS max_payload)"
 		if mbe != nil {
 			detail = fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit)
 		}
@@ -112,7 +126,8 @@ func problemFor(err error) *Problem {
 		return &Problem{Type: "about:blank", Title: "Idempotency-Key reused", Status: http.StatusUnprocessableEntity,
 			Detail: "this Idempotency-Key was already used for a different request (method, path or body) within the dedupe window"}
 	case errors.Is(err, queue.ErrUnknownQueue):
-		return &Problem{Type: "about:blank", Title: "Unknown queue", Status: http.StatusNotFound, Detail: err.Error()}
+		return &Problem{Type: "about:blank", Title: "Unknown queue", Status: http.StatusNotFound,
+			Detail: "the queue is not configured (or no longer)"}
 	case errors.Is(err, queue.ErrNotFound):
 		return &Problem{Type: "about:blank", Title: "Job not found", Status: http.StatusNotFound, Detail: "no job has this id (it may have expired)"}
 	case errors.As(err, &pe):
