@@ -8,7 +8,48 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-rl/sluice/internal/config"
 )
+
+// TestComposeShipsNoToken: deploy/compose.yaml gives its processes no admin token unless
+// the operator exports one (a shipped token is everyone's token), and deploy/sluice.yaml
+// loads with what it gives them.
+func TestComposeShipsNoToken(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Sluice struct {
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"x-sluice"`
+	}
+	if err := yaml.Unmarshal(raw, &compose); err != nil {
+		t.Fatal(err)
+	}
+	v, ok := compose.Sluice.Environment[config.EnvAdminToken]
+	if !ok {
+		t.Fatalf("x-sluice sets no %s: %v", config.EnvAdminToken, compose.Sluice.Environment)
+	}
+	// ${SLUICE_ADMIN_TOKEN:-default} is default when the operator exported nothing.
+	if m := regexp.MustCompile(`^\$\{SLUICE_ADMIN_TOKEN(:?-(.*))?\}$`).FindStringSubmatch(v); m != nil {
+		v = m[2]
+	}
+	file, err := os.ReadFile("../../deploy/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("deploy/sluice.yaml", file, func(k string) string {
+		return map[string]string{config.EnvAdminToken: v}[k]
+	})
+	if err != nil {
+		t.Fatalf("deploy/sluice.yaml with compose's environment: %v", err)
+	}
+	if cfg.AdminToken != "" {
+		t.Errorf("compose ships the admin token %q", cfg.AdminToken)
+	}
+}
 
 // TestDeployFiles: the example alert rules and Grafana dashboard parse, and every sluice_
 // metric they use is one the processes export (its name appears in the code).
