@@ -47,7 +47,10 @@ type MemoryConfig struct {
 // is its text up to its first NUL byte (the ingress puts the rule's name there; a key without
 // one has the empty scope): every new key of a rule then shares one limit until room frees up —
 // limited, never unlimited. Such
-// decisions are counted (Overflows) and reported through MemoryConfig.OnOverflow.
+// decisions are counted (Overflows) and reported through MemoryConfig.OnOverflow. SetScopes
+// gives each scope its own share of MaxKeys, so that a flood of new keys in one scope (a cheap
+// rule) never sends another scope's new keys to its overflow state. Each key costs 2 more bytes
+// for it (its scope's index), and a new key one map lookup of its scope.
 type Memory struct {
 	now        func() time.Time
 	seeds      [numAlgos]maphash.Seed
@@ -152,6 +155,21 @@ func (m *Memory) Sweep() int {
 	return removed
 }
 
+// SetScopes shares the key budget among n scopes (a key's scope is its text up to its first
+// NUL byte: the ingress's rule name). Each scope is sure of MaxKeys/n keys: once a scope holds
+// its share, its new keys take only room that no other scope's unused share reserves, and are
+// decided on the scope's overflow state when there is none. A flood of keys in one scope then
+// leaves every other scope its share. n < 2 (the default) shares nothing: the first keys to
+// come take the room. Keys already held are kept whatever n; it is safe to call at any time.
+func (m *Memory) SetScopes(n int) {
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		sh.t.sc.setShares(n, sh.t.max)
+		sh.mu.Unlock()
+	}
+}
+
 // Overflows returns the number of decisions made on an overflow state because the store was
 // full of keys that still hold state.
 func (m *Memory) Overflows() uint64 { return m.overflows.Load() }
@@ -163,7 +181,7 @@ func (m *Memory) decide(key string, p params, cost int64, now time.Time) Decisio
 	t := micros(now)
 
 	sh.mu.Lock()
-	e := sh.t.get(id, t, p.alg == algSlidingLog)
+	e := sh.t.get(id, t, p.alg == algSlidingLog, key)
 	if e == nil {
 		sh.mu.Unlock()
 		return m.decideOverflow(key, p, cost, now)
@@ -299,6 +317,9 @@ type table struct {
 	max   int
 	hand  int
 	logs  map[uint64]*slidingLogState
+
+	sc      scopes
+	scopeOf []*[pageSize]uint16 // the scope index of each entry, paged as pages
 }
 
 func (t *table) entry(i int) *entry { return &t.pages[i>>pageBits][i&(pageSize-1)] }
@@ -306,11 +327,12 @@ func (t *table) entry(i int) *entry { return &t.pages[i>>pageBits][i&(pageSize-1
 // home returns the slot where the search for id starts.
 func (t *table) home(id uint64) int { return int(id>>8) & (len(t.slots) - 1) }
 
-// get returns the entry of id; a new entry has zero state. An idle entry keeps
+// get returns the entry of id, whose key is key; a new entry has zero state. An idle entry keeps
 // its state, which the algorithms treat as the zero value would be treated. log says that the
 // key is a SlidingLog key with a log in t.logs. now is for removing idle entries. It returns nil
-// for a new key when the table is full and no idle entry is found to make room.
-func (t *table) get(id uint64, now int64, log bool) *entry {
+// for a new key when the table is full, or its scope has used its share and no unreserved room
+// is left (scopes), and no idle entry is found to make room.
+func (t *table) get(id uint64, now int64, log bool, key string) *entry {
 	if len(t.slots) > 0 {
 		mask := len(t.slots) - 1
 		for i := t.home(id); t.slots[i] != 0; i = (i + 1) & mask {
@@ -322,6 +344,10 @@ func (t *table) get(id uint64, now int64, log bool) *entry {
 		}
 	}
 
+	sc := t.sc.index(scopeOf(key))
+	if !t.sc.admits(sc, t.max) && (t.sweep(now, evictScan) == 0 || !t.sc.admits(sc, t.max)) {
+		return nil
+	}
 	if t.n >= t.max {
 		if !t.evict(now) {
 			return nil
@@ -338,8 +364,11 @@ func (t *table) get(id uint64, now int64, log bool) *entry {
 		t.used++
 		if i>>pageBits == len(t.pages) {
 			t.pages = append(t.pages, new([pageSize]entry))
+			t.scopeOf = append(t.scopeOf, new([pageSize]uint16))
 		}
 	}
+	t.scopeOf[i>>pageBits][i&(pageSize-1)] = sc
+	t.sc.add(sc, 1)
 	if 2*(t.n+1) > len(t.slots) {
 		t.grow() // before entry i is in use, so grow does not index it
 	}
@@ -401,6 +430,7 @@ func (t *table) remove(i int) {
 	*e = entry{s: [3]int64{int64(t.free)}}
 	t.free = uint32(i + 1)
 	t.n--
+	t.sc.add(t.scopeOf[i>>pageBits][i&(pageSize-1)], -1)
 }
 
 // sweep moves the clock hand over up to steps entries, removing the idle ones, and returns how
@@ -431,4 +461,90 @@ func (t *table) evict(now int64) bool {
 		}
 	}
 	return false
+}
+
+// scopeOf returns the scope of key: its text up to its first NUL, "" without one.
+func scopeOf(key string) string {
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		return key[:i]
+	}
+	return ""
+}
+
+// maxScopes bounds the scopes a shard tells apart; the keys of further scopes are counted
+// under the first one.
+const maxScopes = 4096
+
+// scopes counts the keys of a table by scope, for SetScopes. With share > 0, every scope is
+// sure of share keys: committed is the room taken or reserved, the sum over the scopes that
+// hold keys of max(held, share), plus share for each of the want scopes not yet holding any.
+// A scope below its share may always add a key (its room is reserved); one at or above it
+// only while committed < max, that is out of room nobody reserves. So committed never exceeds
+// max through additions beyond a share, and no scope is kept below its share by the others.
+type scopes struct {
+	ids       map[string]uint16
+	held      []int
+	want      int
+	share     int
+	committed int
+}
+
+// index returns the index of scope, adding it when new.
+func (s *scopes) index(scope string) uint16 {
+	if i, ok := s.ids[scope]; ok {
+		return i
+	}
+	if len(s.held) >= maxScopes {
+		return 0
+	}
+	if s.ids == nil {
+		s.ids = map[string]uint16{}
+	}
+	i := uint16(len(s.held))
+	s.ids[strings.Clone(scope)] = i
+	s.held = append(s.held, 0)
+	return i
+}
+
+// admits reports whether scope i may add a key to a table of size keys.
+func (s *scopes) admits(i uint16, size int) bool {
+	return s.share == 0 || s.held[i] < s.share || s.committed < size
+}
+
+// add counts d (1 or -1) keys of scope i.
+func (s *scopes) add(i uint16, d int) {
+	h := s.held[i]
+	s.held[i] = h + d
+	switch {
+	case s.share == 0:
+	case h == 0 || h+d == 0:
+		s.recount() // a scope starts or stops holding keys: the reservations change
+	case d > 0 && h >= s.share, d < 0 && h+d >= s.share:
+		s.committed += d
+	}
+}
+
+// setShares divides a table of size keys among want scopes.
+func (s *scopes) setShares(want, size int) {
+	s.want, s.share = want, 0
+	if want >= 2 {
+		s.share = max(size/want, 1)
+	}
+	s.recount()
+}
+
+// recount computes committed anew.
+func (s *scopes) recount() {
+	s.committed = 0
+	if s.share == 0 {
+		return
+	}
+	active := 0
+	for _, h := range s.held {
+		if h > 0 {
+			active++
+			s.committed += max(h, s.share)
+		}
+	}
+	s.committed += max(s.want-active, 0) * s.share
 }

@@ -231,3 +231,82 @@ func TestMemoryConfigDefaults(t *testing.T) {
 		t.Fatalf("MaxKeys 10, Shards 100: %d shards of %d keys, want 8 of 1", len(m.shards), m.shards[0].t.max)
 	}
 }
+
+// TestMemoryScopesShareKeys floods one scope (a rule) with keys and checks that another
+// scope's new keys still get rooms of their own, each its full allowance, once the budget is
+// shared (SetScopes); and that a flood past its share is decided on its overflow state.
+func TestMemoryScopesShareKeys(t *testing.T) {
+	ctx := context.Background()
+	clk := newClock(base)
+	const maxKeys = 256
+	m := NewMemory(MemoryConfig{MaxKeys: maxKeys, Shards: 1, Now: clk.Now})
+	m.SetScopes(2)
+	cheap := Limit{Algorithm: FixedWindow, Limit: 1, Period: time.Hour}
+	for i := range 5_000 {
+		if _, err := m.Decide(ctx, fmt.Sprintf("cheap\x00flood-%d", i), cheap, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := m.Len(); n > maxKeys/2 {
+		t.Errorf("the flooded scope holds %d keys, above its share %d", n, maxKeys/2)
+	}
+	login := Limit{Algorithm: SlidingLog, Limit: 3, Period: time.Hour}
+	for c := range maxKeys / 2 {
+		key := fmt.Sprintf("login\x00client-%d", c)
+		for i := range 4 {
+			d, err := m.Decide(ctx, key, login, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := i < 3; d.Allowed != want {
+				t.Fatalf("client %d request %d: allowed %v, want %v: a new client of another rule must get its own allowance", c, i+1, d.Allowed, want)
+			}
+		}
+	}
+	// A scope alone borrows what nobody reserves: with one scope, the whole budget is its.
+	solo := NewMemory(MemoryConfig{MaxKeys: maxKeys, Shards: 1, Now: clk.Now})
+	solo.SetScopes(1)
+	for i := range maxKeys {
+		if d, _ := solo.Decide(ctx, fmt.Sprintf("only\x00k-%d", i), cheap, 1); !d.Allowed {
+			t.Fatalf("key %d of the only scope was refused", i)
+		}
+	}
+	if solo.Overflows() != 0 {
+		t.Errorf("%d overflows with one scope under MaxKeys", solo.Overflows())
+	}
+}
+
+// TestScopesCommitted checks the reservation count as scopes fill and empty.
+func TestScopesCommitted(t *testing.T) {
+	var s scopes
+	s.setShares(3, 30) // share 10, three reserved: 30
+	a, b := s.index("a"), s.index("b")
+	for range 10 {
+		if !s.admits(a, 30) {
+			t.Fatal("a refused below its share")
+		}
+		s.add(a, 1)
+	}
+	if s.committed != 30 || s.admits(a, 30) {
+		t.Fatalf("committed %d, a admitted past its share with every other share reserved", s.committed)
+	}
+	if !s.admits(b, 30) {
+		t.Fatal("b refused below its share")
+	}
+	s.setShares(2, 30) // share 15: a may have 5 more
+	for range 5 {
+		if !s.admits(a, 30) {
+			t.Fatal("a refused below its new share")
+		}
+		s.add(a, 1)
+	}
+	if s.admits(a, 30) || s.committed != 30 {
+		t.Fatalf("committed %d after a took its share", s.committed)
+	}
+	for range 15 {
+		s.add(a, -1)
+	}
+	if s.committed != 30 { // two unseen shares again
+		t.Fatalf("committed %d once a is empty, want 30", s.committed)
+	}
+}

@@ -126,8 +126,23 @@ func newGate(cfg *config.Config, opts Options, m *metrics) (*gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.rules.Store(rs)
+	g.store(rs)
 	return g, nil
+}
+
+// store makes rs the current rules, and shares the in-process limiters' key budget among its
+// rules with a limit, so that a flood of keys under one rule leaves the others their share.
+func (g *gate) store(rs *ruleSet) {
+	n := 0
+	for _, ru := range rs.rules {
+		if ru.hasLimit {
+			n++
+		}
+	}
+	for _, mem := range *g.metrics.memories.Load() {
+		mem.SetScopes(n)
+	}
+	g.rules.Store(rs)
 }
 
 // reload compiles cfg's rules and swaps them in atomically. On error the gate keeps its
@@ -138,7 +153,7 @@ func (g *gate) reload(cfg *config.Config) error {
 	if err != nil {
 		return err // the process's reloader counts it (sluice_config_reload_errors_total)
 	}
-	g.rules.Store(rs)
+	g.store(rs)
 	return nil
 }
 
