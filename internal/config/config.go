@@ -71,6 +71,10 @@ const (
 
 	DefaultMaxDepth     = 100000
 	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxBytes bounds a queue's stream: 256 MiB. JetStream reserves it on the server's
+	// store when the stream is created, so the queues' max_bytes together (times
+	// nats.replicas) must fit in what the NATS servers may store.
+	DefaultMaxBytes     = 256 << 20
 	DefaultTargetMethod = "POST"
 	DefaultMaxAttempts  = 8
 	// A queue's delivery backoff. The worker always passes these (or the file's) to retry;
@@ -221,6 +225,10 @@ type Queue struct {
 	MaxDepth int64
 	// MaxBodyBytes bounds the body of a job, in bytes (YAML max_body_bytes). Default 1 MiB.
 	MaxBodyBytes int64
+	// MaxBytes bounds the bytes the queue's stream holds, JetStream's own MaxBytes (YAML
+	// max_bytes), >= MaxBodyBytes; beyond it new jobs are refused with 429, as beyond
+	// MaxDepth. Default 256 MiB.
+	MaxBytes int64
 	// Target is where directly submitted jobs are delivered (YAML "POST http://host/path";
 	// the method is optional and defaults to POST). Nil: the queue has no target of its own
 	// and serves only the deferred requests of rules, which go to Config.Upstream.

@@ -81,14 +81,14 @@ func TestFullExampleLoads(t *testing.T) {
 		IPv6Prefix:      64,
 		Queues: []Queue{{
 			Name: "orders", Rate: Rate{N: 50, Per: time.Second}, Burst: 5, MaxDepth: 5000,
-			MaxBodyBytes: 65536, Target: &Target{Method: "PUT", URL: "https://orders.internal/api/orders"},
+			MaxBodyBytes: 65536, MaxBytes: 64 << 20, Target: &Target{Method: "PUT", URL: "https://orders.internal/api/orders"},
 			MaxAttempts: 5, Backoff: Backoff{Initial: 500 * time.Millisecond, Max: time.Minute},
 			Timeout: 3 * time.Second, DedupeWindow: time.Hour, AckWait: 5 * time.Second, Concurrency: 16, MaxPauseRetries: 3,
 			Tenant: []KeyPart{{Kind: KeyHeader, Name: "X-Api-Key"}}, Adaptive: true, MinRate: Rate{5, time.Second},
 			Fair: true, Weights: map[string]float64{"gold-key": 3, "bronze-key": 0.5}, TenantRate: Rate{20, time.Second},
 		}, {
 			Name: "reports", Rate: Rate{N: 5, Per: 2 * time.Second}, MaxDepth: DefaultMaxDepth,
-			MaxBodyBytes: DefaultMaxBodyBytes, Target: &Target{Method: "POST", URL: "http://reports.internal/run"},
+			MaxBodyBytes: DefaultMaxBodyBytes, MaxBytes: DefaultMaxBytes, Target: &Target{Method: "POST", URL: "http://reports.internal/run"},
 			MaxAttempts: DefaultMaxAttempts, Backoff: Backoff{Initial: time.Second, Max: 5 * time.Minute},
 			Timeout: DefaultTimeout, DedupeWindow: DefaultDedupeWindow, AckWait: DefaultAckWait, Concurrency: DefaultConcurrency,
 			MaxPauseRetries: DefaultMaxPauseRetries, MinRate: Rate{1, time.Second},
@@ -169,7 +169,7 @@ upstream: http://up
 		ShutdownTimeout: 10 * time.Second, JobRetention: 24 * time.Hour, MaxHeaderBytes: 64 << 10,
 		ReadTimeout: 30 * time.Second, IPv6Prefix: 64,
 		Queues: []Queue{{
-			Name: "q", Rate: Rate{1, time.Second}, MaxDepth: 100000, MaxBodyBytes: 1 << 20, MaxAttempts: 8,
+			Name: "q", Rate: Rate{1, time.Second}, MaxDepth: 100000, MaxBodyBytes: 1 << 20, MaxBytes: DefaultMaxBytes, MaxAttempts: 8,
 			Backoff: Backoff{time.Second, 5 * time.Minute}, Timeout: 10 * time.Second,
 			DedupeWindow: 24 * time.Hour, AckWait: 30 * time.Second, Concurrency: 4, MaxPauseRetries: 20,
 			MinRate: Rate{1, time.Second},

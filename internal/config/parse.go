@@ -176,6 +176,7 @@ type (
 		Burst           *scalar     `yaml:"burst"`
 		MaxDepth        *scalar     `yaml:"max_depth"`
 		MaxBodyBytes    *scalar     `yaml:"max_body_bytes"`
+		MaxBytes        *scalar     `yaml:"max_bytes"`
 		Target          *scalar     `yaml:"target"`
 		MaxAttempts     *scalar     `yaml:"max_attempts"`
 		Backoff         *rawBackoff `yaml:"backoff"`
