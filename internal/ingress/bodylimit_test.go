@@ -48,3 +48,26 @@ func TestErrorTextsClean(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueFullOfBytes checks a queue at its max_bytes, JetStream's own bound: new jobs get
+// 429 with a Retry-After and a problem that names max_bytes, as at max_depth.
+func TestQueueFullOfBytes(t *testing.T) {
+	f := newQueueFixture(t, `
+queues:
+  - {name: big, rate: 1/s, max_body_bytes: 1000, max_bytes: 4000, target: "POST http://127.0.0.1:1/x"}
+`)
+	body := strings.Repeat("x", 900)
+	var res *http.Response
+	for i := 0; ; i++ {
+		if i == 10 {
+			t.Fatal("10 jobs of 900 bytes in a queue of max_bytes 4000")
+		}
+		if res = f.do("POST", "/v1/queues/big/jobs", strings.NewReader(body)); res.StatusCode != http.StatusAccepted {
+			break
+		}
+	}
+	p := readProblem(t, res, http.StatusTooManyRequests)
+	if res.Header.Get("Retry-After") == "" || p.RetryAfter < 1 || !strings.Contains(p.Detail, "max_bytes 4000") {
+		t.Fatalf("Retry-After %q, problem %+v: want a Retry-After and max_bytes named", res.Header.Get("Retry-After"), p)
+	}
+}

@@ -112,7 +112,7 @@ func (g *gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
 	switch {
 	case err == nil:
 	case errors.Is(err, queue.ErrFull):
-		return &queueFullError{queue: q.Name, retryAfter: g.drainSeconds(ctx, q)}
+		return &queueFullError{queue: q.Name, maxDepth: q.MaxDepth, maxBytes: q.MaxBytes, retryAfter: g.drainSeconds(ctx, q)}
 	case errors.Is(err, queue.ErrUnknownQueue), errors.Is(err, queue.ErrTooLarge), errors.Is(err, queue.ErrIdempotencyMismatch):
 		return err
 	default:

@@ -68,7 +68,8 @@ func newQueueFixture(t *testing.T, yaml string) *queueFixture {
 	cfg := parseConfig(t, up.URL, yaml)
 	var specs []queue.Spec
 	for _, q := range cfg.Queues {
-		specs = append(specs, queue.Spec{Name: q.Name, MaxDepth: q.MaxDepth, MaxBodyBytes: q.MaxBodyBytes, DedupeWindow: q.DedupeWindow})
+		specs = append(specs, queue.Spec{Name: q.Name, MaxDepth: q.MaxDepth, MaxBytes: q.MaxBytes, MaxBodyBytes: q.MaxBodyBytes,
+			DedupeWindow: q.DedupeWindow})
 	}
 	if err := qs.Provision(ctx, specs); err != nil {
 		t.Fatal(err)

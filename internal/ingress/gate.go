@@ -157,6 +157,13 @@ func (g *gate) reload(cfg *config.Config) error {
 	return nil
 }
 
+// warn logs what in cfg is valid but likely wrong (config.Config.Warnings).
+func (g *gate) warn(cfg *config.Config) {
+	for _, w := range cfg.Warnings() {
+		g.log.Warn("ingress: config: " + w)
+	}
+}
+
 // breakerState reports the state of the circuit breaker in front of the limiter store;
 // always BreakerClosed for an in-process limiter.
 func (g *gate) breakerState() BreakerState {

@@ -84,10 +84,12 @@ type statusError struct{ err error }
 func (e *statusError) Error() string { return "job status: " + e.err.Error() }
 func (e *statusError) Unwrap() error { return e.err }
 
-// queueFullError is a queue at its max_depth, with the seconds its backlog needs to drain.
+// queueFullError is a queue at its max_depth or max_bytes, with the seconds its backlog needs
+// to drain.
 type queueFullError struct {
-	queue      string
-	retryAfter int64
+	queue              string
+	maxDepth, maxBytes int64
+	retryAfter         int64
 }
 
 func (e *queueFullError) Error() string { return fmt.Sprintf("queue %q is full", e.queue) }
@@ -111,7 +113,8 @@ func problemFor(err error) *Problem {
 		return p
 	case errors.As(err, &full):
 		return &Problem{Type: "about:blank", Title: "Queue is full", Status: http.StatusTooManyRequests,
-			Detail:     fmt.Sprintf("queue %q holds as many jobs as it may; retry once its backlog has drained", full.queue),
+			Detail: fmt.Sprintf("queue %q holds as many jobs as it may (max_depth %d jobs, max_bytes %d bytes); retry once its backlog has drained",
+				full.queue, full.maxDepth, full.maxBytes),
 			RetryAfter: full.retryAfter}
 	case errors.As(err, &big):
 		return &Problem{Type: "about:blank", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,

@@ -1,9 +1,13 @@
 package ingress
 
 import (
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestClientSluiceHeaders checks that a client's own Sluice-* headers, and the underscore
@@ -57,3 +61,33 @@ rules:
 	// Underscores elsewhere are none of Sluice's business.
 	readEchoed(t, f.do("GET", "/x", nil, "X-API-Key", "k", "X_Other", "1"))
 }
+
+// TestWarnsUntenantedQueue checks that the ingress warns, at start and on reload, of a queue
+// fed by a rule keyed by API key that has no tenant: its clients share Idempotency-Keys.
+func TestWarnsUntenantedQueue(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(b)
+	}), nil))
+	cfg := parseConfig(t, "http://127.0.0.1:1", deferYAML)
+	srv, err := New(cfg, Options{Logger: log, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	if err := srv.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), `has no tenant`); n != 2 || !strings.Contains(logs.String(), `\"orders\"`) {
+		t.Fatalf("log %q: want the warning about queue orders at start and on reload", logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

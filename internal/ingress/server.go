@@ -53,6 +53,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	g.noDefer = isJobAPI
+	g.warn(cfg)
 	s := &Server{gate: g, transport: opts.Transport}
 	if s.transport == nil {
 		timeout := opts.UpstreamTimeout
@@ -85,6 +86,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 	if err := s.gate.reload(cfg); err != nil {
 		return err
 	}
+	s.gate.warn(cfg)
 	s.setUpstream(s.gate.rules.Load().upstream)
 	return nil
 }

@@ -1,0 +1,42 @@
+package config
+
+import "fmt"
+
+// Warnings returns what in c is valid but likely wrong, one sentence each, for the process to
+// log when it loads or reloads the file:
+//
+//   - a queue that a rule keyed by a header or query parameter (an API key) feeds, with
+//     action: enqueue or on_limit: enqueue, and that has no tenant: every client of the queue
+//     shares one Idempotency-Key space and sees every job's status, so a key that one client
+//     takes first turns another's request into a 422.
+func (c *Config) Warnings() []string {
+	var out []string
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		if len(q.Tenant) > 0 {
+			continue
+		}
+		for _, r := range c.Rules {
+			if r.Queue != q.Name || r.Action != ActionEnqueue && r.OnLimit != OnLimitEnqueue {
+				continue
+			}
+			if p, ok := clientKey(r.Key); ok {
+				out = append(out, fmt.Sprintf("%s: %s: fed by rule %q, keyed by %s, but has no tenant: its clients share Idempotency-Keys and job statuses; set tenant: [%s]",
+					c.Path, place("queues", i, q.Name), r.Name, p, p))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// clientKey returns the first key part that names a client by what it sends (header:NAME,
+// query:NAME), and whether there is one.
+func clientKey(parts []KeyPart) (KeyPart, bool) {
+	for _, p := range parts {
+		if p.Kind == KeyHeader || p.Kind == KeyQuery {
+			return p, true
+		}
+	}
+	return KeyPart{}, false
+}
