@@ -173,8 +173,41 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	if err != nil {
 		return Receipt{}, err
 	}
-	q.recordQueued(ctx, job, fp, msgID != job.ID, spec.Fair && !ack.Duplicate, ack.Sequence)
-	return Receipt{ID: job.ID, Replayed: ack.Duplicate}, nil
+	if ack.Duplicate {
+		// Another publish of this key stored its job first, between checkKey and now (or
+		// this is a retry of one that did): it is a replay only if it was for this request.
+		// The winner writes the record, so this one does not.
+		if err := q.checkDuplicate(ctx, job, fp, subject, stream); err != nil {
+			return Receipt{}, err
+		}
+		return Receipt{ID: job.ID, Replayed: true}, nil
+	}
+	q.recordQueued(ctx, job, fp, msgID != job.ID, spec.Fair, ack.Sequence)
+	return Receipt{ID: job.ID, Replayed: false}, nil
+}
+
+// checkDuplicate tells a publish of job whose message JetStream dropped as a duplicate
+// whether the stored job was the same request: it returns ErrIdempotencyMismatch when the
+// stored message, or else the job's record, has another fingerprint than fp. Concurrent
+// publishes of one key with different bodies all pass checkKey before any record exists; this
+// is what answers the losers 422 rather than "replayed".
+func (q *Queues) checkDuplicate(ctx context.Context, job *Job, fp, subject, stream string) error {
+	if st, err := q.js.Stream(ctx, stream); err == nil {
+		if raw, err := st.GetLastMsgForSubject(ctx, subject); err == nil {
+			if stored, err := decode(raw.Header, raw.Data); err == nil && stored.ID == job.ID {
+				if fingerprint(stored) != fp {
+					return fmt.Errorf("%w: job %s", ErrIdempotencyMismatch, job.ID)
+				}
+				return nil
+			}
+		}
+	}
+	// Already taken by a worker (or, in a fair queue, not the tenant's last message): the
+	// record the winner wrote tells, when it has been written by now.
+	if rec, _, err := q.getRecord(ctx, job.ID); err == nil && rec.Fingerprint != "" && rec.Fingerprint != fp {
+		return fmt.Errorf("%w: job %s", ErrIdempotencyMismatch, job.ID)
+	}
+	return nil
 }
 
 // prepare checks job against its queue's spec, which it returns, and fills in its id and

