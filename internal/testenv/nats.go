@@ -79,6 +79,7 @@ type NATSProcess struct {
 	port  int
 	dir   string
 	extra []string // cluster arguments
+	args  []string // more arguments, as NATSProcIn's caller gave them
 	mu    sync.Mutex
 	cmd   *exec.Cmd
 	done  chan struct{}
@@ -114,11 +115,18 @@ func natsServerBinary() (string, error) {
 // JetStream and a file store on a free loopback port. The test's cleanup kills it.
 func NATSProc(t testing.TB) *NATSProcess {
 	t.Helper()
+	return NATSProcIn(t, t.TempDir())
+}
+
+// NATSProcIn is NATSProc with its JetStream store in dir, such as a small filesystem a test
+// fills up; extra arguments go to nats-server (e.g. "--max_file_store" limits).
+func NATSProcIn(t testing.TB, dir string, extra ...string) *NATSProcess {
+	t.Helper()
 	bin, err := natsServerBinary()
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	p := &NATSProcess{t: t, bin: bin, dir: t.TempDir()}
+	p := &NATSProcess{t: t, bin: bin, dir: dir, args: extra}
 	var lastErr error
 	for range 5 {
 		p.port = FreePort(t)
@@ -140,7 +148,8 @@ func (p *NATSProcess) start() error {
 	if p.cmd != nil {
 		return errors.New("already running")
 	}
-	cmd := exec.Command(p.bin, append([]string{"-a", "127.0.0.1", "-p", itoa(p.port), "-js", "-sd", p.dir}, p.extra...)...)
+	args := append([]string{"-a", "127.0.0.1", "-p", itoa(p.port), "-js", "-sd", p.dir}, p.extra...)
+	cmd := exec.Command(p.bin, append(args, p.args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
