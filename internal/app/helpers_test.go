@@ -35,6 +35,12 @@ type running struct {
 // or stop is called.
 func start(t *testing.T, dir, cfg string) *running {
 	t.Helper()
+	return startWithin(t, dir, cfg, 60*time.Second)
+}
+
+// startWithin is start, failing the test when the ingress is not ready within timeout.
+func startWithin(t *testing.T, dir, cfg string, timeout time.Duration) *running {
+	t.Helper()
 	path := filepath.Join(dir, "sluice.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -57,9 +63,9 @@ func start(t *testing.T, dir, cfg string) *running {
 	case err := <-r.done:
 		cancel()
 		t.Fatalf("ingress exited during start-up: %v", err)
-	case <-time.After(60 * time.Second):
+	case <-time.After(timeout):
 		cancel()
-		t.Fatal("ingress not ready after 60s")
+		t.Fatalf("ingress not ready after %v", timeout)
 	}
 	t.Cleanup(r.stop)
 	return r

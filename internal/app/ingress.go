@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,7 @@ func (m Ingress) Run(ctx context.Context) error {
 		return connect.ConfigError(err)
 	}
 	p := &ingressProc{Ingress: m, log: logger(m.Logger), reg: newRegistry()}
+	p.late = newLateQueues(p.log)
 	p.current.Store(cfg)
 	lc := newLifecycle("ingress", p.log)
 	defer func() { lc.stop(p.current.Load().ShutdownTimeout); p.log.Info("ingress: stopped") }()
@@ -78,7 +80,12 @@ type ingressProc struct {
 	ens      *embeddedNATS // the quickstart's NATS server; nil with a nats section
 	nc       *nats.Conn
 	checks   []admin.Check
-	qs       *queue.Queues
+	late     *lateQueues   // what the rules and the admin API use: answers 503 until qs opens
+	qs       *queue.Queues // set once open (at start with the embedded server)
+	opening  chan struct{} // closed when the background opening of the queues ends
+	stopOpen context.CancelFunc
+	provMu   sync.Mutex     // provisioning: a reload's and the opening's
+	pending  *config.Config // a reload applied before the queues opened
 	srv      *ingress.Server
 	pool     *worker.Pool // drains the embedded server's queues; nil with a nats section
 	ln       net.Listener
@@ -95,6 +102,8 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 	}
 	s = append(s,
 		service{name: "nats", start: p.startNATS, stop: p.stopNATS},
+		// With a nats section the queues open in the background: the listeners serve (forward,
+		// 429, and 503 for deferrals) while NATS does not answer.
 		service{name: "queues", start: p.startQueues, stop: p.stopQueues},
 		service{name: "rules", start: p.startRules, stop: p.stopRules},
 		// Listeners before anything serves, so that a taken port is reported first.
@@ -170,25 +179,76 @@ func (p *ingressProc) startNATS(context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.checks = append(p.checks, admin.NATSCheck(p.nc))
+	js, err := jetstream.New(p.nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	nc := p.nc
+	p.late.reconnects = func() uint64 { return nc.Stats().Reconnects }
+	p.checks = append(p.checks, admin.NATSCheck(p.nc), jetStreamCheck(js, p.late.ready))
 	return nil
 }
 
 func (p *ingressProc) stopNATS(context.Context) error { p.nc.Close(); return nil }
 
-// startQueues opens and provisions the queues, once NATS answers.
+// startQueues opens and provisions the queues: at once with the embedded server, which
+// answers; else in the background, once NATS answers (p.late answers 503 until then).
 func (p *ingressProc) startQueues(ctx context.Context) error {
-	js, err := jetstream.New(p.nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
+	cfg := p.current.Load()
+	if p.ens != nil {
+		qs, err := openQueues(ctx, "ingress", p.nc, "embedded", p.current.Load, p.log, nil)
+		if err != nil {
+			return err
+		}
+		p.qs = qs
+		p.late.open(qs)
+		return nil
 	}
-	p.qs, err = openQueues(ctx, "ingress", js, p.current.Load(), p.log)
-	return err
+	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.stopOpen, p.opening = cancel, make(chan struct{})
+	go func() {
+		defer close(p.opening)
+		qs, err := openQueues(octx, "ingress", p.nc, cfg.NATS.URL, p.current.Load, p.log, p.late.failed)
+		if err != nil {
+			return // stopped before NATS answered
+		}
+		p.provMu.Lock()
+		defer p.provMu.Unlock()
+		if p.pending != nil {
+			if err := qs.Provision(octx, QueueSpecs(p.pending)); err != nil {
+				p.log.Warn("ingress: provision the queues of the config reloaded before they opened", "err", err)
+			}
+		}
+		p.qs = qs
+		p.late.open(qs)
+		p.log.Info("ingress: queues open; deferring", "queues", len(p.current.Load().Queues))
+	}()
+	return nil
 }
 
-// stopQueues lets the withdrawals of jobs stored after their 503 (queue: retract) finish,
-// within the shutdown budget.
+// provisionQueues is the reload step "provision queues": provision next's queues, or, before
+// they open, have the opening provision them.
+func (p *ingressProc) provisionQueues(ctx context.Context, next *config.Config) error {
+	p.provMu.Lock()
+	defer p.provMu.Unlock()
+	qs := p.late.qs.Load()
+	if qs == nil {
+		p.pending = next
+		return nil
+	}
+	return qs.Provision(ctx, QueueSpecs(next))
+}
+
+// stopQueues ends the opening if NATS never answered, then lets the withdrawals of jobs stored
+// after their 503 (queue: retract) finish, within the shutdown budget.
 func (p *ingressProc) stopQueues(ctx context.Context) error {
+	if p.stopOpen != nil {
+		p.stopOpen()
+		<-p.opening
+	}
+	if p.qs == nil {
+		return nil
+	}
 	if err := p.qs.Close(ctx); err != nil {
 		return fmt.Errorf("stopped before withdrawing every job stored after its 503: %w", err)
 	}
@@ -197,7 +257,7 @@ func (p *ingressProc) stopQueues(ctx context.Context) error {
 
 // startRules builds the front: rules, limits, forwarding and the job API.
 func (p *ingressProc) startRules(context.Context) error {
-	srv, err := ingress.New(p.current.Load(), ingress.Options{Limiter: p.lim, Enqueuer: p.qs, Registerer: p.reg, Logger: p.log})
+	srv, err := ingress.New(p.current.Load(), ingress.Options{Limiter: p.lim, Enqueuer: p.late, Registerer: p.reg, Logger: p.log})
 	if err != nil {
 		return connect.ConfigError(err)
 	}
@@ -248,18 +308,18 @@ func (p *ingressProc) mountAdmin(context.Context) error {
 	}
 	p.adm = admin.New(cfg.AdminListen, p.reg, p.checks...)
 	queues := &admin.Queues{
-		Info:        p.qs,
+		Info:        p.late,
 		Config:      p.current.Load,
 		PausedUntil: pausedUntil(p.schedule),
-		Controls:    p.qs.Controls,
-		Tenant:      p.qs.Tenant,
+		Controls:    p.late.Controls,
+		Tenant:      p.late.Tenant,
 	}
 	if ad, ok := p.schedule.(leaky.Adapter); ok {
 		queues.Learned = ad.Learned
 	}
 	queues.Mount(p.adm)
 	p.reg.MustRegister(queues.Metrics())
-	ops := &admin.Ops{Q: p.qs, Queues: queues, Token: cfg.AdminToken, Logger: p.log, Gatherer: p.reg}
+	ops := &admin.Ops{Q: p.late, Queues: queues, Token: cfg.AdminToken, Logger: p.log, Gatherer: p.reg}
 	return ops.Mount(p.adm, p.reg)
 }
 
@@ -293,7 +353,7 @@ func (p *ingressProc) runPool(ctx context.Context) error {
 // watch reloads the config on SIGHUP and on file change, by the one reload policy.
 func (p *ingressProc) watch(ctx context.Context) error {
 	steps := []reloadStep{
-		provisionStep(p.qs),
+		{"provision queues", p.provisionQueues},
 		{"rules", func(_ context.Context, next *config.Config) error { return p.srv.Reload(next) }},
 	}
 	if p.pool != nil {

@@ -2,10 +2,12 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/config"
@@ -21,14 +23,26 @@ var openPolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Sec
 // openTimeout bounds one attempt of openQueues.
 const openTimeout = 20 * time.Second
 
-// openQueues creates the queue layer and provisions the config's queues, retrying while NATS
-// cannot be reached (openPolicy) until ctx ends: the one connect policy of the ingress and the
-// worker. proc names the process in the logs.
-func openQueues(ctx context.Context, proc string, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) (*queue.Queues, error) {
+// openQueues creates the queue layer and provisions the current config's queues, retrying
+// while NATS cannot be reached (openPolicy) until ctx ends: the one connect policy of the
+// ingress and the worker. proc names the process in the logs; url (redacted) names the servers
+// in them while none answers; failed, if set, is told why each attempt failed.
+func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, current func() *config.Config, log *slog.Logger, failed func(error)) (*queue.Queues, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
 	for failures := 1; ; failures++ {
-		qs, err := openQueuesOnce(ctx, js, cfg)
-		if err == nil {
-			return qs, nil
+		if !nc.IsConnected() {
+			err = fmt.Errorf("no NATS server answers at %s (connection %s)", redactURL(url), nc.Status())
+		} else {
+			var qs *queue.Queues
+			if qs, err = openQueuesOnce(ctx, js, current); err == nil {
+				return qs, nil
+			}
+		}
+		if failed != nil {
+			failed(err)
 		}
 		wait := openPolicy.Delay(failures, rand.Float64())
 		log.Warn(proc+": queues unavailable; retrying", "err", err, "retry_in", wait)
@@ -38,10 +52,12 @@ func openQueues(ctx context.Context, proc string, js jetstream.JetStream, cfg *c
 	}
 }
 
-// openQueuesOnce is one attempt of openQueues.
-func openQueuesOnce(ctx context.Context, js jetstream.JetStream, cfg *config.Config) (*queue.Queues, error) {
+// openQueuesOnce is one attempt of openQueues. A reload applied while it provisioned is
+// provisioned too, so that the queues opened are the current config's.
+func openQueuesOnce(ctx context.Context, js jetstream.JetStream, current func() *config.Config) (*queue.Queues, error) {
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
+	cfg := current()
 	qs, err := queue.New(ctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas(cfg), IDSecret: cfg.IDSecretBytes()})
 	if err != nil {
 		return nil, err
@@ -54,10 +70,16 @@ func openQueuesOnce(ctx context.Context, js jetstream.JetStream, cfg *config.Con
 			return nil, err
 		}
 	}
-	if err := qs.Provision(ctx, QueueSpecs(cfg)); err != nil {
-		return nil, err
+	for {
+		if err := qs.Provision(ctx, QueueSpecs(cfg)); err != nil {
+			return nil, err
+		}
+		if next := current(); next != cfg {
+			cfg = next
+			continue
+		}
+		return qs, nil
 	}
-	return qs, nil
 }
 
 // QueueSpecs maps the queues of cfg to the queue layer's specs. Every process that provisions

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
-	"github.com/sluice-rl/sluice/queue"
 )
 
 // reloadStep is one part of applying a new config, named for the logs.
@@ -70,14 +69,6 @@ func (r *reloader) apply(ctx context.Context, next *config.Config) {
 		r.log.Warn(r.proc+": reload: these keys apply at the next restart", "keys", keys)
 	}
 	r.log.Info(r.proc+": config reloaded", "rules", len(next.Rules), "queues", len(next.Queues))
-}
-
-// provisionStep creates and updates the streams of next's queues, so that a new queue has its
-// stream and consumer before the pool or a rule uses it.
-func provisionStep(qs *queue.Queues) reloadStep {
-	return reloadStep{"provision queues", func(ctx context.Context, next *config.Config) error {
-		return qs.Provision(ctx, QueueSpecs(next))
-	}}
 }
 
 // restartOnly names the keys that differ between old and next and that a process reads only

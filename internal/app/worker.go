@@ -79,6 +79,7 @@ type workerProc struct {
 
 	rdb  redis.UniversalClient
 	nc   *nats.Conn
+	js   jetstream.JetStream
 	ln   net.Listener
 	adm  *admin.Server
 	qs   *queue.Queues
@@ -117,8 +118,13 @@ func (p *workerProc) startRedis(context.Context) error {
 // (and reports not ready) while NATS is down.
 func (p *workerProc) startNATS(context.Context) error {
 	var err error
-	p.nc, err = connect.NATS(p.current.Load().NATS.URL, "sluice-worker", p.log)
-	return err
+	if p.nc, err = connect.NATS(p.current.Load().NATS.URL, "sluice-worker", p.log); err != nil {
+		return err
+	}
+	if p.js, err = jetstream.New(p.nc); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	return nil
 }
 
 // startAdmin opens the admin listener: health, readiness (Redis, NATS, and whether the pool
@@ -136,7 +142,7 @@ func (p *workerProc) startAdmin(context.Context) error {
 			// Set before draining was: the leak schedule's health, as the pool sees it.
 			return p.pool.Ready()
 		}},
-		admin.RedisCheck(p.rdb), admin.NATSCheck(p.nc))
+		admin.RedisCheck(p.rdb), admin.NATSCheck(p.nc), jetStreamCheck(p.js, nil))
 	var err error
 	if p.ln, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 		return err
@@ -147,11 +153,8 @@ func (p *workerProc) startAdmin(context.Context) error {
 
 // startQueues opens and provisions the queues, once NATS answers.
 func (p *workerProc) startQueues(ctx context.Context) error {
-	js, err := jetstream.New(p.nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	p.qs, err = openQueues(ctx, "worker", js, p.current.Load(), p.log)
+	var err error
+	p.qs, err = openQueues(ctx, "worker", p.nc, p.current.Load().NATS.URL, p.current.Load, p.log, nil)
 	return err
 }
 
@@ -177,7 +180,7 @@ func (p *workerProc) newPool(context.Context) error {
 // them.
 func (p *workerProc) watch(ctx context.Context) error {
 	r := &reloader{proc: "worker", log: p.log, failed: p.adm.ReloadFailed, current: &p.current, steps: []reloadStep{
-		provisionStep(p.qs),
+		{"provision queues", func(ctx context.Context, next *config.Config) error { return p.qs.Provision(ctx, QueueSpecs(next)) }},
 		{"worker pool", func(_ context.Context, next *config.Config) error { return p.pool.Reload(worker.FromConfig(next)) }},
 	}}
 	return r.watcher(ctx, p.ConfigPath).Run(ctx)
