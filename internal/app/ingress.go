@@ -79,6 +79,7 @@ type ingressProc struct {
 	schedule leaky.Schedule
 	ens      *embeddedNATS // the quickstart's NATS server; nil with a nats section
 	nc       *nats.Conn
+	js       jetstream.JetStream
 	checks   []admin.Check
 	late     *lateQueues   // what the rules and the admin API use: answers 503 until qs opens
 	qs       *queue.Queues // set once open (at start with the embedded server)
@@ -130,6 +131,12 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 func (p *ingressProc) startRedis(context.Context) error {
 	cfg := p.current.Load()
 	if cfg.Redis == nil {
+		if cfg.NATS != nil {
+			p.log.Warn("ingress: a nats section without redis: no worker drains these queues (standalone workers need redis for the "+
+				"shared leak schedule, and this ingress runs none of its own): deferred jobs are accepted and wait; add a redis "+
+				"section (or SLUICE_REDIS_URL) and run cmd/worker, or drop nats to run the quickstart's in-process workers. "+
+				"sluice_queue_consumers counts the workers of each queue", "queues", len(cfg.Queues))
+		}
 		p.schedule = leaky.NewMemory(nil)
 		return nil
 	}
@@ -183,6 +190,7 @@ func (p *ingressProc) startNATS(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	p.js = js
 	nc := p.nc
 	p.late.reconnects = func() uint64 { return nc.Stats().Reconnects }
 	p.checks = append(p.checks, admin.NATSCheck(p.nc), jetStreamCheck(js, p.late.ready))
@@ -318,7 +326,15 @@ func (p *ingressProc) mountAdmin(context.Context) error {
 		queues.Learned = ad.Learned
 	}
 	queues.Mount(p.adm)
-	p.reg.MustRegister(queues.Metrics())
+	p.reg.MustRegister(queues.Metrics(), &consumersMetric{
+		js: func() jetstream.JetStream {
+			if p.late.qs.Load() == nil {
+				return nil
+			}
+			return p.js
+		},
+		current: p.current.Load, inProcess: cfg.NATS == nil,
+	})
 	ops := &admin.Ops{Q: p.late, Queues: queues, Token: cfg.AdminToken, Logger: p.log, Gatherer: p.reg}
 	return ops.Mount(p.adm, p.reg)
 }
