@@ -118,7 +118,8 @@ type plan struct {
 //   - a first delivery spends from zero and reads no record, but while the broker may have
 //     lost delivery counts (read: after a reconnect, or a worker's start), when it is read as
 //     a redelivery's would be: a crash of NATS can hand a job out again as a first delivery;
-//   - a redelivery whose record is final was acked too late, not lost: ack it, deliver nothing;
+//   - a redelivery whose record is final was acked too late, not lost: ack it, deliver nothing —
+//     but for a first delivery whose record says failed: a replayed dead letter;
 //   - the attempts spent are the record's, plus every delivery after the one that wrote the
 //     record, which left none (its worker died or lost its ack, maybe after the upstream saw
 //     the request), so Sluice-Attempt never repeats a number the upstream may have seen;
@@ -130,6 +131,10 @@ func recallState(delivered uint64, st queue.Status, err error, read bool, maxAtt
 		return s, 0, false
 	}
 	switch {
+	case err == nil && delivered <= 1 && st.State == queue.StateFailed:
+		// A dead letter replayed by an operator: its record says failed until the replay
+		// marks it queued, just after publishing it. Delivered afresh, as before replays read.
+		return s, 0, false
 	case err == nil && st.State.Terminal():
 		return s, endFinal, true
 	case err == nil:
