@@ -14,7 +14,10 @@
 //     the operating API. The worker serves it before step 4, so /readyz says why it does not
 //     drain while NATS is down;
 //  4. "queues": openQueues retries until NATS answers (100ms doubling to 5s, jittered, by
-//     retry.Policy), then provisions the streams — the one connect policy;
+//     retry.Policy), then provisions the streams — the one connect policy. The worker waits
+//     for it; the ingress with a nats section opens them in the background behind lateQueues,
+//     which answers 503 at once until then (and for a queue whose JetStream stops answering,
+//     one trial publish at a time), so the listeners serve while NATS is down;
 //  5. run: the ingress serves its "listener" (ingress.Server: rules, forward, 429, defer) and,
 //     with embedded NATS, "in-process workers"; the worker runs its "workers" (worker.Pool);
 //  6. "config watcher": reload on SIGHUP and on file change, by the one reload policy below;
