@@ -2,7 +2,9 @@ package ingress
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -477,5 +479,60 @@ rules:
 	line, err := br.ReadString('\n')
 	if err != nil || line != "echo: ping\n" {
 		t.Fatalf("after the upgrade: %q, %v", line, err)
+	}
+}
+
+// A client that stops reading a forwarded answer is cut off once a write to it has waited
+// read_timeout, and the upstream's connection is let go with it: neither stays pinned
+// (issue 30, item 8). The next request on a kept-alive connection is not hit by the old
+// deadline.
+func TestStalledReaderCutOff(t *testing.T) {
+	upDone := make(chan error, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/big" {
+			io.WriteString(w, "small")
+			return
+		}
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				upDone <- err
+				return
+			}
+		}
+	}))
+	defer up.Close()
+	s, err := New(parseConfig(t, up.URL, "read_timeout: 300ms\nrules: []\n"), Options{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pub := publicServer(t, s.Handler())
+
+	// A kept-alive connection answers a forwarded request, waits longer than read_timeout,
+	// and still answers the next one.
+	res, err := http.Get(pub.URL + "/small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	time.Sleep(400 * time.Millisecond) // the time itself is what is tested: past the deadline a write would fail
+	res, err = http.Get(pub.URL + "/small")
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("second request on the kept-alive connection: %v %v", res, err)
+	}
+	res.Body.Close()
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(pub.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
+	select {
+	case <-upDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream still streams 10s after the client stopped reading: its connection is pinned")
 	}
 }

@@ -33,6 +33,9 @@ type Server struct {
 	transport http.RoundTripper
 	own       *http.Transport // the transport New made, nil when Options.Transport was set
 	writers   sync.Pool       // *forwardWriter
+	// writeStall is the config's read_timeout, in ns: how long one write of a forwarded
+	// answer may wait for the client to read.
+	writeStall atomic.Int64
 }
 
 // upstream is the reverse proxy to one upstream URL.
@@ -64,6 +67,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.transport = s.own
 	}
 	s.setUpstream(g.rules.Load().upstream)
+	s.writeStall.Store(int64(cfg.ReadTimeout))
 
 	s.writers.New = func() any { return new(forwardWriter) }
 	e := echo.New()
@@ -88,6 +92,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 	}
 	s.gate.warn(cfg)
 	s.setUpstream(s.gate.rules.Load().upstream)
+	s.writeStall.Store(int64(cfg.ReadTimeout))
 	return nil
 }
 
@@ -287,7 +292,9 @@ func (s *Server) forward(c echo.Context, hdrs *rateHeaders, body *bodyReader) er
 	}
 	fw := s.writers.Get().(*forwardWriter)
 	fw.res, fw.hdrs, fw.body, fw.m = c.Response(), hdrs, body, s.gate.metrics
+	fw.stall = time.Duration(s.writeStall.Load())
 	up.proxy.ServeHTTP(fw, r)
+	fw.disarm()
 	*fw = forwardWriter{} // ReverseProxy keeps no reference to it once ServeHTTP returns
 	s.writers.Put(fw)
 	return nil
@@ -298,11 +305,15 @@ func (s *Server) forward(c echo.Context, hdrs *rateHeaders, body *bodyReader) er
 // informational (1xx) responses straight through: echo's Response would take a 103 Early
 // Hints for the final status and drop the real one.
 type forwardWriter struct {
-	res  *echo.Response
-	hdrs *rateHeaders // nil: none
-	body *bodyReader  // the request's body, nil for none: a failure to read it is the client's
-	m    *metrics     // counts a body problem answered here
-	drop bool         // the upstream's answer is replaced: discard its body
+	res *echo.Response
+	// stall bounds each write to the client (read_timeout): a client that stops reading its
+	// answer is cut off, instead of pinning this connection and the upstream's. 0: none.
+	stall time.Duration
+	rc    *http.ResponseController // set once a write armed a deadline
+	hdrs  *rateHeaders             // nil: none
+	body  *bodyReader              // the request's body, nil for none: a failure to read it is the client's
+	m     *metrics                 // counts a body problem answered here
+	drop  bool                     // the upstream's answer is replaced: discard its body
 }
 
 func (fw *forwardWriter) Header() http.Header { return fw.res.Header() }
@@ -335,7 +346,24 @@ func (fw *forwardWriter) Write(b []byte) (int, error) {
 	if fw.drop {
 		return len(b), nil
 	}
+	if fw.stall > 0 {
+		if fw.rc == nil {
+			fw.rc = http.NewResponseController(fw.res.Writer)
+		}
+		_ = fw.rc.SetWriteDeadline(time.Now().Add(fw.stall)) // ErrNotSupported: no bound
+	}
 	return fw.res.Write(b)
+}
+
+// disarm flushes what is buffered under the last write's deadline and then clears it: net/http
+// keeps a connection's write deadline for its next request, which may be answered by the
+// gate itself.
+func (fw *forwardWriter) disarm() {
+	if fw.rc == nil {
+		return
+	}
+	_ = fw.rc.Flush()
+	_ = fw.rc.SetWriteDeadline(time.Time{})
 }
 
 // Unwrap lets http.ResponseController reach Flush and Hijack.
