@@ -128,7 +128,7 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 
 // startRedis connects the limiter store and the leak schedule: Redis when configured, else
 // memory.
-func (p *ingressProc) startRedis(context.Context) error {
+func (p *ingressProc) startRedis(ctx context.Context) error {
 	cfg := p.current.Load()
 	if cfg.Redis == nil {
 		if cfg.NATS != nil {
@@ -146,9 +146,12 @@ func (p *ingressProc) startRedis(context.Context) error {
 		return connect.ConfigError(fmt.Errorf("%s: redis.url: %w", cfg.Path, err))
 	}
 	p.rdb = rdb
+	if err := refuseEviction(ctx, rdb, cfg.Path, p.log); err != nil {
+		return err
+	}
 	p.lim = limit.NewRedis(rdb, limit.RedisConfig{})
 	p.schedule = leaky.NewRedis(rdb, leaky.RedisConfig{})
-	p.checks = append(p.checks, admin.RedisCheck(rdb))
+	p.checks = append(p.checks, admin.RedisCheck(rdb), evictionCheck(rdb))
 	return nil
 }
 

@@ -91,6 +91,7 @@ func QueueSpecs(cfg *config.Config) []queue.Spec {
 			Name:         q.Name,
 			MaxDepth:     q.MaxDepth,
 			MaxBodyBytes: q.MaxBodyBytes,
+			MaxBytes:     q.MaxBytes,
 			DedupeWindow: q.DedupeWindow,
 			Replicas:     replicas(cfg),
 			AckWait:      q.AckWait,

@@ -106,7 +106,7 @@ func (p *workerProc) services(lc *lifecycle) []service {
 }
 
 // startRedis connects to the Redis of the leak schedule.
-func (p *workerProc) startRedis(context.Context) error {
+func (p *workerProc) startRedis(ctx context.Context) error {
 	cfg := p.current.Load()
 	connect.RouteRedisLogs(p.log)
 	rdb, err := connect.Redis(cfg.Redis.URL)
@@ -114,7 +114,10 @@ func (p *workerProc) startRedis(context.Context) error {
 		return configErrf("%s: redis.url: %w", cfg.Path, err)
 	}
 	p.rdb = rdb
-	return nil
+	for _, w := range cfg.Warnings() {
+		p.log.Warn("worker: " + w)
+	}
+	return refuseEviction(ctx, rdb, cfg.Path, p.log)
 }
 
 // startNATS connects to NATS. The connection retries in the background, so the worker starts

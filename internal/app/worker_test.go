@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,5 +91,39 @@ queues:
 	}
 	if _, err := http.Get("http://" + admin + "/healthz"); err == nil {
 		t.Error("the admin listener still answers after Run returned")
+	}
+}
+
+// Neither process starts on a Redis that may evict Sluice's keys, and the error names the
+// policy (issue 30, item 6); the same Redis with noeviction is fine.
+func TestRefuseEvictingRedis(t *testing.T) {
+	rs := testenv.Redis(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, kv := range [][2]string{{"maxmemory", "64mb"}, {"maxmemory-policy", "allkeys-lru"}} {
+		if err := rs.Client.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	yaml := fmt.Sprintf(`upstream: http://127.0.0.1:1
+admin_listen: 127.0.0.1:%d
+listen: 127.0.0.1:%d
+redis: { url: %q }
+nats: { url: "nats://127.0.0.1:%d" }
+queues:
+  - { name: main, rate: 10/s }
+`, testenv.FreePort(t), testenv.FreePort(t), rs.URL(), testenv.FreePort(t))
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, run := range map[string]func(context.Context) error{
+		"worker":  Worker{ConfigPath: path}.Run,
+		"ingress": Ingress{ConfigPath: path}.Run,
+	} {
+		err := run(ctx)
+		if err == nil || !strings.Contains(err.Error(), "allkeys-lru") || !strings.Contains(err.Error(), "noeviction") {
+			t.Errorf("%s on an allkeys-lru Redis: %v, want a refusal naming the policy and the fix", name, err)
+		}
 	}
 }
