@@ -30,6 +30,11 @@ func startEmbeddedNATS(dataDir string) (*embeddedNATS, error) {
 		StoreDir:   storeDir,
 		NoSigs:     true,
 		NoLog:      true,
+		// The queues' max_bytes are reserved against this when their streams are made, not
+		// against the free disk (75% of it by default): a quickstart on a nearly full disk
+		// still starts, and a disk that does fill is answered as any full NATS store is
+		// (503 at once, named in /readyz).
+		JetStreamMaxStore: 1 << 40,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: %w", err)

@@ -38,6 +38,9 @@ func NATS(t testing.TB) *NATSServer {
 		StoreDir:  t.TempDir(),
 		NoLog:     true,
 		NoSigs:    true,
+		// Streams reserve their max_bytes against this, not against the disk: a test's many
+		// queues must not fail on a machine with little free disk.
+		JetStreamMaxStore: 1 << 40,
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
