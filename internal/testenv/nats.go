@@ -251,19 +251,23 @@ func NATSCluster(t testing.TB) *NATSClusterServer {
 		urls = append(urls, p.URL)
 	}
 	c.URL = strings.Join(urls, ",")
-	nc, err := nats.Connect(c.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	WaitFor(t, 30*time.Second, "the JetStream cluster to elect its meta leader", func() bool {
-		js, err := nc.JetStream(nats.MaxWait(time.Second))
+	// Every node must answer JetStream's API, not just one: a client may connect to any of
+	// them, and one that has not caught up with the meta leader yet has no responders.
+	for _, u := range urls {
+		nc, err := nats.Connect(u)
 		if err != nil {
-			return false
+			t.Fatal(err)
 		}
-		_, err = js.AccountInfo()
-		return err == nil
-	})
+		WaitFor(t, 30*time.Second, "JetStream to answer on "+u, func() bool {
+			js, err := nc.JetStream(nats.MaxWait(time.Second))
+			if err != nil {
+				return false
+			}
+			_, err = js.AccountInfo()
+			return err == nil
+		})
+		nc.Close()
+	}
 	return c
 }
 
