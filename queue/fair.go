@@ -67,7 +67,7 @@ func countKey(queue, tenant string) string { return queue + "." + tenantToken(te
 // provisionBacklog creates or updates the backlog stream of fair queue s: one subject per
 // tenant, the queue's depth limits, direct gets for the scheduler.
 func (q *Queues) provisionBacklog(ctx context.Context, s Spec, limit func(int64) int64) error {
-	_, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	_, err := q.ensureStream(ctx, jetstream.StreamConfig{
 		Name:        q.backlogStreamName(s.Name),
 		Description: "Sluice tenants' backlogs of fair queue " + s.Name,
 		Subjects:    []string{q.backlogPrefix(s.Name) + "*"},
@@ -83,7 +83,7 @@ func (q *Queues) provisionBacklog(ctx context.Context, s Spec, limit func(int64)
 	if err != nil {
 		return fmt.Errorf("queue: %q: backlog stream %s: %w", s.Name, q.backlogStreamName(s.Name), err)
 	}
-	_, err = q.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	err = q.ensureKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: q.tenantsBucketName(), Description: "Sluice fair queues: jobs delivered per tenant",
 		History: 1, TTL: tenantsTTL, Storage: jetstream.FileStorage, Replicas: q.opts.Replicas,
 	})

@@ -290,7 +290,7 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		return errors.Join(errs...)
 	}
 
-	if _, err := q.js.CreateOrUpdateKeyValue(ctx, q.bucketConfig(ttl)); err != nil {
+	if err := q.ensureKeyValue(ctx, q.bucketConfig(ttl)); err != nil {
 		errs = append(errs, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err))
 	}
 	provisioned, streams := map[string]Spec{}, map[string]jetstream.Stream{}
@@ -318,7 +318,7 @@ func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error
 	}
 	// Jobs are published to a subject of their own, <prefix>.q.<queue>.<job id>, so that one
 	// is found by id; the bare queue subject stays for publishers of earlier versions.
-	stream, err := q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	stream, err := q.ensureStream(ctx, jetstream.StreamConfig{
 		Name:        q.streamName(s.Name),
 		Description: "Sluice queue " + s.Name,
 		Subjects:    []string{q.subject(s.Name), q.jobSubject(s.Name, "*")},
@@ -333,7 +333,7 @@ func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error
 	if err != nil {
 		return nil, fmt.Errorf("queue: %q: stream %s: %w", s.Name, q.streamName(s.Name), err)
 	}
-	_, err = q.js.CreateOrUpdateConsumer(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
+	err = q.ensureConsumer(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
 		Durable:       consumerName,
 		Description:   "Sluice workers of queue " + s.Name,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -345,7 +345,7 @@ func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error
 	if err != nil {
 		return nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
 	}
-	_, err = q.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	_, err = q.ensureStream(ctx, jetstream.StreamConfig{
 		Name:              q.dlqStreamName(s.Name),
 		Description:       "Sluice dead letters of queue " + s.Name,
 		Subjects:          []string{q.dlqSubject(s.Name, "*")},

@@ -1,0 +1,84 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Every process provisions the queues it uses, at start and on each reload, so most
+// provisions find their streams, consumers and buckets as they want them. jetstream's
+// CreateOrUpdate* would send an update all the same, which the server applies to the store
+// while other processes create consumers on it; the ensure* calls look first and leave alone
+// what already matches, so a steady deployment sends no updates at all.
+
+// ensureStream returns the stream cfg names, created or updated to cfg unless it exists with
+// cfg's settings already.
+func (q *Queues) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	st, err := q.js.Stream(ctx, cfg.Name)
+	if err == nil && sameStream(st.CachedInfo().Config, cfg) {
+		return st, nil
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, err
+	}
+	return q.js.CreateOrUpdateStream(ctx, cfg)
+}
+
+// sameStream reports whether have holds every setting want sets (the server fills in the
+// zero ones with its defaults, which count as set as want leaves them).
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention && have.Discard == want.Discard &&
+		unlimited(have.MaxMsgs) == unlimited(want.MaxMsgs) && unlimited(have.MaxBytes) == unlimited(want.MaxBytes) &&
+		have.MaxAge == want.MaxAge && unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) &&
+		have.Storage == want.Storage && have.Replicas == max(want.Replicas, 1) &&
+		(want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
+		have.AllowDirect == want.AllowDirect
+}
+
+// unlimited maps JetStream's two spellings of "no limit", 0 and -1, to one.
+func unlimited(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// ensureConsumer is ensureStream for a durable consumer of stream.
+func (q *Queues) ensureConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+	c, err := q.js.Consumer(ctx, stream, cfg.Durable)
+	if err == nil {
+		have := c.CachedInfo().Config
+		if have.Description == cfg.Description && have.AckPolicy == cfg.AckPolicy &&
+			have.AckWait == cfg.AckWait && have.MaxDeliver == cfg.MaxDeliver &&
+			have.MaxAckPending == cfg.MaxAckPending && have.DeliverPolicy == cfg.DeliverPolicy {
+			return nil
+		}
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return err
+	}
+	_, err = q.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	return err
+}
+
+// ensureKeyValue is ensureStream for a key-value bucket.
+func (q *Queues) ensureKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) error {
+	kv, err := q.js.KeyValue(ctx, cfg.Bucket)
+	if err == nil {
+		if st, err := kv.Status(ctx); err == nil {
+			info := st.(*jetstream.KeyValueBucketStatus).StreamInfo()
+			if st.TTL() == cfg.TTL && st.History() == int64(max(cfg.History, 1)) &&
+				info.Config.Storage == cfg.Storage && info.Config.Replicas == max(cfg.Replicas, 1) &&
+				info.Config.Description == cfg.Description {
+				return nil
+			}
+		}
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return err
+	}
+	_, err = q.js.CreateOrUpdateKeyValue(ctx, cfg)
+	return err
+}
