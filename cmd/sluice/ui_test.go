@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -16,27 +15,10 @@ import (
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 )
 
-// browser returns a chromedp context driving Debian's headless chromium; `make test` installs
-// it. Strict mode (CI) fails without it.
+// browser returns a headless chromium with a window the dashboard fits in.
 func browser(t *testing.T) context.Context {
 	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		if testenv.Strict() {
-			t.Fatal("chromium not found (install: apt-get install -y chromium)")
-		}
-		t.Skip("chromium not found (install: apt-get install -y chromium)")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
-		chromedp.WindowSize(1200, 900))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancel)
-	ctx, cancel2 := chromedp.NewContext(actx)
-	t.Cleanup(cancel2)
-	ctx, cancel3 := context.WithTimeout(ctx, 90*time.Second)
-	t.Cleanup(cancel3)
-	return ctx
+	return testenv.Browser(t, 90*time.Second, chromedp.WindowSize(1200, 900))
 }
 
 // TestDashboardInBrowser loads /ui/ of a real ingress in headless chromium: the page lists the

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -16,28 +15,11 @@ import (
 	"github.com/sluice-rl/sluice/internal/testenv"
 )
 
-// browser returns a chromedp context driving Debian's headless chromium, which resolves the
-// name rebind.test to 127.0.0.1 as a rebinding DNS server would; strict mode (CI) fails
-// without it.
+// browser returns a headless chromium that resolves the name rebind.test to 127.0.0.1, as a
+// rebinding DNS server would.
 func browser(t *testing.T) context.Context {
 	t.Helper()
-	path, err := exec.LookPath("chromium")
-	if err != nil {
-		if testenv.Strict() {
-			t.Fatal("chromium not found (install: apt-get install -y chromium)")
-		}
-		t.Skip("chromium not found (install: apt-get install -y chromium)")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Headless, chromedp.DisableGPU,
-		chromedp.Flag("host-resolver-rules", "MAP rebind.test 127.0.0.1"))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancel)
-	ctx, cancel2 := chromedp.NewContext(actx)
-	t.Cleanup(cancel2)
-	ctx, cancel3 := context.WithTimeout(ctx, 30*time.Second)
-	t.Cleanup(cancel3)
-	return ctx
+	return testenv.Browser(t, 30*time.Second, chromedp.Flag("host-resolver-rules", "MAP rebind.test 127.0.0.1"))
 }
 
 // TestCrossSiteFormInBrowser: in real headless chromium, a page on another loopback origin
