@@ -107,7 +107,7 @@ type plan struct {
 	deadErr      string
 	deadStatus   int
 	deadAttempts int
-	// skipped counts the job as acked without delivery (sluice_jobs_skipped_total).
+	// skipped counts the job as acked without delivery (sluice_redeliveries_skipped_total).
 	skipped bool
 }
 
