@@ -56,7 +56,6 @@ func (r *runner) run(ctx, hard context.Context) {
 			failures = 0
 		}
 		cfg := r.cfg.Load()
-		r.noticeReconnect(cfg)
 		n := cfg.Concurrency - int(r.held.Load())
 		if cfg.Fair {
 			// Jobs in hand are served before whatever the scheduler chooses next.

@@ -46,6 +46,7 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 		st  queue.Status
 		err error
 	)
+	r.noticeReconnect(cfg) // here, not at the fetch: a fetch may have begun before a reconnect
 	read := m.Delivered > 1 || r.suspect()
 	if read {
 		if st, err = r.p.exec.status(j); err != nil && !errors.Is(err, queue.ErrNotFound) {
@@ -88,7 +89,7 @@ func (r *runner) suspect() bool {
 }
 
 // noticeReconnect starts a suspicion window when the broker has reconnected since it last
-// looked; the runner's fetch loop calls it before each fetch.
+// looked; recall calls it for each job.
 func (r *runner) noticeReconnect(cfg *QueueConfig) {
 	if n := r.p.q.Reconnects(); n != r.reconnects.Swap(n) {
 		r.suspectUntil.Store(r.p.now().Add(r.p.suspicion(cfg)).UnixNano())
