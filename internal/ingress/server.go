@@ -309,11 +309,11 @@ type forwardWriter struct {
 	// stall bounds each write to the client (read_timeout): a client that stops reading its
 	// answer is cut off, instead of pinning this connection and the upstream's. 0: none.
 	stall time.Duration
-	rc    *http.ResponseController // set once a write armed a deadline
-	hdrs  *rateHeaders             // nil: none
-	body  *bodyReader              // the request's body, nil for none: a failure to read it is the client's
-	m     *metrics                 // counts a body problem answered here
-	drop  bool                     // the upstream's answer is replaced: discard its body
+	dl    deadliner    // the connection's write deadline, once a write armed it
+	hdrs  *rateHeaders // nil: none
+	body  *bodyReader  // the request's body, nil for none: a failure to read it is the client's
+	m     *metrics     // counts a body problem answered here
+	drop  bool         // the upstream's answer is replaced: discard its body
 }
 
 func (fw *forwardWriter) Header() http.Header { return fw.res.Header() }
@@ -347,23 +347,42 @@ func (fw *forwardWriter) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	if fw.stall > 0 {
-		if fw.rc == nil {
-			fw.rc = http.NewResponseController(fw.res.Writer)
+		if fw.dl == nil {
+			fw.dl = deadlinerOf(fw.res.Writer)
 		}
-		_ = fw.rc.SetWriteDeadline(time.Now().Add(fw.stall)) // ErrNotSupported: no bound
+		_ = fw.dl.SetWriteDeadline(time.Now().Add(fw.stall)) // ErrNotSupported: no bound
 	}
 	return fw.res.Write(b)
 }
+
+// deadliner is what net/http's own ResponseWriter does for http.ResponseController.
+type deadliner interface {
+	SetWriteDeadline(time.Time) error
+	FlushError() error
+}
+
+// deadlinerOf returns w itself when it is net/http's ResponseWriter (no allocation), or else a
+// ResponseController that unwraps it.
+func deadlinerOf(w http.ResponseWriter) deadliner {
+	if d, ok := w.(deadliner); ok {
+		return d
+	}
+	return controller{http.NewResponseController(w)}
+}
+
+type controller struct{ *http.ResponseController }
+
+func (c controller) FlushError() error { return c.Flush() }
 
 // disarm flushes what is buffered under the last write's deadline and then clears it: net/http
 // keeps a connection's write deadline for its next request, which may be answered by the
 // gate itself.
 func (fw *forwardWriter) disarm() {
-	if fw.rc == nil {
+	if fw.dl == nil {
 		return
 	}
-	_ = fw.rc.Flush()
-	_ = fw.rc.SetWriteDeadline(time.Time{})
+	_ = fw.dl.FlushError()
+	_ = fw.dl.SetWriteDeadline(time.Time{})
 }
 
 // Unwrap lets http.ResponseController reach Flush and Hijack.
