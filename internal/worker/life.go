@@ -30,8 +30,8 @@ func (r *runner) live(ctx, hard context.Context, cfg *QueueConfig, j *job) outco
 	if end, stop := r.recall(ctx, cfg, j); stop {
 		return outcome{end: end}
 	}
-	release, end, stop := r.admit(ctx, cfg, j)
-	defer release()
+	held, end, stop := r.admit(ctx, cfg, j)
+	defer release(held)
 	if stop {
 		return outcome{end: end}
 	}
@@ -46,7 +46,9 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 		st  queue.Status
 		err error
 	)
-	r.noticeReconnect(cfg) // here, not at the fetch: a fetch may have begun before a reconnect
+	if m.Delivered <= 1 { // a redelivery reads its record anyway
+		r.noticeReconnect(cfg) // here, not at the fetch: a fetch may have begun before a reconnect
+	}
 	read := m.Delivered > 1 || r.suspect()
 	if read {
 		if st, err = r.p.exec.status(j); err != nil && !errors.Is(err, queue.ErrNotFound) {
@@ -102,24 +104,26 @@ func (r *runner) noticeReconnect(cfg *QueueConfig) {
 func suspicion(cfg *QueueConfig) time.Duration { return max(2*cfg.AckWait, 30*time.Second) }
 
 // admit runs j through the runner's admission steps, and returns the releases of those that
-// held something (to call when the pass ends) and whether the pass ends here instead.
-func (r *runner) admit(ctx context.Context, cfg *QueueConfig, j *job) (release func(), end passEnd, stop bool) {
-	var held []func()
-	release = func() {
-		for i := len(held) - 1; i >= 0; i-- {
-			held[i]()
-		}
-	}
+// held something (to call, with release, when the pass ends; nil when none did, as today's
+// steps hold nothing) and whether the pass ends here instead.
+func (r *runner) admit(ctx context.Context, cfg *QueueConfig, j *job) (held []func(), end passEnd, stop bool) {
 	for _, step := range r.steps {
 		rel, end, stop := step(ctx, cfg, j)
 		if rel != nil {
 			held = append(held, rel)
 		}
 		if stop {
-			return release, end, true
+			return held, end, true
 		}
 	}
-	return release, 0, false
+	return held, 0, false
+}
+
+// release calls the releases admit returned, the last step's first.
+func release(held []func()) {
+	for i := len(held) - 1; i >= 0; i-- {
+		held[i]()
+	}
 }
 
 // admissions are a runner's admission steps, in order: the queue's leak slot, then no
