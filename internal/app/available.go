@@ -52,8 +52,9 @@ type lateQueues struct {
 	reconnects func() uint64          // the NATS connection's reconnections so far; nil: none
 	log        *slog.Logger
 
-	mu   sync.Mutex
-	down map[string]*outage // by queue
+	mu    sync.Mutex
+	down  map[string]*outage // by queue
+	ndown atomic.Int32       // len(down), so that publishes while no queue is down take no lock
 }
 
 // outage is a queue whose JetStream stopped answering.
@@ -131,6 +132,9 @@ func unanswered(err error) bool {
 // admit lets a publish to q through (trial: as the trial of its outage), or returns the error
 // that refuses it at once.
 func (l *lateQueues) admit(q string) (trial bool, err error) {
+	if l.ndown.Load() == 0 {
+		return false, nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	o := l.outage(q)
@@ -151,6 +155,7 @@ func (l *lateQueues) outage(q string) *outage {
 	o := l.down[q]
 	if o != nil && l.reconnects != nil && l.reconnects() != o.reconnects {
 		delete(l.down, q)
+		l.ndown.Store(int32(len(l.down)))
 		l.log.Info("ingress: reconnected to NATS; publishing to the queue again", "queue", q)
 		return nil
 	}
@@ -159,6 +164,9 @@ func (l *lateQueues) outage(q string) *outage {
 
 // settle records how a publish to q (trial: its outage's trial) ended.
 func (l *lateQueues) settle(q string, trial bool, err error) {
+	if err == nil && l.ndown.Load() == 0 {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	o := l.down[q]
@@ -166,6 +174,7 @@ func (l *lateQueues) settle(q string, trial bool, err error) {
 	case !unanswered(err):
 		if o != nil && (trial || err == nil) {
 			delete(l.down, q)
+			l.ndown.Store(int32(len(l.down)))
 			l.log.Info("ingress: JetStream answers for the queue again", "queue", q, "down_for", time.Since(o.since).Round(time.Millisecond))
 		}
 	case o == nil:
@@ -175,6 +184,7 @@ func (l *lateQueues) settle(q string, trial bool, err error) {
 		}
 		now := time.Now()
 		l.down[q] = &outage{since: now, err: err, reconnects: rc, next: now.Add(trialFirst), wait: 2 * trialFirst}
+		l.ndown.Store(int32(len(l.down)))
 		l.log.Warn("ingress: JetStream does not answer for the queue; its deferrals answer 503 at once, one at a time tried, until it does",
 			"queue", q, "err", err)
 	case trial:
