@@ -65,12 +65,12 @@ nats: { url: nats://127.0.0.1:19622 }
 redis: { url: redis://127.0.0.1:19679/0 }
 shutdown_timeout: 1s
 queues:
-  - { name: deferred-$1, rate: 100/s, max_depth: 100000000 }
+$(for r in $(seq 1 "$ROUNDS"); do echo "  - { name: deferred-$1-$r, rate: 100/s, max_depth: 100000000 }"; done)
   - { name: unthrottled-$1, rate: 1000000/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/$1/unthrottled" }
   - { name: paced-$1, rate: 200/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/$1/paced" }
 rules:
   - { name: all, match: { methods: [GET] }, key: [const:all], algorithm: token_bucket, limit: 1, period: 1h }
-  - { name: orders, match: { methods: [POST], path: /api/orders }, action: enqueue, queue: deferred-$1 }
+$(for r in $(seq 1 "$ROUNDS"); do echo "  - { name: orders-$r, match: { methods: [POST], path: /api/orders/$r }, action: enqueue, queue: deferred-$1-$r }"; done)
 YAML
 }
 # The 429 ingresses keep their limiter in memory: a config without redis.
@@ -127,7 +127,9 @@ for round in $(seq 1 "$ROUNDS"); do
   # Each round swaps who goes first, so that neither side always runs after the other.
   order="a b"; [ $((round % 2)) = 0 ] && order="b a"
   for s in $order; do wrk_run "429-$s" "http://127.0.0.1:${HTTP[$s]}/x"; done
-  for s in $order; do wrk_run "defer-$s" "http://127.0.0.1:${HTTP[$s]}/api/orders" "$W/post.lua"; done
+  # A queue of its own each round: a round's deferrals never meet a queue an earlier one
+  # filled (max_bytes, 256 MiB by default since this round).
+  for s in $order; do wrk_run "defer-$s" "http://127.0.0.1:${HTTP[$s]}/api/orders/$round" "$W/post.lua"; done
   [ "$JOBS" -gt 0 ] || continue
   for s in $order; do
     drain "$s" unthrottled "$JOBS" > "$W/out"; read -r rate most < "$W/out"; add "drain-$s" "$rate"; add "drainmax-$s" "$most"
