@@ -61,8 +61,11 @@ func TestScheduleLoopFollowsTheConfig(t *testing.T) {
 		}
 		return in
 	}
+	// The backlog stream's count of a moved job drops a moment after the delivery stream's
+	// rises: wait for both.
 	testenv.WaitFor(t, 10*time.Second, "the scheduler fills the delivery stream to the target", func() bool {
-		return info().Pending == uint64(target)
+		in := info()
+		return in.Pending == uint64(target) && in.Backlog == uint64(10-target)
 	})
 	if in := info(); in.Backlog != uint64(10-target) || in.Pending != uint64(target) {
 		t.Fatalf("with no worker: %d in the backlogs and %d in the delivery stream, want %d and %d",
