@@ -163,17 +163,38 @@ func (a *Accepted) appendJSON(dst []byte) []byte {
 // drainSeconds is how long the backlog of a full queue takes to drain at its rate: the
 // Retry-After of a 429 for a full queue, at least 1 second.
 func (g *gate) drainSeconds(ctx context.Context, q *config.Queue) int64 {
+	depth := g.fullDepth(ctx, q)
+	if q.Rate.N <= 0 || q.Rate.Per <= 0 || depth <= 0 {
+		return 1
+	}
+	secs := math.Ceil(float64(depth) * q.Rate.Per.Seconds() / float64(q.Rate.N))
+	return max(int64(min(secs, math.MaxInt32)), 1)
+}
+
+// depthSeen is a full queue's depth and when it was read.
+type depthSeen struct {
+	depth int64
+	at    time.Time
+}
+
+// fullDepth is the depth of full queue q (its max_depth when it cannot be read), read from
+// NATS at most once a second per queue: a flood against a full queue would otherwise cost
+// NATS a round trip per refused request (a 429 path at 3 873 req/s where it ran at 30 000).
+func (g *gate) fullDepth(ctx context.Context, q *config.Queue) int64 {
+	now := g.now()
+	if v, ok := g.fullDepths.Load(q.Name); ok {
+		if d := v.(depthSeen); now.Sub(d.at) < time.Second && !now.Before(d.at) {
+			return d.depth
+		}
+	}
 	depth := q.MaxDepth
 	ictx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if info, err := g.enqueuer.Info(ictx, q.Name); err == nil && info.Depth > 0 {
 		depth = int64(min(info.Depth, math.MaxInt64))
 	}
-	if q.Rate.N <= 0 || q.Rate.Per <= 0 || depth <= 0 {
-		return 1
-	}
-	secs := math.Ceil(float64(depth) * q.Rate.Per.Seconds() / float64(q.Rate.N))
-	return max(int64(min(secs, math.MaxInt32)), 1)
+	g.fullDepths.Store(q.Name, depthSeen{depth: depth, at: now})
+	return depth
 }
 
 // readBody reads the request body, at most q's max_body_bytes (0: no limit of its own); a

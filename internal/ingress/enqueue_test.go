@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,6 +259,50 @@ func TestQueueFull(t *testing.T) {
 	// A deferred request finds the queue full too.
 	f.do("POST", "/api/orders", nil, "X-API-Key", "k2")
 	readProblem(t, f.do("POST", "/api/orders", nil, "X-API-Key", "k2"), http.StatusTooManyRequests)
+}
+
+// countingInfo is the queues, counting the reads of a queue's depth.
+type countingInfo struct {
+	Enqueuer
+	infos atomic.Int64
+}
+
+func (c *countingInfo) Info(ctx context.Context, name string) (queue.Info, error) {
+	c.infos.Add(1)
+	return c.Enqueuer.Info(ctx, name)
+}
+
+// A flood against a full queue reads its depth from NATS once a second, not once a request:
+// each 429 would otherwise cost NATS a round trip.
+func TestQueueFullReadsDepthOncePerSecond(t *testing.T) {
+	f := newQueueFixture(t, deferYAML)
+	for range 3 { // max_depth 3
+		accepted(t, f.do("POST", "/v1/queues/orders/jobs", strings.NewReader("x")), "orders")
+	}
+	counted := &countingInfo{Enqueuer: f.qs}
+	clk := &clock{t: epoch}
+	srv, err := New(f.cfg, Options{Enqueuer: counted, Registerer: prometheus.NewRegistry(), Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	flood := func(n int) {
+		for range n {
+			res := serve(srv.Handler(), httptestRequest("POST", "/v1/queues/orders/jobs", f.peerAddr))
+			if pb := readProblem(t, res, http.StatusTooManyRequests); pb.RetryAfter != 3 {
+				t.Fatalf("Retry-After %d, want 3", pb.RetryAfter)
+			}
+		}
+	}
+	flood(20)
+	if n := counted.infos.Load(); n != 1 {
+		t.Errorf("20 refusals within a second read the depth %d times, want 1", n)
+	}
+	clk.Advance(time.Second)
+	flood(5)
+	if n := counted.infos.Load(); n != 2 {
+		t.Errorf("after a second, %d reads in all, want 2", n)
+	}
 }
 
 // TestSubmitRefused checks 404, 413 and 400 answers of the job API.

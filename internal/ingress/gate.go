@@ -77,6 +77,8 @@ type gate struct {
 
 	// noDefer reports paths that are never deferred (the Server's job API).
 	noDefer func(path string) bool
+	// fullDepths are the depths of full queues last read (fullDepth), by queue name.
+	fullDepths sync.Map // string -> depthSeen
 }
 
 // newGate compiles cfg's rules and returns a gate that decides with opts.Limiter and counts
