@@ -221,6 +221,7 @@ func (b *builder) applyEnv(raw *rawConfig, getenv func(string) string) {
 // exhaust memory or overflow a computation.
 const (
 	maxConcurrency  = 10_000
+	maxInFlight     = 1_000_000
 	maxWeight       = 1000
 	maxLease        = 10_000
 	maxDepth        = 1 << 32
@@ -544,7 +545,28 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	}
 	q.Tenant = b.keyParts(where, "tenant", r.Tenant)
 	b.fairness(where, &q, &r)
+	b.inFlight(where, &q, &r)
 	return q
+}
+
+// inFlight reads max_in_flight, tenant_in_flight and pause_scope; the last two need fair.
+func (b *builder) inFlight(where string, q *Queue, r *rawQueue) {
+	q.MaxInFlight = b.integer(where, "max_in_flight", r.MaxInFlight, 0, 64)
+	b.bound(where, "max_in_flight", q.MaxInFlight, 0, maxInFlight)
+	q.TenantInFlight = b.integer(where, "tenant_in_flight", r.TenantInFlight, 0, 64)
+	b.bound(where, "tenant_in_flight", q.TenantInFlight, 0, maxInFlight)
+	switch s := PauseScope(b.text(where, "pause_scope", r.PauseScope, string(PauseQueue))); s {
+	case PauseQueue, PauseTenant:
+		q.PauseScope = s
+	default:
+		b.p.addf(where, "pause_scope", "pause_scope: want queue or tenant, got %q", string(s))
+	}
+	if !q.Fair && (q.TenantInFlight > 0 || q.PauseScope == PauseTenant) {
+		b.p.add(where, "fair", "tenant_in_flight and pause_scope: tenant need fair: true")
+	}
+	if q.MaxInFlight > 0 && q.TenantInFlight > q.MaxInFlight {
+		b.p.addf(where, "tenant_in_flight", "tenant_in_flight %d must not exceed max_in_flight %d", q.TenantInFlight, q.MaxInFlight)
+	}
 }
 
 // fairness reads fair, weights and tenant_rate, which need tenant and each other.

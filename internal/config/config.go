@@ -274,7 +274,29 @@ type Queue struct {
 	// TenantRate caps the deliveries of any one tenant of a fair queue (YAML tenant_rate);
 	// zero: no cap.
 	TenantRate Rate
+	// MaxInFlight caps the deliveries of the queue in flight at once across every worker
+	// process (YAML max_in_flight): a delivery holds its place from the start of its request
+	// until its answer or timeout. Zero: no cap but each worker's Concurrency.
+	MaxInFlight int64
+	// TenantInFlight caps the deliveries of any one tenant of a fair queue in flight at once
+	// across every worker process (YAML tenant_in_flight). Zero: no cap.
+	TenantInFlight int64
+	// PauseScope is what an upstream 429 or 503 pauses (YAML pause_scope): PauseQueue (the
+	// default) or PauseTenant, the job's tenant only, on a fair queue.
+	PauseScope PauseScope
 }
+
+// PauseScope is what an upstream's 429 or 503 (and its Retry-After) pauses.
+type PauseScope string
+
+// The pause scopes.
+const (
+	// PauseQueue pauses the whole queue, on every worker.
+	PauseQueue PauseScope = "queue"
+	// PauseTenant pauses the tenant of the job that was answered, on every worker; the other
+	// tenants go on at the queue's rate. An operator's pause still pauses the whole queue.
+	PauseTenant PauseScope = "tenant"
+)
 
 // TenantID is the tenant of jobs whose tenant key parts make up key: a hash, so that the
 // values (API keys among them) are never stored.

@@ -86,12 +86,13 @@ func TestFullExampleLoads(t *testing.T) {
 			Timeout: 3 * time.Second, DedupeWindow: time.Hour, AckWait: 5 * time.Second, Concurrency: 16, MaxPauseRetries: 3,
 			Tenant: []KeyPart{{Kind: KeyHeader, Name: "X-Api-Key"}}, Adaptive: true, MinRate: Rate{5, time.Second},
 			Fair: true, Weights: map[string]float64{"gold-key": 3, "bronze-key": 0.5}, TenantRate: Rate{20, time.Second},
+			MaxInFlight: 12, TenantInFlight: 3, PauseScope: PauseTenant,
 		}, {
 			Name: "reports", Rate: Rate{N: 5, Per: 2 * time.Second}, MaxDepth: DefaultMaxDepth,
 			MaxBodyBytes: DefaultMaxBodyBytes, MaxBytes: DefaultMaxBytes, Target: &Target{Method: "POST", URL: "http://reports.internal/run"},
 			MaxAttempts: DefaultMaxAttempts, Backoff: Backoff{Initial: time.Second, Max: 5 * time.Minute},
 			Timeout: DefaultTimeout, DedupeWindow: DefaultDedupeWindow, AckWait: DefaultAckWait, Concurrency: DefaultConcurrency,
-			MaxPauseRetries: DefaultMaxPauseRetries, MinRate: Rate{1, time.Second},
+			MaxPauseRetries: DefaultMaxPauseRetries, MinRate: Rate{1, time.Second}, PauseScope: PauseQueue,
 		}},
 		Rules: []Rule{{
 			Name: "orders-per-key", Match: Match{Methods: []string{"POST"}, Path: "/api/orders"},
@@ -171,7 +172,7 @@ upstream: http://up
 		Queues: []Queue{{
 			Name: "q", Rate: Rate{1, time.Second}, MaxDepth: 100000, MaxBodyBytes: 1 << 20, MaxBytes: DefaultMaxBytes, MaxAttempts: 8,
 			Backoff: Backoff{time.Second, 5 * time.Minute}, Timeout: 10 * time.Second,
-			DedupeWindow: 24 * time.Hour, AckWait: 30 * time.Second, Concurrency: 4, MaxPauseRetries: 20,
+			DedupeWindow: 24 * time.Hour, AckWait: 30 * time.Second, Concurrency: 4, MaxPauseRetries: 20, PauseScope: PauseQueue,
 			MinRate: Rate{1, time.Second},
 		}},
 		Rules: []Rule{{
@@ -365,6 +366,11 @@ func TestProblems(t *testing.T) {
 		{"fair without tenant", queue("{name: q, rate: 1/s, fair: true}"), `sluice.yaml: queues[1] "q": fair: true needs tenant: the key parts that name who a job belongs to`},
 		{"weights without fair", queue("{name: q, rate: 1/s, tenant: [ip], weights: {a: 2}}"), `sluice.yaml: queues[1] "q": weights and tenant_rate need fair: true`},
 		{"tenant_rate without fair", queue("{name: q, rate: 1/s, tenant: [ip], tenant_rate: 1/s}"), `sluice.yaml: queues[1] "q": weights and tenant_rate need fair: true`},
+		{"tenant_in_flight without fair", queue("{name: q, rate: 1/s, tenant: [ip], tenant_in_flight: 2}"), `sluice.yaml: queues[1] "q": tenant_in_flight and pause_scope: tenant need fair: true`},
+		{"pause_scope tenant without fair", queue("{name: q, rate: 1/s, pause_scope: tenant}"), `sluice.yaml: queues[1] "q": tenant_in_flight and pause_scope: tenant need fair: true`},
+		{"bad pause_scope", queue("{name: q, rate: 1/s, pause_scope: key}"), `sluice.yaml: queues[1] "q": pause_scope: want queue or tenant, got "key"`},
+		{"negative max_in_flight", queue("{name: q, rate: 1/s, max_in_flight: -1}"), `sluice.yaml: queues[1] "q": max_in_flight must be between 0 and 1000000, got -1`},
+		{"tenant_in_flight above max_in_flight", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, max_in_flight: 2, tenant_in_flight: 3}"), `sluice.yaml: queues[1] "q": tenant_in_flight 3 must not exceed max_in_flight 2`},
 		{"weight zero", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, weights: {a: 0}}"), `sluice.yaml: queues[1] "q": weights.a: 0 is out of range: want > 0 and <= 1000`},
 		{"weight word", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, weights: {a: lots}}"), `sluice.yaml: queues[1] "q": weights.a: want a number, got "lots"`},
 		{"weights list", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, weights: [a]}"), `sluice.yaml: queues[1] "q": weights: want a mapping of tenant to weight, not a list`},

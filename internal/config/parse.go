@@ -191,6 +191,9 @@ type (
 		Fair            *scalar     `yaml:"fair"`
 		Weights         scalarMap   `yaml:"weights"`
 		TenantRate      *scalar     `yaml:"tenant_rate"`
+		MaxInFlight     *scalar     `yaml:"max_in_flight"`
+		TenantInFlight  *scalar     `yaml:"tenant_in_flight"`
+		PauseScope      *scalar     `yaml:"pause_scope"`
 	}
 	rawBackoff struct {
 		Initial *scalar `yaml:"initial"`
