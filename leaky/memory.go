@@ -20,6 +20,9 @@ type Memory struct {
 
 	adaptMu sync.Mutex
 	adapt   map[string]*learned // the queues' learned rates (Adapt)
+
+	tenantsMu sync.Mutex
+	tenants   map[string]map[string]int64 // queue → paused tenant → until, µs (TenantPauses)
 }
 
 // memQueue is one queue's state; the fields mean what the hash fields of lua/take.lua mean.

@@ -69,7 +69,7 @@ func TestRedisClusterSchedule(t *testing.T) {
 	for name, f := range map[string]func(*testing.T){
 		"Steps": TestSteps, "SpacingProperty": TestSpacingProperty, "QueuesAreIndependent": TestQueuesAreIndependent,
 		"Pause": TestPauseNonPositiveDoesNothing, "ConcurrentTakes": TestConcurrentTakes,
-		"Wait": TestWait, "WaitGivesUpLateSlots": TestWaitGivesUpLateSlots,
+		"Wait": TestWait, "WaitGivesUpLateSlots": TestWaitGivesUpLateSlots, "TenantPauses": TestTenantPauses,
 	} {
 		t.Run(name, f)
 	}
