@@ -93,9 +93,14 @@ func (p *picker) len() int { return len(p.ring) }
 // proportion to their weights. A tenant whose turn n cuts short keeps its place and deficit for
 // the next call; an empty tenant, or one its cap holds back, does not save up turns. With
 // rate > 0 a tenant gives at most one job per 1/rate seconds (GCRA, burst 1). It returns the
-// jobs per tenant, in the order first chosen.
-func (p *picker) pick(n int, rate float64, now time.Time) []pickN {
+// jobs per tenant, in the order first chosen. caps may hold tenants back besides: a rate of
+// their own, or a hold (a paused tenant gives nothing, as one its cap holds back).
+func (p *picker) pick(n int, rate float64, now time.Time, caps ...tenantCaps) []pickN {
 	p.nextDue = time.Time{}
+	var c tenantCaps
+	if len(caps) > 0 {
+		c = caps[0]
+	}
 	var out []pickN
 	idle := 0 // turns in a row that gave nothing: a whole round of them ends the call
 	for n > 0 && len(p.ring) > 0 && idle <= len(p.ring) {
@@ -105,8 +110,11 @@ func (p *picker) pick(n int, rate float64, now time.Time) []pickN {
 		}
 		k := min(int(t.deficit), n, int(min(t.depth, uint64(n))))
 		capped := false // the cap holds the tenant back now
-		if k > 0 && rate > 0 {
-			if a := p.allowed(t, rate, now); a == 0 {
+		r := c.rate(t.id, rate)
+		if k > 0 && c.held != nil && c.held(t.id) {
+			k, capped = 0, true
+		} else if k > 0 && r > 0 {
+			if a := p.allowed(t, r, now); a == 0 {
 				k, capped = 0, true
 			} else {
 				k = min(k, a)
@@ -143,6 +151,22 @@ func (p *picker) allowed(t *tenant, rate float64, now time.Time) int {
 	}
 	t.next = now.Add(time.Duration(float64(time.Second) / rate))
 	return 1
+}
+
+// tenantCaps hold single tenants back in a pick, beyond the queue's TenantRate.
+type tenantCaps struct {
+	// rates are the tenants' own rates (per second, > 0), in place of the queue's.
+	rates map[string]float64
+	// held reports whether a tenant is held back now; nil: none is.
+	held func(tenant string) bool
+}
+
+// rate is tenant's rate: its own, or def.
+func (c tenantCaps) rate(tenant string, def float64) float64 {
+	if r, ok := c.rates[tenant]; ok && r > 0 {
+		return r
+	}
+	return def
 }
 
 func appendPick(out []pickN, id string, k int) []pickN {

@@ -160,3 +160,35 @@ func TestPickFractionalWeightUnderCap(t *testing.T) {
 		t.Errorf("got %v of 300, want a 100 and b 200 (weights 0.5 and 1)", got)
 	}
 }
+
+// A held tenant gives nothing while it is held and saves up no turns; the others share what it
+// leaves. A tenant's own rate replaces the queue's for it alone.
+func TestPickTenantCaps(t *testing.T) {
+	var p picker
+	p.update(map[string]uint64{"a": 1 << 20, "b": 1 << 20, "c": 1 << 20}, nil)
+	heldA := true
+	caps := tenantCaps{held: func(id string) bool { return heldA && id == "a" }, rates: map[string]float64{"c": 10}}
+	got := map[string]int{}
+	now := time.Unix(0, 0)
+	for range 100 { // 1s at 10ms: b uncapped, c at 10/s
+		now = now.Add(10 * time.Millisecond)
+		for _, pn := range p.pick(3, 0, now, caps) {
+			got[pn.tenant] += pn.n
+		}
+	}
+	if got["a"] != 0 || got["c"] > 11 || got["b"] < 280 {
+		t.Fatalf("while a is held: %v of 300, want a 0, c at most 11 (10/s), b the rest", got)
+	}
+	heldA = false
+	clear(got)
+	for range 100 {
+		now = now.Add(10 * time.Millisecond)
+		for _, pn := range p.pick(3, 0, now, caps) {
+			got[pn.tenant] += pn.n
+		}
+	}
+	// a did not save up turns while held: it gets an even share with b, not a catch-up.
+	if d := got["a"] - got["b"]; d < -2 || d > 2 {
+		t.Fatalf("after a's hold ended: %v, want a and b even", got)
+	}
+}

@@ -49,6 +49,13 @@ type Options struct {
 	Weights map[string]float64
 	// TenantRate caps how many jobs per second one tenant's backlog releases; 0: no cap.
 	TenantRate float64
+	// TenantRates are single tenants' caps, in place of TenantRate (an operator's override,
+	// or the rate an adaptive queue learned for the tenant); > 0.
+	TenantRates map[string]float64
+	// Held reports whether a tenant's jobs are held back now (its upstream paused it): none of
+	// them is released while it is. Nil: none is. Called from Run's goroutine, often: it
+	// must not block.
+	Held func(tenant string) bool
 	// Target is how many jobs the scheduler keeps waiting in the delivery stream, ahead of the
 	// workers; >= 1. Jobs there are served in order, so Target over the queue's rate is
 	// the most a newly arrived tenant waits behind others' jobs. Default 1.
@@ -252,7 +259,7 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 	if need <= 0 {
 		return 0, nil
 	}
-	return s.move(ctx, s.picks.pick(need, opts.TenantRate, s.now())), nil
+	return s.move(ctx, s.picks.pick(need, opts.TenantRate, s.now(), tenantCaps{rates: opts.TenantRates, held: opts.Held})), nil
 }
 
 // refresh rereads which tenants have waiting jobs, and how many.
