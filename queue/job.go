@@ -83,6 +83,10 @@ type Status struct {
 	// none), so that a later delivery can tell how many deliveries in between left no record
 	// (a worker that crashed, an ack that was lost). Not part of the JSON form.
 	Delivered uint64 `json:"-"`
+	// Held is how many deliveries of the job were held back unsent while its tenant was paused
+	// (pause_scope: tenant); they spend neither an attempt nor a pause retry. JSON leaves it
+	// out, as Delivered.
+	Held int `json:"-"`
 }
 
 // Response is what the upstream answered to a delivery attempt.

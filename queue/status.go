@@ -18,6 +18,8 @@ type record struct {
 	Tenant string `json:"tenant,omitempty"`
 	// Delivered is Status.Delivered, which JSON leaves out.
 	Delivered uint64 `json:"delivered,omitempty"`
+	// Held is Status.Held, which JSON leaves out.
+	Held int `json:"held,omitempty"`
 	// Retracted marks the canceled status of a job whose publish was answered as failed but
 	// may have been stored (see Queues.Publish): a retry with its Idempotency-Key is a new job.
 	Retracted bool `json:"retracted,omitempty"`
@@ -42,7 +44,7 @@ func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, erro
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return record{}, 0, fmt.Errorf("queue: status %s: %w", id, err)
 	}
-	r.Status.Tenant, r.Status.Delivered = r.Tenant, r.Delivered
+	r.Status.Tenant, r.Status.Delivered, r.Status.Held = r.Tenant, r.Delivered, r.Held
 	return r, e.Revision(), nil
 }
 
@@ -135,7 +137,7 @@ func (q *Queues) SetStatus(ctx context.Context, st Status) error {
 		if cur != nil && cur.State == StateSucceeded && st.State != StateSucceeded {
 			return nil
 		}
-		next := record{Status: st, Tenant: st.Tenant, Delivered: st.Delivered}
+		next := record{Status: st, Tenant: st.Tenant, Delivered: st.Delivered, Held: st.Held}
 		if cur == nil && (next.CreatedAt.IsZero() || next.Queue == "" || next.Tenant == "") {
 			if w, _, err := q.waiting(ctx, st.ID); err == nil {
 				cur = &record{Status: w, Tenant: w.Tenant}
@@ -164,7 +166,7 @@ func (q *Queues) createFirst(ctx context.Context, st Status) (done bool, err err
 	if !q.firstRecord(st) {
 		return false, nil
 	}
-	next := record{Status: st, Tenant: st.Tenant, Delivered: st.Delivered}
+	next := record{Status: st, Tenant: st.Tenant, Delivered: st.Delivered, Held: st.Held}
 	if next.UpdatedAt.IsZero() {
 		next.UpdatedAt = q.now().UTC()
 	}

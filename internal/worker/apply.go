@@ -17,6 +17,8 @@ type job struct {
 	state jobState
 	// running is the running record of the delivery, nil before it was sent.
 	running *runningRecord
+	// heldFor is how long its tenant stays paused, when the pass ended endHeld.
+	heldFor time.Duration
 }
 
 // executor carries plans out: it pauses the queue, writes status records and settles
@@ -32,6 +34,8 @@ type executor struct {
 	now   func() time.Time
 	// handedBack counts the jobs handed back, for the shutdown's log line.
 	handedBack func()
+	// tenantsPaused hears the tenants of a queue paused after a plan paused one; may be nil.
+	tenantsPaused func(queue string, paused map[string]time.Duration)
 }
 
 // logger returns a logger that names j's queue, id and delivery count. It is made on each
@@ -48,7 +52,10 @@ func (e *executor) op(d time.Duration) (context.Context, context.CancelFunc) {
 // apply carries p out for j: the queue's pause, then (once the delivery's running record, if
 // any, has landed) the status record, then the message's settlement.
 func (e *executor) apply(j *job, p plan) {
-	if p.pause > 0 {
+	switch {
+	case p.pause > 0 && p.pauseTenant != "":
+		e.pauseTenant(j, p.pauseTenant, p.pause)
+	case p.pause > 0:
 		e.pause(j, p.pause)
 	}
 	if j.running != nil {
@@ -101,6 +108,28 @@ func (e *executor) pause(j *job, d time.Duration) {
 	e.logger(j).Info("worker: upstream throttled; queue paused", "for", d)
 }
 
+// pauseTenant pauses j's tenant of its queue for every worker for d, after an upstream 429 or
+// 503 on a queue that pauses by tenant.
+func (e *executor) pauseTenant(j *job, tenant string, d time.Duration) {
+	e.m.pauses.WithLabelValues(j.queue).Inc()
+	tp, ok := e.sched.(leaky.TenantPauses)
+	if !ok {
+		return
+	}
+	ctx, cancel := e.op(storeTimeout)
+	defer cancel()
+	paused, err := tp.PauseTenant(ctx, j.queue, tenant, d)
+	if err != nil {
+		// The job is still retried after d; the tenant's other jobs may meet a 429 of their own.
+		e.logger(j).Warn("worker: pause tenant", "err", err, "for", d)
+		return
+	}
+	if e.tenantsPaused != nil {
+		e.tenantsPaused(j.queue, paused)
+	}
+	e.logger(j).Info("worker: upstream throttled; tenant paused", "tenant", tenant, "for", d)
+}
+
 // status reads the job's status record.
 func (e *executor) status(j *job) (queue.Status, error) {
 	ctx, cancel := e.op(opTimeout)
@@ -129,6 +158,7 @@ func (e *executor) write(j *job, rec *record) bool {
 		Response:  rec.response,
 		Tenant:    j.m.Job.Tenant,
 		Delivered: j.m.Delivered,
+		Held:      rec.held,
 	}
 	if rec.hasNext {
 		next := now.Add(rec.next)

@@ -65,6 +65,13 @@ type QueueConfig struct {
 	Weights map[string]float64
 	// TenantRate caps the deliveries per second of one tenant of a fair queue; 0: none.
 	TenantRate float64
+	// PauseTenant makes an upstream's 429 or 503 pause the job's tenant, on every worker,
+	// instead of the whole queue (pause_scope: tenant; tenants.go). Needs Fair.
+	PauseTenant bool
+	// MaxInFlight caps the queue's deliveries in flight at once across every process (places,
+	// inflight.go); 0: none. TenantInFlight does the same per tenant of a fair queue.
+	MaxInFlight    int64
+	TenantInFlight int64
 }
 
 // Target is the destination of a queue's directly submitted jobs.
@@ -105,6 +112,12 @@ func (c QueueConfig) validate() error {
 	if c.MaxPauseRetries < 0 {
 		errs = append(errs, errors.New("max pause retries must be >= 0"))
 	}
+	if (c.PauseTenant || c.TenantInFlight > 0) && !c.Fair {
+		errs = append(errs, errors.New("pausing tenants and tenant_in_flight need a fair queue"))
+	}
+	if c.MaxInFlight < 0 || c.TenantInFlight < 0 {
+		errs = append(errs, errors.New("max in flight and tenant in flight must be >= 0"))
+	}
 	if c.Adaptive && !(c.MinRate > 0) {
 		errs = append(errs, errors.New("an adaptive queue needs a min rate > 0"))
 	}
@@ -141,6 +154,9 @@ func FromConfig(cfg *config.Config) []QueueConfig {
 			Fair:            q.Fair,
 			Weights:         q.TenantWeights(),
 			TenantRate:      q.TenantRate.PerSecond(),
+			PauseTenant:     q.PauseScope == config.PauseTenant,
+			MaxInFlight:     q.MaxInFlight,
+			TenantInFlight:  q.TenantInFlight,
 		}
 		if q.Target != nil {
 			qc.Target = &Target{Method: q.Target.Method, URL: q.Target.URL}

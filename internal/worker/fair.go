@@ -94,10 +94,14 @@ func runFair(ctx context.Context, f *fair.Scheduler) (stop func()) {
 // fairOptions are the scheduler options of config cfg.
 func fairOptions(cfg *QueueConfig, r *runner) fair.Options {
 	target := math.Ceil(fairTarget.Seconds() / cfg.Rate.Interval.Seconds())
-	return fair.Options{
+	o := fair.Options{
 		Weights:    cfg.Weights,
 		TenantRate: cfg.TenantRate,
 		Target:     int(min(max(target, 2), fairTargetMax)),
 		Logger:     r.p.log,
 	}
+	if cfg.PauseTenant {
+		o.Held = func(tenant string) bool { return r.holds.heldFor(tenant, r.p.now()) > 0 }
+	}
+	return o
 }

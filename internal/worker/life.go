@@ -33,7 +33,7 @@ func (r *runner) live(ctx, hard context.Context, cfg *QueueConfig, j *job) outco
 	held, end, stop := r.admit(ctx, cfg, j)
 	defer release(held)
 	if stop {
-		return outcome{end: end}
+		return outcome{end: end, wait: j.heldFor}
 	}
 	return r.send(hard, cfg, j)
 }
@@ -56,6 +56,7 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 		}
 	}
 	s, end, stop := recallState(m.Delivered, st, err, read, cfg.MaxAttempts)
+	s.tenant = m.Job.Tenant
 	j.state = s
 	if stop {
 		if end == endFinal {
@@ -126,10 +127,10 @@ func release(held []func()) {
 	}
 }
 
-// admissions are a runner's admission steps, in order: the queue's leak slot, then no
-// operator's cancel meanwhile.
+// admissions are a runner's admission steps, in order: its tenant not paused, the queue's
+// leak slot, then no operator's cancel meanwhile.
 func (r *runner) admissions() []admission {
-	return []admission{r.admitSlot, r.admitUncanceled}
+	return []admission{r.admitTenant, r.admitSlot, r.admitUncanceled}
 }
 
 // admitSlot waits for the job's leak slot (waitSlot), with a connection to the upstream dialed

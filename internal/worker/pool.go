@@ -141,7 +141,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	}
 	p.fairs, _ = deps.Queues.(fairSource)
 	p.exec = &executor{ctx: context.Background(), store: p.q, sched: p.sched, m: m, log: p.log, now: p.now,
-		handedBack: func() { p.handedBack.Add(1) }}
+		handedBack: func() { p.handedBack.Add(1) }, tenantsPaused: p.tenantsPaused}
 	if p.client == nil {
 		p.client, p.spares = defaultClient()
 		p.ownClient = true
@@ -355,6 +355,17 @@ func (p *Pool) pruneCanceled(now time.Time) {
 	})
 }
 
+// tenantsPaused tells the runner of queue the tenants paused now, after this process paused
+// one: it holds them back at once rather than at its next read.
+func (p *Pool) tenantsPaused(queue string, paused map[string]time.Duration) {
+	p.mu.Lock()
+	r := p.runners[queue]
+	p.mu.Unlock()
+	if r != nil {
+		r.holds.set(p.now(), paused)
+	}
+}
+
 // control returns the operators' control of the queue named name.
 func (p *Pool) control(name string) queue.Control {
 	if m := p.controls.Load(); m != nil {
@@ -426,6 +437,7 @@ type runner struct {
 	held        atomic.Int64 // jobs in hand
 	slotWaiters atomic.Int64 // jobs in hand waiting for their leak slot
 	learn       *learner     // the learned rate of an adaptive queue
+	holds       tenantHolds  // its paused tenants (pause_scope: tenant)
 	steps       []admission  // what a job waits for before its delivery (admissions)
 	// suspectUntil (Unix ns) ends the window in which first deliveries read their record
 	// (suspect); reconnects is the broker's reconnect count when the runner last looked.

@@ -27,7 +27,11 @@ const (
 type jobState struct {
 	delivered uint64
 	attempts  int
-	prev      queue.Status
+	// held is how many of its deliveries were held back unsent while its tenant was paused.
+	held int
+	// tenant is the job's tenant (Job.Tenant).
+	tenant string
+	prev   queue.Status
 }
 
 // passEnd is how one pass through a job's life ended.
@@ -49,6 +53,8 @@ const (
 	endWithdrawn
 	// endInterrupted: shutdown cut the delivery short; the upstream may have seen it.
 	endInterrupted
+	// endHeld: its tenant is paused (pause_scope: tenant) for outcome.wait; not sent.
+	endHeld
 )
 
 // outcome is how a pass ended and, for a delivery, what the upstream answered.
@@ -82,6 +88,7 @@ const (
 type record struct {
 	state    queue.State
 	attempts int
+	held     int
 	lastErr  string
 	response *queue.Response
 	// next, when hasNext, is how long from now the job will be tried again.
@@ -93,7 +100,9 @@ type record struct {
 // field order — pause the queue, write the record, settle the message.
 type plan struct {
 	// pause pauses the whole queue for this long first (an upstream's 429 or 503); 0: none.
-	pause time.Duration
+	// With pauseTenant, it pauses that tenant of the queue instead.
+	pause       time.Duration
+	pauseTenant string
 	// record is the status written before settling; nil: none.
 	record *record
 	how    settlement
@@ -138,7 +147,7 @@ func recallState(delivered uint64, st queue.Status, err error, read bool, maxAtt
 	case err == nil && st.State.Terminal():
 		return s, endFinal, true
 	case err == nil:
-		s.prev, s.attempts = st, st.Attempts
+		s.prev, s.attempts, s.held = st, st.Attempts, st.Held
 	case !errors.Is(err, queue.ErrNotFound):
 		return s, 0, false
 	}
@@ -155,6 +164,15 @@ func recallState(delivered uint64, st queue.Status, err error, read bool, maxAtt
 // queue's config cfg; jitter in [0, 1) randomises a retry's backoff. It is pure: apply carries
 // the plan out. attempt, the number of this delivery, is s.attempts+1.
 func settle(s jobState, o outcome, cfg *QueueConfig, jitter float64) plan {
+	p := settleOne(s, o, cfg, jitter)
+	if p.record != nil {
+		// Every record carries the holds forward, so that they never count as pause retries.
+		p.record.held = max(p.record.held, s.held)
+	}
+	return p
+}
+
+func settleOne(s jobState, o outcome, cfg *QueueConfig, jitter float64) plan {
 	attempt := s.attempts + 1
 	var resp *queue.Response
 	if o.status != 0 {
@@ -180,6 +198,16 @@ func settle(s jobState, o outcome, cfg *QueueConfig, jitter float64) plan {
 		}
 		return plan{how: handBack, record: &record{state: state, attempts: s.attempts,
 			lastErr: s.prev.LastError, response: s.prev.Response}}
+	case endHeld:
+		// Not sent: back after the tenant's pause (and a jitter, so that its jobs do not all
+		// come back at one instant), its attempts and pause retries as they were.
+		state := queue.StateQueued
+		if s.prev.State != "" {
+			state = s.prev.State
+		}
+		d := o.wait + time.Duration(jitter*float64(heldSpread))
+		return plan{how: nak, delay: d, record: &record{state: state, attempts: s.attempts, held: s.held + 1,
+			lastErr: s.prev.LastError, response: s.prev.Response, next: d, hasNext: true}}
 	case endInterrupted:
 		// The upstream may have seen it: the attempt stays spent.
 		return plan{how: handBack, record: &record{state: queue.StateRetrying, attempts: attempt,
@@ -204,11 +232,12 @@ func settle(s jobState, o outcome, cfg *QueueConfig, jitter float64) plan {
 	}
 }
 
-// settlePause settles a delivery the upstream answered 429 or 503: the whole queue pauses for
-// the answer's wait (cfg.DefaultPause without one) and the job is retried after it without
-// spending its attempt, until it has had MaxPauseRetries such retries. Those are the
-// deliveries that spent no attempt, this one included (delivered - attempts), which also
-// counts crash redeliveries and hand-backs: the bound is conservative.
+// settlePause settles a delivery the upstream answered 429 or 503: the whole queue (or with
+// pause_scope: tenant, the job's tenant: apply decides) pauses for the answer's wait
+// (cfg.DefaultPause without one) and the job is retried after it without spending its
+// attempt, until it has had MaxPauseRetries such retries. Those are the deliveries that spent
+// no attempt and were sent, this one included (delivered - attempts - held), which also counts
+// crash redeliveries and hand-backs: the bound is conservative.
 func settlePause(s jobState, o outcome, cfg *QueueConfig, resp *queue.Response) plan {
 	d := cfg.DefaultPause
 	if o.hasWait {
@@ -216,7 +245,10 @@ func settlePause(s jobState, o outcome, cfg *QueueConfig, resp *queue.Response) 
 	}
 	p := nakPlan(s.attempts, o.lastErr, resp, d)
 	p.pause = d
-	if free := int(s.delivered) - s.attempts; free > cfg.MaxPauseRetries {
+	if cfg.PauseTenant && s.tenant != "" {
+		p.pauseTenant = s.tenant
+	}
+	if free := int(s.delivered) - s.attempts - s.held; free > cfg.MaxPauseRetries {
 		// Put the unspent attempt back first: the dead letter reads the count from the record.
 		p.how, p.delay, p.record.next, p.record.hasNext = deadLetter, 0, 0, false
 		p.reason, p.deadStatus, p.deadAttempts = reasonMaxPauseRetries, o.status, s.attempts
@@ -224,6 +256,9 @@ func settlePause(s jobState, o outcome, cfg *QueueConfig, resp *queue.Response) 
 	}
 	return p
 }
+
+// heldSpread is the most a held job's return is spread past its tenant's pause.
+const heldSpread = 100 * time.Millisecond
 
 func nakPlan(attempts int, lastErr string, resp *queue.Response, d time.Duration) plan {
 	return plan{how: nak, delay: d, record: &record{state: queue.StateRetrying, attempts: attempts,

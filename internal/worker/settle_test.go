@@ -63,6 +63,9 @@ func TestRecallState(t *testing.T) {
 			err: queue.ErrNotFound, want: jobState{delivered: 3, attempts: 2}},
 		{name: "an unreadable record counts from zero", delivered: 4, err: unreadable,
 			want: jobState{delivered: 4}},
+		{name: "holds are read from the record", delivered: 4,
+			st:   queue.Status{State: queue.StateRetrying, Attempts: 1, Held: 2, Delivered: 3},
+			want: jobState{delivered: 4, attempts: 1, held: 2, prev: queue.Status{State: queue.StateRetrying, Attempts: 1, Held: 2, Delivered: 3}}},
 		{name: "a job whose attempts are spent is dead-lettered without a delivery", delivered: 6,
 			st:   queue.Status{State: queue.StateRunning, Attempts: 5, Delivered: 5},
 			want: jobState{delivered: 6, attempts: 5, prev: queue.Status{State: queue.StateRunning, Attempts: 5, Delivered: 5}},
@@ -89,6 +92,8 @@ func TestSettle(t *testing.T) {
 		Backoff: retry.Policy{Initial: time.Second, Max: time.Minute, Jitter: -1}}
 	noPauseRetries := *cfg
 	noPauseRetries.MaxPauseRetries = 0
+	byTenant := *cfg
+	byTenant.Fair, byTenant.PauseTenant = true, true
 	first := jobState{delivered: 1}
 	second := jobState{delivered: 2, attempts: 1,
 		prev: queue.Status{State: queue.StateRetrying, Attempts: 1, LastError: "upstream answered 500 Internal Server Error",
@@ -151,6 +156,15 @@ func TestSettle(t *testing.T) {
 			want: plan{pause: 7 * time.Second, how: deadLetter,
 				record: &record{state: queue.StateRetrying, attempts: 0, lastErr: e429, response: resp(429)},
 				reason: reasonMaxPauseRetries, deadErr: e429 + "; gave up after 0 pause retries", deadStatus: 429, deadAttempts: 0}},
+		{name: "pause_scope tenant: a 429 pauses the job's tenant, not the queue", s: jobState{delivered: 1, tenant: "t1"}, cfg: &byTenant,
+			o:    withWait(delivered(retry.Pause, 429, e429), 5*time.Second),
+			want: plan{pause: 5 * time.Second, pauseTenant: "t1", how: nak, delay: 5 * time.Second, record: &record{state: queue.StateRetrying, attempts: 0, lastErr: e429, response: resp(429), next: 5 * time.Second, hasNext: true}}},
+		{name: "held while its tenant is paused: back after the pause and a jitter, nothing spent, the hold counted", s: second, cfg: &byTenant,
+			o:    outcome{end: endHeld, wait: 3 * time.Second},
+			want: plan{how: nak, delay: 3*time.Second + heldSpread/2, record: &record{state: queue.StateRetrying, attempts: 1, held: 1, lastErr: e500, response: resp(500), next: 3*time.Second + heldSpread/2, hasNext: true}}},
+		{name: "holds do not count against max_pause_retries", s: jobState{delivered: 5, attempts: 1, held: 2, tenant: "t1"}, cfg: &byTenant,
+			o:    delivered(retry.Pause, 429, e429),
+			want: plan{pause: 7 * time.Second, pauseTenant: "t1", how: nak, delay: 7 * time.Second, record: &record{state: queue.StateRetrying, attempts: 1, held: 2, lastErr: e429, response: resp(429), next: 7 * time.Second, hasNext: true}}},
 		{name: "a redelivery already final is acked as final, unconfirmed", s: jobState{delivered: 2},
 			o: outcome{end: endFinal}, want: plan{how: ack, final: true, skipped: true}},
 		{name: "a job canceled by an operator is acked, not delivered", s: first,
