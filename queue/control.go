@@ -21,7 +21,24 @@ type Control struct {
 	PausedUntil time.Time `json:"paused_until,omitzero"`
 	// Rate replaces the config file's rate ("40/s"); "" keeps the file's.
 	Rate string `json:"rate,omitempty"`
+	// Tenants are single tenants' settings of a fair queue, by tenant id, replacing the config
+	// file's for that tenant.
+	Tenants map[string]TenantControl `json:"tenants,omitempty"`
 }
+
+// TenantControl is what an operator set for one tenant of a fair queue at run time; a zero
+// field keeps the config file's setting.
+type TenantControl struct {
+	// Weight is its weight in the round robin, > 0.
+	Weight float64 `json:"weight,omitempty"`
+	// Rate caps its deliveries ("5/s"), in place of the queue's tenant_rate.
+	Rate string `json:"rate,omitempty"`
+	// InFlight caps its deliveries in flight at once, in place of the queue's tenant_in_flight.
+	InFlight int64 `json:"in_flight,omitempty"`
+}
+
+// IsZero reports whether c sets nothing.
+func (c TenantControl) IsZero() bool { return c == TenantControl{} }
 
 // PausedAt reports whether the control pauses the queue at now.
 func (c Control) PausedAt(now time.Time) bool {

@@ -101,6 +101,7 @@ func (o *Ops) Mount(s *Server, reg prometheus.Registerer) error {
 	write("POST /v1/queues/{queue}/pause", "pause", o.pause)
 	write("POST /v1/queues/{queue}/resume", "resume", o.resume)
 	write("PATCH /v1/queues/{queue}", "rate", o.rate)
+	write("PATCH /v1/queues/{queue}/tenants/{tenant}", "tenant", o.tenantSettings)
 	s.Handle("GET /v1/queues/{queue}/dead-letters", http.HandlerFunc(o.deadLetters))
 	write("POST /v1/queues/{queue}/dead-letters/replay", "replay", o.replay)
 	write("DELETE /v1/queues/{queue}/dead-letters", "purge", o.purge)

@@ -2,9 +2,12 @@ package worker
 
 import (
 	"context"
+	"maps"
 	"math"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/queue"
 	"github.com/sluice-rl/sluice/queue/fair"
 )
 
@@ -22,20 +25,22 @@ func (r *runner) scheduleLoop(ctx context.Context) {
 		return
 	}
 	var (
-		s      fairRun
-		shown  *QueueConfig
-		ticker = time.NewTicker(250 * time.Millisecond)
+		s        fairRun
+		shown    *QueueConfig
+		shownCtl map[string]queue.TenantControl
+		ticker   = time.NewTicker(250 * time.Millisecond)
 	)
 	defer ticker.Stop()
 	defer s.end()
 	for {
-		cfg := r.cfg.Load()
-		r.follow(ctx, &s, cfg, cfg != shown)
-		shown = cfg
+		cfg, ctl := r.cfg.Load(), r.p.control(r.name).Tenants
+		r.follow(ctx, &s, cfg, cfg != shown || !maps.Equal(ctl, shownCtl))
+		shown, shownCtl = cfg, ctl
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		case <-r.controls:
 		}
 	}
 }
@@ -99,6 +104,22 @@ func fairOptions(cfg *QueueConfig, r *runner) fair.Options {
 		TenantRate: cfg.TenantRate,
 		Target:     int(min(max(target, 2), fairTargetMax)),
 		Logger:     r.p.log,
+	}
+	if ctl := r.p.control(r.name).Tenants; len(ctl) > 0 {
+		// An operator's settings for single tenants replace the file's for them.
+		o.Weights = maps.Clone(cfg.Weights)
+		if o.Weights == nil {
+			o.Weights = map[string]float64{}
+		}
+		o.TenantRates = map[string]float64{}
+		for id, tc := range ctl {
+			if tc.Weight > 0 {
+				o.Weights[id] = tc.Weight
+			}
+			if rt, err := config.ParseRate(tc.Rate); err == nil && tc.Rate != "" {
+				o.TenantRates[id] = rt.PerSecond()
+			}
+		}
 	}
 	if cfg.PauseTenant {
 		o.Held = func(tenant string) bool { return r.holds.heldFor(tenant, r.p.now()) > 0 }

@@ -314,7 +314,14 @@ func (p *Pool) watch(ctx context.Context) (stopped <-chan struct{}) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			err := p.q.WatchControls(ctx, func(m map[string]queue.Control) { p.controls.Store(&m) })
+			err := p.q.WatchControls(ctx, func(m map[string]queue.Control) {
+				p.controls.Store(&m)
+				p.mu.Lock()
+				for _, r := range p.runners {
+					r.controlChanged()
+				}
+				p.mu.Unlock()
+			})
 			if ctx.Err() == nil {
 				p.log.Warn("worker: watching queue controls; retrying", "err", err)
 				retry.Sleep(ctx, nil, watchRetry)
@@ -377,7 +384,7 @@ func (p *Pool) control(name string) queue.Control {
 // startLocked starts the runner of queue s; p.mu is held and Run is running.
 func (p *Pool) startLocked(s QueueConfig) {
 	ctx, cancel := context.WithCancel(p.ctx)
-	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1)}
+	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1), controls: make(chan struct{}, 1)}
 	r.steps = r.admissions()
 	r.reconnects.Store(p.q.Reconnects())
 	r.suspectUntil.Store(p.now().Add(p.suspicion(&s)).UnixNano()) // a start may follow a NATS restart
@@ -444,6 +451,15 @@ type runner struct {
 	suspectUntil atomic.Int64
 	reconnects   atomic.Uint64
 	wake         chan struct{} // a job was finished, the last slot waiter got its slot, or the config changed
+	controls     chan struct{} // the operators' controls changed (scheduleLoop applies them at once)
+}
+
+// controlChanged tells the runner's schedule loop that the controls changed.
+func (r *runner) controlChanged() {
+	select {
+	case r.controls <- struct{}{}:
+	default:
+	}
 }
 
 func (r *runner) poke() {

@@ -1,0 +1,122 @@
+package app
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+)
+
+// PATCH /v1/queues/{q}/tenants/{t} sets a tenant's own rate (and weight, in_flight) at run
+// time: the workers apply it — tenant slow, capped at 2/s, gets 2/s while tenant fast drains at
+// the queue's rate — null goes back to the file's, and bad patches get a 400 that names the
+// field.
+func TestTenantSettingsAtRunTime(t *testing.T) {
+	dir := t.TempDir()
+	rec := workertest.NewRecorder(t)
+	r := start(t, dir, fmt.Sprintf(`listen: %s
+admin_listen: %s
+data_dir: %s
+upstream: %s
+queues:
+  - name: shared
+    rate: 1/h
+    tenant: header:X-Tenant
+    fair: true
+    target: POST %s/jobs
+`, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), rec.URL, rec.URL))
+
+	patch := func(path, body string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPatch, "http://"+r.admin+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	for _, bad := range []struct{ body, says string }{
+		{`{"rate":"fast"}`, "rate:"},
+		{`{"weight":0}`, "weight:"},
+		{`{"in_flight":0}`, "in_flight:"},
+		{`{"burst":2}`, `unknown field`},
+		{`[]`, "want a JSON object"},
+	} {
+		if code, b := patch("/v1/queues/shared/tenants/slow", bad.body); code != http.StatusBadRequest || !strings.Contains(string(b), bad.says) {
+			t.Errorf("PATCH %s: %d %s, want 400 naming %q", bad.body, code, b, bad.says)
+		}
+	}
+	if code, _ := patch("/v1/queues/nope/tenants/slow", `{"rate":"2/s"}`); code != http.StatusNotFound {
+		t.Errorf("PATCH of an unknown queue's tenant: %d, want 404", code)
+	}
+	code, b := patch("/v1/queues/shared/tenants/slow", `{"rate":"2/s","weight":2}`)
+	var view struct {
+		Tenant   string
+		Override struct {
+			Weight float64
+			Rate   string
+		}
+	}
+	if err := json.Unmarshal(b, &view); code != http.StatusOK || err != nil || view.Override.Rate != "2/s" || view.Override.Weight != 2 ||
+		view.Tenant != config.TenantID([]byte("slow")) {
+		t.Fatalf("PATCH rate 2/s: %d %s", code, b)
+	}
+	// The queue runs at a rate that holds nothing back; slow's 2/s holds it alone.
+	if code, b := patch("/v1/queues/shared", `{"rate":"50/s"}`); code != http.StatusOK {
+		t.Fatalf("PATCH queue rate: %d %s", code, b)
+	}
+	post := func(tenant string, i int) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+r.listen+"/v1/queues/shared/jobs", strings.NewReader(fmt.Sprintf("%s-%d", tenant, i)))
+		req.Header.Set("X-Tenant", tenant)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("submit: %d", resp.StatusCode)
+		}
+	}
+	// fast's jobs first: once they went out at 50/s, every worker has the controls.
+	for i := range 10 {
+		post("fast", i)
+	}
+	rec.WaitCount(t, 30*time.Second, "fast's jobs", func(n int) bool { return n >= 10 })
+	for i := range 10 {
+		post("slow", i)
+		post("fast", 10+i)
+	}
+	rec.WaitCount(t, 30*time.Second, "every job", func(n int) bool { return n >= 30 })
+	var slow, fast []time.Time
+	for _, a := range rec.Arrivals() {
+		if bytes.HasPrefix(a.Body, []byte("slow-")) {
+			slow = append(slow, a.At)
+		} else {
+			fast = append(fast, a.At)
+		}
+	}
+	slowSpan, fastSpan := slow[len(slow)-1].Sub(slow[0]), fast[len(fast)-1].Sub(fast[10])
+	t.Logf("slow's 10 jobs over %v, fast's second 10 over %v", slowSpan, fastSpan)
+	if slowSpan < 4200*time.Millisecond { // 9 intervals of 500ms, less the scheduler's tick
+		t.Errorf("slow's 10 jobs went out over %v, want its 2/s: >= 4.2s", slowSpan)
+	}
+	if fastSpan > 2*time.Second {
+		t.Errorf("fast's 10 jobs went out over %v, want the queue's pace (50/s), not slow's", fastSpan)
+	}
+	// null goes back to the file's: no settings of its own left.
+	if code, b := patch("/v1/queues/shared/tenants/slow", `{"rate":null,"weight":null}`); code != http.StatusOK || !strings.Contains(string(b), `"override":{}`) {
+		t.Errorf("PATCH nulls: %d %s, want an empty override", code, b)
+	}
+}
