@@ -69,15 +69,16 @@ func TestPublicPackagesImportNoInternal(t *testing.T) {
 	}
 }
 
-// TestAlgorithmsAndClientStayLight: the algorithm packages never import echo or NATS, and the
-// client SDK imports no server dependency at all.
+// TestAlgorithmsAndClientStayLight: the algorithm packages (limit, leaky, inflight) never import
+// echo or NATS, and the client SDK imports no server dependency at all.
 func TestAlgorithmsAndClientStayLight(t *testing.T) {
 	banned := map[string][]string{
-		module + "/client": {"github.com/labstack/echo", "github.com/nats-io/", "github.com/redis/go-redis"},
-		module + "/limit":  {"github.com/labstack/echo", "github.com/nats-io/"},
-		module + "/leaky":  {"github.com/labstack/echo", "github.com/nats-io/"},
-		module + "/retry":  {"github.com/labstack/echo", "github.com/nats-io/", "github.com/redis/go-redis"},
-		module + "/jsonw":  {"github.com/"},
+		module + "/client":   {"github.com/labstack/echo", "github.com/nats-io/", "github.com/redis/go-redis"},
+		module + "/limit":    {"github.com/labstack/echo", "github.com/nats-io/"},
+		module + "/leaky":    {"github.com/labstack/echo", "github.com/nats-io/"},
+		module + "/inflight": {"github.com/labstack/echo", "github.com/nats-io/"},
+		module + "/retry":    {"github.com/labstack/echo", "github.com/nats-io/", "github.com/redis/go-redis"},
+		module + "/jsonw":    {"github.com/"},
 	}
 	for _, p := range packages(t) {
 		for _, dep := range p.Deps {

@@ -1,0 +1,47 @@
+// Package inflight holds concurrency places across processes: "at most N requests in flight",
+// a counting semaphore whose places are leases that come back by themselves after a hold.
+//
+// # Model
+//
+// A [Cap] is a key and a Limit. [Store.Acquire] takes one place under every cap it is given at
+// once, or none (all-or-nothing), for at most hold: the place is held until [Store.Release]
+// gives it back or hold has passed, whichever comes first, so a holder that crashed frees its
+// places within hold. Over a cap is a [Result] with Acquired false and a RetryAfter, not an
+// error; errors mean the store could not decide. [Store.Wait] blocks until the places are
+// acquired. [Memory] holds places in one process; [Redis] shares them among every process that
+// uses the same Redis (or Redis Cluster) and prefix.
+//
+// In Redis a cap is one sorted set: member = lease id, score = the place's expiry in µs of the
+// server's TIME (one clock for every host). The acquire script (lua/acquire.lua) drops the
+// expired members of every key, checks every cap, and only when all have room adds the lease
+// to all and PEXPIREs each key to the latest expiry it holds. The release script removes the
+// lease and, when it freed a live place, PUBLISHes the keys on the store's channel.
+//
+// # Guarantees
+//
+//   - A cap is never exceeded: places are counted and taken atomically by one script (one
+//     critical section for Memory); a place is not counted once its hold has passed, and not
+//     freed before, unless released.
+//   - Releasing a lease twice, after it expired, or in a store that never gave it out is a
+//     no-op: places are members named by random lease ids, so a release frees only its own.
+//   - Waiters are woken by releases: in this process at once, and in other processes through
+//     one Redis pub/sub subscription per store. A lost notification only delays a waiter until
+//     its fallback re-check: the earliest expiry of a full cap, capped at [DefaultRecheck].
+//   - Redis Cluster: the keys of one Acquire must hash to one slot; put one {hash-tag} in
+//     every key. Redis checks it for any client, so that code tested on one server keeps
+//     working on a cluster, and returns [ErrCrossSlot] before contacting the server.
+//   - An Acquire that returns an error (a timeout, ctx ended) may still have taken its places
+//     on the server; they come back after hold.
+//
+// # Costs
+//
+// Redis: one round trip per Acquire (EVALSHA), one per Release, one per Wait attempt; a
+// Release that frees a place publishes one message, and each store with waiters on one of its
+// keys tries those waiters again (one round trip each). A held place costs one sorted-set
+// member (a 26-byte id and a score, ~50 bytes in a listpack); a key with no place held costs
+// nothing: a key emptied by releases is deleted by Redis at once, and one whose places all
+// expired disappears with its TTL, the latest expiry it held. Memory: a map entry per lease
+// under a mutex, expired places dropped when their key is next touched, empty keys deleted,
+// and keys left with only expired places swept as new keys arrive. Figures are in
+// BENCHMARKS.md.
+package inflight

@@ -1,0 +1,155 @@
+package inflight
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// DefaultRecheck is how long a Redis waiter waits at most for a notification before it tries
+// again: a release whose message was lost (a subscription reconnecting) delays it that long.
+const DefaultRecheck = 250 * time.Millisecond
+
+// waiters are the Waits of one store, by key: a release of a key wakes every waiter of it,
+// which then tries to acquire again. Its methods are safe for concurrent use.
+type waiters struct {
+	mu     sync.Mutex
+	byKey  map[string]map[*waiter]struct{}
+	closed bool
+}
+
+// waiter is one blocked Wait. wake has room for one notification: more while it is awake add
+// nothing, since its next attempt sees every release before it.
+type waiter struct {
+	keys []string
+	wake chan struct{}
+}
+
+// add registers a waiter on keys; it is called before the first attempt, so that no release
+// between an attempt and the wait is missed. It returns nil once the store is closed.
+func (ws *waiters) add(keys []string) *waiter {
+	w := &waiter{keys: keys, wake: make(chan struct{}, 1)}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.closed {
+		return nil
+	}
+	if ws.byKey == nil {
+		ws.byKey = make(map[string]map[*waiter]struct{})
+	}
+	for _, k := range keys {
+		set := ws.byKey[k]
+		if set == nil {
+			set = make(map[*waiter]struct{})
+			ws.byKey[k] = set
+		}
+		set[w] = struct{}{}
+	}
+	return w
+}
+
+// remove unregisters w.
+func (ws *waiters) remove(w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, k := range w.keys {
+		if set := ws.byKey[k]; set != nil {
+			delete(set, w)
+			if len(set) == 0 {
+				delete(ws.byKey, k)
+			}
+		}
+	}
+}
+
+// wakeKey wakes every waiter of key.
+func (ws *waiters) wakeKey(key string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for w := range ws.byKey[key] {
+		w.signal()
+	}
+}
+
+// any reports whether a waiter is registered (for the subscription to skip parsing).
+func (ws *waiters) any() bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return len(ws.byKey) > 0
+}
+
+// close wakes every waiter and makes add refuse new ones.
+func (ws *waiters) close() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.closed = true
+	for _, set := range ws.byKey {
+		for w := range set {
+			w.signal()
+		}
+	}
+}
+
+func (ws *waiters) isClosed() bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.closed
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wait is Store.Wait over acquire: it tries, and while refused sleeps until a release of one of
+// keys wakes it, the refusal's RetryAfter passes (at most recheck, when recheck > 0), or ctx
+// ends.
+func wait(ctx context.Context, ws *waiters, keys []string, recheck time.Duration,
+	acquire func(context.Context) (Result, error)) (Result, error) {
+	w := ws.add(keys)
+	if w == nil {
+		return Result{}, ErrClosed
+	}
+	defer ws.remove(w)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		res, err := acquire(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return Result{}, ctx.Err()
+			}
+			return Result{}, err
+		}
+		if res.Acquired {
+			return res, nil
+		}
+		d := res.RetryAfter
+		if d <= 0 || recheck > 0 && d > recheck {
+			d = recheck
+		}
+		if d <= 0 {
+			d = DefaultRecheck
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-w.wake:
+			if ws.isClosed() {
+				return Result{}, ErrClosed
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+	}
+}
