@@ -38,7 +38,7 @@ type Job struct {
 	// checked by the worker before delivery (see Queues.Publish).
 	AckBy time.Time `json:"ack_by,omitzero"`
 	// Tenant names who the job belongs to, as an opaque value the caller derives (the ingress:
-	// a hash of the queue's tenant key parts); "" is the one tenant of a queue without
+	// [Queues.TenantID] of the queue's tenant key parts); "" is the one tenant of a queue without
 	// tenants. It scopes the Idempotency-Key and the job's status.
 	Tenant string `json:"tenant,omitempty"`
 }

@@ -69,6 +69,23 @@ func (q *Queues) JobID(queue, tenant, idempotencyKey string) string {
 	return id.String()
 }
 
+// tenantIDLabel starts the input of TenantID's HMAC, so that a tenant id is never the output of
+// another use of the id secret (JobID's input starts with a length, never with this text).
+const tenantIDLabel = "sluice tenant id v1\x00"
+
+// TenantID returns the tenant id of key, a tenant's key parts' values as the caller joins them
+// (the ingress: the queue's tenant parts; config: a weights entry): 32 lower-case hex digits of
+// HMAC-SHA-256 keyed with the deployment's id secret (Options.IDSecret) over a label of its own
+// and key. Every process that shares the secret derives the same id; without the secret the id
+// of a known value (an API key) cannot be computed, so ids that the admin API lists or that
+// job records carry do not confirm which values are tenants. Safe for concurrent use.
+func (q *Queues) TenantID(key []byte) string {
+	m := hmac.New(sha256.New, q.secret)
+	m.Write([]byte(tenantIDLabel))
+	m.Write(key)
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
 // queueTag is the 16-bit tag of queue that JobID puts at the end of an unkeyed job id: FNV-1a
 // over the name, folded.
 func queueTag(queue string) uint16 {

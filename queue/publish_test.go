@@ -3,6 +3,8 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -153,6 +155,42 @@ func TestJobIDSecret(t *testing.T) {
 	opts.IDSecret = []byte("short")
 	if _, err := queue.New(b.ctx, b.js, opts); err == nil {
 		t.Fatal("a 5-byte IDSecret was accepted")
+	}
+}
+
+// TestTenantIDSecret: a tenant id is keyed with the id secret. Two Queues on one prefix share it
+// and agree; one with another secret derives another id for the same value; neither is the
+// unsalted SHA-256 the ids were before (which anyone could compute from an API key), and two
+// values never share an id.
+func TestTenantIDSecret(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "orders"})
+	again, err := queue.New(b.ctx, b.js, b.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("sk_live_customer_1")
+	id := b.q.TenantID(key)
+	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(id) {
+		t.Fatalf("tenant id %q is not 32 hex digits", id)
+	}
+	if again.TenantID(key) != id {
+		t.Fatal("two processes on one prefix derive different tenant ids for one value")
+	}
+	opts := b.opts
+	opts.IDSecret = []byte("another secret, 32 bytes long..")
+	other, err := queue.New(b.ctx, b.js, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.TenantID(key) == id {
+		t.Fatal("the tenant id does not depend on the secret")
+	}
+	sum := sha256.Sum256(key)
+	if unsalted := hex.EncodeToString(sum[:16]); id == unsalted || other.TenantID(key) == unsalted {
+		t.Fatal("the tenant id is the unsalted SHA-256 of the value")
+	}
+	if b.q.TenantID([]byte("sk_live_customer_2")) == id || b.q.TenantID(nil) == id {
+		t.Fatal("two values share a tenant id")
 	}
 }
 

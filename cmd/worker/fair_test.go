@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 	"github.com/sluice-rl/sluice/queue"
 )
 
 // publishTenant publishes n direct jobs of the tenant whose X-Tenant header is value, as the
-// ingress would (its tenant is config.TenantID of the value), and returns their ids.
+// ingress would (its tenant is the queues' TenantID of the value), and returns their ids.
 func (c *cluster) publishTenant(name, value string, n int) []string {
 	c.t.Helper()
 	return c.publishJobs(name, n, func(int) string { return value })
@@ -38,7 +37,7 @@ func (c *cluster) publishJobs(name string, n int, tenant func(i int) string) []s
 			ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 			defer cancel()
 			value := tenant(i)
-			r, err := c.qs.Publish(ctx, &queue.Job{Queue: name, Direct: true, Tenant: config.TenantID([]byte(value)),
+			r, err := c.qs.Publish(ctx, &queue.Job{Queue: name, Direct: true, Tenant: c.qs.TenantID([]byte(value)),
 				Header: http.Header{"Content-Type": {"text/plain"}}, Body: fmt.Appendf(nil, "%s-%d", value, i)})
 			if err != nil {
 				errs <- err

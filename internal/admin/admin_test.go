@@ -251,3 +251,61 @@ func TestExposed(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantByValue: GET /v1/queues/{q}/tenants/{value} finds a fair queue's tenant by its
+// value through TenantID (keyed with the id secret), names it when weights do, and finds it by
+// its id too; a tenant id derived under another secret is another tenant, with nothing waiting.
+func TestTenantByValue(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(testenv.Connect(t, testenv.NATS(t).URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := queue.New(ctx, js, queue.Options{Prefix: testenv.Name(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := queue.New(ctx, js, queue.Options{Prefix: testenv.Name(t), IDSecret: []byte("another deployment's secret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("t.yaml", []byte("queues:\n  - { name: orders, rate: 5/s, tenant: 'header:X-Tenant', fair: true, weights: { gold-key: 3 } }\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qs.Provision(ctx, []queue.Spec{{Name: "orders", Fair: true}}); err != nil {
+		t.Fatal(err)
+	}
+	gold := qs.TenantID([]byte("gold-key"))
+	for range 2 {
+		if _, err := qs.Publish(ctx, &queue.Job{Queue: "orders", Direct: true, Tenant: gold, Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := New("127.0.0.1:0", nil)
+	tenantID := func(key []byte) (string, error) { return qs.TenantID(key), nil }
+	(&Queues{Info: qs, Config: func() *config.Config { return cfg }, Tenant: qs.Tenant, TenantID: tenantID}).Mount(s)
+
+	read := func(path string) TenantStatus {
+		t.Helper()
+		res, body := get(t, s.Handler(), path)
+		var ts TenantStatus
+		if res.StatusCode != 200 || json.Unmarshal(body, &ts) != nil {
+			t.Fatalf("GET %s: %d %s", path, res.StatusCode, body)
+		}
+		return ts
+	}
+	for _, path := range []string{"/v1/queues/orders/tenants/gold-key", "/v1/queues/orders/tenants/" + gold} {
+		if ts := read(path); ts.Tenant != gold || ts.Name != "gold-key" || ts.Weight != 3 || ts.Depth != 2 {
+			t.Errorf("GET %s = %+v, want tenant %s named gold-key, weight 3, depth 2", path, ts, gold)
+		}
+	}
+	elsewhere := other.TenantID([]byte("gold-key"))
+	if elsewhere == gold {
+		t.Fatal("two secrets derive one tenant id")
+	}
+	if ts := read("/v1/queues/orders/tenants/" + elsewhere); ts.Depth != 0 || ts.Name != "" {
+		t.Errorf("the id under another secret = %+v, want an unnamed tenant with nothing waiting", ts)
+	}
+}

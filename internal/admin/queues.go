@@ -48,11 +48,16 @@ type Queues struct {
 	// Tenant describes one tenant of a fair queue (*queue.Queues.Tenant). Optional: nil
 	// answers GET /v1/queues/{queue}/tenants/{tenant} with 404.
 	Tenant func(ctx context.Context, queue, tenant string) (queue.TenantInfo, error)
+	// TenantID derives the tenant id of a tenant's value (*queue.Queues.TenantID, keyed with
+	// the deployment's id secret), to find a tenant by its value and to name the tenants that
+	// weights name. Optional: nil finds tenants by id only and names none.
+	TenantID func(key []byte) (string, error)
 }
 
 // TenantStatus is the admin view of one tenant of a fair queue.
 type TenantStatus struct {
-	// Tenant is the tenant's id: a hash of its key parts' values, as jobs carry it.
+	// Tenant is the tenant's id: its key parts' values keyed with the id secret
+	// (queue.Queues.TenantID), as jobs carry it.
 	Tenant string `json:"tenant"`
 	// Name is the tenant's value when the queue's weights name it, else "".
 	Name string `json:"name,omitempty"`
@@ -117,7 +122,7 @@ func (q *Queues) Mount(s *Server) {
 }
 
 // tenant serves GET /v1/queues/{queue}/tenants/{tenant}: {tenant} is a tenant id (32 hex
-// digits, as TopTenants lists them) or a tenant's value, which is hashed to its id.
+// digits, as TopTenants lists them) or a tenant's value, whose id TenantID derives.
 func (q *Queues) tenant(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("queue")
 	cq, ok := q.Config().Queue(name)
@@ -127,7 +132,15 @@ func (q *Queues) tenant(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("tenant")
 	if !isTenantID(id) {
-		id = config.TenantID([]byte(id))
+		if q.TenantID == nil {
+			writeProblem(w, http.StatusNotFound, "Unknown tenant", "tenants are found by id (32 hex digits) here")
+			return
+		}
+		var err error
+		if id, err = q.TenantID([]byte(id)); err != nil {
+			writeProblem(w, http.StatusServiceUnavailable, "Tenant state unavailable", err.Error())
+			return
+		}
 	}
 	ti, err := q.Tenant(r.Context(), name, id)
 	switch {
@@ -136,7 +149,7 @@ func (q *Queues) tenant(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeProblem(w, http.StatusServiceUnavailable, "Tenant state unavailable", err.Error())
 	default:
-		st := tenantStatus(tenantNames(cq), cq, id, ti.Depth)
+		st := tenantStatus(q.tenantNames(cq), cq, id, ti.Depth)
 		st.Delivered = &ti.Delivered
 		writeJSON(w, http.StatusOK, st)
 	}
@@ -164,11 +177,19 @@ func tenantStatus(names map[string]string, cq *config.Queue, id string, depth ui
 	return st
 }
 
-// tenantNames maps the ids of the tenants cq's weights name to their values.
-func tenantNames(cq *config.Queue) map[string]string {
+// tenantNames maps the ids of the tenants cq's weights name to their values; empty when ids
+// cannot be derived (no TenantID, or the queues are not open yet).
+func (q *Queues) tenantNames(cq *config.Queue) map[string]string {
 	names := make(map[string]string, len(cq.Weights))
+	if q.TenantID == nil {
+		return names
+	}
 	for v := range cq.Weights {
-		names[config.TenantID([]byte(v))] = v
+		id, err := q.TenantID([]byte(v))
+		if err != nil {
+			return map[string]string{}
+		}
+		names[id] = v
 	}
 	return names
 }
@@ -224,7 +245,7 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 	if err != nil {
 		return st, err
 	}
-	st.setInfo(info, cq)
+	st.setInfo(info, cq, q.tenantNames)
 	now := time.Now
 	if q.Now != nil {
 		now = q.Now
@@ -249,7 +270,7 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 
 // setInfo sets what info says of configured queue cq: its counts and, when it is fair, its
 // tenants.
-func (st *QueueStatus) setInfo(info queue.Info, cq *config.Queue) {
+func (st *QueueStatus) setInfo(info queue.Info, cq *config.Queue, tenantNames func(*config.Queue) map[string]string) {
 	st.Depth, st.Pending, st.InFlight = info.Depth, info.Pending, info.InFlight
 	st.Consumers, st.DeadLetters, st.Left = info.Consumers, info.DeadLetters, info.Left
 	if !info.Fair {

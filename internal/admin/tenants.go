@@ -38,7 +38,12 @@ func (o *Ops) tenantSettings(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := r.PathValue("tenant")
 	if !isTenantID(id) {
-		id = config.TenantID([]byte(id))
+		if o.Queues.TenantID == nil {
+			return fail(w, badRequest("tenants are named by id (32 hex digits) here"))
+		}
+		if id, err = o.Queues.TenantID([]byte(id)); err != nil {
+			return fail(w, err)
+		}
 	}
 	change, err := parseTenantPatch(r.Body)
 	if err != nil {

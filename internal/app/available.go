@@ -290,6 +290,17 @@ func (l *lateQueues) Controls(ctx context.Context) (map[string]queue.Control, er
 	return qs.Controls(ctx)
 }
 
+// TenantID is queue.Queues.TenantID, for the ingress's tenants and the admin API's tenant
+// reads: errQueuesUnavailable until the queues open, since the id secret may be the one kept in
+// JetStream.
+func (l *lateQueues) TenantID(key []byte) (string, error) {
+	qs, err := l.get()
+	if err != nil {
+		return "", err
+	}
+	return qs.TenantID(key), nil
+}
+
 // Tenant is queue.Queues.Tenant, for the admin API's tenant reads.
 func (l *lateQueues) Tenant(ctx context.Context, q, tenant string) (queue.TenantInfo, error) {
 	qs, err := l.get()

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 )
@@ -98,31 +99,57 @@ queues:
 	if !qs.Fair || qs.Depth < 7 || qs.Depth > 10 || qs.Tenants < 1 || len(qs.TopTenants) != qs.Tenants {
 		t.Fatalf("queue status = %+v, want fair, depth 8 (7 once the first slot's job left, up to 2 more counted twice), tenants listed", qs)
 	}
-	for _, tt := range qs.TopTenants {
-		if tt.Tenant == config.TenantID([]byte("gold")) && (tt.Name != "gold" || tt.Weight != 3) {
-			t.Errorf("gold listed as %+v, want its name and weight 3", tt)
-		}
-	}
-
 	// Each job is in its tenant's backlog or was handed to the workers: the counts add up
 	// once the scheduler has written them (once a second).
 	type tenantStatus struct {
 		Tenant    string  `json:"tenant"`
+		Name      string  `json:"name"`
 		Depth     uint64  `json:"depth"`
 		Delivered *uint64 `json:"delivered"`
 	}
+	ids := map[string]string{} // by value
 	testenv.WaitFor(t, 10*time.Second, "tenant depths and delivered counts to add up to 8", func() bool {
 		var sum uint64
 		for _, v := range []string{"gold", "plain"} {
 			var ts tenantStatus
 			getJSON(t, admin+"/v1/queues/shared/tenants/"+v, &ts)
-			if ts.Tenant != config.TenantID([]byte(v)) || ts.Delivered == nil {
+			if len(ts.Tenant) != 32 || ts.Delivered == nil {
 				t.Fatalf("tenant %s: %+v", v, ts)
 			}
+			ids[v] = ts.Tenant
 			sum += ts.Depth + *ts.Delivered
 		}
 		return sum == 8
 	})
+	// A tenant's id is keyed with the deployment's id secret: not the SHA-256 of its value,
+	// which anyone could compute from an API key to learn whether it is a customer's.
+	for v, id := range ids {
+		sum := sha256.Sum256([]byte(v))
+		if id == hex.EncodeToString(sum[:16]) {
+			t.Errorf("tenant %s's id %s is the unsalted SHA-256 of its value", v, id)
+		}
+	}
+	if ids["gold"] == ids["plain"] {
+		t.Fatalf("two tenants share the id %s", ids["gold"])
+	}
+	// The value and the id find the same tenant, and the weights name it by its value.
+	var byID tenantStatus
+	getJSON(t, admin+"/v1/queues/shared/tenants/"+ids["gold"], &byID)
+	if byID.Tenant != ids["gold"] || byID.Name != "gold" {
+		t.Errorf("gold by id: %+v, want tenant %s named gold", byID, ids["gold"])
+	}
+	found := false
+	for _, tt := range qs.TopTenants {
+		if tt.Tenant == ids["gold"] {
+			found = true
+			if tt.Name != "gold" || tt.Weight != 3 {
+				t.Errorf("gold listed as %+v, want its name and weight 3", tt)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("gold (%s) not among the top tenants %+v", ids["gold"], qs.TopTenants)
+	}
 	resp, err := http.Get(admin + "/v1/queues/nope/tenants/gold")
 	if err != nil {
 		t.Fatal(err)

@@ -324,6 +324,7 @@ func (p *ingressProc) mountAdmin(context.Context) error {
 		PausedUntil: pausedUntil(p.schedule),
 		Controls:    p.late.Controls,
 		Tenant:      p.late.Tenant,
+		TenantID:    p.late.TenantID,
 	}
 	if ad, ok := p.schedule.(leaky.Adapter); ok {
 		queues.Learned = ad.Learned
@@ -356,7 +357,7 @@ func (p *ingressProc) newPool(context.Context) error {
 	pool, err := worker.New(worker.Deps{
 		Queues: p.qs, Schedule: p.schedule, Registerer: p.reg, Logger: p.log,
 		ShutdownTimeout: cfg.ShutdownTimeout,
-	}, worker.FromConfig(cfg))
+	}, worker.FromConfig(cfg, p.qs.TenantID))
 	if err != nil {
 		return connect.ConfigError(err)
 	}
@@ -377,7 +378,7 @@ func (p *ingressProc) watch(ctx context.Context) error {
 	}
 	if p.pool != nil {
 		steps = append(steps, reloadStep{"worker pool", func(_ context.Context, next *config.Config) error {
-			return p.pool.Reload(worker.FromConfig(next))
+			return p.pool.Reload(worker.FromConfig(next, p.qs.TenantID))
 		}})
 	}
 	r := &reloader{proc: "ingress", log: p.log, failed: p.adm.ReloadFailed, current: &p.current, steps: steps}

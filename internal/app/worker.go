@@ -173,7 +173,7 @@ func (p *workerProc) newPool(context.Context) error {
 		Registerer:      p.reg,
 		Logger:          p.log,
 		ShutdownTimeout: cfg.ShutdownTimeout,
-	}, worker.FromConfig(cfg))
+	}, worker.FromConfig(cfg, p.qs.TenantID))
 	if err != nil {
 		return configErr(err)
 	}
@@ -187,7 +187,9 @@ func (p *workerProc) newPool(context.Context) error {
 func (p *workerProc) watch(ctx context.Context) error {
 	r := &reloader{proc: "worker", log: p.log, failed: p.adm.ReloadFailed, current: &p.current, steps: []reloadStep{
 		{"provision queues", func(ctx context.Context, next *config.Config) error { return p.qs.Provision(ctx, QueueSpecs(next)) }},
-		{"worker pool", func(_ context.Context, next *config.Config) error { return p.pool.Reload(worker.FromConfig(next)) }},
+		{"worker pool", func(_ context.Context, next *config.Config) error {
+			return p.pool.Reload(worker.FromConfig(next, p.qs.TenantID))
+		}},
 	}}
 	return r.watcher(ctx, p.ConfigPath).Run(ctx)
 }

@@ -40,8 +40,6 @@
 package config
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
@@ -298,21 +296,16 @@ const (
 	PauseTenant PauseScope = "tenant"
 )
 
-// TenantID is the tenant of jobs whose tenant key parts make up key: a hash, so that the
-// values (API keys among them) are never stored.
-func TenantID(key []byte) string {
-	sum := sha256.Sum256(key)
-	return hex.EncodeToString(sum[:16])
-}
-
-// TenantWeights returns Weights by tenant (TenantID of each value).
-func (q *Queue) TenantWeights() map[string]float64 {
+// TenantWeights returns Weights by tenant id: id (the queue layer's Queues.TenantID, keyed
+// with the deployment's id secret) of each value. nil when Weights is empty; id is called only
+// for Weights' values.
+func (q *Queue) TenantWeights(id func(key []byte) string) map[string]float64 {
 	if len(q.Weights) == 0 {
 		return nil
 	}
 	out := make(map[string]float64, len(q.Weights))
 	for v, w := range q.Weights {
-		out[TenantID([]byte(v))] = w
+		out[id([]byte(v))] = w
 	}
 	return out
 }

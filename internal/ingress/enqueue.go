@@ -32,6 +32,10 @@ type Enqueuer interface {
 	// Info describes queue name; the ingress reads its depth to compute Retry-After when
 	// the queue is full.
 	Info(ctx context.Context, name string) (queue.Info, error)
+	// TenantID returns the tenant id of a tenant's key parts' values, key, keyed with the
+	// deployment's id secret ([queue.Queues.TenantID]), or an error when it cannot be derived
+	// yet (the ingress answers 503, as for a publish that fails).
+	TenantID(key []byte) (string, error)
 }
 
 // Accepted is the body of a 202 answer: the job a request became.
@@ -90,7 +94,7 @@ func (g *gate) deferRequest(c echo.Context, rs *ruleSet, ru *rule) error {
 	if k := r.Header.Get("Idempotency-Key"); validIdempotencyKey(k) {
 		job.IdempotencyKey = k
 	}
-	if job.Tenant, err = tenantOf(rs, q, r); err != nil {
+	if job.Tenant, err = g.tenantOf(rs, q, r); err != nil {
 		return g.respondError(c, err)
 	}
 	if err := g.publish(c, q, job); err != nil {
@@ -281,7 +285,7 @@ func (s *Server) submitJob(c echo.Context) error {
 		}
 	}
 	var err error
-	if job.Tenant, err = tenantOf(rs, q, r); err != nil {
+	if job.Tenant, err = s.gate.tenantOf(rs, q, r); err != nil {
 		return err
 	}
 	body, err := readBody(c, q)
@@ -293,20 +297,43 @@ func (s *Server) submitJob(c echo.Context) error {
 }
 
 // tenantOf returns the tenant of a request to queue q: "" for a queue without tenant key
-// parts, else a hash of the parts' values (the values themselves, API keys among them, are
-// never stored). It returns a 400 problem when a part's header or query parameter is repeated
-// with different values.
-func tenantOf(rs *ruleSet, q *config.Queue, r *http.Request) (string, error) {
+// parts, else the tenant id of the parts' values (Enqueuer.TenantID: keyed with the id secret,
+// so the values, API keys among them, are never stored, and their ids cannot be computed from
+// them). It returns a 400 problem when a part's header or query parameter is repeated with
+// different values, and a *publishError (503) when the id cannot be derived yet.
+func (g *gate) tenantOf(rs *ruleSet, q *config.Queue, r *http.Request) (string, error) {
+	id, _, err := g.tenant(rs, q, r)
+	return id, err
+}
+
+// tenant is tenantOf, with the tenant key parts' values it derived the id from (nil for a
+// queue without tenant parts).
+func (g *gate) tenant(rs *ruleSet, q *config.Queue, r *http.Request) (id string, key []byte, err error) {
 	if len(q.Tenant) == 0 {
-		return "", nil
+		return "", nil, nil
 	}
 	req := request{r: r, trusted: rs.trusted, v6bits: rs.v6bits}
-	key := appendParts(nil, q.Tenant, &req)
+	key = appendParts(nil, q.Tenant, &req)
 	if req.conflict != "" {
-		return "", badRequest("ambiguous tenant", "the "+req.conflict+" appears several times with different values; send it once")
+		return "", nil, badRequest("ambiguous tenant", "the "+req.conflict+" appears several times with different values; send it once")
 	}
+	if g.enqueuer == nil {
+		return "", nil, &publishError{queue: q.Name, err: errNoEnqueuer}
+	}
+	if id, err = g.enqueuer.TenantID(key); err != nil {
+		return "", nil, &publishError{queue: q.Name, err: err}
+	}
+	return id, key, nil
+}
+
+// legacyTenantID is the tenant id that versions before tenant ids were keyed with the id
+// secret gave the values key: the unsalted SHA-256, which anyone can compute from an API key.
+// Only getJob uses it, so that a tenant still reads the status of its jobs accepted before the
+// upgrade (their records carry it, for job_retention); nothing new is stored under it, and
+// the admin API never derives it. Remove it one job_retention after every deployment upgraded.
+func legacyTenantID(key []byte) string {
 	sum := sha256.Sum256(key)
-	return hex.EncodeToString(sum[:16]), nil
+	return hex.EncodeToString(sum[:16])
 }
 
 // getJob serves GET /v1/jobs/{id}.
@@ -330,10 +357,13 @@ func (s *Server) getJob(c echo.Context) error {
 	rs := s.gate.rules.Load()
 	if q, ok := rs.queues[st.Queue]; ok || st.Tenant != "" {
 		var asker string
+		var key []byte
+		var aerr error
 		if ok {
-			asker, _ = tenantOf(rs, q, c.Request())
+			asker, key, aerr = s.gate.tenant(rs, q, c.Request())
 		}
-		if asker != st.Tenant {
+		mine := aerr == nil && (asker == st.Tenant || key != nil && legacyTenantID(key) == st.Tenant)
+		if !mine {
 			return fmt.Errorf("%w: %s", queue.ErrNotFound, id)
 		}
 	}

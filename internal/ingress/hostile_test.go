@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/queue"
 )
 
 // These tests play the attacker of the hostile-input review: each one failed on the ingress
@@ -300,5 +301,30 @@ rules:
 	}
 	if got := metric(t, f.reg, "sluice_limiter_overflow_total"); got < 2000-64 {
 		t.Errorf("sluice_limiter_overflow_total = %v, want at least %d", got, 2000-64)
+	}
+}
+
+// TestTenantIDKeyedWithSecret: the ingress's tenant of a request is the queue layer's
+// TenantID of its key parts' values (keyed with the id secret), not their unsalted SHA-256;
+// and a job recorded before the upgrade under the unsalted id is still read by its own tenant
+// alone.
+func TestTenantIDKeyedWithSecret(t *testing.T) {
+	f := newQueueFixture(t, tenantYAML)
+	a := accepted(t, f.do("POST", "/v1/queues/shared/jobs", strings.NewReader("x"), "X-API-Key", "key-A"), "shared")
+	st, err := f.qs.Status(f.ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := f.qs.TenantID([]byte("key-A")); st.Tenant != want || st.Tenant == legacyTenantID([]byte("key-A")) {
+		t.Fatalf("tenant of key-A's job = %q, want the keyed id %q", st.Tenant, want)
+	}
+	old, err := f.qs.Publish(f.ctx, &queue.Job{Queue: "shared", Direct: true, Body: []byte("y"), Tenant: legacyTenantID([]byte("key-A"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for apiKey, want := range map[string]int{"key-A": 200, "key-B": 404} {
+		if res := f.do("GET", JobPath(old.ID), nil, "X-API-Key", apiKey); res.StatusCode != want {
+			t.Errorf("GET a job recorded under the unsalted id as %s: %d, want %d", apiKey, res.StatusCode, want)
+		}
 	}
 }

@@ -134,8 +134,9 @@ func absHTTP(s string) bool {
 
 // FromConfig maps the queues of a config file to the worker's per-queue configs: the rate and
 // burst to a leak rate, cfg.Upstream to every queue's Upstream, the queue's target, attempts,
-// backoff, timeout, concurrency, ack_wait and max_pause_retries, all complete in a loaded config.
-func FromConfig(cfg *config.Config) []QueueConfig {
+// backoff, timeout, concurrency, ack_wait and max_pause_retries, all complete in a loaded config;
+// a fair queue's weights by tenant id, tenantID (*queue.Queues.TenantID) of each value.
+func FromConfig(cfg *config.Config, tenantID func(key []byte) string) []QueueConfig {
 	out := make([]QueueConfig, 0, len(cfg.Queues))
 	for _, q := range cfg.Queues {
 		qc := QueueConfig{
@@ -152,7 +153,7 @@ func FromConfig(cfg *config.Config) []QueueConfig {
 			Adaptive:        q.Adaptive,
 			MinRate:         q.MinRate.PerSecond(),
 			Fair:            q.Fair,
-			Weights:         q.TenantWeights(),
+			Weights:         q.TenantWeights(tenantID),
 			TenantRate:      q.TenantRate.PerSecond(),
 			PauseTenant:     q.PauseScope == config.PauseTenant,
 			MaxInFlight:     q.MaxInFlight,

@@ -704,7 +704,7 @@ queues:
   - name: plain
     rate: 10/m
 `)
-	qs := worker.FromConfig(cfg)
+	qs := worker.FromConfig(cfg, nil) // no weights: no tenant ids to derive
 	if len(qs) != 2 {
 		t.Fatalf("%d queues, want 2", len(qs))
 	}
