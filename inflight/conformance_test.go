@@ -76,6 +76,7 @@ func TestConformance(t *testing.T) {
 		{"WaitCanceled", testWaitCanceled},
 		{"ReleaseIsIdempotent", testReleaseIsIdempotent},
 		{"Invalid", testInvalid},
+		{"Renew", testRenew},
 	}
 	for _, d := range drivers() {
 		t.Run(d.name, func(t *testing.T) {
@@ -402,5 +403,37 @@ func testInvalid(t *testing.T, pair pairFunc) {
 	}
 	if n := inFlight(t, s, "{v}a"); n[0] != 0 {
 		t.Fatalf("in flight %v", n)
+	}
+}
+
+// testRenew: a renewed lease keeps its places past its first hold; a lease one of whose places
+// expired is not renewed, and gives its other places back.
+func testRenew(t *testing.T, pair pairFunc) {
+	a, b := pair(t)
+	ctx := context.Background()
+	caps := []Cap{{Key: "{r}:q", Limit: 1}, {Key: "{r}:t", Limit: 1}}
+	held := ok(t)(a.Acquire(ctx, caps, 200*time.Millisecond))
+	renewed, err := a.(Renewer).Renew(ctx, held.Lease, time.Minute)
+	if err != nil || !renewed {
+		t.Fatalf("Renew of a live lease: %v, %v; want true", renewed, err)
+	}
+	// Long past the first hold, the places are still held.
+	time.Sleep(300 * time.Millisecond) // the first hold must pass on the store's clock
+	if r := ok(t)(b.Acquire(ctx, caps[:1], time.Minute)); r.Acquired {
+		t.Fatal("a renewed place expired at its first hold")
+	}
+	if err := a.Release(ctx, held.Lease); err != nil {
+		t.Fatal(err)
+	}
+	// A lease whose place of {r}:t was given back (released) is not renewed, and frees {r}:q.
+	short := ok(t)(a.Acquire(ctx, caps, time.Minute))
+	if err := a.Release(ctx, Lease{ID: short.Lease.ID, Keys: []string{"{r}:t"}}); err != nil {
+		t.Fatal(err)
+	}
+	if renewed, err := a.(Renewer).Renew(ctx, short.Lease, time.Minute); err != nil || renewed {
+		t.Fatalf("Renew of a lease with a lost place: %v, %v; want false", renewed, err)
+	}
+	if n := inFlight(t, b, "{r}:q", "{r}:t"); !equal(n, []int64{0, 0}) {
+		t.Fatalf("in flight after a failed Renew: %v, want none", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/inflight"
 	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/connect"
@@ -77,13 +78,14 @@ type workerProc struct {
 	current  atomic.Pointer[config.Config]
 	draining atomic.Bool // the pool runs: /readyz's "worker" check
 
-	rdb  redis.UniversalClient
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	ln   net.Listener
-	adm  *admin.Server
-	qs   *queue.Queues
-	pool *worker.Pool
+	rdb    redis.UniversalClient
+	places *inflight.Redis // the concurrency places, on rdb
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	ln     net.Listener
+	adm    *admin.Server
+	qs     *queue.Queues
+	pool   *worker.Pool
 }
 
 // services are the worker's services, in the order they start (see the package doc). The
@@ -91,7 +93,7 @@ type workerProc struct {
 // drain yet while NATS is down.
 func (p *workerProc) services(lc *lifecycle) []service {
 	return []service{
-		{name: "redis", start: p.startRedis, stop: func(context.Context) error { return p.rdb.Close() }},
+		{name: "redis", start: p.startRedis, stop: func(context.Context) error { p.places.Close(); return p.rdb.Close() }},
 		{name: "nats", start: p.startNATS, stop: func(context.Context) error { p.nc.Close(); return nil }},
 		{name: "admin api", start: p.startAdmin, stop: func(context.Context) error { p.ln.Close(); return nil }},
 		lc.run("admin listener", background{}, func(ctx context.Context) error { return p.adm.Serve(ctx, p.ln) }),
@@ -113,7 +115,7 @@ func (p *workerProc) startRedis(ctx context.Context) error {
 	if err != nil {
 		return configErrf("%s: redis.url: %w", cfg.Path, err)
 	}
-	p.rdb = rdb
+	p.rdb, p.places = rdb, inflight.NewRedis(rdb)
 	for _, w := range cfg.Warnings() {
 		p.log.Warn("worker: " + w)
 	}
@@ -170,6 +172,7 @@ func (p *workerProc) newPool(context.Context) error {
 	pool, err := worker.New(worker.Deps{
 		Queues:          p.qs,
 		Schedule:        leaky.NewRedis(p.rdb, leaky.RedisConfig{}),
+		Places:          p.places,
 		Registerer:      p.reg,
 		Logger:          p.log,
 		ShutdownTimeout: cfg.ShutdownTimeout,

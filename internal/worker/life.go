@@ -133,9 +133,38 @@ func (r *runner) admissions() []admission {
 	return []admission{r.admitTenant, r.admitSlot, r.admitUncanceled}
 }
 
-// admitSlot waits for the job's leak slot (waitSlot), with a connection to the upstream dialed
-// meanwhile; the pass ends, not sent, when ctx ends first.
+// admitSlot waits for the job's concurrency places, if its queue caps them (places.go), and
+// then for its leak slot (waitSlot), with a connection to the upstream dialed meanwhile; the
+// pass ends, not sent, when ctx ends first. It returns the places' release.
 func (r *runner) admitSlot(ctx context.Context, cfg *QueueConfig, j *job) (func(), passEnd, bool) {
+	caps := r.placeCaps(cfg, j.m.Job.Tenant)
+	if len(caps) == 0 {
+		if err := r.slot(ctx, cfg, j); err != nil {
+			return nil, endNotSent, true
+		}
+		return nil, 0, false
+	}
+	for {
+		lease, acquired, err := r.takePlaces(ctx, caps, placeHold(cfg))
+		if err != nil {
+			return nil, endNotSent, true
+		}
+		release := func() { r.releasePlaces(lease) }
+		if err := r.slot(ctx, cfg, j); err != nil {
+			release()
+			return nil, endNotSent, true
+		}
+		if r.p.now().Sub(acquired) < slotBudget || r.renewPlaces(lease, cfg) {
+			return release, 0, false
+		}
+		// The slot came so late that the places expired: both again (the slot goes unused).
+		release()
+	}
+}
+
+// slot waits for the job's leak slot (waitSlot), with a connection to the upstream dialed
+// meanwhile.
+func (r *runner) slot(ctx context.Context, cfg *QueueConfig, j *job) error {
 	if r.p.spares != nil {
 		// A connection to the upstream ready before the slot, should the delivery need one.
 		target := cfg.Upstream
@@ -149,10 +178,7 @@ func (r *runner) admitSlot(ctx context.Context, cfg *QueueConfig, j *job) (func(
 	if r.slotWaiters.Add(-1) == 0 || r.cfg.Load().Fair {
 		r.poke() // the fetch loop may be holding back for the slot waiters
 	}
-	if err != nil {
-		return nil, endNotSent, true
-	}
-	return nil, 0, false
+	return err
 }
 
 // admitUncanceled ends the pass of a job an operator canceled while it waited.

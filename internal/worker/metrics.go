@@ -17,6 +17,8 @@ type metrics struct {
 	pauses      *prometheus.CounterVec   // queue
 	deadLetters *prometheus.CounterVec   // queue, reason
 	takeErrors  *prometheus.CounterVec   // queue
+	placeWait   *prometheus.HistogramVec // queue
+	placeErrors *prometheus.CounterVec   // queue
 	givenUp     *prometheus.CounterVec   // queue
 	handedBack  *prometheus.CounterVec   // queue
 	skipped     *prometheus.CounterVec   // queue
@@ -61,6 +63,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_slot_take_errors_total",
 			Help: "Failed attempts to take a leak slot (the leak schedule's store unreachable); no job is delivered without a slot.",
 		}, []string{"queue"}),
+		placeWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_place_wait_seconds",
+			Help:    "Time a job in hand waited for its concurrency places (max_in_flight, tenant_in_flight), by queue.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
+		}, []string{"queue"}),
+		placeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_place_errors_total",
+			Help: "Failed attempts to take a concurrency place (its store unreachable); no job is delivered without its places.",
+		}, []string{"queue"}),
 		handedBack: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_jobs_handed_back_total",
 			Help: "Jobs returned undelivered for immediate redelivery (shutdown, queue removed by reload).",
@@ -79,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.slotWait, m.slotLate, m.pauses,
-		m.deadLetters, m.takeErrors, m.givenUp, m.handedBack, m.skipped, m.inFlight, m.drain} {
+		m.deadLetters, m.takeErrors, m.placeWait, m.placeErrors, m.givenUp, m.handedBack, m.skipped, m.inFlight, m.drain} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("worker: register metrics"), err)
 		}

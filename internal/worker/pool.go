@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/inflight"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
 	"github.com/sluice-rl/sluice/retry"
@@ -54,6 +55,10 @@ type Deps struct {
 	// Schedule is the queues' leak schedule, shared by all workers of every process
 	// (leaky.NewRedis), or leaky.NewMemory for a single process.
 	Schedule leaky.Schedule
+	// Places holds the concurrency places of queues with max_in_flight or tenant_in_flight,
+	// shared by all workers of every process (inflight.NewRedis on the leak schedule's Redis).
+	// Nil: an inflight.NewMemory, for a single process.
+	Places inflight.Store
 	// HTTP delivers jobs. Nil: a client that keeps up to 64 idle connections per host and
 	// does not follow redirects. Per-attempt timeouts come from QueueConfig.Timeout; a
 	// client's own Timeout applies too.
@@ -75,6 +80,7 @@ type Pool struct {
 	fairs  fairSource // nil: Queues makes no fair schedulers
 	exec   *executor  // carries out each job's plan
 	sched  leaky.Schedule
+	places inflight.Store
 	client *http.Client
 	// ownClient is whether New made client, so Run closes its idle connections at the end.
 	ownClient bool
@@ -125,6 +131,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	p := &Pool{
 		q:        deps.Queues,
 		sched:    deps.Schedule,
+		places:   deps.Places,
 		client:   deps.HTTP,
 		log:      deps.Logger,
 		m:        m,
@@ -138,6 +145,9 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if p.places == nil {
+		p.places = inflight.NewMemory()
 	}
 	p.fairs, _ = deps.Queues.(fairSource)
 	p.exec = &executor{ctx: context.Background(), store: p.q, sched: p.sched, m: m, log: p.log, now: p.now,

@@ -1,0 +1,117 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sluice-rl/sluice/inflight"
+	"github.com/sluice-rl/sluice/retry"
+)
+
+// A queue with max_in_flight, or a fair queue with tenant_in_flight (or a tenant's own
+// in_flight set by an operator), caps its deliveries in flight at once across every worker of
+// every process. Each delivery holds a place of the queue's cap and of its tenant's (package
+// inflight: one sorted set per cap in Redis, all of one queue in one hash slot) from before its
+// leak slot until its answer, or its timeout, has ended: admitSlot takes the places, then the
+// slot, and the pass releases them once the delivery ends. Places come before the slot, so
+// that a delivery leaves at its slot: a slot taken first and used whenever a place came free
+// would bunch deliveries up.
+//
+// A place is held for at most slotBudget + Timeout + placeMargin from its acquisition, and a
+// job whose slot came later than slotBudget after its places renews them for Timeout +
+// placeMargin from then (one more round trip, only then). So a worker that crashes or stops
+// mid-delivery frees its places within the queue's timeout plus a margin of placeMargin
+// (slotBudget + placeMargin at most), and never before its request's own deadline has passed.
+
+const (
+	// slotBudget is how long a job waits for its leak slot on the places' first hold.
+	slotBudget = 2 * time.Second
+	// placeMargin covers the clocks of the worker and Redis, the release's round trip, and the
+	// time a request's answer takes to be read after its deadline.
+	placeMargin = 3 * time.Second
+)
+
+// placeHold is how long a delivery of a queue with config cfg holds its places from their
+// acquisition, at most, before its slot.
+func placeHold(cfg *QueueConfig) time.Duration { return slotBudget + cfg.Timeout + placeMargin }
+
+// placeKey is the key of queue's cap in the place store: one hash tag per queue, so that the
+// queue's and a tenant's cap are taken by one script on Redis Cluster.
+func placeKey(queue string) string { return "{q:" + queue + "}" }
+
+// placeCaps are the caps a job of tenant must hold a place of; none when the queue has none.
+func (r *runner) placeCaps(cfg *QueueConfig, tenant string) []inflight.Cap {
+	var caps []inflight.Cap
+	if cfg.MaxInFlight > 0 {
+		caps = append(caps, inflight.Cap{Key: placeKey(r.name), Limit: cfg.MaxInFlight})
+	}
+	if !cfg.Fair || tenant == "" {
+		return caps
+	}
+	limit := cfg.TenantInFlight
+	if tc, ok := r.p.control(r.name).Tenants[tenant]; ok && tc.InFlight > 0 {
+		limit = tc.InFlight // an operator's setting for this tenant
+	}
+	if limit > 0 {
+		caps = append(caps, inflight.Cap{Key: placeKey(r.name) + ":t:" + tenant, Limit: limit})
+	}
+	return caps
+}
+
+// takePlaces waits for a place of every cap and returns their lease, or why the pass ends
+// instead: not sent when ctx ends first or the store cannot be reached for storeGiveUp (the job
+// is handed back, for a worker that can reach it).
+func (r *runner) takePlaces(ctx context.Context, caps []inflight.Cap, hold time.Duration) (lease inflight.Lease, acquired time.Time, err error) {
+	var failingSince time.Time
+	for failures := 1; ; failures++ {
+		start := r.p.now()
+		res, err := r.p.places.Wait(ctx, caps, hold)
+		if err == nil {
+			r.p.m.placeWait.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
+			return res.Lease, start, nil
+		}
+		if ctx.Err() != nil {
+			return inflight.Lease{}, time.Time{}, ctx.Err()
+		}
+		if failingSince.IsZero() {
+			failingSince = start
+		}
+		r.p.m.placeErrors.WithLabelValues(r.name).Inc()
+		r.p.log.Debug("worker: concurrency places unavailable", "queue", r.name, "err", err)
+		if errors.Is(err, inflight.ErrCrossSlot) || r.p.now().Sub(failingSince) >= storeGiveUp {
+			r.p.log.Warn("worker: cannot take a concurrency place; handing the job back", "queue", r.name, "err", err)
+			return inflight.Lease{}, time.Time{}, err
+		}
+		if err := retry.Sleep(ctx, nil, takeBackoff.Delay(failures, rand.Float64())); err != nil {
+			return inflight.Lease{}, time.Time{}, err
+		}
+	}
+}
+
+// releasePlaces gives a delivery's places back; should it fail, they come back after their
+// hold.
+func (r *runner) releasePlaces(l inflight.Lease) {
+	ctx, cancel := context.WithTimeout(r.p.exec.ctx, storeTimeout)
+	defer cancel()
+	if err := r.p.places.Release(ctx, l); err != nil {
+		r.p.log.Warn("worker: release concurrency places; they come back after their hold", "queue", r.name, "err", err)
+	}
+}
+
+// renewPlaces extends l's places for a delivery that starts now, after a slot that came late,
+// and reports whether they are still held (when not, they are all given back).
+func (r *runner) renewPlaces(l inflight.Lease, cfg *QueueConfig) bool {
+	rn, ok := r.p.places.(inflight.Renewer)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(r.p.exec.ctx, storeTimeout)
+	defer cancel()
+	renewed, err := rn.Renew(ctx, l, cfg.Timeout+placeMargin)
+	if err != nil {
+		r.p.log.Warn("worker: renew concurrency places", "queue", r.name, "err", err)
+	}
+	return renewed
+}
