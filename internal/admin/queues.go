@@ -48,6 +48,12 @@ type Queues struct {
 	// Tenant describes one tenant of a fair queue (*queue.Queues.Tenant). Optional: nil
 	// answers GET /v1/queues/{queue}/tenants/{tenant} with 404.
 	Tenant func(ctx context.Context, queue, tenant string) (queue.TenantInfo, error)
+	// Places reads the deliveries holding a concurrency place now: of the queue, and of tenant
+	// when it is not "" (the worker's places, package inflight). Optional: nil shows none.
+	Places func(ctx context.Context, queue, tenant string) (ofQueue, ofTenant int64, err error)
+	// PausedTenants returns the tenants of a queue with pause_scope: tenant that its upstream
+	// paused, with the time left of each. Optional: nil shows none.
+	PausedTenants func(ctx context.Context, queue string) (map[string]time.Duration, error)
 	// TenantID derives the tenant id of a tenant's value (*queue.Queues.TenantID, keyed with
 	// the deployment's id secret), to find a tenant by its value and to name the tenants that
 	// weights name. Optional: nil finds tenants by id only and names none.
@@ -66,8 +72,16 @@ type TenantStatus struct {
 	// Depth is how many of its jobs wait in its backlog.
 	Depth uint64 `json:"depth"`
 	// Delivered is how many of its jobs the scheduler has handed to the workers (only in
-	// GET /v1/queues/{queue}/tenants/{tenant}).
+	// GET /v1/queues/{queue}/tenants/{tenant}, as the fields below).
 	Delivered *uint64 `json:"delivered,omitempty"`
+	// PausedUntil is when its upstream pause (pause_scope: tenant) ends; absent when none.
+	PausedUntil *time.Time `json:"paused_until,omitempty"`
+	// Delivering is how many of its deliveries hold a place of its in-flight cap now, and
+	// MaxInFlight that cap (the queue's tenant_in_flight, or its own); absent without a cap.
+	Delivering  *int64 `json:"delivering,omitempty"`
+	MaxInFlight int64  `json:"max_in_flight,omitempty"`
+	// Override is what an operator set for it alone (PATCH); absent when nothing.
+	Override *queue.TenantControl `json:"override,omitempty"`
 }
 
 // QueueStatus is the admin view of one queue.
@@ -103,6 +117,12 @@ type QueueStatus struct {
 	// EffectiveRate is how many deliveries per second the queue is allowed now: 0 while
 	// paused, else the runtime rate or the file's.
 	EffectiveRate float64 `json:"effective_rate"`
+	// MaxInFlight is the queue's max_in_flight, and Delivering how many deliveries hold one of
+	// its places now; absent without the cap.
+	MaxInFlight int64  `json:"max_in_flight,omitempty"`
+	Delivering  *int64 `json:"delivering,omitempty"`
+	// PausedTenants is how many tenants its upstream has paused now (pause_scope: tenant).
+	PausedTenants *int `json:"paused_tenants,omitempty"`
 	// Fair is whether the queue shares its rate among its tenants; the fields below are
 	// there only then. Backlog is how many of Depth wait in the tenants' backlogs, Tenants
 	// how many tenants have jobs waiting there, TopTenants the deepest of them.
@@ -151,6 +171,7 @@ func (q *Queues) tenant(w http.ResponseWriter, r *http.Request) {
 	default:
 		st := tenantStatus(q.tenantNames(cq), cq, id, ti.Depth)
 		st.Delivered = &ti.Delivered
+		q.setScheduling(r.Context(), &st, cq, id)
 		writeJSON(w, http.StatusOK, st)
 	}
 }
@@ -265,7 +286,59 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 	if st.Paused {
 		st.EffectiveRate = 0
 	}
+	if cq.MaxInFlight > 0 && q.Places != nil {
+		st.MaxInFlight = cq.MaxInFlight
+		if n, _, err := q.Places(ctx, cq.Name, ""); err == nil {
+			st.Delivering = &n
+		}
+	}
+	if cq.PauseScope == config.PauseTenant && q.PausedTenants != nil {
+		if paused, err := q.PausedTenants(ctx, cq.Name); err == nil {
+			n := len(paused)
+			st.PausedTenants = &n
+		}
+	}
 	return st, nil
+}
+
+// setScheduling sets what the tenant view shows of tenant id's pause, places and settings.
+func (q *Queues) setScheduling(ctx context.Context, st *TenantStatus, cq *config.Queue, id string) {
+	var ctl queue.Control
+	if q.Controls != nil {
+		if cs, err := q.Controls(ctx); err == nil {
+			ctl = cs[cq.Name]
+		}
+	}
+	if o, ok := ctl.Tenants[id]; ok {
+		st.Override = &o
+		if o.Weight > 0 {
+			st.Weight = o.Weight
+		}
+	}
+	if cq.PauseScope == config.PauseTenant && q.PausedTenants != nil {
+		if paused, err := q.PausedTenants(ctx, cq.Name); err == nil {
+			if d, ok := paused[id]; ok {
+				until := q.now().Add(d).UTC()
+				st.PausedUntil = &until
+			}
+		}
+	}
+	st.MaxInFlight = cq.TenantInFlight
+	if st.Override != nil && st.Override.InFlight > 0 {
+		st.MaxInFlight = st.Override.InFlight
+	}
+	if st.MaxInFlight > 0 && q.Places != nil {
+		if _, n, err := q.Places(ctx, cq.Name, id); err == nil {
+			st.Delivering = &n
+		}
+	}
+}
+
+func (q *Queues) now() time.Time {
+	if q.Now != nil {
+		return q.Now()
+	}
+	return time.Now()
 }
 
 // setInfo sets what info says of configured queue cq: its counts and, when it is fair, its

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/inflight"
 	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/connect"
@@ -77,22 +78,26 @@ type ingressProc struct {
 	rdb      redis.UniversalClient
 	lim      limit.Limiter // nil: in-process memory (ingress.New's default)
 	schedule leaky.Schedule
-	ens      *embeddedNATS // the quickstart's NATS server; nil with a nats section
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	checks   []admin.Check
-	late     *lateQueues   // what the rules and the admin API use: answers 503 until qs opens
-	qs       *queue.Queues // set once open (at start with the embedded server)
-	opening  chan struct{} // closed when the background opening of the queues ends
-	stopOpen context.CancelFunc
-	provMu   sync.Mutex     // provisioning: a reload's and the opening's
-	pending  *config.Config // a reload applied before the queues opened
-	srv      *ingress.Server
-	pool     *worker.Pool // drains the embedded server's queues; nil with a nats section
-	ln       net.Listener
-	adminLn  net.Listener
-	demoLn   net.Listener // nil without demo_upstream
-	adm      *admin.Server
+	// queuePlaces are the concurrency places of the queues' deliveries (max_in_flight), which
+	// the admin API shows and the quickstart's in-process workers take: in Redis, shared with
+	// standalone workers, or in memory.
+	queuePlaces inflight.Store
+	ens         *embeddedNATS // the quickstart's NATS server; nil with a nats section
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	checks      []admin.Check
+	late        *lateQueues   // what the rules and the admin API use: answers 503 until qs opens
+	qs          *queue.Queues // set once open (at start with the embedded server)
+	opening     chan struct{} // closed when the background opening of the queues ends
+	stopOpen    context.CancelFunc
+	provMu      sync.Mutex     // provisioning: a reload's and the opening's
+	pending     *config.Config // a reload applied before the queues opened
+	srv         *ingress.Server
+	pool        *worker.Pool // drains the embedded server's queues; nil with a nats section
+	ln          net.Listener
+	adminLn     net.Listener
+	demoLn      net.Listener // nil without demo_upstream
+	adm         *admin.Server
 }
 
 // services are the ingress's services, in the order they start (see the package doc).
@@ -138,6 +143,7 @@ func (p *ingressProc) startRedis(ctx context.Context) error {
 				"sluice_queue_consumers counts the workers of each queue", "queues", len(cfg.Queues))
 		}
 		p.schedule = leaky.NewMemory(nil)
+		p.queuePlaces = inflight.NewMemory()
 		return nil
 	}
 	connect.RouteRedisLogs(p.log)
@@ -151,6 +157,7 @@ func (p *ingressProc) startRedis(ctx context.Context) error {
 	}
 	p.lim = limit.NewRedis(rdb, limit.RedisConfig{})
 	p.schedule = leaky.NewRedis(rdb, leaky.RedisConfig{})
+	p.queuePlaces = inflight.NewRedis(rdb)
 	p.checks = append(p.checks, admin.RedisCheck(rdb), evictionCheck(rdb))
 	return nil
 }
@@ -158,6 +165,9 @@ func (p *ingressProc) startRedis(ctx context.Context) error {
 func (p *ingressProc) stopRedis(context.Context) error {
 	if p.rdb == nil {
 		return nil
+	}
+	if r, ok := p.queuePlaces.(*inflight.Redis); ok {
+		r.Close()
 	}
 	return p.rdb.Close()
 }
@@ -325,6 +335,10 @@ func (p *ingressProc) mountAdmin(context.Context) error {
 		Controls:    p.late.Controls,
 		Tenant:      p.late.Tenant,
 		TenantID:    p.late.TenantID,
+		Places:      queuePlaces(p.queuePlaces),
+	}
+	if tp, ok := p.schedule.(leaky.TenantPauses); ok {
+		queues.PausedTenants = tp.PausedTenants
 	}
 	if ad, ok := p.schedule.(leaky.Adapter); ok {
 		queues.Learned = ad.Learned
@@ -355,7 +369,7 @@ func (p *ingressProc) serveDemo(ctx context.Context) error {
 func (p *ingressProc) newPool(context.Context) error {
 	cfg := p.current.Load()
 	pool, err := worker.New(worker.Deps{
-		Queues: p.qs, Schedule: p.schedule, Registerer: p.reg, Logger: p.log,
+		Queues: p.qs, Schedule: p.schedule, Places: p.queuePlaces, Registerer: p.reg, Logger: p.log,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 	}, worker.FromConfig(cfg, p.qs.TenantID))
 	if err != nil {
@@ -437,4 +451,19 @@ func startErr(ctx context.Context, err error) error {
 		return nil
 	}
 	return err
+}
+
+// queuePlaces reads the places held by a queue's deliveries, and by one tenant's, from s.
+func queuePlaces(s inflight.Store) func(ctx context.Context, queue, tenant string) (int64, int64, error) {
+	return func(ctx context.Context, queue, tenant string) (int64, int64, error) {
+		keys := worker.PlaceKeys(queue, tenant)
+		n, err := s.InFlight(ctx, keys...)
+		if err != nil {
+			return 0, 0, err
+		}
+		if len(n) < 2 {
+			return n[0], 0, nil
+		}
+		return n[0], n[1], nil
+	}
 }

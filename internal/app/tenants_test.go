@@ -114,9 +114,30 @@ queues:
 	if fastSpan > 2*time.Second {
 		t.Errorf("fast's 10 jobs went out over %v, want the queue's pace (50/s), not slow's", fastSpan)
 	}
+	// The tenant view shows its settings and its in-flight cap against its deliveries now.
+	if code, b := patch("/v1/queues/shared/tenants/slow", `{"in_flight":3}`); code != http.StatusOK {
+		t.Fatalf("PATCH in_flight: %d %s", code, b)
+	}
+	resp, err := http.Get("http://" + r.admin + "/v1/queues/shared/tenants/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tv struct {
+		Weight      float64
+		MaxInFlight int64  `json:"max_in_flight"`
+		Delivering  *int64 `json:"delivering"`
+		Override    struct {
+			InFlight int64 `json:"in_flight"`
+		}
+	}
+	err = json.NewDecoder(resp.Body).Decode(&tv)
+	resp.Body.Close()
+	if err != nil || tv.Weight != 2 || tv.MaxInFlight != 3 || tv.Override.InFlight != 3 || tv.Delivering == nil || *tv.Delivering != 0 {
+		t.Errorf("tenant view after PATCH in_flight 3: %+v (%v); want weight 2, max_in_flight 3, delivering 0", tv, err)
+	}
 	// null goes back to the file's: no settings of its own left. The tenant's id names the
 	// same tenant as its value.
-	if code, b := patch("/v1/queues/shared/tenants/"+view.Tenant, `{"rate":null,"weight":null}`); code != http.StatusOK || !strings.Contains(string(b), `"override":{}`) {
+	if code, b := patch("/v1/queues/shared/tenants/"+view.Tenant, `{"rate":null,"weight":null,"in_flight":null}`); code != http.StatusOK || !strings.Contains(string(b), `"override":{}`) {
 		t.Errorf("PATCH nulls: %d %s, want an empty override", code, b)
 	}
 }

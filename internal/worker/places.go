@@ -41,6 +41,18 @@ func placeHold(cfg *QueueConfig) time.Duration { return slotBudget + cfg.Timeout
 // queue's and a tenant's cap are taken by one script on Redis Cluster.
 func placeKey(queue string) string { return "{q:" + queue + "}" }
 
+// tenantPlaceKey is the key of tenant's cap of queue in the place store.
+func tenantPlaceKey(queue, tenant string) string { return placeKey(queue) + ":t:" + tenant }
+
+// PlaceKeys are the keys, in a Deps.Places store, of the places held by queue's deliveries
+// and, when tenant is not "", by tenant's, for a reader such as the admin API.
+func PlaceKeys(queue, tenant string) []string {
+	if tenant == "" {
+		return []string{placeKey(queue)}
+	}
+	return []string{placeKey(queue), tenantPlaceKey(queue, tenant)}
+}
+
 // placeCaps are the caps a job of tenant must hold a place of; none when the queue has none.
 func (r *runner) placeCaps(cfg *QueueConfig, tenant string) []inflight.Cap {
 	var caps []inflight.Cap
@@ -55,7 +67,7 @@ func (r *runner) placeCaps(cfg *QueueConfig, tenant string) []inflight.Cap {
 		limit = tc.InFlight // an operator's setting for this tenant
 	}
 	if limit > 0 {
-		caps = append(caps, inflight.Cap{Key: placeKey(r.name) + ":t:" + tenant, Limit: limit})
+		caps = append(caps, inflight.Cap{Key: tenantPlaceKey(r.name, tenant), Limit: limit})
 	}
 	return caps
 }
