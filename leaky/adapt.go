@@ -13,7 +13,8 @@ import (
 // Adaptation is one change of a queue's learned rate (adaptive drain): the rate the upstream is
 // believed to take, between Floor and Ceiling, shared by every worker of the queue. Additive
 // increase while the upstream answers 2xx, multiplicative decrease when it pushes back (AIMD),
-// increases a twentieth as large within 15% of the rate of the last push-back, and a Target when
+// increases a twentieth as large (a hundredth within 5%) and decreases half as deep within 15%
+// of the rate of the last push-back, and a Target when
 // the upstream says how much quota it has left.
 type Adaptation struct {
 	// Ceiling and Floor bound the learned rate, in deliveries per second; 0 < Floor ≤ Ceiling.
@@ -51,10 +52,17 @@ func (a Adaptation) apply(l *learned, now int64) bool {
 	}
 	decreased := false
 	if a.Decrease && now-l.decAt >= a.Hold.Microseconds() {
-		l.peak, eff, l.decAt, decreased = eff, eff*a.Factor, now, true
+		factor := a.Factor
+		if l.peak > 0 && eff >= 0.85*l.peak {
+			factor = (1 + factor) / 2 // pushed back near the last push-back: step down half as far
+		}
+		l.peak, eff, l.decAt, decreased = eff, eff*factor, now, true
 	}
 	inc := a.Increase
-	if l.peak > 0 && eff >= 0.85*l.peak {
+	switch {
+	case l.peak > 0 && eff >= 0.95*l.peak:
+		inc /= 100 // at where the upstream pushed back: probe above it very slowly
+	case l.peak > 0 && eff >= 0.85*l.peak:
 		inc /= 20 // linger just below where the upstream pushed back
 	}
 	l.eff = min(max(eff+inc, a.Floor), a.Ceiling)

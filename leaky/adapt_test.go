@@ -42,6 +42,10 @@ func TestAdapt(t *testing.T) {
 		if got, ok, err := a.Learned(ctx, "q"); !ok || err != nil || got != 15 {
 			t.Fatalf("Learned = %v, %v, %v; want 15", got, ok, err)
 		}
+		step("more successes", func(a *Adaptation) { a.Increase = 7.5 }, 22.5, false)
+		c.Advance(time.Second)
+		// 22.5 is within 15% of the last push-back's 25: half as deep, factor (1+0.5)/2.
+		step("push-back near the last one", func(a *Adaptation) { a.Decrease = true }, 16.875, true)
 		step("quota target", func(a *Adaptation) { a.Target = 4 }, 4, false)
 		step("target above the rate is no raise", func(a *Adaptation) { a.Target = 40 }, 4, false)
 		for range 10 {
@@ -51,7 +55,7 @@ func TestAdapt(t *testing.T) {
 			}
 		}
 		step("at the floor", func(*Adaptation) {}, 1, false)
-		step("near the last push-back, successes climb a twentieth as fast", func(a *Adaptation) { a.Increase = 5 }, 1.25, false)
+		step("at the last push-back, successes climb a hundredth as fast", func(a *Adaptation) { a.Increase = 5 }, 1.05, false)
 		if _, _, err := a.Adapt(ctx, "q", Adaptation{Ceiling: 50, Floor: 60, Forget: time.Hour}); err == nil {
 			t.Fatal("a floor above the ceiling was accepted")
 		}

@@ -12,14 +12,13 @@ import (
 )
 
 // TestAdaptiveDrainLearnsTheUpstream: an upstream that takes 20/s behind a 50/s adaptive
-// queue drained by 3 worker processes. The workers learn its rate together instead of
-// bouncing off its 429s: over the second half of the drain, at least 55% of what the upstream
-// takes succeeds (15.5–16.1/s measured alone, 13.0/s beside the rest of the suite under -race)
-// and at most 4% of the deliveries get a 429 (0.6–1.5%). A run that misses is repeated once,
-// as the accuracy tests are on this shared machine.
-// Without adaptive (SLUICE_ADAPTIVE_OFF=1) the same drain measured 6.0/s and 12.3% 429s: each
-// 429 pauses the queue for its Retry-After and the full rate runs into the next one.
-// SLUICE_ADAPTIVE_OFF=1 runs the same drain without adaptive, for comparison.
+// queue drained by 3 worker processes for 45 s. The workers learn its rate together instead of
+// bouncing off its 429s: over the last 20 s, at least 17 successes a second (85% of what the
+// upstream takes; 19.5/s measured) and at most 3% of the deliveries answered 429 (none
+// measured). A run that misses is repeated once, as the accuracy tests are on this shared
+// machine. SLUICE_ADAPTIVE_OFF=1 runs the same drain without adaptive, for comparison (each 429
+// pauses the queue for its Retry-After and the full rate runs into the next one);
+// SLUICE_ADAPTIVE_TRACE=1 logs the successes and 429s of every second.
 func TestAdaptiveDrainLearnsTheUpstream(t *testing.T) {
 	c := newCluster(t)
 	up := startUpstream(t)
@@ -31,11 +30,11 @@ func TestAdaptiveDrainLearnsTheUpstream(t *testing.T) {
 	for try := 1; try <= 2; try++ {
 		rate, share := adaptiveRun(t, c, up, fmt.Sprintf("adapt%d", try), extra)
 		var problems []string
-		if rate < 11 {
-			problems = append(problems, fmt.Sprintf("%.1f succeeded/s, want at least 11 (55%% of the 20/s the upstream takes)", rate))
+		if rate < 17 {
+			problems = append(problems, fmt.Sprintf("%.1f succeeded/s, want at least 17 (85%% of the 20/s the upstream takes)", rate))
 		}
-		if share > 0.04 {
-			problems = append(problems, fmt.Sprintf("%.1f%% of deliveries got a 429, want at most 4%%", 100*share))
+		if share > 0.03 {
+			problems = append(problems, fmt.Sprintf("%.1f%% of deliveries got a 429, want at most 3%%", 100*share))
 		}
 		if off || len(problems) == 0 {
 			return
@@ -51,11 +50,11 @@ func TestAdaptiveDrainLearnsTheUpstream(t *testing.T) {
 }
 
 // adaptiveRun drains queue name into the upstream's 20/s endpoint with 3 worker processes for
-// 20 s and returns the successes per second and the share of 429s over its second half.
+// 45 s and returns the successes per second and the share of 429s over its last 20 s.
 func adaptiveRun(t *testing.T, c *cluster, up *upstream, name string, extra []string) (rate, share float64) {
 	t.Helper()
 	path := c.config(c.queueYAMLTo(up.URL+"/limited/20", name, "50/s", extra...))
-	const jobs = 500
+	const jobs = 1200
 	workertest.Publish(t, c.qs, name, jobs, true)
 	start := time.Now()
 	var procs []*proc
@@ -77,9 +76,9 @@ func adaptiveRun(t *testing.T, c *cluster, up *upstream, name string, extra []st
 		}
 		return n
 	}
-	// 20 s of the drain: about 400 jobs at the upstream's 20/s.
-	up.WaitCount(t, 2*time.Minute, "20 s of drain", func(int) bool { return time.Since(start) > 20*time.Second || succeeded() >= jobs })
-	from := start.Add(10 * time.Second)
+	// 45 s of the drain: about 900 jobs at the upstream's 20/s; the last 20 s are measured.
+	up.WaitCount(t, 2*time.Minute, "45 s of drain", func(int) bool { return time.Since(start) > 45*time.Second || succeeded() >= jobs })
+	from := start.Add(25 * time.Second)
 	var ok, limited int
 	var last time.Time
 	for _, a := range up.Arrivals(uri) {
@@ -92,6 +91,22 @@ func adaptiveRun(t *testing.T, c *cluster, up *upstream, name string, extra []st
 			ok++
 		case http.StatusTooManyRequests:
 			limited++
+		}
+	}
+	if os.Getenv("SLUICE_ADAPTIVE_TRACE") == "1" {
+		per := map[int][2]int{}
+		for _, a := range up.Arrivals(uri) {
+			sec := int(a.At.Sub(start).Seconds())
+			v := per[sec]
+			if a.Status == http.StatusOK {
+				v[0]++
+			} else {
+				v[1]++
+			}
+			per[sec] = v
+		}
+		for sec := range 46 {
+			t.Logf("second %2d: %2d ok, %d 429", sec, per[sec][0], per[sec][1])
 		}
 	}
 	span := last.Sub(from).Seconds()

@@ -4,8 +4,10 @@
 --            eff     deliveries/s the upstream is believed to take now
 --            dec_at  µs, when the last multiplicative decrease happened
 --            peak    deliveries/s the rate was at when it was last decreased: within 15% of it,
---                    increases are a twentieth as large, so the rate lingers just below where the
---                    upstream pushed back instead of running into it again at once
+--                    increases are a twentieth as large (a hundredth within 5%), so the rate
+--                    lingers just below where the upstream pushed back instead of running into it
+--                    again at once, and a
+--                    decrease steps down half as far ((1 + factor) / 2)
 -- ARGV[1]  ceiling, deliveries/s (> 0): the queue's rate; eff never exceeds it
 -- ARGV[2]  floor, deliveries/s (> 0, ≤ ceiling): eff never goes below it
 -- ARGV[3]  1 to decrease multiplicatively (an upstream 429/503), else 0
@@ -42,12 +44,19 @@ if eff > ceiling then eff = ceiling end
 local decreased = 0
 if target > 0 and target < eff then eff = target end
 if decrease and now - decAt >= hold then
+  -- Pushed back again near where it last was: the upstream's capacity is about here, so step
+  -- down half as far.
+  if peak > 0 and eff >= 0.85 * peak then factor = (1 + factor) / 2 end
   peak = eff
   eff = eff * factor
   decAt = now
   decreased = 1
 end
-if peak > 0 and eff >= 0.85 * peak then increase = increase / 20 end
+if peak > 0 and eff >= 0.95 * peak then
+  increase = increase / 100
+elseif peak > 0 and eff >= 0.85 * peak then
+  increase = increase / 20
+end
 eff = eff + increase
 if eff > ceiling then eff = ceiling end
 if eff < floor then eff = floor end
