@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"bytes"
 	"context"
 	"errors"
@@ -72,6 +73,8 @@ type cluster struct {
 	dir   string
 	// redisURL, when set, replaces the redis-server's URL in the configs (a Redis Cluster).
 	redisURL string
+	// upstreamURL, when set, replaces up as the configs' upstream, where deferred jobs go.
+	upstreamURL string
 }
 
 func newCluster(t testing.TB) *cluster {
@@ -115,7 +118,7 @@ redis: { url: %q }
 nats: { url: %q }
 shutdown_timeout: 5s
 queues:
-%s`, c.up.URL, c.redisURLOrDefault(), c.nats.URL, queues)
+%s`, cmp.Or(c.upstreamURL, c.up.URL), c.redisURLOrDefault(), c.nats.URL, queues)
 	// Write and rename, as editors do, so a watching worker never reads half a file.
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(yaml), 0o644); err != nil {

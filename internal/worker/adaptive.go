@@ -67,7 +67,7 @@ func newLearner(r *runner) *learner {
 // rate returns the learned rate in deliveries per second, 0 when none is known yet or the
 // queue is not adaptive.
 func (l *learner) rate() float64 {
-	if !l.cfg().Adaptive {
+	if cfg := l.cfg(); !cfg.Adaptive || learnsPerTenant(cfg) {
 		return 0
 	}
 	return math.Float64frombits(l.learned.Load())
@@ -77,7 +77,7 @@ func (l *learner) rate() float64 {
 // second's try.
 func (l *learner) adapt(change func(a *leaky.Adaptation)) {
 	cfg := l.cfg()
-	if l.ad == nil || !cfg.Adaptive {
+	if l.ad == nil || !cfg.Adaptive || learnsPerTenant(cfg) {
 		return
 	}
 	ceiling := l.ceiling()

@@ -28,14 +28,15 @@ func (r *runner) scheduleLoop(ctx context.Context) {
 		s        fairRun
 		shown    *QueueConfig
 		shownCtl map[string]queue.TenantControl
+		learned  uint64 // the tenants' learned rates' version shown
 		ticker   = time.NewTicker(250 * time.Millisecond)
 	)
 	defer ticker.Stop()
 	defer s.end()
 	for {
-		cfg, ctl := r.cfg.Load(), r.p.control(r.name).Tenants
-		r.follow(ctx, &s, cfg, cfg != shown || !maps.Equal(ctl, shownCtl))
-		shown, shownCtl = cfg, ctl
+		cfg, ctl, v := r.cfg.Load(), r.p.control(r.name).Tenants, r.tenantLearn.version.Load()
+		r.follow(ctx, &s, cfg, cfg != shown || !maps.Equal(ctl, shownCtl) || v != learned)
+		shown, shownCtl, learned = cfg, ctl, v
 		select {
 		case <-ctx.Done():
 			return
@@ -105,19 +106,27 @@ func fairOptions(cfg *QueueConfig, r *runner) fair.Options {
 		Target:     int(min(max(target, 2), fairTargetMax)),
 		Logger:     r.p.log,
 	}
+	if learnsPerTenant(cfg) {
+		// What the tenants' upstream takes, as learned (never above their caps).
+		o.TenantRates = r.tenantLearn.rates()
+	}
 	if ctl := r.p.control(r.name).Tenants; len(ctl) > 0 {
 		// An operator's settings for single tenants replace the file's for them.
 		o.Weights = maps.Clone(cfg.Weights)
 		if o.Weights == nil {
 			o.Weights = map[string]float64{}
 		}
-		o.TenantRates = map[string]float64{}
+		if o.TenantRates == nil {
+			o.TenantRates = map[string]float64{}
+		}
 		for id, tc := range ctl {
 			if tc.Weight > 0 {
 				o.Weights[id] = tc.Weight
 			}
 			if rt, err := config.ParseRate(tc.Rate); err == nil && tc.Rate != "" {
-				o.TenantRates[id] = rt.PerSecond()
+				if learned, ok := o.TenantRates[id]; !ok || rt.PerSecond() < learned {
+					o.TenantRates[id] = rt.PerSecond()
+				}
 			}
 		}
 	}

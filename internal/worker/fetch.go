@@ -36,6 +36,8 @@ func (r *runner) run(ctx, hard context.Context) {
 	wg.Add(1)
 	go func() { defer wg.Done(); r.learn.run(ctx) }()
 	wg.Add(1)
+	go func() { defer wg.Done(); r.tenantLearn.run(ctx) }()
+	wg.Add(1)
 	go func() { defer wg.Done(); r.scheduleLoop(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); r.tenantLoop(ctx) }()

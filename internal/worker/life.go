@@ -205,7 +205,11 @@ func (r *runner) send(hard context.Context, cfg *QueueConfig, j *job) outcome {
 	r.p.m.latency.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
 	r.p.m.drain.add(r.name)
 	c := classify(resp, err, r.p.now())
-	r.learn.observe(c.Class, resp)
+	if learnsPerTenant(cfg) && j.m.Job.Tenant != "" {
+		r.tenantLearn.observe(j.m.Job.Tenant, c.Class, resp)
+	} else {
+		r.learn.observe(c.Class, resp)
+	}
 	if err != nil && hard.Err() != nil {
 		// Shutdown cut the delivery short; another worker takes the job at once.
 		r.p.m.deliveries.WithLabelValues(r.name, "interrupted").Inc()

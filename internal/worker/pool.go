@@ -399,6 +399,7 @@ func (p *Pool) startLocked(s QueueConfig) {
 	r.reconnects.Store(p.q.Reconnects())
 	r.suspectUntil.Store(p.now().Add(p.suspicion(&s)).UnixNano()) // a start may follow a NATS restart
 	r.learn = newLearner(r)
+	r.tenantLearn.r = r
 	r.cfg.Store(&s)
 	p.runners[s.Name] = r
 	p.wg.Add(1)
@@ -451,11 +452,12 @@ type runner struct {
 	name        string
 	cfg         atomic.Pointer[QueueConfig]
 	cancel      context.CancelFunc
-	held        atomic.Int64 // jobs in hand
-	slotWaiters atomic.Int64 // jobs in hand waiting for their leak slot
-	learn       *learner     // the learned rate of an adaptive queue
-	holds       tenantHolds  // its paused tenants (pause_scope: tenant)
-	steps       []admission  // what a job waits for before its delivery (admissions)
+	held        atomic.Int64   // jobs in hand
+	slotWaiters atomic.Int64   // jobs in hand waiting for their leak slot
+	learn       *learner       // the learned rate of an adaptive queue
+	tenantLearn tenantLearners // its tenants' learned rates (adaptive, pause_scope: tenant)
+	holds       tenantHolds    // its paused tenants (pause_scope: tenant)
+	steps       []admission    // what a job waits for before its delivery (admissions)
 	// suspectUntil (Unix ns) ends the window in which first deliveries read their record
 	// (suspect); reconnects is the broker's reconnect count when the runner last looked.
 	suspectUntil atomic.Int64
