@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-rl/sluice/inflight"
 	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/connect"
@@ -75,7 +76,8 @@ type ingressProc struct {
 	current atomic.Pointer[config.Config]
 
 	rdb      redis.UniversalClient
-	lim      limit.Limiter // nil: in-process memory (ingress.New's default)
+	lim      limit.Limiter   // nil: in-process memory (ingress.New's default)
+	places   *inflight.Redis // concurrency rules' places; nil: in-process memory
 	schedule leaky.Schedule
 	ens      *embeddedNATS // the quickstart's NATS server; nil with a nats section
 	nc       *nats.Conn
@@ -150,6 +152,7 @@ func (p *ingressProc) startRedis(ctx context.Context) error {
 		return err
 	}
 	p.lim = limit.NewRedis(rdb, limit.RedisConfig{})
+	p.places = inflight.NewRedis(rdb, inflight.WithPrefix(placesPrefix))
 	p.schedule = leaky.NewRedis(rdb, leaky.RedisConfig{})
 	p.checks = append(p.checks, admin.RedisCheck(rdb), evictionCheck(rdb))
 	return nil
@@ -159,8 +162,15 @@ func (p *ingressProc) stopRedis(context.Context) error {
 	if p.rdb == nil {
 		return nil
 	}
+	if p.places != nil {
+		p.places.Close() // its subscription, if a Wait started one; never an error worth reporting
+	}
 	return p.rdb.Close()
 }
+
+// placesPrefix starts the Redis keys of the ingress's concurrency places: apart from the
+// workers' in-flight places, so neither shares a key or a release channel with the other.
+const placesPrefix = inflight.DefaultPrefix + "rule:"
 
 // startEmbedded starts the quickstart's NATS server, in-process.
 func (p *ingressProc) startEmbedded(context.Context) error {
@@ -268,7 +278,11 @@ func (p *ingressProc) stopQueues(ctx context.Context) error {
 
 // startRules builds the front: rules, limits, forwarding and the job API.
 func (p *ingressProc) startRules(context.Context) error {
-	srv, err := ingress.New(p.current.Load(), ingress.Options{Limiter: p.lim, Enqueuer: p.late, Registerer: p.reg, Logger: p.log})
+	opts := ingress.Options{Limiter: p.lim, Enqueuer: p.late, Registerer: p.reg, Logger: p.log}
+	if p.places != nil { // a nil *inflight.Redis is not a nil Store
+		opts.Places = p.places
+	}
+	srv, err := ingress.New(p.current.Load(), opts)
 	if err != nil {
 		return connect.ConfigError(err)
 	}
