@@ -116,6 +116,9 @@ func TestFullExampleLoads(t *testing.T) {
 			Name: "webhooks", Match: Match{Path: "/hooks/*"}, Key: []KeyPart{{KeyIP, ""}},
 			Algorithm: limit.GCRA, Limit: 20, Period: time.Second, Burst: 5, OnLimit: OnLimitReject, Action: ActionLimit,
 		}, {
+			Name: "conns-per-key", Match: Match{Path: "/*"}, Key: []KeyPart{{KeyHeader, "X-Api-Key"}},
+			Algorithm: AlgorithmConcurrency, Limit: 4, Timeout: 2 * time.Minute, OnLimit: OnLimitReject, Action: ActionLimit,
+		}, {
 			Name: "reports-deferred", Match: Match{Methods: []string{"POST"}, Path: "/reports"},
 			Key: []KeyPart{{KeyIP, ""}}, OnLimit: OnLimitReject, Action: ActionEnqueue, Queue: "reports",
 		}},
