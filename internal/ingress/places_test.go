@@ -145,11 +145,20 @@ rules:
     limit: 2
 `
 
+// clusterStore keeps places (and limits) on a Redis Cluster.
+var clusterStore = placesStore{"redis-cluster", func(t *testing.T) Options {
+	c := testenv.RedisCluster(t)
+	rdb := c.NewClient()
+	prefix := testenv.Prefix(t)
+	return Options{Limiter: limit.NewRedis(rdb, limit.RedisConfig{Prefix: prefix}),
+		Places: inflight.NewRedis(rdb, inflight.WithPrefix(prefix+"inflight:"))}
+}}
+
 // TestConcurrencyRule: at most limit requests of a key are at the upstream at once; the next
 // one is answered 429 with concurrency RateLimit headers and no Retry-After; other keys go on;
 // a place comes back when its request's answer is finished.
 func TestConcurrencyRule(t *testing.T) {
-	for _, st := range placesStores() {
+	for _, st := range append(placesStores(), clusterStore) {
 		t.Run(st.name, func(t *testing.T) {
 			f := newPlacesFixture(t, connsYAML, st.opts(t))
 			ctx := context.Background()
@@ -353,5 +362,40 @@ rules:
 	}
 	if got := metric(t, f.reg, "sluice_decisions_total", "rule", "open", "outcome", "fail_open"); got < 2 {
 		t.Errorf("fail_open decisions %v, want the fallback's", got)
+	}
+}
+
+// TestConcurrencyDefers: a request over a concurrency rule with on_limit: enqueue is deferred to
+// the rule's queue (202), as over any other rule, and holds no place; one under it is forwarded.
+func TestConcurrencyDefers(t *testing.T) {
+	f := newQueueFixture(t, `
+queues:
+  - { name: slow, rate: 10/s }
+rules:
+  - { name: conns, key: [header:X-API-Key], algorithm: concurrency, limit: 1, on_limit: enqueue, queue: slow }
+`)
+	ctx := context.Background()
+	// The key's one place is held (by a request of another ingress, say).
+	caps := []inflight.Cap{{Key: "conns\x00k1", Limit: 1}}
+	held, err := f.srv.gate.places.Acquire(ctx, caps, time.Minute)
+	if err != nil || !held.Acquired {
+		t.Fatalf("Acquire: %+v, %v", held, err)
+	}
+	res := f.do("POST", "/api/work", strings.NewReader(`{"n":1}`), "X-API-Key", "k1", "Content-Type", "application/json")
+	a := accepted(t, res, "slow")
+	if res.Header.Get("RateLimit") != `"conns";r=0` {
+		t.Errorf("deferral's RateLimit %q", res.Header.Get("RateLimit"))
+	}
+	jobs := f.fetch(t, "slow", 1)
+	if jobs[0].ID != a.ID || string(jobs[0].Body) != `{"n":1}` {
+		t.Fatalf("job %+v, want the deferred request", jobs[0])
+	}
+	if n, _ := f.srv.gate.places.InFlight(ctx, "conns\x00k1"); n[0] != 1 {
+		t.Fatalf("in flight %v after a deferral, want the 1 held before", n)
+	}
+	f.srv.gate.places.Release(ctx, held.Lease)
+	readEchoed(t, f.do("POST", "/api/work", strings.NewReader(`{"n":2}`), "X-API-Key", "k1"))
+	if got := metric(t, f.reg, "sluice_decisions_total", "rule", "conns", "outcome", "enqueued"); got != 1 {
+		t.Errorf("enqueued decisions %v, want 1", got)
 	}
 }
