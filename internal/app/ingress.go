@@ -76,7 +76,8 @@ type ingressProc struct {
 	current atomic.Pointer[config.Config]
 
 	rdb      redis.UniversalClient
-	lim      limit.Limiter // nil: in-process memory (ingress.New's default)
+	lim      limit.Limiter   // nil: in-process memory (ingress.New's default)
+	places   *inflight.Redis // concurrency rules' places; nil: in-process memory
 	schedule leaky.Schedule
 	// queuePlaces are the concurrency places of the queues' deliveries (max_in_flight), which
 	// the admin API shows and the quickstart's in-process workers take: in Redis, shared with
@@ -156,6 +157,7 @@ func (p *ingressProc) startRedis(ctx context.Context) error {
 		return err
 	}
 	p.lim = limit.NewRedis(rdb, limit.RedisConfig{})
+	p.places = inflight.NewRedis(rdb, inflight.WithPrefix(placesPrefix))
 	p.schedule = leaky.NewRedis(rdb, leaky.RedisConfig{})
 	p.queuePlaces = inflight.NewRedis(rdb)
 	p.checks = append(p.checks, admin.RedisCheck(rdb), evictionCheck(rdb))
@@ -169,8 +171,15 @@ func (p *ingressProc) stopRedis(context.Context) error {
 	if r, ok := p.queuePlaces.(*inflight.Redis); ok {
 		r.Close()
 	}
+	if p.places != nil {
+		p.places.Close() // its subscription, if a Wait started one; never an error worth reporting
+	}
 	return p.rdb.Close()
 }
+
+// placesPrefix starts the Redis keys of the ingress's concurrency places: apart from the
+// workers' in-flight places, so neither shares a key or a release channel with the other.
+const placesPrefix = inflight.DefaultPrefix + "rule:"
 
 // startEmbedded starts the quickstart's NATS server, in-process.
 func (p *ingressProc) startEmbedded(context.Context) error {
@@ -278,7 +287,11 @@ func (p *ingressProc) stopQueues(ctx context.Context) error {
 
 // startRules builds the front: rules, limits, forwarding and the job API.
 func (p *ingressProc) startRules(context.Context) error {
-	srv, err := ingress.New(p.current.Load(), ingress.Options{Limiter: p.lim, Enqueuer: p.late, Registerer: p.reg, Logger: p.log})
+	opts := ingress.Options{Limiter: p.lim, Enqueuer: p.late, Registerer: p.reg, Logger: p.log}
+	if p.places != nil { // a nil *inflight.Redis is not a nil Store
+		opts.Places = p.places
+	}
+	srv, err := ingress.New(p.current.Load(), opts)
 	if err != nil {
 		return connect.ConfigError(err)
 	}

@@ -230,6 +230,8 @@ const (
 	maxPauseRetries = 10_000
 	maxBurst        = 1_000_000
 	maxDuration     = 366 * 24 * time.Hour
+	maxConns        = 100_000 // a concurrency rule's limit
+	maxRuleTimeout  = 24 * time.Hour
 )
 
 // bound reports n outside [lo, hi] as a problem of field that names the bounds.
@@ -637,6 +639,7 @@ var algorithmList = func() string {
 	for _, a := range limit.Algorithms {
 		names = append(names, string(a))
 	}
+	names = append(names, string(AlgorithmConcurrency))
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }()
 
@@ -657,6 +660,12 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 	r.Shadow = b.boolean(where, "shadow", rr.Shadow)
 	r.OnStoreError = b.storeErrorMode(where, rr.OnStoreError, "")
 	r.Lease = b.lease(where, &r, rr.Lease)
+	if r.Concurrency() {
+		r.Timeout = b.positiveDuration(where, "timeout", rr.Timeout, DefaultRuleTimeout)
+		b.boundDuration(where, "timeout", r.Timeout, maxRuleTimeout)
+	} else if rr.Timeout != nil {
+		b.p.add(where, "timeout", "timeout applies only to algorithm: concurrency (a queue's timeout bounds its deliveries)")
+	}
 	return r
 }
 
@@ -691,6 +700,10 @@ func (b *builder) ruleLimit(where string, r *Rule, rr rawRule) {
 		}
 		return
 	}
+	if r.Concurrency() {
+		b.concurrencyLimit(where, r, rr)
+		return
+	}
 	for _, f := range []struct {
 		name string
 		v    *scalar
@@ -703,6 +716,26 @@ func (b *builder) ruleLimit(where string, r *Rule, rr rawRule) {
 		b.boundDuration(where, "period", r.Period, maxDuration)
 	} else {
 		b.limitSpec(where, r.LimitSpec())
+	}
+}
+
+// concurrencyLimit checks the limit of an algorithm: concurrency rule: requests in flight, with
+// no period or burst, for requests that are forwarded.
+func (b *builder) concurrencyLimit(where string, r *Rule, rr rawRule) {
+	switch {
+	case rr.Limit == nil:
+		b.p.add(where, "limit", "limit is required: the requests of a key in flight at once")
+	case r.Limit < 1 || r.Limit > maxConns:
+		b.p.addf(where, "limit", "limit must be between 1 and %d requests in flight, got %d", maxConns, r.Limit)
+	}
+	if rr.Period != nil {
+		b.p.add(where, "period", "period does not apply to algorithm: concurrency (limit counts requests in flight; timeout bounds each)")
+	}
+	if rr.Burst != nil {
+		b.p.add(where, "burst", "burst does not apply to algorithm: concurrency")
+	}
+	if r.Action == ActionEnqueue {
+		b.p.add(where, "algorithm", "algorithm: concurrency caps forwarded requests; a rule with action: enqueue forwards none")
 	}
 }
 
@@ -730,6 +763,8 @@ func (b *builder) lease(where string, r *Rule, v *scalar) int64 {
 		b.p.addf(where, "lease", "lease must be between 0 and %d, got %d", maxLease, n)
 	case n > 0 && r.Algorithm == "":
 		b.p.add(where, "lease", "lease needs a limit (algorithm, limit and period)")
+	case n > 0 && r.Concurrency():
+		b.p.add(where, "lease", "lease does not apply to algorithm: concurrency")
 	case n > 0 && r.Limit > 0 && n > r.Limit:
 		b.p.addf(where, "lease", "lease %d must not exceed limit %d", n, r.Limit)
 	}

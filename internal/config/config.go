@@ -91,7 +91,16 @@ const (
 
 	// DefaultMatchPath is the path of a rule without match.path: every path.
 	DefaultMatchPath = "/*"
+
+	// DefaultRuleTimeout is the timeout of an algorithm: concurrency rule: the longest a
+	// request it caps may take at the upstream, answer body included.
+	DefaultRuleTimeout = 60 * time.Second
 )
+
+// AlgorithmConcurrency is the algorithm of a rule that caps the requests of a key in flight to
+// the upstream at once (nginx limit_conn) rather than their rate. It is not a limit.Algorithm
+// the limiters know: the ingress holds its places in an inflight.Store.
+const AlgorithmConcurrency limit.Algorithm = "concurrency"
 
 // Config is one configuration file, decoded, completed with defaults and validated.
 type Config struct {
@@ -357,6 +366,13 @@ type Rule struct {
 	// OnStoreError overrides Config.OnStoreError for this rule (YAML on_store_error).
 	// "": inherit the global mode; see StoreErrorMode.
 	OnStoreError StoreErrorMode
+	// Timeout is, for an AlgorithmConcurrency rule only, the longest a request the rule caps
+	// may take at the upstream, from its forwarding to the end of its answer's body (YAML
+	// timeout; default DefaultRuleTimeout, at most 24h): the ingress cuts off a forwarded
+	// request still running then, so a place is never given up while its request may still
+	// be at the upstream, and a place whose ingress died comes back within Timeout plus a
+	// second. 0 for every other rule.
+	Timeout time.Duration
 	// Lease is how many requests of a key an ingress takes from the shared store at once and
 	// then admits by itself (YAML lease), for limits where admitting up to Lease more per
 	// ingress is acceptable; 0 (the default) asks the store for every request. It applies only
@@ -370,8 +386,13 @@ func (r Rule) LimitSpec() limit.Limit {
 }
 
 // HasLimit reports whether the rule carries a limit: always for ActionLimit, and for
-// ActionEnqueue when an algorithm is set.
+// ActionEnqueue when an algorithm is set. A concurrency rule's limit is in flight, not per
+// period (Concurrency).
 func (r Rule) HasLimit() bool { return r.Algorithm != "" }
+
+// Concurrency reports whether the rule caps requests in flight (algorithm: concurrency): at
+// most Limit of a key forwarded at once, each for at most Timeout.
+func (r Rule) Concurrency() bool { return r.Algorithm == AlgorithmConcurrency }
 
 // StoreErrorMode returns the rule's store-error mode: its own when set, else global, else
 // StoreErrorAllow.

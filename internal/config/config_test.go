@@ -117,6 +117,9 @@ func TestFullExampleLoads(t *testing.T) {
 			Name: "webhooks", Match: Match{Path: "/hooks/*"}, Key: []KeyPart{{KeyIP, ""}},
 			Algorithm: limit.GCRA, Limit: 20, Period: time.Second, Burst: 5, OnLimit: OnLimitReject, Action: ActionLimit,
 		}, {
+			Name: "conns-per-key", Match: Match{Path: "/*"}, Key: []KeyPart{{KeyHeader, "X-Api-Key"}},
+			Algorithm: AlgorithmConcurrency, Limit: 4, Timeout: 2 * time.Minute, OnLimit: OnLimitReject, Action: ActionLimit,
+		}, {
 			Name: "reports-deferred", Match: Match{Methods: []string{"POST"}, Path: "/reports"},
 			Key: []KeyPart{{KeyIP, ""}}, OnLimit: OnLimitReject, Action: ActionEnqueue, Queue: "reports",
 		}},
@@ -286,7 +289,29 @@ func TestProblems(t *testing.T) {
 		{"limit missing", rule("{name: r, algorithm: gcra, period: 1s}"), `sluice.yaml: rules[1] "r": limit is required`},
 		{"burst negative", rule("{name: r, algorithm: gcra, limit: 1, period: 1s, burst: -1}"), `sluice.yaml: rules[1] "r": burst must be >= 0`},
 		{"algorithm unknown", rule("{name: r, algorithm: magic, limit: 1, period: 1s}"),
-			`sluice.yaml: rules[1] "r": algorithm: unknown algorithm "magic": want token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window or gcra`},
+			`sluice.yaml: rules[1] "r": algorithm: unknown algorithm "magic": want token_bucket, leaky_bucket, fixed_window, sliding_log, sliding_window, gcra or concurrency`},
+
+		// Concurrency rules: a limit in flight, no period or burst, a timeout of their own.
+		{"concurrency period", rule("{name: conns, algorithm: concurrency, limit: 4, period: 1s}"),
+			`sluice.yaml: rules[1] "conns": period does not apply to algorithm: concurrency (limit counts requests in flight; timeout bounds each)`},
+		{"concurrency burst", rule("{name: conns, algorithm: concurrency, limit: 4, burst: 2}"),
+			`sluice.yaml: rules[1] "conns": burst does not apply to algorithm: concurrency`},
+		{"concurrency limit zero", rule("{name: conns, algorithm: concurrency, limit: 0}"),
+			`sluice.yaml: rules[1] "conns": limit must be between 1 and 100000 requests in flight, got 0`},
+		{"concurrency limit negative", rule("{name: conns, algorithm: concurrency, limit: -3}"),
+			`sluice.yaml: rules[1] "conns": limit must be between 1 and 100000 requests in flight, got -3`},
+		{"concurrency limit missing", rule("{name: conns, algorithm: concurrency}"),
+			`sluice.yaml: rules[1] "conns": limit is required: the requests of a key in flight at once`},
+		{"concurrency timeout zero", rule("{name: conns, algorithm: concurrency, limit: 4, timeout: 0s}"),
+			`sluice.yaml: rules[1] "conns": timeout must be > 0`},
+		{"concurrency timeout huge", rule("{name: conns, algorithm: concurrency, limit: 4, timeout: 25h}"),
+			`sluice.yaml: rules[1] "conns": timeout must be at most 24h0m0s, got 25h0m0s`},
+		{"timeout without concurrency", rule("{name: r, algorithm: gcra, limit: 1, period: 1s, timeout: 5s}"),
+			`sluice.yaml: rules[1] "r": timeout applies only to algorithm: concurrency (a queue's timeout bounds its deliveries)`},
+		{"concurrency lease", rule("{name: conns, algorithm: concurrency, limit: 4, lease: 2}"),
+			`sluice.yaml: rules[1] "conns": lease does not apply to algorithm: concurrency`},
+		{"concurrency action enqueue", rule("{name: conns, algorithm: concurrency, limit: 4, action: enqueue, queue: orders}"),
+			`sluice.yaml: rules[1] "conns": algorithm: concurrency caps forwarded requests; a rule with action: enqueue forwards none`},
 		{"algorithm missing", rule("{name: r, limit: 1, period: 1s}"), `sluice.yaml: rules[1] "r": algorithm is required`},
 		{"name missing", rule("{algorithm: gcra, limit: 1, period: 1s}"), `sluice.yaml: rules[1]: name is required`},
 		{"name duplicate", rule("{name: ok, algorithm: gcra, limit: 1, period: 1s}"), `sluice.yaml: rules[1] "ok": name: duplicate of rules[0]`},
@@ -710,6 +735,22 @@ rules:
 	}
 	if !c.Rules[0].HasLimit() || c.Rules[2].HasLimit() {
 		t.Errorf("HasLimit = %v, %v; want true, false", c.Rules[0].HasLimit(), c.Rules[2].HasLimit())
+	}
+	cc := mustParse(t, `
+upstream: http://u
+queues: [{name: q, rate: 1/s}]
+rules:
+  - {name: conns, key: [header:X-API-Key], algorithm: concurrency, limit: 4}
+  - {name: slow, algorithm: concurrency, limit: 2, timeout: 5m, on_limit: enqueue, queue: q}
+`)
+	if r := cc.Rules[0]; !r.Concurrency() || !r.HasLimit() || r.Limit != 4 || r.Timeout != DefaultRuleTimeout || r.Period != 0 {
+		t.Errorf("concurrency rule %+v; want limit 4, the default timeout, no period", r)
+	}
+	if r := cc.Rules[1]; !r.Concurrency() || r.Timeout != 5*time.Minute || r.OnLimit != OnLimitEnqueue {
+		t.Errorf("concurrency rule with timeout and on_limit: enqueue: %+v", r)
+	}
+	if c.Rules[0].Concurrency() || c.Rules[0].Timeout != 0 {
+		t.Errorf("token_bucket rule: Concurrency %v, Timeout %v", c.Rules[0].Concurrency(), c.Rules[0].Timeout)
 	}
 	q, ok := c.Queue("q")
 	if !ok || q != &c.Queues[0] {

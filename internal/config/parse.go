@@ -213,6 +213,7 @@ type (
 		Shadow       *scalar    `yaml:"shadow"`
 		OnStoreError *scalar    `yaml:"on_store_error"`
 		Lease        *scalar    `yaml:"lease"`
+		Timeout      *scalar    `yaml:"timeout"`
 	}
 	rawMatch struct {
 		Methods         stringList `yaml:"methods"`

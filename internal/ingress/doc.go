@@ -14,7 +14,10 @@
 // rule that rejects makes a 429, whose Retry-After is the longest of the violated rules';
 // else a rule that fails closed with the store down makes a 503; else the first violated
 // on_limit: enqueue rule, or matching action: enqueue rule, defers the request; else it is
-// forwarded. Shadow rules are charged and reported but never restrict.
+// forwarded. Shadow rules are charged and reported but never restrict. A request that is to be
+// forwarded then takes a place of each algorithm: concurrency rule it matches (places.go),
+// from an inflight.Store; a refusal there is one more violated rule, and a forwarded request
+// gives its places back when its answer is finished.
 //
 // # Guarantees
 //
@@ -40,6 +43,8 @@
 // allocates the string of its keys and its rate-limit headers. A remote decision is one round
 // trip on the request's own goroutine; a 429 for a key the store rejected is answered from a
 // cache of its rejections without one, and a lease: N rule asks once per N requests of a key.
+// A concurrency rule adds two round trips to a request it forwards, one to take its place and
+// one, after the answer, to give it back; neither starts a goroutine.
 // The metrics are listed in README.md, figures in BENCHMARKS.md, design history and rejected
 // alternatives in docs/design/ingress.md.
 package ingress

@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-rl/sluice/inflight"
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/limit"
 )
@@ -32,6 +33,12 @@ type Options struct {
 	// client with ContextTimeoutEnabled, as connect.Redis builds it, does; one without it
 	// waits for the client's own ReadTimeout, holding the request that long.
 	Limiter limit.Limiter
+	// Places holds the places of algorithm: concurrency rules. Nil: an inflight.Memory in this
+	// process. When it is not an *inflight.Memory it is taken to be shared (an inflight.Redis
+	// over the Limiter's Redis): each Acquire is bounded by store_timeout and guarded by the
+	// circuit breaker of a remote Limiter, and rules that fail open fall back to an in-process
+	// inflight.Memory with the same limits while it fails. The Server does not close it.
+	Places inflight.Store
 	// Enqueuer is where deferred requests and directly submitted jobs go (a *queue.Queues).
 	// Nil: requests that a rule defers are answered 503, and the job API answers 503.
 	Enqueuer Enqueuer
@@ -68,7 +75,11 @@ type gate struct {
 	rules    atomic.Pointer[ruleSet]
 	limiter  limit.Limiter
 	fallback limit.Limiter // nil when limiter is in-process
-	breaker  *breaker
+	breaker  *breaker      // nil when limiter is in-process
+
+	places         inflight.Store // concurrency rules' places
+	placesFallback inflight.Store // nil when places is in-process
+
 	enqueuer Enqueuer
 	metrics  *metrics
 	log      *slog.Logger
@@ -122,6 +133,14 @@ func newGate(cfg *config.Config, opts Options, m *metrics) (*gate, error) {
 				g.log.Warn("ingress: limiter store failing; deciding in-process until it answers", "breaker", s.String())
 			}
 		})
+	}
+	switch p := opts.Places.(type) {
+	case nil:
+		g.places = inflight.NewMemory()
+	case *inflight.Memory:
+		g.places = p
+	default:
+		g.places, g.placesFallback = p, inflight.NewMemory()
 	}
 	g.calls.New = func() any { return new(call) }
 	rs, err := compile(cfg, m)
@@ -203,8 +222,13 @@ type charge struct {
 type call struct {
 	q       request
 	matched []*rule  // every matching rule
-	charges []charge // the matching rules with a limit, in rule order
+	charges []charge // the matching rules with a limit, in rule order; then those of conc
 	keys    []byte   // the keys of the charges, end to end, before they become one string
+
+	// conc are the matching concurrency rules, in rule order, decided after the others
+	// (takePlaces); caps is the argument of their Acquire.
+	conc []charge
+	caps [1]inflight.Cap
 
 	// reqs are the requests of one limiter call, for the charges at the same indexes in idx:
 	// all of them, or those that a lease, the reject cache or the store's failure left.
@@ -222,7 +246,9 @@ func (c *call) reset() {
 	clear(c.charges)
 	clear(c.reqs)
 	clear(c.viol)
-	c.matched, c.charges, c.keys = c.matched[:0], c.charges[:0], c.keys[:0]
+	clear(c.conc)
+	c.caps[0] = inflight.Cap{}
+	c.matched, c.charges, c.keys, c.conc = c.matched[:0], c.charges[:0], c.keys[:0], c.conc[:0]
 	c.reqs, c.idx, c.viol, c.body = c.reqs[:0], c.idx[:0], c.viol[:0], c.body[:0]
 }
 
@@ -252,10 +278,11 @@ const (
 )
 
 // check decides the request of c. It reports true when the request may proceed, with the
-// rate-limit headers to set on its response (nil when no rule with a limit matched).
-// Otherwise it has answered the request itself, or returns the error to answer (a client
-// that went away).
-func (g *gate) check(c echo.Context) (bool, *rateHeaders, error) {
+// rate-limit headers to set on its response (nil when no rule with a limit matched), and the
+// concurrency places it holds in h, which the caller must give back (g.release) once the
+// request's answer is finished. Otherwise it has answered the request itself, or returns the
+// error to answer (a client that went away), and h holds nothing.
+func (g *gate) check(c echo.Context, h *held) (bool, *rateHeaders, error) {
 	r := c.Request()
 	if _, err := cleanPath(r.URL); err != nil {
 		writeProblem(c.Response(), problemFor(err))
@@ -291,21 +318,43 @@ func (g *gate) check(c echo.Context) (bool, *rateHeaders, error) {
 	}
 	mayDefer := g.noDefer == nil || !g.noDefer(r.URL.Path)
 	rl := decideRuling(k.charges, k.matched, mayDefer, k.viol)
+	if len(k.conc) > 0 && rl.action == forward && mayDefer {
+		// The rate rules let it through: now the places, which a refused request never takes.
+		if err := g.takePlaces(r.Context(), rs, k, h); err != nil {
+			g.release(h)
+			return false, nil, err
+		}
+		k.charges = append(k.charges, k.conc...)
+		rl = decideRuling(k.charges, k.matched, mayDefer, rl.viol)
+	}
 	k.viol = rl.viol
 	var hdrs *rateHeaders
 	if rl.header >= 0 {
-		secs := int64(-1)
-		if rl.action == reject {
-			secs = retryAfterSeconds(rl.retryAfter)
-		}
-		ch := &k.charges[rl.header]
-		hdrs = newRateHeaders(ch.rule, ch.dec, secs)
+		hdrs = g.headersOf(k, &rl)
 	}
 	countDecisions(k, &rl)
 	if rs.logDecisions {
 		g.logDecisions(r, k, &rl)
 	}
-	return g.respond(c, rs, k, &rl, hdrs)
+	ok, hdrs, err := g.respond(c, rs, k, &rl, hdrs)
+	if !ok {
+		g.release(h)
+	}
+	return ok, hdrs, err
+}
+
+// headersOf makes the rate-limit headers of the policy rl reports. The Retry-After of a 429 is
+// the longest of the violated rate rules'; a 429 of concurrency rules has none.
+func (g *gate) headersOf(k *call, rl *ruling) *rateHeaders {
+	ch := &k.charges[rl.header]
+	if ch.rule.conc != nil {
+		return newInFlightHeaders(ch.rule, ch.dec)
+	}
+	secs := int64(-1)
+	if rl.action == reject {
+		secs = retryAfterSeconds(rl.retryAfter)
+	}
+	return newRateHeaders(ch.rule, ch.dec, secs)
 }
 
 // logDecisions writes the access log of decisions (log_decisions: true): one line per charged
@@ -337,7 +386,7 @@ func (g *gate) chargeRules(r *http.Request, rs *ruleSet, k *call) (*Problem, err
 	var ends [16]int
 	keyEnds := ends[:0]
 	for _, ru := range k.matched {
-		if ru.hasLimit {
+		if ru.hasLimit || ru.conc != nil {
 			k.charges = append(k.charges, charge{rule: ru})
 			k.keys = ru.appendKey(k.keys, &k.q)
 			keyEnds = append(keyEnds, len(k.keys))
@@ -357,7 +406,27 @@ func (g *gate) chargeRules(r *http.Request, rs *ruleSet, k *call) (*Problem, err
 		ch.req = limit.Request{Key: all[start:keyEnds[i]], Limit: ch.rule.spec, Cost: 1}
 		start = keyEnds[i]
 	}
+	k.splitConcurrency()
+	if len(k.charges) == 0 {
+		return nil, nil
+	}
 	return nil, g.decide(r.Context(), rs, k)
+}
+
+// splitConcurrency moves the charges of concurrency rules from k.charges to k.conc, keeping
+// the order of each.
+func (k *call) splitConcurrency() {
+	n := 0
+	for i := range k.charges {
+		if ch := k.charges[i]; ch.rule.conc != nil {
+			k.conc = append(k.conc, ch)
+		} else {
+			k.charges[n] = ch
+			n++
+		}
+	}
+	clear(k.charges[n:])
+	k.charges = k.charges[:n]
 }
 
 // ruling is what happens to a request and why: the verdict, the rule it defers to, the longest
@@ -496,7 +565,11 @@ func (g *gate) respond(c echo.Context, rs *ruleSet, k *call, rl *ruling, hdrs *r
 	w := c.Response()
 	switch rl.action {
 	case reject:
-		g.writeQuotaExceeded(w, k, hdrs, retryAfterSeconds(rl.retryAfter))
+		if k.viol[0].conc != nil { // a rule that rejects stops the taking: they are all concurrency rules
+			g.writeInFlightExceeded(w, k, hdrs)
+		} else {
+			g.writeQuotaExceeded(w, k, hdrs, retryAfterSeconds(rl.retryAfter))
+		}
 		return false, nil, nil
 	case failClosed:
 		if hdrs != nil {

@@ -80,7 +80,11 @@ func (rh *rateHeaders) apply(h http.Header) {
 	h[hdrRateLimit] = rh.vals[1:2:2]
 	h[hdrXLimit] = rh.vals[2:3:3]
 	h[hdrXRemaining] = rh.vals[3:4:4]
-	h[hdrXReset] = rh.vals[4:5:5]
+	if rh.vals[4] != "" {
+		h[hdrXReset] = rh.vals[4:5:5]
+	} else { // a concurrency policy has no reset: nor may an upstream's stand beside it
+		delete(h, hdrXReset)
+	}
 }
 
 // install applies the headers to w and again just before w's header is written (over an

@@ -401,10 +401,12 @@ func testGate(t testing.TB, cfg *config.Config, opts Options) *gate {
 func gateMiddleware(g *gate) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			ok, hdrs, err := g.check(c)
+			var h held
+			ok, hdrs, err := g.check(c, &h)
 			if !ok {
 				return err
 			}
+			defer g.release(&h)
 			if hdrs != nil {
 				hdrs.install(c.Response())
 			}

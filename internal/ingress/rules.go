@@ -49,7 +49,8 @@ type rule struct {
 	key       []config.KeyPart
 	keyPrefix string // name and NUL, or the hashed name for very long names
 
-	hasLimit bool
+	hasLimit bool         // a rate limit, decided by the limiter (spec)
+	conc     *concurrency // algorithm: concurrency: places held in flight (places.go); nil otherwise
 	spec     limit.Limit
 	leases   *leaseCache // requests taken from the store ahead (lease: N > 1); nil: none
 	shadow   bool        // the rule's own shadow flag or the global one
@@ -286,6 +287,9 @@ func (r *rule) compileActions(action config.Action, onLimit config.OnLimit) erro
 // compileLimit sets the rule's limit and its leases. Every rule has a limit but an action:
 // enqueue rule without an algorithm.
 func (r *rule) compileLimit(cr config.Rule) error {
+	if cr.Concurrency() {
+		return r.compileConcurrency(cr)
+	}
 	r.hasLimit = !r.actionEnqueue || cr.Algorithm != ""
 	if !r.hasLimit {
 		return nil
@@ -317,6 +321,10 @@ func (r *rule) compileText() {
 		r.keyPrefix = string(hashMarker) + hex.EncodeToString(sum[:16]) + "\x00"
 	}
 	r.item = sfString(r.name)
+	if r.conc != nil {
+		r.limitText = strconv.FormatInt(r.conc.limit, 10)
+		r.policy = inFlightPolicy(r.item, r.conc.limit)
+	}
 	if r.hasLimit {
 		r.limitText = strconv.FormatInt(r.spec.Limit, 10)
 		r.policy = r.item + ";q=" + r.limitText + ";w=" + strconv.FormatInt(ceilSeconds(r.spec.Period), 10)

@@ -247,7 +247,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body := wrapBody(r)
 	c := s.echo.AcquireContext()
 	c.Reset(r, w)
-	ok, hdrs, err := s.gate.check(c)
+	var h held
+	ok, hdrs, err := s.gate.check(c, &h)
 	if ok {
 		r = c.Request()
 		switch {
@@ -261,7 +262,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if hdrs != nil {
 				hdrs.apply(c.Response().Header()) // on the ingress's own errors too
 			}
-			err = s.forward(c, hdrs, body)
+			if h.n > 0 {
+				err = s.forwardHolding(c, hdrs, body, &h)
+			} else {
+				err = s.forward(c, hdrs, body)
+			}
 		}
 	}
 	if err != nil {
