@@ -42,7 +42,7 @@ func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, erro
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return record{}, 0, fmt.Errorf("queue: status %s: %w", id, err)
 	}
-	r.Status.Tenant, r.Status.Delivered = r.Tenant, r.Delivered
+	r.Status.Tenant, r.Status.Delivered, r.Status.BacklogSeq = r.Tenant, r.Delivered, r.BacklogSeq
 	return r, e.Revision(), nil
 }
 
@@ -109,7 +109,7 @@ func (q *Queues) waiting(ctx context.Context, id string) (st Status, looked bool
 			continue // not a job of ours
 		}
 		return Status{ID: id, Queue: c.name, State: StateQueued, CreatedAt: job.CreatedAt,
-			UpdatedAt: raw.Time.UTC(), Tenant: job.Tenant}, true, nil
+			UpdatedAt: raw.Time.UTC(), Tenant: job.Tenant, Seq: raw.Sequence}, true, nil
 	}
 	return Status{}, len(cands) > 0, fmt.Errorf("%w: %s", ErrNotFound, id)
 }

@@ -272,6 +272,10 @@ type Queue struct {
 	// TenantRate caps the deliveries of any one tenant of a fair queue (YAML tenant_rate);
 	// zero: no cap.
 	TenantRate Rate
+	// TenantMaxDepth is the most jobs one tenant of a fair queue may hold waiting in its
+	// backlog (YAML tenant_max_depth), 1 to max_depth: beyond it that tenant's new jobs are
+	// refused with 429 while other tenants' are accepted. 0: no bound but MaxDepth.
+	TenantMaxDepth int64
 }
 
 // TenantWeights returns Weights by tenant id: id (the queue layer's Queues.TenantID, keyed

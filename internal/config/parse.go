@@ -191,6 +191,7 @@ type (
 		Fair            *scalar     `yaml:"fair"`
 		Weights         scalarMap   `yaml:"weights"`
 		TenantRate      *scalar     `yaml:"tenant_rate"`
+		TenantMaxDepth  *scalar     `yaml:"tenant_max_depth"`
 	}
 	rawBackoff struct {
 		Initial *scalar `yaml:"initial"`
