@@ -28,6 +28,9 @@ type Backlog struct {
 	// the delivery stream. Nil and 0 for a queue that is not fair.
 	Tenants map[string]uint64
 	Waiting uint64
+	// LastSeq is the backlog stream's last sequence in the same reading: Tenants counts every
+	// job stored there at or below it (Receipt.Seq), none above.
+	LastSeq uint64
 }
 
 // Backlog reads what waits in queue name: one request for the consumer's state and, in a fair
@@ -47,7 +50,7 @@ func (q *Queues) Backlog(ctx context.Context, name string) (Backlog, error) {
 		if err != nil {
 			return Backlog{}, fmt.Errorf("queue: backlog of %q: %w", name, err)
 		}
-		if out.Tenants, out.Waiting, err = q.layout(name, true).Depths(ctx, bst); err != nil {
+		if out.Tenants, out.Waiting, out.LastSeq, err = q.layout(name, true).depths(ctx, bst); err != nil {
 			return Backlog{}, fmt.Errorf("queue: backlog of %q: %w", name, err)
 		}
 	}

@@ -268,7 +268,8 @@ func (p *ingressProc) stopQueues(ctx context.Context) error {
 
 // startRules builds the front: rules, limits, forwarding and the job API.
 func (p *ingressProc) startRules(context.Context) error {
-	srv, err := ingress.New(p.current.Load(), ingress.Options{Limiter: p.lim, Enqueuer: p.late, Registerer: p.reg, Logger: p.log})
+	srv, err := ingress.New(p.current.Load(), ingress.Options{Limiter: p.lim, Enqueuer: p.late, Registerer: p.reg, Logger: p.log,
+		Drain: drainOf(p.late.Control, p.schedule, p.current.Load)})
 	if err != nil {
 		return connect.ConfigError(err)
 	}

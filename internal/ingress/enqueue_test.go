@@ -70,7 +70,7 @@ func newQueueFixture(t *testing.T, yaml string) *queueFixture {
 	var specs []queue.Spec
 	for _, q := range cfg.Queues {
 		specs = append(specs, queue.Spec{Name: q.Name, MaxDepth: q.MaxDepth, MaxBytes: q.MaxBytes, MaxBodyBytes: q.MaxBodyBytes,
-			DedupeWindow: q.DedupeWindow})
+			DedupeWindow: q.DedupeWindow, Fair: q.Fair})
 	}
 	if err := qs.Provision(ctx, specs); err != nil {
 		t.Fatal(err)
@@ -370,8 +370,12 @@ rules:
 // TestAcceptedJSON checks that the 202's body is byte for byte what encoding/json's Encoder
 // writes for it (echo's c.JSON before), for strings that need escaping.
 func TestAcceptedJSON(t *testing.T) {
-	for _, s := range trickyStrings {
+	eta := time.Date(2030, 1, 2, 3, 4, 5, 678000000, time.UTC)
+	for i, s := range trickyStrings {
 		a := &Accepted{ID: s, Queue: s + "q", State: queue.State(s), StatusURL: JobPath(s)}
+		if i%2 == 0 {
+			a.ETA = &eta
+		}
 		var want bytes.Buffer
 		if err := json.NewEncoder(&want).Encode(a); err != nil {
 			t.Fatal(err)
