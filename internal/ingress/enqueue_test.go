@@ -49,6 +49,12 @@ type queueFixture struct {
 
 func newQueueFixture(t *testing.T, yaml string) *queueFixture {
 	t.Helper()
+	return newQueueFixtureWith(t, yaml, nil)
+}
+
+// newQueueFixtureWith is newQueueFixture with opts changing the Server's options.
+func newQueueFixtureWith(t *testing.T, yaml string, opts func(*Options)) *queueFixture {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	ns := testenv.NATS(t)
@@ -76,7 +82,11 @@ func newQueueFixture(t *testing.T, yaml string) *queueFixture {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, up: up, reg: prometheus.NewRegistry(), peerAddr: "192.0.2.10:40000", clock: &clock{t: epoch}}
-	srv, err := New(cfg, Options{Enqueuer: enqueuer{qs}, Registerer: f.reg, Now: f.clock.Now})
+	o := Options{Enqueuer: enqueuer{qs}, Registerer: f.reg, Now: f.clock.Now}
+	if opts != nil {
+		opts(&o)
+	}
+	srv, err := New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
