@@ -103,7 +103,20 @@ func (o *outlook) refresh(ctx context.Context, g *gate, q *config.Queue) {
 		g.log.Debug("ingress: read the queue's backlog", "queue", q.Name, "err", err)
 		return
 	}
-	o.at, o.backlog = now, b
+	switch {
+	case derr == nil:
+		o.drain = d
+	case g.drain != nil:
+		g.log.Debug("ingress: read how the queue drains", "queue", q.Name, "err", derr) // the last reading's stays
+	}
+	o.install(now, b, q, weights)
+}
+
+// install makes b, read from at, the reading of q in use, with q's weights by tenant id: it
+// forgets the jobs stored that b counts, and sums the weights of the tenants with jobs
+// waiting. o.mu is held.
+func (o *outlook) install(at time.Time, b queue.Backlog, q *config.Queue, weights map[string]float64) {
+	o.at, o.backlog = at, b
 	for t, seqs := range o.stored {
 		kept := seqs[:0]
 		for _, s := range seqs {
@@ -116,12 +129,6 @@ func (o *outlook) refresh(ctx context.Context, g *gate, q *config.Queue) {
 		} else {
 			o.stored[t] = kept
 		}
-	}
-	switch {
-	case derr == nil:
-		o.drain = d
-	case g.drain != nil:
-		g.log.Debug("ingress: read how the queue drains", "queue", q.Name, "err", derr) // the last reading's stays
 	}
 	o.cfg, o.weights, o.sumWeights = q, weights, 0
 	for t := range b.Tenants {
