@@ -33,6 +33,9 @@
 //   - A Reload is atomic: a request is decided and forwarded entirely under one config.
 //   - Forwarding drops hop-by-hop headers (internal/httphdr), appends to X-Forwarded-For and
 //     Forwarded, streams bodies both ways, and passes content coding, 1xx and upgrades through.
+//   - A 202 and a queued job's status carry eta, an estimate from a reading of the queue at
+//     most a second old; a fair queue's tenant at its tenant_max_depth gets 429 (exact within
+//     this process, others' jobs seen at the next reading).
 //
 // # Costs
 //
@@ -40,6 +43,8 @@
 // allocates the string of its keys and its rate-limit headers. A remote decision is one round
 // trip on the request's own goroutine; a 429 for a key the store rejected is answered from a
 // cache of its rejections without one, and a lease: N rule asks once per N requests of a key.
+// A deferral adds no round trip of its own to the publish but one reading of its queue a
+// second (outlook.go).
 // The metrics are listed in README.md, figures in BENCHMARKS.md, design history and rejected
 // alternatives in docs/design/ingress.md.
 package ingress
