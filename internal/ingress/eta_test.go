@@ -64,6 +64,8 @@ func TestETAPlainQueue(t *testing.T) {
 	f := newQueueFixtureWith(t, `
 queues:
   - { name: plain, rate: 10/s, target: "POST http://127.0.0.1:1/x" }
+rules:
+  - { name: deferred, match: { methods: [POST], path: /later }, action: enqueue, queue: plain }
 `, func(o *Options) { o.Drain = src.get })
 	for range 30 {
 		if _, err := f.qs.Publish(f.ctx, &queue.Job{Queue: "plain", Direct: true}); err != nil {
@@ -73,6 +75,8 @@ queues:
 	a := f.acceptedETA(t, "plain", "")
 	wantETA(t, "behind 30 jobs at 10/s", a.ETA, epoch.Add(3*time.Second))
 	wantETA(t, "its status", f.statusETA(t, a.ID, ""), epoch.Add(3*time.Second))
+	d := accepted(t, f.do("POST", "/later", strings.NewReader("d")), "plain") // a deferred request's 202
+	wantETA(t, "a deferred request behind 31", d.ETA, epoch.Add(3100*time.Millisecond))
 
 	f.fetch(t, "plain", 10) // 10 delivered and acked
 	testenv.WaitFor(t, 5*time.Second, "the ack floor at 10", func() bool {

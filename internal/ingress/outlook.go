@@ -101,6 +101,11 @@ func (o *outlook) refresh(ctx context.Context, g *gate, q *config.Queue) {
 	o.reading = false
 	if err != nil {
 		g.log.Debug("ingress: read the queue's backlog", "queue", q.Name, "err", err)
+		if o.at.IsZero() || now.Sub(o.at) >= outlookStale {
+			// Reads keep failing: the bound is not enforced (admit), and the jobs stored
+			// meanwhile are forgotten rather than kept in memory without end.
+			o.stored = nil
+		}
 		return
 	}
 	switch {
@@ -171,16 +176,17 @@ func weightOf(weights map[string]float64, tenant string) float64 {
 }
 
 // admit decides whether tenant may add a job to fair queue q now, and if so counts the job as
-// being published until settle. A job of a queue that is not fair, without tenant_max_depth,
-// or without a reading younger than outlookStale is admitted. A refusal is a
-// *tenantFullError.
+// being published until settle. A job of a queue that is not fair or without tenant_max_depth
+// is admitted; so is one when the last reading is older than outlookStale (reads failing).
+// Before the first reading lands, the jobs this process is storing and stored still count. A
+// refusal is a *tenantFullError.
 func (o *outlook) admit(now time.Time, q *config.Queue, tenant string) error {
 	if !q.Fair {
 		return nil
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if q.TenantMaxDepth > 0 && !o.at.IsZero() && now.Sub(o.at) < outlookStale {
+	if q.TenantMaxDepth > 0 && (o.at.IsZero() || now.Sub(o.at) < outlookStale) {
 		if n := o.depth(tenant); n >= q.TenantMaxDepth {
 			return &tenantFullError{queue: q.Name, maxDepth: q.TenantMaxDepth,
 				retryAfter: o.tenantRetryAfter(now, q, tenant, n)}
