@@ -104,7 +104,7 @@ func TestControlOfOneQueue(t *testing.T) {
 	if err != nil || !c.Paused || !c.PausedUntil.Equal(until) || c.Rate != "4/s" {
 		t.Fatalf("control of q = %+v, %v", c, err)
 	}
-	if c, err := b.q.Control(b.ctx, "r"); err != nil || c != (queue.Control{}) {
+	if c, err := b.q.Control(b.ctx, "r"); err != nil || c.Paused || !c.PausedUntil.IsZero() || c.Rate != "" {
 		t.Fatalf("control of r = %+v, %v; want none", c, err)
 	}
 }
