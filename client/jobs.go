@@ -30,7 +30,7 @@ const (
 // Final reports whether s is a state a job never leaves (succeeded or failed).
 func (s State) Final() bool { return s == StateSucceeded || s == StateFailed }
 
-// Job is a deferred job as the ingress reports it. Submit fills ID, Queue, State, StatusURL
+// Job is a deferred job as the ingress reports it. Submit fills ID, Queue, State, StatusURL, ETA
 // and Replayed; Job and Wait fill the rest.
 type Job struct {
 	ID        string    `json:"id"`
@@ -45,6 +45,11 @@ type Job struct {
 	Response *JobResponse `json:"response"`
 	// StatusURL is where the job's state can be read (from the 202's body or Location).
 	StatusURL string `json:"status_url"`
+	// ETA is when the ingress estimates the job will be delivered, while it is queued: the
+	// jobs ahead of it over the queue's effective rate (its tenant's share on a fair queue),
+	// after any pause. An estimate, told anew on every read; nil when the ingress gave none
+	// (the job is no longer queued, or the queue is paused with no end set).
+	ETA *time.Time `json:"eta,omitempty"`
 	// Replayed is true when Submit's Idempotency-Key had been seen before: the ingress
 	// returned the existing job instead of creating one (Idempotent-Replayed: true).
 	Replayed bool `json:"-"`

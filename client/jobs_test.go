@@ -139,6 +139,7 @@ func TestJob(t *testing.T) {
 	srv := newScripted(t,
 		reply(200, `{"id":"j/1","queue":"orders","state":"retrying","attempts":2,"created_at":"2025-03-14T15:09:26Z",`+
 			`"updated_at":"2025-03-14T15:09:30.5Z","last_error":"upstream 502","response":{"status":502}}`),
+		reply(200, `{"id":"j/2","queue":"orders","state":"queued","attempts":0,"eta":"2025-03-14T15:09:36.25Z"}`),
 		reply(404, `{"title":"Not Found"}`, "Content-Type", "application/problem+json"),
 	)
 	c, _ := newClient(t, srv.Server)
@@ -153,6 +154,16 @@ func TestJob(t *testing.T) {
 	}
 	if r := srv.requests()[0]; r.Method != http.MethodGet || r.EscapedPath != "/v1/jobs/j%2F1" {
 		t.Errorf("request = %s %s, want the id escaped as one segment", r.Method, r.EscapedPath)
+	}
+	if job.ETA != nil {
+		t.Errorf("a retrying job without eta: ETA %v, want nil", job.ETA)
+	}
+	queued, err := c.Job(context.Background(), "j/2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if queued.ETA == nil || !queued.ETA.Equal(t0.Add(10250*time.Millisecond)) {
+		t.Errorf("a queued job's ETA = %v, want %v", queued.ETA, t0.Add(10250*time.Millisecond))
 	}
 
 	_, err = c.Job(context.Background(), "gone")

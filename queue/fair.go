@@ -228,15 +228,21 @@ func (l FairLayout) CountKey(tenant string) string { return countKey(l.Queue, te
 // Depths returns, from the backlog stream st, how many jobs wait per tenant with any waiting,
 // and in all: one request, whose answer lists every such tenant.
 func (l FairLayout) Depths(ctx context.Context, st jetstream.Stream) (map[string]uint64, uint64, error) {
+	depths, msgs, _, err := l.depths(ctx, st)
+	return depths, msgs, err
+}
+
+// depths is Depths, with the stream's last sequence in the same reading.
+func (l FairLayout) depths(ctx context.Context, st jetstream.Stream) (map[string]uint64, uint64, uint64, error) {
 	si, err := st.Info(ctx, jetstream.WithSubjectFilter(l.prefix+"*"))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	out := make(map[string]uint64, len(si.State.Subjects))
 	for subj, n := range si.State.Subjects {
 		out[tokenTenant(strings.TrimPrefix(subj, l.prefix))] = n
 	}
-	return out, si.State.Msgs, nil
+	return out, si.State.Msgs, si.State.LastSeq, nil
 }
 
 // Forward returns the delivery-stream message of raw, a job read from a backlog: the job's

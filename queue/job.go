@@ -87,6 +87,12 @@ type Status struct {
 	// (pause_scope: tenant); they spend neither an attempt nor a pause retry. JSON leaves it
 	// out, as Delivered.
 	Held int `json:"-"`
+	// Seq is the job's sequence in its queue's delivery stream when Status found it waiting
+	// there, else 0; BacklogSeq its sequence in its tenant's backlog when it was stored in one
+	// (a fair queue; it may have been moved on since). For Queues.Place; not part of the JSON
+	// form.
+	Seq        uint64 `json:"-"`
+	BacklogSeq uint64 `json:"-"`
 }
 
 // Response is what the upstream answered to a delivery attempt.
@@ -132,6 +138,9 @@ type Receipt struct {
 	// Replayed is true when the job already existed (the same Idempotency-Key within the
 	// dedupe window) and nothing new was enqueued.
 	Replayed bool
+	// Seq is where the new job was stored: its sequence in the queue's delivery stream, or in
+	// a fair queue the backlog stream's; 0 when Replayed.
+	Seq uint64
 }
 
 // Info is a snapshot of one queue, for the admin API and metrics.

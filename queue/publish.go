@@ -176,7 +176,10 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		if err != nil {
 			return Receipt{}, err
 		}
-		return Receipt{ID: job.ID, Replayed: ack.Duplicate}, nil
+		if ack.Duplicate {
+			return Receipt{ID: job.ID, Replayed: true}, nil
+		}
+		return Receipt{ID: job.ID, Seq: ack.Sequence}, nil
 	}
 
 	fp, msgID, replayed, err := q.checkKey(ctx, job)
@@ -200,7 +203,7 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		return Receipt{ID: job.ID, Replayed: true}, nil
 	}
 	q.recordQueued(ctx, job, fp, msgID != job.ID, spec.Fair, ack.Sequence)
-	return Receipt{ID: job.ID, Replayed: false}, nil
+	return Receipt{ID: job.ID, Seq: ack.Sequence}, nil
 }
 
 // checkDuplicate tells a publish of job whose message JetStream dropped as a duplicate

@@ -112,6 +112,8 @@ type Queues struct {
 	mu      sync.RWMutex
 	specs   map[string]Spec             // provisioned queues, defaults applied
 	streams map[string]jetstream.Stream // their streams, for reading jobs by subject
+
+	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 }
 
 // validName reports whether s is a queue name or key prefix: 1 to 64 of [A-Za-z0-9_-].

@@ -44,7 +44,7 @@ func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, erro
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return record{}, 0, fmt.Errorf("queue: status %s: %w", id, err)
 	}
-	r.Status.Tenant, r.Status.Delivered, r.Status.Held = r.Tenant, r.Delivered, r.Held
+	r.Status.Tenant, r.Status.Delivered, r.Status.Held, r.Status.BacklogSeq = r.Tenant, r.Delivered, r.Held, r.BacklogSeq
 	return r, e.Revision(), nil
 }
 
@@ -111,7 +111,7 @@ func (q *Queues) waiting(ctx context.Context, id string) (st Status, looked bool
 			continue // not a job of ours
 		}
 		return Status{ID: id, Queue: c.name, State: StateQueued, CreatedAt: job.CreatedAt,
-			UpdatedAt: raw.Time.UTC(), Tenant: job.Tenant}, true, nil
+			UpdatedAt: raw.Time.UTC(), Tenant: job.Tenant, Seq: raw.Sequence}, true, nil
 	}
 	return Status{}, len(cands) > 0, fmt.Errorf("%w: %s", ErrNotFound, id)
 }

@@ -236,6 +236,47 @@ func (l *lateQueues) Info(ctx context.Context, name string) (queue.Info, error) 
 	return qs.Info(ctx, name)
 }
 
+// Backlog implements ingress.Enqueuer: qs.Backlog, failing at once while the queues are not
+// open or q is down (the ingress reads it on the deferral path).
+func (l *lateQueues) Backlog(ctx context.Context, q string) (queue.Backlog, error) {
+	qs, err := l.get()
+	if err != nil {
+		return queue.Backlog{}, err
+	}
+	if l.isDown(q) {
+		return queue.Backlog{}, fmt.Errorf("%w: JetStream does not answer for queue %q", errQueuesUnavailable, q)
+	}
+	return qs.Backlog(ctx, q)
+}
+
+// isDown reports whether q is down (see admit).
+func (l *lateQueues) isDown(q string) bool {
+	if l.ndown.Load() == 0 {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.outage(q) != nil
+}
+
+// Place implements ingress.Enqueuer.
+func (l *lateQueues) Place(ctx context.Context, st queue.Status) (queue.Place, error) {
+	qs, err := l.get()
+	if err != nil {
+		return queue.Place{}, err
+	}
+	return qs.Place(ctx, st)
+}
+
+// Control is queue.Queues.Control, for the ingress's drain readings.
+func (l *lateQueues) Control(ctx context.Context, q string) (queue.Control, error) {
+	qs, err := l.get()
+	if err != nil {
+		return queue.Control{}, err
+	}
+	return qs.Control(ctx, q)
+}
+
 // SetControl implements admin.QueueOps.
 func (l *lateQueues) SetControl(ctx context.Context, q string, change func(*queue.Control)) (queue.Control, error) {
 	qs, err := l.get()

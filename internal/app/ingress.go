@@ -287,7 +287,8 @@ func (p *ingressProc) stopQueues(ctx context.Context) error {
 
 // startRules builds the front: rules, limits, forwarding and the job API.
 func (p *ingressProc) startRules(context.Context) error {
-	opts := ingress.Options{Limiter: p.lim, Enqueuer: p.late, Registerer: p.reg, Logger: p.log}
+	opts := ingress.Options{Limiter: p.lim, Enqueuer: p.late, Registerer: p.reg, Logger: p.log,
+		Drain: drainOf(p.late.Control, p.schedule, p.current.Load)}
 	if p.places != nil { // a nil *inflight.Redis is not a nil Store
 		opts.Places = p.places
 	}

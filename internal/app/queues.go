@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/ingress"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
 	"github.com/sluice-rl/sluice/retry"
@@ -125,5 +126,41 @@ func pausedUntil(s leaky.Schedule) func(ctx context.Context, q string) (time.Tim
 			return time.Time{}, false, err
 		}
 		return time.Now().Add(d), true, nil
+	}
+}
+
+// drainOf tells the ingress how a queue drains now, for eta (ingress.Options.Drain), as the
+// admin API reads it: the operators' control (runtime rate, pause), an upstream's pause in the
+// leak schedule, and the rate the workers learned for an adaptive queue. What cannot be read is
+// left out: an estimate does not fail for it.
+func drainOf(control func(ctx context.Context, q string) (queue.Control, error), s leaky.Schedule,
+	current func() *config.Config) func(ctx context.Context, q string) (ingress.Drain, error) {
+	return func(ctx context.Context, q string) (ingress.Drain, error) {
+		var d ingress.Drain
+		now := time.Now()
+		if c, err := control(ctx, q); err == nil {
+			if r, err := config.ParseRate(c.Rate); c.Rate != "" && err == nil {
+				d.Rate = r.PerSecond()
+			}
+			if c.PausedAt(now) {
+				d.PausedUntil, d.Indefinite = c.PausedUntil, c.PausedUntil.IsZero()
+			}
+		}
+		if p, err := s.PausedFor(ctx, q); err == nil && p > 0 && now.Add(p).After(d.PausedUntil) {
+			d.PausedUntil = now.Add(p)
+		}
+		ad, ok := s.(leaky.Adapter)
+		cq, found := current().Queue(q)
+		if !ok || !found || !cq.Adaptive {
+			return d, nil
+		}
+		if eff, ok, err := ad.Learned(ctx, q); err == nil && ok {
+			ceiling := d.Rate
+			if ceiling == 0 {
+				ceiling = cq.Rate.PerSecond()
+			}
+			d.Rate = min(eff, ceiling)
+		}
+		return d, nil
 	}
 }

@@ -291,6 +291,10 @@ type Queue struct {
 	// PauseScope is what an upstream 429 or 503 pauses (YAML pause_scope): PauseQueue (the
 	// default) or PauseTenant, the job's tenant only, on a fair queue.
 	PauseScope PauseScope
+	// TenantMaxDepth is the most jobs one tenant of a fair queue may hold waiting in its
+	// backlog (YAML tenant_max_depth), 1 to max_depth: beyond it that tenant's new jobs are
+	// refused with 429 while other tenants' are accepted. 0: no bound but MaxDepth.
+	TenantMaxDepth int64
 }
 
 // PauseScope is what an upstream's 429 or 503 (and its Retry-After) pauses.

@@ -194,6 +194,7 @@ type (
 		MaxInFlight     *scalar     `yaml:"max_in_flight"`
 		TenantInFlight  *scalar     `yaml:"tenant_in_flight"`
 		PauseScope      *scalar     `yaml:"pause_scope"`
+		TenantMaxDepth  *scalar     `yaml:"tenant_max_depth"`
 	}
 	rawBackoff struct {
 		Initial *scalar `yaml:"initial"`

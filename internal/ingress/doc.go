@@ -36,6 +36,9 @@
 //   - A Reload is atomic: a request is decided and forwarded entirely under one config.
 //   - Forwarding drops hop-by-hop headers (internal/httphdr), appends to X-Forwarded-For and
 //     Forwarded, streams bodies both ways, and passes content coding, 1xx and upgrades through.
+//   - A 202 and a queued job's status carry eta, an estimate from a reading of the queue at
+//     most a second old; a fair queue's tenant at its tenant_max_depth gets 429 (exact within
+//     this process, others' jobs seen at the next reading).
 //
 // # Costs
 //
@@ -45,6 +48,8 @@
 // cache of its rejections without one, and a lease: N rule asks once per N requests of a key.
 // A concurrency rule adds two round trips to a request it forwards, one to take its place and
 // one, after the answer, to give it back; neither starts a goroutine.
+// A deferral adds no round trip of its own to the publish but one reading of its queue a
+// second (outlook.go).
 // The metrics are listed in README.md, figures in BENCHMARKS.md, design history and rejected
 // alternatives in docs/design/ingress.md.
 package ingress

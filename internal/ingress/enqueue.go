@@ -36,6 +36,12 @@ type Enqueuer interface {
 	// deployment's id secret ([queue.Queues.TenantID]), or an error when it cannot be derived
 	// yet (the ingress answers 503, as for a publish that fails).
 	TenantID(key []byte) (string, error)
+	// Backlog reads what waits in queue name ([queue.Queues.Backlog]); the ingress reads it
+	// at most once a second per queue, for eta and tenant_max_depth. It should fail at once,
+	// not wait, while the queue is known to be unreachable.
+	Backlog(ctx context.Context, name string) (queue.Backlog, error)
+	// Place tells where a queued job stands ([queue.Queues.Place]), for the eta of its status.
+	Place(ctx context.Context, st queue.Status) (queue.Place, error)
 }
 
 // Accepted is the body of a 202 answer: the job a request became.
@@ -44,6 +50,19 @@ type Accepted struct {
 	Queue     string      `json:"queue"`
 	State     queue.State `json:"state"`
 	StatusURL string      `json:"status_url"`
+	// ETA is when the job is estimated to be delivered, while it waits (see jobStatus); nil
+	// when there is no estimate.
+	ETA *time.Time `json:"eta,omitempty"`
+}
+
+// jobStatus is the body of GET /v1/jobs/{id}: the job's status and, while it is queued, ETA,
+// the estimated delivery time: the jobs ahead of it (in a fair queue, of its tenant) over the
+// queue's effective rate (the tenant's share), after any pause; recomputed on every read from
+// a reading of the queue at most a second old. An estimate: the rate, the share and the
+// backlog move.
+type jobStatus struct {
+	queue.Status
+	ETA *time.Time `json:"eta,omitempty"`
 }
 
 // JobPath returns the path of the status resource of job id: "/v1/jobs/{id}".
@@ -112,7 +131,13 @@ func (g *gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
 	// The job is stored or not whatever the client does meanwhile; Publish bounds the call
 	// itself when ctx has no deadline.
 	ctx := context.WithoutCancel(c.Request().Context())
+	o := g.outlook(q)
+	o.refresh(ctx, g, q)
+	if err := o.admit(g.now(), q, job.Tenant); err != nil {
+		return err
+	}
 	rcpt, err := g.enqueuer.Publish(ctx, job)
+	o.settle(q, job.Tenant, rcpt.Seq) // 0 unless stored
 	switch {
 	case err == nil:
 	case errors.Is(err, queue.ErrFull):
@@ -123,15 +148,42 @@ func (g *gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
 		g.log.Error("ingress: enqueue", "queue", q.Name, "err", err)
 		return &publishError{queue: q.Name, err: err}
 	}
-	state := queue.StateQueued
+	a := &Accepted{ID: rcpt.ID, Queue: q.Name, State: queue.StateQueued, StatusURL: JobPath(rcpt.ID)}
 	if rcpt.Replayed {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 		if st, err := g.enqueuer.Status(ctx, rcpt.ID); err == nil {
-			state = st.State
+			a.State, a.ETA = st.State, g.etaOf(ctx, q, st)
 		}
+	} else if eta, ok := o.etaStored(g.now(), q, job.Tenant, rcpt); ok {
+		a.ETA = utcMillis(eta)
 	}
-	writeAccepted(c.Response(), &Accepted{ID: rcpt.ID, Queue: q.Name, State: state, StatusURL: JobPath(rcpt.ID)})
+	writeAccepted(c.Response(), a)
 	return nil
+}
+
+// etaOf is the eta of job st of queue q while it is queued, or nil: where it stands (one or
+// two reads), against q's reading.
+func (g *gate) etaOf(ctx context.Context, q *config.Queue, st queue.Status) *time.Time {
+	if st.State != queue.StateQueued {
+		return nil
+	}
+	p, err := g.enqueuer.Place(ctx, st)
+	if err != nil {
+		return nil
+	}
+	o := g.outlook(q)
+	o.refresh(ctx, g, q)
+	eta, ok := o.etaPlace(g.now(), q, st.Tenant, p)
+	if !ok {
+		return nil
+	}
+	return utcMillis(eta)
+}
+
+// utcMillis is t in UTC, rounded to the millisecond: an estimate has no use for more.
+func utcMillis(t time.Time) *time.Time {
+	t = t.UTC().Round(time.Millisecond)
+	return &t
 }
 
 // acceptedType is the Content-Type of a 202, as a header value that is never written to.
@@ -161,6 +213,11 @@ func (a *Accepted) appendJSON(dst []byte) []byte {
 	dst = jsonw.AppendString(dst, string(a.State))
 	dst = append(dst, `,"status_url":`...)
 	dst = jsonw.AppendString(dst, a.StatusURL)
+	if a.ETA != nil {
+		dst = append(dst, `,"eta":"`...)
+		dst = a.ETA.AppendFormat(dst, time.RFC3339Nano)
+		dst = append(dst, '"')
+	}
 	return append(dst, '}')
 }
 
@@ -367,7 +424,11 @@ func (s *Server) getJob(c echo.Context) error {
 			return fmt.Errorf("%w: %s", queue.ErrNotFound, id)
 		}
 	}
-	return c.JSON(http.StatusOK, st)
+	out := jobStatus{Status: st}
+	if q, ok := rs.queues[st.Queue]; ok {
+		out.ETA = s.gate.etaOf(c.Request().Context(), q, st)
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 // validJobID reports whether id has the form of a job id: 1 to 128 of A-Z, a-z, 0-9, "_"

@@ -49,6 +49,12 @@ type queueFixture struct {
 
 func newQueueFixture(t *testing.T, yaml string) *queueFixture {
 	t.Helper()
+	return newQueueFixtureWith(t, yaml, nil)
+}
+
+// newQueueFixtureWith is newQueueFixture with opts changing the Server's options.
+func newQueueFixtureWith(t *testing.T, yaml string, opts func(*Options)) *queueFixture {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	ns := testenv.NATS(t)
@@ -70,13 +76,17 @@ func newQueueFixture(t *testing.T, yaml string) *queueFixture {
 	var specs []queue.Spec
 	for _, q := range cfg.Queues {
 		specs = append(specs, queue.Spec{Name: q.Name, MaxDepth: q.MaxDepth, MaxBytes: q.MaxBytes, MaxBodyBytes: q.MaxBodyBytes,
-			DedupeWindow: q.DedupeWindow})
+			DedupeWindow: q.DedupeWindow, Fair: q.Fair})
 	}
 	if err := qs.Provision(ctx, specs); err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, up: up, reg: prometheus.NewRegistry(), peerAddr: "192.0.2.10:40000", clock: &clock{t: epoch}}
-	srv, err := New(cfg, Options{Enqueuer: enqueuer{qs}, Registerer: f.reg, Now: f.clock.Now})
+	o := Options{Enqueuer: enqueuer{qs}, Registerer: f.reg, Now: f.clock.Now}
+	if opts != nil {
+		opts(&o)
+	}
+	srv, err := New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,8 +380,12 @@ rules:
 // TestAcceptedJSON checks that the 202's body is byte for byte what encoding/json's Encoder
 // writes for it (echo's c.JSON before), for strings that need escaping.
 func TestAcceptedJSON(t *testing.T) {
-	for _, s := range trickyStrings {
+	eta := time.Date(2030, 1, 2, 3, 4, 5, 678000000, time.UTC)
+	for i, s := range trickyStrings {
 		a := &Accepted{ID: s, Queue: s + "q", State: queue.State(s), StatusURL: JobPath(s)}
+		if i%2 == 0 {
+			a.ETA = &eta
+		}
 		var want bytes.Buffer
 		if err := json.NewEncoder(&want).Encode(a); err != nil {
 			t.Fatal(err)

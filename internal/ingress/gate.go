@@ -61,6 +61,10 @@ type Options struct {
 	// Transport carries forwarded requests. Nil: a transport tuned for one upstream (many
 	// idle keep-alive connections).
 	Transport http.RoundTripper
+	// Drain tells how a queue drains now (runtime rate, learned rate, pauses), for the eta of
+	// its jobs; it is read with the queue's backlog, at most once a second per queue. Nil: at
+	// the config file's rate, with no pause known.
+	Drain func(ctx context.Context, queue string) (Drain, error)
 }
 
 // gate decides each request against the rules of a configuration: it matches the request,
@@ -90,6 +94,9 @@ type gate struct {
 	noDefer func(path string) bool
 	// fullDepths are the depths of full queues last read (fullDepth), by queue name.
 	fullDepths sync.Map // string -> depthSeen
+	// outlooks are the queues' last readings of backlog and drain, by queue name.
+	outlooks sync.Map // string -> *outlook
+	drain    func(ctx context.Context, queue string) (Drain, error)
 }
 
 // newGate compiles cfg's rules and returns a gate that decides with opts.Limiter and counts
@@ -101,6 +108,7 @@ func newGate(cfg *config.Config, opts Options, m *metrics) (*gate, error) {
 		metrics:  m,
 		log:      opts.Logger,
 		now:      opts.Now,
+		drain:    opts.Drain,
 	}
 	if g.log == nil {
 		g.log = slog.Default()

@@ -94,6 +94,18 @@ type queueFullError struct {
 
 func (e *queueFullError) Error() string { return fmt.Sprintf("queue %q is full", e.queue) }
 
+// tenantFullError is a tenant of a fair queue holding its tenant_max_depth jobs waiting, with
+// the seconds its share of the rate needs to make room for one more.
+type tenantFullError struct {
+	queue      string
+	maxDepth   int64
+	retryAfter int64
+}
+
+func (e *tenantFullError) Error() string {
+	return fmt.Sprintf("the tenant holds tenant_max_depth %d jobs in queue %q", e.maxDepth, e.queue)
+}
+
 // problemFor maps an error to the problem the client is sent. It is the one place that turns
 // errors into HTTP statuses.
 func problemFor(err error) *Problem {
@@ -104,6 +116,7 @@ func problemFor(err error) *Problem {
 		ue     *upstreamError
 		pe     *publishError
 		full   *queueFullError
+		tfull  *tenantFullError
 		big    *bodyTooLargeError
 		se     *statusError
 		netErr net.Error
@@ -116,6 +129,11 @@ func problemFor(err error) *Problem {
 			Detail: fmt.Sprintf("queue %q holds as many jobs as it may (max_depth %d jobs, max_bytes %d bytes); retry once its backlog has drained",
 				full.queue, full.maxDepth, full.maxBytes),
 			RetryAfter: full.retryAfter}
+	case errors.As(err, &tfull):
+		return &Problem{Type: "about:blank", Title: "Too many jobs waiting for this tenant", Status: http.StatusTooManyRequests,
+			Detail: fmt.Sprintf("this tenant already holds %d jobs waiting in queue %q (its tenant_max_depth); other tenants' jobs are still accepted; retry once its backlog has moved on",
+				tfull.maxDepth, tfull.queue),
+			RetryAfter: tfull.retryAfter}
 	case errors.As(err, &big):
 		return &Problem{Type: "about:blank", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
 			Detail: fmt.Sprintf("the request body is larger than %d bytes, the max_body_bytes of queue %q that this request may be deferred to", big.limit, big.queue)}
