@@ -112,6 +112,16 @@ func (c QueueConfig) validate() error {
 	if c.MaxPauseRetries < 0 {
 		errs = append(errs, errors.New("max pause retries must be >= 0"))
 	}
+	errs = append(errs, c.validateScheduling()...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("worker: queue %q: %w", c.Name, err)
+	}
+	return nil
+}
+
+// validateScheduling reports what makes c's adaptive, tenant and concurrency settings unusable.
+func (c QueueConfig) validateScheduling() []error {
+	var errs []error
 	if (c.PauseTenant || c.TenantInFlight > 0) && !c.Fair {
 		errs = append(errs, errors.New("pausing tenants and tenant_in_flight need a fair queue"))
 	}
@@ -121,10 +131,7 @@ func (c QueueConfig) validate() error {
 	if c.Adaptive && !(c.MinRate > 0) {
 		errs = append(errs, errors.New("an adaptive queue needs a min rate > 0"))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("worker: queue %q: %w", c.Name, err)
-	}
-	return nil
+	return errs
 }
 
 func absHTTP(s string) bool {
