@@ -730,6 +730,16 @@ func TestNewValidates(t *testing.T) {
 		"no name":      {{Rate: leaky.Every(1, time.Second)}},
 		"relative URL": {{Name: "q", Rate: leaky.Every(1, time.Second), Upstream: "/x"}},
 		"duplicate":    {h.spec("q", 1), h.spec("q", 2)},
+		"tenant pause without fair": {func() worker.QueueConfig {
+			s := h.spec("q", 1)
+			s.PauseTenant = true
+			return s
+		}()},
+		"negative max in flight": {func() worker.QueueConfig {
+			s := h.spec("q", 1)
+			s.MaxInFlight = -1
+			return s
+		}()},
 	} {
 		if _, err := worker.New(worker.Deps{Queues: h.qs, Schedule: h.sched}, specs); err == nil {
 			t.Errorf("%s: New accepted %+v", name, specs)
