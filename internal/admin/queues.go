@@ -324,6 +324,14 @@ func (q *Queues) setScheduling(ctx context.Context, st *TenantStatus, cq *config
 		}
 	}
 	st.MaxInFlight = cq.TenantInFlight
+	if ts, ok := q.fileSettings(cq, id); ok {
+		if ts.InFlight > 0 {
+			st.MaxInFlight = ts.InFlight
+		}
+		if ts.Weight > 0 && (st.Override == nil || st.Override.Weight == 0) {
+			st.Weight = ts.Weight
+		}
+	}
 	if st.Override != nil && st.Override.InFlight > 0 {
 		st.MaxInFlight = st.Override.InFlight
 	}
@@ -332,6 +340,19 @@ func (q *Queues) setScheduling(ctx context.Context, st *TenantStatus, cq *config
 			st.Delivering = &n
 		}
 	}
+}
+
+// fileSettings returns the config file's tenant_settings of tenant id of cq, if any.
+func (q *Queues) fileSettings(cq *config.Queue, id string) (config.TenantSettings, bool) {
+	if q.TenantID == nil {
+		return config.TenantSettings{}, false
+	}
+	for v, ts := range cq.TenantSettings {
+		if tid, err := q.TenantID([]byte(v)); err == nil && tid == id {
+			return ts, true
+		}
+	}
+	return config.TenantSettings{}, false
 }
 
 func (q *Queues) now() time.Time {

@@ -3,11 +3,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/textproto"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -568,6 +570,47 @@ func (b *builder) inFlight(where string, q *Queue, r *rawQueue) {
 	}
 	if q.MaxInFlight > 0 && q.TenantInFlight > q.MaxInFlight {
 		b.p.addf(where, "tenant_in_flight", "tenant_in_flight %d must not exceed max_in_flight %d", q.TenantInFlight, q.MaxInFlight)
+	}
+	b.tenantSettings(where, q, r)
+}
+
+// tenantSettings reads tenant_settings: per tenant value, any of weight, rate and in_flight.
+func (b *builder) tenantSettings(where string, q *Queue, r *rawQueue) {
+	if len(r.TenantSettings) == 0 {
+		return
+	}
+	if !q.Fair {
+		b.p.add(where, "fair", "tenant_settings need fair: true")
+	}
+	q.TenantSettings = make(map[string]TenantSettings, len(r.TenantSettings))
+	for _, v := range slices.Sorted(maps.Keys(r.TenantSettings)) {
+		field := "tenant_settings." + v
+		rs, ts := r.TenantSettings[v], TenantSettings{}
+		if rs == nil {
+			b.p.addf(where, field, "%s: want a mapping of weight, rate and in_flight", field)
+			continue
+		}
+		if rs.Weight != nil {
+			s := b.text(where, field+".weight", rs.Weight, "")
+			w, err := strconv.ParseFloat(s, 64)
+			if err != nil || !(w > 0 && w <= maxWeight) {
+				b.p.addf(where, field+".weight", "%s.weight: want a number > 0 and <= %d, got %q", field, maxWeight, s)
+			}
+			ts.Weight = w
+		}
+		if rs.Rate != nil {
+			s := b.text(where, field+".rate", rs.Rate, "")
+			if rate, err := ParseRate(s); err != nil {
+				b.p.addf(where, field+".rate", "%s.rate: %v", field, err)
+			} else {
+				ts.Rate = rate
+			}
+		}
+		if rs.InFlight != nil {
+			ts.InFlight = b.integer(where, field+".in_flight", rs.InFlight, 0, 64)
+			b.bound(where, field+".in_flight", ts.InFlight, 1, maxInFlight)
+		}
+		q.TenantSettings[v] = ts
 	}
 }
 

@@ -295,6 +295,19 @@ type Queue struct {
 	// backlog (YAML tenant_max_depth), 1 to max_depth: beyond it that tenant's new jobs are
 	// refused with 429 while other tenants' are accepted. 0: no bound but MaxDepth.
 	TenantMaxDepth int64
+	// TenantSettings are single tenants' own settings on a fair queue, by the tenant's value
+	// as Weights names it (YAML tenant_settings); an operator's (the admin API's) replace them.
+	TenantSettings map[string]TenantSettings
+}
+
+// TenantSettings are one tenant's own settings; a zero field keeps the queue's.
+type TenantSettings struct {
+	// Weight is its weight in the round robin, > 0 and <= 1000 (as Weights).
+	Weight float64
+	// Rate caps its deliveries, in place of tenant_rate.
+	Rate Rate
+	// InFlight caps its deliveries in flight, in place of tenant_in_flight.
+	InFlight int64
 }
 
 // PauseScope is what an upstream's 429 or 503 (and its Retry-After) pauses.

@@ -171,30 +171,36 @@ type (
 		Replicas *scalar `yaml:"replicas"`
 	}
 	rawQueue struct {
-		Name            *scalar     `yaml:"name"`
-		Rate            *scalar     `yaml:"rate"`
-		Burst           *scalar     `yaml:"burst"`
-		MaxDepth        *scalar     `yaml:"max_depth"`
-		MaxBodyBytes    *scalar     `yaml:"max_body_bytes"`
-		MaxBytes        *scalar     `yaml:"max_bytes"`
-		Target          *scalar     `yaml:"target"`
-		MaxAttempts     *scalar     `yaml:"max_attempts"`
-		Backoff         *rawBackoff `yaml:"backoff"`
-		Timeout         *scalar     `yaml:"timeout"`
-		DedupeWindow    *scalar     `yaml:"dedupe_window"`
-		AckWait         *scalar     `yaml:"ack_wait"`
-		Concurrency     *scalar     `yaml:"concurrency"`
-		MaxPauseRetries *scalar     `yaml:"max_pause_retries"`
-		Tenant          stringList  `yaml:"tenant"`
-		Adaptive        *scalar     `yaml:"adaptive"`
-		MinRate         *scalar     `yaml:"min_rate"`
-		Fair            *scalar     `yaml:"fair"`
-		Weights         scalarMap   `yaml:"weights"`
-		TenantRate      *scalar     `yaml:"tenant_rate"`
-		MaxInFlight     *scalar     `yaml:"max_in_flight"`
-		TenantInFlight  *scalar     `yaml:"tenant_in_flight"`
-		PauseScope      *scalar     `yaml:"pause_scope"`
-		TenantMaxDepth  *scalar     `yaml:"tenant_max_depth"`
+		Name            *scalar                       `yaml:"name"`
+		Rate            *scalar                       `yaml:"rate"`
+		Burst           *scalar                       `yaml:"burst"`
+		MaxDepth        *scalar                       `yaml:"max_depth"`
+		MaxBodyBytes    *scalar                       `yaml:"max_body_bytes"`
+		MaxBytes        *scalar                       `yaml:"max_bytes"`
+		Target          *scalar                       `yaml:"target"`
+		MaxAttempts     *scalar                       `yaml:"max_attempts"`
+		Backoff         *rawBackoff                   `yaml:"backoff"`
+		Timeout         *scalar                       `yaml:"timeout"`
+		DedupeWindow    *scalar                       `yaml:"dedupe_window"`
+		AckWait         *scalar                       `yaml:"ack_wait"`
+		Concurrency     *scalar                       `yaml:"concurrency"`
+		MaxPauseRetries *scalar                       `yaml:"max_pause_retries"`
+		Tenant          stringList                    `yaml:"tenant"`
+		Adaptive        *scalar                       `yaml:"adaptive"`
+		MinRate         *scalar                       `yaml:"min_rate"`
+		Fair            *scalar                       `yaml:"fair"`
+		Weights         scalarMap                     `yaml:"weights"`
+		TenantRate      *scalar                       `yaml:"tenant_rate"`
+		MaxInFlight     *scalar                       `yaml:"max_in_flight"`
+		TenantInFlight  *scalar                       `yaml:"tenant_in_flight"`
+		PauseScope      *scalar                       `yaml:"pause_scope"`
+		TenantMaxDepth  *scalar                       `yaml:"tenant_max_depth"`
+		TenantSettings  map[string]*rawTenantSettings `yaml:"tenant_settings"`
+	}
+	rawTenantSettings struct {
+		Weight   *scalar `yaml:"weight"`
+		Rate     *scalar `yaml:"rate"`
+		InFlight *scalar `yaml:"in_flight"`
 	}
 	rawBackoff struct {
 		Initial *scalar `yaml:"initial"`

@@ -72,6 +72,11 @@ type QueueConfig struct {
 	// inflight.go); 0: none. TenantInFlight does the same per tenant of a fair queue.
 	MaxInFlight    int64
 	TenantInFlight int64
+	// TenantRates and TenantInFlights are single tenants' own caps from the config file, by
+	// tenant id, in place of TenantRate and TenantInFlight; an operator's (the queue's control)
+	// replace them in turn.
+	TenantRates     map[string]float64
+	TenantInFlights map[string]int64
 }
 
 // Target is the destination of a queue's directly submitted jobs.
@@ -117,6 +122,31 @@ func (c QueueConfig) validate() error {
 		return fmt.Errorf("worker: queue %q: %w", c.Name, err)
 	}
 	return nil
+}
+
+// tenantSettings adds the file's settings of single tenants (by value) to c, by tenant id.
+func (c *QueueConfig) tenantSettings(settings map[string]config.TenantSettings, tenantID func(key []byte) string) {
+	for v, ts := range settings {
+		id := tenantID([]byte(v))
+		if ts.Weight > 0 {
+			if c.Weights == nil {
+				c.Weights = map[string]float64{}
+			}
+			c.Weights[id] = ts.Weight
+		}
+		if r := ts.Rate.PerSecond(); r > 0 {
+			if c.TenantRates == nil {
+				c.TenantRates = map[string]float64{}
+			}
+			c.TenantRates[id] = r
+		}
+		if ts.InFlight > 0 {
+			if c.TenantInFlights == nil {
+				c.TenantInFlights = map[string]int64{}
+			}
+			c.TenantInFlights[id] = ts.InFlight
+		}
+	}
 }
 
 // validateScheduling reports what makes c's adaptive, tenant and concurrency settings unusable.
@@ -169,6 +199,7 @@ func FromConfig(cfg *config.Config, tenantID func(key []byte) string) []QueueCon
 		if q.Target != nil {
 			qc.Target = &Target{Method: q.Target.Method, URL: q.Target.URL}
 		}
+		qc.tenantSettings(q.TenantSettings, tenantID)
 		out = append(out, qc)
 	}
 	return out

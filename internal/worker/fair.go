@@ -106,12 +106,11 @@ func fairOptions(cfg *QueueConfig, r *runner) fair.Options {
 		Target:     int(min(max(target, 2), fairTargetMax)),
 		Logger:     r.p.log,
 	}
-	if learnsPerTenant(cfg) {
-		// What the tenants' upstream takes, as learned (never above their caps).
-		o.TenantRates = r.tenantLearn.rates()
-	}
-	if ctl := r.p.control(r.name).Tenants; len(ctl) > 0 {
-		// An operator's settings for single tenants replace the file's for them.
+	// Single tenants' caps: an operator's, else the file's; then, on a queue that learns per
+	// tenant, what the tenant's upstream takes, as learned (never above its cap).
+	o.TenantRates = maps.Clone(cfg.TenantRates)
+	ctl := r.p.control(r.name).Tenants
+	if len(ctl) > 0 {
 		o.Weights = maps.Clone(cfg.Weights)
 		if o.Weights == nil {
 			o.Weights = map[string]float64{}
@@ -124,9 +123,17 @@ func fairOptions(cfg *QueueConfig, r *runner) fair.Options {
 				o.Weights[id] = tc.Weight
 			}
 			if rt, err := config.ParseRate(tc.Rate); err == nil && tc.Rate != "" {
-				if learned, ok := o.TenantRates[id]; !ok || rt.PerSecond() < learned {
-					o.TenantRates[id] = rt.PerSecond()
-				}
+				o.TenantRates[id] = rt.PerSecond()
+			}
+		}
+	}
+	if learnsPerTenant(cfg) {
+		for id, learned := range r.tenantLearn.rates() {
+			if o.TenantRates == nil {
+				o.TenantRates = map[string]float64{}
+			}
+			if c, ok := o.TenantRates[id]; !ok || learned < c {
+				o.TenantRates[id] = learned
 			}
 		}
 	}

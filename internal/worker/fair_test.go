@@ -3,11 +3,14 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
@@ -99,4 +102,51 @@ func TestScheduleLoopFollowsTheConfig(t *testing.T) {
 	if in := info(); in.Depth != 0 {
 		t.Fatalf("after the drain: depth %d, want 0", in.Depth)
 	}
+}
+
+// A tenant's caps and weight come from the file's tenant_settings, an operator's settings
+// replace them, and a learned rate never raises them.
+func TestFairOptionsTenantSettings(t *testing.T) {
+	cfg := mustConfigText(t, `
+queues:
+  - name: f
+    rate: 50/s
+    tenant: header:X-Tenant
+    fair: true
+    tenant_settings:
+      a: { rate: 5/s, in_flight: 2 }
+      b: { weight: 3 }
+      c: { rate: 8/s }
+`)
+	id := func(k []byte) string { return "id-" + string(k) }
+	qc := FromConfig(cfg, id)[0]
+	if qc.TenantRates["id-a"] != 5 || qc.TenantInFlights["id-a"] != 2 || qc.Weights["id-b"] != 3 || qc.TenantRates["id-c"] != 8 {
+		t.Fatalf("FromConfig: rates %v, in flight %v, weights %v", qc.TenantRates, qc.TenantInFlights, qc.Weights)
+	}
+	p := &Pool{log: slog.New(slog.DiscardHandler)}
+	p.controls.Store(&map[string]queue.Control{"f": {Tenants: map[string]queue.TenantControl{
+		"id-a": {Rate: "10/s"}, "id-b": {Weight: 0.5},
+	}}})
+	r := &runner{p: p, name: "f"}
+	r.cfg.Store(&qc)
+	o := fairOptions(&qc, r)
+	if o.TenantRates["id-a"] != 10 || o.Weights["id-b"] != 0.5 || o.TenantRates["id-c"] != 8 {
+		t.Fatalf("with an operator's settings: rates %v, weights %v; want a 10 (the operator's), b 0.5, c 8", o.TenantRates, o.Weights)
+	}
+	if caps := r.placeCaps(&qc, "id-a"); len(caps) != 1 || caps[0].Limit != 2 {
+		t.Fatalf("a's places: %+v, want one cap of 2 (the file's in_flight)", caps)
+	}
+}
+
+func mustConfigText(t *testing.T, yaml string) *config.Config {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

@@ -63,6 +63,9 @@ func (r *runner) placeCaps(cfg *QueueConfig, tenant string) []inflight.Cap {
 		return caps
 	}
 	limit := cfg.TenantInFlight
+	if n, ok := cfg.TenantInFlights[tenant]; ok {
+		limit = n // the file's setting for this tenant
+	}
 	if tc, ok := r.p.control(r.name).Tenants[tenant]; ok && tc.InFlight > 0 {
 		limit = tc.InFlight // an operator's setting for this tenant
 	}

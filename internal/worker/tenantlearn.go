@@ -58,13 +58,17 @@ func (ts *tenantLearners) get(tenant string) *tenantLearner {
 	return l
 }
 
-// ceiling is tenant's cap: its own rate, else the queue's tenant_rate, within the queue's rate.
+// ceiling is tenant's cap: its own rate (an operator's, else the file's), else the queue's
+// tenant_rate, within the queue's rate.
 func (ts *tenantLearners) ceiling(cfg *QueueConfig, tenant string) float64 {
 	c := ts.r.learn.ceiling()
 	if tc, ok := ts.r.p.control(ts.r.name).Tenants[tenant]; ok && tc.Rate != "" {
 		if rt, err := config.ParseRate(tc.Rate); err == nil && rt.PerSecond() > 0 {
 			return min(c, rt.PerSecond())
 		}
+	}
+	if r, ok := cfg.TenantRates[tenant]; ok {
+		return min(c, r)
 	}
 	if cfg.TenantRate > 0 {
 		return min(c, cfg.TenantRate)
