@@ -23,6 +23,9 @@ type queueView struct {
 	PausedUntil   *time.Time   `json:"paused_until"`
 	Fair          bool         `json:"fair"`
 	Tenants       int          `json:"tenants"`
+	MaxInFlight   int64        `json:"max_in_flight"`
+	Delivering    *int64       `json:"delivering"`
+	PausedTenants *int         `json:"paused_tenants"`
 	TopTenants    []tenantView `json:"top_tenants"`
 }
 
@@ -34,6 +37,15 @@ type tenantView struct {
 	Weight    float64 `json:"weight"`
 	Depth     uint64  `json:"depth"`
 	Delivered *uint64 `json:"delivered"`
+	// PausedUntil, Delivering, MaxInFlight and Override: see the admin API's TenantStatus.
+	PausedUntil *time.Time `json:"paused_until"`
+	Delivering  *int64     `json:"delivering"`
+	MaxInFlight int64      `json:"max_in_flight"`
+	Override    *struct {
+		Weight   float64 `json:"weight"`
+		Rate     string  `json:"rate"`
+		InFlight int64   `json:"in_flight"`
+	} `json:"override"`
 }
 
 // deadLetterView is one dead letter (GET /v1/queues/{q}/dead-letters).
@@ -64,7 +76,7 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 
 
 func printQueues(w io.Writer, qs []queueView) error {
 	t := table(w)
-	fmt.Fprintln(t, "QUEUE\tRATE\tEFFECTIVE\tDEPTH\tPENDING\tIN FLIGHT\tDEAD\tPAUSED\tTENANTS")
+	fmt.Fprintln(t, "QUEUE\tRATE\tEFFECTIVE\tDEPTH\tPENDING\tIN FLIGHT\tDELIVERING\tDEAD\tPAUSED\tTENANTS")
 	for _, q := range qs {
 		rate := q.Rate
 		if q.RuntimeRate != nil {
@@ -77,9 +89,16 @@ func printQueues(w io.Writer, qs []queueView) error {
 		tenants := "-" // not fair
 		if q.Fair {
 			tenants = strconv.Itoa(q.Tenants)
+			if q.PausedTenants != nil {
+				tenants += fmt.Sprintf(" (%d paused)", *q.PausedTenants)
+			}
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", q.Name, rate, eff, q.Depth, q.Pending,
-			q.InFlight, q.DeadLetters, pausedText(q), tenants)
+		delivering := "-" // no max_in_flight
+		if q.Delivering != nil {
+			delivering = fmt.Sprintf("%d/%d", *q.Delivering, q.MaxInFlight)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n", q.Name, rate, eff, q.Depth, q.Pending,
+			q.InFlight, delivering, q.DeadLetters, pausedText(q), tenants)
 	}
 	return t.Flush()
 }
@@ -87,16 +106,26 @@ func printQueues(w io.Writer, qs []queueView) error {
 // printTenants prints tenants of a fair queue, with their delivered counts when known.
 func printTenants(w io.Writer, ts []tenantView) error {
 	t := table(w)
-	fmt.Fprintln(t, "TENANT\tNAME\tWEIGHT\tWAITING\tDELIVERED")
+	fmt.Fprintln(t, "TENANT\tNAME\tWEIGHT\tWAITING\tDELIVERED\tDELIVERING\tPAUSED\tOVERRIDE")
 	for _, tv := range ts {
-		name, delivered := tv.Name, "-"
+		name, delivered, delivering, paused, override := tv.Name, "-", "-", "no", "-"
 		if name == "" {
 			name = "-"
 		}
 		if tv.Delivered != nil {
 			delivered = strconv.FormatUint(*tv.Delivered, 10)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\n", tv.Tenant, name, strconv.FormatFloat(tv.Weight, 'f', -1, 64), tv.Depth, delivered)
+		if tv.Delivering != nil {
+			delivering = fmt.Sprintf("%d/%d", *tv.Delivering, tv.MaxInFlight)
+		}
+		if tv.PausedUntil != nil {
+			paused = "until " + tv.PausedUntil.Local().Format(time.DateTime)
+		}
+		if o := tv.Override; o != nil {
+			override = fmt.Sprintf("weight=%s rate=%s in_flight=%d", strconv.FormatFloat(o.Weight, 'f', -1, 64), o.Rate, o.InFlight)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", tv.Tenant, name, strconv.FormatFloat(tv.Weight, 'f', -1, 64), tv.Depth,
+			delivered, delivering, paused, override)
 	}
 	return t.Flush()
 }

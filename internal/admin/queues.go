@@ -447,16 +447,20 @@ type queueMetrics struct {
 }
 
 var (
-	descDepth     = prometheus.NewDesc("sluice_queue_depth", "Jobs in the queue, waiting and in flight.", []string{"queue"}, nil)
-	descInFlight  = prometheus.NewDesc("sluice_queue_in_flight", "Jobs held by workers.", []string{"queue"}, nil)
-	descDead      = prometheus.NewDesc("sluice_queue_dead_letters", "Jobs in the queue's dead-letter stream.", []string{"queue"}, nil)
-	descPaused    = prometheus.NewDesc("sluice_queue_paused", "1 while the queue's deliveries are paused (by an operator or an upstream's Retry-After).", []string{"queue"}, nil)
-	descEffective = prometheus.NewDesc("sluice_queue_effective_rate", "Deliveries per second the queue is allowed now.", []string{"queue"}, nil)
-	descTenants   = prometheus.NewDesc("sluice_queue_tenants", "Tenants with jobs waiting in a fair queue's backlogs.", []string{"queue"}, nil)
+	descDepth         = prometheus.NewDesc("sluice_queue_depth", "Jobs in the queue, waiting and in flight.", []string{"queue"}, nil)
+	descInFlight      = prometheus.NewDesc("sluice_queue_in_flight", "Jobs held by workers.", []string{"queue"}, nil)
+	descDead          = prometheus.NewDesc("sluice_queue_dead_letters", "Jobs in the queue's dead-letter stream.", []string{"queue"}, nil)
+	descPaused        = prometheus.NewDesc("sluice_queue_paused", "1 while the queue's deliveries are paused (by an operator or an upstream's Retry-After).", []string{"queue"}, nil)
+	descEffective     = prometheus.NewDesc("sluice_queue_effective_rate", "Deliveries per second the queue is allowed now.", []string{"queue"}, nil)
+	descTenants       = prometheus.NewDesc("sluice_queue_tenants", "Tenants with jobs waiting in a fair queue's backlogs.", []string{"queue"}, nil)
+	descDelivering    = prometheus.NewDesc("sluice_queue_delivering", "Deliveries holding a place of the queue's max_in_flight now.", []string{"queue"}, nil)
+	descMaxInFlight   = prometheus.NewDesc("sluice_queue_max_in_flight", "The queue's max_in_flight.", []string{"queue"}, nil)
+	descPausedTenants = prometheus.NewDesc("sluice_queue_paused_tenants", "Tenants of a queue with pause_scope: tenant that its upstream paused now.", []string{"queue"}, nil)
 )
 
 func (m *queueMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDepth, descInFlight, descDead, descPaused, descEffective, descTenants} {
+	for _, d := range []*prometheus.Desc{descDepth, descInFlight, descDead, descPaused, descEffective, descTenants,
+		descDelivering, descMaxInFlight, descPausedTenants} {
 		ch <- d
 	}
 }
@@ -489,6 +493,13 @@ func (m *queueMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descEffective, prometheus.GaugeValue, st.EffectiveRate, st.Name)
 		if st.Fair {
 			ch <- prometheus.MustNewConstMetric(descTenants, prometheus.GaugeValue, float64(st.Tenants), st.Name)
+		}
+		if st.Delivering != nil {
+			ch <- prometheus.MustNewConstMetric(descDelivering, prometheus.GaugeValue, float64(*st.Delivering), st.Name)
+			ch <- prometheus.MustNewConstMetric(descMaxInFlight, prometheus.GaugeValue, float64(st.MaxInFlight), st.Name)
+		}
+		if st.PausedTenants != nil {
+			ch <- prometheus.MustNewConstMetric(descPausedTenants, prometheus.GaugeValue, float64(*st.PausedTenants), st.Name)
 		}
 	}
 }

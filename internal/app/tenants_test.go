@@ -30,6 +30,8 @@ queues:
     rate: 1/h
     tenant: header:X-Tenant
     fair: true
+    max_in_flight: 4
+    pause_scope: tenant
     target: POST %s/jobs
 `, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), rec.URL, rec.URL))
 
@@ -134,6 +136,34 @@ queues:
 	resp.Body.Close()
 	if err != nil || tv.Weight != 2 || tv.MaxInFlight != 3 || tv.Override.InFlight != 3 || tv.Delivering == nil || *tv.Delivering != 0 {
 		t.Errorf("tenant view after PATCH in_flight 3: %+v (%v); want weight 2, max_in_flight 3, delivering 0", tv, err)
+	}
+	// The queue shows its places against max_in_flight and its paused tenants, in the API and
+	// the metrics.
+	resp, err = http.Get("http://" + r.admin + "/v1/queues/shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qv struct {
+		MaxInFlight   int64  `json:"max_in_flight"`
+		Delivering    *int64 `json:"delivering"`
+		PausedTenants *int   `json:"paused_tenants"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&qv)
+	resp.Body.Close()
+	if err != nil || qv.MaxInFlight != 4 || qv.Delivering == nil || *qv.Delivering != 0 || qv.PausedTenants == nil || *qv.PausedTenants != 0 {
+		t.Errorf("queue view: %+v (%v); want max_in_flight 4, delivering 0, paused_tenants 0", qv, err)
+	}
+	resp, err = http.Get("http://" + r.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`sluice_queue_max_in_flight{queue="shared"} 4`, `sluice_queue_delivering{queue="shared"} 0`,
+		`sluice_queue_paused_tenants{queue="shared"} 0`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 	// null goes back to the file's: no settings of its own left. The tenant's id names the
 	// same tenant as its value.
