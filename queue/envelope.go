@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -99,6 +100,10 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 	if job.Tenant != "" {
 		b = append(b, `,"tenant":`...)
 		b = jsonw.AppendString(b, job.Tenant)
+	}
+	if job.Cost != 0 {
+		b = append(b, `,"cost":`...)
+		b = strconv.AppendInt(b, job.Cost, 10)
 	}
 	if len(job.Header) > 0 && b64 {
 		b = append(b, `,"header_b64":`...)

@@ -43,11 +43,36 @@ func readEnvelope(meta string, j *Job) bool {
 	if r.lit(`,"tenant":`) && !r.str(&j.Tenant) {
 		return false
 	}
+	if r.lit(`,"cost":`) && !r.int(&j.Cost) {
+		return false
+	}
 	return r.lit("}") && r.s == ""
 }
 
 // envReader reads the front of s.
 type envReader struct{ s string }
+
+// int consumes a JSON integer as strconv.AppendInt writes it (no leading zeros, no plus sign,
+// no exponent) into dst.
+func (r *envReader) int(dst *int64) bool {
+	i := 0
+	if i < len(r.s) && r.s[i] == '-' {
+		i++
+	}
+	start := i
+	for i < len(r.s) && r.s[i] >= '0' && r.s[i] <= '9' {
+		i++
+	}
+	if i == start || (r.s[start] == '0' && i > start+1) || r.s[start:i] == "0" && start > 0 {
+		return false
+	}
+	n, err := strconv.ParseInt(r.s[:i], 10, 64)
+	if err != nil {
+		return false
+	}
+	*dst, r.s = n, r.s[i:]
+	return true
+}
 
 // lit consumes prefix when s starts with it.
 func (r *envReader) lit(prefix string) bool {

@@ -48,7 +48,7 @@ func TestReadEnvelope(t *testing.T) {
 		},
 		CreatedAt:      time.Date(2026, 11, 23, 9, 30, 0, 123456789, time.UTC),
 		IdempotencyKey: "order-42", AckBy: time.Date(2026, 11, 23, 9, 30, 5, 0, time.FixedZone("", 3600)),
-		Tenant: "t1",
+		Tenant: "t1", Cost: 1500,
 	}
 	for _, j := range []*Job{job, {ID: "x", Queue: "q", Direct: true, CreatedAt: time.Unix(0, 0).UTC()}} {
 		meta, err := appendEnvelope(nil, j)
@@ -68,7 +68,7 @@ func TestReadEnvelope(t *testing.T) {
 			// Zones of whole minutes: RFC 3339 has no seconds of offset, which makes a time
 			// with them not canonical.
 			CreatedAt: time.Unix(r.Int64N(1<<35), r.Int64N(1e9)).In(time.FixedZone("", (r.IntN(1600)-800)*60)),
-			Tenant:    randString(r, false)}
+			Tenant:    randString(r, false), Cost: r.Int64N(3) * r.Int64N(1<<40)}
 		if r.IntN(2) == 0 {
 			j.AckBy = j.CreatedAt.Add(time.Duration(r.Int64N(1e10)))
 		}
@@ -98,6 +98,7 @@ func TestReadEnvelope(t *testing.T) {
 		`{"queue":"q","id":"a","created_at":"2026-11-23T09:30:00Z"}`,                             // order
 		`{"id":"a", "queue":"q","created_at":"2026-11-23T09:30:00Z"}`,                            // space
 		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","extra":1}`,                   // unknown field
+		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","cost":-0}`,                   // not as AppendInt writes
 		`{"id":"a","queue":"q","header":{"A":null},"created_at":"2026-11-23T09:30:00Z"}`,         // null values
 		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","header_b64":{"A":["eA=="]}}`, // base64
 	} {
@@ -135,6 +136,8 @@ func FuzzReadEnvelope(f *testing.F) {
 		f.Add(string(meta))
 	}
 	f.Add(`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z"}`)
+	f.Add(`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","tenant":"t","cost":2000}`)
+	f.Add(`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","cost":-07}`)
 	f.Add(`{"id":"a\u0026b","queue":"q","header":{"A":["\u00e9"]},"created_at":"\u0032026-11-23T09:30:00Z"}`)
 	f.Fuzz(func(t *testing.T, meta string) { checkReadEnvelope(t, meta) })
 }

@@ -62,6 +62,7 @@ func TestEnvelopeMatchesEncodingJSON(t *testing.T) {
 			Direct:         r.IntN(2) == 0,
 			CreatedAt:      time.Unix(r.Int64N(1<<35), r.Int64N(1e9)).In(time.FixedZone("", r.IntN(50000)-25000)),
 			IdempotencyKey: randString(r, false),
+			Cost:           r.Int64N(2) * r.Int64N(1<<40),
 		}
 		if n := r.IntN(4); n > 0 {
 			job.Header = http.Header{}

@@ -41,6 +41,9 @@ type Job struct {
 	// [Queues.TenantID] of the queue's tenant key parts); "" is the one tenant of a queue without
 	// tenants. It scopes the Idempotency-Key and the job's status.
 	Tenant string `json:"tenant,omitempty"`
+	// Cost is what the job costs in its queue's units (the queue's cost, read when the job was
+	// accepted); 0 means 1, the cost of a job of a queue without cost_rate.
+	Cost int64 `json:"cost,omitempty"`
 }
 
 // State is the lifecycle state of a job, as reported by GET /v1/jobs/{id}.

@@ -550,6 +550,7 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	q.Tenant = b.keyParts(where, "tenant", r.Tenant)
 	b.fairness(where, &q, &r)
 	b.inFlight(where, &q, &r)
+	b.queueCost(where, &q, &r)
 	return q
 }
 
@@ -710,6 +711,7 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 	r.Shadow = b.boolean(where, "shadow", rr.Shadow)
 	r.OnStoreError = b.storeErrorMode(where, rr.OnStoreError, "")
 	r.Lease = b.lease(where, &r, rr.Lease)
+	b.ruleCost(where, &r, rr)
 	if r.Concurrency() {
 		r.Timeout = b.positiveDuration(where, "timeout", rr.Timeout, DefaultRuleTimeout)
 		b.boundDuration(where, "timeout", r.Timeout, maxRuleTimeout)

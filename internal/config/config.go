@@ -298,6 +298,22 @@ type Queue struct {
 	// TenantSettings are single tenants' own settings on a fair queue, by the tenant's value
 	// as Weights names it (YAML tenant_settings); an operator's (the admin API's) replace them.
 	TenantSettings map[string]TenantSettings
+	// Cost is what one job costs in the queue's units (YAML cost), read when the job is
+	// accepted; the default costs 1. It needs CostRate.
+	Cost Cost
+	// CostFallback is the cost of a job whose cost cannot be read (YAML cost_fallback);
+	// 0: CostCapacity (see Fallback).
+	CostFallback int64
+	// CostRate is the units per period the queue delivers, shared by every worker, beside
+	// Rate (YAML cost_rate): a job waits for both. Zero: no unit budget.
+	CostRate Rate
+	// CostBurst is how many units may go at once after idleness (YAML cost_burst); 0: a job's
+	// units are spaced at CostRate from the previous job's.
+	CostBurst int64
+	// CostFromResponse reads a delivery's true cost from the upstream's answer (YAML
+	// cost_from_response): the difference from Cost is charged or refunded to the queue's
+	// unit schedule. Zero: the charged cost stands.
+	CostFromResponse Cost
 }
 
 // TenantSettings are one tenant's own settings; a zero field keeps the queue's.
@@ -395,6 +411,17 @@ type Rule struct {
 	// ingress is acceptable; 0 (the default) asks the store for every request. It applies only
 	// with redis, and never more than the limit itself.
 	Lease int64
+	// Cost is what one request costs in the limit's units (YAML cost); the default costs 1.
+	// Only rules with a limit per period have one; a request whose cost exceeds the limit's
+	// capacity is refused (422), never charged forever.
+	Cost Cost
+	// CostFallback is the cost of a request whose cost cannot be read (YAML cost_fallback);
+	// 0: the limit's capacity (see Fallback).
+	CostFallback int64
+	// CostFromResponse reads a forwarded request's true cost from the upstream's answer (YAML
+	// cost_from_response): the difference from the charged cost is charged or refunded to the
+	// request's key. Zero: the charged cost stands.
+	CostFromResponse Cost
 }
 
 // LimitSpec returns the rule's limit as the limiters take it.

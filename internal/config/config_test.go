@@ -392,6 +392,40 @@ func TestProblems(t *testing.T) {
 		{"lease negative", "upstream: http://u\nrules: [{name: r, algorithm: gcra, limit: 5, period: 1s, lease: -1}]\n", `sluice.yaml: rules[0] "r": lease must be between 0 and 10000, got -1`},
 		{"fair without tenant", queue("{name: q, rate: 1/s, fair: true}"), `sluice.yaml: queues[1] "q": fair: true needs tenant: the key parts that name who a job belongs to`},
 		{"weights without fair", queue("{name: q, rate: 1/s, tenant: [ip], weights: {a: 2}}"), `sluice.yaml: queues[1] "q": weights and tenant_rate need fair: true`},
+		{"cost bad source", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: cookie:x}"),
+			`sluice.yaml: rules[1] "r": cost: "cookie:x": want header:NAME, query:NAME, json:<JSON pointer>, body_bytes or a number`},
+		{"cost bad pointer", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 'json:max_tokens'}"),
+			`sluice.yaml: rules[1] "r": cost: "json:max_tokens": a JSON pointer starts with / (json:/usage/total_tokens)`},
+		{"cost bad escape", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 'json:/a~2'}"),
+			`sluice.yaml: rules[1] "r": cost: "json:/a~2": ~ in a JSON pointer must be followed by 0 or 1 (~0 is ~, ~1 is /)`},
+		{"cost zero", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 0}"),
+			`sluice.yaml: rules[1] "r": cost: a fixed cost must be between 1 and 1099511627776, got 0`},
+		{"cost above capacity", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 11}"),
+			`sluice.yaml: rules[1] "r": cost 11 exceeds what the limit can ever admit at once (10)`},
+		{"cost on concurrency", rule("{name: r, algorithm: concurrency, limit: 4, cost: body_bytes}"),
+			`sluice.yaml: rules[1] "r": cost does not apply to algorithm: concurrency (it counts requests in flight)`},
+		{"cost without limit", rule("{name: r, action: enqueue, queue: orders, cost: body_bytes}"),
+			`sluice.yaml: rules[1] "r": cost needs a limit (algorithm, limit and period) to charge`},
+		{"cost with lease", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, lease: 2, cost: header:x-cost}"),
+			`sluice.yaml: rules[1] "r": lease takes requests ahead one unit each; it does not apply to a rule with a cost`},
+		{"cost_from_response query", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost_from_response: query:n}"),
+			`sluice.yaml: rules[1] "r": cost_from_response: "query:n": want header:NAME or json:<JSON pointer> (what the upstream's answer carries)`},
+		{"cost_from_response number", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost_from_response: 5}"),
+			`sluice.yaml: rules[1] "r": cost_from_response: "5": want header:NAME or json:<JSON pointer> (what the upstream's answer carries)`},
+		{"cost_fallback above capacity", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: header:x-cost, cost_fallback: 11}"),
+			`sluice.yaml: rules[1] "r": cost_fallback must be between 1 and 10, got 11`},
+		{"cost_fallback of a fixed cost", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 2, cost_fallback: 3}"),
+			`sluice.yaml: rules[1] "r": cost_fallback applies to a cost read from the request (header, query, json or body_bytes)`},
+		{"queue cost without cost_rate", queue("{name: q, rate: 1/s, cost: 'json:/max_tokens'}"),
+			`sluice.yaml: queues[1] "q": cost needs cost_rate, the units per period the queue drains`},
+		{"queue cost_from_response without cost_rate", queue("{name: q, rate: 1/s, cost_from_response: 'json:/usage/total_tokens'}"),
+			`sluice.yaml: queues[1] "q": cost_from_response needs cost_rate, the units per period the queue drains`},
+		{"queue cost_rate bad", queue("{name: q, rate: 1/s, cost_rate: lots}"),
+			`sluice.yaml: queues[1] "q": cost_rate: invalid rate "lots": want N/s, N/m, N/h or N/<duration>`},
+		{"queue cost above capacity", queue("{name: q, rate: 1/s, cost_rate: 100/m, cost: 101}"),
+			`sluice.yaml: queues[1] "q": cost 101 exceeds what cost_rate and cost_burst can ever deliver at once (100)`},
+		{"queue cost_burst negative", queue("{name: q, rate: 1/s, cost_rate: 100/m, cost_burst: -1}"),
+			`sluice.yaml: queues[1] "q": cost_burst must be between 0 and 1099511627776, got -1`},
 		{"tenant_rate without fair", queue("{name: q, rate: 1/s, tenant: [ip], tenant_rate: 1/s}"), `sluice.yaml: queues[1] "q": weights and tenant_rate need fair: true`},
 		{"tenant_in_flight without fair", queue("{name: q, rate: 1/s, tenant: [ip], tenant_in_flight: 2}"), `sluice.yaml: queues[1] "q": tenant_in_flight and pause_scope: tenant need fair: true`},
 		{"pause_scope tenant without fair", queue("{name: q, rate: 1/s, pause_scope: tenant}"), `sluice.yaml: queues[1] "q": tenant_in_flight and pause_scope: tenant need fair: true`},
@@ -817,6 +851,43 @@ func TestDefaultMinRate(t *testing.T) {
 	} {
 		if got := DefaultMinRate(tc.rate); got.PerSecond() != tc.want.PerSecond() {
 			t.Errorf("DefaultMinRate(%v) = %v, want %v", tc.rate, got, tc.want)
+		}
+	}
+}
+
+func TestCosts(t *testing.T) {
+	c := mustParse(t, `upstream: http://u
+queues:
+  - {name: llm, rate: 60/m, cost: 'json:/max_tokens', cost_rate: 20000/m, cost_burst: 500, cost_fallback: 2000, cost_from_response: 'json:/usage/total_tokens'}
+  - {name: plain, rate: 1/s}
+rules:
+  - {name: tokens, algorithm: token_bucket, limit: 90000, period: 1m, cost: 'json:/max_tokens', cost_from_response: 'header:x-tokens-used'}
+  - {name: bytes, algorithm: sliding_window, limit: 1000000, period: 1m, cost: body_bytes, cost_fallback: 4096}
+  - {name: fixed, algorithm: gcra, limit: 10, period: 1s, cost: 3}
+  - {name: counted, algorithm: gcra, limit: 10, period: 1s}
+`)
+	q := c.Queues[0]
+	if q.Cost != (Cost{Kind: CostJSON, Name: "/max_tokens"}) || q.CostRate != (Rate{N: 20000, Per: time.Minute}) ||
+		q.CostBurst != 500 || q.CostFallback != 2000 || q.CostFromResponse != (Cost{Kind: CostJSON, Name: "/usage/total_tokens"}) {
+		t.Errorf("queue costs = %+v %+v %d %d %+v", q.Cost, q.CostRate, q.CostBurst, q.CostFallback, q.CostFromResponse)
+	}
+	if got := q.CostCapacity(); got != 20000 {
+		t.Errorf("CostCapacity = %d, want 20000", got)
+	}
+	if p := c.Queues[1]; p.Cost.IsSet() || p.CostCapacity() != 0 {
+		t.Errorf("a queue without costs has %+v, capacity %d", p.Cost, p.CostCapacity())
+	}
+	want := []struct {
+		cost, resp string
+		fallback   int64
+	}{{"json:/max_tokens", "header:X-Tokens-Used", 90000}, {"body_bytes", "1", 4096}, {"3", "1", 10}, {"1", "1", 10}}
+	for i, w := range want {
+		r := c.Rules[i]
+		if r.Cost.String() != w.cost || r.CostFromResponse.String() != w.resp {
+			t.Errorf("rules[%d]: cost %q from response %q, want %q %q", i, r.Cost, r.CostFromResponse, w.cost, w.resp)
+		}
+		if got := Fallback(r.CostFallback, r.LimitSpec().Capacity()); got != w.fallback {
+			t.Errorf("rules[%d]: fallback %d, want %d", i, got, w.fallback)
 		}
 	}
 }

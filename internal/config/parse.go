@@ -171,31 +171,36 @@ type (
 		Replicas *scalar `yaml:"replicas"`
 	}
 	rawQueue struct {
-		Name            *scalar                       `yaml:"name"`
-		Rate            *scalar                       `yaml:"rate"`
-		Burst           *scalar                       `yaml:"burst"`
-		MaxDepth        *scalar                       `yaml:"max_depth"`
-		MaxBodyBytes    *scalar                       `yaml:"max_body_bytes"`
-		MaxBytes        *scalar                       `yaml:"max_bytes"`
-		Target          *scalar                       `yaml:"target"`
-		MaxAttempts     *scalar                       `yaml:"max_attempts"`
-		Backoff         *rawBackoff                   `yaml:"backoff"`
-		Timeout         *scalar                       `yaml:"timeout"`
-		DedupeWindow    *scalar                       `yaml:"dedupe_window"`
-		AckWait         *scalar                       `yaml:"ack_wait"`
-		Concurrency     *scalar                       `yaml:"concurrency"`
-		MaxPauseRetries *scalar                       `yaml:"max_pause_retries"`
-		Tenant          stringList                    `yaml:"tenant"`
-		Adaptive        *scalar                       `yaml:"adaptive"`
-		MinRate         *scalar                       `yaml:"min_rate"`
-		Fair            *scalar                       `yaml:"fair"`
-		Weights         scalarMap                     `yaml:"weights"`
-		TenantRate      *scalar                       `yaml:"tenant_rate"`
-		MaxInFlight     *scalar                       `yaml:"max_in_flight"`
-		TenantInFlight  *scalar                       `yaml:"tenant_in_flight"`
-		PauseScope      *scalar                       `yaml:"pause_scope"`
-		TenantMaxDepth  *scalar                       `yaml:"tenant_max_depth"`
-		TenantSettings  map[string]*rawTenantSettings `yaml:"tenant_settings"`
+		Name             *scalar                       `yaml:"name"`
+		Rate             *scalar                       `yaml:"rate"`
+		Burst            *scalar                       `yaml:"burst"`
+		MaxDepth         *scalar                       `yaml:"max_depth"`
+		MaxBodyBytes     *scalar                       `yaml:"max_body_bytes"`
+		MaxBytes         *scalar                       `yaml:"max_bytes"`
+		Target           *scalar                       `yaml:"target"`
+		MaxAttempts      *scalar                       `yaml:"max_attempts"`
+		Backoff          *rawBackoff                   `yaml:"backoff"`
+		Timeout          *scalar                       `yaml:"timeout"`
+		DedupeWindow     *scalar                       `yaml:"dedupe_window"`
+		AckWait          *scalar                       `yaml:"ack_wait"`
+		Concurrency      *scalar                       `yaml:"concurrency"`
+		MaxPauseRetries  *scalar                       `yaml:"max_pause_retries"`
+		Tenant           stringList                    `yaml:"tenant"`
+		Adaptive         *scalar                       `yaml:"adaptive"`
+		MinRate          *scalar                       `yaml:"min_rate"`
+		Fair             *scalar                       `yaml:"fair"`
+		Weights          scalarMap                     `yaml:"weights"`
+		TenantRate       *scalar                       `yaml:"tenant_rate"`
+		MaxInFlight      *scalar                       `yaml:"max_in_flight"`
+		TenantInFlight   *scalar                       `yaml:"tenant_in_flight"`
+		PauseScope       *scalar                       `yaml:"pause_scope"`
+		TenantMaxDepth   *scalar                       `yaml:"tenant_max_depth"`
+		TenantSettings   map[string]*rawTenantSettings `yaml:"tenant_settings"`
+		Cost             *scalar                       `yaml:"cost"`
+		CostFallback     *scalar                       `yaml:"cost_fallback"`
+		CostRate         *scalar                       `yaml:"cost_rate"`
+		CostBurst        *scalar                       `yaml:"cost_burst"`
+		CostFromResponse *scalar                       `yaml:"cost_from_response"`
 	}
 	rawTenantSettings struct {
 		Weight   *scalar `yaml:"weight"`
@@ -207,20 +212,23 @@ type (
 		Max     *scalar `yaml:"max"`
 	}
 	rawRule struct {
-		Name         *scalar    `yaml:"name"`
-		Match        *rawMatch  `yaml:"match"`
-		Key          stringList `yaml:"key"`
-		Algorithm    *scalar    `yaml:"algorithm"`
-		Limit        *scalar    `yaml:"limit"`
-		Period       *scalar    `yaml:"period"`
-		Burst        *scalar    `yaml:"burst"`
-		OnLimit      *scalar    `yaml:"on_limit"`
-		Action       *scalar    `yaml:"action"`
-		Queue        *scalar    `yaml:"queue"`
-		Shadow       *scalar    `yaml:"shadow"`
-		OnStoreError *scalar    `yaml:"on_store_error"`
-		Lease        *scalar    `yaml:"lease"`
-		Timeout      *scalar    `yaml:"timeout"`
+		Name             *scalar    `yaml:"name"`
+		Match            *rawMatch  `yaml:"match"`
+		Key              stringList `yaml:"key"`
+		Algorithm        *scalar    `yaml:"algorithm"`
+		Limit            *scalar    `yaml:"limit"`
+		Period           *scalar    `yaml:"period"`
+		Burst            *scalar    `yaml:"burst"`
+		OnLimit          *scalar    `yaml:"on_limit"`
+		Action           *scalar    `yaml:"action"`
+		Queue            *scalar    `yaml:"queue"`
+		Shadow           *scalar    `yaml:"shadow"`
+		OnStoreError     *scalar    `yaml:"on_store_error"`
+		Lease            *scalar    `yaml:"lease"`
+		Timeout          *scalar    `yaml:"timeout"`
+		Cost             *scalar    `yaml:"cost"`
+		CostFallback     *scalar    `yaml:"cost_fallback"`
+		CostFromResponse *scalar    `yaml:"cost_from_response"`
 	}
 	rawMatch struct {
 		Methods         stringList `yaml:"methods"`

@@ -1,0 +1,218 @@
+package config
+
+import (
+	"fmt"
+	"net/textproto"
+	"strconv"
+	"strings"
+)
+
+// CostKind is where a request's or job's cost is read from.
+type CostKind string
+
+// The cost sources, as the file names them before the colon.
+const (
+	// CostNumber is a fixed cost: the same for every request (Cost.N).
+	CostNumber CostKind = "number"
+	// CostHeader reads a request header (or, in cost_from_response, a response header) holding
+	// a number.
+	CostHeader CostKind = "header"
+	// CostQuery reads a query parameter holding a number.
+	CostQuery CostKind = "query"
+	// CostJSON reads the number at an RFC 6901 JSON pointer in a JSON body.
+	CostJSON CostKind = "json"
+	// CostBodyBytes is the length of the body in bytes.
+	CostBodyBytes CostKind = "body_bytes"
+)
+
+// MaxCost is the largest cost Sluice reads from a request, a job or an answer: larger values
+// are malformed (and take the fallback). It keeps every charge exact in the stores' integer
+// arithmetic.
+const MaxCost = 1 << 40
+
+// Cost says how many units a request or a job costs (YAML cost, cost_from_response). The zero
+// value costs 1 and is read from nothing.
+type Cost struct {
+	// Kind is the source; "" for the default cost of 1.
+	Kind CostKind
+	// Name is the header or query parameter name (CostHeader, CostQuery; a header's in
+	// canonical form) or the JSON pointer (CostJSON).
+	Name string
+	// N is the cost of CostNumber.
+	N int64
+}
+
+// IsSet reports whether the cost is read from somewhere (or fixed), not the default of 1.
+func (c Cost) IsSet() bool { return c.Kind != "" }
+
+// String formats the cost as the file writes it.
+func (c Cost) String() string {
+	switch c.Kind {
+	case "":
+		return "1"
+	case CostNumber:
+		return strconv.FormatInt(c.N, 10)
+	case CostBodyBytes:
+		return string(c.Kind)
+	}
+	return string(c.Kind) + ":" + c.Name
+}
+
+// ParseCost parses a cost as the file writes it: header:NAME, query:NAME, json:<pointer>,
+// body_bytes or a whole number from 1 to MaxCost. response restricts it to what an answer
+// has: header:NAME or json:<pointer>.
+func ParseCost(s string, response bool) (Cost, error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && !response {
+		if n < 1 || n > MaxCost {
+			return Cost{}, fmt.Errorf("a fixed cost must be between 1 and %d, got %d", int64(MaxCost), n)
+		}
+		return Cost{Kind: CostNumber, N: n}, nil
+	}
+	want := "want header:NAME, query:NAME, json:<JSON pointer>, body_bytes or a number"
+	if response {
+		want = "want header:NAME or json:<JSON pointer> (what the upstream's answer carries)"
+	}
+	kind, arg, hasArg := strings.Cut(s, ":")
+	c := Cost{Kind: CostKind(kind), Name: arg}
+	switch c.Kind {
+	case CostHeader:
+		if !isToken(arg) {
+			return Cost{}, fmt.Errorf("%q: header:NAME needs a valid header name", s)
+		}
+		c.Name = textproto.CanonicalMIMEHeaderKey(arg)
+	case CostQuery:
+		if response {
+			return Cost{}, fmt.Errorf("%q: %s", s, want)
+		}
+		if arg == "" {
+			return Cost{}, fmt.Errorf("%q: query:NAME needs a parameter name", s)
+		}
+	case CostJSON:
+		if err := checkPointer(arg); err != nil {
+			return Cost{}, fmt.Errorf("%q: %v", s, err)
+		}
+	case CostBodyBytes:
+		if response || hasArg {
+			return Cost{}, fmt.Errorf("%q: %s", s, want)
+		}
+	default:
+		return Cost{}, fmt.Errorf("%q: %s", s, want)
+	}
+	return c, nil
+}
+
+// checkPointer reports why p is not a JSON pointer (RFC 6901) to a member, or nil.
+func checkPointer(p string) error {
+	if p == "" || p[0] != '/' {
+		return fmt.Errorf("a JSON pointer starts with / (json:/usage/total_tokens)")
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] == '~' && (i+1 == len(p) || (p[i+1] != '0' && p[i+1] != '1')) {
+			return fmt.Errorf("~ in a JSON pointer must be followed by 0 or 1 (~0 is ~, ~1 is /)")
+		}
+	}
+	return nil
+}
+
+// cost reads a cost field; nil is the zero Cost.
+func (b *builder) cost(where, field string, v *scalar, response bool) Cost {
+	if v == nil {
+		return Cost{}
+	}
+	s := b.text(where, field, v, "")
+	if v.shape != "" {
+		return Cost{}
+	}
+	c, err := ParseCost(s, response)
+	if err != nil {
+		b.p.addf(where, field, "%s: %v", field, err)
+	}
+	return c
+}
+
+// ruleCost reads a rule's cost, cost_fallback and cost_from_response: they need a rule that
+// charges a limit per period.
+func (b *builder) ruleCost(where string, r *Rule, rr rawRule) {
+	r.Cost = b.cost(where, "cost", rr.Cost, false)
+	r.CostFromResponse = b.cost(where, "cost_from_response", rr.CostFromResponse, true)
+	r.CostFallback = b.integer(where, "cost_fallback", rr.CostFallback, 0, 64)
+	if !r.Cost.IsSet() && !r.CostFromResponse.IsSet() && rr.CostFallback == nil {
+		return
+	}
+	switch {
+	case r.Concurrency():
+		b.p.add(where, "cost", "cost does not apply to algorithm: concurrency (it counts requests in flight)")
+		return
+	case !r.HasLimit():
+		b.p.add(where, "cost", "cost needs a limit (algorithm, limit and period) to charge")
+		return
+	case r.Lease > 0:
+		b.p.add(where, "lease", "lease takes requests ahead one unit each; it does not apply to a rule with a cost")
+	}
+	capacity := r.LimitSpec().Capacity()
+	if r.Cost.Kind == CostNumber && r.Cost.N > capacity {
+		b.p.addf(where, "cost", "cost %d exceeds what the limit can ever admit at once (%d)", r.Cost.N, capacity)
+	}
+	if rr.CostFallback != nil {
+		b.bound(where, "cost_fallback", r.CostFallback, 1, capacity)
+		if !r.Cost.IsSet() || r.Cost.Kind == CostNumber {
+			b.p.add(where, "cost_fallback", "cost_fallback applies to a cost read from the request (header, query, json or body_bytes)")
+		}
+	}
+}
+
+// queueCost reads a queue's cost, cost_fallback, cost_rate, cost_burst and cost_from_response:
+// the first and the last need cost_rate.
+func (b *builder) queueCost(where string, q *Queue, r *rawQueue) {
+	q.Cost = b.cost(where, "cost", r.Cost, false)
+	q.CostFromResponse = b.cost(where, "cost_from_response", r.CostFromResponse, true)
+	if r.CostRate != nil {
+		s := b.text(where, "cost_rate", r.CostRate, "")
+		if rate, err := ParseRate(s); err != nil {
+			b.p.addf(where, "cost_rate", "cost_rate: %v", err)
+		} else {
+			q.CostRate = rate
+		}
+	}
+	q.CostBurst = b.integer(where, "cost_burst", r.CostBurst, 0, 64)
+	b.bound(where, "cost_burst", q.CostBurst, 0, MaxCost)
+	q.CostFallback = b.integer(where, "cost_fallback", r.CostFallback, 0, 64)
+	if r.CostRate == nil {
+		for _, f := range []struct {
+			name string
+			v    *scalar
+		}{{"cost", r.Cost}, {"cost_burst", r.CostBurst}, {"cost_fallback", r.CostFallback}, {"cost_from_response", r.CostFromResponse}} {
+			if f.v != nil {
+				b.p.addf(where, f.name, "%s needs cost_rate, the units per period the queue drains", f.name)
+			}
+		}
+		return
+	}
+	capacity := q.CostCapacity()
+	if q.Cost.Kind == CostNumber && q.Cost.N > capacity {
+		b.p.addf(where, "cost", "cost %d exceeds what cost_rate and cost_burst can ever deliver at once (%d)", q.Cost.N, capacity)
+	}
+	if r.CostFallback != nil {
+		b.bound(where, "cost_fallback", q.CostFallback, 1, capacity)
+		if !q.Cost.IsSet() || q.Cost.Kind == CostNumber {
+			b.p.add(where, "cost_fallback", "cost_fallback applies to a cost read from the request (header, query, json or body_bytes)")
+		}
+	}
+}
+
+// CostCapacity is the largest cost one job of the queue may have: the units its cost_rate
+// allows in one period, or cost_burst if that is larger. 0 without cost_rate.
+func (q *Queue) CostCapacity() int64 { return max(q.CostRate.N, q.CostBurst) }
+
+// Fallback is the cost charged when the cost cannot be read from a request (a header or
+// parameter missing, a body that is not JSON or has no number at the pointer, a negative or
+// too large number): the rule's or queue's cost_fallback when set, else capacity — the most
+// the policy admits at once, so a request that says nothing of its cost is never cheaper
+// than one that says the most.
+func Fallback(fallback, capacity int64) int64 {
+	if fallback > 0 {
+		return fallback
+	}
+	return capacity
+}
