@@ -78,66 +78,76 @@ func (s *scanner) peek() byte {
 func (s *scanner) enter(tok string) bool {
 	switch s.peek() {
 	case '{':
-		// Every member is read: a name on the path that appears twice is malformed, since
-		// parsers disagree on which one counts (most take the last, some the first), and
-		// charging the one the upstream ignores would be a way around the limit.
-		s.i++
-		at := -1
-		for first := true; ; first = false {
-			c := s.peek()
-			if c == '}' {
-				s.i = at
-				return at >= 0
-			}
-			if !first {
-				if c != ',' {
-					return false
-				}
-				s.i++
-				s.space()
-			}
-			match, ok := s.name(tok)
-			if !ok || s.peek() != ':' {
+		return s.member(tok)
+	case '[':
+		return s.element(tok)
+	}
+	return false
+}
+
+// member enters the member tok of the object at the scanner. Every member is read: a name on
+// the path that appears twice is malformed, since parsers disagree on which one counts (most
+// take the last, some the first), and charging the one the upstream ignores would be a way
+// around the limit.
+func (s *scanner) member(tok string) bool {
+	s.i++
+	at := -1
+	for first := true; ; first = false {
+		c := s.peek()
+		if c == '}' {
+			s.i = at
+			return at >= 0
+		}
+		if !first {
+			if c != ',' {
 				return false
 			}
 			s.i++
-			if match {
-				if at >= 0 {
-					return false
-				}
-				s.space()
-				at = s.i
-			}
-			if !s.skip(0) {
-				return false
-			}
+			s.space()
 		}
-	case '[':
-		n, err := strconv.Atoi(tok)
-		if err != nil || n < 0 || (len(tok) > 1 && tok[0] == '0') {
+		match, ok := s.name(tok)
+		if !ok || s.peek() != ':' {
 			return false
 		}
 		s.i++
-		for k := 0; ; k++ {
-			c := s.peek()
-			if c == ']' {
+		if match {
+			if at >= 0 {
 				return false
 			}
-			if k > 0 {
-				if c != ',' {
-					return false
-				}
-				s.i++
-			}
-			if k == n {
-				return true
-			}
-			if !s.skip(0) {
-				return false
-			}
+			s.space()
+			at = s.i
+		}
+		if !s.skip(0) {
+			return false
 		}
 	}
-	return false
+}
+
+// element enters the element tok of the array at the scanner.
+func (s *scanner) element(tok string) bool {
+	n, err := strconv.Atoi(tok)
+	if err != nil || n < 0 || (len(tok) > 1 && tok[0] == '0') {
+		return false
+	}
+	s.i++
+	for k := 0; ; k++ {
+		c := s.peek()
+		if c == ']' {
+			return false
+		}
+		if k > 0 {
+			if c != ',' {
+				return false
+			}
+			s.i++
+		}
+		if k == n {
+			return true
+		}
+		if !s.skip(0) {
+			return false
+		}
+	}
 }
 
 // name reads a member name at the scanner and reports whether it is tok; a name with escapes
