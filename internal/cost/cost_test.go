@@ -37,6 +37,7 @@ func TestPointer(t *testing.T) {
 		{"/usage/nested/x/3", 0, false},
 		{"/usage/nested/x/01", 0, false},
 		{"/usage/nested/x/-1", 0, false},
+		{"/usage/nested/x/+1", 0, false},
 		{"/messages/0/content", 0, false},
 		{"", 0, false}, // the whole document is no number
 	} {

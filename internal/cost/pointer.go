@@ -126,7 +126,7 @@ func (s *scanner) member(tok string) bool {
 // element enters the element tok of the array at the scanner.
 func (s *scanner) element(tok string) bool {
 	n, err := strconv.Atoi(tok)
-	if err != nil || n < 0 || (len(tok) > 1 && tok[0] == '0') {
+	if err != nil || tok[0] < '0' || tok[0] > '9' || (len(tok) > 1 && tok[0] == '0') {
 		return false
 	}
 	s.i++
