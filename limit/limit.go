@@ -98,6 +98,8 @@ var (
 	ErrCostTooHigh      = errors.New("limit: cost exceeds capacity")
 	ErrEmptyKey         = errors.New("limit: empty key")
 	ErrKeyTooLong       = errors.New("limit: key too long")
+	// ErrNotAdmitted is returned by Adjust for a decision that charged nothing.
+	ErrNotAdmitted = errors.New("limit: decision did not admit")
 	// ErrOutOfRange means a limit is valid in principle but beyond what the stores compute
 	// exactly: a period that is not a whole number of microseconds, or a capacity × period
 	// product too large for integer arithmetic on Lua's doubles (see [Limit.Validate]).
@@ -191,6 +193,12 @@ type Decision struct {
 	// RetryAfter is how long until this request (of the same cost) would be admitted, if
 	// nothing else is charged meanwhile; 0 when Allowed. Microsecond resolution.
 	RetryAfter time.Duration
+	// At is the store's instant of the decision, in UTC at microsecond resolution: the
+	// store's clock (Redis: the server's TIME), or the key's last instant if that clock
+	// reads earlier. Adjust finds the charge by it.
+	At time.Time
+	// Cost is what the decision charged: the request's cost when Allowed, else 0.
+	Cost int64
 }
 
 // Request is one decision asked of DecideAll: Cost units charged against Key under Limit.
@@ -209,6 +217,14 @@ type Limiter interface {
 	// DecideAll decides several requests at once, each charged independently, in one round
 	// trip to the store. The decisions are in the order of reqs.
 	DecideAll(ctx context.Context, reqs []Request) ([]Decision, error)
+	// Adjust reconciles an admitted request with what it really used: d is the Decision that
+	// admitted it against key under l (d.Cost charged at d.At), used its true cost in the
+	// same units. It charges used-d.Cost more when used is higher, and refunds d.Cost-used
+	// when it is lower, within the limits the package doc states; used == d.Cost does
+	// nothing. Each decision is to be adjusted at most once. It returns an error wrapping
+	// ErrNotAdmitted or ErrInvalidCost (used < 0) or a sentinel error of Decide for bad
+	// input, or the store's error when it could not adjust.
+	Adjust(ctx context.Context, key string, l Limit, d Decision, used int64) error
 }
 
 // check validates one request before any store is touched, and returns the limit in the
@@ -229,4 +245,20 @@ func check(key string, l Limit, cost int64) (params, error) {
 		return params{}, fmt.Errorf("%w: cost %d, capacity %d", ErrCostTooHigh, cost, p.capacity)
 	}
 	return p, nil
+}
+
+// checkAdjust validates an Adjust before any store is touched. It returns the limit in integer
+// form and the units to charge (> 0) or refund (< 0), the charge bounded to two capacities
+// (more can never be recorded: see the package doc).
+func checkAdjust(key string, l Limit, d Decision, used int64) (params, int64, error) {
+	p, err := check(key, l, max(1, d.Cost))
+	switch {
+	case err != nil:
+		return params{}, 0, err
+	case !d.Allowed || d.Cost <= 0:
+		return params{}, 0, ErrNotAdmitted
+	case used < 0:
+		return params{}, 0, fmt.Errorf("%w: used %d", ErrInvalidCost, used)
+	}
+	return p, min(used-d.Cost, 2*p.capacity), nil
 }
