@@ -21,6 +21,37 @@
 // nothing else was charged meanwhile, and one retried a microsecond earlier is not; the same
 // holds for ResetAfter and a request of the whole capacity.
 //
+// # Costs and Adjust
+//
+// A request may weigh more than one unit (tokens, bytes): Decide charges cost units, at most
+// [Limit.Capacity], and every algorithm counts units as it counts requests. When the true cost
+// is known only afterwards (charged on entry at an LLM request's max_tokens, known from the
+// upstream's usage), [Limiter.Adjust] reconciles it: given the admitting Decision, which
+// carries the charge's instant At and its Cost, and the units really used, it charges the
+// difference or refunds it.
+//
+// The guarantee: when each request's true cost is at most its charge and each is reconciled
+// once, the true units admitted never exceed a bound the algorithm promises — Capacity plus
+// the rate times any span for the buckets and GCRA, Limit in any window for the windows and
+// the log. A refund never leaves a key more permissive than charging the true cost at first:
+//   - TokenBucket, LeakyBucket, GCRA: a refund gives back at most what the bucket has not yet
+//     refilled of the charge since At (Cost - rate × elapsed), and never beyond a full bucket.
+//     Giving back all of it could be more permissive, whenever the bucket went idle between
+//     charge and refund; the rule is conservative: a refund later than Cost/rate returns
+//     nothing, even if the bucket stayed busy. An extra charge is debt that later requests
+//     wait for, at most one Capacity (tokens down to -Capacity, a TAT 2 × Capacity intervals
+//     ahead); the excess is dropped.
+//   - FixedWindow: a refund uncounts from the window of At while it is the current one, never
+//     below 0; an extra charge counts in the current window, up to Limit.
+//   - SlidingWindow: as FixedWindow; a refund also uncounts from the previous window.
+//   - SlidingLog: a refund removes up to that many entries of instant At still logged; an
+//     extra charge logs entries at now, as many as fit under Limit.
+//
+// An extra charge is where a bound can be passed (the request was admitted at its estimate):
+// its debt makes the requests after it pay. A refund to a key whose state is gone does
+// nothing; a key in debt lives until its debt is paid. Adjust costs what a decision does, one
+// script and one round trip on the key Decide used, and nothing when used equals Cost.
+//
 // # Keys
 //
 // A store keeps one state per (algorithm, key). Limits of the same algorithm on the same key
