@@ -463,3 +463,12 @@ func checkBound(l Limit, admitted [][2]int64) error {
 	}
 	return nil
 }
+
+// mustIndex is index for tests of known algorithms.
+func (a Algorithm) mustIndex() algo {
+	i, ok := a.index()
+	if !ok {
+		panic("unknown algorithm " + string(a))
+	}
+	return i
+}

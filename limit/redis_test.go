@@ -353,3 +353,37 @@ func TestRedisRoundTrips(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisDebtKeepsKeys checks, on the server's clock, that an extra charge extends a bucket
+// key's TTL to when its debt is paid, and that a refund to a key that has expired does nothing
+// (nor creates the key).
+func TestRedisDebtKeepsKeys(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	prefix := testenv.Prefix(t)
+	r := NewRedis(srv.Client, RedisConfig{Prefix: prefix})
+	for _, a := range []Algorithm{TokenBucket, LeakyBucket, GCRA} {
+		l := Limit{Algorithm: a, Limit: 10, Period: 10 * time.Second, Burst: 10}
+		d, err := r.Decide(ctx, "k", l, 10)
+		if err != nil || !d.Allowed {
+			t.Fatalf("%s: %s, %v", a, show(d), err)
+		}
+		if err := r.Adjust(ctx, "k", l, d, 20); err != nil {
+			t.Fatal(err)
+		}
+		key := prefix + "{" + keyTags[l.Algorithm.mustIndex()] + ":k}"
+		// Empty, the bucket is whole again in 10s; 10 in debt, in 20s.
+		if ttl := srv.Client.PTTL(ctx, key).Val(); ttl <= 19*time.Second || ttl > 20*time.Second {
+			t.Errorf("%s: TTL %v after 10 of debt, want in (19s, 20s]", a, ttl)
+		}
+		if err := srv.Client.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Adjust(ctx, "k", l, d, 0); err != nil {
+			t.Fatal(err)
+		}
+		if n := srv.Client.Exists(ctx, key).Val(); n != 0 {
+			t.Errorf("%s: a refund to an expired key created it", a)
+		}
+	}
+}
