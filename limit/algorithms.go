@@ -170,17 +170,44 @@ func tokenBucket(s tokenBucketState, p params, cost int64, now time.Time) (token
 	s.Tokens = fill(s.Tokens, p.cap, t-s.Last, p.refill)
 	s.Last = t
 
-	d := Decision{Limit: p.limit}
+	d := Decision{Limit: p.limit, At: instant(t)}
 	need := cost * p.unit
 	if s.Tokens >= need {
-		d.Allowed = true
+		d.Allowed, d.Cost = true, cost
 		s.Tokens -= need
 	} else {
 		d.RetryAfter = us(ceilDiv(need-s.Tokens, p.refill))
 	}
-	d.Remaining = s.Tokens / p.unit
+	d.Remaining = max(0, s.Tokens) / p.unit
 	d.ResetAfter = us(ceilDiv(p.cap-s.Tokens, p.refill))
 	return s, d
+}
+
+// tokenBucketAdjust charges delta more tokens (delta > 0), down to -Capacity at most, or
+// refunds -delta tokens of a charge of charged tokens at at (µs), no more than the bucket has
+// not refilled since (unrepaid) and never beyond a full bucket. It returns the state and the µs
+// until the bucket is full, or false when there is nothing to store: a refund to no state, or
+// to a state kept under another limit, whose units the charge is not in.
+func tokenBucketAdjust(s tokenBucketState, p params, at, charged, delta int64, now time.Time) (tokenBucketState, int64, bool) {
+	t := micros(now)
+	switch {
+	case delta < 0 && s.Unit != p.unit:
+		return s, 0, false
+	case s.Unit == 0:
+		s = tokenBucketState{Tokens: p.cap, Last: t, Unit: p.unit}
+	case s.Unit != p.unit:
+		s.Tokens, s.Unit = rescale(s.Tokens, s.Unit, p.unit), p.unit
+	}
+	s.Tokens = min(s.Tokens, p.cap)
+	t = max(t, s.Last)
+	s.Tokens = fill(s.Tokens, p.cap, t-s.Last, p.refill)
+	s.Last = t
+	if delta > 0 {
+		s.Tokens -= min(delta*p.unit, max(0, s.Tokens+p.cap))
+	} else {
+		s.Tokens += min(-delta*p.unit, p.cap-s.Tokens, unrepaid(p, at, charged, t))
+	}
+	return s, ceilDiv(p.cap-s.Tokens, p.refill), true
 }
 
 // leakyBucketState is a leaky bucket used as a meter. The zero value is an empty bucket.
@@ -206,19 +233,43 @@ func leakyBucket(s leakyBucketState, p params, cost int64, now time.Time) (leaky
 	s.Level = drain(s.Level, t-s.Last, p.refill)
 	s.Last = t
 
-	d := Decision{Limit: p.limit}
+	d := Decision{Limit: p.limit, At: instant(t)}
 	need := cost * p.unit
-	if s.Level+need <= p.cap {
-		d.Allowed = true
+	if s.Level <= p.cap-need {
+		d.Allowed, d.Cost = true, cost
 		s.Level += need
 	} else {
-		d.RetryAfter = us(ceilDiv(s.Level+need-p.cap, p.refill))
+		d.RetryAfter = us(ceilDiv(s.Level-(p.cap-need), p.refill))
 	}
 	if s.Level < p.cap {
 		d.Remaining = (p.cap - s.Level) / p.unit
 	}
 	d.ResetAfter = us(ceilDiv(s.Level, p.refill))
 	return s, d
+}
+
+// leakyBucketAdjust pours delta more units in (delta > 0), up to 2 × Capacity at most, or takes
+// -delta units of a charge of charged units at at (µs) out, no more than has not leaked since
+// (unrepaid) and never below empty; as tokenBucketAdjust, of which it is the mirror image.
+func leakyBucketAdjust(s leakyBucketState, p params, at, charged, delta int64, now time.Time) (leakyBucketState, int64, bool) {
+	t := micros(now)
+	switch {
+	case delta < 0 && s.Unit != p.unit:
+		return s, 0, false
+	case s.Unit == 0:
+		s = leakyBucketState{Level: 0, Last: t, Unit: p.unit}
+	case s.Unit != p.unit:
+		s.Level, s.Unit = rescale(s.Level, s.Unit, p.unit), p.unit
+	}
+	t = max(t, s.Last)
+	s.Level = drain(s.Level, t-s.Last, p.refill)
+	s.Last = t
+	if delta > 0 {
+		s.Level += min(delta*p.unit, max(0, 2*p.cap-s.Level))
+	} else {
+		s.Level -= min(-delta*p.unit, s.Level, unrepaid(p, at, charged, t))
+	}
+	return s, ceilDiv(s.Level, p.refill), true
 }
 
 // gcraState is the theoretical arrival time of the next request, TAT + Frac/refill µs since the
@@ -243,20 +294,58 @@ func gcra(s gcraState, p params, cost int64, now time.Time) (gcraState, Decision
 	// debt is TAT - now in units of 1/refill µs: one emission interval is unit of them, and
 	// the tolerance plus one interval is cap.
 	debt := (s.TAT-t)*p.refill + s.Frac
-	d := Decision{Limit: p.limit}
+	d := Decision{Limit: p.limit, At: instant(t)}
 	need := cost * p.unit
-	if debt+need <= p.cap {
-		d.Allowed = true
+	if debt <= p.cap-need {
+		d.Allowed, d.Cost = true, cost
 		debt += need
 		s.TAT, s.Frac = t+debt/p.refill, debt%p.refill
 	} else {
-		d.RetryAfter = us(ceilDiv(debt+need-p.cap, p.refill))
+		d.RetryAfter = us(ceilDiv(debt-(p.cap-need), p.refill))
 	}
 	if debt < p.cap {
 		d.Remaining = (p.cap - debt) / p.unit
 	}
 	d.ResetAfter = us(ceilDiv(debt, p.refill))
 	return s, d
+}
+
+// gcraAdjust moves the TAT delta emission intervals on (delta > 0), to at most 2 × Capacity
+// intervals ahead of now, or back by -delta intervals of a charge of charged at at (µs), no
+// more than the charge has not been repaid since (unrepaid) and never before now; as
+// tokenBucketAdjust, of which it is the third bookkeeping.
+func gcraAdjust(s gcraState, p params, at, charged, delta int64, now time.Time) (gcraState, int64, bool) {
+	t := micros(now)
+	if s.TAT < t {
+		if delta < 0 {
+			return s, 0, false
+		}
+		s = gcraState{TAT: t}
+	}
+	s.Frac = min(s.Frac, p.refill-1)
+	debt := (s.TAT-t)*p.refill + s.Frac
+	if delta > 0 {
+		debt += min(delta*p.unit, max(0, 2*p.cap-debt))
+	} else {
+		debt -= min(-delta*p.unit, debt, unrepaid(p, at, charged, t))
+	}
+	s.TAT, s.Frac = t+debt/p.refill, debt%p.refill
+	return s, ceilDiv(debt, p.refill), true
+}
+
+// unrepaid returns how much of a charge of charged requests at at (µs) a bucket of p has not
+// refilled by t, in its scaled units: charged × unit - (t - at) × refill, at least 0. It is the
+// most a refund of that charge may give back (see the package doc, "Adjust").
+func unrepaid(p params, at, charged, t int64) int64 {
+	c := charged * p.unit
+	if t <= at {
+		return c
+	}
+	hi, lo := bits.Mul64(uint64(t-at), uint64(p.refill))
+	if hi != 0 || lo >= uint64(c) {
+		return 0
+	}
+	return c - int64(lo)
 }
 
 // fixedWindowState counts the requests admitted in one window. The zero value is no window.
@@ -273,15 +362,35 @@ func fixedWindow(s fixedWindowState, p params, cost int64, now time.Time) (fixed
 	if start != s.Start {
 		s = fixedWindowState{Start: start}
 	}
-	d := Decision{Limit: p.limit, ResetAfter: us(start + p.period - t)}
+	d := Decision{Limit: p.limit, ResetAfter: us(start + p.period - t), At: instant(t)}
 	if s.Count+cost <= p.limit {
-		d.Allowed = true
+		d.Allowed, d.Cost = true, cost
 		s.Count += cost
 	} else {
 		d.RetryAfter = d.ResetAfter
 	}
 	d.Remaining = max(0, p.limit-s.Count)
 	return s, d
+}
+
+// fixedWindowAdjust counts delta more in the current window (delta > 0), up to Limit, or
+// uncounts -delta of a charge at at (µs) if at is in the current window, never below 0. It
+// returns the state and the µs until the window ends, or false when there is nothing to store.
+func fixedWindowAdjust(s fixedWindowState, p params, at, delta int64, now time.Time) (fixedWindowState, int64, bool) {
+	t := max(micros(now), s.Start)
+	start := t - t%p.period
+	switch {
+	case delta > 0:
+		if start != s.Start {
+			s = fixedWindowState{Start: start}
+		}
+		s.Count += min(delta, max(0, p.limit-s.Count))
+	case s.Start == start && at-at%p.period == start:
+		s.Count -= min(-delta, s.Count)
+	default:
+		return s, 0, false
+	}
+	return s, start + p.period - t, true
 }
 
 // slidingWindowState holds the counts of the current window and the one before it. The zero
@@ -311,9 +420,9 @@ func slidingWindow(s slidingWindowState, p params, cost int64, now time.Time) (s
 
 	left := start + p.period - t // in (0, period]
 	estimate := s.Prev*left/p.period + s.Cur
-	d := Decision{Limit: p.limit}
+	d := Decision{Limit: p.limit, At: instant(t)}
 	if estimate+cost <= p.limit {
-		d.Allowed = true
+		d.Allowed, d.Cost = true, cost
 		s.Cur += cost
 		estimate += cost
 	} else {
@@ -322,6 +431,35 @@ func slidingWindow(s slidingWindowState, p params, cost int64, now time.Time) (s
 	d.Remaining = max(0, p.limit-estimate)
 	d.ResetAfter = us(slidingWait(s, p.period, left, 0))
 	return s, d
+}
+
+// slidingWindowAdjust counts delta more in the current window (delta > 0), up to Limit, or
+// uncounts -delta of a charge at at (µs) from the window it was counted in, if that is the
+// current or the previous one, never below 0. It returns the state and the µs until the
+// estimate is 0, or false when there is nothing to store.
+func slidingWindowAdjust(s slidingWindowState, p params, at, delta int64, now time.Time) (slidingWindowState, int64, bool) {
+	t := max(micros(now), s.Start)
+	start := t - t%p.period
+	switch s.Start {
+	case start:
+	case start - p.period:
+		s.Prev, s.Cur = s.Cur, 0
+	default:
+		s.Prev, s.Cur = 0, 0
+	}
+	s.Start = start
+	s.Prev, s.Cur = min(s.Prev, p.limit), min(s.Cur, p.limit)
+	switch {
+	case delta > 0:
+		s.Cur += min(delta, p.limit-s.Cur)
+	case at-at%p.period == start:
+		s.Cur -= min(-delta, s.Cur)
+	case at-at%p.period == start-p.period:
+		s.Prev -= min(-delta, s.Prev)
+	default:
+		return s, 0, false
+	}
+	return s, slidingWait(s, p.period, start+p.period-t, 0), true
 }
 
 // slidingWait returns the µs until the estimate of s is at most target, if nothing more is
@@ -386,9 +524,9 @@ func slidingLog(s *slidingLogState, p params, cost int64, now time.Time) Decisio
 		s.head = (s.head + 1) % len(s.ring)
 		s.n--
 	}
-	d := Decision{Limit: p.limit}
+	d := Decision{Limit: p.limit, At: instant(t)}
 	if int64(s.n)+cost <= p.limit {
-		d.Allowed = true
+		d.Allowed, d.Cost = true, cost
 		s.push(t, cost, p.limit)
 	} else {
 		k := int64(s.n) + cost - p.limit // entries that must leave, k <= n
@@ -401,7 +539,50 @@ func slidingLog(s *slidingLogState, p params, cost int64, now time.Time) Decisio
 	return d
 }
 
-// fill returns min(most, level + elapsed × rate), for 0 <= level <= most. The product may
+// slidingLogAdjust logs delta more entries at now (delta > 0), as many as fit under Limit, or
+// removes up to -delta entries of instant at (µs), if they are still in the window. It returns
+// the µs until the log is empty and the instant it adjusted at.
+func slidingLogAdjust(s *slidingLogState, p params, at, delta int64, now time.Time) (reset, t int64) {
+	t = micros(now)
+	if s.n > 0 {
+		t = max(t, s.at(s.n-1))
+	}
+	for s.n > 0 && s.at(0) <= t-p.period {
+		s.head = (s.head + 1) % len(s.ring)
+		s.n--
+	}
+	switch {
+	case delta > 0:
+		if room := p.limit - int64(s.n); room > 0 {
+			s.push(t, min(delta, room), p.limit)
+		}
+	case at > t-p.period:
+		s.remove(at, -delta)
+	}
+	if s.n > 0 {
+		reset = s.at(s.n-1) + p.period - t
+	}
+	return reset, t
+}
+
+// remove removes up to k entries of time at, keeping the log in order.
+func (s *slidingLogState) remove(at, k int64) {
+	i := 0
+	for i < s.n && s.at(i) < at {
+		i++
+	}
+	j := i
+	for j < s.n && s.at(j) == at {
+		j++
+	}
+	k = min(k, int64(j-i))
+	for ; j < s.n; j++ {
+		s.ring[(s.head+j-int(k))%len(s.ring)] = s.at(j)
+	}
+	s.n -= int(k)
+}
+
+// fill returns min(most, level + elapsed × rate), for level <= most (a level below 0 is debt). The product may
 // overflow 64 bits after a long idle time, so it is taken in 128 (the Lua scripts, where it
 // would lose exactness, compare elapsed with ceil((most - level) / rate) instead: the same
 // result).
@@ -452,6 +633,9 @@ func gcd(a, b int64) int64 {
 	}
 	return int64(x << shift)
 }
+
+// instant returns the Decision.At of t µs since the Unix epoch.
+func instant(t int64) time.Time { return time.UnixMicro(t).UTC() }
 
 // micros returns t in µs since the Unix epoch; instants before 1970 count as the epoch.
 func micros(t time.Time) int64 { return max(0, t.UnixMicro()) }

@@ -3,8 +3,10 @@ package limit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -54,32 +56,123 @@ func newModel(l Limit) *model {
 	return &model{l: l, period: l.Period.Microseconds(), level: new(big.Rat), fresh: true}
 }
 
+// advance brings a bucket's level to t (µs).
+func (m *model) advance(t int64) {
+	capacity := big.NewRat(m.l.Capacity(), 1)
+	leak := m.l.Algorithm == LeakyBucket
+	if m.fresh {
+		m.fresh = false
+		if !leak {
+			m.level.Set(capacity)
+		}
+	} else {
+		moved := big.NewRat((t-m.last)*m.l.Limit, m.period)
+		if leak {
+			m.level.Sub(m.level, moved)
+			if m.level.Sign() < 0 {
+				m.level.SetInt64(0)
+			}
+		} else {
+			m.level.Add(m.level, moved)
+			if m.level.Cmp(capacity) > 0 {
+				m.level.Set(capacity)
+			}
+		}
+	}
+	m.last = t
+}
+
+// minRat returns the least of xs.
+func minRat(xs ...*big.Rat) *big.Rat {
+	m := xs[0]
+	for _, x := range xs[1:] {
+		if x.Cmp(m) < 0 {
+			m = x
+		}
+	}
+	return new(big.Rat).Set(m)
+}
+
+// adjust is the package doc's Adjust, by its definition: delta more units charged at t (µs),
+// or -delta refunded of a charge of charged at at.
+func (m *model) adjust(t, at, charged, delta int64) {
+	lim := m.l.Limit
+	switch m.l.Algorithm {
+	case TokenBucket, GCRA, LeakyBucket:
+		if m.fresh && delta < 0 {
+			return
+		}
+		m.advance(t)
+		capacity := big.NewRat(m.l.Capacity(), 1)
+		debt := new(big.Rat).Sub(capacity, m.level) // what the bucket owes: 0 when full
+		if m.l.Algorithm == LeakyBucket {
+			debt.Set(m.level)
+		}
+		var change *big.Rat // added to debt
+		if delta > 0 {
+			room := new(big.Rat).Sub(new(big.Rat).Add(capacity, capacity), debt) // owes 2 capacities at most
+			change = minRat(big.NewRat(delta, 1), room)
+		} else {
+			unrepaid := new(big.Rat).Sub(big.NewRat(charged, 1), big.NewRat((t-at)*lim, m.period))
+			change = minRat(big.NewRat(-delta, 1), debt, unrepaid)
+			if change.Sign() < 0 {
+				change.SetInt64(0)
+			}
+			change.Neg(change)
+		}
+		if m.l.Algorithm == LeakyBucket {
+			m.level.Add(m.level, change)
+		} else {
+			m.level.Sub(m.level, change)
+		}
+		return
+	}
+	start := t / m.period * m.period
+	switch {
+	case delta > 0:
+		var used int64
+		switch m.l.Algorithm {
+		case FixedWindow, SlidingWindow:
+			used = m.in(start, start+m.period)
+		case SlidingLog:
+			used = m.in(t-m.period+1, t+1)
+		}
+		if add := min(delta, lim-used); add > 0 {
+			m.history = append(m.history, [2]int64{t, add})
+		}
+		return
+	case m.l.Algorithm == FixedWindow && at < start,
+		m.l.Algorithm == SlidingWindow && at < start-m.period,
+		m.l.Algorithm == SlidingLog && at <= t-m.period:
+		return // the charge no longer counts
+	}
+	left := -delta
+	for i := range m.history {
+		if h := &m.history[i]; h[0] == at && left > 0 {
+			take := min(left, h[1])
+			h[1] -= take
+			left -= take
+		}
+	}
+}
+
+// in returns the units admitted in [from, to).
+func (m *model) in(from, to int64) (n int64) {
+	for _, h := range m.history {
+		if h[0] >= from && h[0] < to {
+			n += h[1]
+		}
+	}
+	return n
+}
+
 // decide returns whether a request of cost at t (µs) is admitted, and the remaining quota.
 func (m *model) decide(t, cost int64) (bool, int64) {
 	capacity := big.NewRat(m.l.Capacity(), 1)
 	switch m.l.Algorithm {
 	case TokenBucket, GCRA, LeakyBucket:
 		leak := m.l.Algorithm == LeakyBucket
-		if m.fresh {
-			m.fresh = false
-			if !leak {
-				m.level.Set(capacity)
-			}
-		} else {
-			moved := big.NewRat((t-m.last)*m.l.Limit, m.period)
-			if leak {
-				m.level.Sub(m.level, moved)
-				if m.level.Sign() < 0 {
-					m.level.SetInt64(0)
-				}
-			} else {
-				m.level.Add(m.level, moved)
-				if m.level.Cmp(capacity) > 0 {
-					m.level.Set(capacity)
-				}
-			}
-		}
-		m.last = t
+		m.advance(t)
 		c := big.NewRat(cost, 1)
 		free := new(big.Rat).Set(m.level) // what is free for requests
 		if leak {
@@ -94,17 +187,13 @@ func (m *model) decide(t, cost int64) (bool, int64) {
 				m.level.Sub(m.level, c)
 			}
 		}
+		if free.Sign() < 0 {
+			free.SetInt64(0)
+		}
 		return allowed, new(big.Int).Quo(free.Num(), free.Denom()).Int64()
 	}
 
-	in := func(from, to int64) (n int64) { // admitted in [from, to)
-		for _, h := range m.history {
-			if h[0] >= from && h[0] < to {
-				n += h[1]
-			}
-		}
-		return n
-	}
+	in := m.in
 	var used int64
 	switch m.l.Algorithm {
 	case FixedWindow:
@@ -125,8 +214,9 @@ func (m *model) decide(t, cost int64) (bool, int64) {
 	return allowed, max(0, m.l.Limit-used)
 }
 
-// TestAlgorithmsMatchTheirDefinitions drives the memory store with random requests and checks
-// every decision against the model, and that RetryAfter and ResetAfter are exact: a request
+// TestAlgorithmsMatchTheirDefinitions drives the memory store with random requests of random
+// costs, and random adjustments of admitted ones (refunds and extra charges), and checks every
+// decision against the model, and that RetryAfter and ResetAfter are exact: a request
 // retried at RetryAfter is admitted and one a microsecond earlier is not; a request of the
 // whole capacity is admitted at ResetAfter and not a microsecond earlier.
 func TestAlgorithmsMatchTheirDefinitions(t *testing.T) {
@@ -155,10 +245,29 @@ func TestAlgorithmsMatchTheirDefinitions(t *testing.T) {
 				}
 				return d
 			}
+			var pending []Decision // admitted, not yet adjusted
 			for range 200 {
 				clk.Add(randomGap(rng, l.Period))
+				if len(pending) > 0 && rng.IntN(3) == 0 {
+					// Adjust one: mostly refunds (to a true cost below the charge), some extra
+					// charges (up to three times the charge).
+					i := rng.IntN(len(pending))
+					pd := pending[i]
+					pending = slices.Delete(pending, i, i+1)
+					used := rng.Int64N(pd.Cost + 1)
+					if rng.IntN(4) == 0 {
+						used = pd.Cost + rng.Int64N(2*pd.Cost+1)
+					}
+					if err := m.Adjust(ctx, "k", l, pd, used); err != nil {
+						t.Fatal(err)
+					}
+					ref.adjust(clk.Now().UnixMicro(), pd.At.UnixMicro(), pd.Cost, used-pd.Cost)
+				}
 				cost := 1 + rng.Int64N(l.Capacity())
 				d := decide(cost, "random")
+				if d.Allowed {
+					pending = append(pending, d)
+				}
 				switch {
 				case !d.Allowed:
 					clk.Add(d.RetryAfter - µs)
@@ -241,4 +350,125 @@ func TestValidate(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRefundsNeverExceedTheLimit is the promise of Adjust: requests charged an estimate and
+// refunded, after a random delay, down to a true cost at most the estimate, are admitted so
+// that their true costs keep every bound the algorithm promises — at most Capacity + rate × t
+// in any span t for the buckets and GCRA; at most Limit in any window for the fixed window, in
+// any trailing Period for the sliding log, and in the estimate at every admission (and any
+// fixed window) for the sliding window counter.
+func TestRefundsNeverExceedTheLimit(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seedFromEnv(7), 8))
+	type refund struct {
+		d    Decision
+		due  time.Time
+		used int64
+	}
+	for _, a := range Algorithms {
+		total := 0 // admitted requests, to be sure the test tests something
+		for range 40 {
+			l := randomLimit(rng, a)
+			clk := newClock(base)
+			m := NewMemory(MemoryConfig{Now: clk.Now})
+			var admitted [][2]int64 // (µs, true cost)
+			var pending []refund
+			for range 300 {
+				clk.Add(randomGap(rng, l.Period))
+				now := clk.Now()
+				rng.Shuffle(len(pending), func(i, j int) { pending[i], pending[j] = pending[j], pending[i] })
+				pending = slices.DeleteFunc(pending, func(r refund) bool {
+					if r.due.After(now) {
+						return false
+					}
+					if err := m.Adjust(ctx, "k", l, r.d, r.used); err != nil {
+						t.Fatal(err)
+					}
+					return true
+				})
+				estimate := 1 + rng.Int64N(l.Capacity())
+				d, err := m.Decide(ctx, "k", l, estimate)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.Allowed {
+					continue
+				}
+				used := rng.Int64N(estimate + 1)
+				admitted = append(admitted, [2]int64{d.At.UnixMicro(), used})
+				if used < estimate {
+					delay := time.Duration(rng.Int64N(int64(2*l.Period/µs)+1)) * µs
+					if rng.IntN(3) == 0 {
+						delay = 0
+					}
+					pending = append(pending, refund{d: d, due: now.Add(delay), used: used})
+				}
+			}
+			if err := checkBound(l, admitted); err != nil {
+				t.Fatalf("%+v: %v", l, err)
+			}
+			total += len(admitted)
+		}
+		if total == 0 {
+			t.Fatalf("%s: nothing admitted", a)
+		}
+	}
+}
+
+// checkBound reports the first span in which the true costs of admitted (µs, cost), in order
+// of time, exceed what l promises.
+func checkBound(l Limit, admitted [][2]int64) error {
+	period := l.Period.Microseconds()
+	sum := func(from, to int64) (n int64) { // true costs in [from, to]
+		for _, h := range admitted {
+			if h[0] >= from && h[0] <= to {
+				n += h[1]
+			}
+		}
+		return n
+	}
+	for j, h := range admitted {
+		t := h[0]
+		start := t - t%period
+		switch l.Algorithm {
+		case TokenBucket, LeakyBucket, GCRA:
+			for i := range j + 1 {
+				s := admitted[i][0]
+				// Σ ≤ Capacity + Limit × (t-s) / period, in whole numbers.
+				if n := sum(s, t); n*period > l.Capacity()*period+l.Limit*(t-s) {
+					return fmt.Errorf("%d units in [%d, %d]µs, more than %d + %d × %dµs / %dµs",
+						n, s, t, l.Capacity(), l.Limit, t-s, period)
+				}
+			}
+		case FixedWindow:
+			if n := sum(start, start+period-1); n > l.Limit {
+				return fmt.Errorf("%d units in the window from %dµs", n, start)
+			}
+		case SlidingLog:
+			if n := sum(t-period+1, t); n > l.Limit {
+				return fmt.Errorf("%d units in the period up to %dµs", n, t)
+			}
+		case SlidingWindow:
+			prev, cur := sum(start-period, start-1), int64(0)
+			for _, g := range admitted[:j+1] {
+				if g[0] >= start {
+					cur += g[1]
+				}
+			}
+			if est := prev*(start+period-t)/period + cur; est > l.Limit {
+				return fmt.Errorf("an estimate of %d at %dµs", est, t)
+			}
+		}
+	}
+	return nil
+}
+
+// mustIndex is index for tests of known algorithms.
+func (a Algorithm) mustIndex() algo {
+	i, ok := a.index()
+	if !ok {
+		panic("unknown algorithm " + string(a))
+	}
+	return i
 }

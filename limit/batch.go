@@ -278,9 +278,12 @@ func (b *batcher) send(ctx context.Context, batch []*op) {
 // evalCmd returns the EVAL of the script that the EVALSHA c asked for.
 func evalCmd(c *redis.Cmd) *redis.Cmd {
 	args := slices.Clone(c.Args())
-	for a, s := range scripts {
-		if s.Hash() == args[1] {
+	for a := range numAlgos {
+		switch args[1] {
+		case scripts[a].Hash():
 			args[0], args[1] = "eval", sources[a]
+		case adjustScripts[a].Hash():
+			args[0], args[1] = "eval", adjustSources[a]
 		}
 	}
 	return redis.NewCmd(context.Background(), args...)

@@ -625,3 +625,92 @@ func BenchmarkMemoryKeyFlood(b *testing.B) {
 	}
 	b.ReportMetric(float64(m.Overflows())/float64(b.N), "overflow/op")
 }
+
+// BenchmarkWeighted measures what weighted hits and reconciliation cost, in one run: for every
+// algorithm, a decision of cost 1, one of cost 37 and one Adjust (alternately a refund of 17
+// and an extra charge of 17 of an admitted charge of 37), in alternating rounds (interleave).
+// Memory: one hot key from GOMAXPROCS goroutines, ns per operation and allocations of an Adjust
+// ("allocs/adjust"). Redis: 64 callers over 1000 keys, operations per second. Limits admit
+// everything (the sliding log's is short enough that its log stays under MaxLogLimit).
+func BenchmarkWeighted(b *testing.B) {
+	ctx := context.Background()
+	limitOf := func(a Algorithm, redis bool) Limit {
+		l := benchLimit(a)
+		switch {
+		case redis:
+			l = Limit{Algorithm: a, Limit: 1000, Period: 100 * time.Millisecond}
+		case a == SlidingLog:
+			l.Period = 100 * time.Microsecond
+		}
+		if a == LeakyBucket {
+			l.Burst = l.Limit // a capacity of 1 would not take a cost of 37
+		}
+		return l
+	}
+	variants := func(b *testing.B, lim Limiter, redis bool, keys []string) []func(int) error {
+		var vs []func(int) error
+		for _, a := range Algorithms {
+			l := limitOf(a, redis)
+			charges := make([]Decision, len(keys))
+			for i, k := range keys {
+				d, err := lim.Decide(ctx, k, l, 37)
+				if err != nil || !d.Allowed {
+					b.Fatalf("%s: %s, %v", a, show(d), err)
+				}
+				charges[i] = d
+			}
+			vs = append(vs,
+				func(i int) error {
+					_, err := lim.Decide(ctx, keys[i%len(keys)], l, 1)
+					return err
+				},
+				func(i int) error {
+					_, err := lim.Decide(ctx, keys[i%len(keys)], l, 37)
+					return err
+				},
+				func(i int) error {
+					used := int64(20)
+					if i/len(keys)%2 == 1 {
+						used = 54
+					}
+					return lim.Adjust(ctx, keys[i%len(keys)], l, charges[i%len(keys)], used)
+				})
+		}
+		return vs
+	}
+	report := func(b *testing.B, rates []float64, unit string, perOp bool) {
+		for i, a := range Algorithms {
+			for j, what := range []string{"cost1", "cost37", "adjust"} {
+				r := rates[3*i+j]
+				if perOp {
+					r = 1e9 / r
+				}
+				b.ReportMetric(r, unit+"/"+string(a)+"/"+what)
+			}
+		}
+	}
+	b.Run("memory", func(b *testing.B) {
+		m := NewMemory(MemoryConfig{})
+		vs := variants(b, m, false, []string{"rule:hot"})
+		var rates []float64
+		for range b.N {
+			rates = interleave(b, 20, 200_000, runtime.GOMAXPROCS(0), vs)
+		}
+		report(b, rates, "ns", true)
+		for i, a := range Algorithms {
+			b.ReportMetric(testing.AllocsPerRun(1000, func() { _ = vs[3*i+2](0) }), "allocs/"+string(a)+"/adjust")
+		}
+	})
+	b.Run("redis", func(b *testing.B) {
+		srv := testenv.Redis(b)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+		b.Cleanup(func() { rdb.Close() })
+		r := NewRedis(rdb, RedisConfig{Prefix: "bench:"})
+		vs := variants(b, r, true, benchKeys(1000))
+		var rates []float64
+		for range b.N {
+			rates = interleave(b, 10, 4000, 64, vs)
+		}
+		report(b, rates, "ops/s", false)
+	})
+}

@@ -41,13 +41,27 @@ func (c *clock) Add(d time.Duration) {
 }
 
 // step is one request of a step table: at base+at, key (default "k") with cost (default 1),
-// under the case's limit unless limit is set. want.Limit is filled in from the limit.
+// under the case's limit unless limit is set. want.Limit, want.At and want.Cost are filled in
+// from the limit, the instant and the cost. A step with adjust set is no request but an
+// Adjust of the decision of an earlier step.
 type step struct {
-	at    time.Duration
-	key   string
-	cost  int64
-	limit *Limit
-	want  Decision
+	at     time.Duration
+	key    string
+	cost   int64
+	limit  *Limit
+	want   Decision
+	adjust *adjustment
+}
+
+// adjustment is an Adjust step: the decision of step of reconciled with a true cost of used.
+type adjustment struct {
+	of   int
+	used int64
+}
+
+// fix returns an Adjust step at at: step of's decision used used.
+func fix(at time.Duration, of int, used int64) step {
+	return step{at: at, adjust: &adjustment{of: of, used: used}}
 }
 
 func ok(remaining int64, reset time.Duration) Decision {
@@ -238,6 +252,110 @@ var conformanceCases = []struct {
 		},
 	},
 	{
+		name:  "token_bucket/a refund gives back what has not refilled; a charge goes into debt, one capacity at most",
+		limit: Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second},
+		steps: []step{
+			{at: 0, cost: 3, want: ok(7, 3*time.Second)},
+			{at: 0, cost: 5, want: ok(2, 8*time.Second)},
+			// 3 back, but 2 of them have refilled since: 1 back (moving the bucket by all 3
+			// would admit the next request, where charging 0 in the first place would not).
+			fix(2*time.Second, 0, 0),
+			{at: 2 * time.Second, cost: 6, want: no(5, 5*time.Second, time.Second)},
+			// 25 more, but a bucket owes at most one capacity: -10 tokens.
+			fix(2*time.Second, 1, 30),
+			{at: 2 * time.Second, cost: 1, want: no(0, 20*time.Second, 11*time.Second)},
+			{at: 13 * time.Second, cost: 1, want: ok(0, 10*time.Second)},
+		},
+	},
+	{
+		name:  "token_bucket/a refund right away gives back all of it",
+		limit: Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second},
+		steps: []step{
+			{at: 0, cost: 8, want: ok(2, 8*time.Second)},
+			fix(500*time.Millisecond, 0, 1),
+			{at: 500 * time.Millisecond, cost: 9, want: ok(0, 9500*time.Millisecond)},
+			fix(500*time.Millisecond, 2, 0),
+			{at: 500 * time.Millisecond, cost: 10, want: no(9, 500*time.Millisecond, 500*time.Millisecond)},
+		},
+	},
+	{
+		name:  "leaky_bucket/cost, refund and a charge up to twice the capacity",
+		limit: Limit{Algorithm: LeakyBucket, Limit: 1, Period: time.Second, Burst: 5},
+		steps: []step{
+			{at: 0, cost: 3, want: ok(2, 3*time.Second)},
+			{at: 0, cost: 3, want: no(2, 3*time.Second, time.Second)},
+			fix(time.Second, 0, 1), // 2 out: the level is 0
+			{at: time.Second, cost: 5, want: ok(0, 5*time.Second)},
+			fix(time.Second, 3, 20), // 15 more, but the bucket holds twice its capacity at most
+			{at: time.Second, cost: 1, want: no(0, 10*time.Second, 6*time.Second)},
+			{at: 7 * time.Second, cost: 1, want: ok(0, 5*time.Second)},
+		},
+	},
+	{
+		name:  "gcra/a refund moves the TAT back by what has not been repaid; a charge beyond the tolerance",
+		limit: Limit{Algorithm: GCRA, Limit: 10, Period: time.Second},
+		steps: []step{
+			{at: 0, cost: 4, want: ok(6, 400*time.Millisecond)},
+			{at: 0, cost: 4, want: ok(2, 800*time.Millisecond)},
+			{at: 0, cost: 4, want: no(2, 800*time.Millisecond, 200*time.Millisecond)},
+			fix(100*time.Millisecond, 1, 1), // 3 back: 300ms
+			{at: 100 * time.Millisecond, cost: 6, want: ok(0, time.Second)},
+			// 4 back, but 3 have been repaid since: 100ms. The whole 400ms would admit the
+			// next request; recomputing with a cost of 0 would not.
+			fix(300*time.Millisecond, 0, 0),
+			{at: 300 * time.Millisecond, cost: 4, want: no(3, 700*time.Millisecond, 100*time.Millisecond)},
+			fix(300*time.Millisecond, 4, 16), // 10 more: a TAT 1.7s ahead
+			{at: 300 * time.Millisecond, cost: 1, want: no(0, 1700*time.Millisecond, 800*time.Millisecond)},
+		},
+	},
+	{
+		name:  "fixed_window/refund in the window of the charge, charge up to the limit",
+		limit: Limit{Algorithm: FixedWindow, Limit: 10, Period: time.Minute},
+		steps: []step{
+			{at: 10 * time.Second, cost: 7, want: ok(3, 50*time.Second)},
+			{at: 20 * time.Second, cost: 5, want: no(3, 40*time.Second, 40*time.Second)},
+			fix(30*time.Second, 0, 2),
+			{at: 30 * time.Second, cost: 5, want: ok(3, 30*time.Second)},
+			fix(40*time.Second, 3, 9), // 4 more, 3 fit
+			{at: 40 * time.Second, cost: 1, want: no(0, 20*time.Second, 20*time.Second)},
+			{at: 60 * time.Second, cost: 10, want: ok(0, 60*time.Second)},
+			fix(61*time.Second, 3, 0), // the charge's window has ended: nothing
+			{at: 61 * time.Second, cost: 1, want: no(0, 59*time.Second, 59*time.Second)},
+		},
+	},
+	{
+		name:  "sliding_window/refund from the previous window, charge to the current one",
+		limit: Limit{Algorithm: SlidingWindow, Limit: 10, Period: time.Minute},
+		steps: []step{
+			{at: 30 * time.Second, cost: 6, want: ok(4, 80*time.Second+µs)},
+			{at: 30 * time.Second, cost: 4, want: ok(0, 84*time.Second+µs)},
+			// The next minute, 50s left: floor(10 × 50/60) = 8.
+			{at: 70 * time.Second, cost: 3, want: no(2, 44*time.Second+µs, 2*time.Second+µs)},
+			fix(70*time.Second, 0, 1), // the previous window counts 5: floor(5 × 50/60) = 4
+			{at: 70 * time.Second, cost: 3, want: ok(3, 90*time.Second+µs)},
+			fix(70*time.Second, 4, 6), // 3 more now: 4 + 6
+			{at: 70 * time.Second, cost: 1, want: no(0, 100*time.Second+µs, 2*time.Second+µs)},
+			// Two windows on, the charge of step 1 no longer weighs: nothing to refund.
+			fix(130*time.Second, 1, 0),
+			{at: 130 * time.Second, cost: 6, want: no(5, 40*time.Second+µs, µs)},
+		},
+	},
+	{
+		name:  "sliding_log/refund removes entries of the charge's instant, charge adds entries now up to the limit",
+		limit: Limit{Algorithm: SlidingLog, Limit: 5, Period: time.Minute},
+		steps: []step{
+			{at: 0, cost: 3, want: ok(2, 60*time.Second)},
+			{at: 10 * time.Second, cost: 2, want: ok(0, 60*time.Second)},
+			{at: 20 * time.Second, cost: 1, want: no(0, 50*time.Second, 40*time.Second)},
+			fix(20*time.Second, 0, 1), // log 0, 10, 10
+			{at: 20 * time.Second, cost: 2, want: ok(0, 60*time.Second)},
+			fix(30*time.Second, 1, 0),  // log 0, 20, 20
+			fix(30*time.Second, 4, 10), // 8 more at 30s, 2 fit: 0, 20, 20, 30, 30
+			{at: 30 * time.Second, cost: 1, want: no(0, 60*time.Second, 30*time.Second)},
+			{at: 60 * time.Second, cost: 1, want: ok(0, 60*time.Second)}, // the entries of 0s have left
+		},
+	},
+	{
 		name:  "keys and algorithms do not share state",
 		limit: Limit{Algorithm: FixedWindow, Limit: 1, Period: time.Hour},
 		steps: []step{
@@ -268,6 +386,7 @@ func testConformance(t *testing.T, newLimiter newLimiter) {
 				l := newLimiter(t, clk.Now)
 				reqs := make([]Request, len(c.steps))
 				wants := make([]Decision, len(c.steps))
+				got := make([]Decision, len(c.steps))
 				for i, s := range c.steps {
 					reqs[i] = Request{Key: "k", Limit: c.limit, Cost: 1}
 					if s.key != "" {
@@ -281,27 +400,38 @@ func testConformance(t *testing.T, newLimiter newLimiter) {
 					}
 					wants[i] = s.want
 					wants[i].Limit = reqs[i].Limit.Limit
+					wants[i].At = base.Add(s.at)
+					if s.want.Allowed {
+						wants[i].Cost = reqs[i].Cost
+					}
 				}
 				for i := 0; i < len(c.steps); {
 					clk.Set(base.Add(c.steps[i].at))
-					j := i + 1
-					for all && j < len(c.steps) && c.steps[j].at == c.steps[i].at {
-						j++
-					}
-					var got []Decision
-					if all {
-						var err error
-						if got, err = l.DecideAll(ctx, reqs[i:j]); err != nil {
+					if a := c.steps[i].adjust; a != nil {
+						if err := l.Adjust(ctx, reqs[a.of].Key, reqs[a.of].Limit, got[a.of], a.used); err != nil {
 							t.Fatalf("step %d: %v", i, err)
 						}
+						i++
+						continue
+					}
+					j := i + 1
+					for all && j < len(c.steps) && c.steps[j].at == c.steps[i].at && c.steps[j].adjust == nil {
+						j++
+					}
+					if all {
+						ds, err := l.DecideAll(ctx, reqs[i:j])
+						if err != nil {
+							t.Fatalf("step %d: %v", i, err)
+						}
+						copy(got[i:j], ds)
 					} else {
 						d, err := l.Decide(ctx, reqs[i].Key, reqs[i].Limit, reqs[i].Cost)
 						if err != nil {
 							t.Fatalf("step %d: %v", i, err)
 						}
-						got = []Decision{d}
+						got[i] = d
 					}
-					for k, d := range got {
+					for k, d := range got[i:j] {
 						if d != wants[i+k] {
 							t.Errorf("step %d (at +%v, key %q, cost %d):\n got %s\nwant %s",
 								i+k, c.steps[i+k].at, reqs[i+k].Key, reqs[i+k].Cost, show(d), show(wants[i+k]))
@@ -315,8 +445,8 @@ func testConformance(t *testing.T, newLimiter newLimiter) {
 }
 
 func show(d Decision) string {
-	return fmt.Sprintf("{Allowed:%v Limit:%d Remaining:%d ResetAfter:%v RetryAfter:%v}",
-		d.Allowed, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter)
+	return fmt.Sprintf("{Allowed:%v Limit:%d Remaining:%d ResetAfter:%v RetryAfter:%v At:%s Cost:%d}",
+		d.Allowed, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.At.Format("15:04:05.000000"), d.Cost)
 }
 
 func TestMemoryConformance(t *testing.T) {

@@ -21,6 +21,37 @@
 // nothing else was charged meanwhile, and one retried a microsecond earlier is not; the same
 // holds for ResetAfter and a request of the whole capacity.
 //
+// # Costs and Adjust
+//
+// A request may weigh more than one unit (tokens, bytes): Decide charges cost units, at most
+// [Limit.Capacity], and every algorithm counts units as it counts requests. When the true cost
+// is known only afterwards (charged on entry at an LLM request's max_tokens, known from the
+// upstream's usage), [Limiter.Adjust] reconciles it: given the admitting Decision, which
+// carries the charge's instant At and its Cost, and the units really used, it charges the
+// difference or refunds it.
+//
+// The guarantee: when each request's true cost is at most its charge and each is reconciled
+// once, the true units admitted never exceed a bound the algorithm promises — Capacity plus
+// the rate times any span for the buckets and GCRA, Limit in any window for the windows and
+// the log. A refund never leaves a key more permissive than charging the true cost at first:
+//   - TokenBucket, LeakyBucket, GCRA: a refund gives back at most what the bucket has not yet
+//     refilled of the charge since At (Cost - rate × elapsed), and never beyond a full bucket.
+//     Giving back all of it could be more permissive, whenever the bucket went idle between
+//     charge and refund; the rule is conservative: a refund later than Cost/rate returns
+//     nothing, even if the bucket stayed busy. An extra charge is debt that later requests
+//     wait for, at most one Capacity (tokens down to -Capacity, a TAT 2 × Capacity intervals
+//     ahead); the excess is dropped.
+//   - FixedWindow: a refund uncounts from the window of At while it is the current one, never
+//     below 0; an extra charge counts in the current window, up to Limit.
+//   - SlidingWindow: as FixedWindow; a refund also uncounts from the previous window.
+//   - SlidingLog: a refund removes up to that many entries of instant At still logged; an
+//     extra charge logs entries at now, as many as fit under Limit.
+//
+// An extra charge is where a bound can be passed (the request was admitted at its estimate):
+// its debt makes the requests after it pay. A refund to a key whose state is gone does
+// nothing; a key in debt lives until its debt is paid. Adjust costs what a decision does, one
+// script and one round trip on the key Decide used, and nothing when used equals Cost.
+//
 // # Keys
 //
 // A store keeps one state per (algorithm, key). Limits of the same algorithm on the same key
@@ -98,6 +129,8 @@ var (
 	ErrCostTooHigh      = errors.New("limit: cost exceeds capacity")
 	ErrEmptyKey         = errors.New("limit: empty key")
 	ErrKeyTooLong       = errors.New("limit: key too long")
+	// ErrNotAdmitted is returned by Adjust for a decision that charged nothing.
+	ErrNotAdmitted = errors.New("limit: decision did not admit")
 	// ErrOutOfRange means a limit is valid in principle but beyond what the stores compute
 	// exactly: a period that is not a whole number of microseconds, or a capacity × period
 	// product too large for integer arithmetic on Lua's doubles (see [Limit.Validate]).
@@ -191,6 +224,12 @@ type Decision struct {
 	// RetryAfter is how long until this request (of the same cost) would be admitted, if
 	// nothing else is charged meanwhile; 0 when Allowed. Microsecond resolution.
 	RetryAfter time.Duration
+	// At is the store's instant of the decision, in UTC at microsecond resolution: the
+	// store's clock (Redis: the server's TIME), or the key's last instant if that clock
+	// reads earlier. Adjust finds the charge by it.
+	At time.Time
+	// Cost is what the decision charged: the request's cost when Allowed, else 0.
+	Cost int64
 }
 
 // Request is one decision asked of DecideAll: Cost units charged against Key under Limit.
@@ -209,6 +248,14 @@ type Limiter interface {
 	// DecideAll decides several requests at once, each charged independently, in one round
 	// trip to the store. The decisions are in the order of reqs.
 	DecideAll(ctx context.Context, reqs []Request) ([]Decision, error)
+	// Adjust reconciles an admitted request with what it really used: d is the Decision that
+	// admitted it against key under l (d.Cost charged at d.At), used its true cost in the
+	// same units. It charges used-d.Cost more when used is higher, and refunds d.Cost-used
+	// when it is lower, within the limits the package doc states; used == d.Cost does
+	// nothing. Each decision is to be adjusted at most once. It returns an error wrapping
+	// ErrNotAdmitted or ErrInvalidCost (used < 0) or a sentinel error of Decide for bad
+	// input, or the store's error when it could not adjust.
+	Adjust(ctx context.Context, key string, l Limit, d Decision, used int64) error
 }
 
 // check validates one request before any store is touched, and returns the limit in the
@@ -229,4 +276,20 @@ func check(key string, l Limit, cost int64) (params, error) {
 		return params{}, fmt.Errorf("%w: cost %d, capacity %d", ErrCostTooHigh, cost, p.capacity)
 	}
 	return p, nil
+}
+
+// checkAdjust validates an Adjust before any store is touched. It returns the limit in integer
+// form and the units to charge (> 0) or refund (< 0), the charge bounded to two capacities
+// (more can never be recorded: see the package doc).
+func checkAdjust(key string, l Limit, d Decision, used int64) (params, int64, error) {
+	p, err := check(key, l, max(1, d.Cost))
+	switch {
+	case err != nil:
+		return params{}, 0, err
+	case !d.Allowed || d.Cost <= 0:
+		return params{}, 0, ErrNotAdmitted
+	case used < 0:
+		return params{}, 0, fmt.Errorf("%w: used %d", ErrInvalidCost, used)
+	}
+	return p, min(used-d.Cost, 2*p.capacity), nil
 }

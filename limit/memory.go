@@ -122,6 +122,23 @@ func (m *Memory) DecideAll(_ context.Context, reqs []Request) ([]Decision, error
 	return out, nil
 }
 
+// Adjust reconciles an admitted request with its true cost; see [Limiter] and the package doc.
+// A refund to a key the store holds no state for (forgotten as idle, or decided on an overflow
+// state) does nothing; an extra charge to a new key when the store is full goes to the scope's
+// overflow state, as a decision would. It takes a shard lock, allocates nothing (but the room
+// for entries a sliding log grows by), and returns an error only for bad input.
+func (m *Memory) Adjust(_ context.Context, key string, l Limit, d Decision, used int64) error {
+	p, delta, err := checkAdjust(key, l, d, used)
+	if err != nil {
+		return fmt.Errorf("limit: adjust %.64q: %w", key, err)
+	}
+	if delta == 0 {
+		return nil
+	}
+	m.adjust(key, p, micros(d.At), d.Cost, delta, m.now())
+	return nil
+}
+
 // Len returns the number of keys the store holds state for, idle keys not yet removed included.
 func (m *Memory) Len() int {
 	n := 0
@@ -191,9 +208,49 @@ func (m *Memory) decide(key string, p params, cost int64, now time.Time) Decisio
 	return d
 }
 
+func (m *Memory) adjust(key string, p params, at, charged, delta int64, now time.Time) {
+	h := maphash.String(m.seeds[p.alg], key)
+	sh := &m.shards[h>>m.shift]
+	id := h&^flagMask | flagUsed
+
+	sh.mu.Lock()
+	var e *entry
+	if delta < 0 {
+		e = sh.t.find(id)
+	} else {
+		e = sh.t.get(id, micros(now), p.alg == algSlidingLog, key)
+	}
+	if e != nil {
+		applyAdjust(e, sh.t.logs[id], p, at, charged, delta, now)
+	}
+	sh.mu.Unlock()
+	if e == nil && delta > 0 {
+		sh, e, log := m.overflowState(key, p)
+		applyAdjust(e, log, p, at, charged, delta, now)
+		sh.mu.Unlock()
+	}
+}
+
 // decideOverflow decides a new key that found the store full on its scope's overflow state,
 // which lives outside the bounded table of the shard its own hash chooses.
 func (m *Memory) decideOverflow(key string, p params, cost int64, now time.Time) Decision {
+	sh, e, log := m.overflowState(key, p)
+	d := apply(e, log, p, cost, now)
+	sh.mu.Unlock()
+
+	n := m.overflows.Add(1)
+	if m.onOverflow != nil {
+		sec := now.Unix()
+		if last := m.reported.Load(); sec > last && m.reported.CompareAndSwap(last, sec) {
+			m.onOverflow(n)
+		}
+	}
+	return d
+}
+
+// overflowState returns the overflow state of key's scope under p (and its log, for
+// SlidingLog), creating it if needed, with the lock of its shard held.
+func (m *Memory) overflowState(key string, p params) (*shard, *entry, *slidingLogState) {
 	scope, _, found := strings.Cut(key, "\x00")
 	if !found {
 		scope = ""
@@ -221,17 +278,7 @@ func (m *Memory) decideOverflow(key string, p params, cost int64, now time.Time)
 			sh.t.logs[id] = log
 		}
 	}
-	d := apply(e, log, p, cost, now)
-	sh.mu.Unlock()
-
-	n := m.overflows.Add(1)
-	if m.onOverflow != nil {
-		sec := now.Unix()
-		if last := m.reported.Load(); sec > last && m.reported.CompareAndSwap(last, sec) {
-			m.onOverflow(n)
-		}
-	}
-	return d
+	return sh, e, log
 }
 
 // apply runs the algorithm of p on the state in e (and log, for SlidingLog) and sets when the
@@ -273,6 +320,45 @@ func apply(e *entry, log *slidingLogState, p params, cost int64, now time.Time) 
 	}
 	e.exp = from + d.ResetAfter.Microseconds()
 	return d
+}
+
+// applyAdjust runs the adjustment of p's algorithm on the state in e (and log, for SlidingLog)
+// and sets when the state becomes idle.
+func applyAdjust(e *entry, log *slidingLogState, p params, at, charged, delta int64, now time.Time) {
+	var reset, from int64
+	ok := true
+	switch p.alg {
+	case algTokenBucket:
+		var s tokenBucketState
+		if s, reset, ok = tokenBucketAdjust(tokenBucketState{e.s[0], e.s[1], e.s[2]}, p, at, charged, delta, now); ok {
+			e.s, from = [3]int64{s.Tokens, s.Last, s.Unit}, s.Last
+		}
+	case algLeakyBucket:
+		var s leakyBucketState
+		if s, reset, ok = leakyBucketAdjust(leakyBucketState{e.s[0], e.s[1], e.s[2]}, p, at, charged, delta, now); ok {
+			e.s, from = [3]int64{s.Level, s.Last, s.Unit}, s.Last
+		}
+	case algGCRA:
+		var s gcraState
+		if s, reset, ok = gcraAdjust(gcraState{e.s[0], e.s[1]}, p, at, charged, delta, now); ok {
+			e.s, from = [3]int64{s.TAT, s.Frac}, micros(now)
+		}
+	case algFixedWindow:
+		var s fixedWindowState
+		if s, reset, ok = fixedWindowAdjust(fixedWindowState{e.s[0], e.s[1]}, p, at, delta, now); ok {
+			e.s, from = [3]int64{s.Start, s.Count}, max(micros(now), s.Start)
+		}
+	case algSlidingWindow:
+		var s slidingWindowState
+		if s, reset, ok = slidingWindowAdjust(slidingWindowState{e.s[0], e.s[1], e.s[2]}, p, at, delta, now); ok {
+			e.s, from = [3]int64{s.Start, s.Prev, s.Cur}, max(micros(now), s.Start)
+		}
+	case algSlidingLog:
+		reset, from = slidingLogAdjust(log, p, at, delta, now)
+	}
+	if ok {
+		e.exp = from + reset
+	}
 }
 
 // shard is one independently locked part of a Memory store.
@@ -333,15 +419,8 @@ func (t *table) home(id uint64) int { return int(id>>8) & (len(t.slots) - 1) }
 // for a new key when the table is full, or its scope has used its share and no unreserved room
 // is left (scopes), and no idle entry is found to make room.
 func (t *table) get(id uint64, now int64, log bool, key string) *entry {
-	if len(t.slots) > 0 {
-		mask := len(t.slots) - 1
-		for i := t.home(id); t.slots[i] != 0; i = (i + 1) & mask {
-			e := t.entry(int(t.slots[i] - 1))
-			if e.id&^flagLog != id {
-				continue
-			}
-			return e
-		}
+	if e := t.find(id); e != nil {
+		return e
 	}
 
 	sc := t.sc.index(scopeOf(key))
@@ -384,6 +463,20 @@ func (t *table) get(id uint64, now int64, log bool, key string) *entry {
 	t.n++
 	t.place(i)
 	return e
+}
+
+// find returns the entry of id, or nil.
+func (t *table) find(id uint64) *entry {
+	if len(t.slots) == 0 {
+		return nil
+	}
+	mask := len(t.slots) - 1
+	for i := t.home(id); t.slots[i] != 0; i = (i + 1) & mask {
+		if e := t.entry(int(t.slots[i] - 1)); e.id&^flagLog == id {
+			return e
+		}
+	}
+	return nil
 }
 
 // place indexes entry i.

@@ -104,30 +104,37 @@ func NewRedis(rdb RedisClient, cfg RedisConfig) *Redis {
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// sources holds the Lua source of each algorithm's script: lua/lib.lua followed by the
-// algorithm's file; scripts holds them ready for EVALSHA.
+// sources holds the Lua source of each algorithm's decision script: lua/lib.lua followed by
+// the algorithm's file; adjustSources the same for its adjustment script (name_adjust.lua).
+// scripts and adjustScripts hold them ready for EVALSHA.
 var (
-	sources = func() (s [numAlgos]string) {
-		lib := mustRead("lua/lib.lua")
-		for a, name := range [numAlgos]string{
-			algTokenBucket:   "token_bucket",
-			algLeakyBucket:   "leaky_bucket",
-			algFixedWindow:   "fixed_window",
-			algSlidingLog:    "sliding_log",
-			algSlidingWindow: "sliding_window",
-			algGCRA:          "gcra",
-		} {
-			s[a] = lib + mustRead("lua/"+name+".lua")
-		}
-		return s
-	}()
-	scripts = func() (s [numAlgos]*redis.Script) {
-		for a, src := range sources {
-			s[a] = redis.NewScript(src)
-		}
-		return s
-	}()
+	sources       = luaSources("")
+	adjustSources = luaSources("_adjust")
+	scripts       = newScripts(sources)
+	adjustScripts = newScripts(adjustSources)
 )
+
+func luaSources(suffix string) (s [numAlgos]string) {
+	lib := mustRead("lua/lib.lua")
+	for a, name := range [numAlgos]string{
+		algTokenBucket:   "token_bucket",
+		algLeakyBucket:   "leaky_bucket",
+		algFixedWindow:   "fixed_window",
+		algSlidingLog:    "sliding_log",
+		algSlidingWindow: "sliding_window",
+		algGCRA:          "gcra",
+	} {
+		s[a] = lib + mustRead("lua/"+name+suffix+".lua")
+	}
+	return s
+}
+
+func newScripts(sources [numAlgos]string) (s [numAlgos]*redis.Script) {
+	for a, src := range sources {
+		s[a] = redis.NewScript(src)
+	}
+	return s
+}
 
 func mustRead(name string) string {
 	b, err := luaFiles.ReadFile(name)
@@ -175,11 +182,54 @@ func (r *Redis) Decide(ctx context.Context, key string, l Limit, cost int64) (De
 		}
 		cmd = o.cmds[0]
 	}
-	d, err := decision(p, cmd)
+	d, err := decision(p, cost, cmd)
 	if err != nil {
 		return Decision{}, fmt.Errorf("limit: decide %.64q: %w", key, err)
 	}
 	return d, nil
+}
+
+// Adjust reconciles an admitted request with its true cost in one round trip (shared with
+// other calls' as Decide's are), by a script that runs atomically on the key Decide used, at
+// the server's TIME; see [Limiter] and the package doc. A refund to a key that has expired
+// does nothing. The error wraps a sentinel error of this package for bad input (Redis is not
+// contacted), the client's error, or ctx.Err(); ctx is honoured as in Decide.
+func (r *Redis) Adjust(ctx context.Context, key string, l Limit, d Decision, used int64) error {
+	p, delta, err := checkAdjust(key, l, d, used)
+	if err != nil {
+		return fmt.Errorf("limit: adjust %.64q: %w", key, err)
+	}
+	if delta == 0 {
+		return nil
+	}
+	k, args := r.key(key, p.alg), r.adjustArgs(p, micros(d.At), d.Cost, delta)
+	var cmd *redis.Cmd
+	if r.batch == nil {
+		cmd = adjustScripts[p.alg].Run(ctx, r.rdb, []string{k}, args...)
+	} else {
+		o := &op{}
+		o.one[0] = redis.NewCmd(context.Background(), append([]any{"evalsha", adjustScripts[p.alg].Hash(), 1, k}, args...)...)
+		o.cmds = o.one[:]
+		if err := r.batch.do(ctx, o); err != nil {
+			return fmt.Errorf("limit: adjust %.64q: %w", key, err)
+		}
+		cmd = o.cmds[0]
+	}
+	if err := cmd.Err(); err != nil {
+		return fmt.Errorf("limit: adjust %.64q: %w", key, err)
+	}
+	return nil
+}
+
+// adjustArgs returns the ARGV of the adjustment script of p.alg; the scripts' headers
+// document them.
+func (r *Redis) adjustArgs(p params, at, charged, delta int64) []any {
+	switch p.alg {
+	case algTokenBucket, algLeakyBucket, algGCRA:
+		return []any{r.clock(), p.unit, p.refill, p.cap, at, charged, delta}
+	default:
+		return []any{r.clock(), p.period, p.limit, at, delta}
+	}
 }
 
 // DecideAll decides every request in one pipelined round trip (two when the server had to be
@@ -233,7 +283,7 @@ func (r *Redis) DecideAll(ctx context.Context, reqs []Request) ([]Decision, erro
 
 	out := make([]Decision, len(reqs))
 	for i := range calls {
-		d, err := decision(ps[i], calls[i].cmd)
+		d, err := decision(ps[i], reqs[i].Cost, calls[i].cmd)
 		if err != nil {
 			return nil, fmt.Errorf("limit: decide request %d %.64q: %w", i, reqs[i].Key, err)
 		}
@@ -254,7 +304,7 @@ func (r *Redis) decideAllBatched(ctx context.Context, reqs []Request, ps []param
 	}
 	out := make([]Decision, len(reqs))
 	for i, cmd := range o.cmds {
-		d, err := decision(ps[i], cmd)
+		d, err := decision(ps[i], reqs[i].Cost, cmd)
 		if err != nil {
 			return nil, fmt.Errorf("limit: decide request %d %.64q: %w", i, reqs[i].Key, err)
 		}
@@ -300,22 +350,28 @@ func (r *Redis) evalSha(key string, p params, cost int64, now string) *redis.Cmd
 	}
 }
 
-// decision reads a script's reply {allowed, remaining, reset_after µs, retry_after µs}.
-func decision(p params, cmd *redis.Cmd) (Decision, error) {
+// decision reads a script's reply {allowed, remaining, reset_after µs, retry_after µs, at µs}
+// to a request of cost.
+func decision(p params, cost int64, cmd *redis.Cmd) (Decision, error) {
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return Decision{}, err
 	}
-	if len(v) != 4 {
-		return Decision{}, fmt.Errorf("limit: script returned %d values, want 4", len(v))
+	if len(v) != 5 {
+		return Decision{}, fmt.Errorf("limit: script returned %d values, want 5", len(v))
 	}
-	return Decision{
+	d := Decision{
 		Allowed:    v[0] == 1,
 		Limit:      p.limit,
 		Remaining:  v[1],
 		ResetAfter: us(v[2]),
 		RetryAfter: us(v[3]),
-	}, nil
+		At:         instant(v[4]),
+	}
+	if d.Allowed {
+		d.Cost = cost
+	}
+	return d, nil
 }
 
 func noScript(err error) bool {

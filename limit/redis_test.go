@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,8 +17,9 @@ import (
 
 // TestRedisMatchesMemory replays the same random requests, at the same instants, against both
 // stores and requires identical decisions: the Lua scripts and the Go algorithms are one
-// computation. The requests mix keys, costs, changes of a key's limit, DecideAll batches and a
-// clock that sometimes steps back.
+// computation. The requests mix keys, costs, changes of a key's limit, DecideAll batches,
+// adjustments of admitted requests (refunds and extra charges) and a clock that sometimes
+// steps back.
 func TestRedisMatchesMemory(t *testing.T) {
 	srv := testenv.Redis(t)
 	ctx := context.Background()
@@ -32,7 +34,24 @@ func TestRedisMatchesMemory(t *testing.T) {
 			for _, k := range keys {
 				limits[k] = [2]Limit{randomLimit(rng, a), randomLimit(rng, a)}
 			}
+			type charge struct {
+				q Request
+				d Decision
+			}
+			var pending []charge // admitted, not yet adjusted
 			for i := range 400 {
+				if len(pending) > 0 && rng.IntN(4) == 0 {
+					// Adjust an admitted request on both stores: refunds, extra charges.
+					j := rng.IntN(len(pending))
+					c := pending[j]
+					pending = slices.Delete(pending, j, j+1)
+					used := rng.Int64N(3 * c.d.Cost)
+					for _, s := range []Limiter{mem, red} {
+						if err := s.Adjust(ctx, c.q.Key, c.q.Limit, c.d, used); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
 				l0 := limits["a"][0]
 				gap := randomGap(rng, l0.Period)
 				if rng.IntN(20) == 0 {
@@ -72,6 +91,9 @@ func TestRedisMatchesMemory(t *testing.T) {
 					if got[j] != want[j] {
 						t.Fatalf("request %d.%d %+v at %v: redis %s, memory %s",
 							i, j, reqs[j], clk.Now().Sub(base), show(got[j]), show(want[j]))
+					}
+					if got[j].Allowed {
+						pending = append(pending, charge{reqs[j], got[j]})
 					}
 				}
 			}
@@ -329,5 +351,39 @@ func TestRedisRoundTrips(t *testing.T) {
 				t.Errorf("DecideAll after SCRIPT FLUSH sent commands %v and pipelines %v, want an evalsha pipeline and an eval one", cmds, pipes)
 			}
 		})
+	}
+}
+
+// TestRedisDebtKeepsKeys checks, on the server's clock, that an extra charge extends a bucket
+// key's TTL to when its debt is paid, and that a refund to a key that has expired does nothing
+// (nor creates the key).
+func TestRedisDebtKeepsKeys(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	prefix := testenv.Prefix(t)
+	r := NewRedis(srv.Client, RedisConfig{Prefix: prefix})
+	for _, a := range []Algorithm{TokenBucket, LeakyBucket, GCRA} {
+		l := Limit{Algorithm: a, Limit: 10, Period: 10 * time.Second, Burst: 10}
+		d, err := r.Decide(ctx, "k", l, 10)
+		if err != nil || !d.Allowed {
+			t.Fatalf("%s: %s, %v", a, show(d), err)
+		}
+		if err := r.Adjust(ctx, "k", l, d, 20); err != nil {
+			t.Fatal(err)
+		}
+		key := prefix + "{" + keyTags[l.Algorithm.mustIndex()] + ":k}"
+		// Empty, the bucket is whole again in 10s; 10 in debt, in 20s.
+		if ttl := srv.Client.PTTL(ctx, key).Val(); ttl <= 19*time.Second || ttl > 20*time.Second {
+			t.Errorf("%s: TTL %v after 10 of debt, want in (19s, 20s]", a, ttl)
+		}
+		if err := srv.Client.Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Adjust(ctx, "k", l, d, 0); err != nil {
+			t.Fatal(err)
+		}
+		if n := srv.Client.Exists(ctx, key).Val(); n != 0 {
+			t.Errorf("%s: a refund to an expired key created it", a)
+		}
 	}
 }

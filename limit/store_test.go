@@ -72,6 +72,37 @@ func TestBadInput(t *testing.T) {
 			if ds, err := s.DecideAll(ctx, nil); err != nil || len(ds) != 0 {
 				t.Errorf("DecideAll(nil) = %v, %v", ds, err)
 			}
+
+			admitted, err := s.Decide(ctx, "adjust", good, 2)
+			if err != nil || !admitted.Allowed {
+				t.Fatalf("Decide: %s, %v", show(admitted), err)
+			}
+			rejected, err := s.Decide(ctx, "adjust", good, 1)
+			if err != nil || rejected.Allowed {
+				t.Fatalf("Decide: %s, %v", show(rejected), err)
+			}
+			for _, tt := range []struct {
+				name string
+				key  string
+				l    Limit
+				d    Decision
+				used int64
+				want error
+			}{
+				{"a rejected decision", "adjust", good, rejected, 0, ErrNotAdmitted},
+				{"a zero decision", "adjust", good, Decision{}, 0, ErrNotAdmitted},
+				{"negative use", "adjust", good, admitted, -1, ErrInvalidCost},
+				{"empty key", "", good, admitted, 0, ErrEmptyKey},
+				{"bad limit", "adjust", Limit{Algorithm: FixedWindow, Period: time.Hour}, admitted, 0, ErrInvalidLimit},
+			} {
+				if err := s.Adjust(ctx, tt.key, tt.l, tt.d, tt.used); !errors.Is(err, tt.want) {
+					t.Errorf("Adjust, %s: error %v, want %v", tt.name, err, tt.want)
+				}
+			}
+			// None of them refunded anything: the window is still full.
+			if d, err := s.Decide(ctx, "adjust", good, 1); err != nil || d.Allowed {
+				t.Errorf("after bad adjustments: %s, %v; want a rejection", show(d), err)
+			}
 		})
 	}
 }

@@ -8,7 +8,7 @@
 -- ARGV[3]  refill: limit / gcd(limit, period µs), the number of those units per µs
 -- ARGV[4]  cap: capacity × unit, the tolerance plus one emission interval
 -- ARGV[5]  cost in requests
--- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs}
+-- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs, the instant decided at µs}
 local now = clock(ARGV[1])
 local unit, refill, cap, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
@@ -24,17 +24,17 @@ end
 local debt = (tat - now) * refill + frac -- tat - now, in 1/refill µs
 local need = cost * unit
 local allowed, retry, remaining = 0, 0, 0
-if debt + need <= cap then
+if debt <= cap - need then
   allowed = 1
   debt = debt + need
   local whole = fdiv(debt, refill)
   tat, frac = now + whole, debt - whole * refill
 else
-  retry = cdiv(debt + need - cap, refill)
+  retry = cdiv(debt - (cap - need), refill)
 end
 if debt < cap then
   remaining = fdiv(cap - debt, unit)
 end
 local reset = cdiv(debt, refill)
 set_state(KEYS[1], reset, tat, frac)
-return {allowed, remaining, reset, retry}
+return {allowed, remaining, reset, retry, now}

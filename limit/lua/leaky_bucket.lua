@@ -10,7 +10,7 @@
 -- ARGV[3]  refill: scaled units that leak out per µs (limit / gcd(limit, period µs))
 -- ARGV[4]  cap: the bucket's capacity × unit
 -- ARGV[5]  cost in requests
--- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs}
+-- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs, the instant decided at µs}
 local now = clock(ARGV[1])
 local unit, refill, cap, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
@@ -33,15 +33,15 @@ end
 
 local need = cost * unit
 local allowed, retry, remaining = 0, 0, 0
-if level + need <= cap then
+if level <= cap - need then
   allowed = 1
   level = level + need
 else
-  retry = cdiv(level + need - cap, refill)
+  retry = cdiv(level - (cap - need), refill)
 end
 if level < cap then
   remaining = fdiv(cap - level, unit)
 end
 local reset = cdiv(level, refill)
 set_state(KEYS[1], reset, level, now, unit)
-return {allowed, remaining, reset, retry}
+return {allowed, remaining, reset, retry, now}

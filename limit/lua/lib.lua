@@ -51,10 +51,11 @@ end
 -- on doubles, so encoding is exact for every whole number below 2^53.
 
 -- get_state returns the n whole numbers stored at key, or nil when there are none (or the value
--- is not n varints).
-local function get_state(key, n)
+-- is not n varints); with m, it accepts n to m of them.
+local function get_state(key, n, m)
+  m = m or n
   local v = redis.call('GET', key)
-  if not v or #v > 8 * n then -- absent, or not what set_state writes
+  if not v or #v > 8 * m then -- absent, or not what set_state writes
     return nil
   end
   local out, x, mul = {}, 0, 1
@@ -68,7 +69,7 @@ local function get_state(key, n)
       x, mul = 0, 1
     end
   end
-  if #out ~= n or mul ~= 1 then
+  if #out < n or #out > m or mul ~= 1 then
     return nil
   end
   return out
@@ -78,6 +79,7 @@ end
 local function set_state(key, ttl, ...)
   local bytes = {}
   for _, v in ipairs({...}) do
+    assert(v >= 0, 'limit: a negative state') -- would never end the loop below
     repeat
       local b = v % 128
       v = (v - b) / 128
@@ -96,3 +98,28 @@ local function rescale(v, from, to)
   return math.floor(v / from * to)
 end
 
+
+-- unrepaid returns how much of a charge of charged requests at at (µs) a bucket has not
+-- refilled by now, in its scaled units: charged * unit - (now - at) * refill, at least 0; the
+-- most a refund of that charge may give back (unrepaid in limit/algorithms.go).
+local function unrepaid(unit, refill, at, charged, now)
+  local c = charged * unit
+  if now <= at then
+    return c
+  end
+  if now - at >= cdiv(c, refill) then
+    return 0
+  end
+  return c - (now - at) * refill
+end
+
+-- store stores a token bucket: tokens, last, unit; and, when tokens is below 0 (debt, after
+-- Adjust), 0 in its place and the debt as a fourth number, since varints are whole numbers
+-- >= 0. Buckets without debt keep the three numbers they always had.
+local function store(key, ttl, tokens, last, unit)
+  if tokens < 0 then
+    set_state(key, ttl, 0, last, unit, -tokens)
+  else
+    set_state(key, ttl, tokens, last, unit)
+  end
+end

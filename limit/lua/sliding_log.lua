@@ -9,7 +9,7 @@
 -- ARGV[2]  period in µs
 -- ARGV[3]  limit: requests per trailing period
 -- ARGV[4]  cost in requests
--- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs}
+-- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs, the instant decided at µs}
 local now = clock(ARGV[1])
 local period, limit, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
@@ -50,4 +50,4 @@ if n > 0 then
   reset = tonumber(last[2]) + period - now
   redis.call('PEXPIRE', key, ttl_ms(reset))
 end
-return {allowed, math.max(0, limit - n), reset, retry}
+return {allowed, math.max(0, limit - n), reset, retry, now}

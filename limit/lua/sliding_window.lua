@@ -9,7 +9,7 @@
 -- ARGV[2]  period in µs
 -- ARGV[3]  limit: requests per trailing period
 -- ARGV[4]  cost in requests
--- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs}
+-- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs, the instant decided at µs}
 local now = clock(ARGV[1])
 local period, limit, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 
@@ -52,4 +52,4 @@ else
 end
 local reset = wait(left, 0)
 set_state(KEYS[1], reset, start, prev, cur)
-return {allowed, math.max(0, limit - estimate), reset, retry}
+return {allowed, math.max(0, limit - estimate), reset, retry, now}

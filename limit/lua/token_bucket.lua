@@ -3,20 +3,21 @@
 --
 -- KEYS[1]  the bucket: varints tokens, last, unit (see lib.lua), tokens scaled so that one
 --          token is unit, last in µs since the Unix epoch; it expires when the bucket would be
---          full again.
+--          full again. A fourth number, when present, is debt: tokens below 0 (see store
+--          in lib.lua).
 -- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]  unit: scaled units per token (period µs / gcd(limit, period µs))
 -- ARGV[3]  refill: scaled units added per µs (limit / gcd(limit, period µs))
 -- ARGV[4]  cap: the bucket's capacity × unit
 -- ARGV[5]  cost in tokens
--- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs}
+-- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs, the instant decided at µs}
 local now = clock(ARGV[1])
 local unit, refill, cap, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local tokens, last = cap, now
-local s = get_state(KEYS[1], 3)
+local s = get_state(KEYS[1], 3, 4)
 if s then
-  tokens, last = s[1], s[2]
+  tokens, last = s[1] - (s[4] or 0), s[2]
   if s[3] ~= unit then
     tokens = rescale(tokens, s[3], unit)
   end
@@ -40,5 +41,5 @@ else
   retry = cdiv(need - tokens, refill)
 end
 local reset = cdiv(cap - tokens, refill)
-set_state(KEYS[1], reset, tokens, now, unit)
-return {allowed, fdiv(tokens, unit), reset, retry}
+store(KEYS[1], reset, tokens, now, unit)
+return {allowed, fdiv(math.max(tokens, 0), unit), reset, retry, now}

@@ -1,0 +1,35 @@
+-- fixed_window_adjust.lua: one adjustment of a fixed window counter (Limiter.Adjust);
+-- fixedWindowAdjust in limit/algorithms.go is the same computation. Clock: the server's TIME
+-- unless ARGV[1] is an instant.
+--
+-- KEYS[1]  the window, as in fixed_window.lua
+-- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
+-- ARGV[2]  period in µs
+-- ARGV[3]  limit: requests per window
+-- ARGV[4]  at: the instant of the charge, µs since the Unix epoch
+-- ARGV[5]  delta: requests to count in the current window (> 0, up to limit) or to uncount
+--          (< 0) if at is in the current window, never below 0
+-- Returns  1 when the window was written, 0 when there was nothing to refund to
+local now = clock(ARGV[1])
+local period, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+local at, delta = tonumber(ARGV[4]), tonumber(ARGV[5])
+
+local start, count = 0, 0
+local s = get_state(KEYS[1], 2)
+if s then
+  start, count = s[1], s[2]
+  now = math.max(now, start)
+end
+local w = fdiv(now, period) * period
+if delta > 0 then
+  if w ~= start then
+    start, count = w, 0
+  end
+  count = count + math.min(delta, math.max(0, limit - count))
+elseif start == w and fdiv(at, period) * period == w then
+  count = count - math.min(-delta, count)
+else
+  return 0 -- the charge's window has ended
+end
+set_state(KEYS[1], start + period - now, start, count)
+return 1

@@ -1,0 +1,44 @@
+-- token_bucket_adjust.lua: one adjustment of a token bucket (Limiter.Adjust);
+-- tokenBucketAdjust in limit/algorithms.go is the same computation. Clock: the server's TIME
+-- unless ARGV[1] is an instant.
+--
+-- KEYS[1]  the bucket, as in token_bucket.lua
+-- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
+-- ARGV[2]  unit, ARGV[3] refill, ARGV[4] cap: as in token_bucket.lua
+-- ARGV[5]  at: the instant of the charge, µs since the Unix epoch
+-- ARGV[6]  charged: the cost it charged, in tokens
+-- ARGV[7]  delta: tokens to charge (> 0, down to -cap at most) or refund (< 0, at most what
+--          has not refilled since at, and never beyond a full bucket)
+-- Returns  1 when the bucket was written, 0 when there was nothing to refund to
+local now = clock(ARGV[1])
+local unit, refill, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local at, charged, delta = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+
+local tokens, last = cap, now
+local s = get_state(KEYS[1], 3, 4)
+if delta < 0 and (not s or s[3] ~= unit) then
+  return 0 -- no state, or one kept under another limit: nothing of this charge to refund
+end
+if s then
+  tokens, last = s[1] - (s[4] or 0), s[2]
+  if s[3] ~= unit then
+    tokens = rescale(tokens, s[3], unit)
+  end
+  tokens = math.min(tokens, cap)
+end
+if now < last then
+  now = last
+end
+if now - last >= cdiv(cap - tokens, refill) then
+  tokens = cap
+else
+  tokens = tokens + (now - last) * refill
+end
+
+if delta > 0 then
+  tokens = tokens - math.min(delta * unit, math.max(0, tokens + cap))
+else
+  tokens = tokens + math.min(-delta * unit, cap - tokens, unrepaid(unit, refill, at, charged, now))
+end
+store(KEYS[1], cdiv(cap - tokens, refill), tokens, now, unit)
+return 1
