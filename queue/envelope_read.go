@@ -34,6 +34,11 @@ func readEnvelope(meta string, j *Job) bool {
 	if !r.lit(`,"created_at":`) || !r.time(&j.CreatedAt) {
 		return false
 	}
+	return r.tail(j)
+}
+
+// tail reads the fields after created_at, to the end of the document.
+func (r *envReader) tail(j *Job) bool {
 	if r.lit(`,"idempotency_key":`) && !r.str(&j.IdempotencyKey) {
 		return false
 	}

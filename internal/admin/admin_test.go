@@ -128,7 +128,7 @@ func queuesConfig(t *testing.T) *config.Config {
 	cfg, err := config.Parse("t.yaml", []byte(`
 queues:
   - { name: orders, rate: 50/s, burst: 5, max_depth: 1000 }
-  - { name: reports, rate: 5/2s }
+  - { name: reports, rate: 5/2s, cost_rate: 20000/m, cost_burst: 500 }
 `), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -160,11 +160,12 @@ func TestQueuesShape(t *testing.T) {
 		t.Fatalf("list: %d %s", res.StatusCode, body)
 	}
 	o, r := list.Queues[0], list.Queues[1]
-	if o.Name != "orders" || o.Rate != "50/s" || o.RatePerSecond != 50 || o.Burst != 5 || o.MaxDepth != 1000 || o.PausedUntil != nil {
+	if o.Name != "orders" || o.Rate != "50/s" || o.RatePerSecond != 50 || o.Burst != 5 || o.MaxDepth != 1000 || o.PausedUntil != nil || o.CostRate != "" {
 		t.Errorf("orders: %+v", o)
 	}
 	if r.Rate != "5/2s" || r.RatePerSecond != 2.5 || r.Depth != 7 || r.Pending != 5 || r.InFlight != 2 || r.DeadLetters != 3 || r.Consumers != 1 ||
-		r.PausedUntil == nil || !r.PausedUntil.Equal(now.Add(30*time.Second)) {
+		r.PausedUntil == nil || !r.PausedUntil.Equal(now.Add(30*time.Second)) ||
+		r.CostRate != "20000/m" || r.CostPerSecond < 333.3 || r.CostPerSecond > 333.4 || r.CostBurst != 500 {
 		t.Errorf("reports: %+v", r)
 	}
 	if res, body := get(t, s.Handler(), "/v1/queues/reports"); res.StatusCode != 200 || !strings.Contains(string(body), `"depth":7`) {

@@ -121,6 +121,11 @@ type QueueStatus struct {
 	// its places now; absent without the cap.
 	MaxInFlight int64  `json:"max_in_flight,omitempty"`
 	Delivering  *int64 `json:"delivering,omitempty"`
+	// CostRate is the queue's unit budget as the file writes it ("20000/m"), CostPerSecond
+	// the same in units per second, and CostBurst its burst; absent without cost_rate.
+	CostRate      string  `json:"cost_rate,omitempty"`
+	CostPerSecond float64 `json:"cost_per_second,omitempty"`
+	CostBurst     int64   `json:"cost_burst,omitempty"`
 	// PausedTenants is how many tenants its upstream has paused now (pause_scope: tenant).
 	PausedTenants *int `json:"paused_tenants,omitempty"`
 	// Fair is whether the queue shares its rate among its tenants; the fields below are
@@ -261,6 +266,9 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 		RatePerSecond: cq.Rate.PerSecond(),
 		Burst:         cq.Burst,
 		MaxDepth:      cq.MaxDepth,
+	}
+	if cq.CostRate.N > 0 {
+		st.CostRate, st.CostPerSecond, st.CostBurst = cq.CostRate.String(), cq.CostRate.PerSecond(), cq.CostBurst
 	}
 	info, err := q.Info.Info(ctx, cq.Name)
 	if err != nil {

@@ -1,10 +1,14 @@
 package ingress
 
 import (
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const costYAML = `
@@ -136,5 +140,89 @@ rules:
 	accepted(t, f.do("POST", "/v1/queues/plain/jobs", strings.NewReader(`{"max_tokens":1500}`)), "plain")
 	if j := f.fetch(t, "plain", 1); j[0].Cost != 0 {
 		t.Errorf("a job of a queue without cost_rate costs %d, want 0 (1)", j[0].Cost)
+	}
+}
+
+// A rule with cost_from_response charges the estimate on entry, then charges or refunds the
+// difference once the upstream says what the request really cost, so the key's budget follows
+// what the upstream counted; an answer without a true cost leaves the estimate charged.
+func TestRuleCostReconciled(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if used := r.Header.Get("X-True"); used != "" {
+			fmt.Fprintf(w, `{"id":"x","usage":{"prompt_tokens":1,"total_tokens":%s}}`, used)
+			return
+		}
+		io.WriteString(w, `{"error":"no usage here"}`)
+	}))
+	t.Cleanup(up.Close)
+	yaml := `
+rules:
+  - name: tokens
+    key: [header:X-Api-Key]
+    algorithm: token_bucket
+    limit: 1000
+    period: 1h
+    cost: json:/max_tokens
+    cost_from_response: json:/usage/total_tokens
+`
+	for store, mk := range limiters(t) {
+		t.Run(store, func(t *testing.T) {
+			c := &clock{t: epoch}
+			reg := prometheus.NewRegistry()
+			srv, err := New(parseConfig(t, up.URL, yaml), Options{Limiter: mk(c.Now), Now: c.Now, Registerer: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Close)
+			call := func(maxTokens int, used string) policy {
+				t.Helper()
+				r := httptestRequest("POST", "/v1/chat", "192.0.2.1:1")
+				r.Body = io.NopCloser(strings.NewReader(fmt.Sprintf(`{"max_tokens":%d}`, maxTokens)))
+				r.ContentLength = -1
+				r.Header.Set("X-Api-Key", "k")
+				if used != "" {
+					r.Header.Set("X-True", used)
+				}
+				res := serve(srv.Handler(), r)
+				io.Copy(io.Discard, res.Body)
+				if res.StatusCode != http.StatusOK {
+					t.Fatalf("status %d", res.StatusCode)
+				}
+				return readPolicy(t, res.Header)
+			}
+			if p := call(500, "100"); p.r != 500 { // the headers report the charge made on entry
+				t.Fatalf("after charging 500: r=%d", p.r)
+			}
+			// 400 refunded: 900 left, of which the next request charges 300.
+			if p := call(300, "700"); p.r != 600 {
+				t.Fatalf("after the refund of 400 and a charge of 300: r=%d, want 600", p.r)
+			}
+			// 400 more charged (700 used of 300): 200 left, of which this charges 100.
+			if p := call(100, ""); p.r != 100 {
+				t.Fatalf("after the charge of 400 more and 100: r=%d, want 100", p.r)
+			}
+			// No usage in that answer: its 100 stand.
+			if p := call(100, "0"); p.r != 0 {
+				t.Fatalf("r=%d, want 0", p.r)
+			}
+			if p := call(40, "0"); p.r != 60 { // the 100 refunded, 40 charged
+				t.Fatalf("r=%d, want 60", p.r)
+			}
+			for _, w := range []struct {
+				name   string
+				labels []string
+				want   float64
+			}{
+				{"sluice_rule_units_reconciled_total", []string{"rule", "tokens", "direction", "refund"}, 540},
+				{"sluice_rule_units_reconciled_total", []string{"rule", "tokens", "direction", "charge"}, 400},
+				{"sluice_rule_cost_unreconciled_total", []string{"rule", "tokens"}, 1},
+			} {
+				if got := metric(t, reg, w.name, w.labels...); got != w.want {
+					t.Errorf("%s%v = %v, want %v", w.name, w.labels, got, w.want)
+				}
+			}
+		})
 	}
 }

@@ -350,7 +350,9 @@ func (g *gate) check(c echo.Context, h *held) (bool, *rateHeaders, error) {
 	ok, hdrs, err := g.respond(c, rs, k, &rl, hdrs)
 	if !ok {
 		g.release(h)
+		return ok, hdrs, err
 	}
+	k.reconciles(h)
 	return ok, hdrs, err
 }
 

@@ -51,6 +51,8 @@ type metrics struct {
 	cachedRejects  prometheus.Counter
 	leased         prometheus.Counter
 	overflows      prometheus.CounterFunc
+	reconciled     *prometheus.CounterVec
+	unreconciled   *prometheus.CounterVec
 	memories       atomic.Pointer[[]*limit.Memory] // the in-memory stores the gate decides with
 
 	byCode [600]atomic.Pointer[counter] // children of requests, by status code
@@ -67,6 +69,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time to decide one request against all the rules it matches, including the limiter store round trip.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
 		}),
+		reconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rule_units_reconciled_total",
+			Help: "Units charged (direction charge) or refunded (direction refund) to rules' keys once the upstream's answer said what a request really cost (cost_from_response).",
+		}, []string{"rule", "direction"}),
+		unreconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rule_cost_unreconciled_total",
+			Help: "Forwarded requests of rules with cost_from_response whose true cost could not be read from the answer or charged, so the estimate stands.",
+		}, []string{"rule"}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total",
 			Help: "Limiter store calls that failed or timed out.",
@@ -109,7 +119,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "Requests whose body could not be read, by reason: timeout (cut off after read_timeout, 408) or malformed (400).",
 	}, []string{"reason"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.bodyErrors, m.overflows, m.cachedRejects, m.leased} {
+		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.bodyErrors, m.overflows, m.cachedRejects, m.leased, m.reconciled, m.unreconciled} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {

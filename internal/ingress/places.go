@@ -74,6 +74,8 @@ type held struct {
 	more    []place
 	timeout time.Duration // the shortest timeout of the rules whose places are held
 	release time.Duration // how long a release of a shared place may take
+
+	recon []reconcile // charges to reconcile with the answer's true cost (reconcile.go)
 }
 
 func (h *held) add(p place, timeout time.Duration) {
@@ -263,5 +265,8 @@ func (s *Server) forwardHolding(c echo.Context, hdrs *rateHeaders, body *bodyRea
 	ctx, cancel := context.WithTimeout(r.Context(), h.timeout)
 	defer cancel()
 	c.SetRequest(r.WithContext(ctx))
+	if len(h.recon) > 0 {
+		return s.forwardReconciling(c, hdrs, body, h)
+	}
 	return s.forward(c, hdrs, body)
 }

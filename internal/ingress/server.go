@@ -262,9 +262,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if hdrs != nil {
 				hdrs.apply(c.Response().Header()) // on the ingress's own errors too
 			}
-			if h.n > 0 {
+			switch {
+			case h.n > 0:
 				err = s.forwardHolding(c, hdrs, body, &h)
-			} else {
+			case len(h.recon) > 0:
+				err = s.forwardReconciling(c, hdrs, body, &h)
+			default:
 				err = s.forward(c, hdrs, body)
 			}
 		}
@@ -282,6 +285,26 @@ var errNoUpstream = &Problem{Type: "about:blank", Title: "No upstream", Status: 
 // forward proxies the request to the upstream. The response carries hdrs (when not nil)
 // over any the upstream sent.
 func (s *Server) forward(c echo.Context, hdrs *rateHeaders, body *bodyReader) error {
+	return s.forwardKeeping(c, hdrs, body, nil)
+}
+
+// forwardReconciling forwards the request of c and then settles the costs of h with what the
+// upstream's answer says they were.
+func (s *Server) forwardReconciling(c echo.Context, hdrs *rateHeaders, body *bodyReader, h *held) error {
+	var ab *answerBody
+	if h.needsBody() {
+		ab = &answerBody{}
+	}
+	err := s.forwardKeeping(c, hdrs, body, ab)
+	if c.Response().Committed {
+		s.gate.settleCosts(h, c.Response().Header(), ab, s.gate.rules.Load().storeTimeout)
+	}
+	h.recon = nil
+	return err
+}
+
+// forwardKeeping is forward, keeping the start of the answer's body in keep when not nil.
+func (s *Server) forwardKeeping(c echo.Context, hdrs *rateHeaders, body *bodyReader, keep *answerBody) error {
 	r := c.Request()
 	switch {
 	case !validMethod(r.Method):
@@ -296,7 +319,7 @@ func (s *Server) forward(c echo.Context, hdrs *rateHeaders, body *bodyReader) er
 		return errNoUpstream
 	}
 	fw := s.writers.Get().(*forwardWriter)
-	fw.res, fw.hdrs, fw.body, fw.m = c.Response(), hdrs, body, s.gate.metrics
+	fw.res, fw.hdrs, fw.body, fw.m, fw.keep = c.Response(), hdrs, body, s.gate.metrics, keep
 	fw.stall = time.Duration(s.writeStall.Load())
 	up.proxy.ServeHTTP(fw, r)
 	fw.disarm()
@@ -319,6 +342,7 @@ type forwardWriter struct {
 	body  *bodyReader  // the request's body, nil for none: a failure to read it is the client's
 	m     *metrics     // counts a body problem answered here
 	drop  bool         // the upstream's answer is replaced: discard its body
+	keep  *answerBody  // nil, or where the answer's start is kept for its true cost
 }
 
 func (fw *forwardWriter) Header() http.Header { return fw.res.Header() }
@@ -350,6 +374,9 @@ func (fw *forwardWriter) Write(b []byte) (int, error) {
 	}
 	if fw.drop {
 		return len(b), nil
+	}
+	if fw.keep != nil {
+		fw.keep.write(b)
 	}
 	if fw.stall > 0 {
 		if fw.dl == nil {

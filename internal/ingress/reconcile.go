@@ -1,0 +1,101 @@
+package ingress
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/cost"
+	"github.com/sluice-rl/sluice/limit"
+)
+
+// maxCostAnswer is the most of an upstream's answer the ingress keeps to read its true cost
+// (cost_from_response: json:…). The answer is passed on as it arrives all the same; a longer
+// one leaves the charge standing.
+const maxCostAnswer = 1 << 20
+
+// reconcile is one charge of a forwarded request whose rule reads its true cost from the
+// upstream's answer (cost_from_response): once the answer is in, the difference is charged
+// or refunded to the key the charge was made against.
+type reconcile struct {
+	rule *rule
+	key  string
+	dec  limit.Decision
+}
+
+// reconciles collects, into h, the charges of k that are to be reconciled: admitted by the
+// shared store (or the in-process limiter), by a rule with cost_from_response. A decision
+// of the fallback limiter, made while the store failed, is not reconciled: the store never saw
+// it.
+func (k *call) reconciles(h *held) {
+	for i := range k.charges {
+		ch := &k.charges[i]
+		if c := ch.rule.cost; c != nil && c.from.IsSet() && ch.src == fromStore && ch.dec.Allowed {
+			h.recon = append(h.recon, reconcile{rule: ch.rule, key: ch.req.Key, dec: ch.dec})
+		}
+	}
+}
+
+// answerBody keeps the start of an upstream's answer for reading its true cost.
+type answerBody struct {
+	b    []byte
+	over bool // the answer was longer than maxCostAnswer
+}
+
+func (a *answerBody) write(p []byte) {
+	if a.over {
+		return
+	}
+	if len(a.b)+len(p) > maxCostAnswer {
+		a.over, a.b = true, nil
+		return
+	}
+	a.b = append(a.b, p...)
+}
+
+// needsBody reports whether reading the true costs of h needs the answer's body.
+func (h *held) needsBody() bool {
+	for _, rc := range h.recon {
+		if rc.rule.cost.from.Kind == config.CostJSON {
+			return true
+		}
+	}
+	return false
+}
+
+// settleCosts reads each reconciled charge's true cost from the answer (its header, and the
+// kept body, nil when not kept or too long) and charges or refunds the difference. It runs
+// after the answer has been passed on, so the client never waits for it. A true cost that
+// cannot be read leaves the charge as it was.
+func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody, timeout time.Duration) {
+	for _, rc := range h.recon {
+		c := rc.rule.cost
+		var b []byte
+		if body != nil && !body.over {
+			b = body.b
+		}
+		used, ok := cost.FromResponse(c.from, header, b)
+		if !ok {
+			g.metrics.unreconciled.WithLabelValues(rc.rule.name).Inc()
+			continue
+		}
+		if used == rc.dec.Cost {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := g.limiter.Adjust(ctx, rc.key, rc.rule.spec, rc.dec, used)
+		cancel()
+		if err != nil {
+			g.metrics.storeErrors.Inc()
+			g.metrics.unreconciled.WithLabelValues(rc.rule.name).Inc()
+			g.log.Warn("ingress: a request's true cost could not be charged or refunded; the estimate stands",
+				"rule", rc.rule.name, "err", err)
+			continue
+		}
+		if used > rc.dec.Cost {
+			g.metrics.reconciled.WithLabelValues(rc.rule.name, "charge").Add(float64(used - rc.dec.Cost))
+		} else {
+			g.metrics.reconciled.WithLabelValues(rc.rule.name, "refund").Add(float64(rc.dec.Cost - used))
+		}
+	}
+}
