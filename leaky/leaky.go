@@ -132,6 +132,8 @@ type Slot struct {
 	sched int64
 	// epoch identifies the schedule state the slot was reserved in (Redis only; 0 = none).
 	epoch int64
+	// retry: nothing was reserved (TakeCost beyond Ask.Ahead); ask again after Wait.
+	retry bool
 }
 
 // late is how late it is for s at now: since At, the latest the slot can be, or for a strict
