@@ -1,0 +1,169 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/leaky"
+)
+
+// Unit budgets (QueueConfig.Units): a job of a queue with cost_rate waits for one slot of
+// both the request rate and its units (leaky.WaitCost), charged its estimate (Job.Cost). With
+// CostFromResponse, the answer's true cost is reconciled on the unit schedule: the difference
+// is charged or refunded (leaky.CostSchedule.Reconcile), so that the schedule follows what
+// the upstream counts.
+//
+// A refund only helps the jobs not yet holding a slot: slots reserved after the refunded
+// job's stay where they are (a max-plus recurrence cannot move them). So a unit queue reserves
+// units at most unitAhead before they come, one job per process at a time (unitTurn), and a
+// job told to wait longer asks again every unitPoll, so that a refund reconciled meanwhile
+// brings its units forward. Without it, the estimates of every job waiting with a slot
+// would stand, whatever their true costs.
+const (
+	unitAhead = 20 * time.Millisecond
+	unitPoll  = 20 * time.Millisecond
+	// maxCostBody is how much of an answer's body is read for cost_from_response: json.
+	maxCostBody = 1 << 20
+)
+
+// unitAsk is what job j asks of cfg's unit budget: its cost (0 means 1), capped at what the
+// budget can deliver at once — a larger cost cannot have been accepted under this config
+// (the config changed since), and is charged the capacity, never blocking the queue.
+func (r *runner) unitAsk(cfg *QueueConfig, j *job) leaky.Ask {
+	c := max(j.m.Job.Cost, 1)
+	if cfg.CostCapacity > 0 && c > cfg.CostCapacity {
+		r.p.exec.logger(j).Warn("worker: job costs more than the queue's cost_rate and cost_burst can deliver; charging the capacity",
+			"cost", c, "capacity", cfg.CostCapacity)
+		c = cfg.CostCapacity
+	}
+	return leaky.Ask{Units: cfg.Units, Cost: c, Ahead: unitAhead, Poll: unitPoll}
+}
+
+// costSchedule is the pool's schedule with unit budgets, when cfg has one and the schedule
+// keeps them.
+func (r *runner) costSchedule(cfg *QueueConfig) (leaky.CostSchedule, bool) {
+	if cfg.Units.IsZero() {
+		return nil, false
+	}
+	cs, ok := r.p.sched.(leaky.CostSchedule)
+	return cs, ok
+}
+
+// reconcile reads the true cost of j's delivery from its answer (cfg.CostFromResponse) and
+// charges or refunds the difference from its charge; it counts the units delivered either
+// way. A missing or malformed true cost leaves the estimate standing.
+func (r *runner) reconcile(cfg *QueueConfig, j *job, resp *http.Response, body []byte) {
+	if !j.charged {
+		return
+	}
+	units := j.charge.Cost
+	defer func() { r.p.m.unitsDelivered.WithLabelValues(r.name).Add(float64(units)) }()
+	if !cfg.CostFromResponse.IsSet() || resp == nil {
+		return
+	}
+	actual, ok := responseCost(cfg.CostFromResponse, resp.Header, body)
+	if !ok {
+		r.p.m.unreconciled.WithLabelValues(r.name).Inc()
+		r.p.log.Debug("worker: no true cost in the answer; the estimate stands", "queue", r.name,
+			"job", j.m.Job.ID, "cost_from_response", cfg.CostFromResponse.String(), "status", resp.StatusCode)
+		return
+	}
+	if actual == j.charge.Cost {
+		return
+	}
+	cs, _ := r.p.sched.(leaky.CostSchedule)
+	ctx, cancel := context.WithTimeout(r.p.exec.ctx, storeTimeout)
+	defer cancel()
+	if err := cs.Reconcile(ctx, r.name, j.charge, actual); err != nil {
+		r.p.m.unreconciled.WithLabelValues(r.name).Inc()
+		r.p.log.Debug("worker: reconcile the true cost; the estimate stands", "queue", r.name, "err", err)
+		return
+	}
+	units = actual
+	if d := actual - j.charge.Cost; d > 0 {
+		r.p.m.unitsReconciled.WithLabelValues(r.name, "charge").Add(float64(d))
+	} else {
+		r.p.m.unitsReconciled.WithLabelValues(r.name, "refund").Add(float64(-d))
+	}
+}
+
+// readsCostBody reports whether deliveries of cfg keep the answer's body: cost_from_response
+// reads a JSON pointer in it.
+func readsCostBody(cfg *QueueConfig) bool {
+	return cfg.CostFromResponse.Kind == config.CostJSON && !cfg.Units.IsZero()
+}
+
+// readCostBody reads up to maxCostBody of body.
+func readCostBody(body io.Reader) ([]byte, error) {
+	var b bytes.Buffer
+	_, err := b.ReadFrom(io.LimitReader(body, maxCostBody))
+	return b.Bytes(), err
+}
+
+// responseCost reads a true cost from an answer: the header's number or the JSON number at
+// the pointer in body. false when it is missing, not a whole number, negative or above
+// config.MaxCost. (internal/cost.FromResponse's rules, until it is on main.)
+func responseCost(c config.Cost, h http.Header, body []byte) (int64, bool) {
+	var s string
+	switch c.Kind {
+	case config.CostHeader:
+		s = strings.TrimSpace(h.Get(c.Name))
+	case config.CostJSON:
+		v, ok := jsonPointer(body, c.Name)
+		if !ok {
+			return 0, false
+		}
+		s = v.String()
+	default:
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(s, 64) // 1.5e3 and 1500.0 are whole numbers too
+		if ferr != nil || f != float64(int64(f)) {
+			return 0, false
+		}
+		n = int64(f)
+	}
+	if n < 0 || n > config.MaxCost {
+		return 0, false
+	}
+	return n, true
+}
+
+// jsonPointer returns the number at RFC 6901 pointer p in the JSON document doc.
+func jsonPointer(doc []byte, p string) (json.Number, bool) {
+	d := json.NewDecoder(bytes.NewReader(doc))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return "", false
+	}
+	for _, tok := range strings.Split(p, "/")[1:] {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = x[tok]; !ok {
+				return "", false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) || (len(tok) > 1 && tok[0] == '0') {
+				return "", false
+			}
+			v = x[i]
+		default:
+			return "", false
+		}
+	}
+	n, ok := v.(json.Number)
+	return n, ok
+}
