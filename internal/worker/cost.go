@@ -167,3 +167,25 @@ func jsonPointer(doc []byte, p string) (json.Number, bool) {
 	n, ok := v.(json.Number)
 	return n, ok
 }
+
+// unitReset is how long until an upstream's exhausted token budget comes back, from an answer
+// that says it is exhausted: X-RateLimit-Remaining-Tokens 0 with X-RateLimit-Reset-Tokens (a
+// Go-like duration: 6m0s, 1s, 20ms), or anthropic-ratelimit-tokens-remaining 0 with
+// anthropic-ratelimit-tokens-reset (RFC 3339). false when it says neither.
+func unitReset(h http.Header, now time.Time) (time.Duration, bool) {
+	if strings.TrimSpace(h.Get("X-Ratelimit-Remaining-Tokens")) == "0" {
+		if d, err := time.ParseDuration(strings.TrimSpace(h.Get("X-Ratelimit-Reset-Tokens"))); err == nil && d > 0 {
+			return min(d, maxUnitReset), true
+		}
+	}
+	if strings.TrimSpace(h.Get("Anthropic-Ratelimit-Tokens-Remaining")) == "0" {
+		if t, err := time.Parse(time.RFC3339, strings.TrimSpace(h.Get("Anthropic-Ratelimit-Tokens-Reset"))); err == nil && t.After(now) {
+			return min(t.Sub(now), maxUnitReset), true
+		}
+	}
+	return 0, false
+}
+
+// maxUnitReset bounds the pause a unit reset asks for, as a wrong clock or header must not
+// stop a queue for days.
+const maxUnitReset = time.Hour

@@ -3,6 +3,7 @@ package worker
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
 )
@@ -67,4 +68,27 @@ func TestReadsCostBody(t *testing.T) {
 func withCost(c QueueConfig, cost config.Cost) QueueConfig {
 	c.CostFromResponse = cost
 	return c
+}
+
+func TestUnitReset(t *testing.T) {
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		h    http.Header
+		want time.Duration
+		ok   bool
+	}{
+		{"openai", http.Header{"X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"6m0s"}}, 6 * time.Minute, true},
+		{"openai ms", http.Header{"X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"20ms"}}, 20 * time.Millisecond, true},
+		{"openai tokens left", http.Header{"X-Ratelimit-Remaining-Tokens": {"12"}, "X-Ratelimit-Reset-Tokens": {"1s"}}, 0, false},
+		{"openai malformed", http.Header{"X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"soon"}}, 0, false},
+		{"anthropic", http.Header{"Anthropic-Ratelimit-Tokens-Remaining": {"0"}, "Anthropic-Ratelimit-Tokens-Reset": {"2026-11-24T12:00:30Z"}}, 30 * time.Second, true},
+		{"anthropic past", http.Header{"Anthropic-Ratelimit-Tokens-Remaining": {"0"}, "Anthropic-Ratelimit-Tokens-Reset": {"2026-11-24T11:00:30Z"}}, 0, false},
+		{"bounded", http.Header{"X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"90h"}}, time.Hour, true},
+		{"none", http.Header{}, 0, false},
+	} {
+		if got, ok := unitReset(tc.h, now); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: unitReset = %v, %v; want %v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
 }

@@ -37,7 +37,9 @@
 // the unit schedule (leaky.CostSchedule). A refund helps only jobs that hold no slot yet, so
 // a unit queue reserves units at most 20ms ahead, one job per process at a time, asking again
 // every 20ms. A missing or malformed true cost leaves the estimate standing
-// (sluice_cost_unreconciled_total).
+// (sluice_cost_unreconciled_total). A 429 whose token headers say the budget is spent
+// (X-RateLimit-Remaining-Tokens: 0 with -Reset-Tokens, or anthropic-ratelimit-tokens-*)
+// pauses the queue until their reset when that is later than its Retry-After (at most 1h).
 //
 // Costs. A first delivery that ends within 100ms costs one slot take (one Redis script),
 // one status write (a read and a compare-and-set in the status bucket) and an unconfirmed

@@ -247,7 +247,14 @@ func classify(resp *http.Response, err error, now time.Time) retry.Outcome {
 	if errors.As(err, &re) {
 		return retry.Outcome{Class: retry.Permanent}
 	}
-	return retry.Classify(resp, err, now)
+	out := retry.Classify(resp, err, now)
+	if out.Class == retry.Pause && resp != nil {
+		// A 429 on a unit budget: pause until the units come back, if later than it asks.
+		if d, ok := unitReset(resp.Header, now); ok && d > out.Wait {
+			out.Wait, out.HasWait = d, true
+		}
+	}
+	return out
 }
 
 // describe is the status's last_error for an outcome.
