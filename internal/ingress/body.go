@@ -23,13 +23,23 @@ type bodyReader struct {
 	limit int64
 	queue string
 	n     int64 // bytes read so far
+
+	// head is what peek read ahead and Read has not passed on yet.
+	head []byte
 }
 
 func (b *bodyReader) Read(p []byte) (int, error) {
 	if b.limit > 0 && b.n > b.limit {
 		return 0, b.err
 	}
-	n, err := b.rc.Read(p)
+	var n int
+	var err error
+	if len(b.head) > 0 {
+		n = copy(p, b.head)
+		b.head = b.head[n:]
+	} else {
+		n, err = b.rc.Read(p)
+	}
 	b.n += int64(n)
 	if b.limit > 0 && b.n > b.limit {
 		err = &bodyTooLargeError{queue: b.queue, limit: b.limit}
@@ -43,6 +53,33 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 }
 
 func (b *bodyReader) Close() error { return b.rc.Close() }
+
+// peek reads up to max bytes of the body ahead, for a cost read from it, and keeps them for
+// Read to pass on. whole reports that they are the whole body. An error reading is kept, as
+// Read keeps it, for problem to answer.
+func (b *bodyReader) peek(max int64) (head []byte, whole bool, err error) {
+	buf := make([]byte, 0, min(max+1, 64<<10))
+	for int64(len(buf)) <= max {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := b.rc.Read(buf[len(buf):min(int64(cap(buf)), max+1)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			b.head = buf
+			return buf, true, nil
+		}
+		if err != nil {
+			b.head = buf
+			if b.err == nil {
+				b.err = err
+			}
+			return nil, false, err
+		}
+	}
+	b.head = buf
+	return buf, false, nil
+}
 
 // wrapBody installs a bodyReader on r when it has a body, and returns it (nil: no body).
 func wrapBody(r *http.Request) *bodyReader {

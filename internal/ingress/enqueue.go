@@ -116,6 +116,9 @@ func (g *gate) deferRequest(c echo.Context, rs *ruleSet, ru *rule) error {
 	if job.Tenant, err = g.tenantOf(rs, q, r); err != nil {
 		return g.respondError(c, err)
 	}
+	if job.Cost, err = jobCost(q, r, body); err != nil {
+		return g.respondError(c, err)
+	}
 	if err := g.publish(c, q, job); err != nil {
 		return g.respondError(c, err)
 	}
@@ -350,6 +353,9 @@ func (s *Server) submitJob(c echo.Context) error {
 		return err
 	}
 	job.Body = body
+	if job.Cost, err = jobCost(q, r, body); err != nil {
+		return err
+	}
 	return s.gate.publish(c, q, job)
 }
 

@@ -246,6 +246,8 @@ type call struct {
 
 	viol []*rule // the rules a 429 names
 	body []byte  // a 429's body
+
+	costBody costBody // the request's body, read ahead for a cost
 }
 
 func (c *call) reset() {
@@ -258,6 +260,7 @@ func (c *call) reset() {
 	c.caps[0] = inflight.Cap{}
 	c.matched, c.charges, c.keys, c.conc = c.matched[:0], c.charges[:0], c.keys[:0], c.conc[:0]
 	c.reqs, c.idx, c.viol, c.body = c.reqs[:0], c.idx[:0], c.viol[:0], c.body[:0]
+	c.costBody = costBody{}
 }
 
 // collect sets c.reqs and c.idx to the requests of the charges that want picks, and returns
@@ -413,6 +416,13 @@ func (g *gate) chargeRules(r *http.Request, rs *ruleSet, k *call) (*Problem, err
 		ch := &k.charges[i]
 		ch.req = limit.Request{Key: all[start:keyEnds[i]], Limit: ch.rule.spec, Cost: 1}
 		start = keyEnds[i]
+		if c := ch.rule.cost; c != nil {
+			n, p := k.requestCost(r, c)
+			if p != nil {
+				return p, nil
+			}
+			ch.req.Cost = n
+		}
 	}
 	k.splitConcurrency()
 	if len(k.charges) == 0 {

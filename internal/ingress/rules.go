@@ -70,6 +70,8 @@ type rule struct {
 
 	counters [numOutcomes]prometheus.Counter
 	rejects  *rejectCache // rejections remembered from the shared store
+
+	cost *ruleCost // nil: every request costs 1
 }
 
 // matcher is a config.Match made ready for requests: it answers as Match.Matches does,
@@ -218,6 +220,7 @@ func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Q
 	if err := r.compileLimit(cr); err != nil {
 		return nil, err
 	}
+	r.compileCost(cr)
 	if _, ok := queues[cr.Queue]; r.defers() && !ok {
 		return nil, fmt.Errorf("no queue named %q", cr.Queue)
 	}

@@ -1,0 +1,114 @@
+// Package cost reads what a request, a job or an upstream's answer costs in a policy's units
+// (tokens, bytes, query cost), as a rule's or queue's cost and cost_from_response say
+// (config.Cost): a header, a query parameter, the number at an RFC 6901 JSON pointer in a JSON
+// body, the body's length, or a fixed number.
+//
+// # Guarantees
+//
+// Reading never fails loudly and never makes a request free: a source that is missing or
+// malformed (no such header, a body that is not JSON or has no number at the pointer, a
+// negative, non-finite or too large number) reports ok false, and the caller charges its
+// documented fallback. A number with a fraction is rounded up. A request's cost is at least 1;
+// an answer's true cost may be 0 (everything charged is refunded).
+//
+// # Costs
+//
+// A header, query or fixed cost reads without allocating. A JSON pointer scans the body once,
+// skipping what lies beside the path without decoding it (no encoding/json, no allocation
+// unless a member name on the path holds escapes); it reads each object on the path to its end,
+// since a name that appears twice there is malformed (parsers disagree on which one counts, and
+// charging the one the upstream ignores would get around the limit).
+package cost
+
+import (
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-rl/sluice/internal/config"
+)
+
+// FromRequest reads c from a request: its header, its raw query, and its body (for json and
+// body_bytes; body may be nil when c needs none). ok is false when the cost cannot be read; n
+// is then 0. A read cost is at least 1. The zero Cost costs 1.
+func FromRequest(c config.Cost, h http.Header, rawQuery string, body []byte) (n int64, ok bool) {
+	switch c.Kind {
+	case "":
+		return 1, true
+	case config.CostNumber:
+		return c.N, true
+	case config.CostBodyBytes:
+		return max(int64(len(body)), 1), true
+	case config.CostHeader:
+		n, ok = number(headerValue(h, c.Name))
+	case config.CostQuery:
+		n, ok = number(queryValue(rawQuery, c.Name))
+	case config.CostJSON:
+		n, ok = Pointer(body, c.Name)
+	}
+	if !ok {
+		return 0, false
+	}
+	return max(n, 1), true
+}
+
+// FromResponse reads c, a cost_from_response, from an answer's header or body. ok is false when
+// c is the zero Cost or the cost cannot be read. A true cost may be 0.
+func FromResponse(c config.Cost, h http.Header, body []byte) (n int64, ok bool) {
+	switch c.Kind {
+	case config.CostHeader:
+		return number(headerValue(h, c.Name))
+	case config.CostJSON:
+		return Pointer(body, c.Name)
+	}
+	return 0, false
+}
+
+// headerValue is the first value of the header name (canonical), or "".
+func headerValue(h http.Header, name string) string {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// queryValue is the first value of the query parameter name in rawQuery, unescaped, or "".
+func queryValue(rawQuery, name string) string {
+	for rawQuery != "" {
+		var kv string
+		kv, rawQuery, _ = strings.Cut(rawQuery, "&")
+		k, v, _ := strings.Cut(kv, "=")
+		if k != name {
+			if uk, err := url.QueryUnescape(k); err != nil || uk != name {
+				continue
+			}
+		}
+		if u, err := url.QueryUnescape(v); err == nil {
+			return u
+		}
+		return ""
+	}
+	return ""
+}
+
+// number parses a cost written as a decimal number: at least 0, at most config.MaxCost, a
+// fraction rounded up.
+func number(s string) (int64, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n < 0 || n > config.MaxCost {
+			return 0, false
+		}
+		return n, true
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f > config.MaxCost {
+		return 0, false
+	}
+	return int64(math.Ceil(f)), true
+}

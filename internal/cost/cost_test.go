@@ -1,0 +1,264 @@
+package cost
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sluice-rl/sluice/internal/config"
+)
+
+func TestPointer(t *testing.T) {
+	doc := `{"model":"m","messages":[{"role":"user","content":"a \"quoted\" } ] text"}],` +
+		`"max_tokens": 1500 ,"usage":{"total_tokens":812,"nested":{"x":[1,2.5,{"y":3e2}]}},` +
+		`"a/b":7,"m~n":8,"esc\u0061ped":9,"neg":-4,"big":1e300,"frac":12.25,"s":"12","t":true,"n":null}`
+	for _, c := range []struct {
+		ptr  string
+		want int64
+		ok   bool
+	}{
+		{"/max_tokens", 1500, true},
+		{"/usage/total_tokens", 812, true},
+		{"/usage/nested/x/0", 1, true},
+		{"/usage/nested/x/1", 3, true}, // a fraction is rounded up
+		{"/usage/nested/x/2/y", 300, true},
+		{"/a~1b", 7, true},
+		{"/m~0n", 8, true},
+		{"/escaped", 9, true},
+		{"/frac", 13, true},
+		{"/neg", 0, false},
+		{"/big", 0, false},
+		{"/s", 0, false}, // a string is not a number
+		{"/t", 0, false},
+		{"/n", 0, false},
+		{"/missing", 0, false},
+		{"/usage/nested/x/3", 0, false},
+		{"/usage/nested/x/01", 0, false},
+		{"/usage/nested/x/-1", 0, false},
+		{"/usage/nested/x/+1", 0, false},
+		{"/messages/0/content", 0, false},
+		{"", 0, false}, // the whole document is no number
+	} {
+		got, ok := Pointer([]byte(doc), c.ptr)
+		if got != c.want || ok != c.ok {
+			t.Errorf("Pointer(%q) = %d, %v; want %d, %v", c.ptr, got, ok, c.want, c.ok)
+		}
+	}
+	for _, bad := range []string{
+		``, `not json`, `{"max_tokens":}`, `{"max_tokens" 5}`, `{"max_tokens":05}`, `{"max_tokens":5.}`,
+		`{"x":"unterminated,"max_tokens":5}`, `{"x":[1,2,"max_tokens":5}`, `[{"max_tokens":5}]`,
+		// A name on the path twice: parsers disagree on which one counts.
+		`{"max_tokens":1,"max_tokens":5000}`, `{"max_tokens":1,"max_tok\u0065ns":5000}`,
+		strings.Repeat("[", 2000) + strings.Repeat("]", 2000),
+	} {
+		if n, ok := Pointer([]byte(bad), "/max_tokens"); ok {
+			t.Errorf("Pointer(%q) = %d, ok", bad, n)
+		}
+	}
+	// Deep nesting beside the path is skipped up to maxDepth, and refused beyond.
+	deep := `{"a":` + strings.Repeat("[", 900) + strings.Repeat("]", 900) + `,"max_tokens":5}`
+	if n, ok := Pointer([]byte(deep), "/max_tokens"); n != 5 || !ok {
+		t.Errorf("beside 900 levels: %d, %v", n, ok)
+	}
+	deeper := `{"a":` + strings.Repeat("[", 1100) + strings.Repeat("]", 1100) + `,"max_tokens":5}`
+	if _, ok := Pointer([]byte(deeper), "/max_tokens"); ok {
+		t.Error("beside 1100 levels: read")
+	}
+}
+
+func TestFromRequest(t *testing.T) {
+	h := http.Header{"X-Cost": {"42"}, "X-Bad": {"lots"}, "X-Neg": {"-1"}, "X-Zero": {"0"}, "X-Huge": {"9999999999999999"}}
+	body := []byte(`{"max_tokens":2000}`)
+	for _, c := range []struct {
+		cost  string
+		query string
+		want  int64
+		ok    bool
+	}{
+		{"header:x-cost", "", 42, true},
+		{"header:x-bad", "", 0, false},
+		{"header:x-neg", "", 0, false},
+		{"header:x-zero", "", 1, true}, // a request costs at least 1
+		{"header:x-huge", "", 0, false},
+		{"header:x-missing", "", 0, false},
+		{"query:units", "a=1&units=17", 17, true},
+		{"query:units", "units=2.5", 3, true},
+		{"query:units", "unit%73=9", 9, true},
+		{"query:units", "a=1", 0, false},
+		{"query:units", "units=%zz", 0, false},
+		{"json:/max_tokens", "", 2000, true},
+		{"json:/missing", "", 0, false},
+		{"body_bytes", "", int64(len(body)), true},
+		{"7", "", 7, true},
+	} {
+		spec, err := config.ParseCost(c.cost, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := FromRequest(spec, h, c.query, body)
+		if got != c.want || ok != c.ok {
+			t.Errorf("FromRequest(%s, %q) = %d, %v; want %d, %v", c.cost, c.query, got, ok, c.want, c.ok)
+		}
+	}
+	if n, ok := FromRequest(config.Cost{}, nil, "", nil); n != 1 || !ok {
+		t.Errorf("the zero Cost costs %d, %v; want 1", n, ok)
+	}
+	if n, ok := FromRequest(config.Cost{Kind: config.CostBodyBytes}, nil, "", nil); n != 1 || !ok {
+		t.Errorf("an empty body costs %d, %v; want 1", n, ok)
+	}
+}
+
+func TestFromResponse(t *testing.T) {
+	body := []byte(`{"usage":{"total_tokens":0}}`)
+	h := http.Header{"X-Used": {"350"}}
+	for _, c := range []struct {
+		cost string
+		want int64
+		ok   bool
+	}{
+		{"json:/usage/total_tokens", 0, true}, // a true cost may be 0: all of it refunded
+		{"header:x-used", 350, true},
+		{"header:x-other", 0, false},
+	} {
+		spec, err := config.ParseCost(c.cost, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := FromResponse(spec, h, body); got != c.want || ok != c.ok {
+			t.Errorf("FromResponse(%s) = %d, %v; want %d, %v", c.cost, got, ok, c.want, c.ok)
+		}
+	}
+	if _, ok := FromResponse(config.Cost{}, h, body); ok {
+		t.Error("the zero Cost read from an answer")
+	}
+}
+
+// Where encoding/json finds a number at the pointer in a document without repeated names,
+// Pointer finds the same; where Pointer finds one, encoding/json agrees or refuses the document
+// as a whole (Pointer does not read past the value it needs).
+func FuzzPointer(f *testing.F) {
+	f.Add(`{"usage":{"total_tokens":812}}`, "/usage/total_tokens")
+	f.Add(`{"a":[1,{"b":2.5}]}`, "/a/1/b")
+	f.Add(`{"a\u002fb":3}`, "/a~1b")
+	f.Add(`{"x":"\\\"","y":[true,false,null],"z":-0.5e-3}`, "/z")
+	f.Fuzz(func(t *testing.T, doc, ptr string) {
+		got, ok := Pointer([]byte(doc), ptr)
+		want, wok := reference(doc, ptr)
+		if ok && wok && got != want {
+			t.Fatalf("Pointer(%q, %q) = %d, encoding/json %d", doc, ptr, got, want)
+		}
+		if wok && !ok && !repeats(doc) {
+			t.Fatalf("Pointer(%q, %q) found nothing; encoding/json %d", doc, ptr, want)
+		}
+	})
+}
+
+// reference is Pointer by encoding/json.
+func reference(doc, ptr string) (int64, bool) {
+	var v any
+	d := json.NewDecoder(strings.NewReader(doc))
+	d.UseNumber()
+	if d.Decode(&v) != nil || d.More() {
+		return 0, false
+	}
+	if ptr == "" || ptr[0] != '/' {
+		return 0, false
+	}
+	for _, tok := range strings.Split(ptr[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = x[tok]; !ok {
+				return 0, false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) || (len(tok) > 1 && tok[0] == '0') || tok[0] == '+' {
+				return 0, false
+			}
+			v = x[i]
+		default:
+			return 0, false
+		}
+	}
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	return number(string(n))
+}
+
+// repeats reports whether some object of doc names a member twice (as encoding/json reads the
+// names), which Pointer refuses on its path.
+func repeats(doc string) bool {
+	d := json.NewDecoder(strings.NewReader(doc))
+	type frame struct {
+		obj   bool
+		names map[string]bool
+		key   bool // the next string token is a name
+	}
+	var stack []*frame
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch x := tok.(type) {
+		case json.Delim:
+			switch x {
+			case '{':
+				stack = append(stack, &frame{obj: true, names: map[string]bool{}, key: true})
+				continue
+			case '[':
+				stack = append(stack, &frame{})
+				continue
+			default:
+				stack = stack[:len(stack)-1]
+			}
+		case string:
+			if top != nil && top.obj && top.key {
+				if top.names[x] {
+					return true
+				}
+				top.names[x] = true
+				top.key = false
+				continue
+			}
+		}
+		if len(stack) > 0 && stack[len(stack)-1].obj {
+			stack[len(stack)-1].key = true
+		}
+	}
+}
+
+// A chat-completion request of about 4 KiB with max_tokens after the messages, as clients
+// send it.
+func BenchmarkPointer(b *testing.B) {
+	doc := []byte(`{"model":"gpt","messages":[` + strings.Repeat(`{"role":"user","content":"`+strings.Repeat("lorem ipsum ", 30)+`"},`, 10) +
+		`{"role":"user","content":"end"}],"temperature":0.2,"max_tokens":1500}`)
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if n, ok := Pointer(doc, "/max_tokens"); n != 1500 || !ok {
+			b.Fatal(n, ok)
+		}
+	}
+}
+
+func BenchmarkFromRequestHeader(b *testing.B) {
+	h := http.Header{"X-Cost": {"42"}}
+	c := config.Cost{Kind: config.CostHeader, Name: "X-Cost"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if n, ok := FromRequest(c, h, "", nil); n != 42 || !ok {
+			b.Fatal(n, ok)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package ingress
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+const costYAML = `
+rules:
+  - name: tokens
+    match: {path: /v1/chat}
+    key: [header:X-Api-Key]
+    algorithm: token_bucket
+    limit: 1000
+    period: 1h
+    cost: json:/max_tokens
+    cost_fallback: 100
+  - name: bytes
+    match: {path: /upload}
+    algorithm: fixed_window
+    limit: 100
+    period: 1h
+    cost: body_bytes
+  - name: units
+    match: {path: /search}
+    algorithm: sliding_log
+    limit: 10
+    period: 1h
+    cost: header:X-Query-Cost
+`
+
+// Rules charge what a request costs, report units in the rate-limit headers, fall back when a
+// cost cannot be read, refuse what no wait would admit with 422, and forward the body whole.
+func TestRuleCosts(t *testing.T) {
+	for store, mk := range limiters(t) {
+		t.Run(store, func(t *testing.T) {
+			c := &clock{t: epoch}
+			f := newFixture(t, costYAML, Options{Limiter: mk(c.Now), Now: c.Now})
+			chat := func(body string) *http.Response {
+				return f.do("POST", "/v1/chat", strings.NewReader(body), "X-Api-Key", "k1", "Content-Type", "application/json")
+			}
+			body := `{"messages":[{"role":"user","content":"hi"}],"max_tokens":400}`
+			res := chat(body)
+			if got := readEchoed(t, res).Body; got != body {
+				t.Fatalf("the upstream got %q, want the body whole %q", got, body)
+			}
+			if p := readPolicy(t, res.Header); p.q != 1000 || p.r != 600 {
+				t.Errorf("after 400 units: policy %+v, want q=1000 r=600", p)
+			}
+			readEchoed(t, chat(`{"max_tokens":400}`))
+			res = chat(`{"max_tokens":300}`) // 200 left
+			pb := readProblem(t, res, http.StatusTooManyRequests)
+			if pb.ViolatedPolicies[0] != "tokens" {
+				t.Errorf("429 names %v", pb.ViolatedPolicies)
+			}
+			if p := readPolicy(t, res.Header); p.r != 200 {
+				t.Errorf("429 reports r=%d, want the 200 units left", p.r)
+			}
+			res = chat(`{"max_tokens":150}`) // fits in what is left
+			if p := readPolicy(t, res.Header); p.r != 50 {
+				t.Errorf("after 150 more: r=%d, want 50", p.r)
+			}
+			readEchoed(t, res)
+			// No cost in the body: the fallback (100) is charged, which no longer fits.
+			readProblem(t, chat(`{"messages":[]}`), http.StatusTooManyRequests)
+			res = f.do("POST", "/v1/chat", strings.NewReader(`{"max_tokens":40}`), "X-Api-Key", "k2")
+			if p := readPolicy(t, res.Header); p.r != 960 {
+				t.Errorf("another key: r=%d, want 960", p.r)
+			}
+			readEchoed(t, res)
+			res = f.do("POST", "/v1/chat", strings.NewReader(`not json`), "X-Api-Key", "k3")
+			if p := readPolicy(t, res.Header); p.r != 900 {
+				t.Errorf("a body that is not JSON: r=%d, want 900 (the fallback charged)", p.r)
+			}
+			readEchoed(t, res)
+			// A cost the limit can never admit is refused at once, and charges nothing.
+			pb = readProblem(t, f.do("POST", "/v1/chat", strings.NewReader(`{"max_tokens":1001}`), "X-Api-Key", "k4"),
+				http.StatusUnprocessableEntity)
+			if !strings.Contains(pb.Detail, "costs 1001 units") || !strings.Contains(pb.Detail, "at most 1000") {
+				t.Errorf("422 detail %q", pb.Detail)
+			}
+			res = f.do("POST", "/v1/chat", strings.NewReader(`{"max_tokens":1000}`), "X-Api-Key", "k4")
+			if p := readPolicy(t, res.Header); p.r != 0 {
+				t.Errorf("after the 422, the whole capacity: r=%d, want 0", p.r)
+			}
+			readEchoed(t, res)
+
+			// body_bytes: a body without Content-Length is read ahead and forwarded whole.
+			r := httptestRequest("POST", "/upload", f.peerAddr)
+			r.Body, r.ContentLength = io.NopCloser(strings.NewReader(strings.Repeat("x", 60))), -1
+			res = serve(f.handler, r)
+			if p := readPolicy(t, res.Header); p.r != 40 {
+				t.Errorf("60 bytes of 100: r=%d, want 40", p.r)
+			}
+			if got := readEchoed(t, res).Body; len(got) != 60 {
+				t.Errorf("the upstream got %d bytes, want 60", len(got))
+			}
+			readProblem(t, f.do("POST", "/upload", strings.NewReader(strings.Repeat("y", 41))), http.StatusTooManyRequests)
+			readProblem(t, f.do("POST", "/upload", strings.NewReader(strings.Repeat("y", 101))), http.StatusUnprocessableEntity)
+
+			// header: a missing or malformed header costs the fallback, here the capacity.
+			readEchoed(t, f.do("GET", "/search", nil, "X-Query-Cost", "3"))
+			res = f.do("GET", "/search", nil, "X-Query-Cost", "-5")
+			readProblem(t, res, http.StatusTooManyRequests) // 10 charged where 7 are left
+		})
+	}
+}
+
+// A job carries its cost in the queue's units, read when it is accepted; a job no budget could
+// deliver is refused with 422, and a deferred request's cost is read from its body as well.
+func TestJobCosts(t *testing.T) {
+	f := newQueueFixture(t, `
+queues:
+  - {name: llm, rate: 60/m, target: 'POST http://upstream.invalid/v1/chat', cost: 'json:/max_tokens', cost_rate: 20000/m, cost_fallback: 4096}
+  - {name: plain, rate: 1/s, target: 'POST http://upstream.invalid/x'}
+rules:
+  - {name: defer, match: {path: /v1/chat}, action: enqueue, queue: llm}
+`)
+	accepted(t, f.do("POST", "/v1/queues/llm/jobs", strings.NewReader(`{"max_tokens":1500}`), "Content-Type", "application/json"), "llm")
+	accepted(t, f.do("POST", "/v1/queues/llm/jobs", strings.NewReader(`{}`)), "llm")
+	accepted(t, f.do("POST", "/v1/chat", strings.NewReader(`{"max_tokens":700}`)), "llm")
+	pb := readProblem(t, f.do("POST", "/v1/queues/llm/jobs", strings.NewReader(`{"max_tokens":20001}`)), http.StatusUnprocessableEntity)
+	if !strings.Contains(pb.Detail, `queue "llm" delivers at most 20000 at once`) {
+		t.Errorf("422 detail %q", pb.Detail)
+	}
+	jobs := f.fetch(t, "llm", 3)
+	var costs []int64
+	for _, j := range jobs {
+		costs = append(costs, j.Cost)
+	}
+	if len(costs) != 3 || costs[0] != 1500 || costs[1] != 4096 || costs[2] != 700 {
+		t.Errorf("job costs %v, want [1500 4096 700] (the second's the fallback)", costs)
+	}
+	accepted(t, f.do("POST", "/v1/queues/plain/jobs", strings.NewReader(`{"max_tokens":1500}`)), "plain")
+	if j := f.fetch(t, "plain", 1); j[0].Cost != 0 {
+		t.Errorf("a job of a queue without cost_rate costs %d, want 0 (1)", j[0].Cost)
+	}
+}
