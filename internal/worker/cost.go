@@ -3,14 +3,13 @@ package worker
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/cost"
 	"github.com/sluice-rl/sluice/leaky"
 )
 
@@ -107,65 +106,10 @@ func readCostBody(body io.Reader) ([]byte, error) {
 	return b.Bytes(), err
 }
 
-// responseCost reads a true cost from an answer: the header's number or the JSON number at
-// the pointer in body. false when it is missing, not a whole number, negative or above
-// config.MaxCost. (internal/cost.FromResponse's rules, until it is on main.)
+// responseCost reads a true cost from an answer: internal/cost's rules (a header's number or
+// the JSON number at the pointer in body; false when missing or malformed).
 func responseCost(c config.Cost, h http.Header, body []byte) (int64, bool) {
-	var s string
-	switch c.Kind {
-	case config.CostHeader:
-		s = strings.TrimSpace(h.Get(c.Name))
-	case config.CostJSON:
-		v, ok := jsonPointer(body, c.Name)
-		if !ok {
-			return 0, false
-		}
-		s = v.String()
-	default:
-		return 0, false
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		f, ferr := strconv.ParseFloat(s, 64) // 1.5e3 and 1500.0 are whole numbers too
-		if ferr != nil || f != float64(int64(f)) {
-			return 0, false
-		}
-		n = int64(f)
-	}
-	if n < 0 || n > config.MaxCost {
-		return 0, false
-	}
-	return n, true
-}
-
-// jsonPointer returns the number at RFC 6901 pointer p in the JSON document doc.
-func jsonPointer(doc []byte, p string) (json.Number, bool) {
-	d := json.NewDecoder(bytes.NewReader(doc))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return "", false
-	}
-	for _, tok := range strings.Split(p, "/")[1:] {
-		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-		switch x := v.(type) {
-		case map[string]any:
-			var ok bool
-			if v, ok = x[tok]; !ok {
-				return "", false
-			}
-		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(x) || (len(tok) > 1 && tok[0] == '0') {
-				return "", false
-			}
-			v = x[i]
-		default:
-			return "", false
-		}
-	}
-	n, ok := v.(json.Number)
-	return n, ok
+	return cost.FromResponse(c, h, body)
 }
 
 // unitReset is how long until an upstream's exhausted token budget comes back, from an answer

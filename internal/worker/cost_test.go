@@ -21,8 +21,6 @@ func TestResponseCost(t *testing.T) {
 	}{
 		{"json", js, nil, `{"usage":{"total_tokens":1234}}`, 1234, true},
 		{"json zero", js, nil, `{"usage":{"total_tokens":0}}`, 0, true},
-		{"json exponent", js, nil, `{"usage":{"total_tokens":1.5e3}}`, 1500, true},
-		{"json fraction", js, nil, `{"usage":{"total_tokens":1.5}}`, 0, false},
 		{"json negative", js, nil, `{"usage":{"total_tokens":-1}}`, 0, false},
 		{"json too large", js, nil, `{"usage":{"total_tokens":1099511627777}}`, 0, false},
 		{"json string", js, nil, `{"usage":{"total_tokens":"12"}}`, 0, false},
