@@ -14,6 +14,19 @@
 // slot to ask whether the queue was paused (or its Redis state lost) meanwhile, and if so
 // sleeps the pause out and takes a new slot.
 //
+// A queue may also have a unit budget ([Units]: N units such as tokens per period, beside the
+// request rate). [CostSchedule.TakeCost] reserves for a job of cost c one slot
+// s = max(now, the request schedule's next slot, the unit schedule's next slot) and both
+// advance from it (TAT = max(TAT, s) + increment), so neither budget idles waiting for the
+// other. The unit schedule is GCRA paid after: a job goes once the unit TAT (less the burst
+// tolerance) has passed and moves it on by c × Per / N, rounded up to a µs per take (never
+// faster than the budget). [CostSchedule.Reconcile] then charges or refunds the difference of
+// the job's true cost. The TAT is a max-plus recurrence, so a refund moves it back, but never
+// before the latest slot reserved plus every unit charged since the refunded job's take: the
+// terms of the jobs reserved after it stay (after idleness, a refund reaches nothing back).
+// [Ask.Ahead] lets a take reserve nothing for units further ahead, so that refunds reconciled
+// meanwhile still reach the job.
+//
 // [Memory] keeps the schedule in one process (the quickstart). [Redis] shares it through one
 // {hash-tagged} hash per queue, changed by one Lua script per call on the server's TIME, so
 // every host shares one clock; each process places slots on its own monotonic clock within
@@ -28,14 +41,19 @@
 //     a new one, so any one-second window holds at most rate + Burst + 1 deliveries up to
 //     200/s, and at most 1% more above. While a process's clock bounds are young (2s) a slot
 //     is judged from the earliest it can have been, so a held-up reply cannot hide lateness.
+//   - With a unit budget, in any window of Per the jobs delivered hold fewer than N + Burst
+//     units before the window's last job: at most N + Burst plus one job's cost, counting
+//     true costs once reconciled (a charge reconciled late counts from then on). A refund
+//     never makes the schedule more permissive than charging the true cost at the take.
 //   - Redis state lost (a restart, a failover) restarts the schedule at "now" and voids every
 //     reservation made before it (an epoch is checked before each slot): the old and the new
 //     schedule never overlap. While Redis is unreachable, takes return an error.
 //
 // # Costs
 //
-// One Redis round trip per take and one per slot reserved ahead (the pause check); Memory
-// takes in under 100ns without allocating. A given-up slot is one delivery the queue does not
+// One Redis round trip per take and one per slot reserved ahead (the pause check), one per
+// reconciliation and per unit take told to ask again; Memory takes in under 150ns (with or
+// without cost) without allocating. A given-up slot is one delivery the queue does not
 // make, and a reservation whose waiter's context ends is not given back: accuracy is bought
 // with throughput, never the other way. [Hooks.Clock] lets tests drive a wait on a fake clock.
 // The history of these rules, with their measurements: docs/design/leaky.md.
@@ -132,6 +150,8 @@ type Slot struct {
 	sched int64
 	// epoch identifies the schedule state the slot was reserved in (Redis only; 0 = none).
 	epoch int64
+	// retry: nothing was reserved (TakeCost beyond Ask.Ahead); ask again after Wait.
+	retry bool
 }
 
 // late is how late it is for s at now: since At, the latest the slot can be, or for a strict

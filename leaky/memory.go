@@ -32,6 +32,9 @@ type memQueue struct {
 	taken       bool
 	pausedUntil int64 // µs; valid when paused
 	paused      bool
+	// The unit schedule (TakeCost): utat, µs, its TAT; uslot, µs, the latest slot a TakeCost
+	// reserved; ucharged, µs of units ever charged (never lowered by refunds).
+	utat, uslot, ucharged int64
 }
 
 // NewMemory returns an empty in-memory schedule reading the time from now (nil = time.Now).

@@ -70,6 +70,7 @@ func TestRedisClusterSchedule(t *testing.T) {
 		"Steps": TestSteps, "SpacingProperty": TestSpacingProperty, "QueuesAreIndependent": TestQueuesAreIndependent,
 		"Pause": TestPauseNonPositiveDoesNothing, "ConcurrentTakes": TestConcurrentTakes,
 		"Wait": TestWait, "WaitGivesUpLateSlots": TestWaitGivesUpLateSlots, "TenantPauses": TestTenantPauses,
+		"CostSteps": TestCostSteps, "CostWindowProperty": TestCostWindowProperty,
 	} {
 		t.Run(name, f)
 	}

@@ -19,6 +19,9 @@ type job struct {
 	running *runningRecord
 	// heldFor is how long its tenant stays paused, when the pass ended endHeld.
 	heldFor time.Duration
+	// charge is what its slot charged the queue's unit budget, when charged (cost.go).
+	charge  leaky.Charge
+	charged bool
 }
 
 // executor carries plans out: it pauses the queue, writes status records and settles

@@ -77,6 +77,14 @@ type QueueConfig struct {
 	// replace them in turn.
 	TenantRates     map[string]float64
 	TenantInFlights map[string]int64
+	// Units is the queue's unit budget (cost_rate, cost_burst), beside Rate: a job waits for
+	// one slot of both, charged its Job.Cost (0 means 1). Zero: none (cost.go).
+	Units leaky.Units
+	// CostCapacity caps a job's charge (config.Queue.CostCapacity); 0: no cap.
+	CostCapacity int64
+	// CostFromResponse reads a delivery's true cost from its answer, to reconcile with the
+	// charge; the zero Cost reads none.
+	CostFromResponse config.Cost
 }
 
 // Target is the destination of a queue's directly submitted jobs.
@@ -158,6 +166,9 @@ func (c QueueConfig) validateScheduling() []error {
 	if c.MaxInFlight < 0 || c.TenantInFlight < 0 {
 		errs = append(errs, errors.New("max in flight and tenant in flight must be >= 0"))
 	}
+	if !c.Units.IsZero() && (c.Units.N <= 0 || c.Units.Per < time.Microsecond || c.Units.Burst < 0) {
+		errs = append(errs, fmt.Errorf("unit budget %v must have N > 0, a period of at least 1µs and burst >= 0", c.Units))
+	}
 	if c.Adaptive && !(c.MinRate > 0) {
 		errs = append(errs, errors.New("an adaptive queue needs a min rate > 0"))
 	}
@@ -195,6 +206,10 @@ func FromConfig(cfg *config.Config, tenantID func(key []byte) string) []QueueCon
 			PauseTenant:     q.PauseScope == config.PauseTenant,
 			MaxInFlight:     q.MaxInFlight,
 			TenantInFlight:  q.TenantInFlight,
+		}
+		if q.CostRate.N > 0 {
+			qc.Units = leaky.Units{N: q.CostRate.N, Per: q.CostRate.Per, Burst: q.CostBurst}
+			qc.CostCapacity, qc.CostFromResponse = q.CostCapacity(), q.CostFromResponse
 		}
 		if q.Target != nil {
 			qc.Target = &Target{Method: q.Target.Method, URL: q.Target.URL}

@@ -90,23 +90,32 @@ func request(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (
 }
 
 // deliver makes one delivery attempt, bounded by cfg.Timeout and by ctx, and returns the
-// response with its body already read (up to maxDrain) and closed.
-func (r *runner) deliver(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (*http.Response, error) {
+// response with its body already read (up to maxDrain) and closed. For a queue that reads
+// its true cost from a JSON answer (readsCostBody) it returns up to maxCostBody of the body;
+// otherwise body is nil and nothing is kept.
+func (r *runner) deliver(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (_ *http.Response, body []byte, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	req, err := request(ctx, cfg, j, attempt)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	resp, err := r.p.client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	if readsCostBody(cfg) {
+		body, err = readCostBody(resp.Body)
+		if err == nil {
+			_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+		}
+	} else {
+		_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	}
 	resp.Body.Close()
 	if err != nil && ctx.Err() != nil {
 		// The status arrived, but the body did not in time: a timeout all the same.
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
-	return resp, nil
+	return resp, body, nil
 }

@@ -30,6 +30,17 @@
 //     them back; Run returns within ShutdownTimeout plus one second even when NATS cannot be
 //     reached (the jobs it could not settle come back after their AckWait).
 //
+// Unit budgets. A queue with cost_rate (QueueConfig.Units) also drains within its units: a
+// job waits for one slot of both budgets, charged Job.Cost (0: 1; above CostCapacity: the
+// capacity, logged), and with CostFromResponse the answer's true cost (a header, or the JSON
+// number at a pointer in up to 1 MiB of the body, kept only then) is charged or refunded on
+// the unit schedule (leaky.CostSchedule). A refund helps only jobs that hold no slot yet, so
+// a unit queue reserves units at most 20ms ahead, one job per process at a time, asking again
+// every 20ms. A missing or malformed true cost leaves the estimate standing
+// (sluice_cost_unreconciled_total). A 429 whose token headers say the budget is spent
+// (X-RateLimit-Remaining-Tokens: 0 with -Reset-Tokens, or anthropic-ratelimit-tokens-*)
+// pauses the queue until their reset when that is later than its Retry-After (at most 1h).
+//
 // Costs. A first delivery that ends within 100ms costs one slot take (one Redis script),
 // one status write (a read and a compare-and-set in the status bucket) and an unconfirmed
 // ack; a redelivery or a longer delivery writes its running status as well, and a redelivery
@@ -38,7 +49,9 @@
 // deliveries, jobs whose acks it lost. Each fetch is a
 // pull request; a runner fetches once a quarter of Concurrency is free. Concurrency must
 // cover rate × (slot-to-ack time + the longest stall) across all workers for the rate to
-// hold. The default client keeps one connection per upstream dialed ahead.
+// hold. The default client keeps one connection per upstream dialed ahead. A unit queue's
+// job costs a unit take and, with CostFromResponse, a reconciliation (one Redis script each),
+// plus one take every 20ms while its units are further ahead.
 //
 // The reasoning behind each rule, the sizing of Concurrency and the rejected designs are in
 // docs/design/worker.md; figures are in BENCHMARKS.md.

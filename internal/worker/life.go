@@ -174,7 +174,7 @@ func (r *runner) slot(ctx context.Context, cfg *QueueConfig, j *job) error {
 		r.p.spares.warm(target)
 	}
 	r.slotWaiters.Add(1)
-	err := r.waitSlot(ctx)
+	err := r.waitSlot(ctx, cfg, j)
 	if r.slotWaiters.Add(-1) == 0 || r.cfg.Load().Fair {
 		r.poke() // the fetch loop may be holding back for the slot waiters
 	}
@@ -201,8 +201,9 @@ func (r *runner) send(hard context.Context, cfg *QueueConfig, j *job) outcome {
 	}
 	j.running = r.p.exec.recordRunning(j, attempt, after)
 	start := r.p.now()
-	resp, err := r.deliver(hard, cfg, j.m.Job, attempt)
+	resp, body, err := r.deliver(hard, cfg, j.m.Job, attempt)
 	r.p.m.latency.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
+	r.reconcile(cfg, j, resp, body)
 	r.p.m.drain.add(r.name)
 	c := classify(resp, err, r.p.now())
 	if learnsPerTenant(cfg) && j.m.Job.Tenant != "" {
@@ -246,7 +247,14 @@ func classify(resp *http.Response, err error, now time.Time) retry.Outcome {
 	if errors.As(err, &re) {
 		return retry.Outcome{Class: retry.Permanent}
 	}
-	return retry.Classify(resp, err, now)
+	out := retry.Classify(resp, err, now)
+	if out.Class == retry.Pause && resp != nil {
+		// A 429 on a unit budget: pause until the units come back, if later than it asks.
+		if d, ok := unitReset(resp.Header, now); ok && d > out.Wait {
+			out.Wait, out.HasWait = d, true
+		}
+	}
+	return out
 }
 
 // describe is the status's last_error for an outcome.

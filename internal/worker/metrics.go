@@ -23,7 +23,11 @@ type metrics struct {
 	handedBack  *prometheus.CounterVec   // queue
 	skipped     *prometheus.CounterVec   // queue
 	inFlight    *prometheus.GaugeVec     // queue
-	drain       *drainRate
+	// unit budgets (cost.go)
+	unitsDelivered  *prometheus.CounterVec // queue
+	unitsReconciled *prometheus.CounterVec // queue, direction
+	unreconciled    *prometheus.CounterVec // queue
+	drain           *drainRate
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -84,13 +88,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_worker_jobs_held",
 			Help: "Jobs this process holds, waiting for a slot or being delivered, by queue.",
 		}, []string{"queue"}),
+		unitsDelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_units_delivered_total",
+			Help: "Units (cost_rate's) of the jobs delivered, by queue: the true cost where the answer said it (cost_from_response), else the charged estimate.",
+		}, []string{"queue"}),
+		unitsReconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_units_reconciled_total",
+			Help: "Units charged (true cost above the estimate) or refunded (below) on a queue's unit schedule once the answer said the true cost, by queue and direction.",
+		}, []string{"queue", "direction"}),
+		unreconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cost_unreconciled_total",
+			Help: "Answers of a queue with cost_from_response that carried no usable true cost (missing, malformed) or whose reconciliation failed; the estimate stood. By queue.",
+		}, []string{"queue"}),
 		drain: newDrainRate(time.Now),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.slotWait, m.slotLate, m.pauses,
-		m.deadLetters, m.takeErrors, m.placeWait, m.placeErrors, m.givenUp, m.handedBack, m.skipped, m.inFlight, m.drain} {
+		m.deadLetters, m.takeErrors, m.placeWait, m.placeErrors, m.givenUp, m.handedBack, m.skipped, m.inFlight, m.drain,
+		m.unitsDelivered, m.unitsReconciled, m.unreconciled} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("worker: register metrics"), err)
 		}

@@ -394,7 +394,8 @@ func (p *Pool) control(name string) queue.Control {
 // startLocked starts the runner of queue s; p.mu is held and Run is running.
 func (p *Pool) startLocked(s QueueConfig) {
 	ctx, cancel := context.WithCancel(p.ctx)
-	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1), controls: make(chan struct{}, 1)}
+	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1), controls: make(chan struct{}, 1),
+		unitTurn: make(chan struct{}, 1)}
 	r.steps = r.admissions()
 	r.reconnects.Store(p.q.Reconnects())
 	r.suspectUntil.Store(p.now().Add(p.suspicion(&s)).UnixNano()) // a start may follow a NATS restart
@@ -458,6 +459,7 @@ type runner struct {
 	tenantLearn tenantLearners // its tenants' learned rates (adaptive, pause_scope: tenant)
 	holds       tenantHolds    // its paused tenants (pause_scope: tenant)
 	steps       []admission    // what a job waits for before its delivery (admissions)
+	unitTurn    chan struct{}  // held by the one job of a unit queue taking its slot (cost.go)
 	// suspectUntil (Unix ns) ends the window in which first deliveries read their record
 	// (suspect); reconnects is the broker's reconnect count when the runner last looked.
 	suspectUntil atomic.Int64

@@ -21,7 +21,7 @@ import (
 // of the store's return. The rate is read afresh on every try, so a reload applies at once.
 // It returns ctx's error when ctx ends first, and ErrScheduleDown once the schedule has failed
 // for storeGiveUp without a break: the job is then handed back, for a worker that can reach it.
-func (r *runner) waitSlot(ctx context.Context) error {
+func (r *runner) waitSlot(ctx context.Context, cfg *QueueConfig, j *job) error {
 	start := r.p.now()
 	failures := 0
 	var failingSince time.Time
@@ -33,7 +33,7 @@ func (r *runner) waitSlot(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		err := leaky.WaitHooks(ctx, r.p.sched, r.name, r.rate(), leaky.Hooks{
+		err := r.waitOnce(ctx, cfg, j, leaky.Hooks{
 			Held:   held,
 			OnSlot: func(late time.Duration) { r.p.m.slotLate.WithLabelValues(r.name).Observe(late.Seconds()) },
 			OnGiveUp: func(late time.Duration) {
@@ -71,6 +71,27 @@ func (r *runner) waitSlot(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// waitOnce waits for j's slot once (leaky.WaitHooks), or for a queue with a unit budget for
+// its slot and units (leaky.WaitCost), one job of the queue at a time in this process
+// (unitTurn; cost.go), and records the charge on j.
+func (r *runner) waitOnce(ctx context.Context, cfg *QueueConfig, j *job, h leaky.Hooks) error {
+	cs, ok := r.costSchedule(cfg)
+	if !ok || j == nil {
+		return leaky.WaitHooks(ctx, r.p.sched, r.name, r.rate(), h)
+	}
+	select {
+	case r.unitTurn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-r.unitTurn }()
+	c, err := leaky.WaitCost(ctx, cs, r.name, r.rate(), r.unitAsk(cfg, j), h)
+	if err == nil {
+		j.charge, j.charged = c, true
+	}
+	return err
 }
 
 // storeGiveUp is how long a job waits for an unreachable leak schedule before it is handed back.

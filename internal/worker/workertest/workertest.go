@@ -36,6 +36,8 @@ type Reply struct {
 	Header http.Header // added to the response
 	// Block, if not nil, delays the answer until it is closed or the request is cancelled.
 	Block <-chan struct{}
+	// Body is the answer's body; nil: none.
+	Body []byte
 }
 
 // Recorder is an upstream that records every request. It answers 200 unless Respond says
@@ -104,6 +106,7 @@ func (r *Recorder) serve(w http.ResponseWriter, req *http.Request) {
 		reply.Status = http.StatusOK
 	}
 	w.WriteHeader(reply.Status)
+	w.Write(reply.Body)
 }
 
 // Arrivals returns a copy of every arrival so far, in arrival order.

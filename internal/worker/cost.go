@@ -1,0 +1,135 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/cost"
+	"github.com/sluice-rl/sluice/leaky"
+)
+
+// Unit budgets (QueueConfig.Units): a job of a queue with cost_rate waits for one slot of
+// both the request rate and its units (leaky.WaitCost), charged its estimate (Job.Cost). With
+// CostFromResponse, the answer's true cost is reconciled on the unit schedule: the difference
+// is charged or refunded (leaky.CostSchedule.Reconcile), so that the schedule follows what
+// the upstream counts.
+//
+// A refund only helps the jobs not yet holding a slot: slots reserved after the refunded
+// job's stay where they are (a max-plus recurrence cannot move them). So a unit queue reserves
+// units at most unitAhead before they come, one job per process at a time (unitTurn), and a
+// job told to wait longer asks again every unitPoll, so that a refund reconciled meanwhile
+// brings its units forward. Without it, the estimates of every job waiting with a slot
+// would stand, whatever their true costs.
+const (
+	unitAhead = 20 * time.Millisecond
+	unitPoll  = 20 * time.Millisecond
+	// maxCostBody is how much of an answer's body is read for cost_from_response: json.
+	maxCostBody = 1 << 20
+)
+
+// unitAsk is what job j asks of cfg's unit budget: its cost (0 means 1), capped at what the
+// budget can deliver at once — a larger cost cannot have been accepted under this config
+// (the config changed since), and is charged the capacity, never blocking the queue.
+func (r *runner) unitAsk(cfg *QueueConfig, j *job) leaky.Ask {
+	c := max(j.m.Job.Cost, 1)
+	if cfg.CostCapacity > 0 && c > cfg.CostCapacity {
+		r.p.exec.logger(j).Warn("worker: job costs more than the queue's cost_rate and cost_burst can deliver; charging the capacity",
+			"cost", c, "capacity", cfg.CostCapacity)
+		c = cfg.CostCapacity
+	}
+	return leaky.Ask{Units: cfg.Units, Cost: c, Ahead: unitAhead, Poll: unitPoll}
+}
+
+// costSchedule is the pool's schedule with unit budgets, when cfg has one and the schedule
+// keeps them.
+func (r *runner) costSchedule(cfg *QueueConfig) (leaky.CostSchedule, bool) {
+	if cfg.Units.IsZero() {
+		return nil, false
+	}
+	cs, ok := r.p.sched.(leaky.CostSchedule)
+	return cs, ok
+}
+
+// reconcile reads the true cost of j's delivery from its answer (cfg.CostFromResponse) and
+// charges or refunds the difference from its charge; it counts the units delivered either
+// way. A missing or malformed true cost leaves the estimate standing.
+func (r *runner) reconcile(cfg *QueueConfig, j *job, resp *http.Response, body []byte) {
+	if !j.charged {
+		return
+	}
+	units := j.charge.Cost
+	defer func() { r.p.m.unitsDelivered.WithLabelValues(r.name).Add(float64(units)) }()
+	if !cfg.CostFromResponse.IsSet() || resp == nil {
+		return
+	}
+	actual, ok := responseCost(cfg.CostFromResponse, resp.Header, body)
+	if !ok {
+		r.p.m.unreconciled.WithLabelValues(r.name).Inc()
+		r.p.log.Debug("worker: no true cost in the answer; the estimate stands", "queue", r.name,
+			"job", j.m.Job.ID, "cost_from_response", cfg.CostFromResponse.String(), "status", resp.StatusCode)
+		return
+	}
+	if actual == j.charge.Cost {
+		return
+	}
+	cs, _ := r.p.sched.(leaky.CostSchedule)
+	ctx, cancel := context.WithTimeout(r.p.exec.ctx, storeTimeout)
+	defer cancel()
+	if err := cs.Reconcile(ctx, r.name, j.charge, actual); err != nil {
+		r.p.m.unreconciled.WithLabelValues(r.name).Inc()
+		r.p.log.Debug("worker: reconcile the true cost; the estimate stands", "queue", r.name, "err", err)
+		return
+	}
+	units = actual
+	if d := actual - j.charge.Cost; d > 0 {
+		r.p.m.unitsReconciled.WithLabelValues(r.name, "charge").Add(float64(d))
+	} else {
+		r.p.m.unitsReconciled.WithLabelValues(r.name, "refund").Add(float64(-d))
+	}
+}
+
+// readsCostBody reports whether deliveries of cfg keep the answer's body: cost_from_response
+// reads a JSON pointer in it.
+func readsCostBody(cfg *QueueConfig) bool {
+	return cfg.CostFromResponse.Kind == config.CostJSON && !cfg.Units.IsZero()
+}
+
+// readCostBody reads up to maxCostBody of body.
+func readCostBody(body io.Reader) ([]byte, error) {
+	var b bytes.Buffer
+	_, err := b.ReadFrom(io.LimitReader(body, maxCostBody))
+	return b.Bytes(), err
+}
+
+// responseCost reads a true cost from an answer: internal/cost's rules (a header's number or
+// the JSON number at the pointer in body; false when missing or malformed).
+func responseCost(c config.Cost, h http.Header, body []byte) (int64, bool) {
+	return cost.FromResponse(c, h, body)
+}
+
+// unitReset is how long until an upstream's exhausted token budget comes back, from an answer
+// that says it is exhausted: X-RateLimit-Remaining-Tokens 0 with X-RateLimit-Reset-Tokens (a
+// Go-like duration: 6m0s, 1s, 20ms), or anthropic-ratelimit-tokens-remaining 0 with
+// anthropic-ratelimit-tokens-reset (RFC 3339). false when it says neither.
+func unitReset(h http.Header, now time.Time) (time.Duration, bool) {
+	if strings.TrimSpace(h.Get("X-Ratelimit-Remaining-Tokens")) == "0" {
+		if d, err := time.ParseDuration(strings.TrimSpace(h.Get("X-Ratelimit-Reset-Tokens"))); err == nil && d > 0 {
+			return min(d, maxUnitReset), true
+		}
+	}
+	if strings.TrimSpace(h.Get("Anthropic-Ratelimit-Tokens-Remaining")) == "0" {
+		if t, err := time.Parse(time.RFC3339, strings.TrimSpace(h.Get("Anthropic-Ratelimit-Tokens-Reset"))); err == nil && t.After(now) {
+			return min(t.Sub(now), maxUnitReset), true
+		}
+	}
+	return 0, false
+}
+
+// maxUnitReset bounds the pause a unit reset asks for, as a wrong clock or header must not
+// stop a queue for days.
+const maxUnitReset = time.Hour

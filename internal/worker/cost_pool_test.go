@@ -1,0 +1,82 @@
+package worker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// publishCost publishes n direct jobs of cost each to queue name.
+func publishCost(t *testing.T, qs *queue.Queues, name string, n int, cost int64) {
+	t.Helper()
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := qs.Publish(ctx, &queue.Job{Queue: name, Direct: true, Cost: cost, Body: []byte("x")})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestUnitBudget: a queue with a unit budget (1000 units/s) spaces its jobs by their units,
+// and refunds of true costs read from the answer bring the jobs waiting forward: 6 jobs
+// charged 200 units (200ms each) that cost 50 go at about 50ms apart, never closer. A job
+// costing more than the budget can deliver at once is charged the capacity and delivered; an
+// answer without its true cost leaves the estimate standing and is counted.
+func TestUnitBudget(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "tokens"}, queue.Spec{Name: "big"})
+	h.up.Respond(func(a workertest.Arrival, _ int) workertest.Reply {
+		if strings.HasSuffix(a.URI, "/tokens") {
+			return workertest.Reply{Body: []byte(`{"usage":{"total":50}}`)}
+		}
+		return workertest.Reply{Body: []byte(`{}`)}
+	})
+	units := func(s worker.QueueConfig) worker.QueueConfig {
+		s.Units = leaky.Units{N: 1000, Per: time.Second}
+		s.CostCapacity = 1000
+		s.CostFromResponse = config.Cost{Kind: config.CostJSON, Name: "/usage/total"}
+		return s
+	}
+	publishCost(t, h.qs, "tokens", 6, 200)
+	publishCost(t, h.qs, "big", 1, 5000)
+	r := h.run(worker.Deps{}, units(h.spec("tokens", 100)), units(h.spec("big", 100)))
+	h.up.WaitCount(t, 10*time.Second, "7 deliveries", func(n int) bool { return n >= 7 })
+	var ts []time.Time
+	for _, a := range h.up.Arrivals() {
+		if strings.HasSuffix(a.URI, "/tokens") {
+			ts = append(ts, a.At)
+		}
+	}
+	for i := 1; i < len(ts); i++ {
+		// The refund makes the next job's units due 50ms after this one's slot; a delivery
+		// may leave up to the rate's tolerance (5ms at 100/s) after its slot.
+		if gap := ts[i].Sub(ts[i-1]); gap < 45*time.Millisecond {
+			t.Errorf("job %d arrived %v after the previous one, under its 50 units (50ms)", i, gap)
+		}
+	}
+	if span := ts[len(ts)-1].Sub(ts[0]); span > 600*time.Millisecond {
+		t.Errorf("6 jobs of true cost 50 took %v, want well under the 1s their estimates (200) would space them", span)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the units delivered counted", func() bool {
+		return metric(t, r.reg, "sluice_units_delivered_total", "queue", "big") == 1000 &&
+			metric(t, r.reg, "sluice_units_delivered_total", "queue", "tokens") == 300
+	})
+	if got := metric(t, r.reg, "sluice_units_delivered_total", "queue", "tokens"); got != 300 {
+		t.Errorf("units delivered of tokens = %v, want 300 (6 × 50)", got)
+	}
+	if got := metric(t, r.reg, "sluice_units_reconciled_total", "queue", "tokens", "direction", "refund"); got != 900 {
+		t.Errorf("units refunded = %v, want 900 (6 × 150)", got)
+	}
+	if got := metric(t, r.reg, "sluice_cost_unreconciled_total", "queue", "big"); got != 1 {
+		t.Errorf("unreconciled answers of big = %v, want 1", got)
+	}
+}
