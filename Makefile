@@ -82,7 +82,7 @@ quickstart:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-# soak: the long runs kept out of `make test` (minutes each): issue 29's LLM drain at full scale
+# soak: the long runs kept out of `make test` (minutes each): an LLM-shaped drain at full scale
 # (60/m and 20000 tokens/m, 3-minute backlog, with and without cost_rate), a flood of 3 million limiter keys,
 # a fair queue with 10 000 tenants beside FIFO, the rate at the upstream under SIGSTOPped
 # workers, and Sluice beside nginx, HAProxy, Caddy and BullMQ (installs them). Figures go to
