@@ -28,6 +28,9 @@ type Quota struct {
 	// Window is the w parameter. Valid only when HasWindow.
 	Window    time.Duration
 	HasWindow bool
+	// Unit is the qu parameter: what the quota counts, "requests" when absent (the draft's
+	// default), else e.g. "content-bytes", "concurrent-requests" or an API's own ("tokens").
+	Unit string
 }
 
 // ParseRateLimit parses the RateLimit field; several field lines are joined as one list.
@@ -74,7 +77,14 @@ func ParseRateLimitPolicy(h http.Header) []Quota {
 		if !ok {
 			continue
 		}
-		p := Quota{Policy: name, Quota: q}
+		p := Quota{Policy: name, Quota: q, Unit: "requests"}
+		if v, present := it.param("qu"); present {
+			u, ok := v.(string)
+			if !ok || u == "" {
+				continue
+			}
+			p.Unit = u
+		}
 		if _, present := it.param("w"); present {
 			w, ok := nonNegativeParam(it, "w")
 			if !ok {
@@ -124,4 +134,19 @@ func seconds(n int64) time.Duration {
 		return MaxRetryAfter
 	}
 	return time.Duration(n) * time.Second
+}
+
+// Units returns the quota unit of each policy that RateLimit-Policy names, by policy name
+// ("requests" for a policy without qu). A RateLimit item whose policy is not named here
+// counts requests.
+func Units(h http.Header) map[string]string {
+	qs := ParseRateLimitPolicy(h)
+	if len(qs) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(qs))
+	for _, q := range qs {
+		out[q.Policy] = q.Unit
+	}
+	return out
 }

@@ -90,20 +90,20 @@ func TestParseRateLimitPolicy(t *testing.T) {
 		{
 			"the contract's example",
 			`"orders-per-key";q=10;w=1`,
-			[]retry.Quota{{Policy: "orders-per-key", Quota: 10, Window: time.Second, HasWindow: true}},
+			[]retry.Quota{{Policy: "orders-per-key", Quota: 10, Window: time.Second, HasWindow: true, Unit: "requests"}},
 		},
 		{
 			"several policies, quota unit, no window",
-			`"burst";q=100;qu="requests";w=60, "daily";q=1000`,
+			`"burst";q=100;qu="requests";w=60, "daily";q=1000;qu="tokens", "bad-unit";q=1;qu=5`,
 			[]retry.Quota{
-				{Policy: "burst", Quota: 100, Window: time.Minute, HasWindow: true},
-				{Policy: "daily", Quota: 1000},
+				{Policy: "burst", Quota: 100, Window: time.Minute, HasWindow: true, Unit: "requests"},
+				{Policy: "daily", Quota: 1000, Unit: "tokens"},
 			},
 		},
 		{
 			"invalid items dropped",
 			`"no-q";w=1, "neg";q=-1, "badw";q=1;w=?1, "ok";q=5;w=10`,
-			[]retry.Quota{{Policy: "ok", Quota: 5, Window: 10 * time.Second, HasWindow: true}},
+			[]retry.Quota{{Policy: "ok", Quota: 5, Window: 10 * time.Second, HasWindow: true, Unit: "requests"}},
 		},
 		{"broken field ignored", `"ok";q=5;w=`, nil},
 	}

@@ -150,7 +150,11 @@ func (l *learner) observe(class retry.Class, resp *http.Response) {
 // X-RateLimit-Reset. false when the answer says neither.
 func quotaRate(h http.Header, now time.Time) (float64, bool) {
 	best, ok := math.Inf(1), false
+	units := retry.Units(h)
 	for _, l := range retry.ParseRateLimit(h) {
+		if u, named := units[l.Policy]; named && u != "requests" {
+			continue // a quota of tokens or bytes says nothing of the request rate
+		}
 		if l.HasReset && l.Reset > 0 {
 			best, ok = min(best, float64(l.Remaining)/l.Reset.Seconds()), true
 		}

@@ -42,7 +42,11 @@ func (r *runner) unitAsk(cfg *QueueConfig, j *job) leaky.Ask {
 			"cost", c, "capacity", cfg.CostCapacity)
 		c = cfg.CostCapacity
 	}
-	return leaky.Ask{Units: cfg.Units, Cost: c, Ahead: unitAhead, Poll: unitPoll}
+	units := cfg.Units
+	if cfg.Adaptive {
+		units = r.unitLearn.units(units, r.p.now())
+	}
+	return leaky.Ask{Units: units, Cost: c, Ahead: unitAhead, Poll: unitPoll}
 }
 
 // costSchedule is the pool's schedule with unit budgets, when cfg has one and the schedule

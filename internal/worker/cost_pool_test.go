@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +79,42 @@ func TestUnitBudget(t *testing.T) {
 	}
 	if got := metric(t, r.reg, "sluice_cost_unreconciled_total", "queue", "big"); got != 1 {
 		t.Errorf("unreconciled answers of big = %v, want 1", got)
+	}
+}
+
+// TestUnitRateLearned: an adaptive queue with a unit budget of 1000 units/s, whose upstream
+// says it takes 12 000 tokens a minute (200/s), spaces its 100-unit jobs 500ms apart once the
+// first answer is in; the same queue not adaptive keeps its own budget (100ms apart).
+func TestUnitRateLearned(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "learned"}, queue.Spec{Name: "fixed"})
+	h.up.Respond(func(a workertest.Arrival, _ int) workertest.Reply {
+		return workertest.Reply{Header: http.Header{"X-Ratelimit-Limit-Tokens": {"12000"}}}
+	})
+	units := func(s worker.QueueConfig, adaptive bool) worker.QueueConfig {
+		s.Units = leaky.Units{N: 1000, Per: time.Second}
+		s.CostCapacity = 1000
+		s.Adaptive, s.MinRate = adaptive, 1
+		return s
+	}
+	publishCost(t, h.qs, "learned", 5, 100)
+	publishCost(t, h.qs, "fixed", 5, 100)
+	h.run(worker.Deps{}, units(h.spec("learned", 100), true), units(h.spec("fixed", 100), false))
+	h.up.WaitCount(t, 15*time.Second, "10 deliveries", func(n int) bool { return n >= 10 })
+	at := map[string][]time.Time{}
+	for _, a := range h.up.Arrivals() {
+		q := a.URI[strings.LastIndexByte(a.URI, '/')+1:]
+		at[q] = append(at[q], a.At)
+	}
+	for i := 1; i < 5; i++ {
+		gap := at["fixed"][i].Sub(at["fixed"][i-1])
+		if gap < 95*time.Millisecond || gap > 400*time.Millisecond {
+			t.Errorf("fixed: job %d came %v after the previous one, want its own budget's 100ms", i, gap)
+		}
+	}
+	// The second job may have taken its units before the first answer taught the rate.
+	for i := 3; i < 5; i++ {
+		if gap := at["learned"][i].Sub(at["learned"][i-1]); gap < 490*time.Millisecond {
+			t.Errorf("learned: job %d came %v after the previous one, want the upstream's 200 tokens/s (500ms)", i, gap)
+		}
 	}
 }

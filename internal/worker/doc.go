@@ -40,6 +40,8 @@
 // (sluice_cost_unreconciled_total). A 429 whose token headers say the budget is spent
 // (X-RateLimit-Remaining-Tokens: 0 with -Reset-Tokens, or anthropic-ratelimit-tokens-*)
 // pauses the queue until their reset when that is later than its Retry-After (at most 1h).
+// An adaptive unit queue asks for fewer units when the answers' token headers say the
+// upstream takes fewer (unitlearn.go), each worker from its own answers.
 //
 // Costs. A first delivery that ends within 100ms costs one slot take (one Redis script),
 // one status write (a read and a compare-and-set in the status bucket) and an unconfirmed

@@ -211,6 +211,9 @@ func (r *runner) send(hard context.Context, cfg *QueueConfig, j *job) outcome {
 	} else {
 		r.learn.observe(c.Class, resp)
 	}
+	if cfg.Adaptive && !cfg.Units.IsZero() && c.Class == retry.Success && resp != nil {
+		r.unitLearn.observe(resp.Header, unitsPerSecond(cfg.Units), r.p.now())
+	}
 	if err != nil && hard.Err() != nil {
 		// Shutdown cut the delivery short; another worker takes the job at once.
 		r.p.m.deliveries.WithLabelValues(r.name, "interrupted").Inc()

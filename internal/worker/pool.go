@@ -456,6 +456,7 @@ type runner struct {
 	held        atomic.Int64   // jobs in hand
 	slotWaiters atomic.Int64   // jobs in hand waiting for their leak slot
 	learn       *learner       // the learned rate of an adaptive queue
+	unitLearn   unitLearner    // the learned unit rate of an adaptive queue with cost_rate
 	tenantLearn tenantLearners // its tenants' learned rates (adaptive, pause_scope: tenant)
 	holds       tenantHolds    // its paused tenants (pause_scope: tenant)
 	steps       []admission    // what a job waits for before its delivery (admissions)
