@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -295,21 +296,41 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	if err := q.ensureKeyValue(ctx, q.bucketConfig(ttl)); err != nil {
 		errs = append(errs, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err))
 	}
+	// The queues are provisioned provisionParallel at a time: each is a few round trips to
+	// NATS (its streams' and consumer's info, and creations or updates where they differ), and
+	// a thousand queues one after another kept a process from being ready for seconds.
 	provisioned, streams := map[string]Spec{}, map[string]jetstream.Stream{}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, provisionParallel)
+	)
 	for _, s := range specs {
 		s = s.withDefaults()
-		st, err := q.provision(ctx, s)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		provisioned[s.Name], streams[s.Name] = s, st
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			st, err := q.provision(ctx, s)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			provisioned[s.Name], streams[s.Name] = s, st
+		}()
 	}
+	wg.Wait()
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	q.mu.Lock()
 	q.specs, q.streams = provisioned, streams
 	q.mu.Unlock()
 	return errors.Join(errs...)
 }
+
+// provisionParallel is how many queues Provision provisions at once.
+const provisionParallel = 32
 
 func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error) {
 	limit := func(n int64) int64 {

@@ -44,6 +44,7 @@ type learner struct {
 	ad      leaky.Adapter // nil: the schedule cannot adapt, and nothing is learned
 	cfg     func() *QueueConfig
 	ceiling func() float64 // the queue's rate in deliveries per second, the learned rate's ceiling
+	until   func(ctx context.Context) bool // waits for a change of the config (runner.untilChanged)
 	log     *slog.Logger
 	now     func() time.Time
 
@@ -54,7 +55,7 @@ type learner struct {
 // newLearner returns the learner of r's queue.
 func newLearner(r *runner) *learner {
 	ad, _ := r.p.sched.(leaky.Adapter)
-	return &learner{name: r.name, ad: ad, cfg: r.cfg.Load, log: r.p.log, now: r.p.now,
+	return &learner{name: r.name, ad: ad, cfg: r.cfg.Load, until: r.untilChanged, log: r.p.log, now: r.p.now,
 		ceiling: func() float64 {
 			base := r.baseRate()
 			if base.Interval <= 0 {
@@ -108,13 +109,16 @@ func (l *learner) run(ctx context.Context) {
 	t := time.NewTicker(adaptEvery)
 	defer t.Stop()
 	for {
+		if !l.cfg().Adaptive {
+			if !l.until(ctx) {
+				return
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if !l.cfg().Adaptive {
-			continue
 		}
 		n := float64(l.successes.Swap(0))
 		l.adapt(func(a *leaky.Adaptation) {

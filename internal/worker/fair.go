@@ -37,6 +37,14 @@ func (r *runner) scheduleLoop(ctx context.Context) {
 		cfg, ctl, v := r.cfg.Load(), r.p.control(r.name).Tenants, r.tenantLearn.version.Load()
 		r.follow(ctx, &s, cfg, cfg != shown || !maps.Equal(ctl, shownCtl) || v != learned)
 		shown, shownCtl, learned = cfg, ctl, v
+		if !cfg.Fair && s.drained {
+			// Nothing to schedule (a drain of leftover backlogs runs on its own): wait for the
+			// config to change rather than tick.
+			if !r.untilChanged(ctx) {
+				return
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -145,17 +145,25 @@ func fairLookahead(cfg *QueueConfig) int {
 func fetchBatch(c int) int { return max(1, c/4) }
 
 // fetch returns up to n jobs: those available now, or else the first one to arrive within
-// fetchWait. (A waiting fetch of n would hold the first job until n had arrived or the wait
-// ended.) The fetch is not cancelled with ctx: cancelling it could strand a job the server
-// had already sent until its AckWait passed; jobs fetched after ctx ended are handed back at
-// once by handle instead.
+// idleWait (a waiting fetch of n would hold the first job until n had arrived or the wait
+// ended). The fetch of the jobs available now is not cancelled with ctx: cancelling it could
+// strand a job the server had already sent until its AckWait passed; jobs fetched after ctx
+// ended are handed back at once by handle instead. The long pull of an idle queue is
+// cancelled, by ctx and by the pool's pulls (idle.go): it would otherwise hold a shutdown for
+// idleWait, and stay lost with a server that forgot it.
 func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*queue.Msg, error) {
-	fctx := context.WithoutCancel(ctx)
-	msgs, err := cons.Fetch(fctx, n, 0)
+	msgs, err := cons.Fetch(context.WithoutCancel(ctx), n, 0)
 	if len(msgs) > 0 || err != nil || ctx.Err() != nil {
 		return msgs, err
 	}
-	return cons.Fetch(fctx, 1, fetchWait)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(r.p.pulls.current(), cancel)()
+	msgs, err = cons.Fetch(lctx, 1, idleWait)
+	if err != nil && lctx.Err() != nil {
+		return nil, nil // cut short: the caller pulls again, or stops
+	}
+	return msgs, err
 }
 
 // consumer returns the queue's consumer, retrying while the queue does not exist yet (the

@@ -24,9 +24,9 @@ import (
 
 // Tuning of the fetch loop and of the calls a worker makes for each job.
 const (
-	// fetchWait is how long one Fetch waits for a job when the queue is empty; it also
-	// bounds how long a shutdown waits for the fetch in progress.
-	fetchWait = 500 * time.Millisecond
+	// idleWait is how long a pull request of an empty queue waits at the server for a job
+	// (idle.go): an idle queue costs each worker one pull every idleWait.
+	idleWait = 30 * time.Second
 	// opTimeout bounds each status, ack, nak and dead-letter call.
 	opTimeout = 5 * time.Second
 	// storeTimeout bounds each call to the leak schedule, so an unreachable store is noticed
@@ -77,6 +77,7 @@ type Deps struct {
 // with Reload. Its methods are safe for concurrent use.
 type Pool struct {
 	q      Broker
+	pulls  pulls // cuts idle queues' waiting pulls short (idle.go)
 	fairs  fairSource // nil: Queues makes no fair schedulers
 	exec   *executor  // carries out each job's plan
 	sched  leaky.Schedule
@@ -307,7 +308,8 @@ func (p *Pool) drain(watching <-chan struct{}, cancelHard, cancelSettling contex
 // cannot be reached; the returned channel is closed once it has stopped.
 func (p *Pool) watch(ctx context.Context) (stopped <-chan struct{}) {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); p.watchPulls(ctx) }()
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(cancelMemory / 2)
@@ -402,6 +404,7 @@ func (p *Pool) startLocked(s QueueConfig) {
 	r.learn = newLearner(r)
 	r.tenantLearn.r = r
 	r.cfg.Store(&s)
+	r.reconfigured()
 	p.runners[s.Name] = r
 	p.wg.Add(1)
 	go func() {
@@ -431,6 +434,7 @@ func (p *Pool) Reload(specs []QueueConfig) error {
 		keep[s.Name] = true
 		if r, ok := p.runners[s.Name]; ok {
 			r.cfg.Store(&s)
+			r.reconfigured()
 			r.poke()
 			continue
 		}
@@ -467,6 +471,27 @@ type runner struct {
 	reconnects   atomic.Uint64
 	wake         chan struct{} // a job was finished, the last slot waiter got its slot, or the config changed
 	controls     chan struct{} // the operators' controls changed (scheduleLoop applies them at once)
+	changed      atomic.Pointer[chan struct{}] // closed (and replaced) when the config changes
+}
+
+// reconfigured tells the runner's loops that its config changed.
+func (r *runner) reconfigured() {
+	ch := make(chan struct{})
+	if old := r.changed.Swap(&ch); old != nil {
+		close(*old)
+	}
+}
+
+// untilChanged waits until the runner's config changes or ctx ends, and reports whether ctx
+// lasts: the loops of features a queue does not use wait here instead of ticking, so an idle
+// queue costs its worker no wake-ups.
+func (r *runner) untilChanged(ctx context.Context) bool {
+	select {
+	case <-*r.changed.Load():
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // controlChanged tells the runner's schedule loop that the controls changed.

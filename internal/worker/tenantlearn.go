@@ -142,13 +142,16 @@ func (ts *tenantLearners) run(ctx context.Context) {
 	t := time.NewTicker(adaptEvery)
 	defer t.Stop()
 	for {
+		if !learnsPerTenant(ts.r.cfg.Load()) {
+			if !ts.r.untilChanged(ctx) {
+				return
+			}
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if !learnsPerTenant(ts.r.cfg.Load()) {
-			continue
 		}
 		ts.mu.Lock()
 		type due struct {

@@ -69,15 +69,18 @@ func (r *runner) tenantLoop(ctx context.Context) {
 	t := time.NewTicker(tenantPoll)
 	defer t.Stop()
 	for {
-		if r.cfg.Load().PauseTenant {
-			pctx, cancel := context.WithTimeout(ctx, storeTimeout)
-			paused, err := tp.PausedTenants(pctx, r.name)
-			cancel()
-			if err == nil {
-				r.holds.set(r.p.now(), paused)
-			}
-		} else {
+		if !r.cfg.Load().PauseTenant {
 			r.holds.set(r.p.now(), nil)
+			if !r.untilChanged(ctx) {
+				return
+			}
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		paused, err := tp.PausedTenants(pctx, r.name)
+		cancel()
+		if err == nil {
+			r.holds.set(r.p.now(), paused)
 		}
 		select {
 		case <-ctx.Done():
