@@ -223,6 +223,8 @@ type Hooks struct {
 	OnWait func(left time.Duration)
 	// OnGiveUp is called for each slot given up for being late, with how late it was.
 	OnGiveUp func(late time.Duration)
+	// OnTake, if set, is called after each slot is reserved, with the slot's instant.
+	OnTake func(at time.Time)
 	// Held, if set, is asked right before WaitHooks would return: true gives the slot up and
 	// makes WaitHooks return ErrHeld (an operator paused the queue while the slot was reserved).
 	Held func() bool
@@ -259,6 +261,9 @@ func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) e
 		slot, err := s.Take(ctx, queue, r)
 		if err != nil {
 			return err
+		}
+		if h.OnTake != nil {
+			h.OnTake(slot.At)
 		}
 		if ok, err := w.await(ctx, slot); ok || err != nil {
 			return err

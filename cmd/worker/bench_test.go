@@ -243,6 +243,15 @@ func cpuTime(pid int) time.Duration {
 
 // childPID returns the pid of a child process of this one whose command name is comm, or 0.
 func childPID(comm string) int {
+	if pids := childPIDs(comm); len(pids) > 0 {
+		return pids[0]
+	}
+	return 0
+}
+
+// childPIDs returns the pids of the child processes of this one whose command name is comm.
+func childPIDs(comm string) []int {
+	var pids []int
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		b, err := os.ReadFile(d + "/stat")
@@ -256,8 +265,8 @@ func childPID(comm string) int {
 		}
 		if ppid, _ := strconv.Atoi(f[1]); ppid == os.Getpid() {
 			pid, _ := strconv.Atoi(filepath.Base(d))
-			return pid
+			pids = append(pids, pid)
 		}
 	}
-	return 0
+	return pids
 }

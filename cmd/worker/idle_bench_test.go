@@ -73,7 +73,14 @@ type idleCost struct {
 // measureIdle runs queues idle queues with workers worker processes of workerBin and one
 // ingress of ingressBin on a fresh cluster, and measures them.
 func measureIdle(b *testing.B, workerBin, ingressBin string, queues, workers int) (m idleCost) {
+	before := childPIDs("nats-server")
 	c := newCluster(b)
+	var natsPID int
+	for _, pid := range childPIDs("nats-server") {
+		if !slices.Contains(before, pid) {
+			natsPID = pid // this cluster's, not an earlier one's still running
+		}
+	}
 	var y strings.Builder
 	names := make([]string, queues)
 	for i := range names {
@@ -82,7 +89,6 @@ func measureIdle(b *testing.B, workerBin, ingressBin string, queues, workers int
 	}
 	path := filepath.Join(c.dir, "sluice.yaml")
 	c.writeConfig(path, y.String())
-	natsPID := childPID("nats-server")
 
 	start := time.Now()
 	ing := spawnIngress(b, ingressBin, path)

@@ -76,6 +76,8 @@ func stallRun(t testing.TB, c *cluster, up *upstream, name string, rate, workers
 // those slots up when it resumes instead of delivering them late, back to back. Measured at the
 // upstream from arrival times, no one-second window holds more than rate + burst + 1
 // deliveries. Before slots were given up, the same run put 60 and more into one second at 50/s.
+// And the stalls cost no more than the stall: the queue still achieves ≥ 47/s (45.4/s when a
+// worker reserved a slot for every job it held).
 //
 // The bound is strict, so arrivals delayed by the shared 2-core machine itself (the upstream
 // process waiting for a core) can push a run over it without a worker doing wrong: a run that
@@ -96,6 +98,10 @@ func TestStalledWorkersDoNotBunch(t *testing.T) {
 		switch {
 		case window > limit:
 			problem = fmt.Sprintf("a 1s window holds %d deliveries, want ≤ %d (rate + burst + 1)", window, limit)
+		case workertest.Rate(ts) < 47:
+			// A stalled worker holds only the slots it reserved within reserveAhead, so the
+			// stalls cost the queue a few slots each, not every job the worker holds.
+			problem = fmt.Sprintf("achieved %.2f/s under the stalls, want ≥ 47/s", workertest.Rate(ts))
 		case givenUp == 0:
 			problem = "no worker gave up a slot: the stalls did not hit reserved slots"
 		}

@@ -43,7 +43,7 @@ type learner struct {
 	name    string
 	ad      leaky.Adapter // nil: the schedule cannot adapt, and nothing is learned
 	cfg     func() *QueueConfig
-	ceiling func() float64 // the queue's rate in deliveries per second, the learned rate's ceiling
+	ceiling func() float64                 // the queue's rate in deliveries per second, the learned rate's ceiling
 	until   func(ctx context.Context) bool // waits for a change of the config (runner.untilChanged)
 	log     *slog.Logger
 	now     func() time.Time

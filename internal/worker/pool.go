@@ -77,7 +77,7 @@ type Deps struct {
 // with Reload. Its methods are safe for concurrent use.
 type Pool struct {
 	q      Broker
-	pulls  pulls // cuts idle queues' waiting pulls short (idle.go)
+	pulls  pulls      // cuts idle queues' waiting pulls short (idle.go)
 	fairs  fairSource // nil: Queues makes no fair schedulers
 	exec   *executor  // carries out each job's plan
 	sched  leaky.Schedule
@@ -397,7 +397,7 @@ func (p *Pool) control(name string) queue.Control {
 func (p *Pool) startLocked(s QueueConfig) {
 	ctx, cancel := context.WithCancel(p.ctx)
 	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1), controls: make(chan struct{}, 1),
-		unitTurn: make(chan struct{}, 1)}
+		unitTurn: make(chan struct{}, 1), slotTurn: make(chan struct{}, 1)}
 	r.steps = r.admissions()
 	r.reconnects.Store(p.q.Reconnects())
 	r.suspectUntil.Store(p.now().Add(p.suspicion(&s)).UnixNano()) // a start may follow a NATS restart
@@ -465,12 +465,14 @@ type runner struct {
 	holds       tenantHolds    // its paused tenants (pause_scope: tenant)
 	steps       []admission    // what a job waits for before its delivery (admissions)
 	unitTurn    chan struct{}  // held by the one job of a unit queue taking its slot (cost.go)
+	slotTurn    chan struct{}  // held by the one job taking its slot while slots are reserved ahead (slot.go)
+	horizon     atomic.Int64   // Unix ns of the latest slot the runner reserved
 	// suspectUntil (Unix ns) ends the window in which first deliveries read their record
 	// (suspect); reconnects is the broker's reconnect count when the runner last looked.
 	suspectUntil atomic.Int64
 	reconnects   atomic.Uint64
-	wake         chan struct{} // a job was finished, the last slot waiter got its slot, or the config changed
-	controls     chan struct{} // the operators' controls changed (scheduleLoop applies them at once)
+	wake         chan struct{}                 // a job was finished, the last slot waiter got its slot, or the config changed
+	controls     chan struct{}                 // the operators' controls changed (scheduleLoop applies them at once)
 	changed      atomic.Pointer[chan struct{}] // closed (and replaced) when the config changes
 }
 

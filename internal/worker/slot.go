@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -79,6 +80,15 @@ func (r *runner) waitSlot(ctx context.Context, cfg *QueueConfig, j *job) error {
 func (r *runner) waitOnce(ctx context.Context, cfg *QueueConfig, j *job, h leaky.Hooks) error {
 	cs, ok := r.costSchedule(cfg)
 	if !ok || j == nil {
+		release, err := r.takeTurn(ctx)
+		if err != nil {
+			return err
+		}
+		defer release()
+		h.OnTake = func(at time.Time) {
+			r.reserved(at)
+			release()
+		}
 		return leaky.WaitHooks(ctx, r.p.sched, r.name, r.rate(), h)
 	}
 	select {
@@ -175,4 +185,50 @@ func (r *runner) rate() leaky.Rate {
 		}
 	}
 	return rate
+}
+
+// reserveAhead bounds how far ahead of now a runner reserves leak slots while its queue is
+// throttled: a job in hand takes its slot only once the runner's latest reservation is at most
+// reserveAhead away. A worker that stalls (a GC pause, a starved CPU, SIGSTOP) gives up the
+// slots it cannot use on time when it resumes; holding no more than reserveAhead of them, it
+// costs the queue at most that much of its rate, not the slots of every job it holds (a
+// second's worth at 50/s with 16 jobs in hand). It is well above a Redis round trip and the
+// wake-up before a slot (checkLead), so a worker always has its next slot reserved in time.
+const reserveAhead = 100 * time.Millisecond
+
+// takeTurn waits until a job of the runner may reserve its slot: at once while nothing is
+// reserved ahead (an unthrottled queue, or one behind), else one job at a time, once the
+// latest reservation is within reserveAhead. release ends the turn; it is idempotent.
+func (r *runner) takeTurn(ctx context.Context) (release func(), err error) {
+	if r.horizon.Load() <= r.p.now().UnixNano() {
+		return func() {}, nil
+	}
+	select {
+	case r.slotTurn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { <-r.slotTurn }) }
+	for {
+		wait := time.Duration(r.horizon.Load()-r.p.now().UnixNano()) - reserveAhead
+		if wait <= 0 {
+			return release, nil
+		}
+		if err := retry.Sleep(ctx, nil, wait); err != nil {
+			release()
+			return nil, err
+		}
+	}
+}
+
+// reserved records a slot the runner reserved at at.
+func (r *runner) reserved(at time.Time) {
+	n := at.UnixNano()
+	for {
+		old := r.horizon.Load()
+		if n <= old || r.horizon.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
