@@ -51,6 +51,9 @@ func (r *envReader) tail(j *Job) bool {
 	if r.lit(`,"cost":`) && !r.int(&j.Cost) {
 		return false
 	}
+	if r.lit(`,"not_before":`) && !r.time(&j.NotBefore) {
+		return false
+	}
 	return r.lit("}") && r.s == ""
 }
 

@@ -163,6 +163,9 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	if dl, ok := ctx.Deadline(); ok && job.AckBy.IsZero() {
 		job.AckBy = dl
 	}
+	if job.NotBefore.After(q.now()) {
+		return q.publishScheduled(ctx, spec, job)
+	}
 	subject, stream := q.jobSubject(job.Queue, job.ID), q.streamName(job.Queue)
 	if spec.Fair {
 		// The job waits in its tenant's backlog, where it cannot be read by id: it gets a
@@ -302,6 +305,10 @@ func (q *Queues) recordQueued(ctx context.Context, job *Job, fp string, overwrit
 	rec := record{Status: Status{
 		ID: job.ID, Queue: job.Queue, State: StateQueued, CreatedAt: job.CreatedAt, UpdatedAt: q.now().UTC(),
 	}, Fingerprint: fp, Tenant: job.Tenant}
+	if !job.NotBefore.IsZero() {
+		nb := job.NotBefore.UTC()
+		rec.State, rec.NotBefore = StateScheduled, &nb
+	}
 	if inBacklog {
 		rec.BacklogSeq = seq
 	}
@@ -338,6 +345,10 @@ func (q *Queues) publish(ctx context.Context, subject string, job *Job, msgID, s
 	m := &nats.Msg{Subject: subject, Data: job.Body, Header: nats.Header{
 		hdrJob: vals[0:1:1], hdrMsgID: vals[1:2:2], hdrExpectedStream: vals[2:3:3],
 	}}
+	if !job.NotBefore.IsZero() && stream == q.schedStreamName(job.Queue) {
+		m.Header[hdrSchedule] = []string{scheduleAt(job.NotBefore)}
+		m.Header[hdrScheduleTarget] = []string{q.dueSubject(job.Queue, job.ID)}
+	}
 	f, err := q.pub.PublishMsgAsync(m, publishOpts...)
 	if err != nil {
 		return nil, publishError(job, err) // not sent: the connection is down (no reconnect buffer)
@@ -429,7 +440,9 @@ func (q *Queues) retractOnce(job *Job, subject, stream string) (done bool, err e
 	if err != nil {
 		return false, err
 	}
-	fair := stream == q.backlogStreamName(job.Queue)
+	// A fair queue's backlog, or a schedule whose job may have been moved on: recorded
+	// withdrawn whether or not the message is found.
+	fair := stream == q.backlogStreamName(job.Queue) || stream == q.schedStreamName(job.Queue)
 	raw, err := st.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) && !fair {
 		return true, nil // never stored, or already taken and acked

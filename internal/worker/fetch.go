@@ -41,6 +41,8 @@ func (r *runner) run(ctx, hard context.Context) {
 	go func() { defer wg.Done(); r.scheduleLoop(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); r.tenantLoop(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); r.moveLoop(ctx) }()
 	cons := r.consumer(ctx)
 	if cons == nil {
 		return

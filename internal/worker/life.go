@@ -70,9 +70,14 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 			return endNotSent, true
 		}
 		if st, err := r.p.exec.status(j); err == nil && st.State == queue.StateCanceled {
-			r.p.exec.logger(j).Info("worker: job withdrawn by its publisher (answered 503); not delivered")
+			r.p.exec.logger(j).Info("worker: job withdrawn (its publisher answered 503, or it was canceled while scheduled); not delivered")
 			return endWithdrawn, true
 		}
+	}
+	// A scheduled job is never delivered before its time, on this worker's clock either; the
+	// mover held it for its time on its own (queue.MoveDue), so this waits for clock skew.
+	if d := time.Until(m.Job.NotBefore); d > 0 && retry.Sleep(ctx, nil, d) != nil {
+		return endNotSent, true
 	}
 	return 0, false
 }
@@ -235,9 +240,15 @@ const (
 )
 
 // ambiguous reports whether m was stored so close to (or after) its publisher's deadline that
-// the publisher may have answered that nothing was stored.
+// the publisher may have answered that nothing was stored. A scheduled job (Job.NotBefore) is
+// stored in the queue when it comes due, long after its publish: its timestamp tells nothing
+// of the publish, so it always counts — its status is read before delivery, which also finds
+// a cancel that came while it was being moved.
 func ambiguous(m *queue.Msg) bool {
-	return !m.Job.AckBy.IsZero() && m.Timestamp.After(m.Job.AckBy.Add(-ambiguity))
+	if m.Job.AckBy.IsZero() {
+		return false
+	}
+	return !m.Job.NotBefore.IsZero() || m.Timestamp.After(m.Job.AckBy.Add(-ambiguity))
 }
 
 // classify is retry.Classify, with jobs the queue cannot route counted as permanent.
