@@ -420,7 +420,7 @@ func (q *Queues) retract(job *Job, subject, stream string, f jetstream.PubAckFut
 // when the process stops publishing; other methods must not be called after it.
 func (q *Queues) Close(ctx context.Context) error {
 	done := make(chan struct{})
-	go func() { q.retracts.Wait(); close(done) }()
+	go func() { q.retracts.Wait(); q.moves.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil

@@ -106,6 +106,7 @@ type Queues struct {
 	meta   jetstream.KeyValue // the meta bucket: id secret, operator controls
 
 	retracts  sync.WaitGroup // background withdrawals of failed publishes (retract)
+	moves     sync.WaitGroup // background moves of due scheduled jobs (MoveDue)
 	closing   chan struct{}  // closed by Close to stop them
 	closeOnce sync.Once
 

@@ -2,10 +2,8 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -153,13 +151,15 @@ func (q *Queues) unschedule(ctx context.Context, queue, id string) {
 }
 
 // MoveDue moves jobs of queue name whose schedules fired into the queue: it takes up to max
-// of them, waiting at most wait for the first, holds each until its NotBefore (the server
-// fires up to a second early), and publishes it to the queue's stream (a fair queue: its
-// tenant's backlog) under its job id, so that a job moved twice — its mover died between the
-// publish and the ack — is dropped as a duplicate within Spec.StreamDuplicates; a job moved
-// again later is recognised by its status record. A job that finds the queue full stays due
-// and is tried again a second later. It returns how many jobs it moved. Any number of
-// processes may call it at once; every worker does (package worker).
+// of them (those there now, or else the first to come within wait), holds each until its
+// NotBefore (the server fires a schedule up to a second early) and publishes it to the
+// queue's stream (a fair queue: its tenant's backlog) under its job id, so that a job moved
+// twice — its mover died between the publish and the ack — is dropped as a duplicate within
+// Spec.StreamDuplicates; a job moved again later is recognised by its status record. A job
+// that finds the queue full stays due and is tried again a second later. It returns how many
+// jobs it took, without waiting for their moves, which go on in the background until done or
+// ctx ends, and which Close waits for. Any number of processes may call it at once; every
+// worker does (package worker).
 func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Duration) (int, error) {
 	spec, ok := q.spec(name)
 	if !ok {
@@ -169,32 +169,32 @@ func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Du
 	if err != nil {
 		return 0, err
 	}
-	batch, err := c.Fetch(cmpMax(max, 1), jetstream.FetchMaxWait(cmpMax64(wait, time.Millisecond)))
+	batch, err := c.FetchNoWait(cmpMax(max, 1))
 	if err != nil {
 		return 0, fmt.Errorf("queue: move due jobs of %q: %w", name, err)
 	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		moved int
-	)
-	for raw := range batch.Messages() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if q.moveOne(ctx, spec, raw) {
-				mu.Lock()
-				moved++
-				mu.Unlock()
-			}
-		}()
+	n := q.startMoves(ctx, spec, batch)
+	if n > 0 || wait <= 0 {
+		return n, nil
 	}
-	wg.Wait()
-	if err := batch.Error(); err != nil && moved == 0 && !errors.Is(err, nats.ErrTimeout) &&
-		!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+	if batch, err = c.Fetch(1, jetstream.FetchMaxWait(cmpMax64(wait, time.Millisecond))); err != nil {
 		return 0, fmt.Errorf("queue: move due jobs of %q: %w", name, err)
 	}
-	return moved, nil
+	return q.startMoves(ctx, spec, batch), nil
+}
+
+// startMoves starts moveOne for every job of batch and returns how many there were.
+func (q *Queues) startMoves(ctx context.Context, spec Spec, batch jetstream.MessageBatch) int {
+	n := 0
+	for raw := range batch.Messages() {
+		n++
+		q.moves.Add(1)
+		go func() {
+			defer q.moves.Done()
+			q.moveOne(ctx, spec, raw)
+		}()
+	}
+	return n
 }
 
 func cmpMax64(a, b time.Duration) time.Duration {
@@ -236,6 +236,10 @@ func (q *Queues) moveOne(ctx context.Context, spec Spec, raw jetstream.Msg) (mov
 		select {
 		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
+			_ = raw.Nak()
+			return false
+		case <-q.closing:
 			t.Stop()
 			_ = raw.Nak()
 			return false

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// publishScheduled publishes n direct jobs of queue name, 8 at a time, each scheduled a
+// random ahead() from its publish, and returns each job's not-before time by id.
+func (c *cluster) publishScheduled(name string, n int, ahead func() time.Duration) map[string]time.Time {
+	c.t.Helper()
+	var (
+		mu   sync.Mutex
+		out  = make(map[string]time.Time, n)
+		wg   sync.WaitGroup
+		errs = make(chan error, n)
+		sem  = make(chan struct{}, 8)
+	)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+			defer cancel()
+			nb := time.Now().Add(ahead())
+			r, err := c.qs.Publish(ctx, &queue.Job{Queue: name, Direct: true, NotBefore: nb,
+				Header: http.Header{"Content-Type": {"text/plain"}}, Body: fmt.Appendf(nil, "scheduled-%d", i)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			out[r.ID] = nb
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+// uniformAhead returns a random duration in [lo, hi).
+func uniformAhead(lo, hi time.Duration) func() time.Duration {
+	return func() time.Duration { return lo + rand.N(hi-lo) }
+}
+
+// lateness returns how late each scheduled job (by id in due) first arrived at the upstream
+// against its time, sorted, and how many arrivals there were of those jobs.
+func lateness(as []workertest.Arrival, due map[string]time.Time) (late []time.Duration, arrivals int) {
+	seen := map[string]bool{}
+	for _, a := range as {
+		nb, ok := due[a.ID]
+		if !ok {
+			continue
+		}
+		arrivals++
+		if !seen[a.ID] {
+			seen[a.ID] = true
+			late = append(late, a.At.Sub(nb))
+		}
+	}
+	slices.Sort(late)
+	return late, arrivals
+}
+
+// quantile is the q-quantile of sorted ds.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
+
+// TestScheduledJobsOnTime: 1 000 jobs scheduled 1–20s ahead (at random) on an otherwise idle
+// 100/s queue drained by two worker processes arrive at the upstream never before their time,
+// and 99% of them within a second of it. (The 1–60s horizon is BenchmarkScheduledLateness.)
+func TestScheduledJobsOnTime(t *testing.T) {
+	late := scheduledLateness(t, 1000, 20*time.Second)
+	if late[0] < 0 {
+		t.Errorf("a job arrived %v before its time", -late[0])
+	}
+	if p99 := quantile(late, 0.99); p99 > time.Second {
+		t.Errorf("p99 lateness %v, want ≤ 1s", p99)
+	}
+}
+
+// BenchmarkScheduledLateness is TestScheduledJobsOnTime over the full horizon: 1 000
+// jobs scheduled 1–60s ahead. It reports the lateness quantiles.
+func BenchmarkScheduledLateness(b *testing.B) {
+	for range b.N {
+		late := scheduledLateness(b, 1000, 60*time.Second)
+		b.ReportMetric(float64(late[0].Milliseconds()), "min-late-ms")
+		b.ReportMetric(float64(quantile(late, 0.5).Milliseconds()), "p50-late-ms")
+		b.ReportMetric(float64(quantile(late, 0.99).Milliseconds()), "p99-late-ms")
+		b.ReportMetric(float64(late[len(late)-1].Milliseconds()), "max-late-ms")
+	}
+}
+
+// scheduledLateness schedules n jobs 1s–horizon ahead on an idle 100/s queue with two worker
+// processes and returns their lateness at the upstream, sorted; it fails when one is lost or
+// delivered twice.
+func scheduledLateness(t testing.TB, n int, horizon time.Duration) []time.Duration {
+	c := newCluster(t)
+	path := c.config(c.queueYAML("later", "100/s"))
+	for range 2 {
+		c.spawn(path)
+	}
+	due := c.publishScheduled("later", n, uniformAhead(time.Second, horizon))
+	c.up.WaitCount(t, horizon+30*time.Second, "every scheduled job", func(int) bool { return c.up.Distinct() >= n })
+	late, arrivals := lateness(c.up.Arrivals(), due)
+	if len(late) != n || arrivals != n {
+		t.Fatalf("%d jobs arrived (%d arrivals), want %d once each", len(late), arrivals, n)
+	}
+	t.Logf("lateness of %d jobs scheduled 1s–%v ahead: min %v p50 %v p99 %v max %v", n, horizon,
+		late[0], quantile(late, 0.5), quantile(late, 0.99), late[len(late)-1])
+	return late
+}
+
+// TestScheduledBesideBacklog: 500 jobs scheduled 1–20s ahead beside a 3 000-job backlog of a
+// 100/s queue, two worker processes: the queue drains at its rate (within 1%) with no gap
+// while the scheduled jobs wait, and no scheduled job arrives before its time.
+func TestScheduledBesideBacklog(t *testing.T) {
+	const (
+		backlog   = 3000
+		scheduled = 500
+		rate      = 100
+	)
+	c := newCluster(t)
+	path := c.config(c.queueYAML("mixed", fmt.Sprintf("%d/s", rate), "concurrency: 8"))
+	due := c.publishScheduled("mixed", scheduled, uniformAhead(time.Second, 20*time.Second))
+	workertest.Publish(t, c.qs, "mixed", backlog, true)
+	for range 2 {
+		c.spawn(path)
+	}
+	c.up.WaitCount(t, 60*time.Second, "every job", func(int) bool { return c.up.Distinct() >= backlog+scheduled })
+	as := c.up.Arrivals()
+	ts := workertest.Times(as)
+	got := workertest.Rate(ts)
+	gap, at := workertest.Gaps(ts, time.Time{})
+	late, _ := lateness(as, due)
+	var immediate []workertest.Arrival
+	for _, a := range as {
+		if _, ok := due[a.ID]; !ok {
+			immediate = append(immediate, a)
+		}
+	}
+	imm := workertest.Rate(workertest.Times(immediate))
+	t.Logf("%d immediate + %d scheduled jobs: rate %.2f/s (immediate jobs %.2f/s), largest gap %v (at %v), scheduled lateness min %v p50 %v max %v",
+		backlog, scheduled, got, imm, gap, at.Format(time.TimeOnly), late[0], quantile(late, 0.5), late[len(late)-1])
+	if got < rate*0.99 || got > rate*1.01 || imm < rate*0.99 || imm > rate*1.01 {
+		t.Errorf("drain rate %.2f/s, of the immediate jobs %.2f/s; want %d/s ±1%%", got, imm, rate)
+	}
+	if gap > 100*time.Millisecond {
+		t.Errorf("a %v gap in the drain (at %v); the slots are %v apart", gap, at, time.Second/rate)
+	}
+	if late[0] < 0 {
+		t.Errorf("a scheduled job arrived %v before its time", -late[0])
+	}
+	if len(as) != backlog+scheduled {
+		t.Errorf("%d arrivals for %d jobs", len(as), backlog+scheduled)
+	}
+}
