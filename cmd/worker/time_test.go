@@ -2,14 +2,21 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 	"github.com/sluice-rl/sluice/queue"
 )
@@ -171,5 +178,135 @@ func TestScheduledBesideBacklog(t *testing.T) {
 	}
 	if len(as) != backlog+scheduled {
 		t.Errorf("%d arrivals for %d jobs", len(as), backlog+scheduled)
+	}
+}
+
+// ingressBin is the ingress command, built once, beside workerBin.
+var (
+	ingressBin     string
+	ingressBuild   sync.Once
+	ingressBuildOK bool
+)
+
+// spawnIngress starts an ingress process with worker config path, its public listener on a
+// free port, and returns it with its address once it is ready.
+func (c *cluster) spawnIngress(path string) (*proc, string) {
+	c.t.Helper()
+	ingressBuild.Do(func() {
+		ingressBin = filepath.Join(filepath.Dir(workerBin), "ingress")
+		out, err := exec.Command("go", "build", "-o", ingressBin, "../ingress").CombinedOutput()
+		if err != nil {
+			c.t.Logf("go build ../ingress: %v\n%s", err, out)
+			return
+		}
+		ingressBuildOK = true
+	})
+	if !ingressBuildOK {
+		c.t.Fatal("the ingress command did not build")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(c.t))
+	ipath := filepath.Join(c.dir, "ingress.yaml")
+	if err := os.WriteFile(ipath, []byte("listen: "+listen+"\n"+string(b)), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	p := spawnBin(c.t, ingressBin, ipath)
+	p.waitReady()
+	return p, listen
+}
+
+// submitScheduled submits n jobs to queue name through the ingress at addr, 8 at a time,
+// each with a Sluice-Not-Before a random ahead() from its submission, and returns their
+// times by id. Every answer must be 202 with state scheduled.
+func (c *cluster) submitScheduled(addr, name string, n int, ahead func() time.Duration) map[string]time.Time {
+	c.t.Helper()
+	var (
+		mu   sync.Mutex
+		out  = make(map[string]time.Time, n)
+		wg   sync.WaitGroup
+		errs = make(chan error, n)
+		sem  = make(chan struct{}, 8)
+	)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			nb := time.Now().Add(ahead()).UTC()
+			req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/queues/"+name+"/jobs", strings.NewReader(fmt.Sprint("job-", i)))
+			req.Header.Set("Sluice-Not-Before", nb.Format(time.RFC3339Nano))
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer res.Body.Close()
+			var a struct {
+				ID    string `json:"id"`
+				State string `json:"state"`
+			}
+			if err := json.NewDecoder(res.Body).Decode(&a); err != nil || res.StatusCode != http.StatusAccepted || a.State != "scheduled" {
+				errs <- fmt.Errorf("submit: %d %+v %v", res.StatusCode, a, err)
+				return
+			}
+			mu.Lock()
+			out[a.ID] = nb
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+// TestScheduledJobsSurviveRestarts: 500 jobs scheduled 2–12s ahead through an ingress
+// process; then every worker and the ingress are killed with SIGKILL and nats-server is
+// killed, and restarted once a fifth of the jobs came due; two new workers start once
+// another fifth did. Every job arrives at the upstream exactly once, none before its time.
+func TestScheduledJobsSurviveRestarts(t *testing.T) {
+	const n = 500
+	c := newCluster(t)
+	path := c.config(c.queueYAML("survive", "100/s"))
+	ing, addr := c.spawnIngress(path)
+	workers := []*proc{c.spawn(path), c.spawn(path)}
+	due := c.submitScheduled(addr, "survive", n, uniformAhead(2*time.Second, 12*time.Second))
+	times := slices.SortedFunc(maps.Values(due), time.Time.Compare)
+	for _, p := range append(workers, ing) {
+		p.kill()
+	}
+	c.nats.Kill()
+	// The outage is part of the scenario, not a synchronisation: a fifth of the jobs come due
+	// while nats-server is down, another fifth while it is up and no worker runs.
+	time.Sleep(time.Until(times[n/5]))
+	c.nats.Start()
+	time.Sleep(time.Until(times[2*n/5]))
+	for range 2 {
+		c.spawn(path)
+	}
+	back, dueMeanwhile := time.Now(), 0
+	for _, nb := range times {
+		if nb.Before(back) {
+			dueMeanwhile++
+		}
+	}
+	t.Logf("%d of %d jobs came due before the new workers were ready", dueMeanwhile, n)
+	c.up.WaitCount(t, 45*time.Second, "every scheduled job", func(int) bool { return c.up.Distinct() >= n })
+	// Give a duplicate, if there were one, the time to arrive: a mover's AckWait and more.
+	deadline := time.Now().Add(6 * time.Second)
+	c.up.WaitCount(t, 7*time.Second, "no more arrivals", func(int) bool { return time.Now().After(deadline) })
+	late, arrivals := lateness(c.up.Arrivals(), due)
+	t.Logf("%d jobs after the restarts: %d arrivals, lateness min %v p50 %v p99 %v max %v", len(late), arrivals,
+		late[0], quantile(late, 0.5), quantile(late, 0.99), late[len(late)-1])
+	if len(late) != n || arrivals != n {
+		t.Errorf("%d of %d jobs arrived, in %d arrivals; want each once", len(late), n, arrivals)
+	}
+	if late[0] < 0 {
+		t.Errorf("a job arrived %v before its time", -late[0])
 	}
 }
