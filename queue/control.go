@@ -202,11 +202,7 @@ func (q *Queues) Cancel(ctx context.Context, id string) (Status, error) {
 			_ = backlog.DeleteMsg(ctx, rec.BacklogSeq) // not there: it was moved on, see below
 		}
 	}
-	if stream, ok := q.stream(out.Queue); ok {
-		if raw, err := stream.GetLastMsgForSubject(ctx, q.jobSubject(out.Queue, id)); err == nil {
-			_ = stream.DeleteMsg(ctx, raw.Sequence) // a worker that holds it sees the status
-		}
-	}
+	q.deleteWaiting(ctx, out.Queue, id)
 	q.announceCancel(id)
 	out.State = StateCanceled
 	return out, nil

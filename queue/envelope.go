@@ -113,6 +113,10 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 		b = job.NotBefore.AppendFormat(b, time.RFC3339Nano)
 		b = append(b, '"')
 	}
+	if job.Priority != "" {
+		b = append(b, `,"priority":`...)
+		b = jsonw.AppendString(b, string(job.Priority))
+	}
 	if len(job.Header) > 0 && b64 {
 		b = append(b, `,"header_b64":`...)
 		b = appendHeader(b, job.Header, true)

@@ -48,6 +48,9 @@ type Job struct {
 	// whose NotBefore is still ahead as scheduled (see [Queues.Publish]), and a worker never
 	// delivers it sooner on its own clock. Zero: as soon as the queue allows.
 	NotBefore time.Time `json:"not_before,omitzero"`
+	// Priority orders the job among the waiting jobs of its queue (not yet of a fair queue,
+	// where it is kept but not used); "" is normal.
+	Priority Priority `json:"priority,omitempty"`
 }
 
 // State is the lifecycle state of a job, as reported by GET /v1/jobs/{id}.

@@ -167,6 +167,9 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		return q.publishScheduled(ctx, spec, job)
 	}
 	subject, stream := q.jobSubject(job.Queue, job.ID), q.streamName(job.Queue)
+	if job.Priority != PriorityNormal && !spec.Fair {
+		subject, stream = q.levelSubject(job.Queue, job.Priority, job.ID), q.levelStreamName(job.Queue, job.Priority)
+	}
 	if spec.Fair {
 		// The job waits in its tenant's backlog, where it cannot be read by id: it gets a
 		// status entry, as a job with an Idempotency-Key does, which also keeps its place in
@@ -174,7 +177,7 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		subject, stream = q.backlogSubject(job.Queue, job.Tenant), q.backlogStreamName(job.Queue)
 	}
 
-	if job.IdempotencyKey == "" && !spec.Fair && findable(job.Queue, job.ID) {
+	if job.IdempotencyKey == "" && !spec.Fair && job.Priority == PriorityNormal && findable(job.Queue, job.ID) {
 		ack, err := q.publish(ctx, subject, job, job.ID, stream)
 		if err != nil {
 			return Receipt{}, err
@@ -242,6 +245,9 @@ func (q *Queues) prepare(job *Job) (Spec, error) {
 	spec, ok := q.spec(job.Queue)
 	if !ok {
 		return Spec{}, fmt.Errorf("%w: %q", ErrUnknownQueue, job.Queue)
+	}
+	if _, ok := ParsePriority(string(job.Priority)); !ok && job.Priority != PriorityNormal {
+		return Spec{}, fmt.Errorf("queue: publish: invalid priority %q", job.Priority)
 	}
 	if spec.MaxBodyBytes > 0 && int64(len(job.Body)) > spec.MaxBodyBytes {
 		return Spec{}, fmt.Errorf("%w: %d bytes, queue %q accepts %d", ErrTooLarge, len(job.Body), job.Queue, spec.MaxBodyBytes)

@@ -250,7 +250,7 @@ func (q *Queues) moveOne(ctx context.Context, spec Spec, raw jetstream.Msg) (mov
 		_ = raw.Ack()
 		return false
 	}
-	subject, stream := q.jobSubject(spec.Name, job.ID), q.streamName(spec.Name)
+	subject, stream := q.levelSubject(spec.Name, job.Priority, job.ID), q.levelStreamName(spec.Name, job.Priority)
 	if spec.Fair {
 		subject, stream = q.backlogSubject(spec.Name, job.Tenant), q.backlogStreamName(spec.Name)
 	}

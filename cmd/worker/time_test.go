@@ -310,3 +310,99 @@ func TestScheduledJobsSurviveRestarts(t *testing.T) {
 		t.Errorf("a job arrived %v before its time", -late[0])
 	}
 }
+
+// publishLevel publishes n direct jobs of queue name with priority p, 8 at a time, and
+// returns their ids.
+func (c *cluster) publishLevel(name string, p queue.Priority, n int) map[string]bool {
+	c.t.Helper()
+	var (
+		mu   sync.Mutex
+		out  = make(map[string]bool, n)
+		wg   sync.WaitGroup
+		errs = make(chan error, n)
+		sem  = make(chan struct{}, 8)
+	)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+			defer cancel()
+			r, err := c.qs.Publish(ctx, &queue.Job{Queue: name, Direct: true, Priority: p, Body: fmt.Appendf(nil, "%s-%d", p, i)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			out[r.ID] = true
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+// TestHighPriorityOvertakesLow: a 100/s queue drained by two worker processes works through
+// 1 000 waiting low jobs when 50 high ones come: every high job arrives within 50/rate + 1s
+// of its publish, and meanwhile the low jobs keep their starvation guard's share — no more
+// than 2 × (starveAfter-1) deliveries in a row (two workers) without a low one.
+func TestHighPriorityOvertakesLow(t *testing.T) {
+	const (
+		lows, highs = 1000, 50
+		rate        = 100
+		starveAfter = 8 // package worker's
+	)
+	c := newCluster(t)
+	path := c.config(c.queueYAML("levels", fmt.Sprintf("%d/s", rate)))
+	low := c.publishLevel("levels", queue.PriorityLow, lows)
+	for range 2 {
+		c.spawn(path)
+	}
+	c.up.WaitCount(t, 20*time.Second, "the low drain to be under way", func(n int) bool { return n >= 100 })
+	start := time.Now()
+	high := c.publishLevel("levels", queue.PriorityHigh, highs)
+	published := time.Now()
+	c.up.WaitCount(t, 20*time.Second, "every high job", func(int) bool {
+		n := 0
+		for id := range c.up.PerID() {
+			if high[id] {
+				n++
+			}
+		}
+		return n == highs
+	})
+	var last time.Time
+	run, longest, lowsMeanwhile := 0, 0, 0
+	for _, a := range c.up.Arrivals() {
+		switch {
+		case high[a.ID]:
+			if a.At.After(last) {
+				last = a.At
+			}
+			run++
+			longest = max(longest, run)
+		case low[a.ID] && a.At.After(start) && (last.IsZero() || !a.At.After(last)):
+			lowsMeanwhile++
+			run = 0
+		default:
+			run = 0
+		}
+	}
+	bound := time.Duration(highs)*time.Second/rate + time.Second
+	t.Logf("%d high jobs published in %v over %d low: the last arrived %v after the publishes began (bound %v); "+
+		"%d low jobs meanwhile, longest run without one %d", highs, published.Sub(start), lows, last.Sub(start), bound, lowsMeanwhile, longest)
+	if last.Sub(start) > bound+published.Sub(start) {
+		t.Errorf("the last high job arrived %v after the publishes began, want ≤ %v after they ended", last.Sub(start), bound)
+	}
+	if longest > 2*(starveAfter-1) {
+		t.Errorf("%d deliveries in a row without a low job, want ≤ %d", longest, 2*(starveAfter-1))
+	}
+	if lowsMeanwhile == 0 {
+		t.Errorf("no low job arrived while the high ones drained")
+	}
+}

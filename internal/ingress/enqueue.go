@@ -356,6 +356,9 @@ func (s *Server) submitJob(c echo.Context) error {
 	if job.NotBefore, err = notBefore(r, q, s.gate.now()); err != nil {
 		return err
 	}
+	if job.Priority, err = priorityOf(r); err != nil {
+		return err
+	}
 	if job.Tenant, err = s.gate.tenantOf(rs, q, r); err != nil {
 		return err
 	}

@@ -4,16 +4,33 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/queue"
 )
 
 // The headers of a direct submission that schedule its job.
 const (
 	hdrDelay     = "Sluice-Delay"
 	hdrNotBefore = "Sluice-Not-Before"
+	hdrPriority  = "Sluice-Priority"
 )
+
+// priorityOf reads the Sluice-Priority of a submission: high, normal (the default) or low;
+// a 400 problem for anything else or a repeated header.
+func priorityOf(r *http.Request) (queue.Priority, error) {
+	v, ok := r.Header[hdrPriority]
+	if !ok {
+		return queue.PriorityNormal, nil
+	}
+	p, valid := queue.ParsePriority(strings.ToLower(strings.TrimSpace(v[0])))
+	if len(v) != 1 || !valid {
+		return "", badRequest("invalid "+hdrPriority, hdrPriority+" must be high, normal or low, once")
+	}
+	return p, nil
+}
 
 // notBefore reads when a job submitted by r to queue q may be delivered: Sluice-Delay (a Go
 // duration such as "90s" or "1h30m", or whole seconds as in Retry-After) from now, or

@@ -81,11 +81,11 @@ func hasPrefixFold(name, prefix string) bool {
 	return true
 }
 
-// scheduleHeader reports whether name is one of the headers that schedule a job submitted
-// to the job API (schedule.go): scrubHeaders keeps them on a submission (POST
+// scheduleHeader reports whether name is one of the headers that schedule or order a job
+// submitted to the job API (schedule.go): scrubHeaders keeps them on a submission (POST
 // /v1/queues/{q}/jobs), whose headers reach no upstream but its Content-*.
 func scheduleHeader(name string) bool {
-	return name == hdrDelay || name == hdrNotBefore
+	return name == hdrDelay || name == hdrNotBefore || name == hdrPriority
 }
 
 // scrubHeaders removes from h the headers a client may not send as they are, and returns the

@@ -151,13 +151,28 @@ func fetchBatch(c int) int { return max(1, c/4) }
 // ended.) The fetch is not cancelled with ctx: cancelling it could strand a job the server
 // had already sent until its AckWait passed; jobs fetched after ctx ended are handed back at
 // once by handle instead.
+//
+// A queue's jobs of priority high and low come from their own consumers (levels), the
+// higher level first; the wait is then on the normal jobs, no longer than levelProbe, after
+// which the others are asked again.
 func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*queue.Msg, error) {
 	fctx := context.WithoutCancel(ctx)
-	msgs, err := cons.Fetch(fctx, n, 0)
+	lv := r.levelsOf(ctx, cons)
+	var (
+		msgs []*queue.Msg
+		err  error
+		wait = fetchWait
+	)
+	if lv != nil {
+		msgs, err = lv.take(fctx, n, r.p.now())
+		wait = levelProbe
+	} else {
+		msgs, err = cons.Fetch(fctx, n, 0)
+	}
 	if len(msgs) > 0 || err != nil || ctx.Err() != nil {
 		return msgs, err
 	}
-	return cons.Fetch(fctx, 1, fetchWait)
+	return cons.Fetch(fctx, 1, wait)
 }
 
 // consumer returns the queue's consumer, retrying while the queue does not exist yet (the
