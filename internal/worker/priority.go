@@ -122,4 +122,3 @@ func (lv *levels) note(i, k int, now time.Time) {
 		lv.taken[lower] += k
 	}
 }
-
