@@ -17,6 +17,9 @@ var (
 	// ErrJobNotFound is returned by Job and Wait when the ingress does not know the job id
 	// (404). Test with errors.Is.
 	ErrJobNotFound = errors.New("client: job not found")
+	// ErrJobCanceled is returned by Wait, with the job, when the job was canceled before its
+	// delivery. Test with errors.Is.
+	ErrJobCanceled = errors.New("client: job canceled")
 	// ErrRateLimited matches every *RateLimitedError under errors.Is.
 	ErrRateLimited = errors.New("client: rate limited")
 )

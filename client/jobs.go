@@ -18,17 +18,30 @@ import (
 // State is the state of a job.
 type State string
 
-// The states of a job. Succeeded and Failed are final.
+// The states of a job. Succeeded, Failed and Canceled are final.
 const (
+	StateScheduled State = "scheduled" // waiting for its time (WithDelay, WithNotBefore)
 	StateQueued    State = "queued"
 	StateRunning   State = "running"
 	StateRetrying  State = "retrying"
 	StateSucceeded State = "succeeded"
-	StateFailed    State = "failed" // dead-lettered
+	StateFailed    State = "failed"   // dead-lettered
+	StateCanceled  State = "canceled" // canceled before delivery; it is never delivered
 )
 
-// Final reports whether s is a state a job never leaves (succeeded or failed).
-func (s State) Final() bool { return s == StateSucceeded || s == StateFailed }
+// Final reports whether s is a state a job never leaves (succeeded, failed or canceled).
+func (s State) Final() bool { return s == StateSucceeded || s == StateFailed || s == StateCanceled }
+
+// Priority orders a job among the waiting jobs of its queue (WithPriority).
+type Priority string
+
+// The priorities; workers take high jobs before normal ones before low ones, with a
+// starvation guard for the lower ones (see the README).
+const (
+	PriorityHigh   Priority = "high"
+	PriorityNormal Priority = "normal"
+	PriorityLow    Priority = "low"
+)
 
 // Job is a deferred job as the ingress reports it. Submit fills ID, Queue, State, StatusURL, ETA
 // and Replayed; Job and Wait fill the rest.
@@ -50,6 +63,9 @@ type Job struct {
 	// after any pause. An estimate, told anew on every read; nil when the ingress gave none
 	// (the job is no longer queued, or the queue is paused with no end set).
 	ETA *time.Time `json:"eta,omitempty"`
+	// NotBefore is the time a scheduled job was submitted for (WithDelay, WithNotBefore);
+	// nil for a job submitted without one.
+	NotBefore *time.Time `json:"not_before,omitempty"`
 	// Replayed is true when Submit's Idempotency-Key had been seen before: the ingress
 	// returned the existing job instead of creating one (Idempotent-Replayed: true).
 	Replayed bool `json:"-"`
@@ -66,6 +82,28 @@ type SubmitOption func(*submitOptions)
 type submitOptions struct {
 	contentType    string
 	idempotencyKey string
+	delay          time.Duration
+	notBefore      time.Time
+	priority       Priority
+}
+
+// WithDelay schedules the job d from when the ingress accepts it (Sluice-Delay): it is
+// scheduled until then, and never delivered sooner. Beyond the queue's max_delay (30 days by
+// default) Submit returns a 400 *APIError. Do not combine it with WithNotBefore.
+func WithDelay(d time.Duration) SubmitOption {
+	return func(o *submitOptions) { o.delay = d }
+}
+
+// WithNotBefore schedules the job for t (Sluice-Not-Before): it is scheduled until then,
+// and never delivered sooner; a t already past is no schedule. Do not combine it with
+// WithDelay.
+func WithNotBefore(t time.Time) SubmitOption {
+	return func(o *submitOptions) { o.notBefore = t }
+}
+
+// WithPriority sets the job's priority (Sluice-Priority): high, normal (the default) or low.
+func WithPriority(p Priority) SubmitOption {
+	return func(o *submitOptions) { o.priority = p }
 }
 
 // WithContentType sets the Content-Type the job's body is delivered with (default
@@ -110,6 +148,15 @@ func (c *Client) Submit(ctx context.Context, queue string, body []byte, opts ...
 	req.Header.Set("Content-Type", o.contentType)
 	req.Header.Set("Idempotency-Key", o.idempotencyKey)
 	req.Header.Set("Accept", "application/json")
+	if o.delay != 0 {
+		req.Header.Set("Sluice-Delay", o.delay.String())
+	}
+	if !o.notBefore.IsZero() {
+		req.Header.Set("Sluice-Not-Before", o.notBefore.UTC().Format(time.RFC3339Nano))
+	}
+	if o.priority != "" {
+		req.Header.Set("Sluice-Priority", string(o.priority))
+	}
 
 	resp, err := c.Do(ctx, req) // its errors name the URL or are typed: not wrapped again
 	if err != nil {
@@ -160,9 +207,10 @@ func (c *Client) Job(ctx context.Context, id string) (*Job, error) {
 }
 
 // Wait polls the job id until it reaches a final state and returns it: with a nil error when
-// it succeeded, with a *JobFailedError when it failed (dead-lettered). Polls are spaced by
-// the poll policy (see WithPollPolicy), starting over at its initial delay whenever the
-// job's state changes.
+// it succeeded, with a *JobFailedError when it failed (dead-lettered), with an error matching
+// ErrJobCanceled when it was canceled. Polls are spaced by the poll policy (see
+// WithPollPolicy), starting over at its initial delay whenever the job's state changes; a
+// scheduled job is not polled again before its time.
 //
 // Wait returns early, with the last job it saw (nil if none), on any error of Job — such as
 // ErrJobNotFound — and with ctx.Err() when ctx is done, which interrupts a wait at once.
@@ -182,13 +230,20 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 			return job, nil
 		case StateFailed:
 			return job, &JobFailedError{Job: job}
+		case StateCanceled:
+			return job, fmt.Errorf("%w: %s", ErrJobCanceled, id)
 		}
 		if last != nil && last.State != job.State {
 			attempt = 0
 		}
 		last = job
 		attempt++
-		if err := retry.Sleep(ctx, c.clock, c.poll.Delay(attempt, randv2.Float64())); err != nil {
+		wait := c.poll.Delay(attempt, randv2.Float64())
+		if job.State == StateScheduled && job.NotBefore != nil {
+			// Nothing happens to it before its time.
+			wait = max(wait, job.NotBefore.Sub(c.clock.Now()))
+		}
+		if err := retry.Sleep(ctx, c.clock, wait); err != nil {
 			return last, err
 		}
 	}

@@ -194,16 +194,15 @@ func (q *Queues) Cancel(ctx context.Context, id string) (Status, error) {
 	if out.State != StateCanceled {
 		return out, fmt.Errorf("%w: job %s is %s", ErrConflict, id, out.State)
 	}
+	if st.NotBefore != nil {
+		q.unschedule(ctx, out.Queue, id)
+	}
 	if rec, _, err := q.getRecord(ctx, id); err == nil && rec.BacklogSeq != 0 {
 		if backlog, err := q.js.Stream(ctx, q.backlogStreamName(out.Queue)); err == nil {
 			_ = backlog.DeleteMsg(ctx, rec.BacklogSeq) // not there: it was moved on, see below
 		}
 	}
-	if stream, ok := q.stream(out.Queue); ok {
-		if raw, err := stream.GetLastMsgForSubject(ctx, q.jobSubject(out.Queue, id)); err == nil {
-			_ = stream.DeleteMsg(ctx, raw.Sequence) // a worker that holds it sees the status
-		}
-	}
+	q.deleteWaiting(ctx, out.Queue, id)
 	q.announceCancel(id)
 	out.State = StateCanceled
 	return out, nil

@@ -2,7 +2,8 @@
 // backpressure, provisioning, consumption by workers, dead letters and job status. It uses only
 // nats.go's jetstream package and knows nothing of HTTP, Redis or the config file: callers map
 // their configuration to [Spec] and [Options]. [Queues] starts no goroutine of its own but the
-// withdrawals of failed publishes, which [Queues.Close] ends; it is safe for concurrent use, by
+// withdrawals of failed publishes and the moves [Queues.MoveDue] starts, which [Queues.Close]
+// ends; it is safe for concurrent use, by
 // any number of processes on the same streams.
 //
 // # Model
@@ -14,7 +15,10 @@
 // and the operators' controls. A job is one message: its body byte-exact as the payload, the rest
 // as JSON in the Sluice-Job header, written and read by hand (encoding/json reads anything else).
 // A fair queue (Spec.Fair) adds its tenants' backlogs, described by [FairLayout] and scheduled
-// by package queue/fair.
+// by package queue/fair. A job with a Job.NotBefore ahead waits as a JetStream message schedule
+// in SLUICE_S_orders until its time, when MoveDue (every worker calls it) moves it into the
+// queue; a high or low job (Job.Priority) waits in SLUICE_QH_orders or SLUICE_QL_orders, with
+// a consumer of its own ([Queues.LevelConsumer]).
 //
 // # Guarantees
 //
@@ -27,7 +31,8 @@
 // [Queues.Status] finds a job from the moment Publish returns. Workers ack explicitly and count
 // attempts themselves (MaxDeliver -1): a job stays in its stream until a worker acks it (or
 // dead-letters it, or it is canceled), and is delivered again after Spec.AckWait unacked.
-// Lowering MaxDepth never drops a job.
+// Lowering MaxDepth never drops a job. A scheduled job reaches the queue at its time, not
+// before, and once (a move repeated by a crash is dropped by its message id or its status).
 //
 // # Costs
 //
@@ -35,6 +40,9 @@
 // from [NewJobID]) ends with a tag of its queue, so Status finds it in its stream by id, and no
 // status entry is written until a worker records progress. A keyed job costs a status read, the
 // message and a status entry; an unknown id costs Status up to three reads. The server keeps
-// a few hundred bytes per waiting job for its subject. The design, its history and rejected
-// alternatives are in docs/design/queue.md; the figures in BENCHMARKS.md ("queue").
+// a few hundred bytes per waiting job for its subject. A scheduled job costs two stream reads
+// (the room check), its schedule and a status entry, and when due a get, a publish and an ack;
+// a high or low job a status entry beside its message. The design, its history and rejected
+// alternatives are in docs/design/queue.md and docs/design/time.md; the figures in
+// BENCHMARKS.md ("queue").
 package queue

@@ -65,6 +65,9 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 	if y := job.CreatedAt.Year(); y < 0 || y > 9999 {
 		return nil, errors.New("created_at: year outside of range [0,9999]")
 	}
+	if y := job.NotBefore.Year(); !job.NotBefore.IsZero() && (y < 0 || y > 9999) {
+		return nil, errors.New("not_before: year outside of range [0,9999]")
+	}
 	b = append(b, `{"id":`...)
 	b = jsonw.AppendString(b, job.ID)
 	b = append(b, `,"queue":`...)
@@ -104,6 +107,15 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 	if job.Cost != 0 {
 		b = append(b, `,"cost":`...)
 		b = strconv.AppendInt(b, job.Cost, 10)
+	}
+	if !job.NotBefore.IsZero() {
+		b = append(b, `,"not_before":"`...)
+		b = job.NotBefore.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	if job.Priority != "" {
+		b = append(b, `,"priority":`...)
+		b = jsonw.AppendString(b, string(job.Priority))
 	}
 	if len(job.Header) > 0 && b64 {
 		b = append(b, `,"header_b64":`...)

@@ -51,6 +51,16 @@ func (r *envReader) tail(j *Job) bool {
 	if r.lit(`,"cost":`) && !r.int(&j.Cost) {
 		return false
 	}
+	if r.lit(`,"not_before":`) && !r.time(&j.NotBefore) {
+		return false
+	}
+	if r.lit(`,"priority":`) {
+		var p string
+		if !r.str(&p) {
+			return false
+		}
+		j.Priority = Priority(p)
+	}
 	return r.lit("}") && r.s == ""
 }
 

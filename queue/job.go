@@ -44,6 +44,13 @@ type Job struct {
 	// Cost is what the job costs in its queue's units (the queue's cost, read when the job was
 	// accepted); 0 means 1, the cost of a job of a queue without cost_rate.
 	Cost int64 `json:"cost,omitempty"`
+	// NotBefore, when set, is the earliest time the job may be delivered: Publish stores a job
+	// whose NotBefore is still ahead as scheduled (see [Queues.Publish]), and a worker never
+	// delivers it sooner on its own clock. Zero: as soon as the queue allows.
+	NotBefore time.Time `json:"not_before,omitzero"`
+	// Priority orders the job among the waiting jobs of its queue (not yet of a fair queue,
+	// where it is kept but not used); "" is normal.
+	Priority Priority `json:"priority,omitempty"`
 }
 
 // State is the lifecycle state of a job, as reported by GET /v1/jobs/{id}.
@@ -51,6 +58,7 @@ type State string
 
 // The job states.
 const (
+	StateScheduled State = "scheduled" // accepted, waiting for its not-before time (Job.NotBefore)
 	StateQueued    State = "queued"    // accepted, waiting for a worker
 	StateRunning   State = "running"   // a worker is delivering it
 	StateRetrying  State = "retrying"  // an attempt failed; it will be tried again
@@ -79,6 +87,8 @@ type Status struct {
 	DeadLetter bool `json:"dead_letter,omitempty"`
 	// NextAttemptAt is when a retrying job will be tried again, when known.
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	// NotBefore is the job's Job.NotBefore, for a job that was scheduled; nil otherwise.
+	NotBefore *time.Time `json:"not_before,omitempty"`
 	// Tenant is the job's Job.Tenant. It is not part of the JSON form: a caller that serves
 	// the status compares it with the asker's tenant.
 	Tenant string `json:"-"`
@@ -172,6 +182,10 @@ type Info struct {
 	// Left is how many jobs have left the queue since its stream was created: delivered,
 	// dead-lettered or canceled. Its rate of change is the queue's drain rate.
 	Left uint64 `json:"left"`
+	// Scheduled is the number of jobs waiting for their not-before time (Job.NotBefore), and
+	// of those whose time came that are not yet in the queue's stream; Depth does not count
+	// them.
+	Scheduled uint64 `json:"scheduled"`
 	// Fair is whether the queue is fair (Spec.Fair). The fields below are set only then.
 	Fair bool `json:"fair,omitempty"`
 	// Backlog is how many of Depth wait in the tenants' backlogs, not yet scheduled.

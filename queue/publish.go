@@ -163,7 +163,13 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	if dl, ok := ctx.Deadline(); ok && job.AckBy.IsZero() {
 		job.AckBy = dl
 	}
+	if job.NotBefore.After(q.now()) {
+		return q.publishScheduled(ctx, spec, job)
+	}
 	subject, stream := q.jobSubject(job.Queue, job.ID), q.streamName(job.Queue)
+	if job.Priority != PriorityNormal && !spec.Fair {
+		subject, stream = q.levelSubject(job.Queue, job.Priority, job.ID), q.levelStreamName(job.Queue, job.Priority)
+	}
 	if spec.Fair {
 		// The job waits in its tenant's backlog, where it cannot be read by id: it gets a
 		// status entry, as a job with an Idempotency-Key does, which also keeps its place in
@@ -171,7 +177,7 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		subject, stream = q.backlogSubject(job.Queue, job.Tenant), q.backlogStreamName(job.Queue)
 	}
 
-	if job.IdempotencyKey == "" && !spec.Fair && findable(job.Queue, job.ID) {
+	if job.IdempotencyKey == "" && !spec.Fair && job.Priority == PriorityNormal && findable(job.Queue, job.ID) {
 		ack, err := q.publish(ctx, subject, job, job.ID, stream)
 		if err != nil {
 			return Receipt{}, err
@@ -240,6 +246,9 @@ func (q *Queues) prepare(job *Job) (Spec, error) {
 	if !ok {
 		return Spec{}, fmt.Errorf("%w: %q", ErrUnknownQueue, job.Queue)
 	}
+	if _, ok := ParsePriority(string(job.Priority)); !ok && job.Priority != PriorityNormal {
+		return Spec{}, fmt.Errorf("queue: publish: invalid priority %q", job.Priority)
+	}
 	if spec.MaxBodyBytes > 0 && int64(len(job.Body)) > spec.MaxBodyBytes {
 		return Spec{}, fmt.Errorf("%w: %d bytes, queue %q accepts %d", ErrTooLarge, len(job.Body), job.Queue, spec.MaxBodyBytes)
 	}
@@ -302,6 +311,10 @@ func (q *Queues) recordQueued(ctx context.Context, job *Job, fp string, overwrit
 	rec := record{Status: Status{
 		ID: job.ID, Queue: job.Queue, State: StateQueued, CreatedAt: job.CreatedAt, UpdatedAt: q.now().UTC(),
 	}, Fingerprint: fp, Tenant: job.Tenant}
+	if !job.NotBefore.IsZero() {
+		nb := job.NotBefore.UTC()
+		rec.State, rec.NotBefore = StateScheduled, &nb
+	}
 	if inBacklog {
 		rec.BacklogSeq = seq
 	}
@@ -338,6 +351,10 @@ func (q *Queues) publish(ctx context.Context, subject string, job *Job, msgID, s
 	m := &nats.Msg{Subject: subject, Data: job.Body, Header: nats.Header{
 		hdrJob: vals[0:1:1], hdrMsgID: vals[1:2:2], hdrExpectedStream: vals[2:3:3],
 	}}
+	if !job.NotBefore.IsZero() && stream == q.schedStreamName(job.Queue) {
+		m.Header[hdrSchedule] = []string{scheduleAt(job.NotBefore)}
+		m.Header[hdrScheduleTarget] = []string{q.dueSubject(job.Queue, job.ID)}
+	}
 	f, err := q.pub.PublishMsgAsync(m, publishOpts...)
 	if err != nil {
 		return nil, publishError(job, err) // not sent: the connection is down (no reconnect buffer)
@@ -409,7 +426,7 @@ func (q *Queues) retract(job *Job, subject, stream string, f jetstream.PubAckFut
 // when the process stops publishing; other methods must not be called after it.
 func (q *Queues) Close(ctx context.Context) error {
 	done := make(chan struct{})
-	go func() { q.retracts.Wait(); close(done) }()
+	go func() { q.retracts.Wait(); q.moves.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -429,7 +446,9 @@ func (q *Queues) retractOnce(job *Job, subject, stream string) (done bool, err e
 	if err != nil {
 		return false, err
 	}
-	fair := stream == q.backlogStreamName(job.Queue)
+	// A fair queue's backlog, or a schedule whose job may have been moved on: recorded
+	// withdrawn whether or not the message is found.
+	fair := stream == q.backlogStreamName(job.Queue) || stream == q.schedStreamName(job.Queue)
 	raw, err := st.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) && !fair {
 		return true, nil // never stored, or already taken and acked

@@ -107,6 +107,7 @@ type Queues struct {
 	meta   jetstream.KeyValue // the meta bucket: id secret, operator controls
 
 	retracts  sync.WaitGroup // background withdrawals of failed publishes (retract)
+	moves     sync.WaitGroup // background moves of due scheduled jobs (MoveDue)
 	closing   chan struct{}  // closed by Close to stop them
 	closeOnce sync.Once
 
@@ -115,6 +116,7 @@ type Queues struct {
 	streams map[string]jetstream.Stream // their streams, for reading jobs by subject
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
+	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)
 }
 
 // validName reports whether s is a queue name or key prefix: 1 to 64 of [A-Za-z0-9_-].
@@ -388,6 +390,12 @@ func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error
 			return nil, err
 		}
 	}
+	if err := q.provisionSchedule(ctx, s); err != nil {
+		return nil, err
+	}
+	if err := q.provisionLevels(ctx, s, limit); err != nil {
+		return nil, err
+	}
 	return stream, nil
 }
 
@@ -446,6 +454,14 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 		return Info{}, fmt.Errorf("queue: info %q: dead letters: %w", name, err)
 	}
 	info.DeadLetters = di.State.Msgs
+	if info.Scheduled, err = q.scheduled(ctx, name); err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: scheduled: %w", name, err)
+	}
+	levels, err := q.levelDepths(ctx, name)
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: priorities: %w", name, err)
+	}
+	info.Depth += levels
 	return info, nil
 }
 

@@ -75,6 +75,9 @@ func (q *Queues) Status(ctx context.Context, id string) (Status, error) {
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Status{}, fmt.Errorf("queue: status %s: %w", id, err)
 	}
+	if r.State == StateScheduled && r.NotBefore != nil && !q.now().Before(*r.NotBefore) {
+		r.State = StateQueued // its time came: it waits in the queue (or is being moved there)
+	}
 	return r.Status, err
 }
 

@@ -18,6 +18,7 @@ type queueView struct {
 	Depth         uint64       `json:"depth"`
 	Pending       uint64       `json:"pending"`
 	InFlight      int          `json:"in_flight"`
+	Scheduled     uint64       `json:"scheduled"`
 	DeadLetters   uint64       `json:"dead_letters"`
 	Paused        bool         `json:"paused"`
 	PausedUntil   *time.Time   `json:"paused_until"`
@@ -76,7 +77,7 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 
 
 func printQueues(w io.Writer, qs []queueView) error {
 	t := table(w)
-	fmt.Fprintln(t, "QUEUE\tRATE\tEFFECTIVE\tDEPTH\tPENDING\tIN FLIGHT\tDELIVERING\tDEAD\tPAUSED\tTENANTS")
+	fmt.Fprintln(t, "QUEUE\tRATE\tEFFECTIVE\tDEPTH\tSCHEDULED\tPENDING\tIN FLIGHT\tDELIVERING\tDEAD\tPAUSED\tTENANTS")
 	for _, q := range qs {
 		rate := q.Rate
 		if q.RuntimeRate != nil {
@@ -97,7 +98,7 @@ func printQueues(w io.Writer, qs []queueView) error {
 		if q.Delivering != nil {
 			delivering = fmt.Sprintf("%d/%d", *q.Delivering, q.MaxInFlight)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n", q.Name, rate, eff, q.Depth, q.Pending,
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n", q.Name, rate, eff, q.Depth, q.Scheduled, q.Pending,
 			q.InFlight, delivering, q.DeadLetters, pausedText(q), tenants)
 	}
 	return t.Flush()

@@ -215,6 +215,11 @@ func TestQueuesNATS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for range 2 { // scheduled an hour ahead: counted apart from the depth
+		if _, err := qs.Publish(ctx, &queue.Job{Queue: "orders", Direct: true, NotBefore: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s := New("127.0.0.1:0", nil)
 	(&Queues{Info: qs, Config: func() *config.Config { return cfg }}).Mount(s)
 
@@ -229,7 +234,7 @@ func TestQueuesNATS(t *testing.T) {
 		st = QueueStatus{}
 		return json.Unmarshal(body, &st) == nil && st.Pending == 4
 	})
-	if res.StatusCode != 200 || st.Depth != 4 || st.Pending != 4 || st.Rate != "50/s" || st.PausedUntil != nil {
+	if res.StatusCode != 200 || st.Depth != 4 || st.Scheduled != 2 || st.Pending != 4 || st.Rate != "50/s" || st.PausedUntil != nil {
 		t.Fatalf("orders: %d %s", res.StatusCode, body)
 	}
 	// "reports" is configured but was not provisioned.

@@ -95,6 +95,9 @@ type QueueStatus struct {
 	// Depth is the number of jobs in the queue, waiting and in flight; MaxDepth its limit.
 	Depth    uint64 `json:"depth"`
 	MaxDepth int64  `json:"max_depth"`
+	// Scheduled is the number of jobs waiting for their time (Sluice-Delay,
+	// Sluice-Not-Before), not counted in Depth.
+	Scheduled uint64 `json:"scheduled"`
 	// Pending is the number of jobs no worker holds yet.
 	Pending uint64 `json:"pending"`
 	// InFlight is the number of jobs held by workers.
@@ -373,7 +376,7 @@ func (q *Queues) now() time.Time {
 // setInfo sets what info says of configured queue cq: its counts and, when it is fair, its
 // tenants.
 func (st *QueueStatus) setInfo(info queue.Info, cq *config.Queue, tenantNames func(*config.Queue) map[string]string) {
-	st.Depth, st.Pending, st.InFlight = info.Depth, info.Pending, info.InFlight
+	st.Depth, st.Pending, st.InFlight, st.Scheduled = info.Depth, info.Pending, info.InFlight, info.Scheduled
 	st.Consumers, st.DeadLetters, st.Left = info.Consumers, info.DeadLetters, info.Left
 	if !info.Fair {
 		return
@@ -457,6 +460,7 @@ type queueMetrics struct {
 var (
 	descDepth         = prometheus.NewDesc("sluice_queue_depth", "Jobs in the queue, waiting and in flight.", []string{"queue"}, nil)
 	descInFlight      = prometheus.NewDesc("sluice_queue_in_flight", "Jobs held by workers.", []string{"queue"}, nil)
+	descScheduled     = prometheus.NewDesc("sluice_queue_scheduled", "Jobs waiting for their time (Sluice-Delay, Sluice-Not-Before), not in sluice_queue_depth.", []string{"queue"}, nil)
 	descDead          = prometheus.NewDesc("sluice_queue_dead_letters", "Jobs in the queue's dead-letter stream.", []string{"queue"}, nil)
 	descPaused        = prometheus.NewDesc("sluice_queue_paused", "1 while the queue's deliveries are paused (by an operator or an upstream's Retry-After).", []string{"queue"}, nil)
 	descEffective     = prometheus.NewDesc("sluice_queue_effective_rate", "Deliveries per second the queue is allowed now.", []string{"queue"}, nil)
@@ -467,7 +471,7 @@ var (
 )
 
 func (m *queueMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDepth, descInFlight, descDead, descPaused, descEffective, descTenants,
+	for _, d := range []*prometheus.Desc{descDepth, descInFlight, descScheduled, descDead, descPaused, descEffective, descTenants,
 		descDelivering, descMaxInFlight, descPausedTenants} {
 		ch <- d
 	}
@@ -496,6 +500,7 @@ func (m *queueMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descDepth, prometheus.GaugeValue, float64(st.Depth), st.Name)
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight), st.Name)
+		ch <- prometheus.MustNewConstMetric(descScheduled, prometheus.GaugeValue, float64(st.Scheduled), st.Name)
 		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(st.DeadLetters), st.Name)
 		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, paused, st.Name)
 		ch <- prometheus.MustNewConstMetric(descEffective, prometheus.GaugeValue, st.EffectiveRate, st.Name)

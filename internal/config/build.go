@@ -519,11 +519,12 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	q.Timeout = b.positiveDuration(where, "timeout", r.Timeout, DefaultTimeout)
 	q.DedupeWindow = b.positiveDuration(where, "dedupe_window", r.DedupeWindow, DefaultDedupeWindow)
 	q.AckWait = b.positiveDuration(where, "ack_wait", r.AckWait, DefaultAckWait)
+	q.MaxDelay = b.positiveDuration(where, "max_delay", r.MaxDelay, DefaultMaxDelay)
 	for _, d := range []struct {
 		field string
 		v     time.Duration
 	}{{"backoff.initial", q.Backoff.Initial}, {"backoff.max", q.Backoff.Max}, {"timeout", q.Timeout},
-		{"dedupe_window", q.DedupeWindow}, {"ack_wait", q.AckWait}} {
+		{"dedupe_window", q.DedupeWindow}, {"ack_wait", q.AckWait}, {"max_delay", q.MaxDelay}} {
 		b.boundDuration(where, d.field, d.v, maxDuration)
 	}
 	if q.AckWait > 0 && q.AckWait < 100*time.Millisecond {

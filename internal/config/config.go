@@ -82,6 +82,7 @@ const (
 	DefaultBackoffMax      = 5 * time.Minute
 	DefaultTimeout         = 10 * time.Second
 	DefaultDedupeWindow    = queue.DefaultDedupeWindow
+	DefaultMaxDelay        = 30 * 24 * time.Hour
 	DefaultAckWait         = queue.DefaultAckWait
 	DefaultConcurrency     = 4
 	DefaultMaxPauseRetries = 20
@@ -255,6 +256,10 @@ type Queue struct {
 	// be short; it is also how long the jobs a stopped embedded server held take to come back
 	// after a restart of the quickstart. Default 30s.
 	AckWait time.Duration
+	// MaxDelay is how far ahead a job may be scheduled (Sluice-Delay, Sluice-Not-Before; YAML
+	// max_delay); a job scheduled further ahead is refused with 400. Default 30 days (as
+	// Cloud Tasks), at most 366 days.
+	MaxDelay time.Duration
 	// Concurrency is how many deliveries of this queue one worker process has in flight.
 	// Default 4.
 	Concurrency int

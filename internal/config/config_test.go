@@ -83,7 +83,7 @@ func TestFullExampleLoads(t *testing.T) {
 			Name: "orders", Rate: Rate{N: 50, Per: time.Second}, Burst: 5, MaxDepth: 5000,
 			MaxBodyBytes: 65536, MaxBytes: 64 << 20, Target: &Target{Method: "PUT", URL: "https://orders.internal/api/orders"},
 			MaxAttempts: 5, Backoff: Backoff{Initial: 500 * time.Millisecond, Max: time.Minute},
-			Timeout: 3 * time.Second, DedupeWindow: time.Hour, AckWait: 5 * time.Second, Concurrency: 16, MaxPauseRetries: 3,
+			Timeout: 3 * time.Second, DedupeWindow: time.Hour, AckWait: 5 * time.Second, MaxDelay: DefaultMaxDelay, Concurrency: 16, MaxPauseRetries: 3,
 			Tenant: []KeyPart{{Kind: KeyHeader, Name: "X-Api-Key"}}, Adaptive: true, MinRate: Rate{5, time.Second},
 			Fair: true, Weights: map[string]float64{"gold-key": 3, "bronze-key": 0.5}, TenantRate: Rate{20, time.Second},
 			MaxInFlight: 12, TenantInFlight: 3, PauseScope: PauseTenant,
@@ -93,7 +93,7 @@ func TestFullExampleLoads(t *testing.T) {
 			Name: "reports", Rate: Rate{N: 5, Per: 2 * time.Second}, MaxDepth: DefaultMaxDepth,
 			MaxBodyBytes: DefaultMaxBodyBytes, MaxBytes: DefaultMaxBytes, Target: &Target{Method: "POST", URL: "http://reports.internal/run"},
 			MaxAttempts: DefaultMaxAttempts, Backoff: Backoff{Initial: time.Second, Max: 5 * time.Minute},
-			Timeout: DefaultTimeout, DedupeWindow: DefaultDedupeWindow, AckWait: DefaultAckWait, Concurrency: DefaultConcurrency,
+			Timeout: DefaultTimeout, DedupeWindow: DefaultDedupeWindow, AckWait: DefaultAckWait, MaxDelay: DefaultMaxDelay, Concurrency: DefaultConcurrency,
 			MaxPauseRetries: DefaultMaxPauseRetries, MinRate: Rate{1, time.Second}, PauseScope: PauseQueue,
 		}},
 		Rules: []Rule{{
@@ -177,7 +177,7 @@ upstream: http://up
 		Queues: []Queue{{
 			Name: "q", Rate: Rate{1, time.Second}, MaxDepth: 100000, MaxBodyBytes: 1 << 20, MaxBytes: DefaultMaxBytes, MaxAttempts: 8,
 			Backoff: Backoff{time.Second, 5 * time.Minute}, Timeout: 10 * time.Second,
-			DedupeWindow: 24 * time.Hour, AckWait: 30 * time.Second, Concurrency: 4, MaxPauseRetries: 20, PauseScope: PauseQueue,
+			DedupeWindow: 24 * time.Hour, AckWait: 30 * time.Second, MaxDelay: 30 * 24 * time.Hour, Concurrency: 4, MaxPauseRetries: 20, PauseScope: PauseQueue,
 			MinRate: Rate{1, time.Second},
 		}},
 		Rules: []Rule{{

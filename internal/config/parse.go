@@ -201,6 +201,7 @@ type (
 		CostRate         *scalar                       `yaml:"cost_rate"`
 		CostBurst        *scalar                       `yaml:"cost_burst"`
 		CostFromResponse *scalar                       `yaml:"cost_from_response"`
+		MaxDelay         *scalar                       `yaml:"max_delay"`
 	}
 	rawTenantSettings struct {
 		Weight   *scalar `yaml:"weight"`

@@ -152,6 +152,11 @@ func (g *gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
 		return &publishError{queue: q.Name, err: err}
 	}
 	a := &Accepted{ID: rcpt.ID, Queue: q.Name, State: queue.StateQueued, StatusURL: JobPath(rcpt.ID)}
+	if !job.NotBefore.IsZero() && !rcpt.Replayed {
+		a.State, a.ETA = queue.StateScheduled, utcMillis(job.NotBefore)
+		writeAccepted(c.Response(), a)
+		return nil
+	}
 	if rcpt.Replayed {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 		if st, err := g.enqueuer.Status(ctx, rcpt.ID); err == nil {
@@ -167,6 +172,9 @@ func (g *gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
 // etaOf is the eta of job st of queue q while it is queued, or nil: where it stands (one or
 // two reads), against q's reading.
 func (g *gate) etaOf(ctx context.Context, q *config.Queue, st queue.Status) *time.Time {
+	if st.State == queue.StateScheduled && st.NotBefore != nil {
+		return utcMillis(*st.NotBefore) // its time; the backlog then is not known yet
+	}
 	if st.State != queue.StateQueued {
 		return nil
 	}
@@ -345,6 +353,12 @@ func (s *Server) submitJob(c echo.Context) error {
 		}
 	}
 	var err error
+	if job.NotBefore, err = notBefore(r, q, s.gate.now()); err != nil {
+		return err
+	}
+	if job.Priority, err = priorityOf(r); err != nil {
+		return err
+	}
 	if job.Tenant, err = s.gate.tenantOf(rs, q, r); err != nil {
 		return err
 	}

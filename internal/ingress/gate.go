@@ -301,7 +301,8 @@ func (g *gate) check(c echo.Context, h *held) (bool, *rateHeaders, error) {
 	}
 	r.Method = canonicalMethod(r.Method)
 	rs := g.rules.Load()
-	if p := scrubHeaders(r.Header, rs.keyHeaders, rs.underscoreKeys); p != nil {
+	submit := r.Method == http.MethodPost && isJobAPI(r.URL.Path)
+	if p := scrubHeaders(r.Header, rs.keyHeaders, rs.underscoreKeys, submit); p != nil {
 		writeProblem(c.Response(), p)
 		return false, nil, nil
 	}

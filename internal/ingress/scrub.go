@@ -81,14 +81,24 @@ func hasPrefixFold(name, prefix string) bool {
 	return true
 }
 
+// scheduleHeader reports whether name is one of the headers that schedule or order a job
+// submitted to the job API (schedule.go): scrubHeaders keeps them on a submission (POST
+// /v1/queues/{q}/jobs), whose headers reach no upstream but its Content-*.
+func scheduleHeader(name string) bool {
+	return name == hdrDelay || name == hdrNotBefore || name == hdrPriority
+}
+
 // scrubHeaders removes from h the headers a client may not send as they are, and returns the
 // 400 problem of a request that spells a key header with underscores (nil: none). keys and
-// under are the ruleSet's keyHeaders and underscoreKeys.
-func scrubHeaders(h http.Header, keys map[string]string, under bool) *Problem {
+// under are the ruleSet's keyHeaders and underscoreKeys; submit says the request submits a
+// job to the job API, whose scheduling headers stay.
+func scrubHeaders(h http.Header, keys map[string]string, under, submit bool) *Problem {
 	for name := range h {
 		switch {
 		case hasPrefixFold(name, "sluice-"):
-			delete(h, name)
+			if !submit || !scheduleHeader(name) {
+				delete(h, name)
+			}
 			continue
 		case strings.IndexByte(name, '_') < 0 && !under:
 			continue // the common case: a hyphenated name, and no key header with "_"

@@ -9,7 +9,9 @@
 // send (one HTTP attempt, bounded by QueueConfig.Timeout), and then settle, a pure function
 // from how that ended to a plan — record a status; ack, nak after a delay, hand back or
 // dead-letter; pause the queue — which an executor carries out. The pool reaches NATS
-// through its own [Broker] interface, which *queue.Queues satisfies.
+// through its own [Broker] interface, which *queue.Queues satisfies. Each runner also moves
+// its queue's due scheduled jobs into it (queue.Queues.MoveDue), and fetches a queue's high
+// jobs before its normal ones before its low ones, with a starvation guard (priority.go).
 //
 // Guarantees.
 //   - The queue's aggregate delivery rate never exceeds its rate plus its burst, however
@@ -23,6 +25,9 @@
 //     upstream may have seen: Sluice-Attempt never repeats a number, and a job that kills its
 //     workers is dead-lettered after MaxAttempts (+1) deliveries. A redelivered job whose
 //     status is already final is acked, not delivered again.
+//   - A scheduled job is never delivered before its not-before time on the worker's clock,
+//     nor once canceled (its status is read first). While lower-priority jobs wait, at least
+//     one of every 8 jobs a runner takes is of the lower level.
 //   - Every delivery carries Sluice-Job (the job id), Sluice-Attempt, and Idempotency-Key:
 //     the client's own key when it sent one, the job id otherwise.
 //   - On shutdown the Pool stops fetching, hands back the jobs waiting for slots, lets

@@ -41,6 +41,8 @@ func (r *runner) run(ctx, hard context.Context) {
 	go func() { defer wg.Done(); r.scheduleLoop(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); r.tenantLoop(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); r.moveLoop(ctx) }()
 	cons := r.consumer(ctx)
 	if cons == nil {
 		return
@@ -144,24 +146,41 @@ func fairLookahead(cfg *QueueConfig) int {
 // quarter of c, at least 1.
 func fetchBatch(c int) int { return max(1, c/4) }
 
-// fetch returns up to n jobs: those available now, or else the first one to arrive within
+// fetch returns up to n jobs: those available now, or else the first to arrive within
 // idleWait (a waiting fetch of n would hold the first job until n had arrived or the wait
 // ended). The fetch of the jobs available now is not cancelled with ctx: cancelling it could
 // strand a job the server had already sent until its AckWait passed; jobs fetched after ctx
 // ended are handed back at once by handle instead. The long pull of an idle queue is
 // cancelled, by ctx and by the pool's pulls (idle.go): it would otherwise hold a shutdown for
 // idleWait, and stay lost with a server that forgot it.
+//
+// A queue's jobs of priority high and low come from their own consumers (levels), the
+// higher level first (priority.go); an idle queue's long pull waits on every level at once.
 func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*queue.Msg, error) {
-	msgs, err := cons.Fetch(context.WithoutCancel(ctx), n, 0)
+	fctx := context.WithoutCancel(ctx)
+	lv := r.levelsOf(ctx, cons)
+	var (
+		msgs []*queue.Msg
+		err  error
+	)
+	if lv != nil {
+		msgs, err = lv.take(fctx, n, r.p.now())
+	} else {
+		msgs, err = cons.Fetch(fctx, n, 0)
+	}
 	if len(msgs) > 0 || err != nil || ctx.Err() != nil {
 		return msgs, err
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.p.pulls.current(), cancel)()
-	msgs, err = cons.Fetch(lctx, 1, idleWait)
+	if lv != nil {
+		msgs, err = lv.wait(lctx, cancel, idleWait)
+	} else {
+		msgs, err = cons.Fetch(lctx, 1, idleWait)
+	}
 	if err != nil && lctx.Err() != nil {
-		return nil, nil // cut short: the caller pulls again, or stops
+		return msgs, nil // cut short: the caller pulls again, or stops
 	}
 	return msgs, err
 }

@@ -65,14 +65,40 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 		return end, true
 	}
 	if ambiguous(m) {
-		// Give its publisher the time to withdraw it (queue: retract), then look.
-		if retry.Sleep(ctx, nil, time.Until(m.Job.AckBy.Add(retractGrace))) != nil {
-			return endNotSent, true
+		if end, stop := r.withdrawn(ctx, j); stop {
+			return end, true
 		}
-		if st, err := r.p.exec.status(j); err == nil && st.State == queue.StateCanceled {
-			r.p.exec.logger(j).Info("worker: job withdrawn by its publisher (answered 503); not delivered")
-			return endWithdrawn, true
+	}
+	// A scheduled job is never delivered before its time, on this worker's clock either; the
+	// mover held it for its time on its own (queue.MoveDue), so this waits for clock skew.
+	if d := time.Until(m.Job.NotBefore); d > 0 && retry.Sleep(ctx, nil, d) != nil {
+		return endNotSent, true
+	}
+	return 0, false
+}
+
+// withdrawn tells whether job j, whose publish was ambiguous, was withdrawn by its publisher
+// (queue: retract) or canceled meanwhile: the pass ends then. It gives the publisher the time
+// to withdraw it, then looks at its status — but a scheduled job's status, once its
+// publisher wrote it (which it does only after JetStream acknowledged the job), says at once
+// that the job was accepted.
+func (r *runner) withdrawn(ctx context.Context, j *job) (passEnd, bool) {
+	m := j.m
+	if !m.Job.NotBefore.IsZero() {
+		if st, err := r.p.exec.status(j); err == nil {
+			if st.State == queue.StateCanceled {
+				r.p.exec.logger(j).Info("worker: scheduled job canceled or withdrawn; not delivered")
+				return endWithdrawn, true
+			}
+			return 0, false
 		}
+	}
+	if retry.Sleep(ctx, nil, time.Until(m.Job.AckBy.Add(retractGrace))) != nil {
+		return endNotSent, true
+	}
+	if st, err := r.p.exec.status(j); err == nil && st.State == queue.StateCanceled {
+		r.p.exec.logger(j).Info("worker: job withdrawn by its publisher (answered 503); not delivered")
+		return endWithdrawn, true
 	}
 	return 0, false
 }
@@ -239,9 +265,15 @@ const (
 )
 
 // ambiguous reports whether m was stored so close to (or after) its publisher's deadline that
-// the publisher may have answered that nothing was stored.
+// the publisher may have answered that nothing was stored. A scheduled job (Job.NotBefore) is
+// stored in the queue when it comes due, long after its publish: its timestamp tells nothing
+// of the publish, so it always counts, and withdrawn reads its status before delivery (which
+// also finds a cancel that came while it was being moved).
 func ambiguous(m *queue.Msg) bool {
-	return !m.Job.AckBy.IsZero() && m.Timestamp.After(m.Job.AckBy.Add(-ambiguity))
+	if m.Job.AckBy.IsZero() {
+		return false
+	}
+	return !m.Job.NotBefore.IsZero() || m.Timestamp.After(m.Job.AckBy.Add(-ambiguity))
 }
 
 // classify is retry.Classify, with jobs the queue cannot route counted as permanent.

@@ -455,6 +455,7 @@ func (p *Pool) Reload(specs []QueueConfig) error {
 type runner struct {
 	p           *Pool
 	name        string
+	lv          *levels // its queue's priority levels, once looked up (fetch)
 	cfg         atomic.Pointer[QueueConfig]
 	cancel      context.CancelFunc
 	held        atomic.Int64   // jobs in hand

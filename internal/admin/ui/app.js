@@ -50,7 +50,7 @@ function renderQueues(queues) {
     const tr = el("tr");
     tr.dataset.queue = q.name;
     tr.append(el("td", q.name), el("td", q.runtime_rate ? q.runtime_rate + " (runtime)" : q.rate),
-      el("td", q.effective_rate.toFixed(2) + "/s"), el("td", q.depth), el("td", q.in_flight),
+      el("td", q.effective_rate.toFixed(2) + "/s"), el("td", q.depth), el("td", q.scheduled || 0, "scheduled"), el("td", q.in_flight),
       el("td", q.delivering == null ? "-" : q.delivering + "/" + q.max_in_flight, "delivering"),
       el("td", q.dead_letters), el("td", q.paused ? "paused" : "no", q.paused ? "paused" : ""),
       el("td", q.fair ? String(q.tenants || 0) + (q.paused_tenants ? " (" + q.paused_tenants + " paused)" : "") : "-", "tenants"));

@@ -1,0 +1,298 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Scheduled jobs (Job.NotBefore ahead): they wait in the queue's schedule stream, each as a
+// JetStream message schedule of its own (ADR-51: "Nats-Schedule: @at <time>"), and are moved
+// into the queue when the server fires it. The schedule stream cannot be the queue's stream
+// (a stream with schedules cannot discard new messages, and the queue's stream must, to
+// refuse jobs beyond max_depth), and a schedule's target must be a subject of its own stream,
+// so the server produces the due job in the schedule stream and [Queues.MoveDue] moves it on.
+// docs/design/time.md has the design and what was rejected.
+
+const (
+	// hdrSchedule, hdrScheduleTarget: the JetStream headers of a message schedule.
+	hdrSchedule       = "Nats-Schedule"
+	hdrScheduleTarget = "Nats-Schedule-Target"
+	// moverName is the durable consumer of the schedule stream's due jobs.
+	moverName = "mover"
+	// moverAckWait is how long a mover may hold a due job before another takes it: short, so
+	// that a mover that dies makes its jobs late by little.
+	moverAckWait = 5 * time.Second
+	// earlyMax bounds how long MoveDue holds a due job for its NotBefore (the server fires a
+	// schedule at a whole second, up to a second before NotBefore); a job further ahead is
+	// handed back to come again then.
+	earlyMax = 2 * time.Second
+)
+
+func (q *Queues) schedStreamName(queue string) string { return q.opts.Prefix + "_S_" + queue }
+func (q *Queues) schedPrefix(queue string) string     { return q.opts.Prefix + ".s." + queue + "." }
+
+// atSubject holds job id's schedule; dueSubject the job once its schedule fired.
+func (q *Queues) atSubject(queue, id string) string  { return q.schedPrefix(queue) + "at." + id }
+func (q *Queues) dueSubject(queue, id string) string { return q.schedPrefix(queue) + "due." + id }
+
+// provisionSchedule creates or updates the schedule stream of queue s and its mover: work
+// queue retention (a due job leaves once moved; a schedule is matched by no consumer, so it
+// stays until it fires or is canceled), no limits of its own (Publish checks max_depth, as
+// discarding is not possible here), schedules allowed.
+func (q *Queues) provisionSchedule(ctx context.Context, s Spec) error {
+	name := q.schedStreamName(s.Name)
+	_, err := q.ensureStream(ctx, jetstream.StreamConfig{
+		Name:              name,
+		Description:       "Sluice scheduled jobs of queue " + s.Name,
+		Subjects:          []string{q.schedPrefix(s.Name) + ">"},
+		Retention:         jetstream.WorkQueuePolicy,
+		Discard:           jetstream.DiscardOld,
+		Storage:           jetstream.FileStorage,
+		Replicas:          s.Replicas,
+		Duplicates:        s.StreamDuplicates,
+		AllowMsgSchedules: true,
+	})
+	if err != nil {
+		return fmt.Errorf("queue: %q: schedule stream %s: %w", s.Name, name, err)
+	}
+	err = q.ensureConsumer(ctx, name, jetstream.ConsumerConfig{
+		Durable:       moverName,
+		Description:   "Sluice movers of due jobs of queue " + s.Name,
+		FilterSubject: q.schedPrefix(s.Name) + "due.*",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       moverAckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: s.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("queue: %q: consumer %s of %s: %w", s.Name, moverName, name, err)
+	}
+	return nil
+}
+
+// scheduleAt is the Nats-Schedule of a job due at t: the server takes whole seconds, so the
+// second t falls in; MoveDue holds the job for the rest.
+func scheduleAt(t time.Time) string { return "@at " + t.UTC().Format(time.RFC3339) }
+
+// publishScheduled is Publish for a job whose NotBefore is ahead: it checks the queue's room
+// (jobs waiting and scheduled, against MaxDepth), stores the job's schedule, and records it
+// scheduled.
+func (q *Queues) publishScheduled(ctx context.Context, spec Spec, job *Job) (Receipt, error) {
+	if err := q.checkRoom(ctx, spec); err != nil {
+		return Receipt{}, err
+	}
+	fp, msgID, replayed, err := q.checkKey(ctx, job)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if replayed {
+		return Receipt{ID: job.ID, Replayed: true}, nil
+	}
+	subject, stream := q.atSubject(job.Queue, job.ID), q.schedStreamName(job.Queue)
+	ack, err := q.publish(ctx, subject, job, msgID, stream)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if ack.Duplicate {
+		if err := q.checkDuplicate(ctx, job, fp, subject, stream); err != nil {
+			return Receipt{}, err
+		}
+		return Receipt{ID: job.ID, Replayed: true}, nil
+	}
+	q.recordQueued(ctx, job, fp, msgID != job.ID, false, 0)
+	return Receipt{ID: job.ID}, nil
+}
+
+// checkRoom returns ErrFull when queue spec holds MaxDepth jobs, waiting or scheduled: two
+// reads. Concurrent scheduled publishes may pass it together; the jobs they add over the
+// bound wait, when due, until the queue has room (MoveDue).
+func (q *Queues) checkRoom(ctx context.Context, spec Spec) error {
+	if spec.MaxDepth <= 0 {
+		return nil
+	}
+	var n uint64
+	for _, name := range []string{q.schedStreamName(spec.Name), q.streamName(spec.Name)} {
+		st, err := q.js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
+		}
+		n += st.CachedInfo().State.Msgs
+	}
+	if n >= uint64(spec.MaxDepth) {
+		return fmt.Errorf("%w: queue %q holds %d jobs, waiting and scheduled", ErrFull, spec.Name, n)
+	}
+	return nil
+}
+
+// scheduled returns how many jobs of queue name wait in its schedule stream.
+func (q *Queues) scheduled(ctx context.Context, name string) (uint64, error) {
+	st, err := q.js.Stream(ctx, q.schedStreamName(name))
+	if err != nil {
+		return 0, err
+	}
+	return st.CachedInfo().State.Msgs, nil
+}
+
+// unschedule removes job id's schedule, and the job if its schedule fired and it was not
+// moved yet: for Cancel. A job that was moved on is left to Cancel's other steps.
+func (q *Queues) unschedule(ctx context.Context, queue, id string) {
+	st, err := q.js.Stream(ctx, q.schedStreamName(queue))
+	if err != nil {
+		return
+	}
+	_ = st.Purge(ctx, jetstream.WithPurgeSubject(q.atSubject(queue, id)))
+	_ = st.Purge(ctx, jetstream.WithPurgeSubject(q.dueSubject(queue, id)))
+}
+
+// MoveDue moves jobs of queue name whose schedules fired into the queue: it takes up to max
+// of them (those there now, or else the first to come within wait), holds each until its
+// NotBefore (the server fires a schedule up to a second early) and publishes it to the
+// queue's stream (a fair queue: its tenant's backlog) under its job id, so that a job moved
+// twice — its mover died between the publish and the ack — is dropped as a duplicate within
+// Spec.StreamDuplicates; a job moved again later is recognised by its status record. A job
+// that finds the queue full stays due and is tried again a second later. It returns how many
+// jobs it took, without waiting for their moves, which go on in the background until done or
+// ctx ends, and which Close waits for. Any number of processes may call it at once; every
+// worker does (package worker).
+func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Duration) (int, error) {
+	spec, ok := q.spec(name)
+	if !ok {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
+	}
+	c, err := q.mover(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	batch, err := c.FetchNoWait(cmpMax(max, 1))
+	if err != nil {
+		return 0, fmt.Errorf("queue: move due jobs of %q: %w", name, err)
+	}
+	n := q.startMoves(ctx, spec, batch)
+	if n > 0 || wait <= 0 {
+		return n, nil
+	}
+	if batch, err = c.Fetch(1, jetstream.FetchMaxWait(cmpMax64(wait, time.Millisecond))); err != nil {
+		return 0, fmt.Errorf("queue: move due jobs of %q: %w", name, err)
+	}
+	return q.startMoves(ctx, spec, batch), nil
+}
+
+// startMoves starts moveOne for every job of batch and returns how many there were.
+func (q *Queues) startMoves(ctx context.Context, spec Spec, batch jetstream.MessageBatch) int {
+	n := 0
+	for raw := range batch.Messages() {
+		n++
+		q.moves.Add(1)
+		go func() {
+			defer q.moves.Done()
+			q.moveOne(ctx, spec, raw)
+		}()
+	}
+	return n
+}
+
+func cmpMax64(a, b time.Duration) time.Duration {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// mover returns the mover consumer of queue name, looked up once.
+func (q *Queues) mover(ctx context.Context, name string) (jetstream.Consumer, error) {
+	if c, ok := q.movers.Load(name); ok {
+		return c.(jetstream.Consumer), nil
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	c, err := q.js.Consumer(ctx, q.schedStreamName(name), moverName)
+	if err != nil {
+		return nil, fmt.Errorf("queue: mover of %q: %w", name, err)
+	}
+	q.movers.Store(name, c)
+	return c, nil
+}
+
+// moveOne moves one due job (MoveDue) and settles its message; moved reports whether it was
+// stored in the queue by this call.
+func (q *Queues) moveOne(ctx context.Context, spec Spec, raw jetstream.Msg) (moved bool) {
+	job, err := decode(raw.Headers(), raw.Data())
+	if err != nil {
+		_ = raw.Term() // not a job: nothing to deliver
+		return false
+	}
+	job.Queue = spec.Name
+	if early := job.NotBefore.Sub(q.now()); early > earlyMax {
+		_ = raw.NakWithDelay(early - earlyMax/2)
+		return false
+	} else if early > 0 {
+		t := time.NewTimer(early)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			_ = raw.Nak()
+			return false
+		case <-q.closing:
+			t.Stop()
+			_ = raw.Nak()
+			return false
+		}
+	}
+	if md, err := raw.Metadata(); err == nil && md.NumDelivered > 1 && q.movedBefore(ctx, job.ID) {
+		// Moved by a mover whose ack was lost, past the duplicate window or a server restart.
+		_ = raw.Ack()
+		return false
+	}
+	subject, stream := q.levelSubject(spec.Name, job.Priority, job.ID), q.levelStreamName(spec.Name, job.Priority)
+	if spec.Fair {
+		subject, stream = q.backlogSubject(spec.Name, job.Tenant), q.backlogStreamName(spec.Name)
+	}
+	m := nats.NewMsg(subject)
+	for k, v := range raw.Headers() {
+		if !strings.HasPrefix(k, "Nats-") {
+			m.Header[k] = v
+		}
+	}
+	m.Header.Set(hdrMsgID, job.ID)
+	m.Header.Set(hdrExpectedStream, stream)
+	m.Data = raw.Data()
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	ack, err := q.js.PublishMsg(pctx, m)
+	if err != nil {
+		_ = raw.NakWithDelay(time.Second) // full, or JetStream unreachable: again in a second
+		return false
+	}
+	if spec.Fair && !ack.Duplicate {
+		q.noteBacklogSeq(pctx, job.ID, ack.Sequence)
+	}
+	_ = raw.DoubleAck(pctx)
+	return !ack.Duplicate
+}
+
+// movedBefore reports whether job id's status shows it past scheduled: moved, and taken by
+// a worker since.
+func (q *Queues) movedBefore(ctx context.Context, id string) bool {
+	rec, _, err := q.getRecord(ctx, id)
+	return err == nil && rec.State != StateScheduled && rec.State != StateQueued
+}
+
+// noteBacklogSeq records where a scheduled job of a fair queue was stored in its tenant's
+// backlog, for Cancel. Best effort: a worker reads a scheduled job's status before delivery.
+func (q *Queues) noteBacklogSeq(ctx context.Context, id string, seq uint64) {
+	_ = q.updateStatus(ctx, id, func(cur *record) *record {
+		if cur == nil || cur.State != StateScheduled {
+			return nil
+		}
+		next := *cur
+		next.BacklogSeq = seq
+		return &next
+	})
+}

@@ -1,0 +1,112 @@
+package queue_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// moveUntil calls MoveDue on queue name until it took want jobs in all, or the deadline; the
+// moves themselves go on in the background.
+func (b *bundle) moveUntil(name string, want int, deadline time.Duration) int {
+	b.t.Helper()
+	moved := 0
+	end := time.Now().Add(deadline)
+	for moved < want && time.Now().Before(end) {
+		n, err := b.q.MoveDue(b.ctx, name, 16, 200*time.Millisecond)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		moved += n
+	}
+	return moved
+}
+
+// A scheduled job waits in the schedule stream, shows as scheduled, is counted apart from
+// the queue's depth, and reaches the workers with its body and envelope, never before its time.
+func TestScheduledJobMovedAtItsTime(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
+	nb := time.Now().Add(1500 * time.Millisecond)
+	r := b.publish(&queue.Job{Queue: "q", Direct: true, Body: []byte("later"), NotBefore: nb})
+	st, err := b.q.Status(b.ctx, r.ID)
+	if err != nil || st.State != queue.StateScheduled || st.NotBefore == nil || !st.NotBefore.Equal(nb) {
+		t.Fatalf("status of a scheduled job: %+v, %v", st, err)
+	}
+	info, err := b.q.Info(b.ctx, "q")
+	if err != nil || info.Scheduled != 1 || info.Depth != 0 {
+		t.Fatalf("info: scheduled %d depth %d, %v; want 1 and 0", info.Scheduled, info.Depth, err)
+	}
+	c := b.consumer("q")
+	if msgs, _ := c.Fetch(b.ctx, 1, 0); len(msgs) != 0 {
+		t.Fatalf("a scheduled job reached the workers at once")
+	}
+	if n := b.moveUntil("q", 1, 10*time.Second); n != 1 {
+		t.Fatalf("took %d due jobs, want 1", n)
+	}
+	m := b.fetchOne(c, 5*time.Second)
+	if now := time.Now(); now.Before(nb) {
+		t.Fatalf("moved %v before its time", nb.Sub(now))
+	}
+	if m.Job.ID != r.ID || string(m.Job.Body) != "later" || !m.Job.NotBefore.Equal(nb) {
+		t.Fatalf("moved job: %+v", m.Job)
+	}
+	if st, _ := b.q.Status(b.ctx, r.ID); st.State != queue.StateQueued {
+		t.Fatalf("state after its time: %s, want queued", st.State)
+	}
+	if info, _ := b.q.Info(b.ctx, "q"); info.Scheduled != 0 {
+		t.Fatalf("scheduled after the move: %d", info.Scheduled)
+	}
+}
+
+// Cancel removes a job's schedule: it is never moved, and shows canceled.
+func TestCancelScheduledJob(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
+	r := b.publish(&queue.Job{Queue: "q", Direct: true, NotBefore: time.Now().Add(time.Second)})
+	keep := b.publish(&queue.Job{Queue: "q", Direct: true, NotBefore: time.Now().Add(time.Second)})
+	if st, err := b.q.Cancel(b.ctx, r.ID); err != nil || st.State != queue.StateCanceled {
+		t.Fatalf("cancel: %+v, %v", st, err)
+	}
+	if info, _ := b.q.Info(b.ctx, "q"); info.Scheduled != 1 {
+		t.Fatalf("scheduled after a cancel: %d, want 1", info.Scheduled)
+	}
+	// The job kept is moved; once it is, the canceled one's schedule would have fired too.
+	if n := b.moveUntil("q", 1, 10*time.Second); n != 1 {
+		t.Fatalf("moved %d", n)
+	}
+	if n, err := b.q.MoveDue(b.ctx, "q", 16, 1500*time.Millisecond); n != 0 || err != nil {
+		t.Fatalf("moved %d more (%v): the canceled job", n, err)
+	}
+	if m := b.fetchOne(b.consumer("q"), 5*time.Second); m.Job.ID != keep.ID {
+		t.Fatalf("got %s, want %s", m.Job.ID, keep.ID)
+	}
+	if st, _ := b.q.Status(b.ctx, r.ID); st.State != queue.StateCanceled {
+		t.Fatalf("state: %s", st.State)
+	}
+}
+
+// Scheduled jobs count against max_depth with the waiting ones.
+func TestScheduledJobsCountInMaxDepth(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 2})
+	b.publish(&queue.Job{Queue: "q"})
+	b.publish(&queue.Job{Queue: "q", NotBefore: time.Now().Add(time.Hour)})
+	_, err := b.q.Publish(b.ctx, &queue.Job{Queue: "q", NotBefore: time.Now().Add(time.Hour)})
+	wantErr(t, err, queue.ErrFull)
+}
+
+// A fair queue's scheduled job goes to its tenant's backlog when due.
+func TestScheduledJobOfFairQueue(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "f", Fair: true})
+	r := b.publish(&queue.Job{Queue: "f", Tenant: "t1", NotBefore: time.Now().Add(500 * time.Millisecond)})
+	if n := b.moveUntil("f", 1, 10*time.Second); n != 1 {
+		t.Fatalf("took %d", n)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the job in its tenant's backlog", func() bool {
+		bl, err := b.q.Backlog(b.ctx, "f")
+		return err == nil && bl.Tenants["t1"] == 1
+	})
+	if st, err := b.q.Status(b.ctx, r.ID); err != nil || st.State != queue.StateQueued {
+		t.Fatalf("status after the move: %+v, %v", st, err)
+	}
+}
