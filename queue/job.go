@@ -142,6 +142,10 @@ type Spec struct {
 	// a backlog per tenant (see [FairLayout]), and a scheduler (package queue/fair) moves them
 	// to the delivery stream in weighted round robin.
 	Fair bool
+	// Priorities gives a plain queue a stream and a consumer per priority level beside its
+	// own, for jobs of priority high and low (see [Priority]); without it such jobs are
+	// refused (ErrNoPriorities). Each level costs the NATS servers a stream and a consumer.
+	Priorities bool
 }
 
 // Receipt is the result of a successful Publish.
@@ -216,6 +220,9 @@ var (
 	ErrNotFound = errors.New("queue: job not found")
 	// ErrTooLarge means the job's body is larger than the queue (or the server) accepts.
 	ErrTooLarge = errors.New("queue: body too large")
+	// ErrNoPriorities is returned by Publish for a job of priority high or low to a plain
+	// queue without Spec.Priorities.
+	ErrNoPriorities = errors.New("queue: queue takes no priorities")
 	// ErrIdempotencyMismatch means an Idempotency-Key was reused, within its dedupe window, for a
 	// different request (method, path or body). The ingress answers 422.
 	ErrIdempotencyMismatch = errors.New("queue: idempotency key reused for a different request")

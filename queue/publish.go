@@ -249,6 +249,9 @@ func (q *Queues) prepare(job *Job) (Spec, error) {
 	if _, ok := ParsePriority(string(job.Priority)); !ok && job.Priority != PriorityNormal {
 		return Spec{}, fmt.Errorf("queue: publish: invalid priority %q", job.Priority)
 	}
+	if job.Priority != PriorityNormal && job.Priority != "" && !spec.Priorities && !spec.Fair {
+		return Spec{}, fmt.Errorf("%w: %q (priorities: true gives it levels)", ErrNoPriorities, job.Queue)
+	}
 	if spec.MaxBodyBytes > 0 && int64(len(job.Body)) > spec.MaxBodyBytes {
 		return Spec{}, fmt.Errorf("%w: %d bytes, queue %q accepts %d", ErrTooLarge, len(job.Body), job.Queue, spec.MaxBodyBytes)
 	}

@@ -393,8 +393,10 @@ func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error
 	if err := q.provisionSchedule(ctx, s); err != nil {
 		return nil, err
 	}
-	if err := q.provisionLevels(ctx, s, limit); err != nil {
-		return nil, err
+	if s.Priorities && !s.Fair {
+		if err := q.provisionLevels(ctx, s, limit); err != nil {
+			return nil, err
+		}
 	}
 	return stream, nil
 }
@@ -457,11 +459,13 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 	if info.Scheduled, err = q.scheduled(ctx, name); err != nil {
 		return Info{}, fmt.Errorf("queue: info %q: scheduled: %w", name, err)
 	}
-	levels, err := q.levelDepths(ctx, name)
-	if err != nil {
-		return Info{}, fmt.Errorf("queue: info %q: priorities: %w", name, err)
+	if s.Priorities && !s.Fair {
+		levels, err := q.levelDepths(ctx, name)
+		if err != nil {
+			return Info{}, fmt.Errorf("queue: info %q: priorities: %w", name, err)
+		}
+		info.Depth += levels
 	}
-	info.Depth += levels
 	return info, nil
 }
 

@@ -159,8 +159,9 @@ func (q *Queues) unschedule(ctx context.Context, queue, id string) {
 // that finds the queue full stays due and is tried again a second later. It returns how many
 // jobs it took, without waiting for their moves, which go on in the background until done or
 // ctx ends, and which Close waits for. Any number of processes may call it at once; every
-// worker does (package worker).
-func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Duration) (int, error) {
+// worker does (package worker). The wait for a first job also ends when cut does (nil: never):
+// a worker cuts its long pulls short when they may have been lost with a server.
+func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Duration, cut context.Context) (int, error) {
 	spec, ok := q.spec(name)
 	if !ok {
 		return 0, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
@@ -177,7 +178,15 @@ func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Du
 	if n > 0 || wait <= 0 {
 		return n, nil
 	}
-	if batch, err = c.Fetch(1, jetstream.FetchMaxWait(cmpMax64(wait, time.Millisecond))); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, cmpMax64(wait, time.Millisecond))
+	defer cancel()
+	if cut != nil {
+		defer context.AfterFunc(cut, cancel)()
+	}
+	if batch, err = c.Fetch(1, jetstream.FetchContext(wctx)); err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil {
+			return 0, nil // the wait ended or was cut short
+		}
 		return 0, fmt.Errorf("queue: move due jobs of %q: %w", name, err)
 	}
 	return q.startMoves(ctx, spec, batch), nil

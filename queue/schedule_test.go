@@ -15,7 +15,7 @@ func (b *bundle) moveUntil(name string, want int, deadline time.Duration) int {
 	moved := 0
 	end := time.Now().Add(deadline)
 	for moved < want && time.Now().Before(end) {
-		n, err := b.q.MoveDue(b.ctx, name, 16, 200*time.Millisecond)
+		n, err := b.q.MoveDue(b.ctx, name, 16, 200*time.Millisecond, nil)
 		if err != nil {
 			b.t.Fatal(err)
 		}
@@ -75,7 +75,7 @@ func TestCancelScheduledJob(t *testing.T) {
 	if n := b.moveUntil("q", 1, 10*time.Second); n != 1 {
 		t.Fatalf("moved %d", n)
 	}
-	if n, err := b.q.MoveDue(b.ctx, "q", 16, 1500*time.Millisecond); n != 0 || err != nil {
+	if n, err := b.q.MoveDue(b.ctx, "q", 16, 1500*time.Millisecond, nil); n != 0 || err != nil {
 		t.Fatalf("moved %d more (%v): the canceled job", n, err)
 	}
 	if m := b.fetchOne(b.consumer("q"), 5*time.Second); m.Job.ID != keep.ID {

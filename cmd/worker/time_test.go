@@ -358,7 +358,7 @@ func TestHighPriorityOvertakesLow(t *testing.T) {
 		starveAfter = 8 // package worker's
 	)
 	c := newCluster(t)
-	path := c.config(c.queueYAML("levels", fmt.Sprintf("%d/s", rate)))
+	path := c.config(c.queueYAML("levels", fmt.Sprintf("%d/s", rate), "priorities: true"))
 	low := c.publishLevel("levels", queue.PriorityLow, lows)
 	for range 2 {
 		c.spawn(path)

@@ -97,6 +97,7 @@ func QueueSpecs(cfg *config.Config) []queue.Spec {
 			Replicas:     replicas(cfg),
 			AckWait:      q.AckWait,
 			Fair:         q.Fair,
+			Priorities:   q.Priorities,
 		})
 	}
 	return out

@@ -260,6 +260,11 @@ type Queue struct {
 	// max_delay); a job scheduled further ahead is refused with 400. Default 30 days (as
 	// Cloud Tasks), at most 366 days.
 	MaxDelay time.Duration
+	// Priorities lets the queue's jobs carry Sluice-Priority high or low (YAML priorities):
+	// a plain queue then keeps a stream and a consumer per level beside its own, which cost
+	// the NATS servers; without it, such a submission is refused with 400. A fair queue
+	// keeps a job's priority without levels.
+	Priorities bool
 	// Concurrency is how many deliveries of this queue one worker process has in flight.
 	// Default 4.
 	Concurrency int

@@ -359,6 +359,9 @@ func (s *Server) submitJob(c echo.Context) error {
 	if job.Priority, err = priorityOf(r); err != nil {
 		return err
 	}
+	if job.Priority != queue.PriorityNormal && !q.Priorities && !q.Fair {
+		return badRequest("priorities not enabled", fmt.Sprintf("queue %q takes no %s; its config needs priorities: true", name, hdrPriority))
+	}
 	if job.Tenant, err = s.gate.tenantOf(rs, q, r); err != nil {
 		return err
 	}

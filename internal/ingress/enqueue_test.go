@@ -76,7 +76,7 @@ func newQueueFixtureWith(t *testing.T, yaml string, opts func(*Options)) *queueF
 	var specs []queue.Spec
 	for _, q := range cfg.Queues {
 		specs = append(specs, queue.Spec{Name: q.Name, MaxDepth: q.MaxDepth, MaxBytes: q.MaxBytes, MaxBodyBytes: q.MaxBodyBytes,
-			DedupeWindow: q.DedupeWindow, Fair: q.Fair})
+			DedupeWindow: q.DedupeWindow, Fair: q.Fair, Priorities: q.Priorities})
 	}
 	if err := qs.Provision(ctx, specs); err != nil {
 		t.Fatal(err)

@@ -137,6 +137,8 @@ func problemFor(err error) *Problem {
 	case errors.As(err, &big):
 		return &Problem{Type: "about:blank", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
 			Detail: fmt.Sprintf("the request body is larger than %d bytes, the max_body_bytes of queue %q that this request may be deferred to", big.limit, big.queue)}
+	case errors.Is(err, queue.ErrNoPriorities):
+		return badRequest("priorities not enabled", "the queue takes no "+hdrPriority+"; its config needs priorities: true")
 	case errors.As(err, &mbe), errors.Is(err, queue.ErrTooLarge):
 		detail := "the request is larger than the queue's message store accepts (NATS max_payload)"
 		if mbe != nil {

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -65,5 +66,28 @@ func TestSubmitScheduledJobRefused(t *testing.T) {
 	}
 	if info, _ := f.qs.Info(f.ctx, "orders"); info.Scheduled != 0 || info.Depth != 2 {
 		t.Fatalf("info %+v: want the two ordinary jobs only", info)
+	}
+}
+
+// Sluice-Priority high or low needs a queue with priorities: true (each level costs the NATS
+// servers a stream and a consumer); without it the submission is refused with 400, and a
+// queue with it takes them.
+func TestPriorityNeedsPriorities(t *testing.T) {
+	f := newQueueFixture(t, `
+queues:
+  - {name: plain, rate: 1/s, target: 'POST http://upstream.invalid/x'}
+  - {name: levels, rate: 1/s, target: 'POST http://upstream.invalid/x', priorities: true}
+`)
+	pb := readProblem(t, f.do("POST", "/v1/queues/plain/jobs", strings.NewReader("x"), "Sluice-Priority", "high"), http.StatusBadRequest)
+	if !strings.Contains(pb.Detail, "priorities: true") {
+		t.Errorf("400 detail %q", pb.Detail)
+	}
+	accepted(t, f.do("POST", "/v1/queues/plain/jobs", strings.NewReader("x"), "Sluice-Priority", "normal"), "plain")
+	accepted(t, f.do("POST", "/v1/queues/levels/jobs", strings.NewReader("x"), "Sluice-Priority", "low"), "levels")
+	if info, err := f.qs.Info(f.ctx, "levels"); err != nil || info.Depth != 1 {
+		t.Errorf("levels: info %+v, %v; want the low job counted", info, err)
+	}
+	if _, err := f.qs.Publish(f.ctx, &queue.Job{Queue: "plain", Direct: true, Priority: queue.PriorityHigh}); !errors.Is(err, queue.ErrNoPriorities) {
+		t.Errorf("publishing a high job to a queue without levels: %v, want ErrNoPriorities", err)
 	}
 }

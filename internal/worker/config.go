@@ -61,6 +61,9 @@ type QueueConfig struct {
 	// queue's scheduler (package queue/fair, one leader among all processes) and holds few jobs
 	// waiting for slots, so that the order the scheduler chose is the order of delivery.
 	Fair bool
+	// Priorities: the queue has priority levels (queue.Spec.Priorities); its runner takes
+	// high jobs before normal before low (priority.go).
+	Priorities bool
 	// Weights are the tenants' weights in a fair queue, by tenant (Job.Tenant); default 1.
 	Weights map[string]float64
 	// TenantRate caps the deliveries per second of one tenant of a fair queue; 0: none.
@@ -201,6 +204,7 @@ func FromConfig(cfg *config.Config, tenantID func(key []byte) string) []QueueCon
 			Adaptive:        q.Adaptive,
 			MinRate:         q.MinRate.PerSecond(),
 			Fair:            q.Fair,
+			Priorities:      q.Priorities,
 			Weights:         q.TenantWeights(tenantID),
 			TenantRate:      q.TenantRate.PerSecond(),
 			PauseTenant:     q.PauseScope == config.PauseTenant,

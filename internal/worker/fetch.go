@@ -163,14 +163,18 @@ func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*que
 		msgs []*queue.Msg
 		err  error
 	)
-	if lv != nil {
+	switch {
+	case r.idle:
+		// The last long pull found nothing: no job came since, or it would have had it.
+	case lv != nil:
 		msgs, err = lv.take(fctx, n, r.p.now())
-	} else {
+	default:
 		msgs, err = cons.Fetch(fctx, n, 0)
 	}
 	if len(msgs) > 0 || err != nil || ctx.Err() != nil {
 		return msgs, err
 	}
+	r.idle = false
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.p.pulls.current(), cancel)()
@@ -182,6 +186,7 @@ func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*que
 	if err != nil && lctx.Err() != nil {
 		return msgs, nil // cut short: the caller pulls again, or stops
 	}
+	r.idle = len(msgs) == 0 && err == nil && lctx.Err() == nil
 	return msgs, err
 }
 

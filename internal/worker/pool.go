@@ -468,6 +468,7 @@ type runner struct {
 	unitTurn    chan struct{}  // held by the one job of a unit queue taking its slot (cost.go)
 	slotTurn    chan struct{}  // held by the one job taking its slot while slots are reserved ahead (slot.go)
 	horizon     atomic.Int64   // Unix ns of the latest slot the runner reserved
+	idle        bool           // the fetch loop's last long pull expired empty (fetch)
 	// suspectUntil (Unix ns) ends the window in which first deliveries read their record
 	// (suspect); reconnects is the broker's reconnect count when the runner last looked.
 	suspectUntil atomic.Int64

@@ -43,6 +43,10 @@ type levels struct {
 // levelsOf returns the runner's levels with cons as the normal one, nil when the broker has
 // no levels; it looks the other consumers up once.
 func (r *runner) levelsOf(ctx context.Context, cons *queue.Consumer) *levels {
+	if cfg := r.cfg.Load(); !cfg.Priorities || cfg.Fair {
+		r.lv = nil
+		return nil
+	}
 	if r.lv != nil {
 		return r.lv
 	}
