@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,10 +16,11 @@ import (
 // page is read from the one that holds the state asked for, by a scan from a cursor (a stream
 // sequence):
 //
-//   - waiting and in-flight jobs are the messages of the queue's stream: a page costs one
-//     ephemeral consumer and reads Limit messages, plus one status read per job (whose entry
+//   - waiting and in-flight jobs are the messages of the queue's stream, a work queue that
+//     admits no second consumer: a page costs one direct get per job (next message on the
+//     queue's subject from the cursor) and one status read per job, 16 at a time (whose entry
 //     tells running and retrying from queued);
-//   - dead letters are the messages of its dead-letter stream: the same, without the reads;
+//   - dead letters are the messages of its dead-letter stream: one direct get per job;
 //   - every other state (succeeded, canceled, and running/retrying/failed as recorded) is in
 //     the status bucket, keyed by job id alone: a page scans the bucket's stream from the
 //     cursor and keeps the entries of the queue, state and tenant asked for. It reads up to
@@ -84,18 +87,16 @@ func (q *Queues) Browse(ctx context.Context, queue string, bq BrowseQuery) (Page
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	var (
-		stream string
-		keep   func(m jetstream.Msg, seq uint64) (Browsed, bool)
-		budget = bq.Limit
-	)
 	switch bq.Source {
 	case SourceWaiting, "":
-		stream, keep = q.streamName(queue), q.keepWaiting(ctx, queue, bq)
+		page, err := q.scanDirect(ctx, q.streamName(queue), q.subject(queue)+".>", bq, q.keepWaiting(queue, bq))
+		if err == nil {
+			q.readStates(ctx, &page, bq.State)
+		}
+		return page, err
 	case SourceDead:
-		stream = q.dlqStreamName(queue)
-		keep = func(m jetstream.Msg, seq uint64) (Browsed, bool) {
-			d := deadLetter(queue, m.Headers(), m.Data(), seq)
+		return q.scanDirect(ctx, q.dlqStreamName(queue), q.opts.Prefix+".dlq."+queue+".>", bq, func(m *jetstream.RawStreamMsg) (Browsed, bool) {
+			d := deadLetter(queue, m.Header, m.Data, m.Sequence)
 			b := Browsed{Status: Status{ID: d.Job.ID, Queue: queue, State: StateFailed, Attempts: d.Attempts,
 				CreatedAt: d.Job.CreatedAt, UpdatedAt: d.FailedAt, LastError: d.Reason, DeadLetter: true},
 				TenantID: d.Job.Tenant, Reason: d.Reason, LastStatus: d.LastStatus}
@@ -103,10 +104,9 @@ func (q *Queues) Browse(ctx context.Context, queue string, bq BrowseQuery) (Page
 				b.Response = &Response{Status: d.LastStatus}
 			}
 			return b, bq.Tenant == "" || bq.Tenant == d.Job.Tenant
-		}
+		})
 	case SourceStatus:
-		stream, budget = "KV_"+q.bucketName(), bq.MaxScan
-		keep = func(m jetstream.Msg, _ uint64) (Browsed, bool) {
+		keep := func(m jetstream.Msg, _ uint64) (Browsed, bool) {
 			var r record
 			if op := m.Headers().Get("KV-Operation"); op != "" || json.Unmarshal(m.Data(), &r) != nil {
 				return Browsed{}, false
@@ -114,27 +114,76 @@ func (q *Queues) Browse(ctx context.Context, queue string, bq BrowseQuery) (Page
 			ok := r.Queue == queue && (bq.State == "" || r.State == bq.State) && (bq.Tenant == "" || r.Tenant == bq.Tenant)
 			return Browsed{Status: r.Status, TenantID: r.Tenant}, ok
 		}
-	default:
-		return Page{}, fmt.Errorf("queue: browse: unknown source %q", bq.Source)
+		return q.scan(ctx, "KV_"+q.bucketName(), bq.Cursor, bq.Limit, bq.MaxScan, keep)
 	}
-	return q.scan(ctx, stream, bq.Cursor, bq.Limit, budget, keep)
+	return Page{}, fmt.Errorf("queue: browse: unknown source %q", bq.Source)
 }
 
-// keepWaiting turns a message of queue's stream into its job, in the state its status entry
-// records (queued when it has none).
-func (q *Queues) keepWaiting(ctx context.Context, queue string, bq BrowseQuery) func(jetstream.Msg, uint64) (Browsed, bool) {
-	return func(m jetstream.Msg, seq uint64) (Browsed, bool) {
-		job, err := decode(m.Headers(), m.Data())
+// keepWaiting turns a message of queue's stream into its job, queued until readStates reads
+// its status entry.
+func (q *Queues) keepWaiting(queue string, bq BrowseQuery) func(*jetstream.RawStreamMsg) (Browsed, bool) {
+	return func(m *jetstream.RawStreamMsg) (Browsed, bool) {
+		job, err := decode(m.Header, m.Data)
 		if err != nil || (bq.Tenant != "" && job.Tenant != bq.Tenant) {
 			return Browsed{}, false
 		}
-		b := Browsed{Status: Status{ID: job.ID, Queue: queue, State: StateQueued, CreatedAt: job.CreatedAt,
-			UpdatedAt: job.CreatedAt, Seq: seq}, TenantID: job.Tenant}
-		if r, _, err := q.getRecord(ctx, job.ID); err == nil && !r.State.Terminal() {
-			b.Status, b.Status.Seq = r.Status, seq
-		}
-		return b, bq.State == "" || b.State == bq.State
+		return Browsed{Status: Status{ID: job.ID, Queue: queue, State: StateQueued, CreatedAt: job.CreatedAt,
+			UpdatedAt: job.CreatedAt, Seq: m.Sequence}, TenantID: job.Tenant}, true
 	}
+}
+
+// readStates reads the status entries of the waiting jobs of page, 16 at a time: a job
+// running or retrying has one, a queued one most often not. With state set it then keeps the
+// jobs in that state only.
+func (q *Queues) readStates(ctx context.Context, page *Page, state State) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range page.Jobs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			b := &page.Jobs[i]
+			if r, _, err := q.getRecord(ctx, b.ID); err == nil && !r.State.Terminal() {
+				seq := b.Seq
+				b.Status, b.Status.Seq = r.Status, seq
+			}
+		})
+	}
+	wg.Wait()
+	if state != "" {
+		page.Jobs = slices.DeleteFunc(page.Jobs, func(b Browsed) bool { return b.State != state })
+	}
+}
+
+// scanDirect reads the messages of stream on subject from bq.Cursor, one direct get each (a
+// work-queue stream admits no second consumer), until bq.Limit are kept or the stream ends.
+func (q *Queues) scanDirect(ctx context.Context, stream, subject string, bq BrowseQuery,
+	keep func(*jetstream.RawStreamMsg) (Browsed, bool)) (Page, error) {
+	page := Page{Jobs: []Browsed{}}
+	st, err := q.js.Stream(ctx, stream)
+	if err != nil {
+		return page, fmt.Errorf("queue: browse %s: %w", stream, err)
+	}
+	last := st.CachedInfo().State.LastSeq
+	seq := max(bq.Cursor, 1)
+	for len(page.Jobs) < bq.Limit && page.Scanned < bq.MaxScan && seq <= last {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return page, fmt.Errorf("queue: browse %s: %w", stream, err)
+		}
+		page.Scanned++
+		seq = m.Sequence + 1
+		if b, ok := keep(m); ok {
+			page.Jobs = append(page.Jobs, b)
+		}
+	}
+	if seq <= last && (len(page.Jobs) > 0 || page.Scanned >= bq.MaxScan) {
+		page.Next = seq
+	}
+	return page, nil
 }
 
 // scan reads stream from sequence from (at least 1) with an ephemeral consumer and keeps what

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -23,9 +24,9 @@ type clock struct {
 	t  time.Time
 }
 
-func (c *clock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration)     { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
-func newClock(t time.Time) *clock        { return &clock{t: t} }
+func (c *clock) Now() time.Time            { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration)       { c.mu.Lock(); defer c.mu.Unlock(); c.t = c.t.Add(d) }
+func newClock(t time.Time) *clock          { return &clock{t: t} }
 func sampled(h *History, q string) []Point { pts, _ := h.Of(q); return pts }
 
 // historyEnv is a real admin server (queues, operating API, history, health) over real
@@ -110,7 +111,8 @@ func getJSON(t testing.TB, addr, path string, v any) {
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", path, res.Status)
+		b, _ := io.ReadAll(res.Body)
+		t.Fatalf("GET %s: %s %s", path, res.Status, b)
 	}
 	if err := json.NewDecoder(res.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
