@@ -136,7 +136,7 @@ func TestOperatingDashboardInBrowser(t *testing.T) {
 
 	if path := os.Getenv("SLUICE_SCREENSHOT"); path != "" {
 		var png []byte
-		if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
+		if err := chromedp.Run(ctx, chromedp.ScrollIntoView(`h1`, chromedp.ByQuery), chromedp.CaptureScreenshot(&png)); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(path, png, 0o644); err != nil {
