@@ -19,7 +19,7 @@ const (
 	// DefaultHistoryPoints is how many samples a queue keeps: an hour at 5 s.
 	DefaultHistoryPoints = 720
 	// DefaultHistoryQueues caps the queues sampled (the first ones in config order); the memory
-	// bound is DefaultHistoryPoints × DefaultHistoryQueues × 40 bytes ≈ 29 MB.
+	// bound is DefaultHistoryPoints × DefaultHistoryQueues × 64 bytes ≈ 46 MB.
 	DefaultHistoryQueues = 1000
 	// historySlowEvery: a queue that was idle (empty, nothing delivered) and not viewed for
 	// an hour has its allowed rate (Redis reads) refreshed every historySlowEvery samples.
@@ -43,7 +43,7 @@ type Point struct {
 
 // History keeps the recent history of every queue in the ingress's memory: a ring of Points
 // per queue, sampled every Interval, so that a dashboard draws the last hour at once on load.
-// Memory is bounded by Points × MaxQueues points (about 40 bytes each).
+// Memory is bounded by Points × MaxQueues points (about 64 bytes each).
 //
 // A sample costs one paged stream listing (Counts: one request per 256 queues) for the depths
 // and drain rates of every queue, one read of the operators' controls, and, per queue that was
@@ -168,25 +168,7 @@ func (h *History) Sample(ctx context.Context) error {
 			r = &ring{pts: make([]Point, points)}
 			h.rings[cq.Name] = r
 		}
-		p := Point{T: now.UTC(), Depth: c.Depth}
-		if r.n > 0 {
-			dt := now.Sub(r.pts[(r.start+r.n-1)%len(r.pts)].T).Seconds()
-			if dt > 0 && c.Left >= r.left {
-				d := math.Round(float64(c.Left-r.left)/dt*1000) / 1000
-				p.Delivered = &d
-			}
-		}
-		if c.Depth > 0 || (p.Delivered != nil && *p.Delivered > 0) {
-			r.active = now
-		}
-		hot := now.Sub(r.active) < time.Hour || now.Sub(r.viewed) < time.Hour
-		if !r.readOnce || hot || h.ticks%historySlowEvery == 0 {
-			r.allowed, r.paused = h.Queues.allowed(ctx, cq, controls[cq.Name], now)
-			r.readOnce = true
-		}
-		p.Allowed, p.Paused = r.allowed, r.paused
-		r.left = c.Left
-		r.push(p)
+		h.sampleQueue(ctx, r, cq, c, controls[cq.Name], now)
 	}
 	for name := range h.rings {
 		if !keep[name] {
@@ -194,6 +176,30 @@ func (h *History) Sample(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// sampleQueue adds the sample of queue cq at now to r, from its counts c and control ctl. The
+// caller holds h.mu.
+func (h *History) sampleQueue(ctx context.Context, r *ring, cq *config.Queue, c queue.Counts, ctl queue.Control, now time.Time) {
+	p := Point{T: now.UTC(), Depth: c.Depth}
+	if r.n > 0 {
+		dt := now.Sub(r.pts[(r.start+r.n-1)%len(r.pts)].T).Seconds()
+		if dt > 0 && c.Left >= r.left {
+			d := math.Round(float64(c.Left-r.left)/dt*1000) / 1000
+			p.Delivered = &d
+		}
+	}
+	if c.Depth > 0 || (p.Delivered != nil && *p.Delivered > 0) {
+		r.active = now
+	}
+	hot := now.Sub(r.active) < time.Hour || now.Sub(r.viewed) < time.Hour
+	if !r.readOnce || hot || h.ticks%historySlowEvery == 0 {
+		r.allowed, r.paused = h.Queues.allowed(ctx, cq, ctl, now)
+		r.readOnce = true
+	}
+	p.Allowed, p.Paused = r.allowed, r.paused
+	r.left = c.Left
+	r.push(p)
 }
 
 // allowed is the effective rate of cq at now, given its control c: the runtime or file rate,
