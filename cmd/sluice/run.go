@@ -33,6 +33,11 @@ commands:
   dlq purge Q [ID...]    delete dead letters (all, or the IDs)
   job get ID             show a job
   job cancel ID          cancel a job that has not been delivered
+  jobs Q [--state S] [--tenant T] [--limit N] [--cursor C] [--all]
+                         list Q's jobs by state (queued, running, retrying, failed,
+                         succeeded, canceled, all), a page at a time
+  top [--every 2s] [--frames N]
+                         the queues, refreshed in the terminal (N frames, 0: until ^C)
 
 --admin defaults to $SLUICE_ADMIN_URL or http://127.0.0.1:9090, --token to $SLUICE_ADMIN_TOKEN.
 `
@@ -59,10 +64,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "sluice: --admin %q is not an http(s) URL\n", *adminURL)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
 	c := &cli{api: &api{base: base, token: *token}, json: *asJSON, out: stdout}
-	if err := c.dispatch(ctx, fs.Args()); err != nil {
+	var err2 error
+	if fs.NArg() > 0 && fs.Arg(0) == "top" { // runs on; --timeout bounds each frame
+		err2 = c.top(ctx, fs.Args()[1:], *timeout)
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		err2 = c.dispatch(ctx, fs.Args())
+	}
+	if err := err2; err != nil {
 		if errors.Is(err, errUsage) {
 			fmt.Fprintf(stderr, "sluice: %s\n%s", strings.TrimPrefix(err.Error(), "usage: "), usage)
 			return 2
@@ -111,6 +122,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.dlq(ctx, rest)
 	case "job":
 		return c.job(ctx, rest)
+	case "jobs":
+		return c.jobs(ctx, rest)
 	case "help":
 		fmt.Fprint(c.out, usage)
 		return nil

@@ -79,13 +79,19 @@ func TestDeployFiles(t *testing.T) {
 	}
 	text += string(dash)
 	code := ""
-	for _, dir := range []string{".", "../ingress", "../worker"} {
+	for _, dir := range []string{".", "../ingress", "../worker", "../app"} {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			if strings.HasSuffix(e.Name(), ".go") && !strings.HasSuffix(e.Name(), "_test.go") {
 				b, _ := os.ReadFile(dir + "/" + e.Name())
 				code += string(b)
 			}
+		}
+	}
+	// The metrics of the operating views are on the dashboard and in the alerts.
+	for _, m := range []string{"sluice_queue_desired_workers", "sluice_queue_consumers", "sluice_queue_effective_rate"} {
+		if !strings.Contains(string(dash), m) || !strings.Contains(string(raw), m) && m != "sluice_queue_effective_rate" {
+			t.Errorf("%s is missing from the Grafana dashboard or the alert rules", m)
 		}
 	}
 	for _, m := range regexp.MustCompile(`sluice_[a-z_]+`).FindAllString(text, -1) {

@@ -99,6 +99,7 @@ type ingressProc struct {
 	adminLn     net.Listener
 	demoLn      net.Listener // nil without demo_upstream
 	adm         *admin.Server
+	history     *admin.History // the queues' last hour, sampled by the "history" service
 }
 
 // services are the ingress's services, in the order they start (see the package doc).
@@ -117,6 +118,7 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 		service{name: "listen", start: p.listen, stop: p.closeListeners},
 		service{name: "admin api", start: p.mountAdmin},
 		lc.run("admin listener", background{}, func(ctx context.Context) error { return p.adm.Serve(ctx, p.adminLn) }),
+		lc.run("history", background{optional: true}, func(ctx context.Context) error { return p.history.Run(ctx) }),
 	)
 	if cfg.DemoUpstream != "" {
 		s = append(s, lc.run("demo upstream", background{}, p.serveDemo))
@@ -358,7 +360,7 @@ func (p *ingressProc) mountAdmin(context.Context) error {
 		queues.Learned = ad.Learned
 	}
 	queues.Mount(p.adm)
-	p.reg.MustRegister(queues.Metrics(), &consumersMetric{
+	cm := &consumersMetric{
 		js: func() jetstream.JetStream {
 			if p.late.qs.Load() == nil {
 				return nil
@@ -366,7 +368,9 @@ func (p *ingressProc) mountAdmin(context.Context) error {
 			return p.js
 		},
 		current: p.current.Load, inProcess: cfg.NATS == nil,
-	})
+	}
+	p.reg.MustRegister(queues.Metrics(), cm)
+	p.mountOperating(queues, cm)
 	ops := &admin.Ops{Q: p.late, Queues: queues, Token: cfg.AdminToken, Logger: p.log, Gatherer: p.reg}
 	return ops.Mount(p.adm, p.reg)
 }

@@ -34,6 +34,7 @@ func presence(ctx context.Context, js jetstream.JetStream, current func() *confi
 	host, _ := os.Hostname()
 	key := strings.NewReplacer(".", "_", " ", "_").Replace(fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8]))
 	var kv jetstream.KeyValue
+	started := time.Now().UTC()
 	warned := false
 	t := time.NewTicker(presenceEvery)
 	defer t.Stop()
@@ -51,7 +52,7 @@ func presence(ctx context.Context, js jetstream.JetStream, current func() *confi
 				}
 				kv = b
 			}
-			_, err := kv.Put(pctx, key, []byte(strings.Join(queueNames(cfg), ",")))
+			_, err := kv.Put(pctx, key, announcement(host, started, queueNames(cfg)))
 			return err
 		}()
 		if err != nil && ctx.Err() == nil && !warned {
@@ -92,19 +93,25 @@ var descConsumers = prometheus.NewDesc("sluice_queue_consumers",
 func (m *consumersMetric) Describe(ch chan<- *prometheus.Desc) { ch <- descConsumers }
 
 func (m *consumersMetric) Collect(ch chan<- prometheus.Metric) {
-	m.mu.Lock()
-	if time.Since(m.at) >= time.Second {
-		m.last, m.ok = m.read()
-		m.at = time.Now()
-	}
-	counts, ok := m.last, m.ok
-	m.mu.Unlock()
+	counts, ok := m.counts()
 	if !ok {
 		return
 	}
 	for _, q := range m.current().Queues {
 		ch <- prometheus.MustNewConstMetric(descConsumers, prometheus.GaugeValue, float64(counts[q.Name]), q.Name)
 	}
+}
+
+// counts returns the announced workers by queue, read at most once a second; false when
+// JetStream cannot tell.
+func (m *consumersMetric) counts() (map[string]int, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if time.Since(m.at) >= time.Second {
+		m.last, m.ok = m.read()
+		m.at = time.Now()
+	}
+	return m.last, m.ok
 }
 
 // read counts the announced workers by queue; false when JetStream cannot tell.
@@ -129,22 +136,14 @@ func (m *consumersMetric) read() (map[string]int, bool) {
 	if err != nil {
 		return nil, false
 	}
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	ws, err := readWorkers(ctx, kv)
 	if err != nil {
 		return nil, false
 	}
-	defer w.Stop()
-	for {
-		select {
-		case e := <-w.Updates():
-			if e == nil {
-				return counts, true // the end of the current values
-			}
-			for _, q := range strings.Split(string(e.Value()), ",") {
-				counts[q]++
-			}
-		case <-ctx.Done():
-			return nil, false
+	for _, w := range ws {
+		for _, q := range w.Queues {
+			counts[q]++
 		}
 	}
+	return counts, true
 }

@@ -1,8 +1,6 @@
-// The Sluice dashboard: reads the admin API every 2 s, draws each queue's drain rate against its
-// effective rate on a canvas, and sends operator writes with the token typed once.
+// The Sluice dashboard: reads the admin API every 2 s and sends operator writes with the token
+// typed once. The charts, health and job browser are ops.js's.
 "use strict";
-const history = {}; // queue -> [{t, left, allowed}]
-const keep = 5 * 60 * 1000;
 const tokenInput = document.getElementById("token");
 tokenInput.value = sessionStorage.getItem("sluice-token") || "";
 tokenInput.addEventListener("change", () => sessionStorage.setItem("sluice-token", tokenInput.value));
@@ -60,61 +58,14 @@ function renderQueues(queues) {
     pause.addEventListener("click", () =>
       write("POST", "/v1/queues/" + encodeURIComponent(q.name) + (q.paused ? "/resume" : "/pause")));
     actions.append(pause);
+    queueControls(q, actions);
     tr.append(actions);
     body.append(tr);
     const opt = el("option", q.name);
     opt.value = q.name;
     select.append(opt);
-
-    const h = history[q.name] || (history[q.name] = []);
-    h.push({t: Date.now(), left: q.left, allowed: q.effective_rate});
-    while (h.length && h[0].t < Date.now() - keep) h.shift();
   }
   if (chosen) select.value = chosen;
-  renderCharts(queues);
-}
-
-function renderCharts(queues) {
-  const box = document.getElementById("charts");
-  for (const q of queues) {
-    let c = document.getElementById("chart-" + q.name);
-    if (!c) {
-      const wrap = el("div", undefined, "chart");
-      wrap.append(el("div", q.name));
-      c = el("canvas");
-      c.id = "chart-" + q.name;
-      c.width = 420;
-      c.height = 160;
-      wrap.append(c);
-      box.append(wrap);
-    }
-    draw(c, history[q.name]);
-  }
-}
-
-// draw plots deliveries per second (from the change of `left`) in blue and the allowed rate in
-// grey, over the last five minutes.
-function draw(canvas, h) {
-  const g = canvas.getContext("2d");
-  g.clearRect(0, 0, canvas.width, canvas.height);
-  const rates = [];
-  for (let i = 1; i < h.length; i++) {
-    const dt = (h[i].t - h[i - 1].t) / 1000;
-    rates.push({t: h[i].t, r: dt > 0 ? Math.max(0, h[i].left - h[i - 1].left) / dt : 0, a: h[i].allowed});
-  }
-  const top = Math.max(1, ...rates.map(p => Math.max(p.r, p.a))) * 1.15;
-  const x = t => canvas.width * (1 - (Date.now() - t) / keep);
-  const y = v => canvas.height - 14 - (canvas.height - 24) * v / top;
-  g.fillStyle = "#667";
-  g.font = "11px system-ui";
-  g.fillText(top.toFixed(1) + "/s", 2, 10);
-  for (const [key, color] of [["a", "#999"], ["r", "#1f6feb"]]) {
-    g.strokeStyle = color;
-    g.lineWidth = key === "r" ? 2 : 1;
-    g.beginPath();
-    rates.forEach((p, i) => (i ? g.lineTo : g.moveTo).call(g, x(p.t), y(p[key])));
-    g.stroke();
-  }
 }
 
 function renderRules(rules) {

@@ -1,0 +1,155 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// Worker is one worker process as it announces itself (every 5 s, in the presence bucket).
+type Worker struct {
+	ID       string    `json:"id"`
+	Host     string    `json:"host,omitempty"`
+	PID      int       `json:"pid,omitempty"`
+	Version  string    `json:"version,omitempty"`
+	Queues   []string  `json:"queues"`
+	Started  time.Time `json:"started,omitzero"`
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// Health serves GET /v1/health: everything an operator checks first, in one read.
+//
+//	{"status":"ok"|"degraded",
+//	 "checks":[{"name","ok","latency_ms","error"}],   Redis, NATS, … timed now
+//	 "workers":[Worker…],                             the processes draining, by last seen
+//	 "queues":[{"name","paused","paused_until","runtime_rate","effective_rate",
+//	            "paused_tenants":{id:until},"tenant_overrides":{id:{weight,rate,in_flight}}}]}
+//
+// It costs the checks, one read of the presence bucket and of the controls, and the Redis reads
+// of each queue's upstream pause: no stream reads.
+type Health struct {
+	// Server's checks are run and timed. Required.
+	Server *Server
+	// Queues supplies the config, controls and pauses. Required.
+	Queues *Queues
+	// Workers lists the worker processes. Optional: nil lists none.
+	Workers func(ctx context.Context) ([]Worker, error)
+}
+
+// Mount serves GET /v1/health on s.
+func (h *Health) Mount(s *Server) { s.Handle("GET /v1/health", http.HandlerFunc(h.serve)) }
+
+type checkView struct {
+	Name      string  `json:"name"`
+	OK        bool    `json:"ok"`
+	LatencyMS float64 `json:"latency_ms"`
+	Error     string  `json:"error,omitempty"`
+}
+
+type queueHealth struct {
+	Name            string                         `json:"name"`
+	Paused          bool                           `json:"paused"`
+	PausedUntil     *time.Time                     `json:"paused_until"`
+	RuntimeRate     *string                        `json:"runtime_rate"`
+	Rate            string                         `json:"rate"`
+	EffectiveRate   float64                        `json:"effective_rate"`
+	PausedTenants   map[string]time.Time           `json:"paused_tenants,omitempty"`
+	TenantOverrides map[string]queue.TenantControl `json:"tenant_overrides,omitempty"`
+}
+
+type healthView struct {
+	Status      string        `json:"status"`
+	Checks      []checkView   `json:"checks"`
+	Workers     []Worker      `json:"workers"`
+	WorkerError string        `json:"workers_error,omitempty"`
+	Queues      []queueHealth `json:"queues"`
+}
+
+func (h *Health) serve(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), h.Server.checkTimeout)
+	defer cancel()
+	out := healthView{Status: "ok", Checks: h.checks(ctx), Workers: []Worker{}, Queues: []queueHealth{}}
+	for _, c := range out.Checks {
+		if !c.OK {
+			out.Status = "degraded"
+		}
+	}
+	if h.Workers != nil {
+		ws, err := h.Workers(ctx)
+		if err != nil {
+			out.WorkerError = err.Error()
+		} else {
+			sort.Slice(ws, func(i, j int) bool { return ws[i].LastSeen.After(ws[j].LastSeen) })
+			out.Workers = ws
+		}
+	}
+	out.Queues = h.queues(ctx)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// checks runs the server's checks at once, each timed.
+func (h *Health) checks(ctx context.Context) []checkView {
+	out := make([]checkView, len(h.Server.checks))
+	var wg sync.WaitGroup
+	for i, c := range h.Server.checks {
+		wg.Go(func() {
+			start := time.Now()
+			err := c.Func(ctx)
+			v := checkView{Name: c.Name, OK: err == nil, LatencyMS: float64(time.Since(start).Microseconds()) / 1000}
+			if err != nil {
+				v.Error = err.Error()
+			}
+			out[i] = v
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// queues reads each queue's pauses, rates and tenant settings.
+func (h *Health) queues(ctx context.Context) []queueHealth {
+	q := h.Queues
+	var controls map[string]queue.Control
+	if q.Controls != nil {
+		controls, _ = q.Controls(ctx)
+	}
+	now := q.now()
+	cfg := q.Config()
+	out := make([]queueHealth, 0, len(cfg.Queues))
+	for i := range cfg.Queues {
+		cq := &cfg.Queues[i]
+		c := controls[cq.Name]
+		v := queueHealth{Name: cq.Name, Rate: cq.Rate.String()}
+		v.EffectiveRate, v.Paused = q.allowed(ctx, cq, c, now)
+		if c.Rate != "" {
+			rt := c.Rate
+			v.RuntimeRate = &rt
+		}
+		if c.PausedAt(now) && !c.PausedUntil.IsZero() {
+			u := c.PausedUntil.UTC()
+			v.PausedUntil = &u
+		} else if v.Paused && q.PausedUntil != nil {
+			if until, ok, err := q.PausedUntil(ctx, cq.Name); err == nil && ok {
+				u := until.UTC()
+				v.PausedUntil = &u
+			}
+		}
+		if len(c.Tenants) > 0 {
+			v.TenantOverrides = c.Tenants
+		}
+		if q.PausedTenants != nil {
+			if paused, err := q.PausedTenants(ctx, cq.Name); err == nil && len(paused) > 0 {
+				v.PausedTenants = make(map[string]time.Time, len(paused))
+				for id, d := range paused {
+					v.PausedTenants[id] = now.Add(d).UTC()
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}

@@ -1,0 +1,219 @@
+// The operating views of the dashboard: the last hour of every queue as the server sampled it
+// (GET /v1/history, drawn at once on load), health (GET /v1/health), per-queue rate and
+// pause-for controls, and the job browser (GET /v1/queues/{q}/jobs). Uses api, el, write and
+// say from app.js.
+"use strict";
+
+const span = 60 * 60 * 1000; // the charts show the last hour
+
+// chart draws series over the points pts on canvas c, with axes and a legend. series:
+// [{key, label, color, width}]; a point's value is p[key] (null leaves a gap).
+function chart(c, pts, series, unit) {
+  const g = c.getContext("2d");
+  const W = c.width, H = c.height, L = 44, R = 8, T = 18, B = 20;
+  g.clearRect(0, 0, W, H);
+  const end = pts.length ? Date.parse(pts[pts.length - 1].t) : Date.now();
+  let top = 0;
+  for (const p of pts) for (const s of series) if (p[s.key] != null) top = Math.max(top, p[s.key]);
+  top = top > 0 ? top * 1.15 : 1;
+  const x = t => L + (W - L - R) * (1 - (end - t) / span);
+  const y = v => H - B - (H - T - B) * v / top;
+  g.strokeStyle = "#ccd"; g.fillStyle = "#667"; g.font = "10px system-ui"; g.lineWidth = 1;
+  g.beginPath(); g.moveTo(L, T); g.lineTo(L, H - B); g.lineTo(W - R, H - B); g.stroke();
+  for (const f of [0, 0.5, 1]) {
+    const v = top / 1.15 * f;
+    g.fillText(v >= 100 ? Math.round(v) : v.toFixed(1), 2, y(v) + 3);
+  }
+  g.fillText(unit, 2, 10);
+  for (const m of [60, 45, 30, 15, 0]) {
+    g.fillText(m ? "-" + m + "m" : "now", x(end - m * 60000) - (m ? 10 : 18), H - 6);
+  }
+  let lx = L + 4;
+  for (const s of series) {
+    g.fillStyle = s.color; g.fillRect(lx, 4, 10, 3); g.fillStyle = "#334";
+    g.fillText(s.label, lx + 13, 10); lx += 18 + g.measureText(s.label).width;
+    g.strokeStyle = s.color; g.lineWidth = s.width || 1.5; g.beginPath();
+    let pen = false;
+    for (const p of pts) {
+      const t = Date.parse(p.t);
+      if (p[s.key] == null || end - t > span) { pen = false; continue; }
+      pen ? g.lineTo(x(t), y(p[s.key])) : g.moveTo(x(t), y(p[s.key]));
+      pen = true;
+    }
+    g.stroke();
+  }
+}
+
+function canvasIn(box, id, title) {
+  let c = document.getElementById(id);
+  if (!c) {
+    const wrap = el("div", undefined, "chart");
+    wrap.append(el("div", title));
+    c = el("canvas");
+    c.id = id; c.width = 440; c.height = 150;
+    wrap.append(c);
+    box.append(wrap);
+  }
+  return c;
+}
+
+async function renderHistory() {
+  const data = await api("GET", "/v1/history");
+  const box = document.getElementById("charts");
+  for (const h of data.queues) {
+    const rate = canvasIn(box, "chart-" + h.queue, h.queue + ": deliveries/s against the allowed rate");
+    rate.dataset.points = h.points.length;
+    rate.dataset.seconds = h.points.length ? (Date.parse(h.points[h.points.length - 1].t) - Date.parse(h.points[0].t)) / 1000 : 0;
+    chart(rate, h.points, [{key: "allowed", label: "allowed", color: "#999", width: 1},
+      {key: "delivered", label: "delivered", color: "#1f6feb", width: 2}], "/s");
+    chart(canvasIn(box, "backlog-" + h.queue, h.queue + ": backlog (jobs in the queue)"), h.points,
+      [{key: "depth", label: "depth", color: "#b25000", width: 2}], "jobs");
+  }
+  document.body.dataset.history = "1";
+}
+
+// queueControls adds a rate field and a pause-for field to a queue's actions cell.
+function queueControls(q, cell) {
+  const rate = el("input");
+  rate.className = "rate"; rate.size = 6; rate.placeholder = q.runtime_rate || q.rate;
+  const set = el("button", "set rate");
+  set.addEventListener("click", () => write("PATCH", "/v1/queues/" + encodeURIComponent(q.name),
+    {rate: rate.value.trim() === "" ? null : rate.value.trim()}));
+  const dur = el("input");
+  dur.className = "pausefor"; dur.size = 4; dur.placeholder = "5m";
+  const pf = el("button", "pause for");
+  pf.addEventListener("click", () => write("POST", "/v1/queues/" + encodeURIComponent(q.name) +
+    "/pause?for=" + encodeURIComponent(dur.value.trim() || "5m")));
+  cell.append(rate, set, dur, pf);
+}
+
+async function renderHealth() {
+  const h = await api("GET", "/v1/health");
+  const box = document.getElementById("health");
+  box.replaceChildren();
+  const checks = el("div");
+  for (const c of h.checks) {
+    checks.append(el("span", c.name + " " + (c.ok ? "ok" : "down") + " " + c.latency_ms.toFixed(1) + " ms" +
+      (c.error ? " (" + c.error + ")" : ""), c.ok ? "ok check" : "err check"));
+  }
+  box.append(checks);
+  const wt = el("table");
+  wt.id = "workers";
+  wt.append(el("thead"));
+  wt.tHead.append(el("tr"));
+  for (const n of ["worker", "version", "queues", "last seen"]) wt.tHead.rows[0].append(el("th", n));
+  const wb = el("tbody");
+  for (const w of h.workers) {
+    const tr = el("tr");
+    tr.append(el("td", w.id), el("td", w.version || "-"), el("td", w.queues.join(", ")),
+      el("td", Math.max(0, Math.round((Date.now() - Date.parse(w.last_seen)) / 1000)) + " s ago"));
+    wb.append(tr);
+  }
+  if (!h.workers.length) {
+    const tr = el("tr");
+    tr.append(el("td", h.workers_error || "no worker process announced itself", "err"));
+    wb.append(tr);
+  }
+  wt.append(wb);
+  box.append(wt);
+  const notes = el("ul");
+  for (const q of h.queues) {
+    if (q.paused) notes.append(el("li", q.name + ": paused " + (q.paused_until ? "until " + new Date(q.paused_until).toLocaleTimeString() : "until resumed"), "paused"));
+    for (const [id, until] of Object.entries(q.paused_tenants || {})) notes.append(el("li", q.name + ": tenant " + id + " paused until " + new Date(until).toLocaleTimeString(), "paused"));
+    for (const [id, o] of Object.entries(q.tenant_overrides || {})) notes.append(el("li", q.name + ": tenant " + id + " override " + JSON.stringify(o)));
+  }
+  box.append(notes);
+}
+
+// The job browser: a cursor per page, kept so that "previous" goes back.
+const jb = {cursors: [0], page: 0};
+
+async function renderJobs() {
+  const q = document.getElementById("jobQueue").value || document.getElementById("dlqQueue").value;
+  if (!q) return;
+  const state = document.getElementById("jobState").value;
+  const tenant = document.getElementById("jobTenant").value.trim();
+  const limit = document.getElementById("jobLimit").value;
+  const start = performance.now();
+  const data = await api("GET", "/v1/queues/" + encodeURIComponent(q) + "/jobs?state=" + encodeURIComponent(state) +
+    "&limit=" + limit + "&cursor=" + jb.cursors[jb.page] + (tenant ? "&tenant=" + encodeURIComponent(tenant) : ""));
+  const body = document.querySelector("#jobs tbody");
+  const rows = [];
+  for (const j of data.jobs) {
+    const tr = el("tr");
+    tr.dataset.id = j.id;
+    const open = el("a", j.id);
+    open.href = "#"; open.addEventListener("click", e => { e.preventDefault(); showJob(q, j.id); });
+    const id = el("td"); id.append(open);
+    tr.append(id, el("td", j.state), el("td", j.attempts), el("td", j.response ? j.response.status : "-"),
+      el("td", j.tenant || "-"), el("td", new Date(j.created_at).toLocaleString()), el("td", j.last_error || ""));
+    tr.append(jobActions(q, j));
+    rows.push(tr);
+  }
+  body.replaceChildren(...rows);
+  jb.cursors[jb.page + 1] = data.next;
+  document.getElementById("jobNext").disabled = !data.next;
+  document.getElementById("jobPrev").disabled = jb.page === 0;
+  const info = document.getElementById("jobInfo");
+  info.textContent = "page " + (jb.page + 1) + ", " + data.jobs.length + " jobs (" + data.scanned + " read)";
+  const table = document.getElementById("jobs");
+  table.dataset.page = jb.page + 1;
+  table.dataset.ms = (performance.now() - start).toFixed(1);
+  table.dataset.first = data.jobs.length ? data.jobs[0].id : "";
+}
+
+function jobActions(q, j) {
+  const td = el("td");
+  if (j.state === "queued" || j.state === "retrying") {
+    const b = el("button", "cancel");
+    b.className = "cancel";
+    b.addEventListener("click", () => write("DELETE", "/v1/jobs/" + encodeURIComponent(j.id)).then(renderJobs));
+    td.append(b);
+  }
+  if (j.dead_letter) {
+    const b = el("button", "replay");
+    b.className = "replay";
+    b.addEventListener("click", () => write("POST", "/v1/queues/" + encodeURIComponent(q) + "/dead-letters/replay", {ids: [j.id]}).then(renderJobs));
+    td.append(b);
+  }
+  return td;
+}
+
+async function showJob(q, id) {
+  const box = document.getElementById("jobDetail");
+  try {
+    const j = await api("GET", "/v1/jobs/" + encodeURIComponent(id));
+    box.replaceChildren(el("pre", JSON.stringify(j, null, 2)), jobActions(q, j));
+  } catch (e) {
+    box.replaceChildren(el("div", e.message, "err"));
+  }
+}
+
+function restartJobs() { jb.cursors = [0]; jb.page = 0; renderJobs().catch(e => say(e.message, true)); }
+document.getElementById("jobState").addEventListener("change", restartJobs);
+document.getElementById("jobQueue").addEventListener("change", restartJobs);
+document.getElementById("jobTenant").addEventListener("change", restartJobs);
+document.getElementById("jobLimit").addEventListener("change", restartJobs);
+document.getElementById("jobNext").addEventListener("click", () => { jb.page++; renderJobs().catch(e => say(e.message, true)); });
+document.getElementById("jobPrev").addEventListener("click", () => { if (jb.page > 0) jb.page--; renderJobs().catch(e => say(e.message, true)); });
+
+function fillJobQueues(queues) {
+  const s = document.getElementById("jobQueue");
+  if (s.options.length === queues.length) return;
+  const chosen = s.value;
+  s.replaceChildren(...queues.map(q => { const o = el("option", q.name); o.value = q.name; return o; }));
+  if (chosen) s.value = chosen;
+}
+
+async function refreshOps() {
+  const fail = e => say("reading the admin API: " + e.message, true);
+  try {
+    fillJobQueues((await api("GET", "/v1/queues")).queues);
+  } catch (e) {
+    return fail(e);
+  }
+  const first = !document.getElementById("jobs").dataset.page;
+  await Promise.all([renderHistory().catch(fail), renderHealth().catch(fail), first ? renderJobs().catch(fail) : null]);
+}
+refreshOps();
+setInterval(refreshOps, 5000);

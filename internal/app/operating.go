@@ -1,0 +1,136 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/internal/admin"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// presenceValue is a worker's entry in the presence bucket. Workers before it wrote the queue
+// names joined by commas, which readWorkers still reads.
+type presenceValue struct {
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Version string    `json:"version"`
+	Started time.Time `json:"started"`
+	Queues  []string  `json:"queues"`
+}
+
+// announcement is the presence entry of this process, draining queues.
+func announcement(host string, started time.Time, queues []string) []byte {
+	b, _ := json.Marshal(presenceValue{Host: host, PID: os.Getpid(), Version: version(), Started: started, Queues: queues})
+	return b
+}
+
+// version is this binary's module version and VCS revision, as the Go toolchain recorded them.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	return v
+}
+
+// readWorkers reads every worker's current entry in the presence bucket kv.
+func readWorkers(ctx context.Context, kv jetstream.KeyValue) ([]admin.Worker, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	var out []admin.Worker
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil // the end of the current values
+			}
+			out = append(out, parsePresence(e.Key(), e.Value(), e.Created()))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// parsePresence reads a presence entry: JSON, or the older comma-separated queue names.
+func parsePresence(key string, val []byte, seen time.Time) admin.Worker {
+	w := admin.Worker{ID: key, LastSeen: seen.UTC()}
+	var v presenceValue
+	if len(val) > 0 && val[0] == '{' && json.Unmarshal(val, &v) == nil {
+		w.Host, w.PID, w.Version, w.Started, w.Queues = v.Host, v.PID, v.Version, v.Started, v.Queues
+	} else if len(val) > 0 {
+		w.Queues = strings.Split(string(val), ",")
+	}
+	if w.Queues == nil {
+		w.Queues = []string{}
+	}
+	return w
+}
+
+// workers lists the worker processes for GET /v1/health: the presence bucket's, or the
+// quickstart's in-process pool.
+func (p *ingressProc) workers(ctx context.Context) ([]admin.Worker, error) {
+	if p.current.Load().NATS == nil {
+		host, _ := os.Hostname()
+		return []admin.Worker{{ID: "in-process", Host: host, PID: os.Getpid(), Version: version(),
+			Queues: queueNames(p.current.Load()), LastSeen: time.Now().UTC()}}, nil
+	}
+	if p.late.qs.Load() == nil {
+		return nil, errors.New("the queues are not open yet")
+	}
+	kv, err := p.js.KeyValue(ctx, presenceBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return []admin.Worker{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return readWorkers(ctx, kv)
+}
+
+// counts reads every queue's stream counters at once, for the history.
+func (p *ingressProc) counts(ctx context.Context) (map[string]queue.Counts, error) {
+	qs := p.late.qs.Load()
+	if qs == nil {
+		return nil, errors.New("the queues are not open yet")
+	}
+	fair := false
+	for _, q := range p.current.Load().Queues {
+		fair = fair || q.Fair
+	}
+	return qs.Counts(ctx, fair)
+}
+
+// mountOperating mounts the history, health and job browser of the admin API, and registers
+// sluice_queue_desired_workers, whose worker counts are sluice_queue_consumers' (cm).
+func (p *ingressProc) mountOperating(queues *admin.Queues, cm *consumersMetric) {
+	p.history = &admin.History{Queues: queues, Counts: p.counts}
+	p.history.Mount(p.adm)
+	(&admin.Health{Server: p.adm, Queues: queues, Workers: p.workers}).Mount(p.adm)
+	(&admin.Jobs{Q: p.late, Queues: queues}).Mount(p.adm)
+	p.reg.MustRegister(p.history.DesiredMetric(cm.counts))
+}
+
+// Browse implements admin.JobBrowser.
+func (l *lateQueues) Browse(ctx context.Context, q string, bq queue.BrowseQuery) (queue.Page, error) {
+	qs, err := l.get()
+	if err != nil {
+		return queue.Page{}, err
+	}
+	return qs.Browse(ctx, q, bq)
+}
