@@ -58,7 +58,7 @@ compose:
 TIMED := github.com/sluice-rl/sluice/cmd/worker
 unit:
 	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)')
-	$(GO) test -race -count=1 -timeout 10m $(TIMED)
+	$(GO) test -race -count=1 -timeout 13m $(TIMED)
 
 # A short run of every fuzz target, on top of the committed seed corpora that `unit` already ran.
 # A failing target is shown and run once more: an input that breaks the code is saved under
