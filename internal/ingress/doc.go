@@ -36,6 +36,12 @@
 //   - A Reload is atomic: a request is decided and forwarded entirely under one config.
 //   - Forwarding drops hop-by-hop headers (internal/httphdr), appends to X-Forwarded-For and
 //     Forwarded, streams bodies both ways, and passes content coding, 1xx and upgrades through.
+//   - A rule with a cost charges what the request says it costs (cost.go): read from a
+//     header, the query, a JSON pointer into the first MiB of the body, the body's length or a
+//     fixed number; what cannot be read costs cost_fallback (default the limit's capacity), and
+//     a cost no wait could admit is answered 422, not charged. With cost_from_response, the
+//     difference to the answer's true cost is charged or refunded to the key once the answer is
+//     finished (reconcile.go), within what limit.Adjust allows.
 //   - A 202 and a queued job's status carry eta, an estimate from a reading of the queue at
 //     most a second old; a fair queue's tenant at its tenant_max_depth gets 429 (exact within
 //     this process, others' jobs seen at the next reading).
@@ -48,6 +54,8 @@
 // cache of its rejections without one, and a lease: N rule asks once per N requests of a key.
 // A concurrency rule adds two round trips to a request it forwards, one to take its place and
 // one, after the answer, to give it back; neither starts a goroutine.
+// A cost read from the body reads it ahead once, at most 1 MiB, and passes it on whole; a
+// reconciled rule keeps at most 1 MiB of the answer and costs one store round trip after it.
 // A deferral adds no round trip of its own to the publish but one reading of its queue a
 // second (outlook.go).
 // The metrics are listed in README.md, figures in BENCHMARKS.md, design history and rejected

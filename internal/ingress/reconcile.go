@@ -88,7 +88,7 @@ func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody
 		if err != nil {
 			g.metrics.storeErrors.Inc()
 			g.metrics.unreconciled.WithLabelValues(rc.rule.name).Inc()
-			g.log.Warn("ingress: a request's true cost could not be charged or refunded; the estimate stands",
+			g.log.Debug("ingress: a request's true cost could not be charged or refunded; the estimate stands",
 				"rule", rc.rule.name, "err", err)
 			continue
 		}
