@@ -54,7 +54,7 @@ type Point struct {
 
 // History keeps the recent history of every queue in the ingress's memory: a ring of Points
 // per queue, sampled every Interval, so that a dashboard draws the last hour at once on load.
-// Memory is bounded by Points × MaxQueues points (about 64 bytes each).
+// Memory is bounded by Points × MaxQueues points (96 to 128 bytes each).
 //
 // A sample costs one paged stream listing (Counts: one request per 256 queues) for the depths
 // and drain rates of every queue, one read of the operators' controls, and, per queue that was
