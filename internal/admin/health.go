@@ -19,6 +19,19 @@ type Worker struct {
 	Queues   []string  `json:"queues"`
 	Started  time.Time `json:"started,omitzero"`
 	LastSeen time.Time `json:"last_seen"`
+	// Answers are the worker's cumulative delivery counters per queue, from its presence
+	// entry; nil from workers that do not write them. The history reads them; /v1/health
+	// does not show them.
+	Answers map[string]Answers `json:"-"`
+}
+
+// Answers are a worker's delivery attempts of one queue since it started, cumulative.
+type Answers struct {
+	// Delivered counts every attempt; R429 and R5xx those answered 429 and 5xx.
+	Delivered, R429, R5xx uint64
+	// TimeInQueue counts the attempts by time from the job's acceptance, in the buckets of
+	// History.TimeInQueueBounds and one more for longer (trailing empty buckets may be left off).
+	TimeInQueue []uint64
 }
 
 // Health serves GET /v1/health: everything an operator checks first, in one read.

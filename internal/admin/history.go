@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -19,7 +20,8 @@ const (
 	// DefaultHistoryPoints is how many samples a queue keeps: an hour at 5 s.
 	DefaultHistoryPoints = 720
 	// DefaultHistoryQueues caps the queues sampled (the first ones in config order); the memory
-	// bound is DefaultHistoryPoints × DefaultHistoryQueues × 64 bytes ≈ 46 MB.
+	// bound is DefaultHistoryPoints × DefaultHistoryQueues × 128 bytes ≈ 92 MB (96 bytes a point
+	// of an interval without deliveries, 128 with the workers' figures).
 	DefaultHistoryQueues = 1000
 	// historySlowEvery: a queue that was idle (empty, nothing delivered) and not viewed for
 	// an hour has its allowed rate (Redis reads) refreshed every historySlowEvery samples.
@@ -39,18 +41,31 @@ type Point struct {
 	Depth uint64 `json:"depth"`
 	// Paused is whether deliveries were paused at T.
 	Paused bool `json:"paused,omitempty"`
+	// R429Share and R5xxShare are the shares (0 to 1) of the workers' delivery attempts since
+	// the previous sample answered 429 and 5xx; TiqP50Ms and TiqP99Ms the median and 99th
+	// percentile of those attempts' time in queue (from the job's acceptance), in ms, exact to
+	// the width of History.TimeInQueueBounds' bucket. Null when the workers made no attempt
+	// in the interval or none said (see History.Workers).
+	R429Share *float64 `json:"r429_share"`
+	R5xxShare *float64 `json:"r5xx_share"`
+	TiqP50Ms  *float64 `json:"tiq_p50_ms"`
+	TiqP99Ms  *float64 `json:"tiq_p99_ms"`
 }
 
 // History keeps the recent history of every queue in the ingress's memory: a ring of Points
 // per queue, sampled every Interval, so that a dashboard draws the last hour at once on load.
-// Memory is bounded by Points × MaxQueues points (about 64 bytes each).
+// Memory is bounded by Points × MaxQueues points (96 to 128 bytes each).
 //
 // A sample costs one paged stream listing (Counts: one request per 256 queues) for the depths
 // and drain rates of every queue, one read of the operators' controls, and, per queue that was
 // active or viewed in the last hour, the Redis reads of its upstream pause and learned rate;
 // an idle queue's are refreshed every 12th sample only. Fill in the fields, Mount it and Run
-// it; its methods are safe for concurrent use. The workers' own figures (the share of 429 and
-// 5xx answers, time in queue) are not kept here: the ingress does not see them.
+// it; its methods are safe for concurrent use.
+//
+// The workers' figures (the shares of 429 and 5xx answers, time in queue) come from their
+// presence entries, read once a sample through Workers: each worker's cumulative counters,
+// differenced against the previous sample's (see answerDeltas). They lag by up to the
+// workers' announcement period (5 s).
 type History struct {
 	// Queues supplies the config and the pause and rate reads. Required.
 	Queues *Queues
@@ -63,10 +78,18 @@ type History struct {
 	MaxQueues int
 	// Now is the clock of the samples. Nil: time.Now.
 	Now func() time.Time
+	// Workers reads the workers' presence entries, with their Answers. Nil: the points carry
+	// no 429/5xx shares nor time in queue.
+	Workers func(ctx context.Context) ([]Worker, error)
+	// TimeInQueueBounds are the upper bounds of the workers' time-in-queue buckets
+	// (worker.TimeInQueueBounds).
+	TimeInQueueBounds []time.Duration
 
-	mu    sync.Mutex
-	rings map[string]*ring
-	ticks int
+	mu      sync.Mutex
+	rings   map[string]*ring
+	ticks   int
+	marks   map[string]workerMark // the workers' counters at marksAt, by worker id
+	marksAt time.Time             // the last sample whose workers were read; zero: none
 }
 
 // ring is a queue's samples, oldest first from start.
@@ -140,6 +163,11 @@ func (h *History) Sample(ctx context.Context) error {
 	if h.Queues.Controls != nil {
 		controls, _ = h.Queues.Controls(ctx)
 	}
+	var workers []Worker
+	werr := errNoWorkers
+	if h.Workers != nil {
+		workers, werr = h.Workers(ctx)
+	}
 	now := h.now()
 	cfg := h.Queues.Config()
 	points, maxQ := h.Points, h.MaxQueues
@@ -155,6 +183,7 @@ func (h *History) Sample(ctx context.Context) error {
 		h.rings = map[string]*ring{}
 	}
 	h.ticks++
+	answers := h.answers(workers, werr, now)
 	keep := make(map[string]bool, len(cfg.Queues))
 	for i := range cfg.Queues[:min(len(cfg.Queues), maxQ)] {
 		cq := &cfg.Queues[i]
@@ -168,7 +197,7 @@ func (h *History) Sample(ctx context.Context) error {
 			r = &ring{pts: make([]Point, points)}
 			h.rings[cq.Name] = r
 		}
-		h.sampleQueue(ctx, r, cq, c, controls[cq.Name], now)
+		h.sampleQueue(ctx, r, cq, c, controls[cq.Name], now, answers[cq.Name])
 	}
 	for name := range h.rings {
 		if !keep[name] {
@@ -178,10 +207,26 @@ func (h *History) Sample(ctx context.Context) error {
 	return nil
 }
 
-// sampleQueue adds the sample of queue cq at now to r, from its counts c and control ctl. The
-// caller holds h.mu.
-func (h *History) sampleQueue(ctx context.Context, r *ring, cq *config.Queue, c queue.Counts, ctl queue.Control, now time.Time) {
+// answers sums the workers' attempts per queue since the last sample, from the entries ws
+// read at now (werr: their read failed, so the next sample starts over). The caller holds h.mu.
+func (h *History) answers(ws []Worker, werr error, now time.Time) map[string]Answers {
+	if werr != nil {
+		h.marks, h.marksAt = nil, time.Time{}
+		return nil
+	}
+	sums, marks := answerDeltas(h.marks, h.marksAt, ws)
+	h.marks, h.marksAt = marks, now
+	return sums
+}
+
+// errNoWorkers: History.Workers is nil.
+var errNoWorkers = errors.New("admin: no worker reader")
+
+// sampleQueue adds the sample of queue cq at now to r, from its counts c, control ctl and the
+// workers' attempts a since the previous sample. The caller holds h.mu.
+func (h *History) sampleQueue(ctx context.Context, r *ring, cq *config.Queue, c queue.Counts, ctl queue.Control, now time.Time, a Answers) {
 	p := Point{T: now.UTC(), Depth: c.Depth}
+	answerFigures(&p, a, h.TimeInQueueBounds)
 	if r.n > 0 {
 		dt := now.Sub(r.pts[(r.start+r.n-1)%len(r.pts)].T).Seconds()
 		if dt > 0 && c.Left >= r.left {

@@ -26,8 +26,17 @@ func TestOperatingDashboardInBrowser(t *testing.T) {
 	e := newHistoryEnv(t, "")
 	ctx := testenv.Browser(t, 3*time.Minute, chromedp.WindowSize(1280, 1400))
 	ids := e.publish(t, "orders", jobs+60)
+	// One worker whose entry says 10 more attempts of orders each sample, 2 of them 429, 1 5xx.
+	var n uint64
+	started := time.Now()
+	e.h.TimeInQueueBounds = []time.Duration{time.Second, 10 * time.Second}
+	e.h.Workers = func(context.Context) ([]Worker, error) {
+		return []Worker{{ID: "w", Started: started, Answers: map[string]Answers{
+			"orders": {Delivered: 10 * n, R429: 2 * n, R5xx: n, TimeInQueue: []uint64{0, 10 * n}}}}}, nil
+	}
 	e.sample(t, 0)
 	for i := range 12 { // a minute: 5 jobs leave every 5 s
+		n++
 		for _, id := range ids[i*5 : i*5+5] {
 			if _, err := e.qs.Cancel(context.Background(), id); err != nil {
 				t.Fatal(err)
@@ -39,15 +48,20 @@ func TestOperatingDashboardInBrowser(t *testing.T) {
 	e.sample(t, 5*time.Second)
 
 	start := time.Now()
-	var seconds, points string
+	var seconds, points, answered string
 	if err := chromedp.Run(ctx,
 		chromedp.Navigate("http://"+e.addr+"/ui/"),
 		chromedp.WaitVisible(`body[data-history="1"]`),
 		chromedp.AttributeValue(`#chart-orders`, "data-seconds", &seconds, nil),
 		chromedp.AttributeValue(`#chart-orders`, "data-points", &points, nil),
 		chromedp.WaitVisible(`#backlog-orders`),
+		chromedp.WaitVisible(`#tiq-orders`),
+		chromedp.AttributeValue(`#answers-orders`, "data-points", &answered, nil),
 	); err != nil {
 		t.Fatalf("loading the dashboard: %v", err)
+	}
+	if answered != "12" {
+		t.Errorf("the 429/5xx chart of orders draws %s points with shares, want the 12 intervals with attempts", answered)
 	}
 	t.Logf("first render with history: %v", time.Since(start))
 	if s, _ := strconv.ParseFloat(seconds, 64); s < 60 {

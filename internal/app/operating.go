@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/admin"
+	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -23,13 +24,64 @@ type presenceValue struct {
 	Version string    `json:"version"`
 	Started time.Time `json:"started"`
 	Queues  []string  `json:"queues"`
+	// Answers are the worker's delivery attempts per queue since Started (worker.Answers),
+	// for the ingress's history; absent from workers before them.
+	Answers map[string]presenceAnswers `json:"answers,omitempty"`
 }
 
-// announcement is the presence entry of this process, draining queues.
-func announcement(host string, started time.Time, queues []string) []byte {
-	b, _ := json.Marshal(presenceValue{Host: host, PID: os.Getpid(), Version: version(), Started: started, Queues: queues})
+// presenceAnswers is a queue's worker.Answers in a presence entry, kept small (about 20 bytes
+// plus the non-zero time-in-queue buckets): tiq's trailing empty buckets are left off.
+type presenceAnswers struct {
+	N    uint64   `json:"n"`
+	R429 uint64   `json:"r429,omitempty"`
+	R5xx uint64   `json:"r5xx,omitempty"`
+	TIQ  []uint64 `json:"tiq,omitempty"`
+}
+
+// announcement is the presence entry of this process, draining queues, having made the
+// attempts answers (nil: none counted).
+func announcement(host string, started time.Time, queues []string, answers map[string]worker.Answers) []byte {
+	v := presenceValue{Host: host, PID: os.Getpid(), Version: version(), Started: started, Queues: queues}
+	if answers != nil {
+		v.Answers = make(map[string]presenceAnswers, len(answers))
+		for q, a := range answers {
+			tiq := a.TimeInQueue[:]
+			for len(tiq) > 0 && tiq[len(tiq)-1] == 0 {
+				tiq = tiq[:len(tiq)-1]
+			}
+			v.Answers[q] = presenceAnswers{N: a.Delivered, R429: a.R429, R5xx: a.R5xx, TIQ: tiq}
+		}
+	}
+	b, _ := json.Marshal(v)
 	return b
 }
+
+// adminAnswers are a presence entry's answers as the history reads them; nil for none.
+func adminAnswers(in map[string]presenceAnswers) map[string]admin.Answers {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string]admin.Answers, len(in))
+	for q, a := range in {
+		out[q] = admin.Answers{Delivered: a.N, R429: a.R429, R5xx: a.R5xx, TimeInQueue: a.TIQ}
+	}
+	return out
+}
+
+// poolAnswers are pool's answers as the history reads them; nil for a nil pool.
+func poolAnswers(pool *worker.Pool) map[string]admin.Answers {
+	if pool == nil {
+		return nil
+	}
+	out := map[string]admin.Answers{}
+	for q, a := range pool.Answers() {
+		out[q] = admin.Answers{Delivered: a.Delivered, R429: a.R429, R5xx: a.R5xx, TimeInQueue: a.TimeInQueue[:]}
+	}
+	return out
+}
+
+// processStarted is when this process started, the Started of its in-process pool.
+var processStarted = time.Now().UTC()
 
 // version is this binary's module version and VCS revision, as the Go toolchain recorded them.
 func version() string {
@@ -73,6 +125,7 @@ func parsePresence(key string, val []byte, seen time.Time) admin.Worker {
 	var v presenceValue
 	if len(val) > 0 && val[0] == '{' && json.Unmarshal(val, &v) == nil {
 		w.Host, w.PID, w.Version, w.Started, w.Queues = v.Host, v.PID, v.Version, v.Started, v.Queues
+		w.Answers = adminAnswers(v.Answers)
 	} else if len(val) > 0 {
 		w.Queues = strings.Split(string(val), ",")
 	}
@@ -88,12 +141,18 @@ func (p *ingressProc) workers(ctx context.Context) ([]admin.Worker, error) {
 	if p.current.Load().NATS == nil {
 		host, _ := os.Hostname()
 		return []admin.Worker{{ID: "in-process", Host: host, PID: os.Getpid(), Version: version(),
-			Queues: queueNames(p.current.Load()), LastSeen: time.Now().UTC()}}, nil
+			Queues: queueNames(p.current.Load()), LastSeen: time.Now().UTC(), Started: processStarted,
+			Answers: poolAnswers(p.pool)}}, nil
 	}
 	if p.late.qs.Load() == nil {
 		return nil, errors.New("the queues are not open yet")
 	}
-	kv, err := p.js.KeyValue(ctx, presenceBucket)
+	return presentWorkers(ctx, p.js)
+}
+
+// presentWorkers reads every worker's entry in js's presence bucket; none while it does not exist.
+func presentWorkers(ctx context.Context, js jetstream.JetStream) ([]admin.Worker, error) {
+	kv, err := js.KeyValue(ctx, presenceBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return []admin.Worker{}, nil
 	}
@@ -119,7 +178,8 @@ func (p *ingressProc) counts(ctx context.Context) (map[string]queue.Counts, erro
 // mountOperating mounts the history, health and job browser of the admin API, and registers
 // sluice_queue_desired_workers, whose worker counts are sluice_queue_consumers' (cm).
 func (p *ingressProc) mountOperating(queues *admin.Queues, cm *consumersMetric) {
-	p.history = &admin.History{Queues: queues, Counts: p.counts}
+	p.history = &admin.History{Queues: queues, Counts: p.counts, Workers: p.workers,
+		TimeInQueueBounds: worker.TimeInQueueBounds[:]}
 	p.history.Mount(p.adm)
 	(&admin.Health{Server: p.adm, Queues: queues, Workers: p.workers}).Mount(p.adm)
 	(&admin.Jobs{Q: p.late, Queues: queues}).Mount(p.adm)

@@ -15,12 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/worker"
 )
 
 // Worker presence: JetStream knows one durable consumer per queue, shared by every worker, and
 // its pull requests (NumWaiting) come and go with each fetch: it cannot say how many processes
 // drain a queue. So each standalone worker says so itself: every presenceEvery it puts a key of
-// its own, whose value lists the queues it drains, in the key-value bucket presenceBucket, whose
+// its own, whose value lists the queues it drains and its delivery attempts per queue by
+// answer and time in queue (cumulative since it started, read by the ingress's history), in the key-value bucket presenceBucket, whose
 // entries live presenceTTL. A worker that stops deletes its key; one that dies is forgotten
 // after presenceTTL. The ingress counts them per queue: sluice_queue_consumers.
 const (
@@ -30,13 +32,19 @@ const (
 )
 
 // presence is the "presence" service of the worker: it runs until ctx ends, then withdraws.
-func presence(ctx context.Context, js jetstream.JetStream, current func() *config.Config, log *slog.Logger) error {
+// Its entry carries answers' counts (nil: none), for the ingress's history.
+func presence(ctx context.Context, js jetstream.JetStream, current func() *config.Config, answers func() map[string]worker.Answers, log *slog.Logger) error {
+	return announce(ctx, js, current, answers, presenceEvery, log)
+}
+
+// announce puts this process's presence entry every period until ctx ends, then deletes it.
+func announce(ctx context.Context, js jetstream.JetStream, current func() *config.Config, answers func() map[string]worker.Answers, every time.Duration, log *slog.Logger) error {
 	host, _ := os.Hostname()
 	key := strings.NewReplacer(".", "_", " ", "_").Replace(fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8]))
 	var kv jetstream.KeyValue
 	started := time.Now().UTC()
 	warned := false
-	t := time.NewTicker(presenceEvery)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		cfg := current()
@@ -52,7 +60,11 @@ func presence(ctx context.Context, js jetstream.JetStream, current func() *confi
 				}
 				kv = b
 			}
-			_, err := kv.Put(pctx, key, announcement(host, started, queueNames(cfg)))
+			var a map[string]worker.Answers
+			if answers != nil {
+				a = answers()
+			}
+			_, err := kv.Put(pctx, key, announcement(host, started, queueNames(cfg), a))
 			return err
 		}()
 		if err != nil && ctx.Err() == nil && !warned {

@@ -101,7 +101,7 @@ func (p *workerProc) services(lc *lifecycle) []service {
 		{name: "worker pool", start: p.newPool},
 		lc.run("workers", background{drainsFirst: true}, func(ctx context.Context) error { return p.pool.Run(ctx) }),
 		lc.run("presence", background{optional: true}, func(ctx context.Context) error {
-			return presence(ctx, p.js, p.current.Load, p.log)
+			return presence(ctx, p.js, p.current.Load, p.pool.Answers, p.log)
 		}),
 		lc.run("config watcher", background{optional: true}, p.watch),
 	}

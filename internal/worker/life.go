@@ -246,6 +246,11 @@ func (r *runner) send(hard context.Context, cfg *QueueConfig, j *job) outcome {
 		return outcome{end: endInterrupted}
 	}
 	r.p.m.deliveries.WithLabelValues(r.name, c.Class.String()).Inc()
+	tiq := time.Duration(-1)
+	if !j.m.Job.CreatedAt.IsZero() {
+		tiq = max(start.Sub(j.m.Job.CreatedAt), 0)
+	}
+	r.p.m.answers.add(r.name, c.Status, tiq)
 	if err != nil && c.Class != retry.Success {
 		// The status shows a fixed description; the log the whole error but for its query.
 		r.p.exec.logger(j).Info("worker: delivery failed", "attempt", attempt, "err", logged(err))

@@ -28,6 +28,8 @@ type metrics struct {
 	unitsReconciled *prometheus.CounterVec // queue, direction
 	unreconciled    *prometheus.CounterVec // queue
 	drain           *drainRate
+	// answers are the Answers the presence entry carries (answers.go)
+	answers answers
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {

@@ -68,6 +68,17 @@ async function renderHistory() {
       {key: "delivered", label: "delivered", color: "#1f6feb", width: 2}], "/s");
     chart(canvasIn(box, "backlog-" + h.queue, h.queue + ": backlog (jobs in the queue)"), h.points,
       [{key: "depth", label: "depth", color: "#b25000", width: 2}], "jobs");
+    // The workers' figures of each interval (null: no attempt): shares in %, times in ms.
+    const pct = v => v == null ? null : v * 100;
+    const worker = h.points.map(p => ({t: p.t, r429: pct(p.r429_share), r5xx: pct(p.r5xx_share),
+      p50: p.tiq_p50_ms, p99: p.tiq_p99_ms}));
+    const answers = canvasIn(box, "answers-" + h.queue, h.queue + ": share of attempts answered 429 and 5xx");
+    answers.dataset.points = worker.filter(p => p.r429 != null).length;
+    chart(answers, worker, [{key: "r429", label: "429", color: "#8250df", width: 2},
+      {key: "r5xx", label: "5xx", color: "#cf222e", width: 2}], "%");
+    chart(canvasIn(box, "tiq-" + h.queue, h.queue + ": time in queue, acceptance to attempt"), worker,
+      [{key: "p50", label: "p50", color: "#1a7f37", width: 2},
+        {key: "p99", label: "p99", color: "#9a6700", width: 1.5}], "ms");
   }
   document.body.dataset.history = "1";
 }
