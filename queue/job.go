@@ -49,8 +49,7 @@ type Job struct {
 	// delivers it sooner on its own clock. Zero: as soon as the queue allows.
 	NotBefore time.Time `json:"not_before,omitzero"`
 	// Priority orders the job among the waiting jobs of its queue (of a fair queue: among its
-	// tenant's waiting jobs, within the tenant's share,
-	// where it is kept but not used); "" is normal.
+	// tenant's waiting jobs, within the tenant's share); "" is normal.
 	Priority Priority `json:"priority,omitempty"`
 }
 
