@@ -202,7 +202,7 @@ func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
 		// Back into its tenant's backlog, to wait its turn. The message id starts with the job
 		// id, which the scheduler takes the job's subject from (jobIDOf).
 		msgID = id + ".replay-" + strconv.FormatUint(raw.Sequence, 10)
-		subject, stream = q.backlogSubject(queue, job.Tenant), q.backlogStreamName(queue)
+		subject, stream = q.backlogSubject(queue, job.Tenant, job.Priority), q.backlogStreamName(queue)
 	}
 	ack, err := q.publish(ctx, subject, job, msgID, stream)
 	if err != nil {
@@ -211,7 +211,7 @@ func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
 	err = q.updateStatus(ctx, id, func(cur *record) *record {
 		next := record{Status: Status{ID: id, Queue: queue, State: StateQueued, CreatedAt: job.CreatedAt}, Tenant: job.Tenant}
 		if spec.Fair && !ack.Duplicate {
-			next.BacklogSeq = ack.Sequence
+			next.BacklogSeq, next.Priority = ack.Sequence, job.Priority
 		}
 		if cur != nil {
 			if cur.State != StateFailed { // a worker already took the replayed job

@@ -56,8 +56,51 @@ func tokenTenant(tok string) string {
 
 func (q *Queues) backlogStreamName(queue string) string { return q.opts.Prefix + "_T_" + queue }
 func (q *Queues) backlogPrefix(queue string) string     { return q.opts.Prefix + ".t." + queue + "." }
-func (q *Queues) backlogSubject(queue, tenant string) string {
-	return q.backlogPrefix(queue) + tenantToken(tenant)
+func (q *Queues) backlogSubject(queue, tenant string, p Priority) string {
+	return q.backlogPrefix(queue) + tenantToken(tenant) + backlogLevel(p)
+}
+
+// backlogLevel is the suffix of a tenant's backlog subject for its jobs of priority p: none
+// for normal (the subject every fair job had before priorities), ".h" or ".l" for high or low.
+// A tenant's levels are subjects of the one backlog stream: no stream or consumer more.
+func backlogLevel(p Priority) string {
+	switch p {
+	case PriorityHigh:
+		return ".h"
+	case PriorityLow:
+		return ".l"
+	}
+	return ""
+}
+
+// Levels counts one tenant's waiting jobs by priority: Levels[LevelIndex(p)].
+type Levels [3]uint64
+
+// Sum is the tenant's waiting jobs, all levels.
+func (l Levels) Sum() uint64 { return l[0] + l[1] + l[2] }
+
+// LevelIndex is the index of priority p in Levels and Priorities: 0 high, 1 normal, 2 low.
+func LevelIndex(p Priority) int {
+	switch p {
+	case PriorityHigh:
+		return 0
+	case PriorityLow:
+		return 2
+	}
+	return 1
+}
+
+// backlogKey splits the part of a backlog subject after its prefix into the tenant's token and
+// the level index. A token has no dots, so the first dot starts the level.
+func backlogKey(rest string) (string, int) {
+	tok, lvl, _ := strings.Cut(rest, ".")
+	switch lvl {
+	case "h":
+		return tok, 0
+	case "l":
+		return tok, 2
+	}
+	return tok, 1
 }
 func (q *Queues) tenantsBucketName() string { return q.opts.Prefix + "_TENANTS" }
 func (q *Queues) metaBucketName() string    { return q.opts.Prefix + "_META" }
@@ -65,12 +108,14 @@ func (q *Queues) metaBucketName() string    { return q.opts.Prefix + "_META" }
 func countKey(queue, tenant string) string { return queue + "." + tenantToken(tenant) }
 
 // provisionBacklog creates or updates the backlog stream of fair queue s: one subject per
-// tenant, the queue's depth limits, direct gets for the scheduler.
+// tenant and level (<tenant>, <tenant>.h, <tenant>.l), the queue's depth limits, direct gets for
+// the scheduler. A stream provisioned before levels, with the tenants' subjects only, gets the
+// level subjects added by an update; one that has them is left alone (ensureStream).
 func (q *Queues) provisionBacklog(ctx context.Context, s Spec, limit func(int64) int64) error {
 	_, err := q.ensureStream(ctx, jetstream.StreamConfig{
 		Name:        q.backlogStreamName(s.Name),
 		Description: "Sluice tenants' backlogs of fair queue " + s.Name,
-		Subjects:    []string{q.backlogPrefix(s.Name) + "*"},
+		Subjects:    []string{q.backlogPrefix(s.Name) + "*", q.backlogPrefix(s.Name) + "*.*"},
 		Retention:   jetstream.WorkQueuePolicy,
 		Discard:     jetstream.DiscardNew,
 		MaxMsgs:     limit(s.MaxDepth),
@@ -151,12 +196,17 @@ func (q *Queues) Tenant(ctx context.Context, name, tenant string) (TenantInfo, e
 	if err != nil {
 		return TenantInfo{}, fmt.Errorf("queue: tenant of %q: %w", name, err)
 	}
-	subj := q.backlogSubject(name, tenant)
-	si, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
-	if err != nil {
-		return TenantInfo{}, fmt.Errorf("queue: tenant of %q: %w", name, err)
+	// The tenant's normal subject, then its level subjects: two filters a stream info takes one of.
+	subj := q.backlogSubject(name, tenant, PriorityNormal)
+	for _, f := range []string{subj, subj + ".*"} {
+		si, err := st.Info(ctx, jetstream.WithSubjectFilter(f))
+		if err != nil {
+			return TenantInfo{}, fmt.Errorf("queue: tenant of %q: %w", name, err)
+		}
+		for _, n := range si.State.Subjects {
+			out.Depth += n
+		}
 	}
-	out.Depth = si.State.Subjects[subj]
 	kv, err := q.js.KeyValue(ctx, q.tenantsBucketName())
 	if err != nil {
 		return TenantInfo{}, fmt.Errorf("queue: tenant of %q: %w", name, err)
@@ -181,8 +231,8 @@ type FairLayout struct {
 	// not may still hold, in its backlogs, jobs of an earlier fair configuration.
 	Queue string
 	Fair  bool
-	// Backlog is the stream of the tenants' backlogs, one subject per tenant (BacklogSubject),
-	// work-queue retention, direct gets allowed. It does not exist while the queue was never
+	// Backlog is the stream of the tenants' backlogs, one subject per tenant and priority
+	// (BacklogSubject), work-queue retention, direct gets allowed. It does not exist while the queue was never
 	// fair.
 	Backlog string
 	// Delivery is the stream the workers take jobs from, through the durable pull Consumer.
@@ -219,28 +269,52 @@ func (q *Queues) layout(name string, fair bool) FairLayout {
 	}
 }
 
-// BacklogSubject is the subject of tenant's backlog ("" is the queue's unnamed tenant).
-func (l FairLayout) BacklogSubject(tenant string) string { return l.prefix + tenantToken(tenant) }
+// BacklogSubject is the subject of tenant's backlog of jobs of priority p ("" is the queue's
+// unnamed tenant).
+func (l FairLayout) BacklogSubject(tenant string, p Priority) string {
+	return l.prefix + tenantToken(tenant) + backlogLevel(p)
+}
 
 // CountKey is the key of tenant's delivered count in the Tenants bucket.
 func (l FairLayout) CountKey(tenant string) string { return countKey(l.Queue, tenant) }
 
 // Depths returns, from the backlog stream st, how many jobs wait per tenant with any waiting,
-// and in all: one request, whose answer lists every such tenant.
+// all levels together, and in all: one request, whose answer lists every such tenant's
+// subjects.
 func (l FairLayout) Depths(ctx context.Context, st jetstream.Stream) (map[string]uint64, uint64, error) {
 	depths, msgs, _, err := l.depths(ctx, st)
 	return depths, msgs, err
 }
 
-// depths is Depths, with the stream's last sequence in the same reading.
+// LevelDepths is Depths by priority: how many jobs of each level wait per tenant with any
+// waiting. One request, as Depths.
+func (l FairLayout) LevelDepths(ctx context.Context, st jetstream.Stream) (map[string]Levels, uint64, error) {
+	si, err := st.Info(ctx, jetstream.WithSubjectFilter(l.prefix+">"))
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make(map[string]Levels, len(si.State.Subjects))
+	for subj, n := range si.State.Subjects {
+		tok, i := backlogKey(strings.TrimPrefix(subj, l.prefix))
+		t := tokenTenant(tok)
+		lv := out[t]
+		lv[i] += n
+		out[t] = lv
+	}
+	return out, si.State.Msgs, nil
+}
+
+// depths is Depths, with the stream's last sequence in the same reading. A tenant is one
+// tenant whatever its levels: the level token is not part of its key.
 func (l FairLayout) depths(ctx context.Context, st jetstream.Stream) (map[string]uint64, uint64, uint64, error) {
-	si, err := st.Info(ctx, jetstream.WithSubjectFilter(l.prefix+"*"))
+	si, err := st.Info(ctx, jetstream.WithSubjectFilter(l.prefix+">"))
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	out := make(map[string]uint64, len(si.State.Subjects))
 	for subj, n := range si.State.Subjects {
-		out[tokenTenant(strings.TrimPrefix(subj, l.prefix))] = n
+		tok, _ := backlogKey(strings.TrimPrefix(subj, l.prefix))
+		out[tokenTenant(tok)] += n
 	}
 	return out, si.State.Msgs, si.State.LastSeq, nil
 }

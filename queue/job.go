@@ -48,8 +48,8 @@ type Job struct {
 	// whose NotBefore is still ahead as scheduled (see [Queues.Publish]), and a worker never
 	// delivers it sooner on its own clock. Zero: as soon as the queue allows.
 	NotBefore time.Time `json:"not_before,omitzero"`
-	// Priority orders the job among the waiting jobs of its queue (not yet of a fair queue,
-	// where it is kept but not used); "" is normal.
+	// Priority orders the job among the waiting jobs of its queue (of a fair queue: among its
+	// tenant's waiting jobs, within the tenant's share); "" is normal.
 	Priority Priority `json:"priority,omitempty"`
 }
 
@@ -106,6 +106,9 @@ type Status struct {
 	// form.
 	Seq        uint64 `json:"-"`
 	BacklogSeq uint64 `json:"-"`
+	// Priority is, with BacklogSeq, the job's priority: which of its tenant's backlog subjects
+	// it waits on. Not part of the JSON form.
+	Priority Priority `json:"-"`
 }
 
 // Response is what the upstream answered to a delivery attempt.

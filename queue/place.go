@@ -83,8 +83,10 @@ type Place struct {
 	Seq uint64
 	// In a tenant's backlog: BacklogSeq is the job's sequence in the backlog stream, and
 	// TenantFirst and TenantLast the sequences of its tenant's oldest and newest waiting jobs
-	// there, so that a caller who knows how many jobs the tenant has waiting can tell about how
-	// many are before this one (the tenant's jobs leave in the order they were stored).
+	// of the job's priority there, so that a caller who knows how many jobs the tenant has
+	// waiting can tell about how many are before this one (a tenant's jobs of one priority
+	// leave in the order they were stored; its high ones before its normal before its low,
+	// which this does not weigh).
 	BacklogSeq, TenantFirst, TenantLast uint64
 }
 
@@ -114,7 +116,7 @@ func (q *Queues) Place(ctx context.Context, st Status) (Place, error) {
 	if err != nil {
 		return Place{}, fmt.Errorf("queue: place of %s: %w", st.ID, err)
 	}
-	subj := q.backlogSubject(st.Queue, st.Tenant)
+	subj := q.backlogSubject(st.Queue, st.Tenant, st.Priority)
 	first, err := bst.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
 	if err != nil || first.Sequence > st.BacklogSeq {
 		return Place{}, fmt.Errorf("%w: %s is not in its backlog", ErrNotFound, st.ID)

@@ -12,7 +12,8 @@ import (
 // <prefix>.ql.<queue>.<id>), with a "workers" consumer of its own; a normal job, the default,
 // stays where every job was before, so the default path costs what it did. Workers take high
 // jobs before normal ones before low ones, with a starvation guard of their own (package
-// worker). docs/design/time.md has the design and what was rejected.
+// worker). A fair queue orders a tenant's jobs by priority in its backlog instead (fair.go,
+// package queue/fair). docs/design/time.md has the design and what was rejected.
 
 // Priority is where a job stands among the waiting jobs of its queue.
 type Priority string

@@ -174,7 +174,7 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		// The job waits in its tenant's backlog, where it cannot be read by id: it gets a
 		// status entry, as a job with an Idempotency-Key does, which also keeps its place in
 		// the backlog for Cancel.
-		subject, stream = q.backlogSubject(job.Queue, job.Tenant), q.backlogStreamName(job.Queue)
+		subject, stream = q.backlogSubject(job.Queue, job.Tenant, job.Priority), q.backlogStreamName(job.Queue)
 	}
 
 	if job.IdempotencyKey == "" && !spec.Fair && job.Priority == PriorityNormal && findable(job.Queue, job.ID) {
@@ -319,7 +319,7 @@ func (q *Queues) recordQueued(ctx context.Context, job *Job, fp string, overwrit
 		rec.State, rec.NotBefore = StateScheduled, &nb
 	}
 	if inBacklog {
-		rec.BacklogSeq = seq
+		rec.BacklogSeq, rec.Priority = seq, job.Priority
 	}
 	data, err := json.Marshal(rec)
 	if err != nil {

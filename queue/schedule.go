@@ -261,7 +261,7 @@ func (q *Queues) moveOne(ctx context.Context, spec Spec, raw jetstream.Msg) (mov
 	}
 	subject, stream := q.levelSubject(spec.Name, job.Priority, job.ID), q.levelStreamName(spec.Name, job.Priority)
 	if spec.Fair {
-		subject, stream = q.backlogSubject(spec.Name, job.Tenant), q.backlogStreamName(spec.Name)
+		subject, stream = q.backlogSubject(spec.Name, job.Tenant, job.Priority), q.backlogStreamName(spec.Name)
 	}
 	m := nats.NewMsg(subject)
 	for k, v := range raw.Headers() {
@@ -280,7 +280,7 @@ func (q *Queues) moveOne(ctx context.Context, spec Spec, raw jetstream.Msg) (mov
 		return false
 	}
 	if spec.Fair && !ack.Duplicate {
-		q.noteBacklogSeq(pctx, job.ID, ack.Sequence)
+		q.noteBacklogSeq(pctx, job.ID, job.Priority, ack.Sequence)
 	}
 	_ = raw.DoubleAck(pctx)
 	return !ack.Duplicate
@@ -295,13 +295,13 @@ func (q *Queues) movedBefore(ctx context.Context, id string) bool {
 
 // noteBacklogSeq records where a scheduled job of a fair queue was stored in its tenant's
 // backlog, for Cancel. Best effort: a worker reads a scheduled job's status before delivery.
-func (q *Queues) noteBacklogSeq(ctx context.Context, id string, seq uint64) {
+func (q *Queues) noteBacklogSeq(ctx context.Context, id string, p Priority, seq uint64) {
 	_ = q.updateStatus(ctx, id, func(cur *record) *record {
 		if cur == nil || cur.State != StateScheduled {
 			return nil
 		}
 		next := *cur
-		next.BacklogSeq = seq
+		next.BacklogSeq, next.Priority = seq, p
 		return &next
 	})
 }

@@ -26,6 +26,9 @@ type record struct {
 	// BacklogSeq is where the job of a fair queue was stored in its tenant's backlog, so that
 	// Cancel can remove it from there.
 	BacklogSeq uint64 `json:"backlog_seq,omitempty"`
+	// Priority is the job's priority when BacklogSeq is set and it is not normal: the level
+	// of the tenant's backlog it was stored in, for Place.
+	Priority Priority `json:"priority,omitempty"`
 }
 
 // getRecord reads the entry of job id, returning ErrNotFound when there is none.
@@ -44,7 +47,7 @@ func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, erro
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return record{}, 0, fmt.Errorf("queue: status %s: %w", id, err)
 	}
-	r.Status.Tenant, r.Status.Delivered, r.Status.Held, r.Status.BacklogSeq = r.Tenant, r.Delivered, r.Held, r.BacklogSeq
+	r.Status.Tenant, r.Status.Delivered, r.Status.Held, r.Status.BacklogSeq, r.Status.Priority = r.Tenant, r.Delivered, r.Held, r.BacklogSeq, r.Priority
 	return r, e.Revision(), nil
 }
 

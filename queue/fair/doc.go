@@ -9,7 +9,10 @@
 // a FIFO queue, so acks, retries, pauses, dead letters, cancels and the leak rate work
 // unchanged. It keeps only Options.Target jobs waiting there and picks the next ones by deficit
 // round robin over the tenants with waiting jobs: a tenant's turn adds its weight to its
-// deficit, and it gives a job per whole unit. Options.TenantRate spaces one tenant's moves
+// deficit, and it gives a job per whole unit. Within a tenant's share its high jobs
+// (queue.PriorityHigh, a subject of their own beside the tenant's) go before its normal before
+// its low, but that while a lower level waits at least one of every 8 of the tenant's jobs from
+// it and above is of it. Options.TenantRate spaces one tenant's moves
 // 1/TenantRate apart. A tenant with 10 jobs behind another's 300 waits for about Target jobs
 // and the jobs the workers hold, not for the 300.
 //

@@ -82,7 +82,8 @@ type Scheduler struct {
 	// The leader's state, touched only by Run's goroutine (counts: by its moves too).
 	lease     *lease
 	picks     picker
-	cursor    map[string]uint64 // per tenant, the backlog sequence its next job is at or after
+	levels    map[string]*levels   // per tenant, its jobs by priority and its starvation guard
+	cursor    map[string][3]uint64 // per tenant and level, the backlog sequence its next job is at or after
 	counts    counts
 	refreshed time.Time
 	lastFlush time.Time
@@ -102,7 +103,8 @@ func New(src Source, name string, opts Options) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Scheduler{l: l, get: newDirectGet(l.JetStream, l.Backlog), now: time.Now, cursor: map[string]uint64{}}
+	s := &Scheduler{l: l, get: newDirectGet(l.JetStream, l.Backlog), now: time.Now}
+	s.forget()
 	s.SetOptions(opts)
 	return s, nil
 }
@@ -206,9 +208,15 @@ func (s *Scheduler) renew(ctx context.Context) {
 	}
 	if led != s.lease.held() {
 		log.Info("fair: scheduler", "queue", s.l.Queue, "leading", s.lease.held())
-		s.picks, s.cursor, s.refreshed = picker{}, map[string]uint64{}, time.Time{}
+		s.forget()
 		s.counts.reset()
 	}
+}
+
+// forget drops the leader's state of the tenants: another leader may have changed it.
+func (s *Scheduler) forget() {
+	s.picks, s.refreshed = picker{}, time.Time{}
+	s.levels, s.cursor = map[string]*levels{}, map[string][3]uint64{}
 }
 
 // stepDown gives the lease up, so that another process takes over at once.
@@ -262,16 +270,27 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 	return s.move(ctx, s.picks.pick(need, opts.TenantRate, s.now(), tenantCaps{rates: opts.TenantRates, held: opts.Held})), nil
 }
 
-// refresh rereads which tenants have waiting jobs, and how many.
+// refresh rereads which tenants have waiting jobs, and how many of each priority.
 func (s *Scheduler) refresh(ctx context.Context, opts Options) error {
-	depths, _, err := s.l.Depths(ctx, s.backlog)
+	byLevel, _, err := s.l.LevelDepths(ctx, s.backlog)
 	if err != nil {
 		return err
 	}
 	s.refreshed = s.now()
+	depths := make(map[string]uint64, len(byLevel))
+	for id, d := range byLevel {
+		depths[id] = d.Sum()
+		lv := s.levels[id]
+		if lv == nil {
+			lv = &levels{}
+			s.levels[id] = lv
+		}
+		lv.set(d)
+	}
 	s.picks.update(depths, opts.Weights)
-	for id := range s.cursor {
+	for id := range s.levels {
 		if _, ok := depths[id]; !ok {
+			delete(s.levels, id)
 			delete(s.cursor, id)
 		}
 	}
@@ -281,55 +300,104 @@ func (s *Scheduler) refresh(ctx context.Context, opts Options) error {
 // moved is what moving one tenant's share did.
 type moved struct {
 	n     int
-	upTo  uint64 // the tenant's backlog is purged below it; 0: nothing was
-	empty bool   // fewer jobs were there than asked for
+	upTo  [3]uint64 // per level, the tenant's backlog is purged below it; 0: nothing was
+	empty [3]bool   // per level, fewer jobs were there than asked for
 	err   error
 }
 
 // move moves the picked jobs, tenants in parallel and each tenant's in order, and returns how
-// many it moved. A tenant found empty gives no more until the next refresh.
+// many it moved. Each tenant's share is split among its priorities (levels.take). A tenant
+// found empty gives no more until the next refresh.
 func (s *Scheduler) move(ctx context.Context, picks []pickN) int {
 	res := make([]moved, len(picks))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, moveParallel)
 	for i, p := range picks {
+		lv := s.levels[p.tenant]
+		if lv == nil {
+			continue // not in the last reading
+		}
+		split := lv.take(p.n)
 		wg.Add(1)
 		sem <- struct{}{}
 		from := s.cursor[p.tenant]
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			res[i] = s.moveTenant(ctx, p.tenant, from, p.n)
+			res[i] = s.moveTenant(ctx, p.tenant, from, split)
 		}()
 	}
 	wg.Wait()
 	total := 0
 	for i, r := range res {
-		id := picks[i].tenant
-		if r.err != nil && ctx.Err() == nil {
-			s.Options().Logger.Warn("fair: scheduler: move", "queue", s.l.Queue, "tenant", id, "err", r.err)
-		}
-		if r.empty {
-			s.picks.empty(id)
-		}
-		if r.upTo != 0 {
-			s.cursor[id] = r.upTo
-		}
-		s.counts.add(id, r.n)
 		total += r.n
+		if r.err != nil && ctx.Err() == nil {
+			s.Options().Logger.Warn("fair: scheduler: move", "queue", s.l.Queue, "tenant", picks[i].tenant, "err", r.err)
+		}
+		s.moved(picks[i].tenant, r)
 	}
 	return total
 }
 
-// moveTenant moves up to n of tenant's oldest jobs, at or after backlog sequence from, to the
-// delivery stream: they are read from the backlog in one request, published to the delivery
-// stream under their own message ids, and removed from the backlog once those publishes are
-// acknowledged. A crash in between leaves a job in both; the next leader moves it again, and
-// the delivery stream drops the second copy as a duplicate of its message id (within
-// Spec.StreamDuplicates).
-func (s *Scheduler) moveTenant(ctx context.Context, tenant string, from uint64, n int) moved {
-	subj := s.l.BacklogSubject(tenant)
+// moved records what moving tenant's share did.
+func (s *Scheduler) moved(id string, r moved) {
+	lv := s.levels[id]
+	if lv == nil {
+		s.picks.empty(id)
+		return
+	}
+	cur := s.cursor[id]
+	for i := range r.empty {
+		if r.empty[i] {
+			lv.empty(i)
+		}
+		if r.upTo[i] != 0 {
+			cur[i] = r.upTo[i]
+		}
+	}
+	s.cursor[id] = cur
+	if lv.depth.Sum() == 0 {
+		s.picks.empty(id)
+	}
+	s.counts.add(id, r.n)
+}
+
+// moveTenant moves split[i] of tenant's oldest jobs of each level i (queue.LevelIndex), at or
+// after backlog sequence from[i], to the delivery stream: high ones first, then normal, then
+// low, so that they are delivered in that order; a level that fails ends the share.
+func (s *Scheduler) moveTenant(ctx context.Context, tenant string, from [3]uint64, split [3]int) moved {
+	var out moved
+	for i, p := range queue.Priorities {
+		if split[i] == 0 {
+			continue
+		}
+		r := s.moveLevel(ctx, s.l.BacklogSubject(tenant, p), from[i], split[i])
+		out.n += r.n
+		out.upTo[i], out.empty[i] = r.upTo, r.empty
+		if r.err != nil {
+			out.err = r.err
+			break
+		}
+	}
+	return out
+}
+
+// levelMoved is what moving one level of a tenant's share did.
+type levelMoved struct {
+	n     int
+	upTo  uint64 // the subject is purged below it; 0: nothing was
+	empty bool   // fewer jobs were there than asked for
+	err   error
+}
+
+// moveLevel moves up to n of the oldest jobs on backlog subject subj, at or after backlog
+// sequence from, to the delivery stream: they are read from the backlog in one request,
+// published to the delivery stream under their own message ids, and removed from the backlog
+// once those publishes are acknowledged. A crash in between leaves a job in both; the next
+// leader moves it again, and the delivery stream drops the second copy as a duplicate of its
+// message id (within Spec.StreamDuplicates).
+func (s *Scheduler) moveLevel(ctx context.Context, subj string, from uint64, n int) levelMoved {
 	raws, err := s.read(ctx, subj, from, n)
-	out := moved{empty: len(raws) < n && err == nil}
+	out := levelMoved{empty: len(raws) < n && err == nil}
 	futs, perr := s.forward(raws)
 	err = cmp.Or(err, perr)
 	// Up to the first job whose copy is not acknowledged, the tenant's jobs are all moved. Once
