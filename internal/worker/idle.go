@@ -57,7 +57,11 @@ const reconnectPoll = 250 * time.Millisecond
 // watchPulls interrupts the waiting pulls on every reconnection to NATS and every consumer
 // leader election, until ctx ends.
 func (p *Pool) watchPulls(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		seen := p.q.Reconnects()
 		t := time.NewTicker(reconnectPoll)
 		defer t.Stop()
