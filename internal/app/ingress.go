@@ -95,11 +95,13 @@ type ingressProc struct {
 	pending     *config.Config // a reload applied before the queues opened
 	srv         *ingress.Server
 	pool        *worker.Pool // drains the embedded server's queues; nil with a nats section
-	ln          net.Listener
-	adminLn     net.Listener
-	demoLn      net.Listener // nil without demo_upstream
-	adm         *admin.Server
-	history     *admin.History // the queues' last hour, sampled by the "history" service
+	// pooled is pool for the history sampler, which starts before the pool is made.
+	pooled  atomic.Pointer[worker.Pool]
+	ln      net.Listener
+	adminLn net.Listener
+	demoLn  net.Listener // nil without demo_upstream
+	adm     *admin.Server
+	history *admin.History // the queues' last hour, sampled by the "history" service
 }
 
 // services are the ingress's services, in the order they start (see the package doc).
@@ -394,6 +396,7 @@ func (p *ingressProc) newPool(context.Context) error {
 		return connect.ConfigError(err)
 	}
 	p.pool = pool
+	p.pooled.Store(pool)
 	return nil
 }
 

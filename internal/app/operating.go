@@ -142,7 +142,7 @@ func (p *ingressProc) workers(ctx context.Context) ([]admin.Worker, error) {
 		host, _ := os.Hostname()
 		return []admin.Worker{{ID: "in-process", Host: host, PID: os.Getpid(), Version: version(),
 			Queues: queueNames(p.current.Load()), LastSeen: time.Now().UTC(), Started: processStarted,
-			Answers: poolAnswers(p.pool)}}, nil
+			Answers: poolAnswers(p.pooled.Load())}}, nil
 	}
 	if p.late.qs.Load() == nil {
 		return nil, errors.New("the queues are not open yet")
