@@ -104,7 +104,7 @@ func TestScheduledJobsOnTime(t *testing.T) {
 	}
 }
 
-// BenchmarkScheduledLateness is TestScheduledJobsOnTime over the full horizon: 1 000
+// BenchmarkScheduledLateness is TestScheduledJobsOnTime over the full horizon: 1 000
 // jobs scheduled 1–60s ahead. It reports the lateness quantiles.
 func BenchmarkScheduledLateness(b *testing.B) {
 	for range b.N {
