@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,37 +13,10 @@ import (
 // is value, 8 at a time, and returns their ids.
 func (c *cluster) publishTenantLevel(name, value string, p queue.Priority, n int) map[string]bool {
 	c.t.Helper()
-	var (
-		mu   sync.Mutex
-		out  = make(map[string]bool, n)
-		wg   sync.WaitGroup
-		errs = make(chan error, n)
-		sem  = make(chan struct{}, 8)
-	)
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
-			defer cancel()
-			r, err := c.qs.Publish(ctx, &queue.Job{Queue: name, Direct: true, Tenant: c.qs.TenantID([]byte(value)),
-				Priority: p, Body: fmt.Appendf(nil, "%s-%s-%d", value, p, i)})
-			if err != nil {
-				errs <- err
-				return
-			}
-			mu.Lock()
-			out[r.ID] = true
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		c.t.Fatal(err)
-	}
-	return out
+	tenant := c.qs.TenantID([]byte(value))
+	return c.publishEach(n, func(i int) *queue.Job {
+		return &queue.Job{Queue: name, Direct: true, Tenant: tenant, Priority: p, Body: fmt.Appendf(nil, "%s-%s-%d", value, p, i)}
+	})
 }
 
 // TestFairPriorityWithinTenantShare: a fair 100/s queue drained by two worker processes, tenant

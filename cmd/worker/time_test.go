@@ -315,6 +315,14 @@ func TestScheduledJobsSurviveRestarts(t *testing.T) {
 // returns their ids.
 func (c *cluster) publishLevel(name string, p queue.Priority, n int) map[string]bool {
 	c.t.Helper()
+	return c.publishEach(n, func(i int) *queue.Job {
+		return &queue.Job{Queue: name, Direct: true, Priority: p, Body: fmt.Appendf(nil, "%s-%d", p, i)}
+	})
+}
+
+// publishEach publishes the jobs job(0) … job(n-1), 8 at a time, and returns their ids.
+func (c *cluster) publishEach(n int, job func(i int) *queue.Job) map[string]bool {
+	c.t.Helper()
 	var (
 		mu   sync.Mutex
 		out  = make(map[string]bool, n)
@@ -329,7 +337,7 @@ func (c *cluster) publishLevel(name string, p queue.Priority, n int) map[string]
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 			defer cancel()
-			r, err := c.qs.Publish(ctx, &queue.Job{Queue: name, Direct: true, Priority: p, Body: fmt.Appendf(nil, "%s-%d", p, i)})
+			r, err := c.qs.Publish(ctx, job(i))
 			if err != nil {
 				errs <- err
 				return

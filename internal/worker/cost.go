@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,7 +72,7 @@ func (r *runner) reconcile(cfg *QueueConfig, j *job, resp *http.Response, body [
 	if !cfg.CostFromResponse.IsSet() || resp == nil {
 		return
 	}
-	actual, ok := responseCost(cfg.CostFromResponse, resp.Header, body)
+	actual, ok := cost.FromResponse(cfg.CostFromResponse, resp.Header, body)
 	if !ok {
 		r.p.m.unreconciled.WithLabelValues(r.name).Inc()
 		r.p.log.Debug("worker: no true cost in the answer; the estimate stands", "queue", r.name,
@@ -110,28 +111,42 @@ func readCostBody(body io.Reader) ([]byte, error) {
 	return b.Bytes(), err
 }
 
-// responseCost reads a true cost from an answer: internal/cost's rules (a header's number or
-// the JSON number at the pointer in body; false when missing or malformed).
-func responseCost(c config.Cost, h http.Header, body []byte) (int64, bool) {
-	return cost.FromResponse(c, h, body)
-}
-
 // unitReset is how long until an upstream's exhausted token budget comes back, from an answer
 // that says it is exhausted: X-RateLimit-Remaining-Tokens 0 with X-RateLimit-Reset-Tokens (a
 // Go-like duration: 6m0s, 1s, 20ms), or anthropic-ratelimit-tokens-remaining 0 with
 // anthropic-ratelimit-tokens-reset (RFC 3339). false when it says neither.
 func unitReset(h http.Header, now time.Time) (time.Duration, bool) {
-	if strings.TrimSpace(h.Get("X-Ratelimit-Remaining-Tokens")) == "0" {
-		if d, err := time.ParseDuration(strings.TrimSpace(h.Get("X-Ratelimit-Reset-Tokens"))); err == nil && d > 0 {
-			return min(d, maxUnitReset), true
-		}
-	}
-	if strings.TrimSpace(h.Get("Anthropic-Ratelimit-Tokens-Remaining")) == "0" {
-		if t, err := time.Parse(time.RFC3339, strings.TrimSpace(h.Get("Anthropic-Ratelimit-Tokens-Reset"))); err == nil && t.After(now) {
-			return min(t.Sub(now), maxUnitReset), true
+	for _, q := range tokensLeft(h, now) {
+		if q.left == 0 {
+			return min(q.reset, maxUnitReset), true
 		}
 	}
 	return 0, false
+}
+
+// tokenQuota is what one provider's headers say of its token budget: tokens left, and how
+// long until they reset (> 0).
+type tokenQuota struct {
+	left  int64
+	reset time.Duration
+}
+
+// tokensLeft reads the token budgets an answer reports: X-RateLimit-Remaining-Tokens with
+// X-RateLimit-Reset-Tokens (a Go-like duration: 6m0s, 1s, 20ms), and
+// anthropic-ratelimit-tokens-remaining with anthropic-ratelimit-tokens-reset (RFC 3339).
+func tokensLeft(h http.Header, now time.Time) []tokenQuota {
+	var out []tokenQuota
+	if n, err := strconv.ParseInt(strings.TrimSpace(h.Get("X-Ratelimit-Remaining-Tokens")), 10, 64); err == nil && n >= 0 {
+		if d, err := time.ParseDuration(strings.TrimSpace(h.Get("X-Ratelimit-Reset-Tokens"))); err == nil && d > 0 {
+			out = append(out, tokenQuota{n, d})
+		}
+	}
+	if n, err := strconv.ParseInt(strings.TrimSpace(h.Get("Anthropic-Ratelimit-Tokens-Remaining")), 10, 64); err == nil && n >= 0 {
+		if t, err := time.Parse(time.RFC3339, strings.TrimSpace(h.Get("Anthropic-Ratelimit-Tokens-Reset"))); err == nil && t.After(now) {
+			out = append(out, tokenQuota{n, t.Sub(now)})
+		}
+	}
+	return out
 }
 
 // maxUnitReset bounds the pause a unit reset asks for, as a wrong clock or header must not

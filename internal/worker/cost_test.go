@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/cost"
 )
 
 func TestResponseCost(t *testing.T) {
@@ -35,7 +36,7 @@ func TestResponseCost(t *testing.T) {
 		{"header malformed", hd, http.Header{"X-Tokens": {"7x"}}, "", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := responseCost(tc.c, tc.h, []byte(tc.body))
+			got, ok := cost.FromResponse(tc.c, tc.h, []byte(tc.body))
 			if got != tc.want || ok != tc.ok {
 				t.Fatalf("responseCost = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
 			}

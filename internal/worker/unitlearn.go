@@ -83,15 +83,8 @@ func unitQuota(h http.Header, now time.Time) (float64, bool) {
 			best, ok = min(best, float64(n)/60), true
 		}
 	}
-	if n, err := strconv.ParseInt(strings.TrimSpace(h.Get("X-Ratelimit-Remaining-Tokens")), 10, 64); err == nil && n >= 0 {
-		if d, err := time.ParseDuration(strings.TrimSpace(h.Get("X-Ratelimit-Reset-Tokens"))); err == nil && d > 0 {
-			best, ok = min(best, float64(n)/d.Seconds()), true
-		}
-	}
-	if n, err := strconv.ParseInt(strings.TrimSpace(h.Get("Anthropic-Ratelimit-Tokens-Remaining")), 10, 64); err == nil && n >= 0 {
-		if t, err := time.Parse(time.RFC3339, strings.TrimSpace(h.Get("Anthropic-Ratelimit-Tokens-Reset"))); err == nil && t.After(now) {
-			best, ok = min(best, float64(n)/t.Sub(now).Seconds()), true
-		}
+	for _, q := range tokensLeft(h, now) {
+		best, ok = min(best, float64(q.left)/q.reset.Seconds()), true
 	}
 	units := retry.Units(h)
 	for _, l := range retry.ParseRateLimit(h) {
