@@ -279,8 +279,10 @@ func TestRedisDown(t *testing.T) {
 	})
 	time.Sleep(time.Second)
 	during := c.up.Count()
-	c.redis.Start()
+	// The outage ends when the restart begins: Start returns once redis-server answers, and
+	// workers that reconnect at once deliver before it returns.
 	started := time.Now()
+	c.redis.Start()
 	c.up.WaitCount(t, 20*time.Second, "every job", func(k int) bool { return k >= n })
 
 	// Deliveries that had their slot (and passed the pause check) before Redis went away may
