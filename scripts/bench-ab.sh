@@ -47,6 +47,8 @@ go build -o "$W/recorder" ./cmd/worker/testdata/upstream
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
 
 wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
+# wait_ready <url>: until it answers 2xx (an ingress opens its queues after its listeners)
+wait_ready() { for _ in $(seq 1 400); do curl -sf -o /dev/null "$1" && return 0; sleep 0.05; done; echo "not ready: $1" >&2; exit 1; }
 "$W/plain" -ok -listen 127.0.0.1:19600 2>/dev/null &
 redis-server --port 19679 --bind 127.0.0.1 --save '' --appendonly no --loglevel warning >/dev/null &
 "$W/nats-server" -a 127.0.0.1 -p 19622 -js -sd "$W/js" >/dev/null 2>&1 &
@@ -80,7 +82,7 @@ config a 19611 > "$W/drain-a.yaml"
 config b 19612 > "$W/drain-b.yaml"
 for s in a b; do "$W/ingress-$s" -config "$W/http-$s.yaml" 2>"$W/http-$s.log" & done
 for s in a b; do "$W/ingress-$s" -config "$W/drain-$s.yaml" 2>"$W/drain-$s.log" & done
-for p in 20601 20602 20611 20612; do wait_http "http://127.0.0.1:$p/healthz"; done
+for p in 20601 20602 20611 20612; do wait_ready "http://127.0.0.1:$p/readyz"; done
 for p in 19601 19602; do wait_http "http://127.0.0.1:$p/x"; done # spends the one request allowed
 
 cat > "$W/post.lua" <<'LUA'

@@ -21,6 +21,8 @@ go build -o "$W/load" ./cmd/load
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
 
 wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
+# wait_ready <url>: until it answers 2xx (an ingress opens its queues after its listeners)
+wait_ready() { for _ in $(seq 1 400); do curl -sf -o /dev/null "$1" && return 0; sleep 0.05; done; echo "not ready: $1" >&2; exit 1; }
 wrk_run() { # name url [connections]
   local out; out=$(wrk -t"$(( ${3:-64} < 2 ? 1 : 2 ))" -c"${3:-64}" -d"${DUR}s" --latency "$2")
   local rps p50 p99
@@ -60,7 +62,7 @@ rules:
     period: 1h
 YAML
   "$W/ingress" -config "$W/$1.yaml" 2>"$W/$1.log" &
-  wait_http "http://127.0.0.1:$((${2##*:} + 1000))/healthz"
+  wait_ready "http://127.0.0.1:$((${2##*:} + 1000))/readyz"
 }
 cfg mem429 127.0.0.1:19201 mem 1
 cfg memfwd 127.0.0.1:19202 mem 1000000000000

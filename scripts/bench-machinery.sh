@@ -32,6 +32,8 @@ go build -o "$W/replay" ./scripts/replay
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
 
 wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
+# wait_ready <url>: until it answers 2xx (an ingress opens its queues after its listeners)
+wait_ready() { for _ in $(seq 1 400); do curl -sf -o /dev/null "$1" && return 0; sleep 0.05; done; echo "not ready: $1" >&2; exit 1; }
 
 "$W/plain" -ok -listen 127.0.0.1:19500 2>/dev/null &
 "$W/nats-server" -a 127.0.0.1 -p 19522 -js -sd "$W/js" >/dev/null 2>&1 &
@@ -54,7 +56,7 @@ rules:
 YAML
   env "$@" "$W/ingress" -config "$W/$name.yaml" 2>"$W/$name.log" &
   PID[$name]=$!
-  wait_http "http://127.0.0.1:$((port + 1000))/healthz"
+  wait_ready "http://127.0.0.1:$((port + 1000))/readyz"
   wait_http "http://127.0.0.1:$port/x" # spends the one request the limit allows
 }
 ingress floor 19501

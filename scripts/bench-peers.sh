@@ -54,6 +54,8 @@ go build -o "$W/recorder" ./cmd/worker/testdata/upstream
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
 
 wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
+# wait_ready <url>: until it answers 2xx (an ingress opens its queues after its listeners)
+wait_ready() { for _ in $(seq 1 400); do curl -sf -o /dev/null "$1" && return 0; sleep 0.05; done; echo "not ready: $1" >&2; exit 1; }
 
 # ---- servers -----------------------------------------------------------------------------
 "$W/plain" -ok -listen 127.0.0.1:19100 2>/dev/null &
@@ -77,7 +79,7 @@ rules:
   - { name: orders, match: { methods: [POST], path: /api/orders }, action: enqueue, queue: deferred-$1 }
 YAML
   "$W/ingress" -config "$W/$1.yaml" 2>"$W/$1.log" &
-  wait_http "http://127.0.0.1:$((${2##*:} + 1000))/healthz"
+  wait_ready "http://127.0.0.1:$((${2##*:} + 1000))/readyz"
 }
 sluice mem429 127.0.0.1:19201 mem 1
 sluice red429 127.0.0.1:19203 redis 1
@@ -225,7 +227,7 @@ queues:
   - { name: bare, rate: 1000000/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/bare/bare" }
 YAML
 "$W/ingress" -config "$W/drain.yaml" 2>"$W/drain-ingress.log" &
-wait_http http://127.0.0.1:20401/healthz
+wait_ready http://127.0.0.1:20401/readyz
 sluice_drain() { # queue jobs
   # Fill the backlog, start 4 worker processes with the queue paused, and resume it once every
   # one is ready: the drain is measured without processes starting up beside it.
