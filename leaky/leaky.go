@@ -195,6 +195,11 @@ type checker interface {
 // is in by the slot (at 2ms, round trips overran it and made slots late).
 const checkLead = 10 * time.Millisecond
 
+// checkMin is the shortest wait for a slot that Wait checks before the slot: a check's round
+// trip takes longer than this, so a slot sooner after its take is used without one, as a
+// slot free at once is (Take saw no pause, atomically with the reservation).
+const checkMin = time.Millisecond
+
 // Progress reporting in Wait: before every sleep of at least ProgressThreshold, and then every
 // ProgressInterval while it lasts, Wait calls its onWait with the time left, so a worker can tell
 // JetStream the message is in progress (an AckWait longer than ProgressInterval is then safe).
@@ -289,6 +294,14 @@ func (w *waiter) await(ctx context.Context, slot Slot) (bool, error) {
 		// Take saw no pause, atomically with the reservation; the reply may still have come
 		// back later than the slot may be late.
 		return w.release(slot, true)
+	}
+	if slot.Wait <= checkMin {
+		// No check could answer before such a slot (one of a batch at a high rate, say): it
+		// is used as a slot free at once is, after a sleep to its instant.
+		if err := w.sleep(ctx, slot.At.Sub(w.now()), nil, ProgressThreshold, ProgressInterval); err != nil {
+			return false, err
+		}
+		return w.release(slot, false)
 	}
 	slot, retake, err := w.sleepToSlot(ctx, slot)
 	if retake || err != nil {

@@ -15,6 +15,10 @@ var (
 	takeLua    string
 	takeScript = redis.NewScript(takeLua)
 
+	//go:embed lua/taken.lua
+	takeNLua    string
+	takeNScript = redis.NewScript(takeNLua)
+
 	//go:embed lua/pause.lua
 	pauseLua    string
 	pauseScript = redis.NewScript(pauseLua)

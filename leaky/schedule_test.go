@@ -71,6 +71,7 @@ func TestRedisClusterSchedule(t *testing.T) {
 		"Pause": TestPauseNonPositiveDoesNothing, "ConcurrentTakes": TestConcurrentTakes,
 		"Wait": TestWait, "WaitGivesUpLateSlots": TestWaitGivesUpLateSlots, "TenantPauses": TestTenantPauses,
 		"CostSteps": TestCostSteps, "CostWindowProperty": TestCostWindowProperty,
+		"TakeN": TestTakeNIsTakesInARow, "CoalescedTakes": TestCoalescedTakes,
 	} {
 		t.Run(name, f)
 	}

@@ -84,6 +84,23 @@ func (q *Queues) Status(ctx context.Context, id string) (Status, error) {
 	return r.Status, err
 }
 
+// Record returns the status of job id as its entry in the status bucket says, and
+// ErrNotFound when it has none: unlike Status, it does not look for the job in its queue. A
+// worker, which holds the job's message, reads this: one round trip instead of two for a job
+// without an entry.
+func (q *Queues) Record(ctx context.Context, id string) (Status, error) {
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	r, _, err := q.getRecord(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	if r.State == StateScheduled && r.NotBefore != nil && !q.now().Before(*r.NotBefore) {
+		r.State = StateQueued
+	}
+	return r.Status, nil
+}
+
 // waiting returns the status of job id from its message in its queue's stream: queued. It
 // looks in every provisioned queue whose tag id carries (normally one; looked is false when
 // there is none), and returns ErrNotFound when none of them holds the job.

@@ -137,7 +137,7 @@ func (e *executor) pauseTenant(j *job, tenant string, d time.Duration) {
 func (e *executor) status(j *job) (queue.Status, error) {
 	ctx, cancel := e.op(opTimeout)
 	defer cancel()
-	return e.store.Status(ctx, j.m.Job.ID)
+	return e.store.Record(ctx, j.m.Job.ID)
 }
 
 // write records the job's status and reports whether it did. A failure is logged: the status

@@ -49,7 +49,7 @@ func (s *fakeStore) wait(ctx context.Context) error {
 	return nil
 }
 
-func (s *fakeStore) Status(ctx context.Context, id string) (queue.Status, error) {
+func (s *fakeStore) Record(ctx context.Context, id string) (queue.Status, error) {
 	s.add("status %s", id)
 	return queue.Status{}, s.wait(ctx)
 }

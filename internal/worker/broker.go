@@ -33,8 +33,8 @@ type Broker interface {
 // jobStore is the part of the Broker that carries a plan out (apply): the status records and
 // the dead-letter stream. Tests of the executor fake it.
 type jobStore interface {
-	// Status reads a job's status record; queue.ErrNotFound when it has none.
-	Status(ctx context.Context, id string) (queue.Status, error)
+	// Record reads a job's status record; queue.ErrNotFound when it has none.
+	Record(ctx context.Context, id string) (queue.Status, error)
 	// SetStatus writes a job's status record.
 	SetStatus(ctx context.Context, st queue.Status) error
 	// DeadLetter moves the job of m to its queue's dead-letter stream and records it failed.

@@ -76,11 +76,14 @@ type Deps struct {
 // leak slot and is then delivered. Create it with New, start it with Run, change its queues
 // with Reload. Its methods are safe for concurrent use.
 type Pool struct {
-	q      Broker
-	pulls  pulls      // cuts idle queues' waiting pulls short (idle.go)
-	fairs  fairSource // nil: Queues makes no fair schedulers
-	exec   *executor  // carries out each job's plan
-	sched  leaky.Schedule
+	q     Broker
+	pulls pulls      // cuts idle queues' waiting pulls short (idle.go)
+	fairs fairSource // nil: Queues makes no fair schedulers
+	exec  *executor  // carries out each job's plan
+	sched leaky.Schedule
+	// takes is sched with the slot takes of a queue that overlap in time sharing one call
+	// (leaky.Coalesce): an unthrottled drain takes tens of slots per round trip to Redis.
+	takes  leaky.Schedule
 	places inflight.Store
 	client *http.Client
 	// ownClient is whether New made client, so Run closes its idle connections at the end.
@@ -132,6 +135,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	p := &Pool{
 		q:        deps.Queues,
 		sched:    deps.Schedule,
+		takes:    leaky.Coalesce(deps.Schedule),
 		places:   deps.Places,
 		client:   deps.HTTP,
 		log:      deps.Logger,

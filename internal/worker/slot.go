@@ -89,7 +89,7 @@ func (r *runner) waitOnce(ctx context.Context, cfg *QueueConfig, j *job, h leaky
 			r.reserved(at)
 			release()
 		}
-		return leaky.WaitHooks(ctx, r.p.sched, r.name, r.rate(), h)
+		return leaky.WaitHooks(ctx, r.p.takes, r.name, r.rate(), h)
 	}
 	select {
 	case r.unitTurn <- struct{}{}:
