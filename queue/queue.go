@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -97,14 +98,16 @@ func (s Spec) withDefaults() Spec {
 // status and hands them to workers. It starts no goroutines. It is safe for concurrent use; many
 // processes may use the same streams at once.
 type Queues struct {
-	js     jetstream.JetStream
-	pub    jetstream.JetStream // for async publishes (see New)
-	nc     *nats.Conn
-	opts   Options
-	kv     jetstream.KeyValue
-	now    func() time.Time
-	secret []byte             // keys JobID
-	meta   jetstream.KeyValue // the meta bucket: id secret, operator controls
+	js   jetstream.JetStream
+	pub  jetstream.JetStream // for async publishes (see New)
+	nc   *nats.Conn
+	opts Options
+	kv   jetstream.KeyValue
+	// noBatchGet: the server answered a batched read (Records) that it cannot serve one.
+	noBatchGet atomic.Bool
+	now        func() time.Time
+	secret     []byte             // keys JobID
+	meta       jetstream.KeyValue // the meta bucket: id secret, operator controls
 
 	retracts  sync.WaitGroup // background withdrawals of failed publishes (retract)
 	moves     sync.WaitGroup // background moves of due scheduled jobs (MoveDue)

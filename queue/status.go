@@ -51,6 +51,17 @@ func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, erro
 	return r, e.Revision(), nil
 }
 
+// recordStatus is the Status of a job's record r as Record returns it: with the fields JSON
+// leaves out of Status filled in, and a scheduled job whose time came queued.
+func (q *Queues) recordStatus(r record) Status {
+	st := r.Status
+	st.Tenant, st.Delivered, st.Held, st.BacklogSeq, st.Priority = r.Tenant, r.Delivered, r.Held, r.BacklogSeq, r.Priority
+	if st.State == StateScheduled && st.NotBefore != nil && !q.now().Before(*st.NotBefore) {
+		st.State = StateQueued // its time came: it waits in the queue (or is being moved there)
+	}
+	return st
+}
+
 // Status returns the status of job id: its entry in the status bucket, or, while a job
 // without one waits in its queue, queued. It reads the entry, then (when there is none and id
 // carries the tag of a provisioned queue) the job's message in that queue's stream, then the
@@ -95,10 +106,7 @@ func (q *Queues) Record(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	if r.State == StateScheduled && r.NotBefore != nil && !q.now().Before(*r.NotBefore) {
-		r.State = StateQueued
-	}
-	return r.Status, nil
+	return q.recordStatus(r), nil
 }
 
 // waiting returns the status of job id from its message in its queue's stream: queued. It

@@ -14,6 +14,9 @@ type Broker interface {
 	// Consumer returns the shared consumer of a queue; queue.ErrUnknownQueue while the queue
 	// is not provisioned.
 	Consumer(ctx context.Context, name string) (*queue.Consumer, error)
+	// Records reads the status records of several jobs in one round trip, those that have
+	// one; queue.ErrNoBatchGet where the server cannot.
+	Records(ctx context.Context, ids []string) (map[string]queue.Status, error)
 	// Controls returns the operators' controls of every queue (pause, rate).
 	Controls(ctx context.Context) (map[string]queue.Control, error)
 	// WatchControls calls apply with every queue's controls whenever they change, until ctx

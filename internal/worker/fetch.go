@@ -86,6 +86,7 @@ func (r *runner) run(ctx, hard context.Context) {
 			continue
 		}
 		failures = 0
+		r.readRecords(ctx, cfg, msgs)
 		for _, m := range msgs {
 			r.held.Add(1)
 			r.p.m.inFlight.WithLabelValues(r.name).Inc()
@@ -129,6 +130,7 @@ func (r *runner) handleOne(ctx, hard context.Context, m *queue.Msg) {
 	if m.Job != nil {
 		defer r.p.holding.Delete(m.Job.ID)
 	}
+	defer r.recalled.Delete(m) // when recall did not look
 	r.handle(ctx, hard, m)
 	r.held.Add(-1)
 	r.p.m.inFlight.WithLabelValues(r.name).Dec()

@@ -51,7 +51,12 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 	}
 	read := m.Delivered > 1 || r.suspect()
 	if read {
-		if st, err = r.p.exec.status(j); err != nil && !errors.Is(err, queue.ErrNotFound) {
+		if v, ok := r.recalled.LoadAndDelete(m); ok {
+			st, err = v.(recalled).st, v.(recalled).err
+		} else {
+			st, err = r.p.exec.status(j)
+		}
+		if err != nil && !errors.Is(err, queue.ErrNotFound) {
 			r.p.exec.logger(j).Warn("worker: read job status; counting its attempts from zero", "err", err)
 		}
 	}
@@ -75,6 +80,47 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 		return endNotSent, true
 	}
 	return 0, false
+}
+
+// recalled is a job's record as readRecords read it: err is queue.ErrNotFound for none.
+type recalled struct {
+	st  queue.Status
+	err error
+}
+
+// readRecords reads in one round trip (queue.Queues.Records) the records of the fetched jobs
+// that recall would otherwise read one at a time — redeliveries, and every job while first
+// deliveries are suspect — and keeps them for recall. When the batched read fails, recall
+// reads each.
+func (r *runner) readRecords(ctx context.Context, cfg *QueueConfig, msgs []*queue.Msg) {
+	r.noticeReconnect(cfg)
+	suspect := r.suspect()
+	ids := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		if m.Job != nil && (m.Delivered > 1 || suspect) {
+			ids = append(ids, m.Job.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	recs, err := r.p.q.Records(rctx, ids)
+	if err != nil {
+		r.p.log.Debug("worker: batched read of job records failed; reading one by one", "queue", r.name, "err", err)
+		return
+	}
+	for _, m := range msgs {
+		if m.Job == nil || (m.Delivered <= 1 && !suspect) {
+			continue
+		}
+		rc := recalled{err: queue.ErrNotFound}
+		if st, ok := recs[m.Job.ID]; ok {
+			rc = recalled{st: st}
+		}
+		r.recalled.Store(m, rc)
+	}
 }
 
 // withdrawn tells whether job j, whose publish was ambiguous, was withdrawn by its publisher

@@ -477,6 +477,7 @@ type runner struct {
 	// (suspect); reconnects is the broker's reconnect count when the runner last looked.
 	suspectUntil atomic.Int64
 	reconnects   atomic.Uint64
+	recalled     sync.Map                      // *queue.Msg → recalled: its record, read with its fetch's (readRecords)
 	wake         chan struct{}                 // a job was finished, the last slot waiter got its slot, or the config changed
 	controls     chan struct{}                 // the operators' controls changed (scheduleLoop applies them at once)
 	changed      atomic.Pointer[chan struct{}] // closed (and replaced) when the config changes

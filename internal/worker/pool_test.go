@@ -3,6 +3,7 @@ package worker_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
@@ -650,6 +653,66 @@ func TestFirstDeliveryAfterReconnectReadsItsRecord(t *testing.T) {
 	if ids[atStart] || ids[afterReconnect] || !ids[unread] || len(ids) != 1 {
 		t.Errorf("delivered %v; want only %s (outside the window), not %s (start) nor %s (after the reconnect)",
 			ids, unread, atStart, afterReconnect)
+	}
+}
+
+// The records a worker reads before delivering (here: every first delivery, in the window
+// after its start) are read in one batched direct get per fetch, not one read per job: the
+// server sees multi_last requests naming every job and no single-key reads, and the jobs
+// whose records are final are still skipped.
+func TestRecordsReadPerFetch(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	watch := testenv.Connect(t, h.nats.URL)
+	gets := make(chan *nats.Msg, 256) // the direct gets of any stream: the status bucket's, here
+	if _, err := watch.ChanSubscribe("$JS.API.DIRECT.GET.>", gets); err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	final := map[string]bool{}
+	for range 6 {
+		final[h.preFinal("q")] = true
+	}
+	fresh := workertest.Publish(t, h.qs, "q", 6, true)
+	h.run(worker.Deps{}, h.spec("q", 100))
+	h.up.WaitCount(t, 10*time.Second, "the fresh jobs", func(n int) bool { return n >= len(fresh) })
+	testenv.WaitFor(t, 10*time.Second, "the queue to be empty", func() bool { return h.info("q").Depth == 0 })
+
+	named, single := map[string]bool{}, 0
+	for len(gets) > 0 {
+		m := <-gets
+		if strings.Contains(m.Subject, ".$KV.") { // a read of one key
+			single++
+			continue
+		}
+		var req struct {
+			MultiLast []string `json:"multi_last"`
+		}
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Fatal(err)
+		}
+		for _, subj := range req.MultiLast {
+			named[subj[strings.LastIndexByte(subj, '.')+1:]] = true
+		}
+	}
+	for _, id := range fresh {
+		if !named[id] {
+			t.Errorf("job %s was not in a batched read", id)
+		}
+	}
+	for id := range final {
+		if !named[id] {
+			t.Errorf("final job %s was not in a batched read", id)
+		}
+	}
+	if single > 0 {
+		t.Errorf("%d single-key reads of records, want none", single)
+	}
+	for _, a := range h.up.Arrivals() {
+		if final[a.ID] {
+			t.Errorf("job %s, final before it was fetched, was delivered", a.ID)
+		}
 	}
 }
 
