@@ -125,16 +125,22 @@ func (r *runner) handler(ctx, hard context.Context, m *queue.Msg, idle <-chan *q
 	}
 }
 
-// handleOne handles m and gives its place back.
+// handleOne handles m and gives its place back (free), when handle did not already.
 func (r *runner) handleOne(ctx, hard context.Context, m *queue.Msg) {
 	if m.Job != nil {
 		defer r.p.holding.Delete(m.Job.ID)
 	}
 	defer r.recalled.Delete(m) // when recall did not look
-	r.handle(ctx, hard, m)
-	r.held.Add(-1)
-	r.p.m.inFlight.WithLabelValues(r.name).Dec()
-	r.poke()
+	var once sync.Once
+	free := func() {
+		once.Do(func() {
+			r.held.Add(-1)
+			r.p.m.inFlight.WithLabelValues(r.name).Dec()
+			r.poke()
+		})
+	}
+	r.handle(ctx, hard, m, free)
+	free()
 }
 
 // fairLookahead is how many jobs of a fair queue a runner holds waiting for their slots: the

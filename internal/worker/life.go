@@ -16,13 +16,25 @@ import (
 // handle carries one job through its life — recall, admit (admission steps: its leak slot),
 // send — and then applies what settle makes of how that ended. ctx ends when the queue stops fetching
 // (shutdown or reload); hard ends when deliveries in flight must stop.
-func (r *runner) handle(ctx, hard context.Context, m *queue.Msg) {
+//
+// A plan that pauses nothing frees the job's place among the runner's Concurrency (free)
+// before it is carried out: the upstream is done with the job, and its status write and ack
+// need not hold up the next delivery. At most Concurrency jobs of a runner settle so at once;
+// free is called anyway when handle returns, and is idempotent.
+func (r *runner) handle(ctx, hard context.Context, m *queue.Msg, free func()) {
 	cfg := r.cfg.Load()
 	stop := keepAlive(r.p.exec.ctx, m, cfg.AckWait)
 	defer stop()
 	j := &job{m: m, msg: m, queue: r.name}
 	out := r.live(ctx, hard, cfg, j)
-	r.p.exec.apply(j, settle(j.state, out, cfg, rand.Float64()))
+	p := settle(j.state, out, cfg, rand.Float64())
+	if p.pause == 0 {
+		if r.settling.Add(1) <= int64(cfg.Concurrency) {
+			free()
+		}
+		defer r.settling.Add(-1)
+	}
+	r.p.exec.apply(j, p)
 }
 
 // live takes j as far as it goes in one pass and returns how the pass ended.

@@ -463,6 +463,7 @@ type runner struct {
 	cfg         atomic.Pointer[QueueConfig]
 	cancel      context.CancelFunc
 	held        atomic.Int64   // jobs in hand
+	settling    atomic.Int64   // jobs whose place was freed while their plan is carried out (handle)
 	slotWaiters atomic.Int64   // jobs in hand waiting for their leak slot
 	learn       *learner       // the learned rate of an adaptive queue
 	unitLearn   unitLearner    // the learned unit rate of an adaptive queue with cost_rate
