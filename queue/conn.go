@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 )
@@ -25,4 +26,68 @@ func (q *Queues) WatchLeaders(ctx context.Context, fn func()) error {
 	}
 	<-ctx.Done()
 	return sub.Unsubscribe()
+}
+
+// connWatch holds a context that ends when the connection to NATS is lost, and a new one for
+// each connection after it. A publish runs under it (whileConnected): a request in flight when
+// the server crashed has lost its reply with the connection, and waiting for its deadline
+// (Options.PublishTimeout, 2 s) would only delay the answer that nothing was stored. nats.go
+// fails pending async publishes on a reconnect by itself, but not requests (a keyed job's
+// idempotency check, a status write).
+type connWatch struct {
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+	events chan nats.Status
+}
+
+// watch starts following nc's status; it stops when nc is closed or stop is called.
+func (w *connWatch) watch(nc *nats.Conn) {
+	w.mu.Lock()
+	w.events = nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	if !nc.IsConnected() {
+		w.cancel()
+	}
+	events := w.events
+	w.mu.Unlock()
+	go func() {
+		for s := range events {
+			w.mu.Lock()
+			if s == nats.CONNECTED {
+				if w.ctx.Err() != nil {
+					w.ctx, w.cancel = context.WithCancel(context.Background())
+				}
+			} else {
+				w.cancel()
+			}
+			w.mu.Unlock()
+			if s == nats.CLOSED {
+				return
+			}
+		}
+	}()
+}
+
+// stop stops following the connection's status.
+func (w *connWatch) stop(nc *nats.Conn) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.events != nil {
+		nc.RemoveStatusListener(w.events)
+		w.cancel()
+	}
+}
+
+// whileConnected returns ctx, also ended when the current connection is lost.
+func (q *Queues) whileConnected(ctx context.Context) (context.Context, context.CancelFunc) {
+	q.conn.mu.Lock()
+	conn := q.conn.ctx
+	q.conn.mu.Unlock()
+	if conn == nil { // a Queues made by New always has one
+		return context.WithCancel(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(conn, cancel)
+	return ctx, func() { stop(); cancel() }
 }

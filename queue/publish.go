@@ -163,6 +163,8 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	if dl, ok := ctx.Deadline(); ok && job.AckBy.IsZero() {
 		job.AckBy = dl
 	}
+	ctx, stop := q.whileConnected(ctx)
+	defer stop()
 	if job.NotBefore.After(q.now()) {
 		return q.publishScheduled(ctx, spec, job)
 	}
@@ -428,6 +430,7 @@ func (q *Queues) retract(job *Job, subject, stream string, f jetstream.PubAckFut
 // publish was answered as failed — once it is done or ctx ends, whichever comes first. Call it
 // when the process stops publishing; other methods must not be called after it.
 func (q *Queues) Close(ctx context.Context) error {
+	defer q.conn.stop(q.nc)
 	done := make(chan struct{})
 	go func() { q.retracts.Wait(); q.moves.Wait(); close(done) }()
 	select {

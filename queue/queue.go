@@ -113,6 +113,7 @@ type Queues struct {
 	moves     sync.WaitGroup // background moves of due scheduled jobs (MoveDue)
 	closing   chan struct{}  // closed by Close to stop them
 	closeOnce sync.Once
+	conn      connWatch // cancels the operations in flight when the connection is lost
 
 	mu      sync.RWMutex
 	specs   map[string]Spec             // provisioned queues, defaults applied
@@ -174,6 +175,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 			return nil, err
 		}
 	}
+	q.conn.watch(q.nc)
 	return q, nil
 }
 

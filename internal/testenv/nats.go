@@ -207,6 +207,33 @@ func (p *NATSProcess) Kill() {
 	p.cmd, p.done = nil, nil
 }
 
+// Stop stops the server with SIGSTOP and returns once the kernel says it is stopped: it keeps
+// its connections open and answers nothing, as a server that hangs would. Kill or Cont ends it.
+func (p *NATSProcess) Stop() {
+	p.signal(syscall.SIGSTOP)
+	p.mu.Lock()
+	pid := p.cmd.Process.Pid
+	p.mu.Unlock()
+	WaitFor(p.t, 5*time.Second, "nats-server to stop", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		_, rest, ok := strings.Cut(string(b), ") ")
+		return err == nil && ok && strings.HasPrefix(rest, "T")
+	})
+}
+
+// Cont lets a stopped server go on (SIGCONT).
+func (p *NATSProcess) Cont() { p.signal(syscall.SIGCONT) }
+
+func (p *NATSProcess) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		if err := p.cmd.Process.Signal(sig); err != nil {
+			p.t.Errorf("testenv: signal nats-server: %v", err)
+		}
+	}
+}
+
 // Start starts the server again after Kill, on the same port and store directory.
 func (p *NATSProcess) Start() {
 	p.t.Helper()
