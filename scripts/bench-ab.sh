@@ -53,9 +53,12 @@ wait_ready() { for _ in $(seq 1 400); do curl -sf -o /dev/null "$1" && return 0;
 redis-server --port 19679 --bind 127.0.0.1 --save '' --appendonly no --loglevel warning >/dev/null &
 "$W/nats-server" -a 127.0.0.1 -p 19622 -js -sd "$W/js" >/dev/null 2>&1 &
 wait_http http://127.0.0.1:19600/
-"$W/recorder" > "$W/arrivals" &
-for _ in $(seq 1 100); do [ -s "$W/arrivals" ] && break; sleep 0.05; done
-REC=$(head -1 "$W/arrivals")
+# The arrivals are written beside, not among, the configs: a worker watches its config's
+# directory, and a write per delivery there woke it for every job (3% of its CPU).
+mkdir -p "$W/rec"
+"$W/recorder" > "$W/rec/arrivals" &
+for _ in $(seq 1 100); do [ -s "$W/rec/arrivals" ] && break; sleep 0.05; done
+REC=$(head -1 "$W/rec/arrivals")
 
 config() { # side port
   cat <<YAML
@@ -98,9 +101,9 @@ wrk_run() { # key url [script]
 }
 stats() { # uri jobs total → "rate max-in-1s" of the last jobs arrivals, once total have come
   for _ in $(seq 1 3000); do
-    [ "$(grep -c " $1 " "$W/arrivals" || true)" -ge "$3" ] && break; sleep 0.1
+    [ "$(grep -c " $1 " "$W/rec/arrivals" || true)" -ge "$3" ] && break; sleep 0.1
   done
-  grep " $1 " "$W/arrivals" | awk '{print $1}' | sort -n | tail -n "$2" | awk '
+  grep " $1 " "$W/rec/arrivals" | awk '{print $1}' | sort -n | tail -n "$2" | awk '
     { t[NR] = $1 }
     END { j = 1; best = 0
       for (i = 1; i <= NR; i++) { while (j <= NR && t[j] - t[i] < 1e9) j++; if (j - i > best) best = j - i }

@@ -198,16 +198,19 @@ echo "sdefer ÷ jspub $(ratio sdefer jspub), ÷ jsperjob $(ratio sdefer jsperjob
 fi
 
 # ---- drain ---------------------------------------------------------------------------------
-"$W/recorder" > "$W/arrivals" &
-for _ in $(seq 1 100); do [ -s "$W/arrivals" ] && break; sleep 0.05; done
-REC=$(head -1 "$W/arrivals")
+# The arrivals are written beside, not among, the configs: a worker watches its config's
+# directory, and a write per delivery there woke it for every job (3% of its CPU).
+mkdir -p "$W/rec"
+"$W/recorder" > "$W/rec/arrivals" &
+for _ in $(seq 1 100); do [ -s "$W/rec/arrivals" ] && break; sleep 0.05; done
+REC=$(head -1 "$W/rec/arrivals")
 
 # stats <uri> <jobs>: waits for the jobs to arrive, then prints "rate/s max-in-1s seconds"
 stats() {
   for _ in $(seq 1 3000); do
-    [ "$(grep -c " $1 " "$W/arrivals" || true)" -ge "$2" ] && break; sleep 0.1
+    [ "$(grep -c " $1 " "$W/rec/arrivals" || true)" -ge "$2" ] && break; sleep 0.1
   done
-  grep " $1 " "$W/arrivals" | awk '{print $1}' | sort -n | awk '
+  grep " $1 " "$W/rec/arrivals" | awk '{print $1}' | sort -n | awk '
     { t[NR] = $1 }
     END { j = 1; best = 0
       for (i = 1; i <= NR; i++) { while (j <= NR && t[j] - t[i] < 1e9) j++; if (j - i > best) best = j - i }
@@ -278,4 +281,4 @@ printf '| BullMQ, unthrottled | %s |\n' "$(bull_drain unthrottled "$JOBS" 0 | se
 printf '| bare JetStream: fetch, POST, ack (scripts/jsdrain) | %s |\n' "$(bare_drain "$JOBS" | sed 's/ / | /g')"
 printf '| Sluice, rate 200/s | %s |\n' "$(sluice_drain paced "$PACED_JOBS" | sed 's/ / | /g')"
 printf '| BullMQ, limiter 200/s | %s |\n' "$(bull_drain paced "$PACED_JOBS" 200 | sed 's/ / | /g')"
-[ -z "${KEEP_ARRIVALS:-}" ] || cp "$W/arrivals" "$KEEP_ARRIVALS"   # for a closer look at the drains
+[ -z "${KEEP_ARRIVALS:-}" ] || cp "$W/rec/arrivals" "$KEEP_ARRIVALS"   # for a closer look at the drains
