@@ -51,9 +51,11 @@
 //
 // # Costs
 //
-// One Redis round trip per take and one per slot reserved ahead (the pause check), one per
-// reconciliation and per unit take told to ask again; Memory takes in under 150ns (with or
-// without cost) without allocating. A given-up slot is one delivery the queue does not
+// One Redis round trip per take and one per slot reserved more than 1ms ahead (the pause
+// check), one per reconciliation and per unit take told to ask again; Memory takes in under
+// 150ns (with or without cost) without allocating. [Coalesce] serves the takes of a queue
+// that overlap in time with one call of [BatchTaker.TakeN] (one script for n slots), so at
+// thousands of slots a second one round trip carries several. A given-up slot is one delivery the queue does not
 // make, and a reservation whose waiter's context ends is not given back: accuracy is bought
 // with throughput, never the other way. [Hooks.Clock] lets tests drive a wait on a fake clock.
 // The history of these rules, with their measurements: docs/design/leaky.md.

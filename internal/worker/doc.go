@@ -48,13 +48,17 @@
 // An adaptive unit queue asks for fewer units when the answers' token headers say the
 // upstream takes fewer (unitlearn.go), each worker from its own answers.
 //
-// Costs. A first delivery that ends within 100ms costs one slot take (one Redis script),
-// one status write (a read and a compare-and-set in the status bucket) and an unconfirmed
-// ack; a redelivery or a longer delivery writes its running status as well, and a redelivery
-// reads the job's record first — so does a first delivery within max(2×AckWait, 30s) of the
-// Pool's start or a reconnect to NATS, when a restarted server may hand out again, as first
-// deliveries, jobs whose acks it lost. Each fetch is a
-// pull request; a runner fetches once a quarter of Concurrency is free. Concurrency must
+// Costs. A first delivery that ends within 100ms costs one slot take (one Redis script,
+// shared with the takes of the queue's other jobs that overlap it: leaky.Coalesce), one
+// status write (a create in the status bucket, or a read and a compare-and-set when an entry
+// exists) and an unconfirmed ack; a redelivery or a longer delivery writes its running status
+// as well, and a redelivery reads the job's record first — so does a first delivery within
+// max(2×AckWait, 30s) of the Pool's start or a reconnect to NATS, when a restarted server may
+// hand out again, as first deliveries, jobs whose acks it lost. The records of one fetch are
+// read in one batched direct get (queue.Queues.Records). A job whose plan pauses nothing
+// frees its place among Concurrency once the upstream answered, before its status write and
+// ack (at most Concurrency jobs of a runner settle so). Each fetch is a pull request; a runner
+// fetches once a quarter of Concurrency is free. Concurrency must
 // cover rate × (slot-to-ack time + the longest stall) across all workers for the rate to
 // hold. The default client keeps one connection per upstream dialed ahead. A unit queue's
 // job costs a unit take and, with CostFromResponse, a reconciliation (one Redis script each),
