@@ -117,6 +117,10 @@ type Queues struct {
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)
+	// schedules holds the names of the queues whose schedule stream this process knows to
+	// exist (schedule.go); schedMaking is held by the one ensureSchedule making one.
+	schedules   sync.Map
+	schedMaking chan struct{}
 }
 
 // validName reports whether s is a queue name or key prefix: 1 to 64 of [A-Za-z0-9_-].
@@ -129,7 +133,8 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 	if !validName(opts.Prefix) {
 		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
 	}
-	q := &Queues{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{}, closing: make(chan struct{})}
+	q := &Queues{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{},
+		closing: make(chan struct{}), schedMaking: make(chan struct{}, 1)}
 	// A JetStream context of our own for async publishes, the same API prefix or domain as js,
 	// whose ack timeout frees the futures of acks that never come (callers stop waiting at
 	// their ctx deadline; on a reconnect nats.go fails pending futures anyway).
@@ -298,6 +303,12 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	if err := q.ensureKeyValue(ctx, q.bucketConfig(ttl)); err != nil {
 		errs = append(errs, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err))
 	}
+	// Schedule streams are made by a queue's first scheduled publish; those that exist are
+	// kept up to date here.
+	scheduling, err := q.scheduleStreams(ctx)
+	if err != nil {
+		return fmt.Errorf("queue: schedule streams: %w", err)
+	}
 	// The queues are provisioned provisionParallel at a time: each is a few round trips to
 	// NATS (its streams' and consumer's info, and creations or updates where they differ), and
 	// a thousand queues one after another kept a process from being ready for seconds.
@@ -313,7 +324,7 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			st, err := q.provision(ctx, s)
+			st, err := q.provision(ctx, s, scheduling[s.Name])
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -334,7 +345,9 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 // provisionParallel is how many queues Provision provisions at once.
 const provisionParallel = 32
 
-func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error) {
+// provision creates or updates the streams and consumers of queue s; its schedule stream only
+// when scheduling says it exists.
+func (q *Queues) provision(ctx context.Context, s Spec, scheduling bool) (jetstream.Stream, error) {
 	limit := func(n int64) int64 {
 		if n == 0 {
 			return -1
@@ -390,8 +403,11 @@ func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error
 			return nil, err
 		}
 	}
-	if err := q.provisionSchedule(ctx, s); err != nil {
-		return nil, err
+	if scheduling {
+		if err := q.provisionSchedule(ctx, s); err != nil {
+			return nil, err
+		}
+		q.schedules.Store(s.Name, struct{}{})
 	}
 	if s.Priorities && !s.Fair {
 		if err := q.provisionLevels(ctx, s, limit); err != nil {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -16,6 +17,12 @@ import (
 // (a stream with schedules cannot discard new messages, and the queue's stream must, to
 // refuse jobs beyond max_depth), and a schedule's target must be a subject of its own stream,
 // so the server produces the due job in the schedule stream and [Queues.MoveDue] moves it on.
+//
+// A schedule stream and its mover are made on demand: by the first scheduled publish to the
+// queue (ensureSchedule), not by Provision, which updates only those that exist (one stream
+// listing finds them). A queue that never had a scheduled job costs no stream and no mover
+// pulls; workers learn which queues have one from [Queues.WatchSchedules]. A missing schedule
+// stream holds no job: it counts 0 scheduled.
 // docs/design/time.md has the design and what was rejected.
 
 const (
@@ -34,6 +41,7 @@ const (
 )
 
 func (q *Queues) schedStreamName(queue string) string { return q.opts.Prefix + "_S_" + queue }
+func (q *Queues) schedStreamPrefix() string           { return q.opts.Prefix + "_S_" }
 func (q *Queues) schedPrefix(queue string) string     { return q.opts.Prefix + ".s." + queue + "." }
 
 // atSubject holds job id's schedule; dueSubject the job once its schedule fired.
@@ -94,9 +102,15 @@ func (q *Queues) publishScheduled(ctx context.Context, spec Spec, job *Job) (Rec
 	if replayed {
 		return Receipt{ID: job.ID, Replayed: true}, nil
 	}
+	if err := q.ensureSchedule(ctx, spec); err != nil {
+		return Receipt{}, err
+	}
 	subject, stream := q.atSubject(job.Queue, job.ID), q.schedStreamName(job.Queue)
 	ack, err := q.publish(ctx, subject, job, msgID, stream)
 	if err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			q.schedules.Delete(job.Queue) // deleted behind our back: the next publish makes it again
+		}
 		return Receipt{}, err
 	}
 	if ack.Duplicate {
@@ -109,6 +123,41 @@ func (q *Queues) publishScheduled(ctx context.Context, spec Spec, job *Job) (Rec
 	return Receipt{ID: job.ID}, nil
 }
 
+// ensureSchedule makes sure queue spec's schedule stream and mover exist, provisioning them
+// on the queue's first scheduled publish (a few round trips, once per process: later calls
+// find the queue in q.schedules). Processes that race to make them all succeed: creating a
+// stream or consumer as it already is changes nothing. One process makes one at a time, so
+// that a burst of first scheduled publishes does not send the same creations many times.
+func (q *Queues) ensureSchedule(ctx context.Context, spec Spec) error {
+	if _, ok := q.schedules.Load(spec.Name); ok {
+		return nil
+	}
+	select {
+	case q.schedMaking <- struct{}{}:
+		defer func() { <-q.schedMaking }()
+	case <-ctx.Done():
+		return fmt.Errorf("queue: publish to %q: schedule stream: %w", spec.Name, ctx.Err())
+	}
+	if _, ok := q.schedules.Load(spec.Name); ok {
+		return nil
+	}
+	if err := q.provisionSchedule(ctx, spec); err != nil {
+		return err
+	}
+	q.schedules.Store(spec.Name, struct{}{})
+	return nil
+}
+
+// scheduleStreams returns the names of the queues of this prefix that have a schedule stream,
+// with one paged stream listing.
+func (q *Queues) scheduleStreams(ctx context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	err := q.listStreams(ctx, q.opts.Prefix+".s.>", q.schedStreamPrefix(), func(name string, _ jetstream.StreamState) {
+		out[name] = true
+	})
+	return out, err
+}
+
 // checkRoom returns ErrFull when queue spec holds MaxDepth jobs, waiting or scheduled: two
 // reads. Concurrent scheduled publishes may pass it together; the jobs they add over the
 // bound wait, when due, until the queue has room (MoveDue).
@@ -116,27 +165,69 @@ func (q *Queues) checkRoom(ctx context.Context, spec Spec) error {
 	if spec.MaxDepth <= 0 {
 		return nil
 	}
-	var n uint64
-	for _, name := range []string{q.schedStreamName(spec.Name), q.streamName(spec.Name)} {
-		st, err := q.js.Stream(ctx, name)
-		if err != nil {
-			return fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
-		}
-		n += st.CachedInfo().State.Msgs
+	n, err := q.scheduled(ctx, spec.Name)
+	if err != nil {
+		return fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
 	}
-	if n >= uint64(spec.MaxDepth) {
+	st, err := q.js.Stream(ctx, q.streamName(spec.Name))
+	if err != nil {
+		return fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
+	}
+	if n += st.CachedInfo().State.Msgs; n >= uint64(spec.MaxDepth) {
 		return fmt.Errorf("%w: queue %q holds %d jobs, waiting and scheduled", ErrFull, spec.Name, n)
 	}
 	return nil
 }
 
-// scheduled returns how many jobs of queue name wait in its schedule stream.
+// scheduled returns how many jobs of queue name wait in its schedule stream: 0 when it has
+// none (no scheduled job was ever published to it).
 func (q *Queues) scheduled(ctx context.Context, name string) (uint64, error) {
 	st, err := q.js.Stream(ctx, q.schedStreamName(name))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, err
 	}
 	return st.CachedInfo().State.Msgs, nil
+}
+
+// moverCreated is the subject of JetStream's advisories that a consumer named mover was
+// created, on any stream (a wildcard matches whole tokens only, so the stream's name is
+// checked by the subscriber): what tells a worker that a queue's schedule stream can be
+// moved from.
+const moverCreated = "$JS.EVENT.ADVISORY.CONSUMER.CREATED.*." + moverName
+
+// WatchSchedules calls fn with the name of every queue of this prefix that has a schedule
+// stream now (one paged stream listing), then with the name of every queue whose schedule
+// stream's mover is created later (JetStream's advisory, one subscription for all queues),
+// until ctx ends or the watch fails. fn may be called twice for a queue, and from another
+// goroutine. An advisory sent while the connection was down is lost: a caller watches again
+// after a reconnect, which lists the streams again.
+func (q *Queues) WatchSchedules(ctx context.Context, fn func(queue string)) error {
+	prefix := q.schedStreamPrefix()
+	sub, err := q.nc.Subscribe(moverCreated, func(m *nats.Msg) {
+		toks := strings.Split(m.Subject, ".")
+		if name, ok := strings.CutPrefix(toks[len(toks)-2], prefix); ok {
+			fn(name)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("queue: watch schedule streams: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	// Subscribed before the listing, so that a stream made in between is not missed.
+	lctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	names, err := q.scheduleStreams(lctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("queue: watch schedule streams: %w", err)
+	}
+	for name := range names {
+		fn(name)
+	}
+	<-ctx.Done()
+	return nil
 }
 
 // unschedule removes job id's schedule, and the job if its schedule fired and it was not

@@ -1,8 +1,12 @@
 package queue_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/queue"
@@ -108,5 +112,72 @@ func TestScheduledJobOfFairQueue(t *testing.T) {
 	})
 	if st, err := b.q.Status(b.ctx, r.ID); err != nil || st.State != queue.StateQueued {
 		t.Fatalf("status after the move: %+v, %v", st, err)
+	}
+}
+
+// A queue's schedule stream is made by its first scheduled publish, not by Provision: until
+// then the queue counts 0 scheduled and max_depth counts its waiting jobs alone. A watcher
+// that started before is told of it at once; one that starts after finds it by listing; a
+// later Provision keeps it up to date.
+func TestScheduleStreamOnDemand(t *testing.T) {
+	spec := queue.Spec{Name: "q", MaxDepth: 2}
+	b := setup(t, queue.Options{}, spec, queue.Spec{Name: "never"})
+	if _, err := b.js.Stream(b.ctx, b.prefix+"_S_q"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("a schedule stream before any scheduled job: %v", err)
+	}
+	if info, err := b.q.Info(b.ctx, "q"); err != nil || info.Scheduled != 0 {
+		t.Fatalf("info without a schedule stream: %+v, %v", info, err)
+	}
+	b.publish(&queue.Job{Queue: "q"})
+
+	told := make(chan string, 4)
+	wctx, stop := context.WithCancel(b.ctx)
+	defer stop()
+	watching := make(chan error, 1)
+	go func() { watching <- b.q.WatchSchedules(wctx, func(name string) { told <- name }) }()
+	// Whether the watch subscribes before or after the stream is made, it is told: by the
+	// advisory, or by its listing (which follows its subscription).
+	b.publish(&queue.Job{Queue: "q", NotBefore: time.Now().Add(time.Hour)})
+	select {
+	case name := <-told:
+		if name != "q" {
+			t.Fatalf("told of %q, want q", name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watcher was not told of the new schedule stream")
+	}
+	if info, err := b.q.Info(b.ctx, "q"); err != nil || info.Scheduled != 1 {
+		t.Fatalf("info after a scheduled publish: %+v, %v", info, err)
+	}
+	_, err := b.q.Publish(b.ctx, &queue.Job{Queue: "q", NotBefore: time.Now().Add(time.Hour)})
+	wantErr(t, err, queue.ErrFull)
+	stop()
+	if err := <-watching; err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+
+	// Another process: it lists the stream; its Provision updates what changed.
+	other := setupURL(t, b.url, b.opts, queue.Spec{Name: "q", MaxDepth: 2, StreamDuplicates: 3 * time.Minute, MaxAckPending: 7},
+		queue.Spec{Name: "never"})
+	var listed []string
+	lctx, lstop := context.WithCancel(b.ctx)
+	go func() {
+		_ = other.q.WatchSchedules(lctx, func(name string) { listed = append(listed, name); lstop() })
+	}()
+	<-lctx.Done()
+	lstop()
+	if len(listed) != 1 || listed[0] != "q" {
+		t.Fatalf("listed %v, want [q]", listed)
+	}
+	st, err := b.js.Stream(b.ctx, b.prefix+"_S_q")
+	if err != nil || st.CachedInfo().Config.Duplicates != 3*time.Minute {
+		t.Fatalf("schedule stream after a changed Provision: %v (%+v)", err, st)
+	}
+	c, err := b.js.Consumer(b.ctx, b.prefix+"_S_q", "mover")
+	if err != nil || c.CachedInfo().Config.MaxAckPending != 7 {
+		t.Fatalf("mover after a changed Provision: %v", err)
+	}
+	if _, err := b.js.Stream(b.ctx, b.prefix+"_S_never"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("Provision made a schedule stream of a queue without scheduled jobs: %v", err)
 	}
 }
