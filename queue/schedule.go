@@ -251,7 +251,8 @@ func (q *Queues) unschedule(ctx context.Context, queue, id string) {
 // jobs it took, without waiting for their moves, which go on in the background until done or
 // ctx ends, and which Close waits for. Any number of processes may call it at once; every
 // worker does (package worker). The wait for a first job also ends when cut does (nil: never):
-// a worker cuts its long pulls short when they may have been lost with a server.
+// a worker cuts its long pulls short when they may have been lost with a server. It returns
+// ErrNoSchedule while the queue has no schedule stream and mover.
 func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Duration, cut context.Context) (int, error) {
 	spec, ok := q.spec(name)
 	if !ok {
@@ -312,6 +313,9 @@ func (q *Queues) mover(ctx context.Context, name string) (jetstream.Consumer, er
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 	c, err := q.js.Consumer(ctx, q.schedStreamName(name), moverName)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: %q", ErrNoSchedule, name)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: mover of %q: %w", name, err)
 	}

@@ -76,13 +76,15 @@ type Deps struct {
 // leak slot and is then delivered. Create it with New, start it with Run, change its queues
 // with Reload. Its methods are safe for concurrent use.
 type Pool struct {
-	q      Broker
-	pulls  pulls      // cuts idle queues' waiting pulls short (idle.go)
-	fairs  fairSource // nil: Queues makes no fair schedulers
-	exec   *executor  // carries out each job's plan
-	sched  leaky.Schedule
-	places inflight.Store
-	client *http.Client
+	q     Broker
+	pulls pulls // cuts idle queues' waiting pulls short (idle.go)
+	// schedules are the queues with a schedule stream, whose due jobs runners move (due.go)
+	schedules schedules
+	fairs     fairSource // nil: Queues makes no fair schedulers
+	exec      *executor  // carries out each job's plan
+	sched     leaky.Schedule
+	places    inflight.Store
+	client    *http.Client
 	// ownClient is whether New made client, so Run closes its idle connections at the end.
 	ownClient bool
 	// spares are the connections client's transport dials ahead; nil for a client of Deps.
@@ -308,8 +310,9 @@ func (p *Pool) drain(watching <-chan struct{}, cancelHard, cancelSettling contex
 // cannot be reached; the returned channel is closed once it has stopped.
 func (p *Pool) watch(ctx context.Context) (stopped <-chan struct{}) {
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() { defer wg.Done(); p.watchPulls(ctx) }()
+	go func() { defer wg.Done(); p.watchSchedules(ctx) }()
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(cancelMemory / 2)
