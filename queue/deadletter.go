@@ -26,6 +26,46 @@ func (d deadMeta) json() string {
 	return string(b)
 }
 
+// provisionDeadLetters creates or updates the dead-letter stream of queue name: one subject
+// (and message) per job id, kept DeadLetterMaxAge.
+func (q *Queues) provisionDeadLetters(ctx context.Context, name string) error {
+	_, err := q.ensureStream(ctx, jetstream.StreamConfig{
+		Name:              q.dlqStreamName(name),
+		Description:       "Sluice dead letters of queue " + name,
+		Subjects:          []string{q.dlqSubject(name, "*")},
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardOld,
+		MaxAge:            q.opts.DeadLetterMaxAge,
+		MaxMsgsPerSubject: 1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          q.opts.Replicas,
+		Duplicates:        DefaultStreamDuplicates,
+	})
+	if err != nil {
+		return fmt.Errorf("queue: %q: dead-letter stream %s: %w", name, q.dlqStreamName(name), err)
+	}
+	return nil
+}
+
+// ensureDeadLetters makes sure queue name's dead-letter stream exists: its first dead letter
+// makes it (ondemand.go).
+func (q *Queues) ensureDeadLetters(ctx context.Context, name string) error {
+	return q.onDemand(ctx, &q.deadLetters, name, func(ctx context.Context) error { return q.provisionDeadLetters(ctx, name) })
+}
+
+// deadLetterCount returns how many dead letters queue name holds: 0 without a dead-letter
+// stream.
+func (q *Queues) deadLetterCount(ctx context.Context, name string) (uint64, error) {
+	st, err := q.js.Stream(ctx, q.dlqStreamName(name))
+	if noStream(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return st.CachedInfo().State.Msgs, nil
+}
+
 // DeadLetter moves a job that will not be delivered to its queue's dead-letter stream, with
 // reason (a human-readable cause), lastStatus (the upstream's last HTTP status, 0 when there
 // was none) and attempts, the delivery attempts spent. The caller usually knows attempts best
@@ -69,8 +109,14 @@ func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStat
 		Reason: reason, LastStatus: lastStatus, Attempts: attempts, FailedAt: now, Seq: m.Seq,
 	}.json())
 	msgID := "dl-" + job.ID + "-" + strconv.FormatUint(m.Seq, 10)
+	if err := q.ensureDeadLetters(ctx, job.Queue); err != nil {
+		return fmt.Errorf("queue: dead letter %s: %w", job.ID, err)
+	}
 	if _, err := q.js.PublishMsg(ctx, dm, jetstream.WithMsgID(msgID),
 		jetstream.WithExpectStream(q.dlqStreamName(job.Queue))); err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			q.deadLetters.Delete(job.Queue) // deleted behind our back: the next one makes it again
+		}
 		return fmt.Errorf("queue: dead letter %s: publish: %w", job.ID, err)
 	}
 	if err := m.term(ctx, "dead-lettered"); err != nil && !errors.Is(err, errSettled) {
@@ -108,6 +154,9 @@ func (q *Queues) DeadLetters(ctx context.Context, queue string, limit int) ([]De
 	defer cancel()
 	name := q.dlqStreamName(queue)
 	st, err := q.js.Stream(ctx, name)
+	if noStream(err) {
+		return []DeadLetter{}, nil // none yet
+	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: dead letters of %q: %w", queue, err)
 	}
@@ -181,6 +230,9 @@ func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
 	ctx, cancel := withDefaultTimeout(ctx, q.opts.PublishTimeout)
 	defer cancel()
 	st, err := q.js.Stream(ctx, q.dlqStreamName(queue))
+	if noStream(err) {
+		return fmt.Errorf("%w: no dead letter %s in %q", ErrNotFound, id, queue)
+	}
 	if err != nil {
 		return fmt.Errorf("queue: replay %s: %w", id, err)
 	}

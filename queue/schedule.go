@@ -18,11 +18,9 @@ import (
 // refuse jobs beyond max_depth), and a schedule's target must be a subject of its own stream,
 // so the server produces the due job in the schedule stream and [Queues.MoveDue] moves it on.
 //
-// A schedule stream and its mover are made on demand: by the first scheduled publish to the
-// queue (ensureSchedule), not by Provision, which updates only those that exist (one stream
-// listing finds them). A queue that never had a scheduled job costs no stream and no mover
-// pulls; workers learn which queues have one from [Queues.WatchSchedules]. A missing schedule
-// stream holds no job: it counts 0 scheduled.
+// A schedule stream and its mover are made on demand (ondemand.go), by the first scheduled
+// publish to the queue: a queue that never had a scheduled job costs no stream and no mover
+// pulls. Workers learn which queues have one from [Queues.WatchSchedules].
 // docs/design/time.md has the design and what was rejected.
 
 const (
@@ -123,39 +121,10 @@ func (q *Queues) publishScheduled(ctx context.Context, spec Spec, job *Job) (Rec
 	return Receipt{ID: job.ID}, nil
 }
 
-// ensureSchedule makes sure queue spec's schedule stream and mover exist, provisioning them
-// on the queue's first scheduled publish (a few round trips, once per process: later calls
-// find the queue in q.schedules). Processes that race to make them all succeed: creating a
-// stream or consumer as it already is changes nothing. One process makes one at a time, so
-// that a burst of first scheduled publishes does not send the same creations many times.
+// ensureSchedule makes sure queue spec's schedule stream and mover exist: the queue's first
+// scheduled publish makes them (ondemand.go).
 func (q *Queues) ensureSchedule(ctx context.Context, spec Spec) error {
-	if _, ok := q.schedules.Load(spec.Name); ok {
-		return nil
-	}
-	select {
-	case q.schedMaking <- struct{}{}:
-		defer func() { <-q.schedMaking }()
-	case <-ctx.Done():
-		return fmt.Errorf("queue: publish to %q: schedule stream: %w", spec.Name, ctx.Err())
-	}
-	if _, ok := q.schedules.Load(spec.Name); ok {
-		return nil
-	}
-	if err := q.provisionSchedule(ctx, spec); err != nil {
-		return err
-	}
-	q.schedules.Store(spec.Name, struct{}{})
-	return nil
-}
-
-// scheduleStreams returns the names of the queues of this prefix that have a schedule stream,
-// with one paged stream listing.
-func (q *Queues) scheduleStreams(ctx context.Context) (map[string]bool, error) {
-	out := map[string]bool{}
-	err := q.listStreams(ctx, q.opts.Prefix+".s.>", q.schedStreamPrefix(), func(name string, _ jetstream.StreamState) {
-		out[name] = true
-	})
-	return out, err
+	return q.onDemand(ctx, &q.schedules, spec.Name, func(ctx context.Context) error { return q.provisionSchedule(ctx, spec) })
 }
 
 // checkRoom returns ErrFull when queue spec holds MaxDepth jobs, waiting or scheduled: two
@@ -183,7 +152,7 @@ func (q *Queues) checkRoom(ctx context.Context, spec Spec) error {
 // none (no scheduled job was ever published to it).
 func (q *Queues) scheduled(ctx context.Context, name string) (uint64, error) {
 	st, err := q.js.Stream(ctx, q.schedStreamName(name))
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+	if noStream(err) {
 		return 0, nil
 	}
 	if err != nil {
@@ -218,13 +187,10 @@ func (q *Queues) WatchSchedules(ctx context.Context, fn func(queue string)) erro
 	defer func() { _ = sub.Unsubscribe() }()
 	// Subscribed before the listing, so that a stream made in between is not missed.
 	lctx, cancel := withDefaultTimeout(ctx, opTimeout)
-	names, err := q.scheduleStreams(lctx)
+	err = q.listStreams(lctx, q.opts.Prefix+".s.>", prefix, func(name string, _ jetstream.StreamState) { fn(name) })
 	cancel()
 	if err != nil {
 		return fmt.Errorf("queue: watch schedule streams: %w", err)
-	}
-	for name := range names {
-		fn(name)
 	}
 	<-ctx.Done()
 	return nil
@@ -313,7 +279,7 @@ func (q *Queues) mover(ctx context.Context, name string) (jetstream.Consumer, er
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 	c, err := q.js.Consumer(ctx, q.schedStreamName(name), moverName)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || noStream(err) {
 		return nil, fmt.Errorf("%w: %q", ErrNoSchedule, name)
 	}
 	if err != nil {
