@@ -241,7 +241,7 @@ func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Du
 	if cut != nil {
 		defer context.AfterFunc(cut, cancel)()
 	}
-	if batch, err = c.Fetch(1, jetstream.FetchContext(wctx)); err != nil {
+	if batch, err = c.Fetch(1, longPull(wctx)...); err != nil {
 		if wctx.Err() != nil && ctx.Err() == nil {
 			return 0, nil // the wait ended or was cut short
 		}
