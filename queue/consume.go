@@ -156,10 +156,7 @@ func (c *Consumer) poison(ctx context.Context, raw jetstream.Msg, cause error) {
 		FailedAt: c.q.now().UTC(), Seq: md.Sequence.Stream}
 	dm.Header.Set(hdrDead, meta.json())
 	dm.Data = raw.Data()
-	if err := c.q.ensureDeadLetters(ctx, c.queue); err != nil {
-		return
-	}
-	if _, err := c.q.js.PublishMsg(ctx, dm, jetstream.WithMsgID("dl-"+id)); err != nil {
+	if err := c.q.storeDeadLetter(ctx, c.queue, dm, "dl-"+id); err != nil {
 		return
 	}
 	m := &Msg{raw: raw, nc: c.q.nc}

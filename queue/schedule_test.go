@@ -2,11 +2,8 @@ package queue_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/queue"
@@ -117,14 +114,10 @@ func TestScheduledJobOfFairQueue(t *testing.T) {
 
 // A queue's schedule stream is made by its first scheduled publish, not by Provision: until
 // then the queue counts 0 scheduled and max_depth counts its waiting jobs alone. A watcher
-// that started before is told of it at once; one that starts after finds it by listing; a
-// later Provision keeps it up to date.
+// that started before is told of it at once.
 func TestScheduleStreamOnDemand(t *testing.T) {
-	spec := queue.Spec{Name: "q", MaxDepth: 2}
-	b := setup(t, queue.Options{}, spec, queue.Spec{Name: "never"})
-	if _, err := b.js.Stream(b.ctx, b.prefix+"_S_q"); !errors.Is(err, jetstream.ErrStreamNotFound) {
-		t.Fatalf("a schedule stream before any scheduled job: %v", err)
-	}
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 2}, queue.Spec{Name: "never"})
+	b.noStream("_S_q")
 	if info, err := b.q.Info(b.ctx, "q"); err != nil || info.Scheduled != 0 {
 		t.Fatalf("info without a schedule stream: %+v, %v", info, err)
 	}
@@ -155,19 +148,23 @@ func TestScheduleStreamOnDemand(t *testing.T) {
 	if err := <-watching; err != nil {
 		t.Fatalf("watch: %v", err)
 	}
+	b.noStream("_S_never")
+}
 
-	// Another process: it lists the stream; its Provision updates what changed.
-	other := setupURL(t, b.url, b.opts, queue.Spec{Name: "q", MaxDepth: 2, StreamDuplicates: 3 * time.Minute, MaxAckPending: 7},
+// Another process finds an existing schedule stream by listing, and its Provision updates
+// what changed in it and its mover.
+func TestScheduleStreamListedAndUpdated(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q"}, queue.Spec{Name: "never"})
+	b.publish(&queue.Job{Queue: "q", NotBefore: time.Now().Add(time.Hour)})
+	other := setupURL(t, b.url, b.opts, queue.Spec{Name: "q", StreamDuplicates: 3 * time.Minute, MaxAckPending: 7},
 		queue.Spec{Name: "never"})
-	var listed []string
-	lctx, lstop := context.WithCancel(b.ctx)
-	go func() {
-		_ = other.q.WatchSchedules(lctx, func(name string) { listed = append(listed, name); lstop() })
-	}()
+	listed := make(chan string, 4)
+	lctx, lstop := context.WithTimeout(b.ctx, 5*time.Second)
+	defer lstop()
+	go func() { _ = other.q.WatchSchedules(lctx, func(name string) { listed <- name; lstop() }) }()
 	<-lctx.Done()
-	lstop()
-	if len(listed) != 1 || listed[0] != "q" {
-		t.Fatalf("listed %v, want [q]", listed)
+	if len(listed) != 1 || <-listed != "q" {
+		t.Fatalf("listed %d streams, want q alone", len(listed)+1)
 	}
 	st, err := b.js.Stream(b.ctx, b.prefix+"_S_q")
 	if err != nil || st.CachedInfo().Config.Duplicates != 3*time.Minute {
@@ -177,7 +174,5 @@ func TestScheduleStreamOnDemand(t *testing.T) {
 	if err != nil || c.CachedInfo().Config.MaxAckPending != 7 {
 		t.Fatalf("mover after a changed Provision: %v", err)
 	}
-	if _, err := b.js.Stream(b.ctx, b.prefix+"_S_never"); !errors.Is(err, jetstream.ErrStreamNotFound) {
-		t.Fatalf("Provision made a schedule stream of a queue without scheduled jobs: %v", err)
-	}
+	b.noStream("_S_never")
 }
