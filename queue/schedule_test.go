@@ -163,8 +163,11 @@ func TestScheduleStreamListedAndUpdated(t *testing.T) {
 	defer lstop()
 	go func() { _ = other.q.WatchSchedules(lctx, func(name string) { listed <- name; lstop() }) }()
 	<-lctx.Done()
-	if len(listed) != 1 || <-listed != "q" {
-		t.Fatalf("listed %d streams, want q alone", len(listed)+1)
+	if n := len(listed); n != 1 {
+		t.Fatalf("listed %d schedule streams, want 1", n)
+	}
+	if name := <-listed; name != "q" {
+		t.Fatalf("listed %q, want q", name)
 	}
 	st, err := b.js.Stream(b.ctx, b.prefix+"_S_q")
 	if err != nil || st.CachedInfo().Config.Duplicates != 3*time.Minute {
