@@ -309,7 +309,7 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	// date here.
 	ex, err := q.listExisting(ctx)
 	if err != nil {
-		return fmt.Errorf("queue: provision: %w", err)
+		return errors.Join(append(errs, fmt.Errorf("queue: provision: %w", err))...)
 	}
 	// The queues are provisioned provisionParallel at a time: each is a few round trips to
 	// NATS (its streams' and consumer's info, and creations or updates where they differ), and
