@@ -36,9 +36,9 @@ const moveBatch = 256
 // schedules is the set of queues the pool knows to have a schedule stream. The zero value is
 // empty and ready; it is safe for concurrent use.
 type schedules struct {
-	mu    sync.Mutex
-	has   map[string]bool
-	added chan struct{} // closed (and replaced) when a queue is added
+	mu      sync.Mutex
+	has     map[string]bool
+	waiting map[string]chan struct{} // closed when the queue is added
 }
 
 // add records that queue name has a schedule stream.
@@ -52,30 +52,33 @@ func (s *schedules) add(name string) {
 		s.has = map[string]bool{}
 	}
 	s.has[name] = true
-	if s.added != nil {
-		close(s.added)
-		s.added = nil
+	if ch, ok := s.waiting[name]; ok {
+		close(ch)
+		delete(s.waiting, name)
 	}
 }
 
 // wait returns true once queue name has a schedule stream, false if ctx ends first.
 func (s *schedules) wait(ctx context.Context, name string) bool {
-	for {
-		s.mu.Lock()
-		if s.has[name] {
-			s.mu.Unlock()
-			return true
-		}
-		if s.added == nil {
-			s.added = make(chan struct{})
-		}
-		added := s.added
+	s.mu.Lock()
+	if s.has[name] {
 		s.mu.Unlock()
-		select {
-		case <-added:
-		case <-ctx.Done():
-			return false
-		}
+		return true
+	}
+	if s.waiting == nil {
+		s.waiting = map[string]chan struct{}{}
+	}
+	ch, ok := s.waiting[name]
+	if !ok {
+		ch = make(chan struct{})
+		s.waiting[name] = ch
+	}
+	s.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
