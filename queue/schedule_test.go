@@ -179,3 +179,33 @@ func TestScheduleStreamListedAndUpdated(t *testing.T) {
 	}
 	b.noStream("_S_never")
 }
+
+// In a three-node cluster the advisory of a new mover comes from its leader, whichever node
+// the watcher is connected to: a watcher is told of a schedule stream made after it started
+// (the second one here, made once the watcher was told of the first, so after its listing).
+func TestScheduleStreamOnDemandInACluster(t *testing.T) {
+	ns := testenv.NATSCluster(t)
+	specs := []queue.Spec{{Name: "p", Replicas: 3}, {Name: "q", Replicas: 3}}
+	b := setupURL(t, ns.URL, queue.Options{Replicas: 3}, specs...)
+	watcher := setupURL(t, ns.URL, b.opts, specs...)
+	told := make(chan string, 4)
+	wctx, stop := context.WithCancel(b.ctx)
+	defer stop()
+	go func() { _ = watcher.q.WatchSchedules(wctx, func(name string) { told <- name }) }()
+	for _, name := range []string{"p", "q"} {
+		b.publish(&queue.Job{Queue: name, NotBefore: time.Now().Add(time.Hour)})
+		for got := ""; got != name; { // p may be told twice: listed and advertised
+			select {
+			case got = <-told:
+				if got != name && got != "p" {
+					t.Fatalf("told of %q, want %q", got, name)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the watcher was not told of %q's new schedule stream", name)
+			}
+		}
+	}
+	if info, err := b.q.Info(b.ctx, "q"); err != nil || info.Scheduled != 1 {
+		t.Fatalf("info: %+v, %v", info, err)
+	}
+}
