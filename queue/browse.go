@@ -161,6 +161,9 @@ func (q *Queues) scanDirect(ctx context.Context, stream, subject string, bq Brow
 	keep func(*jetstream.RawStreamMsg) (Browsed, bool)) (Page, error) {
 	page := Page{Jobs: []Browsed{}}
 	st, err := q.js.Stream(ctx, stream)
+	if noStream(err) {
+		return page, nil // a dead-letter stream is made by the queue's first dead letter
+	}
 	if err != nil {
 		return page, fmt.Errorf("queue: browse %s: %w", stream, err)
 	}

@@ -65,7 +65,7 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*M
 	} else {
 		fctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
-		batch, err = c.c.Fetch(max, jetstream.FetchContext(fctx))
+		batch, err = c.c.Fetch(max, longPull(fctx)...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: fetch %q: %w", c.queue, err)
@@ -88,6 +88,23 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*M
 		return nil, ctx.Err()
 	}
 	return out, nil
+}
+
+// longPull returns the options of a pull request that waits until ctx ends: ctx's deadline
+// sets its expiry, and a pull of 10 s or more gets the rarest idle heartbeat nats.go allows,
+// one per 40% of its wait (it refuses one longer than half the expiry, which it sets to 90% of
+// the wait, and 0 means its default), instead of its default of one every 5 s. The heartbeats
+// of idle queues' 30 s pulls were most of what nats-server spent on them (BENCHMARKS.md): 5
+// heartbeats per pull, now 2. A pull lost with its server is cut short by its caller (the
+// worker's idle.go), not found by missed heartbeats.
+func longPull(ctx context.Context) []jetstream.FetchOpt {
+	opts := []jetstream.FetchOpt{jetstream.FetchContext(ctx)}
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); left >= 10*time.Second {
+			opts = append(opts, jetstream.FetchHeartbeat(left*2/5))
+		}
+	}
+	return opts
 }
 
 func cmpMax(a, b int) int {
@@ -139,7 +156,7 @@ func (c *Consumer) poison(ctx context.Context, raw jetstream.Msg, cause error) {
 		FailedAt: c.q.now().UTC(), Seq: md.Sequence.Stream}
 	dm.Header.Set(hdrDead, meta.json())
 	dm.Data = raw.Data()
-	if _, err := c.q.js.PublishMsg(ctx, dm, jetstream.WithMsgID("dl-"+id)); err != nil {
+	if err := c.q.storeDeadLetter(ctx, c.queue, dm, "dl-"+id); err != nil {
 		return
 	}
 	m := &Msg{raw: raw, nc: c.q.nc}

@@ -225,6 +225,9 @@ func (q *Queues) PurgeDeadLetters(ctx context.Context, queue string, ids []strin
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 	st, err := q.js.Stream(ctx, q.dlqStreamName(queue))
+	if noStream(err) {
+		return 0, nil // no dead letter yet
+	}
 	if err != nil {
 		return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
 	}

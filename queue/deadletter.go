@@ -26,6 +26,46 @@ func (d deadMeta) json() string {
 	return string(b)
 }
 
+// provisionDeadLetters creates or updates the dead-letter stream of queue name: one subject
+// (and message) per job id, kept DeadLetterMaxAge.
+func (q *Queues) provisionDeadLetters(ctx context.Context, name string) error {
+	_, err := q.ensureStream(ctx, jetstream.StreamConfig{
+		Name:              q.dlqStreamName(name),
+		Description:       "Sluice dead letters of queue " + name,
+		Subjects:          []string{q.dlqSubject(name, "*")},
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardOld,
+		MaxAge:            q.opts.DeadLetterMaxAge,
+		MaxMsgsPerSubject: 1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          q.opts.Replicas,
+		Duplicates:        DefaultStreamDuplicates,
+	})
+	if err != nil {
+		return fmt.Errorf("queue: %q: dead-letter stream %s: %w", name, q.dlqStreamName(name), err)
+	}
+	return nil
+}
+
+// ensureDeadLetters makes sure queue name's dead-letter stream exists: its first dead letter
+// makes it (ondemand.go).
+func (q *Queues) ensureDeadLetters(ctx context.Context, name string) error {
+	return q.onDemand(ctx, &q.deadLetters, name, func(ctx context.Context) error { return q.provisionDeadLetters(ctx, name) })
+}
+
+// deadLetterCount returns how many dead letters queue name holds: 0 without a dead-letter
+// stream.
+func (q *Queues) deadLetterCount(ctx context.Context, name string) (uint64, error) {
+	st, err := q.js.Stream(ctx, q.dlqStreamName(name))
+	if noStream(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return st.CachedInfo().State.Msgs, nil
+}
+
 // DeadLetter moves a job that will not be delivered to its queue's dead-letter stream, with
 // reason (a human-readable cause), lastStatus (the upstream's last HTTP status, 0 when there
 // was none) and attempts, the delivery attempts spent. The caller usually knows attempts best
@@ -69,13 +109,30 @@ func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStat
 		Reason: reason, LastStatus: lastStatus, Attempts: attempts, FailedAt: now, Seq: m.Seq,
 	}.json())
 	msgID := "dl-" + job.ID + "-" + strconv.FormatUint(m.Seq, 10)
-	if _, err := q.js.PublishMsg(ctx, dm, jetstream.WithMsgID(msgID),
-		jetstream.WithExpectStream(q.dlqStreamName(job.Queue))); err != nil {
+	if err := q.storeDeadLetter(ctx, job.Queue, dm, msgID); err != nil {
 		return fmt.Errorf("queue: dead letter %s: publish: %w", job.ID, err)
 	}
 	if err := m.term(ctx, "dead-lettered"); err != nil && !errors.Is(err, errSettled) {
 		return fmt.Errorf("queue: dead letter %s: %w", job.ID, err)
 	}
+	return q.recordDeadLetter(ctx, job, reason, lastStatus, attempts, now)
+}
+
+// storeDeadLetter publishes dm, a dead letter of queue, under message id msgID, making the
+// queue's dead-letter stream first unless this process knows it exists.
+func (q *Queues) storeDeadLetter(ctx context.Context, queue string, dm *nats.Msg, msgID string) error {
+	if err := q.ensureDeadLetters(ctx, queue); err != nil {
+		return err
+	}
+	_, err := q.js.PublishMsg(ctx, dm, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(q.dlqStreamName(queue)))
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		q.deadLetters.Delete(queue) // deleted behind our back: the next dead letter makes it again
+	}
+	return err
+}
+
+// recordDeadLetter records job failed (dead-lettered) at now, unless it succeeded meanwhile.
+func (q *Queues) recordDeadLetter(ctx context.Context, job *Job, reason string, lastStatus, attempts int, now time.Time) error {
 	var resp *Response
 	if lastStatus > 0 {
 		resp = &Response{Status: lastStatus}
@@ -108,6 +165,9 @@ func (q *Queues) DeadLetters(ctx context.Context, queue string, limit int) ([]De
 	defer cancel()
 	name := q.dlqStreamName(queue)
 	st, err := q.js.Stream(ctx, name)
+	if noStream(err) {
+		return []DeadLetter{}, nil // none yet
+	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: dead letters of %q: %w", queue, err)
 	}
@@ -164,6 +224,22 @@ func deadLetter(queue string, h nats.Header, data []byte, seq uint64) DeadLetter
 		Attempts: meta.Attempts, FailedAt: meta.FailedAt, Seq: seq}
 }
 
+// deadLetterOf returns the dead-letter stream of queue and its dead letter id, or
+// ErrNotFound (also when the queue has no dead-letter stream: it never had a dead letter).
+func (q *Queues) deadLetterOf(ctx context.Context, queue, id string) (jetstream.Stream, *jetstream.RawStreamMsg, error) {
+	st, err := q.js.Stream(ctx, q.dlqStreamName(queue))
+	if err == nil {
+		var raw *jetstream.RawStreamMsg
+		if raw, err = st.GetLastMsgForSubject(ctx, q.dlqSubject(queue, id)); err == nil {
+			return st, raw, nil
+		}
+	}
+	if noStream(err) || errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil, fmt.Errorf("%w: no dead letter %s in %q", ErrNotFound, id, queue)
+	}
+	return nil, nil, fmt.Errorf("queue: replay %s: %w", id, err)
+}
+
 // Replay puts dead letter id back on queue as a fresh job with the same id (status queued,
 // attempts 0) and removes it from the dead-letter stream; in a fair queue, at the end of its
 // tenant's backlog. It returns ErrNotFound when queue
@@ -180,16 +256,9 @@ func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
 	}
 	ctx, cancel := withDefaultTimeout(ctx, q.opts.PublishTimeout)
 	defer cancel()
-	st, err := q.js.Stream(ctx, q.dlqStreamName(queue))
+	st, raw, err := q.deadLetterOf(ctx, queue, id)
 	if err != nil {
-		return fmt.Errorf("queue: replay %s: %w", id, err)
-	}
-	raw, err := st.GetLastMsgForSubject(ctx, q.dlqSubject(queue, id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("%w: no dead letter %s in %q", ErrNotFound, id, queue)
-	}
-	if err != nil {
-		return fmt.Errorf("queue: replay %s: %w", id, err)
+		return err
 	}
 	job, err := decode(raw.Header, raw.Data)
 	if err != nil {

@@ -11,13 +11,14 @@
 // With the default prefix SLUICE, queue orders is the work-queue stream SLUICE_Q_orders (a job
 // per subject SLUICE.q.orders.<job id>), its durable pull consumer "workers" shared by every
 // worker, and the dead-letter stream SLUICE_DLQ_orders (one subject per job id, one message
-// each). The bucket SLUICE_STATUS holds job statuses (key: job id) and SLUICE_META the id secret
+// each), made by the queue's first dead letter. The bucket SLUICE_STATUS holds job statuses (key: job id) and SLUICE_META the id secret
 // and the operators' controls. A job is one message: its body byte-exact as the payload, the rest
 // as JSON in the Sluice-Job header, written and read by hand (encoding/json reads anything else).
 // A fair queue (Spec.Fair) adds its tenants' backlogs, described by [FairLayout] and scheduled
 // by package queue/fair. A job with a Job.NotBefore ahead waits as a JetStream message schedule
-// in SLUICE_S_orders until its time, when MoveDue (every worker calls it) moves it into the
-// queue; a high or low job (Job.Priority) waits in SLUICE_QH_orders or SLUICE_QL_orders, with
+// in SLUICE_S_orders, made with its consumer "mover" by the queue's first scheduled job, until
+// its time, when MoveDue (every worker calls it for the queues [Queues.WatchSchedules] reports)
+// moves it into the queue; a high or low job (Job.Priority) waits in SLUICE_QH_orders or SLUICE_QL_orders, with
 // a consumer of its own ([Queues.LevelConsumer]).
 //
 // # Guarantees
@@ -40,9 +41,12 @@
 // from [NewJobID]) ends with a tag of its queue, so Status finds it in its stream by id, and no
 // status entry is written until a worker records progress. A keyed job costs a status read, the
 // message and a status entry; an unknown id costs Status up to three reads. The server keeps
-// a few hundred bytes per waiting job for its subject. A scheduled job costs two stream reads
-// (the room check), its schedule and a status entry, and when due a get, a publish and an ack;
-// a high or low job a status entry beside its message. The design, its history and rejected
-// alternatives are in docs/design/queue.md and docs/design/time.md; the figures in
+// a few hundred bytes per waiting job for its subject. Provisioning a queue costs one stream and
+// one consumer; its dead-letter and schedule streams cost nothing until first used, then a
+// lookup and their creation once per process (a missing one reads as empty). A scheduled job
+// costs two stream reads (the room check), its schedule and a status entry, and when due a
+// get, a publish and an ack; a high or low job a status entry beside its message. A long pull
+// (Fetch, MoveDue) gets an idle heartbeat per 40% of its wait. The design, its history and
+// rejected alternatives are in docs/design/queue.md and docs/design/time.md; the figures in
 // BENCHMARKS.md ("queue").
 package queue

@@ -64,7 +64,15 @@ func setupURL(t testing.TB, url string, opts queue.Options, specs ...queue.Spec)
 	return &bundle{t: t, ctx: ctx, url: url, nc: nc, js: js, q: q, prefix: opts.Prefix, opts: opts}
 }
 
-func (b *bundle) stream(name string) string  { return b.prefix + "_Q_" + name }
+func (b *bundle) stream(name string) string { return b.prefix + "_Q_" + name }
+
+// noStream fails the test unless the stream named the prefix and suffix does not exist.
+func (b *bundle) noStream(suffix string) {
+	b.t.Helper()
+	if _, err := b.js.Stream(b.ctx, b.prefix+suffix); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		b.t.Fatalf("stream %s%s: %v, want none", b.prefix, suffix, err)
+	}
+}
 func (b *bundle) subject(name string) string { return b.prefix + ".q." + name }
 
 // depth returns the number of messages in queue name's stream.

@@ -229,4 +229,7 @@ var (
 	// ErrIdempotencyMismatch means an Idempotency-Key was reused, within its dedupe window, for a
 	// different request (method, path or body). The ingress answers 422.
 	ErrIdempotencyMismatch = errors.New("queue: idempotency key reused for a different request")
+	// ErrNoSchedule is returned by MoveDue for a queue without a schedule stream and mover:
+	// none was made yet (the queue's first scheduled publish makes them), or they are being made.
+	ErrNoSchedule = errors.New("queue: no schedule stream")
 )

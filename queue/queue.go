@@ -121,6 +121,12 @@ type Queues struct {
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)
+	// schedules and deadLetters hold the names of the queues whose schedule stream or
+	// dead-letter stream this process knows to exist; making is held by the one onDemand
+	// making one (ondemand.go).
+	schedules   sync.Map
+	deadLetters sync.Map
+	making      chan struct{}
 }
 
 // validName reports whether s is a queue name or key prefix: 1 to 64 of [A-Za-z0-9_-].
@@ -133,7 +139,8 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 	if !validName(opts.Prefix) {
 		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
 	}
-	q := &Queues{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{}, closing: make(chan struct{})}
+	q := &Queues{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{},
+		closing: make(chan struct{}), making: make(chan struct{}, 1)}
 	// A JetStream context of our own for async publishes, the same API prefix or domain as js,
 	// whose ack timeout frees the futures of acks that never come (callers stop waiting at
 	// their ctx deadline; on a reconnect nats.go fails pending futures anyway).
@@ -303,6 +310,12 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	if err := q.ensureKeyValue(ctx, q.bucketConfig(ttl)); err != nil {
 		errs = append(errs, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err))
 	}
+	// Schedule and dead-letter streams are made on demand; those that exist are kept up to
+	// date here.
+	ex, err := q.listExisting(ctx)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("queue: provision: %w", err))...)
+	}
 	// The queues are provisioned provisionParallel at a time: each is a few round trips to
 	// NATS (its streams' and consumer's info, and creations or updates where they differ), and
 	// a thousand queues one after another kept a process from being ready for seconds.
@@ -318,7 +331,7 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			st, err := q.provision(ctx, s)
+			st, err := q.provision(ctx, s, ex)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -339,7 +352,9 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 // provisionParallel is how many queues Provision provisions at once.
 const provisionParallel = 32
 
-func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error) {
+// provision creates or updates the streams and consumers of queue s; its schedule and
+// dead-letter streams only where ex says they exist.
+func (q *Queues) provision(ctx context.Context, s Spec, ex existing) (jetstream.Stream, error) {
 	limit := func(n int64) int64 {
 		if n == 0 {
 			return -1
@@ -375,28 +390,21 @@ func (q *Queues) provision(ctx context.Context, s Spec) (jetstream.Stream, error
 	if err != nil {
 		return nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
 	}
-	_, err = q.ensureStream(ctx, jetstream.StreamConfig{
-		Name:              q.dlqStreamName(s.Name),
-		Description:       "Sluice dead letters of queue " + s.Name,
-		Subjects:          []string{q.dlqSubject(s.Name, "*")},
-		Retention:         jetstream.LimitsPolicy,
-		Discard:           jetstream.DiscardOld,
-		MaxAge:            q.opts.DeadLetterMaxAge,
-		MaxMsgsPerSubject: 1,
-		Storage:           jetstream.FileStorage,
-		Replicas:          q.opts.Replicas,
-		Duplicates:        DefaultStreamDuplicates,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queue: %q: dead-letter stream %s: %w", s.Name, q.dlqStreamName(s.Name), err)
+	if ex.deadLetters[s.Name] {
+		if err := q.provisionDeadLetters(ctx, s.Name); err != nil {
+			return nil, err
+		}
 	}
 	if s.Fair {
 		if err := q.provisionBacklog(ctx, s, limit); err != nil {
 			return nil, err
 		}
 	}
-	if err := q.provisionSchedule(ctx, s); err != nil {
-		return nil, err
+	if ex.schedules[s.Name] {
+		if err := q.provisionSchedule(ctx, s); err != nil {
+			return nil, err
+		}
+		q.schedules.Store(s.Name, struct{}{})
 	}
 	if s.Priorities && !s.Fair {
 		if err := q.provisionLevels(ctx, s, limit); err != nil {
@@ -452,15 +460,9 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 	}
 	info.Pending, info.InFlight = ci.NumPending, ci.NumAckPending
 	info.Redelivered, info.Waiting = ci.NumRedelivered, ci.NumWaiting
-	dlq, err := q.js.Stream(ctx, q.dlqStreamName(name))
-	if err != nil {
+	if info.DeadLetters, err = q.deadLetterCount(ctx, name); err != nil {
 		return Info{}, fmt.Errorf("queue: info %q: dead letters: %w", name, err)
 	}
-	di, err := dlq.Info(ctx)
-	if err != nil {
-		return Info{}, fmt.Errorf("queue: info %q: dead letters: %w", name, err)
-	}
-	info.DeadLetters = di.State.Msgs
 	if info.Scheduled, err = q.scheduled(ctx, name); err != nil {
 		return Info{}, fmt.Errorf("queue: info %q: scheduled: %w", name, err)
 	}

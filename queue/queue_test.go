@@ -255,3 +255,46 @@ func TestDeadLetterRecordsCallersAttempts(t *testing.T) {
 		}
 	}
 }
+
+// A queue's dead-letter stream is made by its first dead letter, not by Provision: until then
+// every reader treats it as empty.
+func TestDeadLetterStreamOnDemand(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
+	b.noStream("_DLQ_q")
+	info, err := b.q.Info(b.ctx, "q")
+	if err != nil || info.DeadLetters != 0 {
+		t.Fatalf("info: %+v, %v", info, err)
+	}
+	if dl, err := b.q.DeadLetters(b.ctx, "q", 0); err != nil || len(dl) != 0 {
+		t.Fatalf("dead letters: %v, %v", dl, err)
+	}
+	if page, err := b.q.Browse(b.ctx, "q", queue.BrowseQuery{Source: queue.SourceDead}); err != nil || len(page.Jobs) != 0 {
+		t.Fatalf("browse: %+v, %v", page, err)
+	}
+	if n, err := b.q.PurgeDeadLetters(b.ctx, "q", nil); err != nil || n != 0 {
+		t.Fatalf("purge: %d, %v", n, err)
+	}
+	r := b.publish(&queue.Job{Queue: "q", Body: []byte("x")})
+	if err := b.q.Replay(b.ctx, "q", r.ID); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("replay without a dead-letter stream: %v", err)
+	}
+}
+
+// The first dead letter makes the stream; a later Provision keeps it up to date.
+func TestDeadLetterStreamMadeAndUpdated(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
+	b.publish(&queue.Job{Queue: "q", Body: []byte("x")})
+	if err := b.q.DeadLetter(b.ctx, b.fetchOne(b.consumer("q"), 5*time.Second), "gone", 410, -1); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := b.q.Info(b.ctx, "q"); err != nil || info.DeadLetters != 1 {
+		t.Fatalf("info after a dead letter: %+v, %v", info, err)
+	}
+	opts := b.opts
+	opts.DeadLetterMaxAge = time.Hour
+	setupURL(t, b.url, opts, queue.Spec{Name: "q"})
+	st, err := b.js.Stream(b.ctx, b.prefix+"_DLQ_q")
+	if err != nil || st.CachedInfo().Config.MaxAge != time.Hour || st.CachedInfo().State.Msgs != 1 {
+		t.Fatalf("dead-letter stream after a changed Provision: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -16,6 +17,10 @@ import (
 // (a stream with schedules cannot discard new messages, and the queue's stream must, to
 // refuse jobs beyond max_depth), and a schedule's target must be a subject of its own stream,
 // so the server produces the due job in the schedule stream and [Queues.MoveDue] moves it on.
+//
+// A schedule stream and its mover are made on demand (ondemand.go), by the first scheduled
+// publish to the queue: a queue that never had a scheduled job costs no stream and no mover
+// pulls. Workers learn which queues have one from [Queues.WatchSchedules].
 // docs/design/time.md has the design and what was rejected.
 
 const (
@@ -34,6 +39,7 @@ const (
 )
 
 func (q *Queues) schedStreamName(queue string) string { return q.opts.Prefix + "_S_" + queue }
+func (q *Queues) schedStreamPrefix() string           { return q.opts.Prefix + "_S_" }
 func (q *Queues) schedPrefix(queue string) string     { return q.opts.Prefix + ".s." + queue + "." }
 
 // atSubject holds job id's schedule; dueSubject the job once its schedule fired.
@@ -94,9 +100,15 @@ func (q *Queues) publishScheduled(ctx context.Context, spec Spec, job *Job) (Rec
 	if replayed {
 		return Receipt{ID: job.ID, Replayed: true}, nil
 	}
+	if err := q.ensureSchedule(ctx, spec); err != nil {
+		return Receipt{}, err
+	}
 	subject, stream := q.atSubject(job.Queue, job.ID), q.schedStreamName(job.Queue)
 	ack, err := q.publish(ctx, subject, job, msgID, stream)
 	if err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			q.schedules.Delete(job.Queue) // deleted behind our back: the next publish makes it again
+		}
 		return Receipt{}, err
 	}
 	if ack.Duplicate {
@@ -109,6 +121,12 @@ func (q *Queues) publishScheduled(ctx context.Context, spec Spec, job *Job) (Rec
 	return Receipt{ID: job.ID}, nil
 }
 
+// ensureSchedule makes sure queue spec's schedule stream and mover exist: the queue's first
+// scheduled publish makes them (ondemand.go).
+func (q *Queues) ensureSchedule(ctx context.Context, spec Spec) error {
+	return q.onDemand(ctx, &q.schedules, spec.Name, func(ctx context.Context) error { return q.provisionSchedule(ctx, spec) })
+}
+
 // checkRoom returns ErrFull when queue spec holds MaxDepth jobs, waiting or scheduled: two
 // reads. Concurrent scheduled publishes may pass it together; the jobs they add over the
 // bound wait, when due, until the queue has room (MoveDue).
@@ -116,27 +134,66 @@ func (q *Queues) checkRoom(ctx context.Context, spec Spec) error {
 	if spec.MaxDepth <= 0 {
 		return nil
 	}
-	var n uint64
-	for _, name := range []string{q.schedStreamName(spec.Name), q.streamName(spec.Name)} {
-		st, err := q.js.Stream(ctx, name)
-		if err != nil {
-			return fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
-		}
-		n += st.CachedInfo().State.Msgs
+	n, err := q.scheduled(ctx, spec.Name)
+	if err != nil {
+		return fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
 	}
-	if n >= uint64(spec.MaxDepth) {
+	st, err := q.js.Stream(ctx, q.streamName(spec.Name))
+	if err != nil {
+		return fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
+	}
+	if n += st.CachedInfo().State.Msgs; n >= uint64(spec.MaxDepth) {
 		return fmt.Errorf("%w: queue %q holds %d jobs, waiting and scheduled", ErrFull, spec.Name, n)
 	}
 	return nil
 }
 
-// scheduled returns how many jobs of queue name wait in its schedule stream.
+// scheduled returns how many jobs of queue name wait in its schedule stream: 0 when it has
+// none (no scheduled job was ever published to it).
 func (q *Queues) scheduled(ctx context.Context, name string) (uint64, error) {
 	st, err := q.js.Stream(ctx, q.schedStreamName(name))
+	if noStream(err) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, err
 	}
 	return st.CachedInfo().State.Msgs, nil
+}
+
+// moverCreated is the subject of JetStream's advisories that a consumer named mover was
+// created, on any stream (a wildcard matches whole tokens only, so the stream's name is
+// checked by the subscriber): what tells a worker that a queue's schedule stream can be
+// moved from.
+const moverCreated = "$JS.EVENT.ADVISORY.CONSUMER.CREATED.*." + moverName
+
+// WatchSchedules calls fn with the name of every queue of this prefix that has a schedule
+// stream now (one paged stream listing), then with the name of every queue whose schedule
+// stream's mover is created later (JetStream's advisory, one subscription for all queues),
+// until ctx ends or the watch fails. fn may be called twice for a queue, and from another
+// goroutine. An advisory sent while the connection was down is lost: a caller watches again
+// after a reconnect, which lists the streams again.
+func (q *Queues) WatchSchedules(ctx context.Context, fn func(queue string)) error {
+	prefix := q.schedStreamPrefix()
+	sub, err := q.nc.Subscribe(moverCreated, func(m *nats.Msg) {
+		toks := strings.Split(m.Subject, ".")
+		if name, ok := strings.CutPrefix(toks[len(toks)-2], prefix); ok {
+			fn(name)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("queue: watch schedule streams: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	// Subscribed before the listing, so that a stream made in between is not missed.
+	lctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	err = q.listStreams(lctx, q.opts.Prefix+".s.>", prefix, func(name string, _ jetstream.StreamState) { fn(name) })
+	cancel()
+	if err != nil {
+		return fmt.Errorf("queue: watch schedule streams: %w", err)
+	}
+	<-ctx.Done()
+	return nil
 }
 
 // unschedule removes job id's schedule, and the job if its schedule fired and it was not
@@ -160,7 +217,8 @@ func (q *Queues) unschedule(ctx context.Context, queue, id string) {
 // jobs it took, without waiting for their moves, which go on in the background until done or
 // ctx ends, and which Close waits for. Any number of processes may call it at once; every
 // worker does (package worker). The wait for a first job also ends when cut does (nil: never):
-// a worker cuts its long pulls short when they may have been lost with a server.
+// a worker cuts its long pulls short when they may have been lost with a server. It returns
+// ErrNoSchedule while the queue has no schedule stream and mover.
 func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Duration, cut context.Context) (int, error) {
 	spec, ok := q.spec(name)
 	if !ok {
@@ -183,7 +241,7 @@ func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Du
 	if cut != nil {
 		defer context.AfterFunc(cut, cancel)()
 	}
-	if batch, err = c.Fetch(1, jetstream.FetchContext(wctx)); err != nil {
+	if batch, err = c.Fetch(1, longPull(wctx)...); err != nil {
 		if wctx.Err() != nil && ctx.Err() == nil {
 			return 0, nil // the wait ended or was cut short
 		}
@@ -221,6 +279,9 @@ func (q *Queues) mover(ctx context.Context, name string) (jetstream.Consumer, er
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 	c, err := q.js.Consumer(ctx, q.schedStreamName(name), moverName)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || noStream(err) {
+		return nil, fmt.Errorf("%w: %q", ErrNoSchedule, name)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: mover of %q: %w", name, err)
 	}

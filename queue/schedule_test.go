@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -108,5 +109,103 @@ func TestScheduledJobOfFairQueue(t *testing.T) {
 	})
 	if st, err := b.q.Status(b.ctx, r.ID); err != nil || st.State != queue.StateQueued {
 		t.Fatalf("status after the move: %+v, %v", st, err)
+	}
+}
+
+// A queue's schedule stream is made by its first scheduled publish, not by Provision: until
+// then the queue counts 0 scheduled and max_depth counts its waiting jobs alone. A watcher
+// that started before is told of it at once.
+func TestScheduleStreamOnDemand(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 2}, queue.Spec{Name: "never"})
+	b.noStream("_S_q")
+	if info, err := b.q.Info(b.ctx, "q"); err != nil || info.Scheduled != 0 {
+		t.Fatalf("info without a schedule stream: %+v, %v", info, err)
+	}
+	b.publish(&queue.Job{Queue: "q"})
+
+	told := make(chan string, 4)
+	wctx, stop := context.WithCancel(b.ctx)
+	defer stop()
+	watching := make(chan error, 1)
+	go func() { watching <- b.q.WatchSchedules(wctx, func(name string) { told <- name }) }()
+	// Whether the watch subscribes before or after the stream is made, it is told: by the
+	// advisory, or by its listing (which follows its subscription).
+	b.publish(&queue.Job{Queue: "q", NotBefore: time.Now().Add(time.Hour)})
+	select {
+	case name := <-told:
+		if name != "q" {
+			t.Fatalf("told of %q, want q", name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watcher was not told of the new schedule stream")
+	}
+	if info, err := b.q.Info(b.ctx, "q"); err != nil || info.Scheduled != 1 {
+		t.Fatalf("info after a scheduled publish: %+v, %v", info, err)
+	}
+	_, err := b.q.Publish(b.ctx, &queue.Job{Queue: "q", NotBefore: time.Now().Add(time.Hour)})
+	wantErr(t, err, queue.ErrFull)
+	stop()
+	if err := <-watching; err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	b.noStream("_S_never")
+}
+
+// Another process finds an existing schedule stream by listing, and its Provision updates
+// what changed in it and its mover.
+func TestScheduleStreamListedAndUpdated(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q"}, queue.Spec{Name: "never"})
+	b.publish(&queue.Job{Queue: "q", NotBefore: time.Now().Add(time.Hour)})
+	other := setupURL(t, b.url, b.opts, queue.Spec{Name: "q", StreamDuplicates: 3 * time.Minute, MaxAckPending: 7},
+		queue.Spec{Name: "never"})
+	listed := make(chan string, 4)
+	lctx, lstop := context.WithTimeout(b.ctx, 5*time.Second)
+	defer lstop()
+	go func() { _ = other.q.WatchSchedules(lctx, func(name string) { listed <- name; lstop() }) }()
+	<-lctx.Done()
+	if n := len(listed); n != 1 {
+		t.Fatalf("listed %d schedule streams, want 1", n)
+	}
+	if name := <-listed; name != "q" {
+		t.Fatalf("listed %q, want q", name)
+	}
+	st, err := b.js.Stream(b.ctx, b.prefix+"_S_q")
+	if err != nil || st.CachedInfo().Config.Duplicates != 3*time.Minute {
+		t.Fatalf("schedule stream after a changed Provision: %v (%+v)", err, st)
+	}
+	c, err := b.js.Consumer(b.ctx, b.prefix+"_S_q", "mover")
+	if err != nil || c.CachedInfo().Config.MaxAckPending != 7 {
+		t.Fatalf("mover after a changed Provision: %v", err)
+	}
+	b.noStream("_S_never")
+}
+
+// In a three-node cluster the advisory of a new mover comes from its leader, whichever node
+// the watcher is connected to: a watcher is told of a schedule stream made after it started
+// (the second one here, made once the watcher was told of the first, so after its listing).
+func TestScheduleStreamOnDemandInACluster(t *testing.T) {
+	ns := testenv.NATSCluster(t)
+	specs := []queue.Spec{{Name: "p", Replicas: 3}, {Name: "q", Replicas: 3}}
+	b := setupURL(t, ns.URL, queue.Options{Replicas: 3}, specs...)
+	watcher := setupURL(t, ns.URL, b.opts, specs...)
+	told := make(chan string, 4)
+	wctx, stop := context.WithCancel(b.ctx)
+	defer stop()
+	go func() { _ = watcher.q.WatchSchedules(wctx, func(name string) { told <- name }) }()
+	for _, name := range []string{"p", "q"} {
+		b.publish(&queue.Job{Queue: name, NotBefore: time.Now().Add(time.Hour)})
+		for got := ""; got != name; { // p may be told twice: listed and advertised
+			select {
+			case got = <-told:
+				if got != name && got != "p" {
+					t.Fatalf("told of %q, want %q", got, name)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the watcher was not told of %q's new schedule stream", name)
+			}
+		}
+	}
+	if info, err := b.q.Info(b.ctx, "q"); err != nil || info.Scheduled != 1 {
+		t.Fatalf("info: %+v, %v", info, err)
 	}
 }

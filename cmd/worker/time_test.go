@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -15,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
@@ -308,6 +311,37 @@ func TestScheduledJobsSurviveRestarts(t *testing.T) {
 	}
 	if late[0] < 0 {
 		t.Errorf("a job arrived %v before its time", -late[0])
+	}
+}
+
+// TestScheduleStreamMadeWhileWorkersRun: a queue's schedule stream is made by its first
+// scheduled job, here submitted through an ingress process while two workers already drain
+// the queue (and run no mover for it, as it has no schedule stream yet). The workers learn of
+// the new stream and move the job: it arrives at the upstream not before its time, and
+// within 2s after it.
+func TestScheduleStreamMadeWhileWorkersRun(t *testing.T) {
+	c := newCluster(t)
+	path := c.config(c.queueYAML("fresh", "100/s"))
+	_, addr := c.spawnIngress(path)
+	for range 2 {
+		c.spawn(path)
+	}
+	js, err := jetstream.New(testenv.Connect(t, c.nats.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Stream(c.ctx, queue.DefaultPrefix+"_S_fresh"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("a schedule stream before the first scheduled job: %v", err)
+	}
+	due := c.submitScheduled(addr, "fresh", 1, uniformAhead(1500*time.Millisecond, 1600*time.Millisecond))
+	c.up.WaitCount(t, 10*time.Second, "the scheduled job", func(int) bool { return c.up.Distinct() >= 1 })
+	late, arrivals := lateness(c.up.Arrivals(), due)
+	if len(late) != 1 || arrivals != 1 {
+		t.Fatalf("%d jobs arrived in %d arrivals, want 1 once", len(late), arrivals)
+	}
+	t.Logf("the first scheduled job of the queue arrived %v after its time", late[0])
+	if late[0] < 0 || late[0] > 2*time.Second {
+		t.Errorf("arrived %v after its time, want within [0, 2s]", late[0])
 	}
 }
 

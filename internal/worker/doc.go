@@ -9,8 +9,9 @@
 // send (one HTTP attempt, bounded by QueueConfig.Timeout), and then settle, a pure function
 // from how that ended to a plan — record a status; ack, nak after a delay, hand back or
 // dead-letter; pause the queue — which an executor carries out. The pool reaches NATS
-// through its own [Broker] interface, which *queue.Queues satisfies. Each runner also moves
-// its queue's due scheduled jobs into it (queue.Queues.MoveDue), and fetches a queue's high
+// through its own [Broker] interface, which *queue.Queues satisfies. Each runner of a queue
+// with a schedule stream also moves its due scheduled jobs into it (queue.Queues.MoveDue;
+// the pool learns which queues have one from one watch, due.go), and fetches a queue's high
 // jobs before its normal ones before its low ones, with a starvation guard (priority.go).
 //
 // Guarantees.

@@ -77,10 +77,12 @@ type Deps struct {
 // with Reload. Its methods are safe for concurrent use.
 type Pool struct {
 	q     Broker
-	pulls pulls      // cuts idle queues' waiting pulls short (idle.go)
-	fairs fairSource // nil: Queues makes no fair schedulers
-	exec  *executor  // carries out each job's plan
-	sched leaky.Schedule
+	pulls pulls // cuts idle queues' waiting pulls short (idle.go)
+	// schedules are the queues with a schedule stream, whose due jobs runners move (due.go)
+	schedules schedules
+	fairs     fairSource // nil: Queues makes no fair schedulers
+	exec      *executor  // carries out each job's plan
+	sched     leaky.Schedule
 	// takes is sched with the slot takes of a queue that overlap in time sharing one call
 	// (leaky.Coalesce): an unthrottled drain takes tens of slots per round trip to Redis.
 	takes  leaky.Schedule
@@ -312,8 +314,9 @@ func (p *Pool) drain(watching <-chan struct{}, cancelHard, cancelSettling contex
 // cannot be reached; the returned channel is closed once it has stopped.
 func (p *Pool) watch(ctx context.Context) (stopped <-chan struct{}) {
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() { defer wg.Done(); p.watchPulls(ctx) }()
+	go func() { defer wg.Done(); p.watchSchedules(ctx) }()
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(cancelMemory / 2)
