@@ -163,9 +163,9 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	if dl, ok := ctx.Deadline(); ok && job.AckBy.IsZero() {
 		job.AckBy = dl
 	}
-	ctx, stop := q.whileConnected(ctx)
-	defer stop()
 	if job.NotBefore.After(q.now()) {
+		ctx, stop := q.whileConnected(ctx)
+		defer stop()
 		return q.publishScheduled(ctx, spec, job)
 	}
 	subject, stream := q.jobSubject(job.Queue, job.ID), q.streamName(job.Queue)
@@ -190,6 +190,10 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		return Receipt{ID: job.ID, Seq: ack.Sequence}, nil
 	}
 
+	// Past the plain path, whose one async publish nats.go fails on a reconnect by itself,
+	// the requests (the idempotency check, the status write) must end with the connection.
+	ctx, stop := q.whileConnected(ctx)
+	defer stop()
 	fp, msgID, replayed, err := q.checkKey(ctx, job)
 	if err != nil {
 		return Receipt{}, err
