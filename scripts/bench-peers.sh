@@ -18,7 +18,8 @@
 #   Sluice workers (JetStream + Redis leak schedule) and BullMQ workers, unthrottled and at
 #   200/s (BullMQ's limiter {max: 200, duration: 1000}); achieved rate and the largest number
 #   of deliveries in any one-second window, from the arrival times at the upstream. Beside them,
-#   4 scripts/jsdrain processes: JetStream's ceiling for a worker that delivers over HTTP.
+#   4 scripts/jsdrain processes: JetStream's ceiling for a worker that delivers over HTTP, and
+#   for one that also records each job's outcome in the status bucket (-record), as Sluice does.
 #
 # Installs what it lacks: wrk nginx haproxy caddy redis-server (apt), bullmq (npm, into
 # scripts/peers). Usage: scripts/bench-peers.sh [seconds per HTTP run] [rounds] [jobs]
@@ -228,6 +229,7 @@ queues:
   - { name: unthrottled, rate: 1000000/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/sluice/unthrottled" }
   - { name: paced, rate: 200/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/sluice/paced" }
   - { name: bare, rate: 1000000/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/bare/bare" }
+  - { name: bared, rate: 1000000/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/bare/bared" }
 YAML
 "$W/ingress" -config "$W/drain.yaml" 2>"$W/drain-ingress.log" &
 wait_ready http://127.0.0.1:20401/readyz
@@ -248,18 +250,20 @@ sluice_drain() { # queue jobs
   stats "/sluice/$1" "$2"
   kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
 }
-bare_drain() { # jobs
-  # The JetStream ceiling: 4 scripts/jsdrain processes fetch, POST and ack, nothing else.
-  "$W/load" -url "http://127.0.0.1:19401/v1/queues/bare/jobs" -method POST -body x -c 32 -n "$1" -warmup 0 -d 10m >/dev/null
+bare_drain() { # jobs [-record]
+  # The JetStream ceiling: 4 scripts/jsdrain processes fetch, POST and ack, nothing else (with
+  # -record, they also record each job's outcome in the status bucket, as Sluice's workers do).
+  local q=bare${2:+d}
+  "$W/load" -url "http://127.0.0.1:19401/v1/queues/$q/jobs" -method POST -body x -c 32 -n "$1" -warmup 0 -d 10m >/dev/null
   local pids=()
   for i in 1 2 3 4; do
-    "$W/jsdrain" -config "$W/drain.yaml" -queue bare -target "$REC/bare/bare" -c 16 > "$W/jsdrain$i.out" 2>"$W/jsdrain$i.log" & pids+=($!)
+    "$W/jsdrain" -config "$W/drain.yaml" -queue "$q" -target "$REC/bare/$q" -c 16 ${2:-} > "$W/jsdrain$i.out" 2>"$W/jsdrain$i.log" & pids+=($!)
   done
   for i in 1 2 3 4; do
     for _ in $(seq 1 200); do grep -q ready "$W/jsdrain$i.out" && break; sleep 0.05; done
   done
   kill -USR1 "${pids[@]}"
-  stats /bare/bare "$1"
+  stats "/bare/$q" "$1"
   kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
 }
 bull_drain() { # name jobs max
@@ -279,6 +283,7 @@ echo '|---|---:|---:|---:|'
 printf '| Sluice, unthrottled | %s |\n' "$(sluice_drain unthrottled "$JOBS" | sed 's/ / | /g')"
 printf '| BullMQ, unthrottled | %s |\n' "$(bull_drain unthrottled "$JOBS" 0 | sed 's/ / | /g')"
 printf '| bare JetStream: fetch, POST, ack (scripts/jsdrain) | %s |\n' "$(bare_drain "$JOBS" | sed 's/ / | /g')"
+printf '| bare JetStream: fetch, POST, record the outcome, ack (jsdrain -record) | %s |\n' "$(bare_drain "$JOBS" -record | sed 's/ / | /g')"
 printf '| Sluice, rate 200/s | %s |\n' "$(sluice_drain paced "$PACED_JOBS" | sed 's/ / | /g')"
 printf '| BullMQ, limiter 200/s | %s |\n' "$(bull_drain paced "$PACED_JOBS" 200 | sed 's/ / | /g')"
 [ -z "${KEEP_ARRIVALS:-}" ] || cp "$W/rec/arrivals" "$KEEP_ARRIVALS"   # for a closer look at the drains

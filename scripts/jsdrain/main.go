@@ -2,7 +2,9 @@
 // the queue package, POSTs each job's body to a target URL and acks it without waiting
 // (queue.Msg.AckNoWait), with a fixed number of jobs in hand. No leak slot, no status record,
 // no retries: the ceiling of any worker that takes its jobs from JetStream and delivers them
-// over HTTP. scripts/bench-peers.sh runs four of these beside Sluice's workers and BullMQ's.
+// over HTTP. With -record it also records each job's outcome in Sluice's status bucket before
+// the ack, as a Sluice worker does for its job API: the ceiling of a worker that keeps that
+// promise. scripts/bench-peers.sh runs four of these beside Sluice's workers and BullMQ's.
 //
 // It connects, prints "ready" on stdout and waits for SIGUSR1 before it takes the first job, so
 // that several processes start draining together.
@@ -34,6 +36,7 @@ func main() {
 	name := flag.String("queue", "", "the `queue` to drain")
 	target := flag.String("target", "", "the `URL` each job's body is POSTed to")
 	concurrency := flag.Int("c", 16, "jobs in hand at once")
+	record := flag.Bool("record", false, "record each job's outcome (queue.Queues.SetStatus) before acking it")
 	flag.Parse()
 
 	cfg, err := config.Load(*path)
@@ -101,6 +104,13 @@ func main() {
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
+				if *record {
+					err := qs.SetStatus(ctx, queue.Status{ID: m.Job.ID, Queue: *name, State: queue.StateSucceeded,
+						Attempts: 1, Delivered: m.Delivered, CreatedAt: m.Job.CreatedAt, Response: &queue.Response{Status: resp.StatusCode}})
+					if err != nil {
+						log.Print(err)
+					}
+				}
 				if err := m.AckNoWait(); err != nil {
 					log.Print(err)
 				}
