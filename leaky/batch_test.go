@@ -53,15 +53,16 @@ func TestTakeNIsTakesInARow(t *testing.T) {
 }
 
 // gated counts a BatchTaker's calls of TakeN and the slots they asked for, and holds the
-// first call until open is closed.
+// first call, closing entered, until open is closed.
 type gated struct {
 	BatchTaker
-	open         chan struct{}
-	calls, slots atomic.Int64
+	entered, open chan struct{}
+	calls, slots  atomic.Int64
 }
 
 func (g *gated) TakeN(ctx context.Context, queue string, r Rate, n int) ([]Slot, error) {
 	if g.calls.Add(1) == 1 {
+		close(g.entered)
 		<-g.open
 	}
 	g.slots.Add(int64(n))
@@ -79,20 +80,24 @@ func TestCoalescedTakes(t *testing.T) {
 			}
 		}
 		const n = 200
-		g := &gated{BatchTaker: s.(BatchTaker), open: make(chan struct{})}
+		g := &gated{BatchTaker: s.(BatchTaker), entered: make(chan struct{}), open: make(chan struct{})}
 		cs := Coalesce(g).(*coalesced)
 		waits := make(chan time.Duration, n)
 		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() {
-				slot, err := cs.Take(context.Background(), "q", Rate{Interval: ms})
-				if err != nil {
-					t.Error(err)
-				}
-				waits <- slot.Wait
-			})
+		takeOne := func() {
+			slot, err := cs.Take(context.Background(), "q", Rate{Interval: ms})
+			if err != nil {
+				t.Error(err)
+			}
+			waits <- slot.Wait
 		}
-		// The first call is held; wait until every other Take is queued behind it.
+		// The first Take's call is held; the others arrive while it is in flight.
+		wg.Go(takeOne)
+		<-g.entered
+		for range n - 1 {
+			wg.Go(takeOne)
+		}
+		// Wait until every other Take is queued behind the first.
 		for deadline := time.Now().Add(10 * time.Second); ; {
 			cs.mu.Lock()
 			queued := 0
