@@ -82,7 +82,12 @@ func main() {
 			<-free
 			n++
 		}
-		msgs, err := cons.Fetch(ctx, n, time.Second)
+		// What is there now; only when nothing is, wait for the next (a Fetch of n with a
+		// wait holds the last few jobs of a backlog until n arrive or the wait ends).
+		msgs, err := cons.Fetch(ctx, n, 0)
+		if err == nil && len(msgs) == 0 {
+			msgs, err = cons.Fetch(ctx, 1, time.Second)
+		}
 		if err != nil {
 			log.Fatal(err)
 		}
