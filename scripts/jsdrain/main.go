@@ -82,15 +82,7 @@ func main() {
 			<-free
 			n++
 		}
-		// What is there now; only when nothing is, wait for the next (a Fetch of n with a
-		// wait holds the last few jobs of a backlog until n arrive or the wait ends).
-		msgs, err := cons.Fetch(ctx, n, 0)
-		if err == nil && len(msgs) == 0 {
-			msgs, err = cons.Fetch(ctx, 1, time.Second)
-		}
-		if err != nil {
-			log.Fatal(err)
-		}
+		msgs := fetch(ctx, cons, n)
 		for range n - len(msgs) {
 			free <- struct{}{}
 		}
@@ -122,4 +114,18 @@ func main() {
 			}()
 		}
 	}
+}
+
+// fetch takes up to n jobs: what is there now and, only when nothing is, waits for the next
+// (a Fetch of n with a wait holds the last few jobs of a backlog until n arrive or the wait
+// ends).
+func fetch(ctx context.Context, cons *queue.Consumer, n int) []*queue.Msg {
+	msgs, err := cons.Fetch(ctx, n, 0)
+	if err == nil && len(msgs) == 0 {
+		msgs, err = cons.Fetch(ctx, 1, time.Second)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	return msgs
 }
