@@ -231,12 +231,19 @@ func (q *Queues) openMeta(ctx context.Context) (jetstream.KeyValue, error) {
 // sharedSecret returns the deployment's id secret from the meta bucket (no TTL, unlike the
 // status bucket), storing a random one if there is none yet. Processes that race to store it
 // agree on the first one stored (Create fails for the others).
+//
+// A bucket made a moment ago on a cluster has no stream leader yet, and its reads and writes
+// no responders: those are tried again, for at most leaderWait.
 func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
 	kv := q.meta
-	for range 3 {
+	deadline := time.Now().Add(leaderWait)
+	for tries, wait := 0, 20*time.Millisecond; tries < 3; wait = min(2*wait, time.Second) {
 		e, err := kv.Get(ctx, idSecretKey)
 		if err == nil && len(e.Value()) >= 16 {
 			return e.Value(), nil
+		}
+		if noLeaderYet(err) && time.Now().Before(deadline) && sleepCtx(ctx, wait) == nil {
+			continue
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, fmt.Errorf("queue: read id secret: %w", err)
@@ -245,13 +252,38 @@ func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
 		if _, err := rand.Read(secret); err != nil {
 			return nil, fmt.Errorf("queue: make id secret: %w", err)
 		}
-		if _, err = kv.Create(ctx, idSecretKey, secret); err == nil {
+		_, err = kv.Create(ctx, idSecretKey, secret)
+		switch {
+		case err == nil:
 			return secret, nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		case noLeaderYet(err) && time.Now().Before(deadline) && sleepCtx(ctx, wait) == nil:
+		case !errors.Is(err, jetstream.ErrKeyExists):
 			return nil, fmt.Errorf("queue: store id secret: %w", err)
+		default:
+			tries++
 		}
 	}
 	return nil, errors.New("queue: id secret: could not read or store it")
+}
+
+// leaderWait is how long sharedSecret waits for a new bucket's stream to elect its leader.
+const leaderWait = 10 * time.Second
+
+// noLeaderYet reports whether err is what a stream without a leader answers: no responders.
+func noLeaderYet(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// sleepCtx waits d, or until ctx ends (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (q *Queues) bucketName() string { return q.opts.Prefix + "_STATUS" }
