@@ -247,6 +247,7 @@ func TestStoreDown(t *testing.T) {
 	rs.Stop()
 	down := time.Now()
 	testenv.WaitFor(t, 5*time.Second, "the breaker to open", func() bool { return g.breakerState() == BreakerOpen })
+	opened := time.Now()
 
 	// Fails closed: 503 with Retry-After, as problem+json.
 	res := serve(e, httptestRequest("GET", "/closed", "198.51.100.1:1"))
@@ -280,7 +281,9 @@ func TestStoreDown(t *testing.T) {
 		if s.code != http.StatusOK && s.code != http.StatusTooManyRequests {
 			t.Errorf("a request at %v answered %d", s.at.Sub(down), s.code)
 		}
-		if s.at.After(down) && s.at.Before(up) {
+		// Until the breaker opens, requests wait for the store's timeout; on a loaded
+		// machine that takes longer, so the latency bound starts at the opening.
+		if s.at.After(opened) && s.at.Before(up) {
 			during = append(during, s.latency)
 		}
 	}
@@ -289,7 +292,8 @@ func TestStoreDown(t *testing.T) {
 	}
 	slices.Sort(during)
 	p99 := during[len(during)*99/100]
-	t.Logf("%d requests while redis was down: p50 %v, p99 %v, max %v", len(during), during[len(during)/2], p99, during[len(during)-1])
+	t.Logf("breaker open %v after redis went down; %d requests after that: p50 %v, p99 %v, max %v",
+		opened.Sub(down), len(during), during[len(during)/2], p99, during[len(during)-1])
 	if p99 >= 5*time.Millisecond {
 		t.Errorf("p99 latency with redis down %v, want < 5ms", p99)
 	}
