@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 )
 
-// Default is the floor the ingress sets: 64 MiB.
+// Default is the floor the ingress and the workers set: 64 MiB.
 const Default = 64 << 20
 
 // base is the percentage a heap over half the floor is collected at: Go's default GOGC.
