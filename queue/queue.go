@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/retry"
 )
 
 // Defaults applied where a field of Options or Spec is zero.
@@ -242,7 +244,7 @@ func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
 		if err == nil && len(e.Value()) >= 16 {
 			return e.Value(), nil
 		}
-		if noLeaderYet(err) && time.Now().Before(deadline) && sleepCtx(ctx, wait) == nil {
+		if noLeaderYet(err) && time.Now().Before(deadline) && retry.Sleep(ctx, nil, wait) == nil {
 			continue
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -256,7 +258,7 @@ func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
 		switch {
 		case err == nil:
 			return secret, nil
-		case noLeaderYet(err) && time.Now().Before(deadline) && sleepCtx(ctx, wait) == nil:
+		case noLeaderYet(err) && time.Now().Before(deadline) && retry.Sleep(ctx, nil, wait) == nil:
 		case !errors.Is(err, jetstream.ErrKeyExists):
 			return nil, fmt.Errorf("queue: store id secret: %w", err)
 		default:
@@ -272,18 +274,6 @@ const leaderWait = 10 * time.Second
 // noLeaderYet reports whether err is what a stream without a leader answers: no responders.
 func noLeaderYet(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
-}
-
-// sleepCtx waits d, or until ctx ends (its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func (q *Queues) bucketName() string { return q.opts.Prefix + "_STATUS" }
