@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
 )
 
 // publicServer serves f's handler on a real loopback listener.
@@ -307,6 +309,11 @@ rules:
 	if p := readPolicy(t, res.Header); p.name != "all" || p.r != 9 || len(res.Header.Values("RateLimit")) != 1 {
 		t.Fatalf("policy %+v, RateLimit %v", p, res.Header.Values("RateLimit"))
 	}
+	// The request is counted once its handler returns, which may be just after the client
+	// has read the whole answer.
+	testenv.WaitFor(t, 5*time.Second, "requests{code=201} to be 1", func() bool {
+		return metric(t, reg, "sluice_requests_total", "code", "201") == 1
+	})
 	if got := metric(t, reg, "sluice_requests_total", "code", "201"); got != 1 {
 		t.Fatalf("requests{code=201} %v, want 1", got)
 	}
