@@ -23,7 +23,7 @@ const MaxBatch = 64
 // of TakeN: a Take that finds another in flight waits for the call after it, which reserves
 // slots for every Take that arrived meanwhile (up to MaxBatch). A lone Take costs what it
 // costs on s, plus a goroutine hand-off; at thousands of slots a second, one round trip
-// serves tens of them. The slots are exactly those s would reserve one Take at a time: the
+// serves several (about 3 in a 4-worker drain of 10 000 jobs a second). The slots are exactly those s would reserve one Take at a time: the
 // batch reserves one per waiting caller, none ahead of demand. A caller whose ctx ends after
 // its slot was reserved leaves that slot unused, as WaitHooks does with a slot given up.
 //
@@ -173,7 +173,7 @@ func (r *Redis) TakeN(ctx context.Context, queue string, rt Rate, n int) ([]Slot
 		args = append(args, fixed.UnixMicro())
 	}
 	sent := time.Now()
-	res, err := takeNScript.Run(ctx, r.rdb, []string{r.key(queue)}, args...).Int64Slice()
+	res, err := takeScript.Run(ctx, r.rdb, []string{r.key(queue)}, args...).Int64Slice()
 	recv := time.Now()
 	if err != nil {
 		return nil, fmt.Errorf("leaky: take %q: %w", queue, err)

@@ -15,10 +15,6 @@ var (
 	takeLua    string
 	takeScript = redis.NewScript(takeLua)
 
-	//go:embed lua/taken.lua
-	takeNLua    string
-	takeNScript = redis.NewScript(takeNLua)
-
 	//go:embed lua/pause.lua
 	pauseLua    string
 	pauseScript = redis.NewScript(pauseLua)
@@ -69,38 +65,13 @@ func NewRedis(rdb redis.Scripter, cfg RedisConfig) *Redis {
 // key returns the Redis key holding queue's schedule.
 func (r *Redis) key(queue string) string { return "{" + r.prefix + "leak:" + queue + "}" }
 
-// Take reserves the queue's next slot at rate rt; see Schedule.
+// Take reserves the queue's next slot at rate rt; see Schedule. It is TakeN of one.
 func (r *Redis) Take(ctx context.Context, queue string, rt Rate) (Slot, error) {
-	interval, _, err := rt.micros()
+	slots, err := r.TakeN(ctx, queue, rt, 1)
 	if err != nil {
 		return Slot{}, err
 	}
-	args := []any{interval, rt.Burst}
-	var fixed time.Time
-	if r.now != nil {
-		fixed = r.now()
-		args = append(args, fixed.UnixMicro())
-	}
-	sent := time.Now()
-	res, err := takeScript.Run(ctx, r.rdb, []string{r.key(queue)}, args...).Int64Slice()
-	recv := time.Now()
-	if err != nil {
-		return Slot{}, fmt.Errorf("leaky: take %q: %w", queue, err)
-	}
-	if len(res) != 5 || res[0] < 0 {
-		return Slot{}, fmt.Errorf("leaky: take %q: unexpected reply %v", queue, res)
-	}
-	wait := time.Duration(res[0]) * time.Microsecond
-	sched := res[4] + res[0] // the slot on the server's clock
-	if r.now != nil {
-		return Slot{Wait: wait, At: fixed.Add(wait), sched: sched, epoch: res[3]}, nil
-	}
-	// The slot on this process's clock, at the latest it can be: never early, and not as late
-	// as this reply (when + wait), which a loaded machine can hold up for longer than a slot
-	// may be late.
-	c := r.clock(queue)
-	lo, hi, young := c.observe(sent, recv, res[4])
-	return Slot{Wait: wait, At: c.local(sched, hi), early: c.local(sched, lo), strict: young, sched: sched, epoch: res[3]}, nil
+	return slots[0], nil
 }
 
 // clock returns the server clock of queue's key: one per queue, as on Redis Cluster queues

@@ -56,7 +56,13 @@ func (q *Queues) ensureDeadLetters(ctx context.Context, name string) error {
 // deadLetterCount returns how many dead letters queue name holds: 0 without a dead-letter
 // stream.
 func (q *Queues) deadLetterCount(ctx context.Context, name string) (uint64, error) {
-	st, err := q.js.Stream(ctx, q.dlqStreamName(name))
+	return q.streamMsgs(ctx, q.dlqStreamName(name))
+}
+
+// streamMsgs returns how many messages the stream holds: 0 when it does not exist (a stream
+// made on demand that was never needed).
+func (q *Queues) streamMsgs(ctx context.Context, stream string) (uint64, error) {
+	st, err := q.js.Stream(ctx, stream)
 	if noStream(err) {
 		return 0, nil
 	}

@@ -151,14 +151,7 @@ func (q *Queues) checkRoom(ctx context.Context, spec Spec) error {
 // scheduled returns how many jobs of queue name wait in its schedule stream: 0 when it has
 // none (no scheduled job was ever published to it).
 func (q *Queues) scheduled(ctx context.Context, name string) (uint64, error) {
-	st, err := q.js.Stream(ctx, q.schedStreamName(name))
-	if noStream(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	return st.CachedInfo().State.Msgs, nil
+	return q.streamMsgs(ctx, q.schedStreamName(name))
 }
 
 // moverCreated is the subject of JetStream's advisories that a consumer named mover was

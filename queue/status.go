@@ -56,8 +56,14 @@ func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, erro
 func (q *Queues) recordStatus(r record) Status {
 	st := r.Status
 	st.Tenant, st.Delivered, st.Held, st.BacklogSeq, st.Priority = r.Tenant, r.Delivered, r.Held, r.BacklogSeq, r.Priority
+	return q.asOfNow(st)
+}
+
+// asOfNow returns st with a scheduled job whose time came shown queued: it waits in the
+// queue (or is being moved there).
+func (q *Queues) asOfNow(st Status) Status {
 	if st.State == StateScheduled && st.NotBefore != nil && !q.now().Before(*st.NotBefore) {
-		st.State = StateQueued // its time came: it waits in the queue (or is being moved there)
+		st.State = StateQueued
 	}
 	return st
 }
@@ -89,10 +95,7 @@ func (q *Queues) Status(ctx context.Context, id string) (Status, error) {
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Status{}, fmt.Errorf("queue: status %s: %w", id, err)
 	}
-	if r.State == StateScheduled && r.NotBefore != nil && !q.now().Before(*r.NotBefore) {
-		r.State = StateQueued // its time came: it waits in the queue (or is being moved there)
-	}
-	return r.Status, err
+	return q.asOfNow(r.Status), err
 }
 
 // Record returns the status of job id as its entry in the status bucket says, and

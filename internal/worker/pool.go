@@ -84,7 +84,7 @@ type Pool struct {
 	exec      *executor  // carries out each job's plan
 	sched     leaky.Schedule
 	// takes is sched with the slot takes of a queue that overlap in time sharing one call
-	// (leaky.Coalesce): an unthrottled drain takes tens of slots per round trip to Redis.
+	// (leaky.Coalesce): an unthrottled drain takes several slots per round trip to Redis.
 	takes  leaky.Schedule
 	places inflight.Store
 	client *http.Client

@@ -1,4 +1,5 @@
--- take.lua — reserve the next delivery slot of one queue (GCRA-style, with reservation).
+-- take.lua — reserve the next n delivery slots of one queue (GCRA-style, with reservation): a
+-- take's step run n times, at one instant of the server's clock (n = 1 for a single Take).
 --
 -- KEYS[1]  the queue's state, a hash: {<prefix>leak:<queue>}
 --            last          µs, theoretical arrival time of the most recent reservation
@@ -7,11 +8,12 @@
 --            epoch         µs, when this state was created; changes only if the state was lost
 -- ARGV[1]  interval, µs, > 0 (the spacing of slots; the current rate, so a change applies now)
 -- ARGV[2]  burst, ≥ 0 (slots available at once after idleness, beyond the first)
--- ARGV[3]  optional: "now" in µs, a test-only override of the clock
+-- ARGV[3]  n, ≥ 1: the slots to reserve
+-- ARGV[4]  optional: "now" in µs, a test-only override of the clock
 --
--- Returns  {wait, tat, paused_until, epoch, now}, all integer µs:
---          wait = slot − now ≥ 0 (0 = go now); tat = theoretical arrival time of this reservation;
---          paused_until = 0 when the queue was never paused.
+-- Returns  {now, epoch, paused_until, wait_1, …, wait_n}, all integer µs: wait_i = slot_i − now
+--          ≥ 0 (0 = go now), slots in order, each one interval after the last (or at once,
+--          within the burst); paused_until = 0 when the queue was never paused.
 --
 -- Time source: the Redis server's TIME, so every worker on every host shares one clock and the
 -- wait it is told is relative; hosts' clocks never matter. All arithmetic is in integer µs, exact
@@ -26,9 +28,10 @@ if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: al
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
 local now
-if ARGV[3] then
-  now = tonumber(ARGV[3])
+if ARGV[4] then
+  now = tonumber(ARGV[4])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -40,11 +43,17 @@ local pu = tonumber(st[2])
 local epoch = tonumber(st[3]) or now
 local bt = burst * interval
 
+local out = {now, epoch, pu or 0}
 local tat = now
-if last and last + interval > tat then tat = last + interval end
-if pu and pu + bt > tat then tat = pu + bt end
-local slot = tat - bt
-if slot < now then slot = now end
+for i = 1, n do
+  tat = now
+  if last and last + interval > tat then tat = last + interval end
+  if pu and pu + bt > tat then tat = pu + bt end
+  local slot = tat - bt
+  if slot < now then slot = now end
+  out[3 + i] = slot - now
+  last = tat
+end
 
 redis.call('HSET', key, 'last', tat, 'bt', bt, 'epoch', epoch)
 -- Keep the state while it still matters (until the next TAT and the pause's burst recovery
@@ -53,4 +62,4 @@ local until_ = tat + interval
 if pu and pu + bt > until_ then until_ = pu + bt end
 redis.call('PEXPIRE', key, math.floor((until_ - now) / 1000) + 60000)
 
-return {slot - now, tat, pu or 0, epoch, now}
+return out
