@@ -188,6 +188,7 @@ func (r *Redis) TakeN(ctx context.Context, queue string, rt Rate, n int) ([]Slot
 	if r.now == nil {
 		c = r.clock(queue)
 		lo, hi, young = c.observe(sent, recv, now)
+		r.seen(queue).saw(sent, now, epoch, res[2])
 	}
 	slots := make([]Slot, n)
 	for i, w := range res[3:] {

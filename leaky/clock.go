@@ -57,6 +57,19 @@ func (c *serverClock) observe(sent, recv time.Time, server int64) (lo, hi int64,
 	return slo, shi, true
 }
 
+// bounds returns the bounds of the offset as of now, widened for the time since the last
+// sample as observe widens them, and whether the clock is young; ok is false before any sample.
+func (c *serverClock) bounds(now time.Time) (lo, hi int64, young, ok bool) {
+	n := now.Sub(c.origin).Microseconds()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.set {
+		return 0, 0, false, false
+	}
+	w := int64(float64(max(n-c.last, 0))*maxDrift) + 1
+	return c.lo - w, c.hi + w, n-c.born < youngFor.Microseconds(), true
+}
+
 // local returns the local instant of server instant server (µs) at offset off.
 func (c *serverClock) local(server, off int64) time.Time {
 	return c.origin.Add(time.Duration(server+off) * time.Microsecond)

@@ -52,6 +52,7 @@ type Redis struct {
 	prefix string
 	now    func() time.Time
 	clocks sync.Map // queue → *serverClock
+	states sync.Map // queue → *seenState
 }
 
 // NewRedis returns a schedule kept in rdb (a *redis.Client, *redis.ClusterClient, Ring, …).
@@ -96,12 +97,14 @@ func (r *Redis) Pause(ctx context.Context, queue string, d time.Duration) error 
 	if err := pauseScript.Run(ctx, r.rdb, []string{r.key(queue)}, args...).Err(); err != nil {
 		return fmt.Errorf("leaky: pause %q: %w", queue, err)
 	}
+	// What this Redis read before the pause answers no check after it.
+	r.seen(queue).forget(time.Now())
 	return nil
 }
 
-// PausedFor reports how long the queue stays paused; see Schedule.
+// PausedFor reports how long the queue stays paused; see Schedule. It always asks Redis.
 func (r *Redis) PausedFor(ctx context.Context, queue string) (time.Duration, error) {
-	paused, _, _, err := r.check(ctx, queue, Slot{})
+	paused, _, _, err := r.ask(ctx, queue, Slot{})
 	return paused, err
 }
 
@@ -109,7 +112,29 @@ func (r *Redis) PausedFor(ctx context.Context, queue string) (time.Duration, err
 // for a Slot without epoch), and s placed again on the local clock: the check runs shortly
 // before the slot, usually on a calmer machine than the take, whose round trip may have been
 // long (a drain's start sends every worker's takes at once).
+//
+// The answer comes from the latest state of the queue this Redis read (a take's or a check's
+// reply, seenState) when the request that read it was sent less than checkLead ago, and from a
+// round trip otherwise. Wait checks checkLead before the slot, so a slot is used only if the
+// queue's state was read at most twice checkLead before it, and not paused then: a pause made
+// by another process stops the slots due that long after it, one made by this process (Pause
+// drops what it saw) every slot it has not yet released.
 func (r *Redis) check(ctx context.Context, queue string, s Slot) (time.Duration, bool, Slot, error) {
+	if r.now == nil && s.epoch != 0 {
+		now := time.Now()
+		if server, epoch, pu, ok := r.seen(queue).since(now.Add(-checkLead)); ok {
+			c := r.clock(queue)
+			if lo, hi, young, ok := c.bounds(now); ok {
+				s.At, s.early, s.strict = c.local(s.sched, hi), c.local(s.sched, lo), young
+				return time.Duration(max(pu-server, 0)) * time.Microsecond, epoch == s.epoch, s, nil
+			}
+		}
+	}
+	return r.ask(ctx, queue, s)
+}
+
+// ask is check with a round trip to Redis.
+func (r *Redis) ask(ctx context.Context, queue string, s Slot) (time.Duration, bool, Slot, error) {
 	args := []any{s.epoch}
 	if r.now != nil {
 		args = append(args, r.now().UnixMicro())
@@ -120,15 +145,23 @@ func (r *Redis) check(ctx context.Context, queue string, s Slot) (time.Duration,
 	if err != nil {
 		return 0, false, s, fmt.Errorf("leaky: paused %q: %w", queue, err)
 	}
-	if len(res) != 3 {
+	if len(res) != 4 {
 		return 0, false, s, fmt.Errorf("leaky: paused %q: unexpected reply %v", queue, res)
+	}
+	paused, server, epoch := res[0], res[2], res[3]
+	if r.now == nil {
+		if paused > 0 {
+			r.seen(queue).saw(sent, server, epoch, server+paused)
+		} else {
+			r.seen(queue).saw(sent, server, epoch, 0)
+		}
 	}
 	if r.now == nil && s.sched != 0 {
 		c := r.clock(queue)
-		lo, hi, young := c.observe(sent, recv, res[2])
+		lo, hi, young := c.observe(sent, recv, server)
 		s.At, s.early, s.strict = c.local(s.sched, hi), c.local(s.sched, lo), young
 	}
-	return time.Duration(res[0]) * time.Microsecond, res[1] == 1, s, nil
+	return time.Duration(paused) * time.Microsecond, res[1] == 1, s, nil
 }
 
 var (

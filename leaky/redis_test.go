@@ -429,3 +429,102 @@ func TestRedisHeldReply(t *testing.T) {
 		t.Fatalf("free at once: given up %v, want one slot given up about %v late", lates, delay)
 	}
 }
+
+// calls counts the commands a client sends.
+type calls struct{ n atomic.Int64 }
+
+func (c *calls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *calls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (c *calls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+// TestCheckFromLatestRead: a slot's check is answered from the queue's state as the latest take
+// read it when that take was sent less than checkLead ago, without a round trip; an older
+// reading is asked again, and so sees another process's pause and a lost state; a pause made
+// through the same schedule is never answered from a reading before it.
+func TestCheckFromLatestRead(t *testing.T) {
+	srv := testenv.Redis(t)
+	client := srv.NewClient()
+	n := new(calls)
+	client.AddHook(n)
+	prefix := testenv.Prefix(t)
+	s := NewRedis(client, RedisConfig{Prefix: prefix})
+	other := NewRedis(srv.NewClient(), RedisConfig{Prefix: prefix})
+	ctx := context.Background()
+	r := Rate{Interval: time.Hour}
+	// age makes the latest reading of q older than checkLead.
+	age := func(q string) {
+		st := s.seen(q)
+		st.mu.Lock()
+		st.sent = st.sent.Add(-checkLead)
+		st.mu.Unlock()
+	}
+	check := func(name, q string, slot Slot, wantCalls int64, wantPaused, wantValid bool) {
+		t.Helper()
+		before := n.n.Load()
+		paused, valid, placed, err := s.check(ctx, q, slot)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if calls := n.n.Load() - before; calls != wantCalls || (paused > 0) != wantPaused || valid != wantValid {
+			t.Fatalf("%s: %d round trips, paused %v, valid %v; want %d, paused %v, valid %v",
+				name, calls, paused, valid, wantCalls, wantPaused, wantValid)
+		}
+		if !placed.At.Equal(slot.At) && placed.At.Sub(slot.At).Abs() > 10*time.Millisecond {
+			t.Fatalf("%s: slot placed again %v away", name, placed.At.Sub(slot.At))
+		}
+	}
+
+	if _, err := s.PausedFor(ctx, "warm"); err != nil { // loads the script: one round trip from now on
+		t.Fatal(err)
+	}
+	take(t, s, "q", r)
+	slot, err := s.Take(ctx, "q", r) // an hour out
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("fresh take", "q", slot, 0, false, true)
+
+	// Another process pauses the queue: a reading from after it sees the pause.
+	if err := other.Pause(ctx, "q", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	age("q")
+	check("old reading, paused by another", "q", slot, 1, true, true)
+	check("the check's own reading", "q", slot, 0, true, true)
+
+	// This process pauses a queue it has just read: the reading from before is not used.
+	take(t, s, "p", r)
+	slot, err = s.Take(ctx, "p", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pause(ctx, "p", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	check("paused here", "p", slot, 1, true, true)
+
+	// The state is lost: an old reading is asked again and the slot is no longer valid.
+	take(t, s, "l", r)
+	slot, err = s.Take(ctx, "l", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client.Del(ctx, s.key("l")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	age("l")
+	check("state lost", "l", slot, 1, false, false)
+
+	// PausedFor always asks.
+	before := n.n.Load()
+	if _, err := s.PausedFor(ctx, "l"); err != nil || n.n.Load()-before != 1 {
+		t.Fatalf("PausedFor: %v, %d round trips; want 1", err, n.n.Load()-before)
+	}
+}

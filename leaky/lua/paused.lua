@@ -4,11 +4,12 @@
 -- ARGV[1]  epoch of a reservation to check, µs; 0 = no check
 -- ARGV[2]  optional: "now" in µs, a test-only override of the clock
 --
--- Returns  {paused, valid, now}: paused = paused_until − now in µs, ≥ 0 (0 = not paused);
+-- Returns  {paused, valid, now, epoch}: paused = paused_until − now in µs, ≥ 0 (0 = not paused);
 --          valid = 1 when ARGV[1] is 0 or equals the state's epoch, else 0 (the state the
 --          reservation was made in has been lost, e.g. by a Redis restart, so the reservation
 --          no longer counts and must not be used); now = the server's clock, µs, with which the
---          caller places its slot on its own clock again.
+--          caller places its slot on its own clock again; epoch = the state's epoch (0 when
+--          the queue has no state).
 --
 -- Time source: the Redis server's TIME (see take.lua).
 local key = KEYS[1]
@@ -28,4 +29,4 @@ local paused = pu - now
 if paused < 0 then paused = 0 end
 local valid = 1
 if want ~= 0 and epoch ~= want then valid = 0 end
-return {paused, valid, now}
+return {paused, valid, now, epoch or 0}
