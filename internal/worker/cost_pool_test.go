@@ -59,8 +59,9 @@ func TestUnitBudget(t *testing.T) {
 	}
 	for i := 1; i < len(ts); i++ {
 		// The refund makes the next job's units due 50ms after this one's slot; a delivery
-		// may leave up to the rate's tolerance (5ms at 100/s) after its slot.
-		if gap := ts[i].Sub(ts[i-1]); gap < 45*time.Millisecond {
+		// may leave up to the rate's tolerance (5ms at 100/s) after its slot, and take a few
+		// ms more to arrive on a loaded machine (44ms seen under -race beside other packages).
+		if gap := ts[i].Sub(ts[i-1]); gap < 40*time.Millisecond {
 			t.Errorf("job %d arrived %v after the previous one, under its 50 units (50ms)", i, gap)
 		}
 	}

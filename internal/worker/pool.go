@@ -404,7 +404,7 @@ func (p *Pool) control(name string) queue.Control {
 func (p *Pool) startLocked(s QueueConfig) {
 	ctx, cancel := context.WithCancel(p.ctx)
 	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1), controls: make(chan struct{}, 1),
-		unitTurn: make(chan struct{}, 1), slotTurn: make(chan struct{}, 1)}
+		unitTurn: make(chan struct{}, 1)}
 	r.steps = r.admissions()
 	r.reconnects.Store(p.q.Reconnects())
 	r.suspectUntil.Store(p.now().Add(p.suspicion(&s)).UnixNano()) // a start may follow a NATS restart
@@ -474,7 +474,7 @@ type runner struct {
 	holds       tenantHolds    // its paused tenants (pause_scope: tenant)
 	steps       []admission    // what a job waits for before its delivery (admissions)
 	unitTurn    chan struct{}  // held by the one job of a unit queue taking its slot (cost.go)
-	slotTurn    chan struct{}  // held by the one job taking its slot while slots are reserved ahead (slot.go)
+	slotTurn    turnGate       // held by the jobs taking their slots while slots are reserved ahead (slot.go)
 	horizon     atomic.Int64   // Unix ns of the latest slot the runner reserved
 	idle        bool           // the fetch loop's last long pull expired empty (fetch)
 	// suspectUntil (Unix ns) ends the window in which first deliveries read their record

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -862,5 +863,45 @@ func TestWithdrawnJobNotDelivered(t *testing.T) {
 	}
 	if st := h.status(withdrawn); st.State != queue.StateCanceled {
 		t.Errorf("withdrawn job's status %+v, want canceled", st)
+	}
+}
+
+// countedTakes is a real schedule (leaky.Redis) that counts the calls that reserve slots.
+type countedTakes struct {
+	*leaky.Redis
+	calls, slots atomic.Int64
+}
+
+func (c *countedTakes) Take(ctx context.Context, queue string, r leaky.Rate) (leaky.Slot, error) {
+	c.calls.Add(1)
+	c.slots.Add(1)
+	return c.Redis.Take(ctx, queue, r)
+}
+
+func (c *countedTakes) TakeN(ctx context.Context, queue string, r leaky.Rate, n int) ([]leaky.Slot, error) {
+	c.calls.Add(1)
+	c.slots.Add(int64(n))
+	return c.Redis.TakeN(ctx, queue, r, n)
+}
+
+// TestThrottledTakesShareCalls: a worker holding a backlog at a throttled rate of a thousand a
+// second takes its slots several per call (turns, leaky.Coalesce), at the rate all the same.
+func TestThrottledTakesShareCalls(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "q"})
+	sched := &countedTakes{Redis: leaky.NewRedis(testenv.Redis(t).Client, leaky.RedisConfig{Prefix: testenv.Name(t) + ":"})}
+	spec := h.spec("q", 1000)
+	spec.Concurrency = 64
+	const n = 1000
+	workertest.Publish(t, h.qs, "q", n, true)
+	h.run(worker.Deps{Schedule: sched}, spec)
+	h.up.WaitCount(t, 20*time.Second, "the backlog", func(k int) bool { return k >= n })
+	calls, slots := sched.calls.Load(), sched.slots.Load()
+	rate := workertest.Rate(workertest.Times(h.up.Arrivals()))
+	t.Logf("1000/s: %d jobs, %d slots in %d calls (%.2f per call), %.1f jobs/s", n, slots, calls, float64(slots)/float64(calls), rate)
+	if calls*2 > slots { // one call per slot before turns: 1.0; measured since 4-6
+		t.Errorf("%d calls for %d slots, want at least 2 slots per call", calls, slots)
+	}
+	if rate > 1000*1.01 {
+		t.Errorf("delivered at %.1f/s, over the rate of 1000/s", rate)
 	}
 }

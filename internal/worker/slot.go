@@ -80,7 +80,8 @@ func (r *runner) waitSlot(ctx context.Context, cfg *QueueConfig, j *job) error {
 func (r *runner) waitOnce(ctx context.Context, cfg *QueueConfig, j *job, h leaky.Hooks) error {
 	cs, ok := r.costSchedule(cfg)
 	if !ok || j == nil {
-		release, err := r.takeTurn(ctx)
+		rate := r.rate()
+		release, err := r.takeTurn(ctx, rate)
 		if err != nil {
 			return err
 		}
@@ -196,20 +197,37 @@ func (r *runner) rate() leaky.Rate {
 // wake-up before a slot (checkLead), so a worker always has its next slot reserved in time.
 const reserveAhead = 100 * time.Millisecond
 
+// maxTurns is the most jobs of a runner that take their slots together while slots are
+// reserved ahead; see turns.
+const maxTurns = 8
+
+// turns is how many jobs of the runner may take their slots at once while slots are reserved
+// ahead at rate: as many as fit in a tenth of reserveAhead at the queue's interval, at least 1
+// and at most maxTurns. They wake together when the latest reservation comes within
+// reserveAhead, and their takes share a round trip (leaky.Coalesce), so a runner at thousands
+// of slots a second takes them several per call; the ones beyond the first reach at most a
+// tenth of reserveAhead past it, so a stalled worker holds barely more. At tens of slots a
+// second it is 1: one job at a time, as the stall bound wants.
+func turns(rate leaky.Rate) int {
+	if rate.Interval <= 0 {
+		return maxTurns
+	}
+	return max(1, min(maxTurns, int(reserveAhead/10/rate.Interval)))
+}
+
 // takeTurn waits until a job of the runner may reserve its slot: at once while nothing is
-// reserved ahead (an unthrottled queue, or one behind), else one job at a time, once the
-// latest reservation is within reserveAhead. release ends the turn; it is idempotent.
-func (r *runner) takeTurn(ctx context.Context) (release func(), err error) {
+// reserved ahead (an unthrottled queue, or one behind), else among the turns(rate) jobs at a
+// time whose takes go together, once the latest reservation is within reserveAhead. release
+// ends the turn; it is idempotent.
+func (r *runner) takeTurn(ctx context.Context, rate leaky.Rate) (release func(), err error) {
 	if r.horizon.Load() <= r.p.now().UnixNano() {
 		return func() {}, nil
 	}
-	select {
-	case r.slotTurn <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := r.slotTurn.acquire(ctx, turns(rate)); err != nil {
+		return nil, err
 	}
 	var once sync.Once
-	release = func() { once.Do(func() { <-r.slotTurn }) }
+	release = func() { once.Do(func() { r.slotTurn.release(turns(rate)) }) }
 	for {
 		wait := time.Duration(r.horizon.Load()-r.p.now().UnixNano()) - reserveAhead
 		if wait <= 0 {
@@ -219,6 +237,56 @@ func (r *runner) takeTurn(ctx context.Context) (release func(), err error) {
 			release()
 			return nil, err
 		}
+	}
+}
+
+// turnGate lets up to a limit of holders in at once, the others in the order they came. A
+// release hands the turn to one waiter, not to all of them: a runner may hold dozens of jobs
+// waiting for a turn, and hundreds of turns a second pass.
+type turnGate struct {
+	mu      sync.Mutex
+	held    int
+	waiters []chan struct{} // closed when handed the turn
+}
+
+// acquire waits for a turn while fewer than limit are held, until ctx ends.
+func (g *turnGate) acquire(ctx context.Context, limit int) error {
+	g.mu.Lock()
+	if g.held < limit && len(g.waiters) == 0 {
+		g.held++
+		g.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	g.waiters = append(g.waiters, ch)
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		g.mu.Lock()
+		for i, w := range g.waiters {
+			if w == ch {
+				g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
+				g.mu.Unlock()
+				return ctx.Err()
+			}
+		}
+		g.mu.Unlock()
+		g.release(limit) // handed the turn as ctx ended: pass it on
+		return ctx.Err()
+	}
+}
+
+// release gives a turn back, and hands turns to waiters while fewer than limit are held.
+func (g *turnGate) release(limit int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.held--
+	for g.held < max(limit, 1) && len(g.waiters) > 0 {
+		close(g.waiters[0])
+		g.waiters = g.waiters[1:]
+		g.held++
 	}
 }
 
