@@ -35,9 +35,15 @@
 //
 // # Costs
 //
-// Redis: one round trip per Acquire (EVALSHA), one per Release, one per Wait attempt; a
-// Release that frees a place publishes one message, and each store with waiters on one of its
-// keys tries those waiters again (one round trip each). A held place costs one sorted-set
+// Redis: one round trip per Acquire (EVALSHA), one per Release, one per Wait attempt. A
+// Release that frees a place publishes one message only while a Wait of some process is
+// refused a place of one of its keys (a refused attempt marks the full caps as waited for,
+// atomically with the refusal, for four times the re-check interval, and each further attempt
+// renews the mark), and each store with waiters on one of its keys tries those waiters again
+// (one round trip each). Releases that nobody waits for cost no message: an uncapped drain
+// under a cap it never reaches, or the ingress's concurrency rules, which never wait. While
+// processes of an older version wait on the same keys (a rolling upgrade), they are not
+// marked, and are woken by their re-check instead. A held place costs one sorted-set
 // member (a 26-byte id and a score, ~50 bytes in a listpack); a key with no place held costs
 // nothing: a key emptied by releases is deleted by Redis at once, and one whose places all
 // expired disappears with its TTL, the latest expiry it held. Memory: a map entry per lease

@@ -105,6 +105,12 @@ func (r *Redis) keys(ks []string) ([]string, error) {
 
 // Acquire takes a place of every cap, or none, in one round trip; see [Store].
 func (r *Redis) Acquire(ctx context.Context, caps []Cap, hold time.Duration) (Result, error) {
+	return r.acquire(ctx, caps, hold, false)
+}
+
+// acquire is Acquire; when marking (an attempt of a Wait), a refusal also marks the full caps
+// as waited for (waitMarks), so that their releases are published.
+func (r *Redis) acquire(ctx context.Context, caps []Cap, hold time.Duration, marking bool) (Result, error) {
 	if err := check(caps, hold); err != nil {
 		return Result{}, wrap("acquire", err)
 	}
@@ -113,10 +119,16 @@ func (r *Redis) Acquire(ctx context.Context, caps []Cap, hold time.Duration) (Re
 	if err != nil {
 		return Result{}, wrap("acquire", err)
 	}
-	args := make([]any, 2+len(caps))
-	args[0], args[1] = lease.ID, int64((hold+time.Microsecond-1)/time.Microsecond)
+	mark := int64(0)
+	if marking {
+		if marks, ok := waitMarks(keys); ok {
+			keys, mark = append(keys, marks...), r.markFor().Milliseconds()
+		}
+	}
+	args := make([]any, 3+len(caps))
+	args[0], args[1], args[2] = lease.ID, int64((hold+time.Microsecond-1)/time.Microsecond), mark
 	for i, c := range caps {
-		args[2+i] = c.Limit
+		args[3+i] = c.Limit
 	}
 	v, err := acquireScript.Run(ctx, r.rdb, keys, args...).Int64Slice()
 	if err != nil {
@@ -132,8 +144,39 @@ func (r *Redis) Acquire(ctx context.Context, caps []Cap, hold time.Duration) (Re
 	return res, nil
 }
 
-// Release gives l's places back in one round trip and, when it freed a live place, wakes the
-// waiters of its keys in every process; see [Store]. The zero Lease is a no-op.
+// markFor is how long a Wait's refused attempt marks its full caps as waited for: a Wait
+// tries again at least every recheck, so the mark lasts while it waits, and is gone within
+// a second or so after the last waiter left.
+func (r *Redis) markFor() time.Duration {
+	d := r.recheck
+	if d <= 0 {
+		d = DefaultRecheck
+	}
+	return 4 * d
+}
+
+// waitMarks returns the waiting mark of each of keys (Redis keys of one hash slot), in its
+// key's slot: key + ":waiting" for a key with a hash tag, "{key}:waiting" for one without. ok
+// is false when a key's mark cannot be put in its slot (a '}' in a key without a tag): then
+// releases are always published.
+func waitMarks(keys []string) (marks []string, ok bool) {
+	marks = make([]string, len(keys))
+	for i, k := range keys {
+		m := k + ":waiting"
+		if Slot(m) != Slot(k) {
+			m = "{" + k + "}:waiting"
+		}
+		if Slot(m) != Slot(k) {
+			return nil, false
+		}
+		marks[i] = m
+	}
+	return marks, true
+}
+
+// Release gives l's places back in one round trip and, when it freed a live place that a
+// Wait of any process is refused (its cap's waiting mark), wakes the waiters of its keys in
+// every process; see [Store]. The zero Lease is a no-op.
 func (r *Redis) Release(ctx context.Context, l Lease) error {
 	if l.ID == "" || len(l.Keys) == 0 {
 		return nil
@@ -142,7 +185,11 @@ func (r *Redis) Release(ctx context.Context, l Lease) error {
 	if err != nil {
 		return wrap("release", err)
 	}
-	freed, err := releaseScript.Run(ctx, r.rdb, keys, l.ID, r.channel(), encodeKeys(l.Keys)).Int64()
+	n := len(keys)
+	if marks, ok := waitMarks(keys); ok {
+		keys = append(keys, marks...)
+	}
+	freed, err := releaseScript.Run(ctx, r.rdb, keys, l.ID, r.channel(), encodeKeys(l.Keys), n).Int64()
 	if err != nil {
 		return fmt.Errorf("inflight: release %.64q: %w", l.Keys[0], err)
 	}
@@ -165,7 +212,7 @@ func (r *Redis) Wait(ctx context.Context, caps []Cap, hold time.Duration) (Resul
 		return Result{}, err
 	}
 	return wait(ctx, &r.waiters, keysOf(caps), r.recheck, func(ctx context.Context) (Result, error) {
-		return r.Acquire(ctx, caps, hold)
+		return r.acquire(ctx, caps, hold, true)
 	})
 }
 

@@ -169,3 +169,100 @@ func TestKeysMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestReleasePublishedOnlyWhenWaitedFor: a release is published to the other processes only
+// while a Wait is refused a place of its cap; one that nobody waits for costs no message. A
+// waiter in another process is woken by the message, not by its re-check (set to a minute).
+func TestReleasePublishedOnlyWhenWaitedFor(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	prefix := testenv.Prefix(t)
+	a := NewRedis(srv.Client, WithPrefix(prefix))
+	b := NewRedis(srv.NewClient(), WithPrefix(prefix), WithRecheck(time.Minute))
+	t.Cleanup(func() { b.Close() })
+	sub := srv.NewClient().Subscribe(ctx, a.channel())
+	t.Cleanup(func() { sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+	// next returns the next message on the channel, after a sentinel published now: a
+	// release published before it comes first.
+	next := func() string {
+		t.Helper()
+		if err := srv.Client.Publish(ctx, a.channel(), "sentinel").Err(); err != nil {
+			t.Fatal(err)
+		}
+		m, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Payload != "sentinel" {
+			for { // drain up to the sentinel
+				s, err := sub.ReceiveMessage(ctx)
+				if err != nil || s.Payload == "sentinel" {
+					break
+				}
+			}
+		}
+		return m.Payload
+	}
+	for _, key := range []string{"plain", "{q:orders}", "{q:orders}:t:a"} {
+		caps := []Cap{{Key: key, Limit: 1}}
+		held := ok(t)(a.Acquire(ctx, caps, time.Minute))
+		if err := a.Release(ctx, held.Lease); err != nil {
+			t.Fatal(err)
+		}
+		if m := next(); m != "sentinel" {
+			t.Fatalf("%s: a release nobody waited for was published (%q)", key, m)
+		}
+
+		// A plain Acquire refused marks nothing.
+		held = ok(t)(a.Acquire(ctx, caps, time.Minute))
+		if res := ok(t)(b.Acquire(ctx, caps, time.Minute)); res.Acquired {
+			t.Fatalf("%s: a second place of a cap of 1", key)
+		}
+		// A Wait refused: the release is published, and wakes it at once.
+		got := make(chan error, 1)
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		go func() {
+			res, err := b.Wait(wctx, caps, time.Minute)
+			if err == nil {
+				err = b.Release(ctx, res.Lease)
+			}
+			got <- err
+		}()
+		testenv.WaitFor(t, 5*time.Second, "the Wait to be refused", func() bool {
+			ms, _ := waitMarks([]string{prefix + key})
+			return srv.Client.Exists(ctx, ms[0]).Val() == 1
+		})
+		if err := a.Release(ctx, held.Lease); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("%s: Wait: %v (not woken by the release: its re-check is a minute)", key, err)
+		}
+		cancel()
+		if m := next(); m == "sentinel" {
+			t.Fatalf("%s: a release a Wait waited for was not published", key)
+		}
+	}
+}
+
+// TestWaitMarks: a key's waiting mark is in the key's hash slot, or there is none.
+func TestWaitMarks(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		want bool
+	}{{"plain", true}, {"{q:orders}", true}, {"{q:orders}:t:a", true}, {"a{b", true},
+		{"a}b", false}, // "{a}b}:waiting" hashes "a"
+	} {
+		marks, good := waitMarks([]string{c.key})
+		if good != c.want {
+			t.Errorf("waitMarks(%q): ok %v, want %v", c.key, good, c.want)
+			continue
+		}
+		if good && (Slot(marks[0]) != Slot(c.key) || marks[0] == c.key) {
+			t.Errorf("mark of %q is %q: slot %d, want %d", c.key, marks[0], Slot(marks[0]), Slot(c.key))
+		}
+	}
+}
