@@ -12,7 +12,9 @@
 // change applies from the next slot. [Schedule.Pause] moves the schedule past an upstream's
 // Retry-After for every worker at once and uses up the burst; [Wait] wakes 10ms before a
 // slot to ask whether the queue was paused (or its Redis state lost) meanwhile, and if so
-// sleeps the pause out and takes a new slot.
+// sleeps the pause out and takes a new slot. [Redis] answers that from the queue's state as a
+// take or check of the process read it, when the request that read it was sent in the last
+// 10ms, and with a round trip otherwise.
 //
 // A queue may also have a unit budget ([Units]: N units such as tokens per period, beside the
 // request rate). [CostSchedule.TakeCost] reserves for a job of cost c one slot
@@ -45,6 +47,9 @@
 //     units before the window's last job: at most N + Burst plus one job's cost, counting
 //     true costs once reconciled (a charge reconciled late counts from then on). A refund
 //     never makes the schedule more permissive than charging the true cost at the take.
+//   - A pause stops every slot due more than 20ms after it (the state a slot's check uses was
+//     read at most twice 10ms before the slot), and every slot not yet released in the
+//     process that made it.
 //   - Redis state lost (a restart, a failover) restarts the schedule at "now" and voids every
 //     reservation made before it (an epoch is checked before each slot): the old and the new
 //     schedule never overlap. While Redis is unreachable, takes return an error.
@@ -52,7 +57,9 @@
 // # Costs
 //
 // One Redis round trip per take and one per slot reserved more than 1ms ahead (the pause
-// check), one per reconciliation and per unit take told to ask again; Memory takes in under
+// check) unless the process read the queue's state in the 10ms before the check (at a
+// throttled rate, where a worker takes slots every few milliseconds, nearly always), one per
+// reconciliation and per unit take told to ask again; Memory takes in under
 // 150ns (with or without cost) without allocating. [Coalesce] serves the takes of a queue
 // that overlap in time with one call of [BatchTaker.TakeN] (one script for n slots), so at
 // thousands of slots a second one round trip carries several. A given-up slot is one delivery the queue does not
