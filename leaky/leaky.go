@@ -51,8 +51,9 @@
 //     read at most twice 10ms before the slot), and every slot not yet released in the
 //     process that made it.
 //   - Redis state lost (a restart, a failover) restarts the schedule at "now" and voids every
-//     reservation made before it (an epoch is checked before each slot): the old and the new
-//     schedule never overlap. While Redis is unreachable, takes return an error.
+//     reservation made before it (an epoch is checked before each slot, with the pause): of
+//     the old schedule only slots due within 20ms of the loss can still go. While Redis is
+//     unreachable, takes return an error.
 //
 // # Costs
 //
