@@ -104,3 +104,49 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		return next(ctx, cmds)
 	}
 }
+
+// BenchmarkWaitContended: 256 Waits in a loop (take a place, give it back) on one cap of 8,
+// half of them in each of two Redis stores, as jobs of two worker processes waiting for a
+// queue's places. It reports round-trips/op: the attempts a place costs beside its own
+// take and give-back, which a release that wakes every waiter multiplies.
+func BenchmarkWaitContended(b *testing.B) {
+	ctx := context.Background()
+	srv := testenv.Redis(b)
+	prefix := testenv.Prefix(b)
+	trips := &roundTrips{}
+	var stores []*Redis
+	for range 2 {
+		rdb := srv.NewClient()
+		rdb.AddHook(trips)
+		s := NewRedis(rdb, WithPrefix(prefix))
+		b.Cleanup(func() { s.Close() })
+		stores = append(stores, s)
+	}
+	caps := []Cap{{Key: "{b}:contended", Limit: 8}}
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	trips.n.Store(0)
+	b.ResetTimer()
+	done := make(chan struct{})
+	for i := range 256 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			s := stores[i%2]
+			for left.Add(-1) >= 0 {
+				r, err := s.Wait(ctx, caps, time.Minute)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if err := s.Release(ctx, r.Lease); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for range 256 {
+		<-done
+	}
+	b.ReportMetric(float64(trips.n.Load())/float64(b.N), "round-trips/op")
+}

@@ -39,8 +39,9 @@
 // Release that frees a place publishes one message only while a Wait of some process is
 // refused a place of one of its keys (a refused attempt marks the full caps as waited for,
 // atomically with the refusal, for four times the re-check interval, and each further attempt
-// renews the mark), and each store with waiters on one of its keys tries those waiters again
-// (one round trip each). Releases that nobody waits for cost no message: an uncapped drain
+// renews the mark), and each store with waiters on one of its keys wakes the longest of them
+// not yet woken, which tries again (one round trip): a release costs an attempt per process,
+// not one per waiting job. Releases that nobody waits for cost no message: an uncapped drain
 // under a cap it never reaches, or the ingress's concurrency rules, which never wait. While
 // processes of an older version wait on the same keys (a rolling upgrade), they are not
 // marked, and are woken by their re-check instead. A held place costs one sorted-set

@@ -10,11 +10,14 @@ import (
 // again: a release whose message was lost (a subscription reconnecting) delays it that long.
 const DefaultRecheck = 250 * time.Millisecond
 
-// waiters are the Waits of one store, by key: a release of a key wakes every waiter of it,
-// which then tries to acquire again. Its methods are safe for concurrent use.
+// waiters are the Waits of one store, by key, in the order they came: a release of a key
+// wakes its longest waiter not already woken, which then tries to acquire again. Waking one,
+// not all, keeps a release to one attempt per process however many jobs wait (a binding cap
+// of 32 over 64 jobs in hand had every release wake 8 waiters in each of 4 processes). Its
+// methods are safe for concurrent use.
 type waiters struct {
 	mu     sync.Mutex
-	byKey  map[string]map[*waiter]struct{}
+	byKey  map[string][]*waiter
 	closed bool
 }
 
@@ -35,39 +38,53 @@ func (ws *waiters) add(keys []string) *waiter {
 		return nil
 	}
 	if ws.byKey == nil {
-		ws.byKey = make(map[string]map[*waiter]struct{})
+		ws.byKey = make(map[string][]*waiter)
 	}
 	for _, k := range keys {
-		set := ws.byKey[k]
-		if set == nil {
-			set = make(map[*waiter]struct{})
-			ws.byKey[k] = set
-		}
-		set[w] = struct{}{}
+		ws.byKey[k] = append(ws.byKey[k], w)
 	}
 	return w
 }
 
-// remove unregisters w.
+// remove unregisters w. A wake w had not yet taken (its Wait ended first) goes to the next
+// waiter of each of its keys, so that a freed place is not left to the re-check.
 func (ws *waiters) remove(w *waiter) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for _, k := range w.keys {
-		if set := ws.byKey[k]; set != nil {
-			delete(set, w)
-			if len(set) == 0 {
-				delete(ws.byKey, k)
+		list := ws.byKey[k]
+		for i, o := range list {
+			if o == w {
+				list = append(list[:i], list[i+1:]...)
+				break
 			}
+		}
+		if len(list) == 0 {
+			delete(ws.byKey, k)
+		} else {
+			ws.byKey[k] = list
+		}
+	}
+	if len(w.wake) > 0 {
+		for _, k := range w.keys {
+			ws.wakeOneLocked(k)
 		}
 	}
 }
 
-// wakeKey wakes every waiter of key.
+// wakeKey wakes the longest waiter of key not already woken.
 func (ws *waiters) wakeKey(key string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	for w := range ws.byKey[key] {
-		w.signal()
+	ws.wakeOneLocked(key)
+}
+
+func (ws *waiters) wakeOneLocked(key string) {
+	for _, w := range ws.byKey[key] {
+		if len(w.wake) == 0 {
+			w.signal()
+			return
+		}
 	}
 }
 
@@ -83,8 +100,8 @@ func (ws *waiters) close() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ws.closed = true
-	for _, set := range ws.byKey {
-		for w := range set {
+	for _, list := range ws.byKey {
+		for _, w := range list {
 			w.signal()
 		}
 	}
