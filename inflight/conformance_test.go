@@ -73,6 +73,7 @@ func TestConformance(t *testing.T) {
 		{"AllOrNothing", testAllOrNothing},
 		{"Expiry", testExpiry},
 		{"ReleaseWakesWait", testReleaseWakesWait},
+		{"WakePassedOn", testWakePassedOn},
 		{"WaitCanceled", testWaitCanceled},
 		{"ReleaseIsIdempotent", testReleaseIsIdempotent},
 		{"Invalid", testInvalid},
@@ -293,6 +294,47 @@ func testReleaseWakesWait(t *testing.T, pair pairFunc) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the Wait was not woken by the release within 5s")
 	}
+}
+
+// testWakePassedOn: a release of a queue's place wakes one waiter of the queue; when that
+// waiter cannot take it (its tenant's cap is full), the next waiter of the queue is woken and
+// takes it, at once, not after a re-check (a minute here).
+func testWakePassedOn(t *testing.T, pair pairFunc) {
+	a, b := pair(t, WithRecheck(time.Minute))
+	ctx := context.Background()
+	queue := func(tenant string) []Cap {
+		return []Cap{{Key: "{p}:q", Limit: 2}, {Key: "{p}:t:" + tenant, Limit: 1}}
+	}
+	full := ok(t)(a.Acquire(ctx, queue("a"), time.Minute)) // tenant a is full
+	other := ok(t)(a.Acquire(ctx, queue("c"), time.Minute)) // the queue is full
+	type out struct {
+		res Result
+		err error
+	}
+	first, second := make(chan out, 1), make(chan out, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { res, err := b.Wait(wctx, queue("a"), time.Minute); first <- out{res, err} }()
+	testenv.WaitFor(t, 5*time.Second, "the first Wait to block", func() bool { return waiting(b) == 2 })
+	go func() { res, err := b.Wait(wctx, queue("b"), time.Minute); second <- out{res, err} }()
+	testenv.WaitFor(t, 5*time.Second, "the second Wait to block", func() bool { return waiting(b) == 3 })
+	if err := a.Release(ctx, other.Lease); err != nil { // a place of the queue frees
+		t.Fatal(err)
+	}
+	select {
+	case o := <-second:
+		if o.err != nil || !o.res.Acquired {
+			t.Fatalf("second Wait: %+v, %v", o.res, o.err)
+		}
+		b.Release(ctx, o.res.Lease)
+	case o := <-first:
+		t.Fatalf("the first Wait, whose tenant is full, returned: %+v, %v", o.res, o.err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second Wait was not woken within 5s: the first one kept the wake")
+	}
+	cancel()
+	<-first
+	a.Release(ctx, full.Lease)
 }
 
 // waiting returns the number of keys with waiters in s.

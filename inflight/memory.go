@@ -184,7 +184,7 @@ func (m *Memory) Wait(ctx context.Context, caps []Cap, hold time.Duration) (Resu
 	if err := check(caps, hold); err != nil {
 		return Result{}, wrap("wait", err)
 	}
-	return wait(ctx, &m.waiters, keysOf(caps), 0, func(ctx context.Context) (Result, error) {
+	return wait(ctx, &m.waiters, caps, 0, func(ctx context.Context) (Result, error) {
 		return m.Acquire(ctx, caps, hold)
 	})
 }

@@ -175,8 +175,8 @@ func waitMarks(keys []string) (marks []string, ok bool) {
 }
 
 // Release gives l's places back in one round trip and, when it freed a live place that a
-// Wait of any process is refused (its cap's waiting mark), wakes the waiters of its keys in
-// every process; see [Store]. The zero Lease is a no-op.
+// Wait of any process is refused (its cap's waiting mark), wakes a waiter of each of its keys
+// in every process; see [Store]. The zero Lease is a no-op.
 func (r *Redis) Release(ctx context.Context, l Lease) error {
 	if l.ID == "" || len(l.Keys) == 0 {
 		return nil
@@ -211,7 +211,7 @@ func (r *Redis) Wait(ctx context.Context, caps []Cap, hold time.Duration) (Resul
 	if err := r.subscribe(ctx); err != nil {
 		return Result{}, err
 	}
-	return wait(ctx, &r.waiters, keysOf(caps), r.recheck, func(ctx context.Context) (Result, error) {
+	return wait(ctx, &r.waiters, caps, r.recheck, func(ctx context.Context) (Result, error) {
 		return r.acquire(ctx, caps, hold, true)
 	})
 }

@@ -12,9 +12,9 @@ const DefaultRecheck = 250 * time.Millisecond
 
 // waiters are the Waits of one store, by key, in the order they came: a release of a key
 // wakes its longest waiter not already woken, which then tries to acquire again. Waking one,
-// not all, keeps a release to one attempt per process however many jobs wait (a binding cap
-// of 32 over 64 jobs in hand had every release wake 8 waiters in each of 4 processes). Its
-// methods are safe for concurrent use.
+// not all, keeps a release to an attempt or so per process however many jobs wait (256 jobs
+// on a cap of 8 in two processes: 32 round trips per place when every waiter woke, 5 now;
+// BENCHMARKS.md). Its methods are safe for concurrent use.
 type waiters struct {
 	mu     sync.Mutex
 	byKey  map[string][]*waiter
@@ -120,12 +120,37 @@ func (w *waiter) signal() {
 	}
 }
 
+// passOn wakes, for each key of w that refused attempt res found with room (its cap not
+// full), the next waiter after w not yet woken: a place freed under that key is still there,
+// and w, refused by another of its caps, cannot use it. A key whose cap is full again passes
+// nothing: someone took the place.
+func (ws *waiters) passOn(w *waiter, caps []Cap, res Result) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for i, c := range caps {
+		if i >= len(res.InFlight) || res.InFlight[i] >= c.Limit {
+			continue
+		}
+		after := false
+		for _, o := range ws.byKey[c.Key] {
+			if o == w {
+				after = true
+				continue
+			}
+			if after && len(o.wake) == 0 {
+				o.signal()
+				break
+			}
+		}
+	}
+}
+
 // wait is Store.Wait over acquire: it tries, and while refused sleeps until a release of one of
-// keys wakes it, the refusal's RetryAfter passes (at most recheck, when recheck > 0), or ctx
-// ends.
-func wait(ctx context.Context, ws *waiters, keys []string, recheck time.Duration,
+// its caps' keys wakes it, the refusal's RetryAfter passes (at most recheck, when recheck > 0),
+// or ctx ends. A waiter woken and refused by one cap passes the wake of the others on (passOn).
+func wait(ctx context.Context, ws *waiters, caps []Cap, recheck time.Duration,
 	acquire func(context.Context) (Result, error)) (Result, error) {
-	w := ws.add(keys)
+	w := ws.add(keysOf(caps))
 	if w == nil {
 		return Result{}, ErrClosed
 	}
@@ -136,7 +161,7 @@ func wait(ctx context.Context, ws *waiters, keys []string, recheck time.Duration
 			timer.Stop()
 		}
 	}()
-	for {
+	for woken := false; ; woken = true {
 		res, err := acquire(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -146,6 +171,9 @@ func wait(ctx context.Context, ws *waiters, keys []string, recheck time.Duration
 		}
 		if res.Acquired {
 			return res, nil
+		}
+		if woken && len(caps) > 1 {
+			ws.passOn(w, caps, res)
 		}
 		d := res.RetryAfter
 		if d <= 0 || recheck > 0 && d > recheck {
