@@ -305,7 +305,7 @@ func testWakePassedOn(t *testing.T, pair pairFunc) {
 	queue := func(tenant string) []Cap {
 		return []Cap{{Key: "{p}:q", Limit: 2}, {Key: "{p}:t:" + tenant, Limit: 1}}
 	}
-	full := ok(t)(a.Acquire(ctx, queue("a"), time.Minute)) // tenant a is full
+	full := ok(t)(a.Acquire(ctx, queue("a"), time.Minute))  // tenant a is full
 	other := ok(t)(a.Acquire(ctx, queue("c"), time.Minute)) // the queue is full
 	type out struct {
 		res Result
