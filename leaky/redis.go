@@ -114,18 +114,21 @@ func (r *Redis) PausedFor(ctx context.Context, queue string) (time.Duration, err
 // long (a drain's start sends every worker's takes at once).
 //
 // The answer comes from the latest state of the queue this Redis read (a take's or a check's
-// reply, seenState) when the request that read it was sent less than checkLead ago, and from a
-// round trip otherwise. Wait checks checkLead before the slot, so a slot is used only if the
-// queue's state was read at most twice checkLead before it, and not paused then: a pause made
-// by another process stops the slots due that long after it, one made by this process (Pause
-// drops what it saw) every slot it has not yet released.
+// reply, seenState) when the request that read it was sent less than checkLead ago and the
+// queue's clock is no longer young (youngFor), and from a round trip otherwise. Wait checks
+// checkLead before the slot, so a slot is used only if the queue's state was read at most
+// twice checkLead before it, and not paused then: a pause made by another process stops the
+// slots due that long after it, one made by this process (Pause drops what it saw) every slot
+// it has not yet released.
 func (r *Redis) check(ctx context.Context, queue string, s Slot) (time.Duration, bool, Slot, error) {
 	if r.now == nil && s.epoch != 0 {
 		now := time.Now()
 		if server, epoch, pu, ok := r.seen(queue).since(now.Add(-checkLead)); ok {
 			c := r.clock(queue)
-			if lo, hi, young, ok := c.bounds(now); ok {
-				s.At, s.early, s.strict = c.local(s.sched, hi), c.local(s.sched, lo), young
+			// While the clock is young its bounds may still be as wide as a loaded start's
+			// round trips: the check's own round trip, on a calmer machine, narrows them.
+			if lo, hi, young, ok := c.bounds(now); ok && !young {
+				s.At, s.early, s.strict = c.local(s.sched, hi), c.local(s.sched, lo), false
 				return time.Duration(max(pu-server, 0)) * time.Microsecond, epoch == s.epoch, s, nil
 			}
 		}
