@@ -501,11 +501,17 @@ func TestCheckFromLatestRead(t *testing.T) {
 		c.born -= youngFor.Microseconds()
 		c.mu.Unlock()
 	}
-	take(t, s, "q", r)
-	slot, err := s.Take(ctx, "q", r) // an hour out
-	if err != nil {
-		t.Fatal(err)
+	// reserve takes q's first slot and returns its second, an hour out.
+	reserve := func(q string) Slot {
+		t.Helper()
+		take(t, s, q, r)
+		slot, err := s.Take(ctx, q, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slot
 	}
+	slot := reserve("q")
 	// While the clock is young the check is a sample of its own: it asks.
 	check("fresh take, young clock", "q", slot, 1, false, true)
 	mature("q")
@@ -520,24 +526,16 @@ func TestCheckFromLatestRead(t *testing.T) {
 	check("the check's own reading", "q", slot, 0, true, true)
 
 	// This process pauses a queue it has just read: the reading from before is not used.
-	take(t, s, "p", r)
+	slot = reserve("p")
 	mature("p")
-	slot, err = s.Take(ctx, "p", r)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := s.Pause(ctx, "p", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	check("paused here", "p", slot, 1, true, true)
 
 	// The state is lost: an old reading is asked again and the slot is no longer valid.
-	take(t, s, "l", r)
+	slot = reserve("l")
 	mature("l")
-	slot, err = s.Take(ctx, "l", r)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := srv.Client.Del(ctx, s.key("l")).Err(); err != nil {
 		t.Fatal(err)
 	}
