@@ -2,6 +2,7 @@ package inflight
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -67,7 +68,7 @@ func (ws *waiters) remove(w *waiter) {
 	}
 	if len(w.wake) > 0 {
 		for _, k := range w.keys {
-			ws.wakeOneLocked(k)
+			ws.wakeAfterLocked(k, nil)
 		}
 	}
 }
@@ -76,11 +77,21 @@ func (ws *waiters) remove(w *waiter) {
 func (ws *waiters) wakeKey(key string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	ws.wakeOneLocked(key)
+	ws.wakeAfterLocked(key, nil)
 }
 
-func (ws *waiters) wakeOneLocked(key string) {
-	for _, w := range ws.byKey[key] {
+// wakeAfterLocked wakes the first waiter of key not already woken that came after after (nil:
+// from the first).
+func (ws *waiters) wakeAfterLocked(key string, after *waiter) {
+	list := ws.byKey[key]
+	if after != nil {
+		i := slices.Index(list, after)
+		if i < 0 {
+			return
+		}
+		list = list[i+1:]
+	}
+	for _, w := range list {
 		if len(w.wake) == 0 {
 			w.signal()
 			return
@@ -128,19 +139,8 @@ func (ws *waiters) passOn(w *waiter, caps []Cap, res Result) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for i, c := range caps {
-		if i >= len(res.InFlight) || res.InFlight[i] >= c.Limit {
-			continue
-		}
-		after := false
-		for _, o := range ws.byKey[c.Key] {
-			if o == w {
-				after = true
-				continue
-			}
-			if after && len(o.wake) == 0 {
-				o.signal()
-				break
-			}
+		if i < len(res.InFlight) && res.InFlight[i] < c.Limit {
+			ws.wakeAfterLocked(c.Key, w)
 		}
 	}
 }
