@@ -9,7 +9,9 @@
 // places within hold. Over a cap is a [Result] with Acquired false and a RetryAfter, not an
 // error; errors mean the store could not decide. [Store.Wait] blocks until the places are
 // acquired. [Memory] holds places in one process; [Redis] shares them among every process that
-// uses the same Redis (or Redis Cluster) and prefix.
+// uses the same Redis (or Redis Cluster) and prefix. [Reuse] wraps a store so that a place one
+// holder released goes to the next holder of the same caps in the process without a round
+// trip, while its cap has room.
 //
 // In Redis a cap is one sorted set: member = lease id, score = the place's expiry in µs of the
 // server's TIME (one clock for every host). The acquire script (lua/acquire.lua) drops the
@@ -49,6 +51,8 @@
 // nothing: a key emptied by releases is deleted by Redis at once, and one whose places all
 // expired disappears with its TTL, the latest expiry it held. Memory: a map entry per lease
 // under a mutex, expired places dropped when their key is next touched, empty keys deleted,
-// and keys left with only expired places swept as new keys arrive. Figures are in
-// BENCHMARKS.md.
+// and keys left with only expired places swept as new keys arrive. A [Reuser]: an Acquire
+// and a Release in the store per place per Spare (1 s) while its caps have room, none per
+// holder between them; a map entry per place held or kept, a timer while some are kept.
+// Figures are in BENCHMARKS.md.
 package inflight

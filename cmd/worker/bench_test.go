@@ -114,8 +114,8 @@ func report(b *testing.B, n int, span time.Duration) {
 // baselineBin: see BenchmarkDrainCost.
 var baselineBin = flag.String("baseline", "", "another worker `binary` that BenchmarkDrainCost runs alternately with this one")
 
-// BenchmarkDrainCost measures what delivering a job costs 4 worker processes, unthrottled and
-// at a throttled 2000/s: the rate they reach and the CPU time per delivered job of the
+// BenchmarkDrainCost measures what delivering a job costs 4 worker processes, unthrottled, at
+// a throttled 2000/s, and unthrottled under a max_in_flight they never reach: the rate they reach and the CPU time per delivered job of the
 // workers, nats-server and redis-server (from /proc, so on Linux only). The upstream is the
 // no-op testdata/upstream process. Each case drains 3 backlogs and reports the medians.
 //
@@ -132,9 +132,12 @@ func BenchmarkDrainCost(b *testing.B) {
 	for _, cs := range []struct {
 		name, rate        string
 		jobs, concurrency int
+		extra             []string
 	}{
-		{"unthrottled", "1000000/s", 5000, 16},
-		{"throttled-2000", "2000/s", 8000, 64},
+		{"unthrottled", "1000000/s", 5000, 16, nil},
+		{"throttled-2000", "2000/s", 8000, 64, nil},
+		// Each delivery takes and gives back a concurrency place, under a cap never reached.
+		{"max-in-flight-64", "1000000/s", 5000, 16, []string{"max_in_flight: 64"}},
 	} {
 		b.Run(cs.name, func(b *testing.B) {
 			c := newCluster(b)
@@ -152,7 +155,7 @@ func BenchmarkDrainCost(b *testing.B) {
 				for _, v := range variants {
 					queue++
 					name := fmt.Sprintf("cost%d", queue)
-					path := c.config(c.queueYAMLTo(up.URL, name, cs.rate, fmt.Sprintf("concurrency: %d", cs.concurrency)))
+					path := c.config(c.queueYAMLTo(up.URL, name, cs.rate, append([]string{fmt.Sprintf("concurrency: %d", cs.concurrency)}, cs.extra...)...))
 					base := up.Count()
 					workertest.Publish(b, c.qs, name, n, true)
 					release := c.holdPaused(name)

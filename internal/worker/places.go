@@ -24,6 +24,10 @@ import (
 // placeMargin from then (one more round trip, only then). So a worker that crashes or stops
 // mid-delivery frees its places within the queue's timeout plus a margin of placeMargin
 // (slotBudget + placeMargin at most), and never before its request's own deadline has passed.
+// The Pool's store (inflight.Reuse) takes each place for a second longer, and gives a place
+// released by one delivery to the next of the same caps while that second lasts and the cap
+// has room: the margin is a second more, and a drain under a cap it does not reach pays a
+// take and a release per place per second instead of per job.
 
 const (
 	// slotBudget is how long a job waits for its leak slot on the places' first hold.
@@ -118,13 +122,9 @@ func (r *runner) releasePlaces(l inflight.Lease) {
 // renewPlaces extends l's places for a delivery that starts now, after a slot that came late,
 // and reports whether they are still held (when not, they are all given back).
 func (r *runner) renewPlaces(l inflight.Lease, cfg *QueueConfig) bool {
-	rn, ok := r.p.places.(inflight.Renewer)
-	if !ok {
-		return false
-	}
 	ctx, cancel := context.WithTimeout(r.p.exec.ctx, storeTimeout)
 	defer cancel()
-	renewed, err := rn.Renew(ctx, l, cfg.Timeout+placeMargin)
+	renewed, err := r.p.places.Renew(ctx, l, cfg.Timeout+placeMargin)
 	if err != nil {
 		r.p.log.Warn("worker: renew concurrency places", "queue", r.name, "err", err)
 	}

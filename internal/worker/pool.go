@@ -85,8 +85,12 @@ type Pool struct {
 	sched     leaky.Schedule
 	// takes is sched with the slot takes of a queue that overlap in time sharing one call
 	// (leaky.Coalesce): an unthrottled drain takes several slots per round trip to Redis.
-	takes  leaky.Schedule
-	places inflight.Store
+	takes leaky.Schedule
+	// places is Deps.Places with a place released by one delivery given to the next of the
+	// same caps in this process (inflight.Reuse), while its cap has room: an uncapped drain
+	// under a max_in_flight it does not reach pays a round trip per place per second, not
+	// two per job. Run gives the kept places back when it returns.
+	places *inflight.Reuser
 	client *http.Client
 	// ownClient is whether New made client, so Run closes its idle connections at the end.
 	ownClient bool
@@ -138,7 +142,6 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 		q:        deps.Queues,
 		sched:    deps.Schedule,
 		takes:    leaky.Coalesce(deps.Schedule),
-		places:   deps.Places,
 		client:   deps.HTTP,
 		log:      deps.Logger,
 		m:        m,
@@ -153,9 +156,11 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	if p.log == nil {
 		p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if p.places == nil {
-		p.places = inflight.NewMemory()
+	store := deps.Places
+	if store == nil {
+		store = inflight.NewMemory()
 	}
+	p.places = inflight.Reuse(store, 0, 0)
 	p.fairs, _ = deps.Queues.(fairSource)
 	p.exec = &executor{ctx: context.Background(), store: p.q, sched: p.sched, m: m, log: p.log, now: p.now,
 		handedBack: func() { p.handedBack.Add(1) }, tenantsPaused: p.tenantsPaused}
@@ -262,6 +267,11 @@ func (p *Pool) Run(ctx context.Context) error {
 	p.ctx = nil
 	p.mu.Unlock()
 	p.drain(watching, cancelHard, cancelSettling)
+	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	if err := p.places.Close(pctx); err != nil {
+		p.log.Warn("worker: giving back kept concurrency places; they come back after their hold", "err", err)
+	}
+	pcancel()
 	if p.ownClient {
 		p.client.CloseIdleConnections()
 	}
