@@ -27,8 +27,9 @@ const (
 //
 // It takes each place for Spare longer than asked. A released place is kept, not given back,
 // when its caps had room after it was taken (none was full: nobody else was likely refused),
-// no Wait of this Reuser is blocked on the same caps, and it still has at least the hold it
-// was taken for ahead of it; the next Acquire or Wait of exactly the same caps (keys and
+// no Wait of this Reuser for the same caps has been in the store for 5 ms (refused there,
+// most likely: the place goes back to the store, whose Release wakes it), and it still has at
+// least the hold it was taken for ahead of it; the next Acquire or Wait of exactly the same caps (keys and
 // limits, so that a changed limit takes places anew) gets it back, with a fresh Result's hold
 // still ahead. A place kept unused for Idle goes back to the store. So:
 //
