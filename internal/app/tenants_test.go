@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 )
 
@@ -120,10 +121,6 @@ queues:
 	if code, b := patch("/v1/queues/shared/tenants/slow", `{"in_flight":3}`); code != http.StatusOK {
 		t.Fatalf("PATCH in_flight: %d %s", code, b)
 	}
-	resp, err := http.Get("http://" + r.admin + "/v1/queues/shared/tenants/slow")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var tv struct {
 		Weight      float64
 		MaxInFlight int64  `json:"max_in_flight"`
@@ -132,14 +129,36 @@ queues:
 			InFlight int64 `json:"in_flight"`
 		}
 	}
-	err = json.NewDecoder(resp.Body).Decode(&tv)
-	resp.Body.Close()
+	var err error
+	// The last deliveries' places come back just after their answers reached the upstream's
+	// recorder: a worker gives each back when it has read the answer, or keeps it up to 20 ms
+	// for its next delivery (inflight.Reuse).
+	testenv.WaitFor(t, 5*time.Second, "the last deliveries' places to come back", func() bool {
+		var q struct {
+			Delivering *int64 `json:"delivering"`
+		}
+		for _, v := range []struct {
+			path string
+			into any
+		}{{"/v1/queues/shared", &q}, {"/v1/queues/shared/tenants/slow", &tv}} {
+			var resp *http.Response
+			if resp, err = http.Get("http://" + r.admin + v.path); err != nil {
+				return true
+			}
+			err = json.NewDecoder(resp.Body).Decode(v.into)
+			resp.Body.Close()
+			if err != nil {
+				return true
+			}
+		}
+		return q.Delivering != nil && *q.Delivering == 0
+	})
 	if err != nil || tv.Weight != 2 || tv.MaxInFlight != 3 || tv.Override.InFlight != 3 || tv.Delivering == nil || *tv.Delivering != 0 {
 		t.Errorf("tenant view after PATCH in_flight 3: %+v (%v); want weight 2, max_in_flight 3, delivering 0", tv, err)
 	}
 	// The queue shows its places against max_in_flight and its paused tenants, in the API and
 	// the metrics.
-	resp, err = http.Get("http://" + r.admin + "/v1/queues/shared")
+	resp, err := http.Get("http://" + r.admin + "/v1/queues/shared")
 	if err != nil {
 		t.Fatal(err)
 	}
