@@ -28,6 +28,7 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg, free func()) {
 	j := &job{m: m, msg: m, queue: r.name}
 	out := r.live(ctx, hard, cfg, j)
 	p := settle(j.state, out, cfg, rand.Float64())
+	j.gather = r.paced()
 	if p.pause == 0 {
 		if r.settling.Add(1) <= int64(cfg.Concurrency) {
 			free()

@@ -905,3 +905,47 @@ func TestThrottledTakesShareCalls(t *testing.T) {
 		t.Errorf("delivered at %.1f/s, over the rate of 1000/s", rate)
 	}
 }
+
+// TestPacedWritesGathered: the status writes of a queue paced at 1000/s wait for the settle
+// ticks (every 10 ms of the wall clock), so they land together; an unthrottled drain's go at
+// once, spread over time.
+func TestPacedWritesGathered(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "paced"}, queue.Spec{Name: "drain"})
+	paced, drain := h.spec("paced", 1000), h.spec("drain", 1000000)
+	paced.Concurrency, drain.Concurrency = 64, 16
+	const n = 300
+	ids := map[string][]string{
+		"paced": workertest.Publish(t, h.qs, "paced", n, true),
+		"drain": workertest.Publish(t, h.qs, "drain", n, true),
+	}
+	h.run(worker.Deps{}, paced, drain)
+	const tick, near = 10 * time.Millisecond, 3 * time.Millisecond
+	for _, c := range []struct {
+		queue    string
+		min, max float64 // bounds of the share of writes within near after a tick
+	}{{"paced", 0.75, 1}, {"drain", 0, 0.6}} { // spread evenly, near/tick = 0.3 of them
+		var at []time.Time
+		testenv.WaitFor(t, 20*time.Second, c.queue+"'s records", func() bool {
+			at = at[:0]
+			for _, id := range ids[c.queue] {
+				st, err := h.qs.Record(h.ctx, id)
+				if err != nil || st.State != queue.StateSucceeded {
+					return false
+				}
+				at = append(at, st.UpdatedAt)
+			}
+			return true
+		})
+		gathered := 0
+		for _, u := range at {
+			if time.Duration(u.UnixNano()%int64(tick)) < near {
+				gathered++
+			}
+		}
+		share := float64(gathered) / float64(len(at))
+		t.Logf("%s: %.2f of %d status writes within %v after a %v tick", c.queue, share, len(at), near, tick)
+		if share < c.min || share > c.max {
+			t.Errorf("%s: %.2f of its status writes within %v after a tick, want %.2f..%.2f", c.queue, share, near, c.min, c.max)
+		}
+	}
+}

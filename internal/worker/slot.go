@@ -197,6 +197,16 @@ func (r *runner) rate() leaky.Rate {
 // wake-up before a slot (checkLead), so a worker always has its next slot reserved in time.
 const reserveAhead = 100 * time.Millisecond
 
+// paced reports whether the runner's deliveries are paced by its queue's rate, several per
+// settle tick: its slots are reserved more than a tick ahead (it holds a backlog the rate
+// holds back), at two or more slots per tick (a rate of 200/s or more). Their status writes
+// then wait for the tick (apply.go, settleTick); an unthrottled drain's, whose slots are never
+// a tick ahead, and a slow queue's, which has little to gather, go at once.
+func (r *runner) paced() bool {
+	iv := r.rate().Interval
+	return iv > 0 && 2*iv <= settleTick && r.horizon.Load() > r.p.now().Add(settleTick).UnixNano()
+}
+
 // maxTurns is the most jobs of a runner that take their slots together while slots are
 // reserved ahead; see turns.
 const maxTurns = 8
