@@ -27,8 +27,9 @@ const benchJobs = 5000
 //   - workers-4: 4 worker processes with an unthrottled queue (1,000,000/s, concurrency 16)
 //     deliver to a no-op upstream: slot, status writes, HTTP request, ack.
 //   - workers-4-max-in-flight-64 and -32: the same with max_in_flight set: every delivery
-//     takes and gives back a concurrency place (two Redis round trips), under a cap the 64
-//     jobs the workers hold never reach, and under one they do.
+//     holds a concurrency place, under a cap the 64 jobs the workers hold never reach (a
+//     place serves one delivery after another in its worker, inflight.Reuse), and under one
+//     they do (a take and a give-back, two Redis round trips, per delivery).
 //
 // One op is one job: ns/op and jobs/s are measured from the first job taken (delivered) to
 // the last, so process start-up is not counted. Run it with
@@ -115,9 +116,10 @@ func report(b *testing.B, n int, span time.Duration) {
 var baselineBin = flag.String("baseline", "", "another worker `binary` that BenchmarkDrainCost runs alternately with this one")
 
 // BenchmarkDrainCost measures what delivering a job costs 4 worker processes, unthrottled, at
-// a throttled 2000/s, and unthrottled under a max_in_flight they never reach: the rate they reach and the CPU time per delivered job of the
-// workers, nats-server and redis-server (from /proc, so on Linux only). The upstream is the
-// no-op testdata/upstream process. Each case drains 3 backlogs and reports the medians.
+// a throttled 2000/s, and unthrottled under a max_in_flight they never reach: the rate they
+// reach and the CPU time per delivered job of the workers, nats-server and redis-server (from
+// /proc, so on Linux only). The upstream is the no-op testdata/upstream process. Each case
+// drains 3 backlogs and reports the medians.
 //
 // With -baseline, another worker binary (built from an earlier commit, say) drains every other
 // backlog against the same servers, and the log holds both and their ratios: on a shared
