@@ -77,9 +77,10 @@ func TestMaxInFlightAcrossWorkers(t *testing.T) {
 	if m := oc.max.Load(); m > limit {
 		t.Errorf("%d requests open at the upstream at once, want at most %d", m, limit)
 	}
-	// Its places came back: once the queue's timeout (2s) plus the margin (5s) had passed
+	// Its places came back: once the queue's timeout (2s) plus the margin (5s, and the 1s a
+	// worker takes its places for beyond it to give them to its next deliveries) had passed
 	// after the kill, the two workers left delivered at the cap's pace again.
-	back := killed.Add(2*time.Second + 5*time.Second + 500*time.Millisecond)
+	back := killed.Add(2*time.Second + 6*time.Second + 500*time.Millisecond)
 	var after []time.Time
 	for _, a := range c.up.Arrivals() {
 		if a.At.After(back) {
