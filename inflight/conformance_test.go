@@ -128,6 +128,28 @@ func testNeverExceeded(t *testing.T, pair pairFunc) {
 	a, b := pair(t)
 	const limit, workers, rounds = 4, 32, 15
 	caps := []Cap{{Key: "{c}:conns", Limit: limit}}
+	high := hammer(t, a, b, caps, workers, rounds, func(res Result) error {
+		if res.InFlight[0] < 1 || res.InFlight[0] > limit {
+			return errors.New("InFlight out of range")
+		}
+		return nil
+	}, nil)
+	if high > limit || high < 2 {
+		t.Fatalf("high-water mark of places held at once: %d; want 2..%d", high, limit)
+	}
+	t.Logf("high-water mark %d of a cap of %d", high, limit)
+	if n := inFlight(t, a, "{c}:conns"); n[0] != 0 {
+		t.Fatalf("in flight after every release: %d", n[0])
+	}
+}
+
+// hammer runs workers goroutines, half on a and half on b, each taking a place of caps
+// through Wait, holding it a millisecond and giving it back, rounds times; check sees each
+// Wait's Result once its place is taken, and letGo (when not nil) just before it is given
+// back. It fails t on an error or a Wait not served, and returns the most places held at
+// once, counted with an atomic between acquire and release.
+func hammer(t *testing.T, a, b Store, caps []Cap, workers, rounds int, check func(Result) error, letGo func(Result)) int64 {
+	t.Helper()
 	var held, high, served atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -148,12 +170,15 @@ func testNeverExceeded(t *testing.T, pair pairFunc) {
 				n := held.Add(1)
 				for h := high.Load(); n > h && !high.CompareAndSwap(h, n); h = high.Load() {
 				}
-				if res.InFlight[0] < 1 || res.InFlight[0] > limit {
-					errs <- errors.New("InFlight out of range")
+				if err := check(res); err != nil {
+					errs <- err
 				}
 				served.Add(1)
 				time.Sleep(time.Millisecond) // the request the place is for
 				held.Add(-1)
+				if letGo != nil {
+					letGo(res)
+				}
 				if err := s.Release(ctx, res.Lease); err != nil {
 					errs <- err
 					return
@@ -166,17 +191,10 @@ func testNeverExceeded(t *testing.T, pair pairFunc) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	h := high.Load()
-	if h > limit || h < 2 {
-		t.Fatalf("high-water mark of places held at once: %d; want 2..%d", h, limit)
-	}
-	t.Logf("high-water mark %d of a cap of %d", h, limit)
-	if n := served.Load(); n != workers*rounds {
+	if n := served.Load(); n != int64(workers*rounds) {
 		t.Fatalf("served %d waits, want %d", n, workers*rounds)
 	}
-	if n := inFlight(t, a, "{c}:conns"); n[0] != 0 {
-		t.Fatalf("in flight after every release: %d", n[0])
-	}
+	return high.Load()
 }
 
 // testAllOrNothing: an Acquire over two caps takes a place of both or of neither.

@@ -2,6 +2,7 @@ package inflight
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,51 +41,15 @@ func TestReuseNeverExceeded(t *testing.T) {
 		a, b, trips := reusers(t)
 		const workers, rounds = 32, 20
 		caps := []Cap{{Key: "{c}:conns", Limit: c.limit}}
-		var held, high, served atomic.Int64
 		var holders sync.Map // lease id → struct{} while a holder has it
-		var wg sync.WaitGroup
-		errs := make(chan string, workers)
-		for w := range workers {
-			s := a
-			if w%2 == 1 {
-				s = b
+		high := hammer(t, a, b, caps, workers, rounds, func(res Result) error {
+			if _, dup := holders.LoadOrStore(res.Lease.ID, struct{}{}); dup {
+				return errors.New("a place given to two holders at once")
 			}
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				for range rounds {
-					res, err := s.Wait(ctx, caps, 30*time.Second)
-					if err != nil {
-						errs <- err.Error()
-						return
-					}
-					if _, dup := holders.LoadOrStore(res.Lease.ID, struct{}{}); dup {
-						errs <- "a place given to two holders at once"
-					}
-					n := held.Add(1)
-					for h := high.Load(); n > h && !high.CompareAndSwap(h, n); h = high.Load() {
-					}
-					served.Add(1)
-					time.Sleep(time.Millisecond) // the request the place is for
-					held.Add(-1)
-					holders.Delete(res.Lease.ID)
-					if err := s.Release(ctx, res.Lease); err != nil {
-						errs <- err.Error()
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatalf("cap %d: %s", c.limit, err)
-		}
-		if h := high.Load(); h > c.limit {
-			t.Fatalf("cap %d: %d places held at once", c.limit, h)
-		}
-		if n := served.Load(); n != workers*rounds {
-			t.Fatalf("cap %d: served %d waits, want %d", c.limit, n, workers*rounds)
+			return nil
+		}, func(res Result) { holders.Delete(res.Lease.ID) })
+		if high > c.limit {
+			t.Fatalf("cap %d: %d places held at once", c.limit, high)
 		}
 		perPlace := float64(trips.Load()) / workers / rounds
 		t.Logf("cap %d: %.2f round trips per place", c.limit, perPlace)
@@ -99,8 +64,8 @@ func TestReuseNeverExceeded(t *testing.T) {
 
 // TestReuseOnlyWhenUncontended: a place whose cap was full after its taking goes back to the
 // store at its release, and so does one released while a Wait of the same caps is blocked
-// in the store, which it wakes at once; a place of an uncontended cap is kept, and given to the next holder of
-// exactly the same caps.
+// in the store, which it wakes at once; a place of an uncontended cap is kept, and given to
+// the next holder of exactly the same caps.
 func TestReuseOnlyWhenUncontended(t *testing.T) {
 	a, _, _ := reusers(t, WithRecheck(time.Minute))
 	ctx := context.Background()
