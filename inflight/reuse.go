@@ -259,7 +259,7 @@ func (r *Reuser) giveBackLocked(h *held) {
 }
 
 // Renew extends l's places in the store (when it is a Renewer); see [Renewer]. A renewed place
-// keeps being reusable for Spare after the hold it was renewed for.
+// goes back to the store at its release: it was renewed for hold alone, with no Spare on top.
 func (r *Reuser) Renew(ctx context.Context, l Lease, hold time.Duration) (bool, error) {
 	rn, ok := r.s.(Renewer)
 	if !ok {
