@@ -17,7 +17,8 @@ import (
 //	SLUICE_STRICT=1 go test -run '^$' -bench . -benchmem ./inflight/
 //
 // The Redis benchmarks report round-trips/op, the commands the client sent per Acquire+Release
-// (a pipeline counts once): a place costs two, one to take it and one to give it back.
+// (a pipeline counts once): a place costs two, one to take it and one to give it back; through
+// a Reuser, two per place per second it serves.
 
 func BenchmarkAcquireRelease(b *testing.B) {
 	ctx := context.Background()
@@ -49,6 +50,17 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		trips := &roundTrips{}
 		rdb.AddHook(trips)
 		run(b, NewRedis(rdb, WithPrefix(testenv.Prefix(b))), &trips.n)
+	})
+	// A Reuser over Redis, as a worker holds its places: a place released under a cap with
+	// room serves the next Acquire of the same caps without a round trip.
+	b.Run("redis-reuse", func(b *testing.B) {
+		srv := testenv.Redis(b)
+		rdb := srv.NewClient()
+		trips := &roundTrips{}
+		rdb.AddHook(trips)
+		r := Reuse(NewRedis(rdb, WithPrefix(testenv.Prefix(b))), 0, 0)
+		b.Cleanup(func() { r.Close(context.Background()) })
+		run(b, r, &trips.n)
 	})
 }
 
