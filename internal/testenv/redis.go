@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -28,6 +29,10 @@ type RedisServer struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+	// held keeps Addr while the server is stopped (see Stop); nil when not held.
+	held net.Listener
+	// heldDone is closed when held's accept loop has returned.
+	heldDone chan struct{}
 }
 
 // Redis starts a redis-server on a free loopback port with persistence off, and stops it when
@@ -52,7 +57,7 @@ func Redis(t testing.TB) *RedisServer {
 	s.Client = s.NewClient()
 	t.Cleanup(func() {
 		s.Client.Close()
-		s.Stop()
+		s.shutdown()
 	})
 	return s
 }
@@ -73,6 +78,7 @@ func (s *RedisServer) start() error {
 	if s.cmd != nil {
 		return errors.New("already running")
 	}
+	s.release()
 	_, port, _ := splitHostPort(s.Addr)
 	cmd := exec.Command(s.bin, append([]string{
 		"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -118,14 +124,60 @@ func (s *RedisServer) Start() {
 }
 
 // Stop kills the server (SIGKILL, as a crash would) and waits until it has exited. Stopping a
-// stopped server does nothing.
+// stopped server does nothing. Until Start, the address stays taken by a listener that closes
+// every connection at once, as a dead server's would be refused: a port given up while other
+// test processes start servers on free ports could be taken by one of them, and the stopped
+// server's clients would then find a server again.
 func (s *RedisServer) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if !s.kill() {
 		return
+	}
+	l, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		return // taken already: nothing to hold
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	s.held, s.heldDone = l, done
+}
+
+// shutdown stops the server for good, at the test's end: killed, its address not held.
+func (s *RedisServer) shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kill()
+	s.release()
+}
+
+// kill kills the server and waits for it to exit, and reports whether it was running. s.mu is
+// held.
+func (s *RedisServer) kill() bool {
+	if s.cmd == nil {
+		return false
 	}
 	s.cmd.Process.Kill()
 	<-s.done
 	s.cmd, s.done = nil, nil
+	return true
+}
+
+// release frees the address Stop held, if it did. s.mu is held.
+func (s *RedisServer) release() {
+	if s.held == nil {
+		return
+	}
+	s.held.Close()
+	<-s.heldDone
+	s.held, s.heldDone = nil, nil
 }

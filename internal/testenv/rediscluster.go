@@ -47,7 +47,7 @@ func RedisCluster(t testing.TB) *RedisClusterServer {
 		if lastErr != nil {
 			unavailable(t, "start redis-server (cluster node): %v", lastErr)
 		}
-		t.Cleanup(s.Stop)
+		t.Cleanup(s.shutdown)
 		c.Nodes = append(c.Nodes, s)
 	}
 	args := append(c.Seeds(), "--cluster-replicas", "0", "--cluster-yes")

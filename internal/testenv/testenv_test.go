@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -19,6 +20,11 @@ func TestRedisStopStart(t *testing.T) {
 	defer cancel()
 	if err := s.Client.Ping(ctx2).Err(); err == nil {
 		t.Fatal("ping succeeded after Stop")
+	}
+	// The stopped server's address stays taken, so that no other test's server gets it.
+	if l, err := net.Listen("tcp", s.Addr); err == nil {
+		l.Close()
+		t.Fatal("a stopped server's address could be taken")
 	}
 	s.Start()
 	if err := s.Client.Ping(ctx).Err(); err != nil {
