@@ -60,7 +60,7 @@
 // frees its place among Concurrency once the upstream answered, before its status write and
 // ack (at most Concurrency jobs of a runner settle so); while the queue's rate holds a backlog
 // back at 200/s or more, its status writes wait for the next 10 ms tick of the wall clock, so
-// that every worker's reach NATS together (settleTick). Each fetch is a pull request; a runner
+// that every worker's writes reach NATS together (settleTick). Each fetch is a pull request; a runner
 // fetches once a quarter of Concurrency is free. Concurrency must
 // cover rate × (slot-to-ack time + the longest stall) across all workers for the rate to
 // hold. The default client keeps one connection per upstream dialed ahead. A unit queue's
