@@ -62,10 +62,11 @@
 // back at 200/s or more, its status writes wait for the next 10 ms tick of the wall clock, so
 // that every worker's writes reach NATS together (settleTick). Each fetch is a pull request;
 // a runner fetches once a quarter of Concurrency is free. Concurrency must cover rate ×
-// (slot-to-ack time + the longest stall) across all workers for the rate to hold. The default client keeps one connection per upstream dialed ahead. A unit queue's
-// job costs a unit take and, with CostFromResponse, a reconciliation (one Redis script each),
-// plus one take every 20ms while its units are further ahead. A place of a capped queue costs a
-// take and a give-back in its store (two Redis scripts) per second or so while the cap has room,
+// (slot-to-ack time + the longest stall) across all workers for the rate to hold. The default
+// client keeps one connection per upstream dialed ahead. A unit queue's job costs a unit take
+// and, with CostFromResponse, a reconciliation (one Redis script each), plus one take every
+// 20ms while its units are further ahead. A place of a capped queue costs a take and a
+// give-back in its store (two Redis scripts) per second or so while the cap has room,
 // since the Pool gives a released place to the next delivery of the same caps
 // (inflight.Reuse), and per delivery while the cap binds.
 //
