@@ -377,7 +377,11 @@ func TestReload(t *testing.T) {
 		v, _ := metricValue(p.metrics(), "sluice_config_reload_errors_total")
 		return v >= 1
 	})
-	if !strings.Contains(p.stderr.String(), "rate") {
+	// The counter may be read before the log line has come through the worker's stderr pipe.
+	testenv.WaitFor(t, 10*time.Second, "the refused reload's log line", func() bool {
+		return strings.Contains(p.stderr.String(), "reload refused")
+	})
+	if !strings.Contains(p.stderr.String(), "rate: invalid rate") {
 		t.Errorf("the refused reload's log does not say what is wrong:\n%s", tail(p.stderr.String(), 2000))
 	}
 
