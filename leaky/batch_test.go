@@ -172,7 +172,7 @@ func TestWaitChecksOnlySlotsAfterCheckMin(t *testing.T) {
 	for _, cs := range []struct {
 		interval time.Duration
 		checks   int32
-	}{{checkMin, 0}, {5 * checkMin, 1}} {
+	}{{checkMin, 0}, {20 * checkMin, 1}} {
 		t.Run(cs.interval.String(), func(t *testing.T) {
 			c := &checks{Schedule: NewMemory(nil)}
 			r := Rate{Interval: cs.interval}

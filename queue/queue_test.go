@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -81,10 +82,12 @@ func TestInfo(t *testing.T) {
 	if err != nil || len(msgs) != 1 {
 		t.Fatal(len(msgs), err)
 	}
-	info, err := b.q.Info(b.ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The consumer's pending count follows the stream's a moment later, on the server's time.
+	var info queue.Info
+	testenv.WaitFor(t, 5*time.Second, "the consumer counts 3 jobs pending", func() bool {
+		info, err = b.q.Info(b.ctx, "a")
+		return err == nil && info.Pending == 3
+	})
 	if info.Name != "a" || info.Depth != 4 || info.Pending != 3 || info.InFlight != 1 || info.Consumers != 1 ||
 		info.DeadLetters != 0 || info.Bytes == 0 || info.MaxDepth != 100 {
 		t.Fatalf("info %+v", info)

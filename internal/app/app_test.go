@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -111,9 +112,14 @@ queues:
 // old config keeps working.
 func TestReload(t *testing.T) {
 	dir := t.TempDir()
-	upAddr := freeAddr(t)
-	up := &http.Server{Addr: upAddr, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
-	go up.ListenAndServe()
+	// Listening before the first request: one answered 502 would spend the limit's only slot.
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upAddr := upLn.Addr().String()
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
+	go up.Serve(upLn)
 	t.Cleanup(func() { up.Close() })
 	listen, adminAddr := freeAddr(t), freeAddr(t)
 	cfg := func(limit string) string {

@@ -679,6 +679,10 @@ func TestRecordsReadPerFetch(t *testing.T) {
 	h.run(worker.Deps{}, h.spec("q", 100))
 	h.up.WaitCount(t, 10*time.Second, "the fresh jobs", func(n int) bool { return n >= len(fresh) })
 	testenv.WaitFor(t, 10*time.Second, "the queue to be empty", func() bool { return h.info("q").Depth == 0 })
+	// The server queued every copy of the reads to watch before it answers this ping.
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
 
 	named, single := map[string]bool{}, 0
 	for len(gets) > 0 {
@@ -896,7 +900,9 @@ func TestThrottledTakesShareCalls(t *testing.T) {
 	h.run(worker.Deps{Schedule: sched}, spec)
 	h.up.WaitCount(t, 20*time.Second, "the backlog", func(k int) bool { return k >= n })
 	calls, slots := sched.calls.Load(), sched.slots.Load()
-	rate := workertest.Rate(workertest.Times(h.up.Arrivals()))
+	// From the 65th arrival on: the first ones open the connections and may each use up to
+	// the 10ms a slot may be late, which over a one-second span is the whole 1%.
+	rate := workertest.Rate(workertest.Times(h.up.Arrivals())[spec.Concurrency:])
 	t.Logf("1000/s: %d jobs, %d slots in %d calls (%.2f per call), %.1f jobs/s", n, slots, calls, float64(slots)/float64(calls), rate)
 	if calls*2 > slots { // one call per slot before turns: 1.0; measured since 4-6
 		t.Errorf("%d calls for %d slots, want at least 2 slots per call", calls, slots)
