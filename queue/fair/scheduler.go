@@ -85,6 +85,7 @@ type Scheduler struct {
 	levels    map[string]*levels   // per tenant, its jobs by priority and its starvation guard
 	cursor    map[string][3]uint64 // per tenant and level, the backlog sequence its next job is at or after
 	counts    counts
+	unseen    unseen // jobs just moved, maybe not counted by the consumer yet
 	refreshed time.Time
 	lastFlush time.Time
 	backlog   jetstream.Stream
@@ -217,6 +218,7 @@ func (s *Scheduler) renew(ctx context.Context) {
 func (s *Scheduler) forget() {
 	s.picks, s.refreshed = picker{}, time.Time{}
 	s.levels, s.cursor = map[string]*levels{}, map[string][3]uint64{}
+	s.unseen = unseen{}
 }
 
 // stepDown gives the lease up, so that another process takes over at once.
@@ -243,7 +245,9 @@ func (s *Scheduler) open(ctx context.Context) error {
 	return err
 }
 
-// round tops the delivery stream up to Target and returns how many jobs it moved.
+// round tops the delivery stream up to Target and returns how many jobs it moved. It counts
+// as waiting there the consumer's pending count or, when larger, the jobs it moved that the
+// consumer has not delivered yet (unseen): the count can lag the moves by a moment.
 func (s *Scheduler) round(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -263,7 +267,7 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	need := opts.Target - int(ci.NumPending)
+	need := opts.Target - max(int(ci.NumPending), s.unseen.waiting(ci.Delivered.Stream, s.now()))
 	if need <= 0 {
 		return 0, nil
 	}
@@ -300,6 +304,7 @@ func (s *Scheduler) refresh(ctx context.Context, opts Options) error {
 // moved is what moving one tenant's share did.
 type moved struct {
 	n     int
+	seqs  []uint64  // the delivery-stream sequences of the jobs moved
 	upTo  [3]uint64 // per level, the tenant's backlog is purged below it; 0: nothing was
 	empty [3]bool   // per level, fewer jobs were there than asked for
 	err   error
@@ -334,6 +339,7 @@ func (s *Scheduler) move(ctx context.Context, picks []pickN) int {
 			s.Options().Logger.Warn("fair: scheduler: move", "queue", s.l.Queue, "tenant", picks[i].tenant, "err", r.err)
 		}
 		s.moved(picks[i].tenant, r)
+		s.unseen.add(r.seqs, s.now())
 	}
 	return total
 }
@@ -372,6 +378,7 @@ func (s *Scheduler) moveTenant(ctx context.Context, tenant string, from [3]uint6
 		}
 		r := s.moveLevel(ctx, s.l.BacklogSubject(tenant, p), from[i], split[i])
 		out.n += r.n
+		out.seqs = append(out.seqs, r.seqs...)
 		out.upTo[i], out.empty[i] = r.upTo, r.empty
 		if r.err != nil {
 			out.err = r.err
@@ -384,8 +391,9 @@ func (s *Scheduler) moveTenant(ctx context.Context, tenant string, from [3]uint6
 // levelMoved is what moving one level of a tenant's share did.
 type levelMoved struct {
 	n     int
-	upTo  uint64 // the subject is purged below it; 0: nothing was
-	empty bool   // fewer jobs were there than asked for
+	seqs  []uint64 // the delivery-stream sequences of the n jobs moved
+	upTo  uint64   // the subject is purged below it; 0: nothing was
+	empty bool     // fewer jobs were there than asked for
 	err   error
 }
 
@@ -405,7 +413,8 @@ func (s *Scheduler) moveLevel(ctx context.Context, subj string, from uint64, n i
 	// left in both streams would be moved again, and delivered twice after the duplicate window.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	out.n, perr = acked(fctx, futs)
+	out.seqs, perr = acked(fctx, futs)
+	out.n = len(out.seqs)
 	out.err = cmp.Or(err, perr)
 	if out.n > 0 {
 		if err := s.remove(fctx, subj, raws[:out.n]); err != nil {
@@ -448,19 +457,21 @@ func (s *Scheduler) forward(raws []*jetstream.RawStreamMsg) ([]jetstream.PubAckF
 	return futs, nil
 }
 
-// acked waits for futs in order and returns how many were acknowledged before the first that
-// failed, or ctx ended.
-func acked(ctx context.Context, futs []jetstream.PubAckFuture) (int, error) {
-	for i, fut := range futs {
+// acked waits for futs in order and returns the stream sequences of those acknowledged before
+// the first that failed, or ctx ended.
+func acked(ctx context.Context, futs []jetstream.PubAckFuture) ([]uint64, error) {
+	seqs := make([]uint64, 0, len(futs))
+	for _, fut := range futs {
 		select {
-		case <-fut.Ok():
+		case ack := <-fut.Ok():
+			seqs = append(seqs, ack.Sequence)
 		case err := <-fut.Err():
-			return i, err
+			return seqs, err
 		case <-ctx.Done():
-			return i, ctx.Err()
+			return seqs, ctx.Err()
 		}
 	}
-	return len(futs), nil
+	return seqs, nil
 }
 
 // remove deletes raws, a tenant's oldest jobs on subj, from the backlog: one job by its
