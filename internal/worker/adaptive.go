@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -36,39 +35,33 @@ const (
 	adaptEvery    = 250 * time.Millisecond
 )
 
-// learner learns an adaptive queue's rate (QueueConfig.Adaptive) from its deliveries'
-// answers, together with every other worker of the queue, through the leak schedule. It is
-// safe for concurrent use.
+// learner is the policy that learns an adaptive queue's rate (QueueConfig.Adaptive) from its
+// deliveries' answers (observe), together with every other worker of the queue, through the
+// leak schedule, and reads the shared value every adaptEvery (run). A queue that learns per
+// tenant (tenantLearners) leaves it to them. It is safe for concurrent use.
 type learner struct {
-	name    string
-	ad      leaky.Adapter // nil: the schedule cannot adapt, and nothing is learned
-	cfg     func() *QueueConfig
-	ceiling func() float64                 // the queue's rate in deliveries per second, the learned rate's ceiling
-	until   func(ctx context.Context) bool // waits for a change of the config (runner.untilChanged)
-	log     *slog.Logger
-	now     func() time.Time
+	env queueEnv
+	ad  leaky.Adapter // nil: the schedule cannot adapt, and nothing is learned
 
 	learned   atomic.Uint64 // the learned rate, float64 bits; 0: none yet
 	successes atomic.Int64  // 2xx answers since the learned rate was last raised
 }
 
-// newLearner returns the learner of r's queue.
-func newLearner(r *runner) *learner {
-	ad, _ := r.p.sched.(leaky.Adapter)
-	return &learner{name: r.name, ad: ad, cfg: r.cfg.Load, until: r.untilChanged, log: r.p.log, now: r.p.now,
-		ceiling: func() float64 {
-			base := r.baseRate()
-			if base.Interval <= 0 {
-				return 0
-			}
-			return float64(time.Second) / float64(base.Interval)
-		}}
+// ceiling is the queue's rate in deliveries per second, the learned rate's ceiling.
+func (l *learner) ceiling() float64 { return perSecond(baseRate(l.env)) }
+
+// perSecond is rate in deliveries per second; 0 for none.
+func perSecond(rate leaky.Rate) float64 {
+	if rate.Interval <= 0 {
+		return 0
+	}
+	return float64(time.Second) / float64(rate.Interval)
 }
 
 // rate returns the learned rate in deliveries per second, 0 when none is known yet or the
 // queue is not adaptive.
 func (l *learner) rate() float64 {
-	if cfg := l.cfg(); !cfg.Adaptive || learnsPerTenant(cfg) {
+	if cfg := l.env.cfg(); !cfg.Adaptive || learnsPerTenant(cfg) {
 		return 0
 	}
 	return math.Float64frombits(l.learned.Load())
@@ -77,7 +70,7 @@ func (l *learner) rate() float64 {
 // adapt applies a change of the queue's learned rate; errors (Redis down) are left to the next
 // second's try.
 func (l *learner) adapt(change func(a *leaky.Adaptation)) {
-	cfg := l.cfg()
+	cfg := l.env.cfg()
 	if l.ad == nil || !cfg.Adaptive || learnsPerTenant(cfg) {
 		return
 	}
@@ -91,35 +84,23 @@ func (l *learner) adapt(change func(a *leaky.Adaptation)) {
 	if before <= 0 {
 		before = ceiling
 	}
-	eff, decreased, err := l.ad.Adapt(ctx, l.name, a)
+	eff, decreased, err := l.ad.Adapt(ctx, l.env.name, a)
 	if err != nil {
-		l.log.Debug("worker: adapt the rate", "queue", l.name, "err", err)
+		l.env.log.Debug("worker: adapt the rate", "queue", l.env.name, "err", err)
 		return
 	}
 	l.learned.Store(math.Float64bits(eff))
 	if decreased {
-		l.log.Warn("worker: upstream pushed back; effective rate lowered", "queue", l.name,
+		l.env.log.Warn("worker: upstream pushed back; effective rate lowered", "queue", l.env.name,
 			"from", strconv.FormatFloat(before, 'f', 2, 64), "to", strconv.FormatFloat(eff, 'f', 2, 64))
 	}
 }
 
 // run refreshes the learned rate every adaptEvery, adding what the successes since earned,
-// until ctx ends.
+// while ctx lasts and the queue is adaptive.
 func (l *learner) run(ctx context.Context) {
-	t := time.NewTicker(adaptEvery)
-	defer t.Stop()
-	for {
-		if !l.cfg().Adaptive {
-			if !l.until(ctx) {
-				return
-			}
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	on := func(cfg *QueueConfig) bool { return cfg.Adaptive }
+	l.env.every(ctx, adaptEvery, on, nil, func(context.Context) {
 		n := float64(l.successes.Swap(0))
 		l.adapt(func(a *leaky.Adaptation) {
 			eff := math.Float64frombits(l.learned.Load())
@@ -128,21 +109,22 @@ func (l *learner) run(ctx context.Context) {
 			}
 			a.Increase = adaptIncrease * a.Ceiling * min(1, n/(eff*adaptEvery.Seconds()))
 		})
-	}
+	})
 }
 
-// observe feeds one delivery's answer to the learned rate.
-func (l *learner) observe(class retry.Class, resp *http.Response) {
-	if !l.cfg().Adaptive {
+// observe feeds one delivery's answer to the learned rate, but for a tenant's job on a queue
+// that learns per tenant.
+func (l *learner) observe(cfg *QueueConfig, j *job, a answer) {
+	if !cfg.Adaptive || learnsPerTenant(cfg) && j.m.Job.Tenant != "" {
 		return
 	}
-	switch class {
+	switch a.class {
 	case retry.Pause:
 		l.adapt(func(a *leaky.Adaptation) { a.Decrease = true })
 	case retry.Success:
 		l.successes.Add(1)
-		if resp != nil {
-			if target, ok := quotaRate(resp.Header, l.now()); ok {
+		if a.resp != nil {
+			if target, ok := quotaRate(a.resp.Header, l.env.now()); ok {
 				l.adapt(func(a *leaky.Adaptation) { a.Target = max(target, a.Floor) })
 			}
 		}

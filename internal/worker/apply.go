@@ -18,9 +18,7 @@ type job struct {
 	state jobState
 	// running is the running record of the delivery, nil before it was sent.
 	running *runningRecord
-	// heldFor is how long its tenant stays paused, when the pass ended endHeld.
-	heldFor time.Duration
-	// charge is what its slot charged the queue's unit budget, when charged (cost.go).
+	// charge is what its slot charged the queue's unit budget, when charged (unitBudget).
 	charge  leaky.Charge
 	charged bool
 	// gather: its status write waits for the next settle tick (handle; see settleTick).
@@ -44,11 +42,8 @@ type executor struct {
 	tenantsPaused func(queue string, paused map[string]time.Duration)
 }
 
-// logger returns a logger that names j's queue, id and delivery count. It is made on each
-// call rather than kept with the job: most jobs log nothing, and slog's With allocates.
-func (e *executor) logger(j *job) *slog.Logger {
-	return e.log.With("queue", j.queue, "job", j.m.Job.ID, "delivered", j.m.Delivered)
-}
+// logger returns a logger that names j's queue, id and delivery count (jobLogger).
+func (e *executor) logger(j *job) *slog.Logger { return jobLogger(e.log, j) }
 
 // op returns the context of one call: ctx, bounded by d.
 func (e *executor) op(d time.Duration) (context.Context, context.CancelFunc) {

@@ -53,7 +53,12 @@ type message interface {
 	InProgress(ctx context.Context) error
 }
 
+// *queue.Queues is every role the Pool looks for in its Broker, so a signature that drifts
+// fails the build rather than silently stopping scheduled jobs, priorities or fair queues.
 var (
-	_ Broker  = (*queue.Queues)(nil)
-	_ message = (*queue.Msg)(nil)
+	_ Broker      = (*queue.Queues)(nil)
+	_ message     = (*queue.Msg)(nil)
+	_ dueMover    = (*queue.Queues)(nil)
+	_ levelSource = (*queue.Queues)(nil)
+	_ fairSource  = (*queue.Queues)(nil)
 )

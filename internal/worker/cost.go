@@ -22,7 +22,7 @@ import (
 //
 // A refund only helps the jobs not yet holding a slot: slots reserved after the refunded
 // job's stay where they are (a max-plus recurrence cannot move them). So a unit queue reserves
-// units at most unitAhead before they come, one job per process at a time (unitTurn), and a
+// units at most unitAhead before they come, one job per process at a time (unitBudget.turn), and a
 // job told to wait longer asks again every unitPoll, so that a refund reconciled meanwhile
 // brings its units forward. Without it, the estimates of every job waiting with a slot
 // would stand, whatever their true costs.
@@ -33,68 +33,107 @@ const (
 	maxCostBody = 1 << 20
 )
 
-// unitAsk is what job j asks of cfg's unit budget: its cost (0 means 1), capped at what the
+// unitBudget is the policy of a queue's unit budget (cost_rate): a job waits for one slot
+// of both the request rate and its units (admit), and its answer's true cost is reconciled
+// (observe). Safe for concurrent use.
+type unitBudget struct {
+	env   queueEnv
+	sched leaky.CostSchedule // nil: the schedule keeps no unit budgets, and none applies
+	// slot is the queue's leak slot, whose wait this one shares; learned lowers the units an
+	// adaptive queue asks for (unitLearner).
+	slot    *leakSlot
+	learned *unitLearner
+	// turn is held by the one job of the runner taking its slot and units.
+	turn chan struct{}
+	// settling bounds reconciliations: it ends a grace after shutdown.
+	settling context.Context
+}
+
+func newUnitBudget(env queueEnv, sched leaky.Schedule, slot *leakSlot, learned *unitLearner, settling context.Context) *unitBudget {
+	cs, _ := sched.(leaky.CostSchedule)
+	return &unitBudget{env: env, sched: cs, slot: slot, learned: learned, turn: make(chan struct{}, 1), settling: settling}
+}
+
+// admit waits for the job's slot and units together (leaky.WaitCost), one job of the queue at
+// a time in this process, and records the charge on the job (job.charged: the leak slot
+// policy then lets it go at once). A queue without units, or a schedule that keeps none, goes
+// on to the plain slot.
+func (u *unitBudget) admit(ctx context.Context, cfg *QueueConfig, j *job) verdict {
+	j.charged = false
+	if cfg.Units.IsZero() || u.sched == nil {
+		return pass()
+	}
+	err := u.slot.wait(ctx, cfg, j, func(ctx context.Context, h leaky.Hooks) error {
+		select {
+		case u.turn <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-u.turn }()
+		c, err := leaky.WaitCost(ctx, u.sched, u.env.name, u.slot.rate(), u.ask(cfg, j), h)
+		if err == nil {
+			j.charge, j.charged = c, true
+		}
+		return err
+	})
+	if err != nil {
+		return refuse(endNotSent, err.Error())
+	}
+	return pass()
+}
+
+// ask is what job j asks of cfg's unit budget: its cost (0 means 1), capped at what the
 // budget can deliver at once — a larger cost cannot have been accepted under this config
 // (the config changed since), and is charged the capacity, never blocking the queue.
-func (r *runner) unitAsk(cfg *QueueConfig, j *job) leaky.Ask {
+func (u *unitBudget) ask(cfg *QueueConfig, j *job) leaky.Ask {
 	c := max(j.m.Job.Cost, 1)
 	if cfg.CostCapacity > 0 && c > cfg.CostCapacity {
-		r.p.exec.logger(j).Warn("worker: job costs more than the queue's cost_rate and cost_burst can deliver; charging the capacity",
+		u.env.logger(j).Warn("worker: job costs more than the queue's cost_rate and cost_burst can deliver; charging the capacity",
 			"cost", c, "capacity", cfg.CostCapacity)
 		c = cfg.CostCapacity
 	}
 	units := cfg.Units
 	if cfg.Adaptive {
-		units = r.unitLearn.units(units, r.p.now())
+		units = u.learned.units(units, u.env.now())
 	}
 	return leaky.Ask{Units: units, Cost: c, Ahead: unitAhead, Poll: unitPoll}
 }
 
-// costSchedule is the pool's schedule with unit budgets, when cfg has one and the schedule
-// keeps them.
-func (r *runner) costSchedule(cfg *QueueConfig) (leaky.CostSchedule, bool) {
-	if cfg.Units.IsZero() {
-		return nil, false
-	}
-	cs, ok := r.p.sched.(leaky.CostSchedule)
-	return cs, ok
-}
-
-// reconcile reads the true cost of j's delivery from its answer (cfg.CostFromResponse) and
+// observe reads the true cost of j's delivery from its answer (cfg.CostFromResponse) and
 // charges or refunds the difference from its charge; it counts the units delivered either
 // way. A missing or malformed true cost leaves the estimate standing.
-func (r *runner) reconcile(cfg *QueueConfig, j *job, resp *http.Response, body []byte) {
+func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 	if !j.charged {
 		return
 	}
+	m, name := u.env.m, u.env.name
 	units := j.charge.Cost
-	defer func() { r.p.m.unitsDelivered.WithLabelValues(r.name).Add(float64(units)) }()
-	if !cfg.CostFromResponse.IsSet() || resp == nil {
+	defer func() { m.unitsDelivered.WithLabelValues(name).Add(float64(units)) }()
+	if !cfg.CostFromResponse.IsSet() || a.resp == nil {
 		return
 	}
-	actual, ok := cost.FromResponse(cfg.CostFromResponse, resp.Header, body)
+	actual, ok := cost.FromResponse(cfg.CostFromResponse, a.resp.Header, a.body)
 	if !ok {
-		r.p.m.unreconciled.WithLabelValues(r.name).Inc()
-		r.p.log.Debug("worker: no true cost in the answer; the estimate stands", "queue", r.name,
-			"job", j.m.Job.ID, "cost_from_response", cfg.CostFromResponse.String(), "status", resp.StatusCode)
+		m.unreconciled.WithLabelValues(name).Inc()
+		u.env.log.Debug("worker: no true cost in the answer; the estimate stands", "queue", name,
+			"job", j.m.Job.ID, "cost_from_response", cfg.CostFromResponse.String(), "status", a.resp.StatusCode)
 		return
 	}
 	if actual == j.charge.Cost {
 		return
 	}
-	cs, _ := r.p.sched.(leaky.CostSchedule)
-	ctx, cancel := context.WithTimeout(r.p.exec.ctx, storeTimeout)
+	ctx, cancel := context.WithTimeout(u.settling, storeTimeout)
 	defer cancel()
-	if err := cs.Reconcile(ctx, r.name, j.charge, actual); err != nil {
-		r.p.m.unreconciled.WithLabelValues(r.name).Inc()
-		r.p.log.Debug("worker: reconcile the true cost; the estimate stands", "queue", r.name, "err", err)
+	if err := u.sched.Reconcile(ctx, name, j.charge, actual); err != nil {
+		m.unreconciled.WithLabelValues(name).Inc()
+		u.env.log.Debug("worker: reconcile the true cost; the estimate stands", "queue", name, "err", err)
 		return
 	}
 	units = actual
 	if d := actual - j.charge.Cost; d > 0 {
-		r.p.m.unitsReconciled.WithLabelValues(r.name, "charge").Add(float64(d))
+		m.unitsReconciled.WithLabelValues(name, "charge").Add(float64(d))
 	} else {
-		r.p.m.unitsReconciled.WithLabelValues(r.name, "refund").Add(float64(-d))
+		m.unitsReconciled.WithLabelValues(name, "refund").Add(float64(-d))
 	}
 }
 

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -86,8 +85,8 @@ func (s *schedules) wait(ctx context.Context, name string) bool {
 // streams again) whenever the waiting pulls are cut short — on a reconnection to NATS or a
 // consumer leader election — and after a failed watch.
 func (p *Pool) watchSchedules(ctx context.Context) {
-	mv, ok := p.q.(dueMover)
-	if !ok {
+	mv := p.movers
+	if mv == nil {
 		return
 	}
 	for ctx.Err() == nil {
@@ -104,26 +103,35 @@ func (p *Pool) watchSchedules(ctx context.Context) {
 	}
 }
 
-// moveLoop moves the runner's queue's due scheduled jobs into the queue while ctx lasts, once
-// the queue has a schedule stream. Every worker process runs one per queue with one; they
-// share the schedule stream's one consumer.
-func (r *runner) moveLoop(ctx context.Context) {
-	mv, ok := r.p.q.(dueMover)
-	if !ok || !r.p.schedules.wait(ctx, r.name) {
+// mover is the policy that moves its queue's due scheduled jobs into the queue while the
+// queue runs, once the queue has a schedule stream (run). Every worker process runs one per
+// queue with one; they share the schedule stream's one consumer.
+type mover struct {
+	env       queueEnv
+	mv        dueMover
+	schedules *schedules
+	// cut returns the context that ends when waiting pulls must be made anew (Pool.pulls).
+	cut func() context.Context
+}
+
+func (m *mover) run(ctx context.Context) {
+	if m.mv == nil || !m.schedules.wait(ctx, m.env.name) {
 		return
 	}
+	b := fetchBackoff.Backoff(nil)
 	failures := 0
 	for ctx.Err() == nil {
-		if _, err := mv.MoveDue(ctx, r.name, moveBatch, idleWait, r.p.pulls.current()); err != nil {
+		if _, err := m.mv.MoveDue(ctx, m.env.name, moveBatch, idleWait, m.cut()); err != nil {
 			failures++
 			// The mover is made just after its stream: a watch that listed the stream in
 			// between finds no mover for a moment.
 			if failures == 1 && !errors.Is(err, queue.ErrNoSchedule) {
-				r.p.log.Warn("worker: move due scheduled jobs", "queue", r.name, "err", err)
+				m.env.log.Warn("worker: move due scheduled jobs", "queue", m.env.name, "err", err)
 			}
-			retry.Sleep(ctx, nil, fetchBackoff.Delay(failures, rand.Float64()))
+			_ = b.Wait(ctx, 0)
 			continue
 		}
 		failures = 0
+		b.Reset()
 	}
 }

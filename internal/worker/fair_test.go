@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,16 +45,27 @@ func TestScheduleLoopFollowsTheConfig(t *testing.T) {
 	publish("a", 5)
 	publish("b", 5)
 
-	r := &runner{p: &Pool{fairs: qs, log: slog.New(slog.DiscardHandler)}, name: "f"}
+	var current atomic.Pointer[QueueConfig]
+	changed := make(chan struct{}, 1)
+	env := testEnv("f", current.Load)
+	env.until = func(ctx context.Context) bool {
+		select {
+		case <-changed:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	fs := newFairScheduler(env, qs, &tenantLearners{env: env}, func(string) bool { return false })
 	cfg := &QueueConfig{Name: "f", Fair: true, Rate: leaky.Every(20, time.Second)}
-	r.cfg.Store(cfg)
-	target := fairOptions(cfg, r).Target // 200ms at 20/s
+	current.Store(cfg)
+	target := fs.options(cfg).Target // 200ms at 20/s
 	if target != 4 {
 		t.Fatalf("target at 20/s = %d, want 4", target)
 	}
 	lctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); r.scheduleLoop(lctx) }()
+	go func() { defer close(done); fs.run(lctx) }()
 	defer func() { stop(); <-done }()
 
 	info := func() queue.Info {
@@ -80,7 +92,7 @@ func TestScheduleLoopFollowsTheConfig(t *testing.T) {
 	if err := qs.Provision(ctx, []queue.Spec{{Name: "f"}}); err != nil {
 		t.Fatal(err)
 	}
-	r.cfg.Store(&QueueConfig{Name: "f", Rate: leaky.Every(20, time.Second)})
+	current.Store(&QueueConfig{Name: "f", Rate: leaky.Every(20, time.Second)})
 	cons, err := qs.Consumer(ctx, "f")
 	if err != nil {
 		t.Fatal(err)
@@ -127,13 +139,13 @@ queues:
 	p.controls.Store(&map[string]queue.Control{"f": {Tenants: map[string]queue.TenantControl{
 		"id-a": {Rate: "10/s"}, "id-b": {Weight: 0.5},
 	}}})
-	r := &runner{p: p, name: "f"}
-	r.cfg.Store(&qc)
-	o := fairOptions(&qc, r)
+	env := testEnv("f", func() *QueueConfig { return &qc })
+	env.control = func() queue.Control { return p.control("f") }
+	o := newFairScheduler(env, nil, &tenantLearners{env: env}, nil).options(&qc)
 	if o.TenantRates["id-a"] != 10 || o.Weights["id-b"] != 0.5 || o.TenantRates["id-c"] != 8 {
 		t.Fatalf("with an operator's settings: rates %v, weights %v; want a 10 (the operator's), b 0.5, c 8", o.TenantRates, o.Weights)
 	}
-	if caps := r.placeCaps(&qc, "id-a"); len(caps) != 1 || caps[0].Limit != 2 {
+	if caps := (&places{env: env}).caps(&qc, "id-a"); len(caps) != 1 || caps[0].Limit != 2 {
 		t.Fatalf("a's places: %+v, want one cap of 2 (the file's in_flight)", caps)
 	}
 }

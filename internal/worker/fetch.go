@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"math"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -33,33 +32,26 @@ var (
 func (r *runner) run(ctx, hard context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Add(1)
-	go func() { defer wg.Done(); r.learn.run(ctx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); r.tenantLearn.run(ctx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); r.scheduleLoop(ctx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); r.tenantLoop(ctx) }()
-	wg.Add(1)
-	go func() { defer wg.Done(); r.moveLoop(ctx) }()
+	for _, l := range r.pol.loops {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.run(ctx) }()
+	}
 	cons := r.consumer(ctx)
 	if cons == nil {
 		return
 	}
 	log := r.p.log.With("queue", r.name)
-	failures := 0
+	fetchWait, probeWait := fetchBackoff.Backoff(nil), probeBackoff.Backoff(nil)
 	idle := make(chan *queue.Msg) // handlers done with a job, waiting for the next
 	for ctx.Err() == nil {
 		if r.p.health.err() != nil {
 			// The leak schedule cannot be reached: fetch nothing (other workers may reach it)
 			// until it answers.
-			failures++
 			if !r.probe(ctx) {
-				retry.Sleep(ctx, nil, probeBackoff.Delay(failures, rand.Float64()))
+				_ = probeWait.Wait(ctx, 0)
 				continue
 			}
-			failures = 0
+			probeWait.Reset()
 		}
 		cfg := r.cfg.Load()
 		n := cfg.Concurrency - int(r.held.Load())
@@ -79,13 +71,12 @@ func (r *runner) run(ctx, hard context.Context) {
 			if ctx.Err() != nil {
 				break
 			}
-			failures++
-			wait := fetchBackoff.Delay(failures, rand.Float64())
+			wait, _ := fetchWait.Next(0)
 			log.Warn("worker: fetch failed", "err", err, "retry_in", wait)
-			retry.Sleep(ctx, nil, wait)
+			_ = retry.Sleep(ctx, nil, wait)
 			continue
 		}
-		failures = 0
+		fetchWait.Reset()
 		r.readRecords(ctx, cfg, msgs)
 		for _, m := range msgs {
 			r.held.Add(1)
@@ -130,7 +121,7 @@ func (r *runner) handleOne(ctx, hard context.Context, m *queue.Msg) {
 	if m.Job != nil {
 		defer r.p.holding.Delete(m.Job.ID)
 	}
-	defer r.recalled.Delete(m) // when recall did not look
+	defer r.memo.recalled.Delete(m) // when recall did not look
 	var once sync.Once
 	free := func() {
 		once.Do(func() {
@@ -172,7 +163,7 @@ func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*que
 		err  error
 	)
 	switch {
-	case r.idle:
+	case r.fs.idle:
 		// The last long pull found nothing: no job came since, or it would have had it.
 	case lv != nil:
 		msgs, err = lv.take(fctx, n, r.p.now())
@@ -182,7 +173,7 @@ func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*que
 	if len(msgs) > 0 || err != nil || ctx.Err() != nil {
 		return msgs, err
 	}
-	r.idle = false
+	r.fs.idle = false
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.p.pulls.current(), cancel)()
@@ -194,7 +185,7 @@ func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*que
 	if err != nil && lctx.Err() != nil {
 		return msgs, nil // cut short: the caller pulls again, or stops
 	}
-	r.idle = len(msgs) == 0 && err == nil && lctx.Err() == nil
+	r.fs.idle = len(msgs) == 0 && err == nil && lctx.Err() == nil
 	return msgs, err
 }
 
@@ -202,7 +193,8 @@ func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*que
 // ingress or another worker may be about to provision it); nil when ctx ends first.
 func (r *runner) consumer(ctx context.Context) *queue.Consumer {
 	warned := false
-	for n := 1; ; n++ {
+	b := consumerBackoff.Backoff(nil)
+	for {
 		c, err := r.p.q.Consumer(ctx, r.name)
 		if err == nil {
 			return c
@@ -214,8 +206,20 @@ func (r *runner) consumer(ctx context.Context) *queue.Consumer {
 			r.p.log.Warn("worker: queue consumer unavailable; retrying", "queue", r.name, "err", err)
 			warned = true
 		}
-		if retry.Sleep(ctx, nil, consumerBackoff.Delay(n, rand.Float64())) != nil {
+		if b.Wait(ctx, 0) != nil {
 			return nil
 		}
 	}
+}
+
+// probe asks the leak schedule whether it answers again (a read, PausedFor), and records the
+// answer.
+func (r *runner) probe(ctx context.Context) bool {
+	pctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if _, err := r.p.sched.PausedFor(pctx, r.name); err != nil {
+		return false
+	}
+	r.p.health.up(r.p.log)
+	return true
 }

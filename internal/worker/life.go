@@ -13,8 +13,8 @@ import (
 	"github.com/sluice-rl/sluice/retry"
 )
 
-// handle carries one job through its life — recall, admit (admission steps: its leak slot),
-// send — and then applies what settle makes of how that ended. ctx ends when the queue stops fetching
+// handle carries one job through its life — recall, admission (the runner's policies: its
+// place, its leak slot, ...), send — and then applies what settle makes of how that ended. ctx ends when the queue stops fetching
 // (shutdown or reload); hard ends when deliveries in flight must stop.
 //
 // A plan that pauses nothing frees the job's place among the runner's Concurrency (free)
@@ -28,7 +28,6 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg, free func()) {
 	j := &job{m: m, msg: m, queue: r.name}
 	out := r.live(ctx, hard, cfg, j)
 	p := settle(j.state, out, cfg, rand.Float64())
-	j.gather = r.paced()
 	if p.pause == 0 {
 		if r.settling.Add(1) <= int64(cfg.Concurrency) {
 			free()
@@ -43,11 +42,11 @@ func (r *runner) live(ctx, hard context.Context, cfg *QueueConfig, j *job) outco
 	if end, stop := r.recall(ctx, cfg, j); stop {
 		return outcome{end: end}
 	}
-	held, end, stop := r.admit(ctx, cfg, j)
-	defer release(held)
+	held, out, stop := r.pol.admission(ctx, cfg, j, r.p.now)
 	if stop {
-		return outcome{end: end, wait: j.heldFor}
+		return out
 	}
+	defer release(held)
 	return r.send(hard, cfg, j)
 }
 
@@ -64,7 +63,7 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 	}
 	read := m.Delivered > 1 || r.suspect()
 	if read {
-		if v, ok := r.recalled.LoadAndDelete(m); ok {
+		if v, ok := r.memo.recalled.LoadAndDelete(m); ok {
 			st, err = v.(recalled).st, v.(recalled).err
 		} else {
 			st, err = r.p.exec.status(j)
@@ -132,7 +131,7 @@ func (r *runner) readRecords(ctx context.Context, cfg *QueueConfig, msgs []*queu
 		if st, ok := recs[m.Job.ID]; ok {
 			rc = recalled{st: st}
 		}
-		r.recalled.Store(m, rc)
+		r.memo.recalled.Store(m, rc)
 	}
 }
 
@@ -162,25 +161,18 @@ func (r *runner) withdrawn(ctx context.Context, j *job) (passEnd, bool) {
 	return 0, false
 }
 
-// An admission step holds a job back until one condition of its delivery is met. It returns
-// release, called once the delivery (or the pass) has ended, for a step that holds something
-// while the job is delivered, or how the pass ends instead (stop). Steps run in the order of
-// runner.steps; a later step's wait does not hold an earlier step's place longer than the
-// delivery needs it, so steps that hold places (concurrency) come last but one.
-type admission func(ctx context.Context, cfg *QueueConfig, j *job) (release func(), end passEnd, stop bool)
-
 // suspect reports whether first deliveries must read their status record too: for a while
 // after the runner started or its broker reconnected (suspicion), when NATS may have
 // restarted and forgotten the delivery counts of jobs acknowledged just before.
 func (r *runner) suspect() bool {
-	return r.p.now().UnixNano() < r.suspectUntil.Load()
+	return r.p.now().UnixNano() < r.memo.suspectUntil.Load()
 }
 
 // noticeReconnect starts a suspicion window when the broker has reconnected since it last
 // looked; recall calls it for each job.
 func (r *runner) noticeReconnect(cfg *QueueConfig) {
-	if n := r.p.q.Reconnects(); n != r.reconnects.Swap(n) {
-		r.suspectUntil.Store(r.p.now().Add(r.p.suspicion(cfg)).UnixNano())
+	if n := r.p.q.Reconnects(); n != r.memo.reconnects.Swap(n) {
+		r.memo.suspectUntil.Store(r.p.now().Add(r.p.suspicion(cfg)).UnixNano())
 	}
 }
 
@@ -188,92 +180,6 @@ func (r *runner) noticeReconnect(cfg *QueueConfig) {
 // at least 30s. The jobs whose counts a restart lost come back first (they are the oldest in
 // the stream), within an AckWait of it.
 func suspicion(cfg *QueueConfig) time.Duration { return max(2*cfg.AckWait, 30*time.Second) }
-
-// admit runs j through the runner's admission steps, and returns the releases of those that
-// held something (to call, with release, when the pass ends; nil when none did, as today's
-// steps hold nothing) and whether the pass ends here instead.
-func (r *runner) admit(ctx context.Context, cfg *QueueConfig, j *job) (held []func(), end passEnd, stop bool) {
-	for _, step := range r.steps {
-		rel, end, stop := step(ctx, cfg, j)
-		if rel != nil {
-			held = append(held, rel)
-		}
-		if stop {
-			return held, end, true
-		}
-	}
-	return held, 0, false
-}
-
-// release calls the releases admit returned, the last step's first.
-func release(held []func()) {
-	for i := len(held) - 1; i >= 0; i-- {
-		held[i]()
-	}
-}
-
-// admissions are a runner's admission steps, in order: its tenant not paused, the queue's
-// leak slot, then no operator's cancel meanwhile.
-func (r *runner) admissions() []admission {
-	return []admission{r.admitTenant, r.admitSlot, r.admitUncanceled}
-}
-
-// admitSlot waits for the job's concurrency places, if its queue caps them (places.go), and
-// then for its leak slot (waitSlot), with a connection to the upstream dialed meanwhile; the
-// pass ends, not sent, when ctx ends first. It returns the places' release.
-func (r *runner) admitSlot(ctx context.Context, cfg *QueueConfig, j *job) (func(), passEnd, bool) {
-	caps := r.placeCaps(cfg, j.m.Job.Tenant)
-	if len(caps) == 0 {
-		if err := r.slot(ctx, cfg, j); err != nil {
-			return nil, endNotSent, true
-		}
-		return nil, 0, false
-	}
-	for {
-		lease, acquired, err := r.takePlaces(ctx, caps, placeHold(cfg))
-		if err != nil {
-			return nil, endNotSent, true
-		}
-		release := func() { r.releasePlaces(lease) }
-		if err := r.slot(ctx, cfg, j); err != nil {
-			release()
-			return nil, endNotSent, true
-		}
-		if r.p.now().Sub(acquired) < slotBudget || r.renewPlaces(lease, cfg) {
-			return release, 0, false
-		}
-		// The slot came so late that the places expired: both again (the slot goes unused).
-		release()
-	}
-}
-
-// slot waits for the job's leak slot (waitSlot), with a connection to the upstream dialed
-// meanwhile.
-func (r *runner) slot(ctx context.Context, cfg *QueueConfig, j *job) error {
-	if r.p.spares != nil {
-		// A connection to the upstream ready before the slot, should the delivery need one.
-		target := cfg.Upstream
-		if j.m.Job.Direct && cfg.Target != nil {
-			target = cfg.Target.URL
-		}
-		r.p.spares.warm(target)
-	}
-	r.slotWaiters.Add(1)
-	err := r.waitSlot(ctx, cfg, j)
-	if r.slotWaiters.Add(-1) == 0 || r.cfg.Load().Fair {
-		r.poke() // the fetch loop may be holding back for the slot waiters
-	}
-	return err
-}
-
-// admitUncanceled ends the pass of a job an operator canceled while it waited.
-func (r *runner) admitUncanceled(_ context.Context, _ *QueueConfig, j *job) (func(), passEnd, bool) {
-	if _, canceled := r.p.canceled.Load(j.m.Job.ID); canceled {
-		r.p.exec.logger(j).Info("worker: job canceled by an operator; not delivered")
-		return nil, endCanceled, true
-	}
-	return nil, 0, false
-}
 
 // send delivers j's attempt and classifies the answer. The attempt is recorded (state
 // running) while the request is on its way, not before: on a first delivery only if it is
@@ -288,16 +194,11 @@ func (r *runner) send(hard context.Context, cfg *QueueConfig, j *job) outcome {
 	start := r.p.now()
 	resp, body, err := r.deliver(hard, cfg, j.m.Job, attempt)
 	r.p.m.latency.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
-	r.reconcile(cfg, j, resp, body)
 	r.p.m.drain.add(r.name)
 	c := classify(resp, err, r.p.now())
-	if learnsPerTenant(cfg) && j.m.Job.Tenant != "" {
-		r.tenantLearn.observe(j.m.Job.Tenant, c.Class, resp)
-	} else {
-		r.learn.observe(c.Class, resp)
-	}
-	if cfg.Adaptive && !cfg.Units.IsZero() && c.Class == retry.Success && resp != nil {
-		r.unitLearn.observe(resp.Header, unitsPerSecond(cfg.Units), r.p.now())
+	a := answer{resp: resp, body: body, class: c.Class}
+	for _, o := range r.pol.observe {
+		o.observe(cfg, j, a)
 	}
 	if err != nil && hard.Err() != nil {
 		// Shutdown cut the delivery short; another worker takes the job at once.

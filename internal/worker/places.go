@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/sluice-rl/sluice/inflight"
@@ -14,8 +13,8 @@ import (
 // in_flight set by an operator), caps its deliveries in flight at once across every worker of
 // every process. Each delivery holds a place of the queue's cap and of its tenant's (package
 // inflight: one sorted set per cap in Redis, all of one queue in one hash slot) from before its
-// leak slot until its answer, or its timeout, has ended: admitSlot takes the places, then the
-// slot, and the pass releases them once the delivery ends. Places come before the slot, so
+// leak slot until its answer, or its timeout, has ended: the places policy comes before the
+// slot's in the admission order, and the pass releases them once the delivery ends. Places come before the slot, so
 // that a delivery leaves at its slot: a slot taken first and used whenever a place came free
 // would bunch deliveries up.
 //
@@ -57,11 +56,52 @@ func PlaceKeys(queue, tenant string) []string {
 	return []string{placeKey(queue), tenantPlaceKey(queue, tenant)}
 }
 
-// placeCaps are the caps a job of tenant must hold a place of; none when the queue has none.
-func (r *runner) placeCaps(cfg *QueueConfig, tenant string) []inflight.Cap {
+// places is the policy of a queue's concurrency caps. Safe for concurrent use.
+type places struct {
+	env   queueEnv
+	store placeStore // the Pool's inflight.Reuser
+	// settling bounds the calls that give places back: it ends a grace after shutdown.
+	settling context.Context
+}
+
+// admit waits for a place of every cap the job's delivery must hold (caps); the pass ends,
+// not sent, when ctx ends first or the store cannot be reached for storeGiveUp (the job is
+// handed back, for a worker that can reach it). Its verdict's valid renews the places for a
+// job whose slot came later than slotBudget after them; when they expired meanwhile, the job
+// takes both again (the slot goes unused).
+func (p *places) admit(ctx context.Context, cfg *QueueConfig, j *job) verdict {
+	caps := p.caps(cfg, j.m.Job.Tenant)
+	if len(caps) == 0 {
+		return pass()
+	}
+	lease, acquired, err := p.take(ctx, caps, placeHold(cfg))
+	if err != nil {
+		return refuse(endNotSent, err.Error())
+	}
+	return verdict{
+		release: func() { p.release(lease) },
+		valid:   func() bool { return p.env.now().Sub(acquired) < slotBudget || p.renew(lease, cfg) },
+	}
+}
+
+// placeStore is what the places policy needs of a place store: *inflight.Reuser is one, and so
+// are inflight.Memory and inflight.Redis.
+type placeStore interface {
+	Wait(ctx context.Context, caps []inflight.Cap, hold time.Duration) (inflight.Result, error)
+	Release(ctx context.Context, l inflight.Lease) error
+	Renew(ctx context.Context, l inflight.Lease, hold time.Duration) (bool, error)
+}
+
+var (
+	_ placeStore = (*inflight.Reuser)(nil)
+	_ placeStore = (*inflight.Memory)(nil)
+)
+
+// caps are the caps a job of tenant must hold a place of; none when the queue has none.
+func (p *places) caps(cfg *QueueConfig, tenant string) []inflight.Cap {
 	var caps []inflight.Cap
 	if cfg.MaxInFlight > 0 {
-		caps = append(caps, inflight.Cap{Key: placeKey(r.name), Limit: cfg.MaxInFlight})
+		caps = append(caps, inflight.Cap{Key: placeKey(p.env.name), Limit: cfg.MaxInFlight})
 	}
 	if !cfg.Fair || tenant == "" {
 		return caps
@@ -70,25 +110,27 @@ func (r *runner) placeCaps(cfg *QueueConfig, tenant string) []inflight.Cap {
 	if n, ok := cfg.TenantInFlights[tenant]; ok {
 		limit = n // the file's setting for this tenant
 	}
-	if tc, ok := r.p.control(r.name).Tenants[tenant]; ok && tc.InFlight > 0 {
+	if tc, ok := p.env.control().Tenants[tenant]; ok && tc.InFlight > 0 {
 		limit = tc.InFlight // an operator's setting for this tenant
 	}
 	if limit > 0 {
-		caps = append(caps, inflight.Cap{Key: tenantPlaceKey(r.name, tenant), Limit: limit})
+		caps = append(caps, inflight.Cap{Key: tenantPlaceKey(p.env.name, tenant), Limit: limit})
 	}
 	return caps
 }
 
-// takePlaces waits for a place of every cap and returns their lease, or why the pass ends
-// instead: not sent when ctx ends first or the store cannot be reached for storeGiveUp (the job
-// is handed back, for a worker that can reach it).
-func (r *runner) takePlaces(ctx context.Context, caps []inflight.Cap, hold time.Duration) (lease inflight.Lease, acquired time.Time, err error) {
-	var failingSince time.Time
-	for failures := 1; ; failures++ {
-		start := r.p.now()
-		res, err := r.p.places.Wait(ctx, caps, hold)
+// take waits for a place of every cap and returns their lease and when it was asked for, or
+// an error: ctx's, or the store's once it has failed for storeGiveUp.
+func (p *places) take(ctx context.Context, caps []inflight.Cap, hold time.Duration) (lease inflight.Lease, acquired time.Time, err error) {
+	var (
+		b            *retry.Backoff // made at the first failure
+		failingSince time.Time
+	)
+	for {
+		start := p.env.now()
+		res, err := p.store.Wait(ctx, caps, hold)
 		if err == nil {
-			r.p.m.placeWait.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
+			p.env.m.placeWait.WithLabelValues(p.env.name).Observe(p.env.now().Sub(start).Seconds())
 			return res.Lease, start, nil
 		}
 		if ctx.Err() != nil {
@@ -97,36 +139,38 @@ func (r *runner) takePlaces(ctx context.Context, caps []inflight.Cap, hold time.
 		if failingSince.IsZero() {
 			failingSince = start
 		}
-		r.p.m.placeErrors.WithLabelValues(r.name).Inc()
-		r.p.log.Debug("worker: concurrency places unavailable", "queue", r.name, "err", err)
-		if errors.Is(err, inflight.ErrCrossSlot) || r.p.now().Sub(failingSince) >= storeGiveUp {
-			r.p.log.Warn("worker: cannot take a concurrency place; handing the job back", "queue", r.name, "err", err)
+		p.env.m.placeErrors.WithLabelValues(p.env.name).Inc()
+		p.env.log.Debug("worker: concurrency places unavailable", "queue", p.env.name, "err", err)
+		if errors.Is(err, inflight.ErrCrossSlot) || p.env.now().Sub(failingSince) >= storeGiveUp {
+			p.env.log.Warn("worker: cannot take a concurrency place; handing the job back", "queue", p.env.name, "err", err)
 			return inflight.Lease{}, time.Time{}, err
 		}
-		if err := retry.Sleep(ctx, nil, takeBackoff.Delay(failures, rand.Float64())); err != nil {
+		if b == nil {
+			b = takeBackoff.Backoff(nil)
+		}
+		if err := b.Wait(ctx, 0); err != nil {
 			return inflight.Lease{}, time.Time{}, err
 		}
 	}
 }
 
-// releasePlaces gives a delivery's places back; should it fail, they come back after their
-// hold.
-func (r *runner) releasePlaces(l inflight.Lease) {
-	ctx, cancel := context.WithTimeout(r.p.exec.ctx, storeTimeout)
+// release gives a delivery's places back; should it fail, they come back after their hold.
+func (p *places) release(l inflight.Lease) {
+	ctx, cancel := context.WithTimeout(p.settling, storeTimeout)
 	defer cancel()
-	if err := r.p.places.Release(ctx, l); err != nil {
-		r.p.log.Warn("worker: release concurrency places; they come back after their hold", "queue", r.name, "err", err)
+	if err := p.store.Release(ctx, l); err != nil {
+		p.env.log.Warn("worker: release concurrency places; they come back after their hold", "queue", p.env.name, "err", err)
 	}
 }
 
-// renewPlaces extends l's places for a delivery that starts now, after a slot that came late,
-// and reports whether they are still held (when not, they are all given back).
-func (r *runner) renewPlaces(l inflight.Lease, cfg *QueueConfig) bool {
-	ctx, cancel := context.WithTimeout(r.p.exec.ctx, storeTimeout)
+// renew extends l's places for a delivery that starts now, after a slot that came late, and
+// reports whether they are still held (when not, they are all given back).
+func (p *places) renew(l inflight.Lease, cfg *QueueConfig) bool {
+	ctx, cancel := context.WithTimeout(p.settling, storeTimeout)
 	defer cancel()
-	renewed, err := r.p.places.Renew(ctx, l, cfg.Timeout+placeMargin)
+	renewed, err := p.store.Renew(ctx, l, cfg.Timeout+placeMargin)
 	if err != nil {
-		r.p.log.Warn("worker: renew concurrency places", "queue", r.name, "err", err)
+		p.env.log.Warn("worker: renew concurrency places", "queue", p.env.name, "err", err)
 	}
 	return renewed
 }

@@ -80,7 +80,12 @@ type Pool struct {
 	pulls pulls // cuts idle queues' waiting pulls short (idle.go)
 	// schedules are the queues with a schedule stream, whose due jobs runners move (due.go)
 	schedules schedules
-	fairs     fairSource // nil: Queues makes no fair schedulers
+	// fairs, movers and levels are Queues as the makers of fair schedulers, the movers of
+	// scheduled jobs and the consumers of priority levels; nil for a Broker that is none (a
+	// test's fake: *queue.Queues is all three, checked in broker.go).
+	fairs  fairSource
+	movers dueMover
+	levels levelSource
 	exec      *executor  // carries out each job's plan
 	sched     leaky.Schedule
 	// takes is sched with the slot takes of a queue that overlap in time sharing one call
@@ -162,6 +167,8 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	}
 	p.places = inflight.Reuse(store, 0, 0)
 	p.fairs, _ = deps.Queues.(fairSource)
+	p.movers, _ = deps.Queues.(dueMover)
+	p.levels, _ = deps.Queues.(levelSource)
 	p.exec = &executor{ctx: context.Background(), store: p.q, sched: p.sched, m: m, log: p.log, now: p.now,
 		handedBack: func() { p.handedBack.Add(1) }, tenantsPaused: p.tenantsPaused}
 	if p.client == nil {
@@ -347,7 +354,11 @@ func (p *Pool) watch(ctx context.Context) (stopped <-chan struct{}) {
 				p.controls.Store(&m)
 				p.mu.Lock()
 				for _, r := range p.runners {
-					r.controlChanged()
+					for _, pol := range r.pol.all {
+						if f, ok := pol.(controlsFollower); ok {
+							f.controlsChanged()
+						}
+					}
 				}
 				p.mu.Unlock()
 			})
@@ -397,9 +408,20 @@ func (p *Pool) tenantsPaused(queue string, paused map[string]time.Duration) {
 	p.mu.Lock()
 	r := p.runners[queue]
 	p.mu.Unlock()
-	if r != nil {
-		r.holds.set(p.now(), paused)
+	if r == nil {
+		return
 	}
+	for _, pol := range r.pol.all {
+		if h, ok := pol.(tenantPauseHearer); ok {
+			h.tenantsPaused(p.now(), paused)
+		}
+	}
+}
+
+// tenantPauses returns the Pool's schedule as TenantPauses, or nil when it keeps none.
+func (p *Pool) tenantPauses() leaky.TenantPauses {
+	tp, _ := p.sched.(leaky.TenantPauses)
+	return tp
 }
 
 // control returns the operators' control of the queue named name.
@@ -413,21 +435,52 @@ func (p *Pool) control(name string) queue.Control {
 // startLocked starts the runner of queue s; p.mu is held and Run is running.
 func (p *Pool) startLocked(s QueueConfig) {
 	ctx, cancel := context.WithCancel(p.ctx)
-	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1), controls: make(chan struct{}, 1),
-		unitTurn: make(chan struct{}, 1)}
-	r.steps = r.admissions()
-	r.reconnects.Store(p.q.Reconnects())
-	r.suspectUntil.Store(p.now().Add(p.suspicion(&s)).UnixNano()) // a start may follow a NATS restart
-	r.learn = newLearner(r)
-	r.tenantLearn.r = r
-	r.cfg.Store(&s)
-	r.reconfigured()
+	r := p.newRunner(s, cancel)
 	p.runners[s.Name] = r
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		r.run(ctx, p.hard)
 	}()
+}
+
+// newRunner returns the runner of queue s with its policies, in admission order: its tenant
+// not paused, the queue not paused by an operator, its concurrency places, its unit budget,
+// its leak slot, no operator's cancel meanwhile; then the learners, the mover and the fair
+// scheduler, which only observe or run.
+func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
+	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1)}
+	r.cfg.Store(&s)
+	r.reconfigured()
+	r.memo.reconnects.Store(p.q.Reconnects())
+	r.memo.suspectUntil.Store(p.now().Add(p.suspicion(&s)).UnixNano()) // a start may follow a NATS restart
+	env := queueEnv{name: s.Name, cfg: r.cfg.Load, now: p.now, log: p.log, m: p.m,
+		control: func() queue.Control { return p.control(s.Name) }, until: r.untilChanged}
+	ad, _ := p.sched.(leaky.Adapter)
+	learn := &learner{env: env, ad: ad}
+	tenantLearn := &tenantLearners{env: env, ad: ad}
+	unitLearn := &unitLearner{now: p.now}
+	tenants := &tenantPause{env: env, store: p.tenantPauses()}
+	operator := &operatorPause{env: env}
+	slot := &leakSlot{env: env, takes: p.takes, sched: p.sched, health: &p.health, paused: operator.pausedNow,
+		learned: learn.rate, waiters: &r.slotWaiters, poke: r.poke}
+	if p.spares != nil {
+		slot.warm = p.spares.warm
+	}
+	r.pol = newPolicies(
+		tenants,
+		operator,
+		&places{env: env, store: p.places, settling: p.exec.ctx},
+		newUnitBudget(env, p.sched, slot, unitLearn, p.exec.ctx),
+		slot,
+		&uncanceled{env: env, canceled: &p.canceled},
+		learn,
+		tenantLearn,
+		unitLearn,
+		&mover{env: env, mv: p.movers, schedules: &p.schedules, cut: p.pulls.current},
+		newFairScheduler(env, p.fairs, tenantLearn, tenants.pausedNow),
+	)
+	return r
 }
 
 // Reload replaces the Pool's queues by specs without a restart. The queues present in both
@@ -468,33 +521,40 @@ func (p *Pool) Reload(specs []QueueConfig) error {
 	return nil
 }
 
-// runner drains one queue.
+// runner drains one queue: it fetches jobs, keeps the counts of those in hand, and takes each
+// through its life (handle) over its policies. It knows no feature by name.
 type runner struct {
-	p           *Pool
-	name        string
-	lv          *levels // its queue's priority levels, once looked up (fetch)
-	cfg         atomic.Pointer[QueueConfig]
-	cancel      context.CancelFunc
-	held        atomic.Int64   // jobs in hand
-	settling    atomic.Int64   // jobs whose place was freed while their plan is carried out (handle)
-	slotWaiters atomic.Int64   // jobs in hand waiting for their leak slot
-	learn       *learner       // the learned rate of an adaptive queue
-	unitLearn   unitLearner    // the learned unit rate of an adaptive queue with cost_rate
-	tenantLearn tenantLearners // its tenants' learned rates (adaptive, pause_scope: tenant)
-	holds       tenantHolds    // its paused tenants (pause_scope: tenant)
-	steps       []admission    // what a job waits for before its delivery (admissions)
-	unitTurn    chan struct{}  // held by the one job of a unit queue taking its slot (cost.go)
-	slotTurn    turnGate       // held by the jobs taking their slots while slots are reserved ahead (slot.go)
-	horizon     atomic.Int64   // Unix ns of the latest slot the runner reserved
-	idle        bool           // the fetch loop's last long pull expired empty (fetch)
-	// suspectUntil (Unix ns) ends the window in which first deliveries read their record
-	// (suspect); reconnects is the broker's reconnect count when the runner last looked.
+	p      *Pool
+	name   string
+	cfg    atomic.Pointer[QueueConfig]
+	cancel context.CancelFunc
+	// held counts the jobs in hand; settling, those whose place was freed while their plan is
+	// carried out (handle); slotWaiters, those in hand waiting for their leak slot.
+	held        atomic.Int64
+	settling    atomic.Int64
+	slotWaiters atomic.Int64
+	pol         policies   // in admission order (newRunner)
+	fs          fetchState // the fetch loop's own state
+	memo        recallMemo // what recall knows across jobs
+	// wake is signalled when a job was finished, the last slot waiter got its slot, or the
+	// config changed; changed is closed (and replaced) when the config changes.
+	wake    chan struct{}
+	changed atomic.Pointer[chan struct{}]
+}
+
+// fetchState is the fetch loop's state of a runner; only that loop uses it.
+type fetchState struct {
+	lv   *levels // its queue's priority levels, once looked up (fetch)
+	idle bool    // the last long pull expired empty
+}
+
+// recallMemo is what recall knows across a runner's jobs: the window in which first deliveries
+// read their record (suspectUntil, Unix ns; suspect), the broker's reconnect count when the
+// runner last looked, and the records read ahead with their fetch (readRecords).
+type recallMemo struct {
 	suspectUntil atomic.Int64
 	reconnects   atomic.Uint64
-	recalled     sync.Map                      // *queue.Msg → recalled: its record, read with its fetch's (readRecords)
-	wake         chan struct{}                 // a job was finished, the last slot waiter got its slot, or the config changed
-	controls     chan struct{}                 // the operators' controls changed (scheduleLoop applies them at once)
-	changed      atomic.Pointer[chan struct{}] // closed (and replaced) when the config changes
+	recalled     sync.Map // *queue.Msg → recalled
 }
 
 // reconfigured tells the runner's loops that its config changed.
@@ -514,14 +574,6 @@ func (r *runner) untilChanged(ctx context.Context) bool {
 		return true
 	case <-ctx.Done():
 		return false
-	}
-}
-
-// controlChanged tells the runner's schedule loop that the controls changed.
-func (r *runner) controlChanged() {
-	select {
-	case r.controls <- struct{}{}:
-	default:
 	}
 }
 

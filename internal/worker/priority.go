@@ -44,14 +44,14 @@ type levels struct {
 // no levels; it looks the other consumers up once.
 func (r *runner) levelsOf(ctx context.Context, cons *queue.Consumer) *levels {
 	if cfg := r.cfg.Load(); !cfg.Priorities || cfg.Fair {
-		r.lv = nil
+		r.fs.lv = nil
 		return nil
 	}
-	if r.lv != nil {
-		return r.lv
+	if r.fs.lv != nil {
+		return r.fs.lv
 	}
-	src, ok := r.p.q.(levelSource)
-	if !ok {
+	src := r.p.levels
+	if src == nil {
 		return nil
 	}
 	lv := &levels{}
@@ -66,7 +66,7 @@ func (r *runner) levelsOf(ctx context.Context, cons *queue.Consumer) *levels {
 		}
 		lv.cons[i] = c
 	}
-	r.lv = lv
+	r.fs.lv = lv
 	return lv
 }
 

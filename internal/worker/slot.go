@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,36 +14,109 @@ import (
 	"github.com/sluice-rl/sluice/retry"
 )
 
-// waitSlot waits until the job may be delivered, with leaky.Wait: it takes a leak slot, sleeps
-// until it, and checks that the queue was not paused (nor the schedule's state lost) meanwhile.
-// When the schedule cannot be reached it does not deliver: it counts the error and tries again
-// after a backoff (takeBackoff), so delivery resumes within a fraction of a second
-// of the store's return. The rate is read afresh on every try, so a reload applies at once.
-// It returns ctx's error when ctx ends first, and ErrScheduleDown once the schedule has failed
-// for storeGiveUp without a break: the job is then handed back, for a worker that can reach it.
-func (r *runner) waitSlot(ctx context.Context, cfg *QueueConfig, j *job) error {
-	start := r.p.now()
-	failures := 0
-	var failingSince time.Time
-	held := func() bool { return r.p.control(r.name).PausedAt(r.p.now()) }
+// leakSlot is the policy of a queue's leak slot: a job goes at its slot of the queue's rate,
+// shared by every worker of every process (leaky.Schedule). It also says whether the queue's
+// deliveries are paced by that rate (observe sets job.gather; see settleTick). Safe for
+// concurrent use.
+type leakSlot struct {
+	env queueEnv
+	// takes is the Pool's schedule with the takes of a queue that overlap in time sharing one
+	// call (leaky.Coalesce); sched, the schedule itself.
+	takes, sched leaky.Schedule
+	health       *scheduleHealth
+	// paused is the operator's pause, checked again just before each slot; learned, the
+	// queue's learned rate in deliveries per second (0: none).
+	paused  func() bool
+	learned func() float64
+	// warm dials a connection to the upstream ahead of the slot; nil: none.
+	warm func(target string)
+	// waiters counts the runner's jobs waiting for a slot; poke wakes its fetch loop.
+	waiters *atomic.Int64
+	poke    func()
+	turn    turnGate
+	horizon atomic.Int64 // Unix ns of the latest slot the runner reserved
+}
+
+// admit waits for the job's leak slot; the pass ends, not sent, when ctx ends first or the
+// schedule cannot be reached (ErrScheduleDown: handed back, for a worker that can reach it).
+// A job whose unit budget took its slot already (job.charged, unitBudget) goes at once.
+func (s *leakSlot) admit(ctx context.Context, cfg *QueueConfig, j *job) verdict {
+	if j.charged {
+		return pass()
+	}
+	if err := s.wait(ctx, cfg, j, s.take); err != nil {
+		return refuse(endNotSent, err.Error())
+	}
+	return pass()
+}
+
+// observe marks a job whose delivery was paced by the queue's rate: its status write waits
+// for the next settle tick.
+func (s *leakSlot) observe(_ *QueueConfig, j *job, _ answer) { j.gather = s.paced() }
+
+// take takes one slot, in turn (takeTurn), with the hooks of wait.
+func (s *leakSlot) take(ctx context.Context, h leaky.Hooks) error {
+	rate := s.rate()
+	release, err := s.takeTurn(ctx, rate)
+	if err != nil {
+		return err
+	}
+	defer release()
+	h.OnTake = func(at time.Time) {
+		s.reserved(at)
+		release()
+	}
+	return leaky.WaitHooks(ctx, s.takes, s.env.name, s.rate(), h)
+}
+
+// wait waits until the job may be delivered with take — leaky.Wait: take a slot, sleep until
+// it, check the queue was not paused (nor the schedule's state lost) meanwhile — with a
+// connection to the upstream dialed meanwhile. When the schedule cannot be reached it does not
+// deliver: it counts the error and tries again after a backoff (takeBackoff), so delivery
+// resumes within a fraction of a second of the store's return. The rate is read afresh on
+// every try, so a reload applies at once. It returns ctx's error when ctx ends first, and
+// ErrScheduleDown once the schedule has failed for storeGiveUp without a break.
+func (s *leakSlot) wait(ctx context.Context, cfg *QueueConfig, j *job, take func(context.Context, leaky.Hooks) error) error {
+	if s.warm != nil {
+		target := cfg.Upstream
+		if j.m.Job.Direct && cfg.Target != nil {
+			target = cfg.Target.URL
+		}
+		s.warm(target)
+	}
+	s.waiters.Add(1)
+	err := s.retryTake(ctx, take)
+	if s.waiters.Add(-1) == 0 || s.env.cfg().Fair {
+		s.poke() // the fetch loop may be holding back for the slot waiters
+	}
+	return err
+}
+
+// retryTake is wait's loop.
+func (s *leakSlot) retryTake(ctx context.Context, take func(context.Context, leaky.Hooks) error) error {
+	start := s.env.now()
+	var (
+		b            *retry.Backoff // made at the first failure: most takes have none
+		failingSince time.Time
+	)
+	m, name := s.env.m, s.env.name
+	hooks := leaky.Hooks{
+		Held:   s.paused,
+		OnSlot: func(late time.Duration) { m.slotLate.WithLabelValues(name).Observe(late.Seconds()) },
+		OnGiveUp: func(late time.Duration) {
+			m.givenUp.WithLabelValues(name).Inc()
+			s.env.log.Debug("worker: slot given up; woke too late to use it on time", "queue", name, "late", late)
+		},
+	}
 	for {
 		// An operator's pause holds every worker: no slot is taken while it lasts.
-		for held() {
-			if retry.Sleep(ctx, nil, heldPoll) != nil {
-				return ctx.Err()
-			}
+		if err := waitResumed(ctx, s.paused); err != nil {
+			return err
 		}
-		err := r.waitOnce(ctx, cfg, j, leaky.Hooks{
-			Held:   held,
-			OnSlot: func(late time.Duration) { r.p.m.slotLate.WithLabelValues(r.name).Observe(late.Seconds()) },
-			OnGiveUp: func(late time.Duration) {
-				r.p.m.givenUp.WithLabelValues(r.name).Inc()
-				r.p.log.Debug("worker: slot given up; woke too late to use it on time", "queue", r.name, "late", late)
-			},
-		})
+		err := take(ctx, hooks)
 		if err == nil {
-			r.p.m.slotWait.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
-			r.p.health.up(r.p.log)
+			m.slotWait.WithLabelValues(name).Observe(s.env.now().Sub(start).Seconds())
+			s.health.up(s.env.log)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -53,56 +125,27 @@ func (r *runner) waitSlot(ctx context.Context, cfg *QueueConfig, j *job) error {
 		if errors.Is(err, leaky.ErrHeld) {
 			continue
 		}
-		r.p.m.takeErrors.WithLabelValues(r.name).Inc()
+		m.takeErrors.WithLabelValues(name).Inc()
 		if errors.Is(err, leaky.ErrInvalidRate) {
 			// Validated configs never get here; do not spin on one that did.
-			r.p.log.Error("worker: invalid rate", "queue", r.name, "err", err)
+			s.env.log.Error("worker: invalid rate", "queue", name, "err", err)
 		} else {
-			r.p.log.Debug("worker: leak schedule unavailable", "queue", r.name, "err", err)
+			s.env.log.Debug("worker: leak schedule unavailable", "queue", name, "err", err)
 		}
-		if failures == 0 {
-			failingSince = r.p.now()
+		if failingSince.IsZero() {
+			failingSince = s.env.now()
 		}
-		if (r.p.health.err() != nil || r.p.now().Sub(failingSince) >= storeGiveUp) && !errors.Is(err, leaky.ErrInvalidRate) {
-			r.p.health.down(r.p.log, failingSince, err)
+		if (s.health.err() != nil || s.env.now().Sub(failingSince) >= storeGiveUp) && !errors.Is(err, leaky.ErrInvalidRate) {
+			s.health.down(s.env.log, failingSince, err)
 			return ErrScheduleDown
 		}
-		failures++
-		if err := retry.Sleep(ctx, nil, takeBackoff.Delay(failures, rand.Float64())); err != nil {
+		if b == nil {
+			b = takeBackoff.Backoff(nil)
+		}
+		if err := b.Wait(ctx, 0); err != nil {
 			return err
 		}
 	}
-}
-
-// waitOnce waits for j's slot once (leaky.WaitHooks), or for a queue with a unit budget for
-// its slot and units (leaky.WaitCost), one job of the queue at a time in this process
-// (unitTurn; cost.go), and records the charge on j.
-func (r *runner) waitOnce(ctx context.Context, cfg *QueueConfig, j *job, h leaky.Hooks) error {
-	cs, ok := r.costSchedule(cfg)
-	if !ok || j == nil {
-		rate := r.rate()
-		release, err := r.takeTurn(ctx, rate)
-		if err != nil {
-			return err
-		}
-		defer release()
-		h.OnTake = func(at time.Time) {
-			r.reserved(at)
-			release()
-		}
-		return leaky.WaitHooks(ctx, r.p.takes, r.name, r.rate(), h)
-	}
-	select {
-	case r.unitTurn <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-r.unitTurn }()
-	c, err := leaky.WaitCost(ctx, cs, r.name, r.rate(), r.unitAsk(cfg, j), h)
-	if err == nil {
-		j.charge, j.charged = c, true
-	}
-	return err
 }
 
 // storeGiveUp is how long a job waits for an unreachable leak schedule before it is handed back.
@@ -146,29 +189,14 @@ func (h *scheduleHealth) err() error {
 	return fmt.Errorf("%w since %s: %v", ErrScheduleDown, f.since.UTC().Format(time.RFC3339), f.err)
 }
 
-// probe asks the schedule whether it answers again (a read, PausedFor), and records the answer.
-func (r *runner) probe(ctx context.Context) bool {
-	pctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	defer cancel()
-	if _, err := r.p.sched.PausedFor(pctx, r.name); err != nil {
-		return false
-	}
-	r.p.health.up(r.p.log)
-	return true
-}
-
 // takeBackoff spaces the retries of a failed slot take: short, so that delivery resumes within a
 // fraction of a second of the store's return.
 var takeBackoff = retry.Policy{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}
 
-// heldPoll is how often a worker looks whether an operator's pause of its queue has ended (the
-// controls themselves arrive by a watch, at once).
-const heldPoll = 100 * time.Millisecond
-
 // baseRate is the queue's leak rate: the config's, or the one an operator set at run time.
-func (r *runner) baseRate() leaky.Rate {
-	rate := r.cfg.Load().Rate
-	if s := r.p.control(r.name).Rate; s != "" {
+func baseRate(env queueEnv) leaky.Rate {
+	rate := env.cfg().Rate
+	if s := env.control().Rate; s != "" {
 		if rt, err := config.ParseRate(s); err == nil && rt.Interval() > 0 {
 			rate.Interval = rt.Interval()
 		}
@@ -178,9 +206,9 @@ func (r *runner) baseRate() leaky.Rate {
 
 // rate is the leak rate slots are taken at: baseRate, or for an adaptive queue the rate the
 // workers learned, when that is lower.
-func (r *runner) rate() leaky.Rate {
-	rate := r.baseRate()
-	if eff := r.learn.rate(); eff > 0 {
+func (s *leakSlot) rate() leaky.Rate {
+	rate := baseRate(s.env)
+	if eff := s.learned(); eff > 0 {
 		if iv := time.Duration(float64(time.Second) / eff); iv > rate.Interval {
 			rate.Interval = iv
 		}
@@ -202,9 +230,9 @@ const reserveAhead = 100 * time.Millisecond
 // holds back), at two or more slots per tick (a rate of 200/s or more). Their status writes
 // then wait for the tick (apply.go, settleTick); an unthrottled drain's, whose slots are never
 // a tick ahead, and a slow queue's, which has little to gather, go at once.
-func (r *runner) paced() bool {
-	iv := r.rate().Interval
-	return iv > 0 && 2*iv <= settleTick && r.horizon.Load() > r.p.now().Add(settleTick).UnixNano()
+func (s *leakSlot) paced() bool {
+	iv := s.rate().Interval
+	return iv > 0 && 2*iv <= settleTick && s.horizon.Load() > s.env.now().Add(settleTick).UnixNano()
 }
 
 // maxTurns is the most jobs of a runner that take their slots together while slots are
@@ -229,17 +257,17 @@ func turns(rate leaky.Rate) int {
 // reserved ahead (an unthrottled queue, or one behind), else among the turns(rate) jobs at a
 // time whose takes go together, once the latest reservation is within reserveAhead. release
 // ends the turn; it is idempotent.
-func (r *runner) takeTurn(ctx context.Context, rate leaky.Rate) (release func(), err error) {
-	if r.horizon.Load() <= r.p.now().UnixNano() {
+func (s *leakSlot) takeTurn(ctx context.Context, rate leaky.Rate) (release func(), err error) {
+	if s.horizon.Load() <= s.env.now().UnixNano() {
 		return func() {}, nil
 	}
-	if err := r.slotTurn.acquire(ctx, turns(rate)); err != nil {
+	if err := s.turn.acquire(ctx, turns(rate)); err != nil {
 		return nil, err
 	}
 	var once sync.Once
-	release = func() { once.Do(func() { r.slotTurn.release(turns(rate)) }) }
+	release = func() { once.Do(func() { s.turn.release(turns(rate)) }) }
 	for {
-		wait := time.Duration(r.horizon.Load()-r.p.now().UnixNano()) - reserveAhead
+		wait := time.Duration(s.horizon.Load()-s.env.now().UnixNano()) - reserveAhead
 		if wait <= 0 {
 			return release, nil
 		}
@@ -301,11 +329,11 @@ func (g *turnGate) release(limit int) {
 }
 
 // reserved records a slot the runner reserved at at.
-func (r *runner) reserved(at time.Time) {
+func (s *leakSlot) reserved(at time.Time) {
 	n := at.UnixNano()
 	for {
-		old := r.horizon.Load()
-		if n <= old || r.horizon.CompareAndSwap(old, n) {
+		old := s.horizon.Load()
+		if n <= old || s.horizon.CompareAndSwap(old, n) {
 			return
 		}
 	}

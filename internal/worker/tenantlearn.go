@@ -3,10 +3,8 @@ package worker
 import (
 	"context"
 	"math"
-	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/leaky"
@@ -25,10 +23,13 @@ import (
 // rate changed within adaptForget; both are forgotten after that long idle, and the tenant is
 // back at its cap.
 
-// tenantLearners are the learned rates of one queue's tenants. It is safe for concurrent use.
+// tenantLearners is the policy of the learned rates of one queue's tenants: it learns from
+// their answers (observe) and raises and forgets them (run); the fair scheduler reads them
+// (rates, version). It is safe for concurrent use.
 type tenantLearners struct {
-	r  *runner
-	mu sync.Mutex
+	env queueEnv
+	ad  leaky.Adapter // nil: the schedule cannot adapt, and nothing is learned
+	mu  sync.Mutex
 	m  map[string]*tenantLearner
 	// version counts the changes of any learned rate, for the scheduler to follow.
 	version atomic.Uint64
@@ -61,8 +62,8 @@ func (ts *tenantLearners) get(tenant string) *tenantLearner {
 // ceiling is tenant's cap: its own rate (an operator's, else the file's), else the queue's
 // tenant_rate, within the queue's rate.
 func (ts *tenantLearners) ceiling(cfg *QueueConfig, tenant string) float64 {
-	c := ts.r.learn.ceiling()
-	if tc, ok := ts.r.p.control(ts.r.name).Tenants[tenant]; ok && tc.Rate != "" {
+	c := perSecond(baseRate(ts.env))
+	if tc, ok := ts.env.control().Tenants[tenant]; ok && tc.Rate != "" {
 		if rt, err := config.ParseRate(tc.Rate); err == nil && rt.PerSecond() > 0 {
 			return min(c, rt.PerSecond())
 		}
@@ -78,9 +79,8 @@ func (ts *tenantLearners) ceiling(cfg *QueueConfig, tenant string) float64 {
 
 // adapt applies change to tenant's learned rate.
 func (ts *tenantLearners) adapt(tenant string, l *tenantLearner, change func(a *leaky.Adaptation)) {
-	cfg := ts.r.cfg.Load()
-	ad := ts.r.learn.ad
-	if ad == nil || !learnsPerTenant(cfg) {
+	cfg := ts.env.cfg()
+	if ts.ad == nil || !learnsPerTenant(cfg) {
 		return
 	}
 	ceiling := ts.ceiling(cfg, tenant)
@@ -92,31 +92,37 @@ func (ts *tenantLearners) adapt(tenant string, l *tenantLearner, change func(a *
 	change(&a)
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	eff, decreased, err := ad.Adapt(ctx, ts.r.name+"/t/"+tenant, a)
+	eff, decreased, err := ts.ad.Adapt(ctx, ts.env.name+"/t/"+tenant, a)
 	if err != nil {
-		ts.r.p.log.Debug("worker: adapt a tenant's rate", "queue", ts.r.name, "err", err)
+		ts.env.log.Debug("worker: adapt a tenant's rate", "queue", ts.env.name, "err", err)
 		return
 	}
 	if old := l.learned.Swap(math.Float64bits(eff)); old != math.Float64bits(eff) {
 		ts.version.Add(1)
 	}
 	if decreased {
-		ts.r.p.log.Info("worker: upstream pushed back on a tenant; its rate lowered", "queue", ts.r.name,
+		ts.env.log.Info("worker: upstream pushed back on a tenant; its rate lowered", "queue", ts.env.name,
 			"tenant", tenant, "to", eff)
 	}
 }
 
-// observe feeds one delivery's answer for tenant to its learned rate.
-func (ts *tenantLearners) observe(tenant string, class retry.Class, resp *http.Response) {
+// observe feeds one delivery's answer to its tenant's learned rate, on a queue that learns
+// per tenant.
+func (ts *tenantLearners) observe(cfg *QueueConfig, j *job, a answer) {
+	tenant := j.m.Job.Tenant
+	if !learnsPerTenant(cfg) || tenant == "" {
+		return
+	}
 	l := ts.get(tenant)
-	l.seen.Store(ts.r.p.now().UnixNano())
-	switch class {
+	l.seen.Store(ts.env.now().UnixNano())
+	resp := a.resp
+	switch a.class {
 	case retry.Pause:
 		ts.adapt(tenant, l, func(a *leaky.Adaptation) { a.Decrease = true })
 	case retry.Success:
 		l.successes.Add(1)
 		if resp != nil {
-			if target, ok := quotaRate(resp.Header, ts.r.p.now()); ok {
+			if target, ok := quotaRate(resp.Header, ts.env.now()); ok {
 				ts.adapt(tenant, l, func(a *leaky.Adaptation) { a.Target = max(target, a.Floor) })
 			}
 		}
@@ -137,49 +143,39 @@ func (ts *tenantLearners) rates() map[string]float64 {
 }
 
 // run raises the tenants' rates by what their successes earned every adaptEvery, and forgets
-// tenants idle for adaptForget, until ctx ends.
+// tenants idle for adaptForget, while ctx lasts and the queue learns per tenant.
 func (ts *tenantLearners) run(ctx context.Context) {
-	t := time.NewTicker(adaptEvery)
-	defer t.Stop()
-	for {
-		if !learnsPerTenant(ts.r.cfg.Load()) {
-			if !ts.r.untilChanged(ctx) {
-				return
-			}
+	ts.env.every(ctx, adaptEvery, learnsPerTenant, nil, func(context.Context) { ts.raise() })
+}
+
+// raise is one of run's rounds.
+func (ts *tenantLearners) raise() {
+	ts.mu.Lock()
+	type due struct {
+		tenant string
+		l      *tenantLearner
+		n      float64
+	}
+	var raise []due
+	idle := ts.env.now().Add(-adaptForget).UnixNano()
+	for tenant, l := range ts.m {
+		if l.seen.Load() < idle {
+			delete(ts.m, tenant)
+			ts.version.Add(1)
 			continue
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		if n := l.successes.Swap(0); n > 0 {
+			raise = append(raise, due{tenant, l, float64(n)})
 		}
-		ts.mu.Lock()
-		type due struct {
-			tenant string
-			l      *tenantLearner
-			n      float64
-		}
-		var raise []due
-		idle := ts.r.p.now().Add(-adaptForget).UnixNano()
-		for tenant, l := range ts.m {
-			if l.seen.Load() < idle {
-				delete(ts.m, tenant)
-				ts.version.Add(1)
-				continue
+	}
+	ts.mu.Unlock()
+	for _, d := range raise {
+		ts.adapt(d.tenant, d.l, func(a *leaky.Adaptation) {
+			eff := math.Float64frombits(d.l.learned.Load())
+			if eff <= 0 {
+				eff = a.Ceiling
 			}
-			if n := l.successes.Swap(0); n > 0 {
-				raise = append(raise, due{tenant, l, float64(n)})
-			}
-		}
-		ts.mu.Unlock()
-		for _, d := range raise {
-			ts.adapt(d.tenant, d.l, func(a *leaky.Adaptation) {
-				eff := math.Float64frombits(d.l.learned.Load())
-				if eff <= 0 {
-					eff = a.Ceiling
-				}
-				a.Increase = adaptIncrease * a.Ceiling * min(1, d.n/(eff*adaptEvery.Seconds()))
-			})
-		}
+			a.Increase = adaptIncrease * a.Ceiling * min(1, d.n/(eff*adaptEvery.Seconds()))
+		})
 	}
 }

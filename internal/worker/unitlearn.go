@@ -27,7 +27,11 @@ import (
 // learned unit rate until an answer says otherwise, and forgotten after adaptForget without
 // one. Each worker learns from its own answers: the upstream says the same to every worker,
 // and a take carries the units it asks for, so the schedule follows the lowest at once.
+//
+// unitLearner is that policy (an observer; the unit budget asks it for units). Safe for
+// concurrent use.
 type unitLearner struct {
+	now     func() time.Time
 	mu      sync.Mutex
 	perSec  float64 // learned units per second; 0: none
 	learned time.Time
@@ -36,9 +40,17 @@ type unitLearner struct {
 // tokensPerMinute are the headers that say an upstream's token limit per minute.
 var tokensPerMinute = []string{"X-Ratelimit-Limit-Tokens", "Anthropic-Ratelimit-Tokens-Limit"}
 
-// observe feeds one successful answer to the learned unit rate of a queue whose cost_rate is
+// observe feeds the answer of an adaptive unit queue's successful delivery to the learned
+// unit rate.
+func (u *unitLearner) observe(cfg *QueueConfig, _ *job, a answer) {
+	if cfg.Adaptive && !cfg.Units.IsZero() && a.class == retry.Success && a.resp != nil {
+		u.learn(a.resp.Header, unitsPerSecond(cfg.Units), u.now())
+	}
+}
+
+// learn feeds one successful answer to the learned unit rate of a queue whose cost_rate is
 // ceiling units per second.
-func (u *unitLearner) observe(h http.Header, ceiling float64, now time.Time) {
+func (u *unitLearner) learn(h http.Header, ceiling float64, now time.Time) {
 	rate, ok := unitQuota(h, now)
 	if !ok || ceiling <= 0 {
 		return

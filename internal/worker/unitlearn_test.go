@@ -53,15 +53,15 @@ func TestUnitLearner(t *testing.T) {
 	if got := u.units(budget, now); got != budget {
 		t.Fatalf("nothing learned: %v", got)
 	}
-	u.observe(http.Header{"X-Ratelimit-Limit-Tokens": {"30000"}}, unitsPerSecond(budget), now)
+	u.learn(http.Header{"X-Ratelimit-Limit-Tokens": {"30000"}}, unitsPerSecond(budget), now)
 	if got := u.units(budget, now); got.N != 30000 || got.Per != time.Minute {
 		t.Errorf("learned 500/s: %v, want 30000/m", got)
 	}
-	u.observe(http.Header{"X-Ratelimit-Limit-Tokens": {"900000"}}, unitsPerSecond(budget), now)
+	u.learn(http.Header{"X-Ratelimit-Limit-Tokens": {"900000"}}, unitsPerSecond(budget), now)
 	if got := u.units(budget, now); got != budget {
 		t.Errorf("an upstream above cost_rate: %v, want the budget, its ceiling", got)
 	}
-	u.observe(http.Header{"X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"5s"}}, unitsPerSecond(budget), now)
+	u.learn(http.Header{"X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"5s"}}, unitsPerSecond(budget), now)
 	if got := u.units(budget, now); got.N != 900 {
 		t.Errorf("nothing left: %v, want the floor, a hundredth of the budget (900/m)", got)
 	}

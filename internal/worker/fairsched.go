@@ -17,11 +17,38 @@ type fairSource interface {
 	fair.Source
 }
 
-// scheduleLoop runs the scheduler of a fair queue while ctx lasts, with the options of the
-// runner's current config; it is idle while the queue is not fair. Every process runs one;
-// the scheduler's lease lets one of them work at a time.
-func (r *runner) scheduleLoop(ctx context.Context) {
-	if r.p.fairs == nil {
+// fairScheduler is the policy that runs a fair queue's scheduler (package queue/fair) for as
+// long as the queue runs, with the options of the queue's current config, the operators'
+// settings of its tenants, their learned rates and their pauses (run). It is idle while the
+// queue is not fair, once it has drained what a fair configuration left in the tenants'
+// backlogs. Every process runs one; the scheduler's lease lets one of them work at a time.
+type fairScheduler struct {
+	env   queueEnv
+	fairs fairSource // nil: the broker makes no fair schedulers
+	// learned are the tenants' learned rates (tenantLearners); paused, whether a tenant is
+	// paused now (tenantPause).
+	learned *tenantLearners
+	paused  func(tenant string) bool
+	// controls is signalled when the operators' controls change, so run applies them at once.
+	controls chan struct{}
+}
+
+func newFairScheduler(env queueEnv, fairs fairSource, learned *tenantLearners, paused func(string) bool) *fairScheduler {
+	return &fairScheduler{env: env, fairs: fairs, learned: learned, paused: paused, controls: make(chan struct{}, 1)}
+}
+
+// controlsChanged tells run that the controls changed.
+func (fs *fairScheduler) controlsChanged() {
+	select {
+	case fs.controls <- struct{}{}:
+	default:
+	}
+}
+
+// run runs the scheduler while ctx lasts, following the config every 250ms and at once when
+// the controls change.
+func (fs *fairScheduler) run(ctx context.Context) {
+	if fs.fairs == nil {
 		return
 	}
 	var (
@@ -34,13 +61,13 @@ func (r *runner) scheduleLoop(ctx context.Context) {
 	defer ticker.Stop()
 	defer s.end()
 	for {
-		cfg, ctl, v := r.cfg.Load(), r.p.control(r.name).Tenants, r.tenantLearn.version.Load()
-		r.follow(ctx, &s, cfg, cfg != shown || !maps.Equal(ctl, shownCtl) || v != learned)
+		cfg, ctl, v := fs.env.cfg(), fs.env.control().Tenants, fs.learned.version.Load()
+		fs.follow(ctx, &s, cfg, cfg != shown || !maps.Equal(ctl, shownCtl) || v != learned)
 		shown, shownCtl, learned = cfg, ctl, v
 		if !cfg.Fair && s.drained {
 			// Nothing to schedule (a drain of leftover backlogs runs on its own): wait for the
 			// config to change rather than tick.
-			if !r.untilChanged(ctx) {
+			if !fs.env.until(ctx) {
 				return
 			}
 			continue
@@ -49,7 +76,7 @@ func (r *runner) scheduleLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-		case <-r.controls:
+		case <-fs.controls:
 		}
 	}
 }
@@ -72,11 +99,11 @@ func (s *fairRun) end() {
 
 // follow makes s match config cfg, changed since the last call or not: a scheduler while the
 // queue is fair, with cfg's options; once it is not, one drain of what its backlogs still hold.
-func (r *runner) follow(ctx context.Context, s *fairRun, cfg *QueueConfig, changed bool) {
+func (fs *fairScheduler) follow(ctx context.Context, s *fairRun, cfg *QueueConfig, changed bool) {
 	switch {
 	case !cfg.Fair && !s.drained && s.f == nil:
 		// Jobs a fair configuration of this queue left in its tenants' backlogs.
-		if s.f, _ = fair.New(r.p.fairs, r.name, fair.Options{Drain: true, Logger: r.p.log}); s.f != nil {
+		if s.f, _ = fair.New(fs.fairs, fs.env.name, fair.Options{Drain: true, Logger: fs.env.log}); s.f != nil {
 			s.stop = runFair(ctx, s.f)
 		}
 		s.drained = true
@@ -84,7 +111,7 @@ func (r *runner) follow(ctx context.Context, s *fairRun, cfg *QueueConfig, chang
 		s.end()
 		s.stop = nil
 		var err error
-		if s.f, err = fair.New(r.p.fairs, r.name, fairOptions(cfg, r)); err != nil {
+		if s.f, err = fair.New(fs.fairs, fs.env.name, fs.options(cfg)); err != nil {
 			s.f = nil // not provisioned as fair yet: try again at the next tick
 			return
 		}
@@ -93,7 +120,7 @@ func (r *runner) follow(ctx context.Context, s *fairRun, cfg *QueueConfig, chang
 		s.end()
 		s.f, s.stop, s.drained = nil, nil, false
 	case s.f != nil && !s.f.Options().Drain && changed:
-		s.f.SetOptions(fairOptions(cfg, r))
+		s.f.SetOptions(fs.options(cfg))
 	}
 }
 
@@ -105,19 +132,19 @@ func runFair(ctx context.Context, f *fair.Scheduler) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// fairOptions are the scheduler options of config cfg.
-func fairOptions(cfg *QueueConfig, r *runner) fair.Options {
+// options are the scheduler options of config cfg.
+func (fs *fairScheduler) options(cfg *QueueConfig) fair.Options {
 	target := math.Ceil(fairTarget.Seconds() / cfg.Rate.Interval.Seconds())
 	o := fair.Options{
 		Weights:    cfg.Weights,
 		TenantRate: cfg.TenantRate,
 		Target:     int(min(max(target, 2), fairTargetMax)),
-		Logger:     r.p.log,
+		Logger:     fs.env.log,
 	}
 	// Single tenants' caps: an operator's, else the file's; then, on a queue that learns per
 	// tenant, what the tenant's upstream takes, as learned (never above its cap).
 	o.TenantRates = maps.Clone(cfg.TenantRates)
-	ctl := r.p.control(r.name).Tenants
+	ctl := fs.env.control().Tenants
 	if len(ctl) > 0 {
 		o.Weights = maps.Clone(cfg.Weights)
 		if o.Weights == nil {
@@ -136,7 +163,7 @@ func fairOptions(cfg *QueueConfig, r *runner) fair.Options {
 		}
 	}
 	if learnsPerTenant(cfg) {
-		for id, learned := range r.tenantLearn.rates() {
+		for id, learned := range fs.learned.rates() {
 			if o.TenantRates == nil {
 				o.TenantRates = map[string]float64{}
 			}
@@ -146,7 +173,7 @@ func fairOptions(cfg *QueueConfig, r *runner) fair.Options {
 		}
 	}
 	if cfg.PauseTenant {
-		o.Held = func(tenant string) bool { return r.holds.heldFor(tenant, r.p.now()) > 0 }
+		o.Held = fs.paused
 	}
 	return o
 }
