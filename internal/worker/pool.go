@@ -86,8 +86,8 @@ type Pool struct {
 	fairs  fairSource
 	movers dueMover
 	levels levelSource
-	exec      *executor  // carries out each job's plan
-	sched     leaky.Schedule
+	exec   *executor // carries out each job's plan
+	sched  leaky.Schedule
 	// takes is sched with the slot takes of a queue that overlap in time sharing one call
 	// (leaky.Coalesce): an unthrottled drain takes several slots per round trip to Redis.
 	takes leaky.Schedule

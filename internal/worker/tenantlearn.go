@@ -30,7 +30,7 @@ type tenantLearners struct {
 	env queueEnv
 	ad  leaky.Adapter // nil: the schedule cannot adapt, and nothing is learned
 	mu  sync.Mutex
-	m  map[string]*tenantLearner
+	m   map[string]*tenantLearner
 	// version counts the changes of any learned rate, for the scheduler to follow.
 	version atomic.Uint64
 }
