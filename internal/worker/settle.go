@@ -11,8 +11,8 @@ import (
 
 // This file holds the worker's whole attempt-accounting policy as two pure functions, recall
 // (what a job's record says before it is delivered) and settle (what becomes of it after one
-// pass), so that every rule of the package doc's "Counting attempts" is one row of a table
-// test and no rule hides in the I/O that carries a plan out (apply.go).
+// pass), so that every rule of "Counting attempts" (docs/design/worker.md) is one row of a
+// table test and no rule hides in the I/O that carries a plan out (apply.go).
 
 // Dead-letter reasons, as counted in sluice_dead_letters_total and written to the dead
 // letter.
