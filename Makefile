@@ -3,6 +3,9 @@ SHELL := /bin/bash
 GO ?= go
 # Tests that need redis-server or NATS fail instead of skipping under `make test`.
 export SLUICE_STRICT := 1
+# `make test` runs every stage even when one fails, and fails at the end: a red package does
+# not hide whether cmd/worker or the fuzz pass would have passed.
+MAKEFLAGS += --keep-going
 
 .PHONY: test deps vet tools cyclo compose unit fuzz quickstart bench soak
 
@@ -17,7 +20,8 @@ deps:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "installing$$missing with apt-get"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    apt-get -o DPkg::Lock::Timeout=600 update -qq && \
+	      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq $$missing >/dev/null; \
 	  else \
 	    echo "missing:$$missing; install with: sudo apt-get install -y$$missing" >&2; exit 1; \
 	  fi; \
@@ -57,8 +61,10 @@ compose:
 # after the rest rather than beside another package's tests on a 2-core machine.
 TIMED := github.com/sluice-rl/sluice/cmd/worker
 unit:
-	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)')
-	$(GO) test -race -count=1 -timeout 13m $(TIMED)
+	rc=0; \
+	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)') || rc=1; \
+	$(GO) test -race -count=1 -timeout 13m $(TIMED) || rc=1; \
+	exit $$rc
 
 # A short run of every fuzz target, on top of the committed seed corpora that `unit` already ran.
 # A failing target is shown and run once more: an input that breaks the code is saved under
