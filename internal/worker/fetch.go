@@ -54,7 +54,7 @@ func (r *runner) run(ctx, hard context.Context) {
 			probeWait.Reset()
 		}
 		cfg := r.cfg.Load()
-		n := cfg.Concurrency - int(r.held.Load())
+		n := cfg.Concurrency - int(r.inHand.Load())
 		if cfg.Fair {
 			// Jobs in hand are served before whatever the scheduler chooses next.
 			n = min(n, fairLookahead(cfg)-int(r.slotWaiters.Load()))
@@ -79,7 +79,7 @@ func (r *runner) run(ctx, hard context.Context) {
 		fetchWait.Reset()
 		r.readRecords(ctx, cfg, msgs)
 		for _, m := range msgs {
-			r.held.Add(1)
+			r.inHand.Add(1)
 			r.p.m.inFlight.WithLabelValues(r.name).Inc()
 			if m.Job != nil {
 				r.p.holding.Store(m.Job.ID, struct{}{})
@@ -125,7 +125,7 @@ func (r *runner) handleOne(ctx, hard context.Context, m *queue.Msg) {
 	var once sync.Once
 	free := func() {
 		once.Do(func() {
-			r.held.Add(-1)
+			r.inHand.Add(-1)
 			r.p.m.inFlight.WithLabelValues(r.name).Dec()
 			r.poke()
 		})

@@ -7,9 +7,9 @@ import (
 	"github.com/sluice-rl/sluice/retry"
 )
 
-// heldPoll is how often a worker looks whether an operator's pause of its queue has ended (the
+// pausePoll is how often a worker looks whether an operator's pause of its queue has ended (the
 // controls themselves arrive by a watch, at once).
-const heldPoll = 100 * time.Millisecond
+const pausePoll = 100 * time.Millisecond
 
 // operatorPause is the policy of an operator's pause of the queue (queue.Control): while it
 // lasts, no job takes a place or a slot. It waits in the worker rather than handing jobs back,
@@ -30,11 +30,11 @@ func (p *operatorPause) admit(ctx context.Context, _ *QueueConfig, _ *job) verdi
 	return pass()
 }
 
-// waitResumed waits while paused reports true, looking every heldPoll; it returns ctx's error
+// waitResumed waits while paused reports true, looking every pausePoll; it returns ctx's error
 // when ctx ends first.
 func waitResumed(ctx context.Context, paused func() bool) error {
 	for paused() {
-		if err := retry.Sleep(ctx, nil, heldPoll); err != nil {
+		if err := retry.Sleep(ctx, nil, pausePoll); err != nil {
 			return err
 		}
 	}

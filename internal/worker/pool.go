@@ -528,9 +528,9 @@ type runner struct {
 	name   string
 	cfg    atomic.Pointer[QueueConfig]
 	cancel context.CancelFunc
-	// held counts the jobs in hand; settling, those whose place was freed while their plan is
-	// carried out (handle); slotWaiters, those in hand waiting for their leak slot.
-	held        atomic.Int64
+	// inHand counts the jobs in hand; settling, those whose place was freed while their plan
+	// is carried out (handle); slotWaiters, those in hand waiting for their leak slot.
+	inHand      atomic.Int64
 	settling    atomic.Int64
 	slotWaiters atomic.Int64
 	pol         policies   // in admission order (newRunner)
