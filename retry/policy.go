@@ -2,16 +2,20 @@
 //
 // It is shared by the two sides of Sluice: the workers classify upstream responses with it
 // (ack, nak with delay, pause the queue, dead-letter), and the public client SDK uses it to
-// honour the ingress's 429 and 503 responses. It holds four small pieces:
+// honour the ingress's 429 and 503 responses. It holds five small pieces:
 //
-//   - [Policy]: exponential backoff with jitter, either as a stateful [backoff.BackOff]
-//     ([Policy.NewBackOff]) or as a pure function of the attempt number ([Policy.Delay]);
+//   - [Policy]: exponential backoff with jitter, as a pure function of the attempt number
+//     ([Policy.Delay]), as a [Backoff] for one retry loop whose waits never go below the
+//     server's Retry-After ([Policy.Backoff]), or as a cenkalti [backoff.BackOff]
+//     ([Policy.NewBackOff]);
 //   - [ParseRetryAfter] and [FromHeaders]: the server's own wait, read from Retry-After,
 //     the IETF RateLimit field (draft-ietf-httpapi-ratelimit-headers-11) or X-RateLimit-Reset;
+//     [ParseRateLimit], [ParseRateLimitPolicy] and [Units] read those fields whole;
 //   - [Classify]: a response or transport error mapped to [Success], [Retry], [Pause] or
 //     [Permanent];
 //   - [Clock] and [Sleep]: waiting that honours a context and can be driven by a fake clock
-//     in tests (see package retrytest).
+//     in tests (see package retrytest);
+//   - [IsToken] and [IsTokenChar]: the HTTP token grammar (RFC 9110), shared by the parsers.
 //
 // The package imports only the standard library and github.com/cenkalti/backoff/v4, so it can
 // be used by clients without pulling in any server dependency.

@@ -1,16 +1,20 @@
-// Package admin serves the admin endpoints of every Sluice process on admin_listen:
+// Package admin serves the admin listener (admin_listen) of every Sluice process:
 //
 //	GET /healthz   200 while the process is up
 //	GET /readyz    200 when every check (Redis, NATS) passes, else 503 naming the failures
 //	GET /metrics   Prometheus text format, from the process's registry
 //
-// and whatever the process mounts with Handle, such as the queue endpoints of [Queues]
-// (GET /v1/queues, GET /v1/queues/{queue}). It uses net/http only.
+// and whatever the process mounts with Handle. The ingress mounts the queue reads of [Queues]
+// (GET /v1/queues, /v1/queues/{queue}, its tenants and history), the operating API of [Ops]
+// (pause, resume, runtime rate, tenant settings, dead letters, job cancel) and the dashboard
+// (/ui/, embedded, no external assets); a worker serves the three probes and metrics only.
+// It is built on net/http, not echo.
 //
 // Every request passes two rules first (guard.go): its Host must name the listener (a
 // loopback name, its address, or one of admin_hosts), except for the three probes above; and
 // a write must not come from another site's page (Origin, Sec-Fetch-Site). Either refusal is
-// 403 problem+json. Bodies are bounded to 1 MiB and 10 s, answers to 30 s.
+// 403 problem+json. Writes then need the bearer admin_token, or a loopback peer when no token
+// is set (401 otherwise). Bodies are bounded to 1 MiB and 10 s, answers to 30 s.
 package admin
 
 import (

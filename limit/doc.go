@@ -1,0 +1,54 @@
+// Package limit decides whether a request fits its rate limit.
+//
+// It implements the six admission algorithms Sluice offers — token bucket, leaky bucket (a
+// meter, as nginx limit_req), fixed window counter, sliding window log, sliding window counter
+// and GCRA — over two stores with one behaviour: [Memory] for a single process and [Redis] for
+// state shared by many replicas. Both satisfy [Limiter] and pass the same conformance tables.
+// Being over the limit is a [Decision] with Allowed false, not an error; an error means the
+// limiter could not decide (bad input, or the store failed).
+//
+// # One arithmetic
+//
+// The algorithms are pure functions of a small state and an instant (algorithms.go); the
+// memory store runs them in Go, the Redis store runs Lua translations of them (lua/*.lua).
+// Both compute in whole microseconds since the Unix epoch, the resolution of Redis TIME, and
+// hold rates as exact fractions, so they decide identically, to the microsecond in every field
+// of the Decision, and a rate such as 3 per second does not drift ([Limit.Validate] rejects
+// the few limits whose products would not stay exact in Lua's doubles). A decision is exact
+// both ways: a request retried RetryAfter later is admitted if nothing else was charged
+// meanwhile, and one retried a microsecond earlier is not; the same holds for ResetAfter.
+//
+// # Units and Adjust
+//
+// A request may cost more than one unit (tokens, bytes): Decide charges cost units, at most
+// [Limit.Capacity], and every algorithm counts units as it counts requests. When the true cost
+// is known only afterwards, [Limiter.Adjust] reconciles it from the admitting Decision (its
+// instant At and its Cost): it charges the difference or refunds it. When each request's true
+// cost is at most its charge and each is reconciled once, the units admitted never exceed the
+// algorithm's bound (Capacity plus the rate times any span for the buckets and GCRA, Limit in
+// any window for the windows and the log), and a refund never leaves a key more permissive
+// than charging the true cost at first:
+//   - TokenBucket, LeakyBucket, GCRA: a refund gives back at most what the bucket has not yet
+//     refilled of the charge since At (Cost − rate × elapsed), never beyond a full bucket; a
+//     refund later than Cost/rate returns nothing. An extra charge is debt that later requests
+//     wait for, at most one Capacity; the excess is dropped.
+//   - FixedWindow: a refund uncounts from the window of At while it is current, never below
+//     0; an extra charge counts in the current window, up to Limit. SlidingWindow: the same,
+//     and a refund also uncounts from the previous window.
+//   - SlidingLog: a refund removes up to that many entries of instant At still logged; an
+//     extra charge logs entries at now, as many as fit under Limit.
+//
+// An extra charge is where a bound can be passed (the request was admitted at its estimate);
+// its debt makes the requests after it pay. Adjust costs what a decision does, and nothing
+// when used equals Cost. docs/design/limit.md says why the refund rules are conservative.
+//
+// # Keys
+//
+// A store keeps one state per (algorithm, key). Limits of one algorithm on one key share it,
+// so a reloaded configuration keeps counting (the buckets rescale their state to a changed
+// rate); callers that apply several rules to one client put the rule's name in the key, as the
+// ingress does ("rule:client"). A state whose ResetAfter has passed decides exactly as no state
+// would, so the stores forget it: memory removes it as new keys arrive, Redis keys carry a TTL
+// that ends then. A refund to a forgotten key does nothing; a key in debt lives until its debt
+// is paid. Figures are in BENCHMARKS.md (the "limit" sections).
+package limit
