@@ -171,9 +171,9 @@ type Hooks struct {
 	OnGiveUp func(late time.Duration)
 	// OnTake, if set, is called after each slot is reserved, with the slot's instant.
 	OnTake func(at time.Time)
-	// Held, if set, is asked right before WaitHooks would return: true gives the slot up and
-	// makes WaitHooks return ErrHeld (an operator paused the queue while the slot was reserved).
-	Held func() bool
+	// Paused, if set, is asked right before WaitHooks would return: true gives the slot up and
+	// makes WaitHooks return ErrPaused (an operator paused the queue while the slot was reserved).
+	Paused func() bool
 	// OnSlot, if set, is called with how late after its slot the caller is let go (0 for a
 	// slot that was free at once), right before WaitHooks returns nil.
 	OnSlot func(late time.Duration)
@@ -192,8 +192,8 @@ type Clock interface {
 	After(d time.Duration) <-chan time.Time
 }
 
-// ErrHeld is returned by WaitHooks when Hooks.Held said the queue is held.
-var ErrHeld = errors.New("leaky: queue held")
+// ErrPaused is returned by WaitHooks when Hooks.Paused said the queue is paused.
+var ErrPaused = errors.New("leaky: queue paused")
 
 // WaitHooks is Wait with hooks that observe it.
 func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) error {
@@ -229,7 +229,7 @@ type waiter struct {
 
 // await waits for slot: it reports true when the caller may deliver, false when the slot is
 // spent (given up for being late, or voided by a pause or lost state) and a new one must be
-// taken, or an error (ctx's, the schedule's, ErrHeld).
+// taken, or an error (ctx's, the schedule's, ErrPaused).
 func (w *waiter) await(ctx context.Context, slot Slot) (bool, error) {
 	if slot.Wait <= 0 {
 		// Take saw no pause, atomically with the reservation; the reply may still have come
@@ -288,7 +288,7 @@ func (w *waiter) check(ctx context.Context, slot Slot) (paused time.Duration, va
 
 // release decides, as close to the delivery as it can be, whether the caller may use slot: a
 // slot that can no longer be used on time is given up (false), never spent late; a held queue
-// gives it up with ErrHeld; otherwise OnSlot hears how late the caller goes (0 for a slot that
+// gives it up with ErrPaused; otherwise OnSlot hears how late the caller goes (0 for a slot that
 // was free at once) and release reports true.
 func (w *waiter) release(slot Slot, free bool) (bool, error) {
 	now := w.now()
@@ -298,8 +298,8 @@ func (w *waiter) release(slot Slot, free bool) (bool, error) {
 		}
 		return false, nil
 	}
-	if w.h.Held != nil && w.h.Held() {
-		return false, ErrHeld
+	if w.h.Paused != nil && w.h.Paused() {
+		return false, ErrPaused
 	}
 	if w.h.OnSlot != nil {
 		var late time.Duration

@@ -21,7 +21,7 @@ type job struct {
 	// charge is what its slot charged the queue's unit budget, when charged (unitBudget).
 	charge  leaky.Charge
 	charged bool
-	// gather: its status write waits for the next settle tick (handle; see settleTick).
+	// gather: its status write waits for the next apply tick (handle; see applyTick).
 	gather bool
 }
 
@@ -134,7 +134,7 @@ func (e *executor) pauseTenant(j *job, tenant string, d time.Duration) {
 	e.logger(j).Info("worker: upstream throttled; tenant paused", "tenant", tenant, "for", d)
 }
 
-// settleTick is the period of the settle ticks: the status writes (and so the acks) of a
+// applyTick is the period of the settle ticks: the status writes (and so the acks) of a
 // queue's deliveries paced by its rate at hundreds a second or more wait for the next instant
 // of the wall clock that is a multiple of it. Spread one by one over time, as a paced queue
 // spreads them, each write and ack is a message of its own through every process and
@@ -144,11 +144,11 @@ func (e *executor) pauseTenant(j *job, tenant string, d time.Duration) {
 // halved nats-server's CPU per job (BENCHMARKS.md). The cost: a job's final status and its ack
 // come up to a tick later; its delivery does not wait, nor its worker's next one (the job has
 // freed its place among the runner's concurrency already).
-const settleTick = 10 * time.Millisecond
+const applyTick = 10 * time.Millisecond
 
-// awaitTick waits for the next settle tick, or for the executor's ctx to end.
+// awaitTick waits for the next apply tick, or for the executor's ctx to end.
 func (e *executor) awaitTick() {
-	tick := int64(settleTick)
+	tick := int64(applyTick)
 	_ = retry.Sleep(e.ctx, nil, time.Duration(tick-e.now().UnixNano()%tick))
 }
 

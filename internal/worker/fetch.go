@@ -82,7 +82,7 @@ func (r *runner) run(ctx, hard context.Context) {
 			r.inHand.Add(1)
 			r.p.m.inFlight.WithLabelValues(r.name).Inc()
 			if m.Job != nil {
-				r.p.holding.Store(m.Job.ID, struct{}{})
+				r.p.inHand.Store(m.Job.ID, struct{}{})
 			}
 			select {
 			case idle <- m:
@@ -119,7 +119,7 @@ func (r *runner) handler(ctx, hard context.Context, m *queue.Msg, idle <-chan *q
 // handleOne handles m and gives its place back (free), when handle did not already.
 func (r *runner) handleOne(ctx, hard context.Context, m *queue.Msg) {
 	if m.Job != nil {
-		defer r.p.holding.Delete(m.Job.ID)
+		defer r.p.inHand.Delete(m.Job.ID)
 	}
 	defer r.memo.recalled.Delete(m) // when recall did not look
 	var once sync.Once

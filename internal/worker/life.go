@@ -42,11 +42,11 @@ func (r *runner) live(ctx, hard context.Context, cfg *QueueConfig, j *job) outco
 	if end, stop := r.recall(ctx, cfg, j); stop {
 		return outcome{end: end}
 	}
-	held, out, stop := r.pol.admission(ctx, cfg, j, r.p.now)
+	releases, out, stop := r.pol.admission(ctx, cfg, j, r.p.now)
 	if stop {
 		return out
 	}
-	defer release(held)
+	defer release(releases)
 	return r.send(hard, cfg, j)
 }
 

@@ -42,7 +42,7 @@ func TestPruneCanceled(t *testing.T) {
 	p.canceled.Store("old", now.Add(-2*cancelMemory))
 	p.canceled.Store("old-held", now.Add(-2*cancelMemory))
 	p.canceled.Store("new", now.Add(-cancelMemory/2))
-	p.holding.Store("old-held", struct{}{})
+	p.inHand.Store("old-held", struct{}{})
 	p.pruneCanceled(now)
 	for id, want := range map[string]bool{"old": false, "old-held": true, "new": true} {
 		if _, got := p.canceled.Load(id); got != want {

@@ -113,32 +113,32 @@ func newPolicies(list ...any) policies {
 // admission runs j through the admitters. It returns the releases of what they hold for the
 // delivery, to call (release) once it has ended, or, when one held or refused the job, how
 // the pass ends instead (stop), with everything given back.
-func (ps *policies) admission(ctx context.Context, cfg *QueueConfig, j *job, now func() time.Time) (held []func(), out outcome, stop bool) {
+func (ps *policies) admission(ctx context.Context, cfg *QueueConfig, j *job, now func() time.Time) (releases []func(), out outcome, stop bool) {
 	for {
 		var checks []func() bool
 		for _, a := range ps.admit {
 			v := a.admit(ctx, cfg, j)
 			switch v.kind {
 			case admitHold:
-				release(held)
-				return nil, outcome{end: endHeld, wait: max(v.until.Sub(now()), 0)}, true
+				release(releases)
+				return nil, outcome{end: endHold, wait: max(v.until.Sub(now()), 0)}, true
 			case admitRefuse:
-				release(held)
+				release(releases)
 				return nil, outcome{end: v.end}, true
 			}
 			if v.release != nil {
-				held = append(held, v.release)
+				releases = append(releases, v.release)
 			}
 			if v.valid != nil {
 				checks = append(checks, v.valid)
 			}
 		}
 		if allValid(checks) {
-			return held, outcome{}, false
+			return releases, outcome{}, false
 		}
 		// What an earlier admitter holds went stale while a later one waited: all again.
-		release(held)
-		held = nil
+		release(releases)
+		releases = nil
 	}
 }
 
@@ -152,9 +152,9 @@ func allValid(checks []func() bool) bool {
 }
 
 // release calls the releases admission returned, the last admitter's first.
-func release(held []func()) {
-	for i := len(held) - 1; i >= 0; i-- {
-		held[i]()
+func release(releases []func()) {
+	for i := len(releases) - 1; i >= 0; i-- {
+		releases[i]()
 	}
 }
 

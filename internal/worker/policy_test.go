@@ -80,30 +80,30 @@ func TestAdmission(t *testing.T) {
 	stale := 0
 	goneStale := verdict{release: func() {}, valid: func() bool { stale++; return stale > 1 }}
 	for _, c := range []struct {
-		name     string
-		verdicts [][]verdict // each admitter's, in order
-		wantOut  outcome
-		wantStop bool
-		wantHeld int
-		wantLog  []string
+		name         string
+		verdicts     [][]verdict // each admitter's, in order
+		wantOut      outcome
+		wantStop     bool
+		wantReleases int
+		wantLog      []string
 	}{
 		{
-			name:     "all go",
-			verdicts: [][]verdict{{pass()}, {holding}, {pass()}},
-			wantHeld: 1,
-			wantLog:  []string{"a admit", "b admit", "c admit"},
+			name:         "all go",
+			verdicts:     [][]verdict{{pass()}, {holding}, {pass()}},
+			wantReleases: 1,
+			wantLog:      []string{"a admit", "b admit", "c admit"},
 		},
 		{
 			name:     "a hold ends the pass until its time, releasing what was taken",
 			verdicts: [][]verdict{{holding}, {holdUntil(clock.now().Add(3*time.Second), "tenant paused")}, {pass()}},
-			wantOut:  outcome{end: endHeld, wait: 3 * time.Second},
+			wantOut:  outcome{end: endHold, wait: 3 * time.Second},
 			wantStop: true,
 			wantLog:  []string{"a admit", "b admit", "a release"},
 		},
 		{
 			name:     "a hold already over waits nothing",
 			verdicts: [][]verdict{{holdUntil(clock.now().Add(-time.Second), "late")}},
-			wantOut:  outcome{end: endHeld},
+			wantOut:  outcome{end: endHold},
 			wantStop: true,
 			wantLog:  []string{"a admit"},
 		},
@@ -115,9 +115,9 @@ func TestAdmission(t *testing.T) {
 			wantLog:  []string{"a admit", "b admit", "c admit", "b release", "a release"},
 		},
 		{
-			name:     "a stale holding: everything given back, all again",
-			verdicts: [][]verdict{{pass()}, {goneStale}, {pass()}},
-			wantHeld: 1,
+			name:         "a stale holding: everything given back, all again",
+			verdicts:     [][]verdict{{pass()}, {goneStale}, {pass()}},
+			wantReleases: 1,
 			wantLog: []string{"a admit", "b admit", "c admit", "b release",
 				"a admit", "b admit", "c admit"},
 		},
@@ -130,8 +130,8 @@ func TestAdmission(t *testing.T) {
 			}
 			ps := newPolicies(list...)
 			held, out, stop := ps.admission(context.Background(), &QueueConfig{}, testJob("j", ""), clock.now)
-			if stop != c.wantStop || out != c.wantOut || len(held) != c.wantHeld {
-				t.Fatalf("admission = %d held, %+v, %v; want %d, %+v, %v", len(held), out, stop, c.wantHeld, c.wantOut, c.wantStop)
+			if stop != c.wantStop || out != c.wantOut || len(held) != c.wantReleases {
+				t.Fatalf("admission = %d held, %+v, %v; want %d, %+v, %v", len(held), out, stop, c.wantReleases, c.wantOut, c.wantStop)
 			}
 			if !slices.Equal(log, c.wantLog) {
 				t.Fatalf("calls %q, want %q", log, c.wantLog)

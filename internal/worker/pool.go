@@ -112,12 +112,12 @@ type Pool struct {
 
 	// controls are the operators' run-time controls of the queues (pause, rate), from the
 	// meta bucket; canceled holds the ids of jobs canceled while this pool ran, until
-	// pruneCanceled forgets them; holding, the ids of the jobs in hand.
+	// pruneCanceled forgets them; inHand, the ids of the jobs in hand.
 	controls   atomic.Pointer[map[string]queue.Control]
 	handedBack atomic.Int64 // jobs handed back, for the shutdown's log line
 	health     scheduleHealth
 	canceled   sync.Map // job id -> time.Time it was announced
-	holding    sync.Map // job id -> struct{}
+	inHand     sync.Map // job id -> struct{}
 
 	mu      sync.Mutex
 	specs   []QueueConfig      // the current queues, in order
@@ -242,7 +242,7 @@ func (p *Pool) Queues() []QueueConfig {
 // once; a second call returns ErrRunning.
 func (p *Pool) Run(ctx context.Context) error {
 	// hard ends deliveries in flight once the shutdown timeout has passed; settling ends the
-	// calls that settle jobs (status, ack, nak, dead letter, pause) settleGrace after that.
+	// calls that settle jobs (status, ack, nak, dead letter, pause) applyGrace after that.
 	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHard()
 	settling, cancelSettling := context.WithCancel(context.WithoutCancel(ctx))
@@ -289,13 +289,13 @@ func (p *Pool) Run(ctx context.Context) error {
 	return nil
 }
 
-// settleGrace is how long after the shutdown timeout the jobs cut short still have to be
+// applyGrace is how long after the shutdown timeout the jobs cut short still have to be
 // handed back and their status recorded; past it, the calls that settle jobs are abandoned
 // (NATS cannot be reached) and the jobs come back after their AckWait.
-const settleGrace = time.Second
+const applyGrace = time.Second
 
 // drain waits for the runners to finish their jobs in hand, and for the watches to stop: for
-// ShutdownTimeout, then, with deliveries cut short (cancelHard), for settleGrace, then, with
+// ShutdownTimeout, then, with deliveries cut short (cancelHard), for applyGrace, then, with
 // every call that settles a job abandoned (cancelSettling), for the runners only, which then
 // return at once. A watch that cannot stop in time (NATS is down) is left to end on its own.
 func (p *Pool) drain(watching <-chan struct{}, cancelHard, cancelSettling context.CancelFunc) {
@@ -315,7 +315,7 @@ func (p *Pool) drain(watching <-chan struct{}, cancelHard, cancelSettling contex
 				p.log.Warn("worker: shutdown timeout passed; cutting deliveries in flight short")
 			}
 			cancelHard()
-			abandon = time.After(settleGrace)
+			abandon = time.After(applyGrace)
 		case <-abandon:
 			p.log.Warn("worker: could not settle every job in time; they return after their AckWait")
 			cancelSettling()
@@ -395,7 +395,7 @@ const cancelMemory = time.Minute
 // those of jobs in hand.
 func (p *Pool) pruneCanceled(now time.Time) {
 	p.canceled.Range(func(k, v any) bool {
-		if _, held := p.holding.Load(k); !held && now.Sub(v.(time.Time)) > cancelMemory {
+		if _, held := p.inHand.Load(k); !held && now.Sub(v.(time.Time)) > cancelMemory {
 			p.canceled.Delete(k)
 		}
 		return true

@@ -545,7 +545,7 @@ func TestShutdownTimeoutCutsDeliveryShort(t *testing.T) {
 }
 
 // With NATS gone, a shutdown still keeps its timeout: deliveries in flight are cut short when
-// it passes, and the calls that would settle them are abandoned settleGrace (1s) later
+// it passes, and the calls that would settle them are abandoned applyGrace (1s) later
 // instead of each waiting out its own 5s timeout; the jobs come back after their AckWait.
 func TestShutdownTimeoutHoldsWhileNATSIsDown(t *testing.T) {
 	h := newHarness(t, queue.Spec{Name: "q"})

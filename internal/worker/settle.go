@@ -53,8 +53,8 @@ const (
 	endWithdrawn
 	// endInterrupted: shutdown cut the delivery short; the upstream may have seen it.
 	endInterrupted
-	// endHeld: its tenant is paused (pause_scope: tenant) for outcome.wait; not sent.
-	endHeld
+	// endHold: its tenant is paused (pause_scope: tenant) for outcome.wait; not sent.
+	endHold
 )
 
 // outcome is how a pass ended and, for a delivery, what the upstream answered.
@@ -198,7 +198,7 @@ func settleOne(s jobState, o outcome, cfg *QueueConfig, jitter float64) plan {
 		}
 		return plan{how: handBack, record: &record{state: state, attempts: s.attempts,
 			lastErr: s.prev.LastError, response: s.prev.Response}}
-	case endHeld:
+	case endHold:
 		// Not sent: back after the tenant's pause (and a jitter, so that its jobs do not all
 		// come back at one instant), its attempts and pause retries as they were.
 		state := queue.StateQueued

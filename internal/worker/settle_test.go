@@ -160,7 +160,7 @@ func TestSettle(t *testing.T) {
 			o:    withWait(delivered(retry.Pause, 429, e429), 5*time.Second),
 			want: plan{pause: 5 * time.Second, pauseTenant: "t1", how: nak, delay: 5 * time.Second, record: &record{state: queue.StateRetrying, attempts: 0, lastErr: e429, response: resp(429), next: 5 * time.Second, hasNext: true}}},
 		{name: "held while its tenant is paused: back after the pause and a jitter, nothing spent, the hold counted", s: second, cfg: &byTenant,
-			o:    outcome{end: endHeld, wait: 3 * time.Second},
+			o:    outcome{end: endHold, wait: 3 * time.Second},
 			want: plan{how: nak, delay: 3*time.Second + heldSpread/2, record: &record{state: queue.StateRetrying, attempts: 1, held: 1, lastErr: e500, response: resp(500), next: 3*time.Second + heldSpread/2, hasNext: true}}},
 		{name: "holds do not count against max_pause_retries", s: jobState{delivered: 5, attempts: 1, held: 2, tenant: "t1"}, cfg: &byTenant,
 			o:    delivered(retry.Pause, 429, e429),

@@ -16,7 +16,7 @@ import (
 
 // leakSlot is the policy of a queue's leak slot: a job goes at its slot of the queue's rate,
 // shared by every worker of every process (leaky.Schedule). It also says whether the queue's
-// deliveries are paced by that rate (observe sets job.gather; see settleTick). Safe for
+// deliveries are paced by that rate (observe sets job.gather; see applyTick). Safe for
 // concurrent use.
 type leakSlot struct {
 	env queueEnv
@@ -51,7 +51,7 @@ func (s *leakSlot) admit(ctx context.Context, cfg *QueueConfig, j *job) verdict 
 }
 
 // observe marks a job whose delivery was paced by the queue's rate: its status write waits
-// for the next settle tick.
+// for the next apply tick.
 func (s *leakSlot) observe(_ *QueueConfig, j *job, _ answer) { j.gather = s.paced() }
 
 // take takes one slot, in turn (takeTurn), with the hooks of wait.
@@ -101,7 +101,7 @@ func (s *leakSlot) retryTake(ctx context.Context, take func(context.Context, lea
 	)
 	m, name := s.env.m, s.env.name
 	hooks := leaky.Hooks{
-		Held:   s.paused,
+		Paused: s.paused,
 		OnSlot: func(late time.Duration) { m.slotLate.WithLabelValues(name).Observe(late.Seconds()) },
 		OnGiveUp: func(late time.Duration) {
 			m.givenUp.WithLabelValues(name).Inc()
@@ -122,7 +122,7 @@ func (s *leakSlot) retryTake(ctx context.Context, take func(context.Context, lea
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, leaky.ErrHeld) {
+		if errors.Is(err, leaky.ErrPaused) {
 			continue
 		}
 		m.takeErrors.WithLabelValues(name).Inc()
@@ -226,13 +226,13 @@ func (s *leakSlot) rate() leaky.Rate {
 const reserveAhead = 100 * time.Millisecond
 
 // paced reports whether the runner's deliveries are paced by its queue's rate, several per
-// settle tick: its slots are reserved more than a tick ahead (it holds a backlog the rate
+// apply tick: its slots are reserved more than a tick ahead (it holds a backlog the rate
 // holds back), at two or more slots per tick (a rate of 200/s or more). Their status writes
-// then wait for the tick (apply.go, settleTick); an unthrottled drain's, whose slots are never
+// then wait for the tick (apply.go, applyTick); an unthrottled drain's, whose slots are never
 // a tick ahead, and a slow queue's, which has little to gather, go at once.
 func (s *leakSlot) paced() bool {
 	iv := s.rate().Interval
-	return iv > 0 && 2*iv <= settleTick && s.horizon.Load() > s.env.now().Add(settleTick).UnixNano()
+	return iv > 0 && 2*iv <= applyTick && s.horizon.Load() > s.env.now().Add(applyTick).UnixNano()
 }
 
 // maxTurns is the most jobs of a runner that take their slots together while slots are
@@ -283,15 +283,15 @@ func (s *leakSlot) takeTurn(ctx context.Context, rate leaky.Rate) (release func(
 // waiting for a turn, and hundreds of turns a second pass.
 type turnGate struct {
 	mu      sync.Mutex
-	held    int
+	out     int
 	waiters []chan struct{} // closed when handed the turn
 }
 
 // acquire waits for a turn while fewer than limit are held, until ctx ends.
 func (g *turnGate) acquire(ctx context.Context, limit int) error {
 	g.mu.Lock()
-	if g.held < limit && len(g.waiters) == 0 {
-		g.held++
+	if g.out < limit && len(g.waiters) == 0 {
+		g.out++
 		g.mu.Unlock()
 		return nil
 	}
@@ -320,11 +320,11 @@ func (g *turnGate) acquire(ctx context.Context, limit int) error {
 func (g *turnGate) release(limit int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.held--
-	for g.held < max(limit, 1) && len(g.waiters) > 0 {
+	g.out--
+	for g.out < max(limit, 1) && len(g.waiters) > 0 {
 		close(g.waiters[0])
 		g.waiters = g.waiters[1:]
-		g.held++
+		g.out++
 	}
 }
 

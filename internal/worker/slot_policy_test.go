@@ -111,7 +111,7 @@ func TestLeakSlotWaitsOutAPause(t *testing.T) {
 	}
 }
 
-// TestLeakSlotObserve: a job's status write waits for the settle tick only while the queue's
+// TestLeakSlotObserve: a job's status write waits for the apply tick only while the queue's
 // slots are reserved more than a tick ahead at two or more slots a tick.
 func TestLeakSlotObserve(t *testing.T) {
 	clock := newFakeClock()

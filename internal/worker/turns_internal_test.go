@@ -67,9 +67,9 @@ func TestTurnGate(t *testing.T) {
 		g.release(limit)
 	}
 	g.mu.Lock()
-	held, waiting := g.held, len(g.waiters)
+	out, waiting := g.out, len(g.waiters)
 	g.mu.Unlock()
-	if held != 0 || waiting != 0 {
-		t.Fatalf("after every release: %d held, %d waiting; want 0, 0", held, waiting)
+	if out != 0 || waiting != 0 {
+		t.Fatalf("after every release: %d out, %d waiting; want 0, 0", out, waiting)
 	}
 }
