@@ -1,6 +1,11 @@
 package ingress
 
-import "time"
+import (
+	"math/bits"
+	"time"
+
+	"github.com/sluice-rl/sluice/limit"
+)
 
 // ruling is what happens to a request and why: the verdict, the rule it defers to, the longest
 // Retry-After of the rules it violated (which viol lists), and the policy the rate-limit
@@ -20,8 +25,9 @@ type ruling struct {
 //     rule with on_limit: enqueue, or a matching action: enqueue rule, defers it (mayDefer
 //     false — the job API itself — forwards instead); else it is forwarded.
 //   - Shadow rules, rules that failed open and allowed requests never restrict.
-//   - The headers report the policy closest to exhaustion (least remaining, then the longest
-//     reset), among the violated rules on a 429; rules without a decision report nothing.
+//   - The headers report the policy that binds (headerPolicy): the rule a request is deferred
+//     to, among the violated rules on a 429, else the policy with the smallest share of its
+//     limit left; rules without a decision report nothing.
 func decideRuling(charges []charge, matched []*rule, mayDefer bool, viol []*rule) ruling {
 	rl := ruling{action: forward, header: -1, viol: viol}
 	for i := range charges {
@@ -49,7 +55,7 @@ func decideRuling(charges []charge, matched []*rule, mayDefer bool, viol []*rule
 			rl.action = deferIt
 		}
 	}
-	rl.header = headerPolicy(charges, rl.action == reject, mayDefer)
+	rl.header = headerPolicy(charges, &rl, mayDefer)
 	return rl
 }
 
@@ -67,10 +73,14 @@ func deferTarget(first *rule, matched []*rule) *rule {
 	return nil
 }
 
-// headerPolicy returns the index of the charge whose policy the rate-limit headers report, or
-// -1: the one closest to exhaustion among the rules that decided, and among the violated ones
-// on a 429.
-func headerPolicy(charges []charge, rejected, mayDefer bool) int {
+// headerPolicy returns the index of the charge whose policy the rate-limit headers of ruling
+// rl report, or -1: the policy that binds, so that a client can pace on it. That is the rule
+// the request is deferred to when it was charged; else, among the violated rules on a 429 and
+// among all the rules that decided otherwise, the one with the smallest share of its limit
+// left (Remaining/Limit: 59 of 60 requests binds less than 100 of 15 000 tokens), then the
+// longest reset.
+func headerPolicy(charges []charge, rl *ruling, mayDefer bool) int {
+	rejected := rl.action == reject
 	best := -1
 	for i := range charges {
 		ch := &charges[i]
@@ -78,19 +88,30 @@ func headerPolicy(charges []charge, rejected, mayDefer bool) int {
 			continue
 		}
 		d, ru := &ch.dec, ch.rule
+		if rl.action == deferIt && ru == rl.deferTo {
+			return i
+		}
 		if rejected && (d.Allowed || ru.shadow || ru.onLimitEnqueue && mayDefer) {
 			continue
 		}
-		if best < 0 {
-			best = i
-			continue
-		}
-		b := &charges[best].dec
-		if d.Remaining < b.Remaining || d.Remaining == b.Remaining && d.ResetAfter > b.ResetAfter {
+		if best < 0 || binds(d, &charges[best].dec) {
 			best = i
 		}
 	}
 	return best
+}
+
+// binds reports whether decision a is closer to exhaustion than b: a smaller share of its
+// limit left, or the same share and a longer reset. The shares are compared exactly, as
+// products of 128 bits.
+func binds(a, b *limit.Decision) bool {
+	// a.Remaining/a.Limit < b.Remaining/b.Limit, with limits >= 1 and counts >= 0.
+	ahi, alo := bits.Mul64(uint64(max(a.Remaining, 0)), uint64(max(b.Limit, 1)))
+	bhi, blo := bits.Mul64(uint64(max(b.Remaining, 0)), uint64(max(a.Limit, 1)))
+	if ahi != bhi || alo != blo {
+		return ahi < bhi || ahi == bhi && alo < blo
+	}
+	return a.ResetAfter > b.ResetAfter
 }
 
 // countDecisions counts each rule's decision under the ruling rl in the decisions metric. The
