@@ -28,9 +28,7 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 	}
 	r.Match = b.match(where, rr.Match)
 	r.Key = b.keyParts(where, "key", rr.Key)
-	if len(r.Key) == 0 {
-		r.Key = []KeyPart{{Kind: KeyIP}}
-	}
+	r.Key = r.KeyParts()
 	b.ruleAction(where, &r, rr)
 	b.ruleLimit(where, &r, rr)
 	b.ruleQueue(where, &r, rr, queues)

@@ -9,12 +9,13 @@
 // environment overrides first (SLUICE_REDIS_URL, SLUICE_NATS_URL, SLUICE_LISTEN,
 // SLUICE_ADMIN_LISTEN, SLUICE_ADMIN_TOKEN, SLUICE_ID_SECRET), then every value parsed in its own
 // field's words, every default filled in (the Default* constants: defaults live here and
-// nowhere else), every number and duration bounded. [Load] reads a file; [Parse] takes bytes
-// and an injectable environment.
+// nowhere else; the accessors such as [Rule.KeyParts] give a hand-built value's zero fields
+// the same defaults), every number and duration bounded. [Load] reads a file; [Parse] takes
+// bytes and an injectable environment.
 //
-// A [Watcher] reloads the file on SIGHUP, on [Watcher.Reload] and when the file's content
-// changes: it watches the directory, so editors that rename a new file over the old one and
-// Kubernetes ConfigMap symlink swaps are seen, and debounces the events of one save.
+// A [Watcher] reloads the file on SIGHUP (or whatever its Signals delivers) and when the
+// file's content changes: it watches the directory, so editors that rename a new file over the
+// old one and Kubernetes ConfigMap symlink swaps are seen, and debounces the events of one save.
 //
 // # Guarantees
 //
@@ -186,6 +187,15 @@ func (c *Config) Queue(name string) (*Queue, bool) {
 		}
 	}
 	return nil, false
+}
+
+// StoreTimeoutOrDefault returns StoreTimeout, or DefaultStoreTimeout when it is not positive,
+// as in a hand-built Config (one from Load or Parse always has it).
+func (c *Config) StoreTimeoutOrDefault() time.Duration {
+	if c.StoreTimeout <= 0 {
+		return DefaultStoreTimeout
+	}
+	return c.StoreTimeout
 }
 
 // Redis is the shared limiter store.

@@ -78,6 +78,24 @@ func (r Rule) HasLimit() bool { return r.Algorithm != "" }
 // most Limit of a key forwarded at once, each for at most Timeout.
 func (r Rule) Concurrency() bool { return r.Algorithm == AlgorithmConcurrency }
 
+// KeyParts returns the rule's key: Key, or the default [ip] (the client address) when it is
+// empty, as in a hand-built Rule (one from Load or Parse always has it).
+func (r Rule) KeyParts() []KeyPart {
+	if len(r.Key) == 0 {
+		return []KeyPart{{Kind: KeyIP}}
+	}
+	return r.Key
+}
+
+// TimeoutOrDefault returns Timeout, or DefaultRuleTimeout when it is 0, as in a hand-built
+// concurrency Rule (one from Load or Parse always has it).
+func (r Rule) TimeoutOrDefault() time.Duration {
+	if r.Timeout == 0 {
+		return DefaultRuleTimeout
+	}
+	return r.Timeout
+}
+
 // StoreErrorMode returns the rule's store-error mode: its own when set, else global, else
 // StoreErrorAllow.
 func (r Rule) StoreErrorMode(global StoreErrorMode) StoreErrorMode {
