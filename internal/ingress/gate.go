@@ -189,15 +189,6 @@ func (g *gate) warn(cfg *config.Config) {
 	}
 }
 
-// breakerState reports the state of the circuit breaker in front of the limiter store;
-// always BreakerClosed for an in-process limiter.
-func (g *gate) breakerState() BreakerState {
-	if g.breaker == nil {
-		return BreakerClosed
-	}
-	return g.breaker.current()
-}
-
 // verdict is what happens to a request.
 type verdict uint8
 
