@@ -7,9 +7,9 @@ export SLUICE_STRICT := 1
 # not hide whether cmd/worker or the fuzz pass would have passed.
 MAKEFLAGS += --keep-going
 
-.PHONY: test deps vet tools cyclo compose unit fuzz quickstart bench soak
+.PHONY: test deps vet tools cyclo lines compose unit fuzz quickstart bench soak
 
-test: deps vet cyclo compose unit fuzz
+test: deps vet cyclo lines compose unit fuzz
 
 # deps installs what the tests run besides Go — redis-server, curl for the README's quickstart
 # lines, docker-compose to validate deploy/compose.yaml, chromium for the dashboard's browser
@@ -32,19 +32,29 @@ deps:
 # or at another version.
 STATICCHECK_VERSION := v0.8.2
 GOCYCLO_VERSION := v0.6.0
+# deadcode is versioned with golang.org/x/tools, the module it is installed from.
+DEADCODE_VERSION := v0.52.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 STATICCHECK := $(GOBIN)/staticcheck
 GOCYCLO := $(GOBIN)/gocyclo
+DEADCODE := $(GOBIN)/deadcode
 tools:
 	@$(STATICCHECK) -version 2>/dev/null | grep -q '($(STATICCHECK_VERSION:v%=%))' || \
 	  GOBIN=$(GOBIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@$(GO) version -m $(GOCYCLO) 2>/dev/null | grep -q 'gocyclo[[:space:]]*$(GOCYCLO_VERSION)' || \
 	  GOBIN=$(GOBIN) $(GO) install github.com/fzipp/gocyclo/cmd/gocyclo@$(GOCYCLO_VERSION)
+	@$(GO) version -m $(DEADCODE) 2>/dev/null | grep -q 'golang.org/x/tools[[:space:]]*$(DEADCODE_VERSION)[[:space:]]' || \
+	  GOBIN=$(GOBIN) $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
 
+# vet: go vet (also under the noembed tag), staticcheck, deadcode and gofmt. deadcode -test
+# lists the functions that neither a main nor a test reaches (a helper only tests use is live);
+# it exits 0 when it lists some, so its output is the verdict.
 vet: tools
 	$(GO) vet ./...
 	$(GO) vet -tags noembed ./internal/app/ ./cmd/ingress/
 	$(STATICCHECK) ./...
+	@dead=$$($(DEADCODE) -test ./...) || exit 1; \
+	if [ -n "$$dead" ]; then echo "deadcode -test: unreachable functions; remove them:" >&2; echo "$$dead" >&2; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l:" $$unformatted >&2; exit 1; fi
 
@@ -52,6 +62,14 @@ vet: tools
 # exits non-zero, naming them, when one is. Part of `make test`.
 cyclo: tools
 	$(GOCYCLO) -over 20 $$(git ls-files '*.go' | grep -v '_test\.go$$')
+
+# lines: no production file (non-test .go file) above MAX_LINES lines; split a longer one into
+# files named for the concepts it holds. Part of `make test`.
+MAX_LINES := 600
+lines:
+	@long=$$( (git ls-files '*.go' 2>/dev/null || find . -name '*.go') | grep -v '_test\.go$$' | xargs wc -l | \
+	  awk '$$2 != "total" && $$1 > $(MAX_LINES) { print "  " $$2 ": " $$1 " lines" }'); \
+	if [ -n "$$long" ]; then echo "production files over $(MAX_LINES) lines:" >&2; echo "$$long" >&2; exit 1; fi
 
 # No Docker engine runs here; the compose file is validated, not started.
 compose:

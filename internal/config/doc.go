@@ -9,11 +9,12 @@
 // environment overrides first (SLUICE_REDIS_URL, SLUICE_NATS_URL, SLUICE_LISTEN,
 // SLUICE_ADMIN_LISTEN, SLUICE_ADMIN_TOKEN, SLUICE_ID_SECRET), then every value parsed in its own
 // field's words, every default filled in (the Default* constants: defaults live here and
-// nowhere else), every number and duration bounded. [Load] reads a file; [Parse] takes bytes
-// and an injectable environment.
+// nowhere else; the accessors such as [Rule.KeyParts] give a hand-built value's zero fields
+// the same defaults), every number and duration bounded. [Load] reads a file; [Parse] takes
+// bytes and an injectable environment.
 //
-// A [Watcher] reloads the file on SIGHUP, on [Watcher.Reload] and when the file's content
-// changes: it watches the directory, so editors that rename a new file over the old one and
+// A [Watcher] reloads the file on SIGHUP (or whatever its Signals delivers) and when the
+// file's content changes: it watches the directory, so editors that rename a new file over the old one and
 // Kubernetes ConfigMap symlink swaps are seen, and debounces the events of one save.
 //
 // # Guarantees

@@ -21,15 +21,14 @@ const DefaultDebounce = 100 * time.Millisecond
 // valid new Config to OnChange. An invalid file is reported to OnError instead; the caller
 // keeps the config it has.
 //
-// It reloads on SIGHUP (or whatever Signals delivers), on Reload, and when the file's
-// content changes. It watches the file's directory, not the file: editors that save by
+// It reloads on SIGHUP (or whatever Signals delivers) and when the file's content changes. It watches the file's directory, not the file: editors that save by
 // writing a new file and renaming it over the old one, and Kubernetes ConfigMap volumes that
 // swap a symlink, are seen too. File events are debounced, and a file whose content is the
 // same as at the last load (or, before the first, as when Run started) is not reloaded;
-// Signals and Reload always reload.
+// Signals always reload.
 //
 // Fill in the fields, then call Run once. The zero value of each optional field is its
-// default. Reload is safe to call from any goroutine, before or during Run.
+// default.
 type Watcher struct {
 	// Path is the config file. Required.
 	Path string
@@ -53,7 +52,6 @@ type Watcher struct {
 	Current *Config
 
 	once      sync.Once
-	reload    chan struct{}
 	readyOnce sync.Once
 	ready     chan struct{} // closed once Run watches, for tests
 	checked   func()        // called after each debounced look at the file, for tests
@@ -61,19 +59,8 @@ type Watcher struct {
 
 func (w *Watcher) init() {
 	w.once.Do(func() {
-		w.reload = make(chan struct{}, 1)
 		w.ready = make(chan struct{})
 	})
-}
-
-// Reload asks Run to reload the file now, as SIGHUP does. It does not wait; requests made
-// while one is pending are merged into it.
-func (w *Watcher) Reload() {
-	w.init()
-	select {
-	case w.reload <- struct{}{}:
-	default:
-	}
 }
 
 // Run watches until ctx is done, then returns nil. OnChange and OnError are called from
@@ -104,8 +91,6 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-signals:
-			l.load(true)
-		case <-w.reload:
 			l.load(true)
 		case ev, ok := <-fw.Events:
 			if !ok {

@@ -18,6 +18,7 @@ import (
 type watchBundle struct {
 	path    string
 	w       *Watcher
+	signals chan os.Signal // Signals of w; nil when it takes SIGHUP
 	changes chan *Config
 	errs    chan error
 	checked chan struct{} // one value per debounced look at the file
@@ -26,8 +27,8 @@ type watchBundle struct {
 const validConfig = "listen: 127.0.0.1:1111\n"
 
 // startWatcher writes content to a new config file and runs a Watcher over it until the
-// test ends. A nil signals channel makes the Watcher use SIGHUP.
-func startWatcher(t *testing.T, content string, signals <-chan os.Signal) *watchBundle {
+// test ends. With sighup, the Watcher takes SIGHUP; else b.signals.
+func startWatcher(t *testing.T, content string, sighup bool) *watchBundle {
 	t.Helper()
 	t.Cleanup(func() { goleak.VerifyNone(t) })
 	b := &watchBundle{
@@ -36,12 +37,15 @@ func startWatcher(t *testing.T, content string, signals <-chan os.Signal) *watch
 		errs:    make(chan error, 16),
 		checked: make(chan struct{}, 16),
 	}
+	if !sighup {
+		b.signals = make(chan os.Signal, 1)
+	}
 	writeFile(t, b.path, content)
 	b.w = &Watcher{
 		Path:     b.path,
 		OnChange: func(c *Config) { b.changes <- c },
 		OnError:  func(err error) { b.errs <- err },
-		Signals:  signals,
+		Signals:  b.signals,
 		Debounce: 20 * time.Millisecond,
 		Getenv:   noEnv,
 		checked: func() {
@@ -127,10 +131,10 @@ func (b *watchBundle) nextError(t *testing.T) error {
 
 // noMore asserts that nothing is pending. Callbacks run one at a time on Run's goroutine, so
 // once the reload that produced the last report has returned, any other report would be
-// queued behind a Reload: a Reload of unchanged content must be the next report.
+// queued behind a signal's reload: that reload, of unchanged content, must be the next report.
 func (b *watchBundle) noMoreThan(t *testing.T, want string) {
 	t.Helper()
-	b.w.Reload()
+	b.signals <- syscall.SIGHUP
 	c := b.nextChange(t)
 	if c.Listen != want {
 		t.Fatalf("after the reports expected, got a change to listen %q, want %q", c.Listen, want)
@@ -138,7 +142,7 @@ func (b *watchBundle) noMoreThan(t *testing.T, want string) {
 }
 
 func TestWatcherFileChange(t *testing.T) {
-	b := startWatcher(t, validConfig, make(chan os.Signal))
+	b := startWatcher(t, validConfig, false)
 
 	writeFile(t, b.path, "listen: 127.0.0.1:2222\n")
 	if c := b.nextChange(t); c.Listen != "127.0.0.1:2222" || c.Path != b.path {
@@ -170,7 +174,7 @@ func TestWatcherFileChange(t *testing.T) {
 }
 
 func TestWatcherInvalidKeepsOld(t *testing.T) {
-	b := startWatcher(t, validConfig, make(chan os.Signal))
+	b := startWatcher(t, validConfig, false)
 
 	writeFile(t, b.path, "listen: nowhere\nrules: [{name: r}]\n")
 	err := b.nextError(t)
@@ -199,16 +203,11 @@ func TestWatcherInvalidKeepsOld(t *testing.T) {
 	b.noMoreThan(t, "127.0.0.1:4444")
 }
 
-func TestWatcherReloadAndSignals(t *testing.T) {
-	signals := make(chan os.Signal, 1)
-	b := startWatcher(t, validConfig, signals)
+func TestWatcherSignals(t *testing.T) {
+	b := startWatcher(t, validConfig, false)
 
-	// Reload reloads even unchanged content.
-	b.w.Reload()
-	if c := b.nextChange(t); c.Listen != "127.0.0.1:1111" {
-		t.Fatalf("Reload: listen %q", c.Listen)
-	}
-	signals <- syscall.SIGHUP
+	// A signal reloads even unchanged content.
+	b.signals <- syscall.SIGHUP
 	if c := b.nextChange(t); c.Listen != "127.0.0.1:1111" {
 		t.Fatalf("signal: listen %q", c.Listen)
 	}
@@ -227,27 +226,13 @@ func TestWatcherReloadAndSignals(t *testing.T) {
 }
 
 func TestWatcherSIGHUP(t *testing.T) {
-	b := startWatcher(t, validConfig, nil)
+	b := startWatcher(t, validConfig, true)
 	// Run registered for SIGHUP before it was ready, so the signal cannot kill the test.
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	if c := b.nextChange(t); c.Listen != "127.0.0.1:1111" {
 		t.Fatalf("SIGHUP: listen %q", c.Listen)
-	}
-}
-
-func TestWatcherReloadBeforeRun(t *testing.T) {
-	// A Reload made before Run starts is not lost.
-	defer goleak.VerifyNone(t)
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	writeFile(t, path, validConfig)
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &Watcher{Path: path, Signals: make(chan os.Signal), Getenv: noEnv}
-	w.OnChange = func(c *Config) { cancel() }
-	w.Reload()
-	if err := w.Run(ctx); err != nil {
-		t.Fatal(err)
 	}
 }
 

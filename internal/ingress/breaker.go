@@ -176,9 +176,6 @@ func (b *breaker) abandon(probe bool) {
 	}
 }
 
-// current returns the state.
-func (b *breaker) current() BreakerState { return BreakerState(b.state.Load()) }
-
 // set changes the state; b.mu is held.
 func (b *breaker) set(s BreakerState) {
 	if BreakerState(b.state.Swap(int32(s))) != s && b.onChange != nil {

@@ -468,3 +468,6 @@ func validJobID(id string) bool {
 	}
 	return true
 }
+
+// errNoEnqueuer is the answer to a deferral when no queue layer is configured.
+var errNoEnqueuer = errors.New("ingress: no queue layer configured")

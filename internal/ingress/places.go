@@ -51,10 +51,7 @@ func (r *rule) compileConcurrency(cr config.Rule) error {
 	case cr.Timeout < 0:
 		return fmt.Errorf("timeout must be > 0, got %v", cr.Timeout)
 	}
-	timeout := cr.Timeout
-	if timeout == 0 {
-		timeout = config.DefaultRuleTimeout
-	}
+	timeout := cr.TimeoutOrDefault()
 	r.conc = &concurrency{limit: cr.Limit, timeout: timeout, hold: timeout + holdMargin}
 	r.rejects = nil // a full cap frees up at any moment: nothing to remember
 	return nil

@@ -156,11 +156,8 @@ func compile(cfg *config.Config, m *metrics) (*ruleSet, error) {
 		trusted:      trust(cfg.TrustedProxies),
 		v6bits:       cfg.IPv6Prefix,
 		logDecisions: cfg.LogDecisions,
-		storeTimeout: cfg.StoreTimeout,
+		storeTimeout: cfg.StoreTimeoutOrDefault(),
 		queues:       make(map[string]*config.Queue, len(cfg.Queues)),
-	}
-	if rs.storeTimeout <= 0 {
-		rs.storeTimeout = config.DefaultStoreTimeout
 	}
 	for i := range cfg.Queues {
 		rs.queues[cfg.Queues[i].Name] = &cfg.Queues[i]
@@ -202,7 +199,7 @@ func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Q
 	if err := checkName(cr.Name); err != nil {
 		return nil, err
 	}
-	key, err := compileKey(cr.Key)
+	key, err := compileKey(cr.KeyParts())
 	if err != nil {
 		return nil, err
 	}
@@ -244,11 +241,8 @@ func checkName(name string) error {
 
 // compileKey returns a copy of a rule's key parts ready for requests, header names in canonical
 // form (they are looked up in the header map as they are; the name is not part of the key).
-// No parts is the client address.
+// parts come from config.Rule.KeyParts, which holds the default of a rule without a key.
 func compileKey(parts []config.KeyPart) ([]config.KeyPart, error) {
-	if len(parts) == 0 {
-		return []config.KeyPart{{Kind: config.KeyIP}}, nil
-	}
 	key := slices.Clone(parts)
 	for i, p := range key {
 		switch p.Kind {

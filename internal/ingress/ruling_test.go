@@ -22,10 +22,10 @@ func TestDecideRuling(t *testing.T) {
 	shadowAction := &rule{name: "shadow-action", actionEnqueue: true, shadow: true}
 
 	allow := func(rem int64) limit.Decision {
-		return limit.Decision{Allowed: true, Remaining: rem, ResetAfter: time.Second}
+		return limit.Decision{Allowed: true, Limit: 10, Remaining: rem, ResetAfter: time.Second}
 	}
 	deny := func(retry time.Duration) limit.Decision {
-		return limit.Decision{RetryAfter: retry, ResetAfter: 2 * time.Second}
+		return limit.Decision{Limit: 10, RetryAfter: retry, ResetAfter: 2 * time.Second}
 	}
 	type in struct {
 		rule *rule
@@ -87,6 +87,92 @@ func TestDecideRuling(t *testing.T) {
 				if rl.viol[i] != tc.viol[i] {
 					t.Errorf("violation %d: %s, want %s", i, rl.viol[i].name, tc.viol[i].name)
 				}
+			}
+		})
+	}
+}
+
+// TestHeaderPolicy: the rate-limit headers report the policy that binds, so that a client can
+// pace on it — as examples/llm.yaml's clients must on tokens: the rule that deferred the
+// request, else the violated or decided rule with the smallest share of its limit left, not
+// the fewest units left.
+func TestHeaderPolicy(t *testing.T) {
+	requests := &rule{name: "requests-per-key", hasLimit: true}                   // 60/m, rejects
+	tokens := &rule{name: "tokens-per-key", hasLimit: true, onLimitEnqueue: true} // 20 000/m, defers
+	other := &rule{name: "other", hasLimit: true}                                 // 20 000/m, rejects
+	shadow := &rule{name: "shadow", hasLimit: true, shadow: true}                 // 60/m
+	action := &rule{name: "action", actionEnqueue: true}                          // no limit
+
+	dec := func(allowed bool, left, of int64, reset time.Duration) limit.Decision {
+		return limit.Decision{Allowed: allowed, Limit: of, Remaining: left, ResetAfter: reset}
+	}
+	type in struct {
+		rule *rule
+		d    limit.Decision
+		src  source
+	}
+	for _, tc := range []struct {
+		name    string
+		charged []in
+		matched []*rule // besides the charged ones
+		noDefer bool
+		want    verdict
+		header  int
+	}{
+		{name: "LLM: the token rule deferred the request",
+			charged: []in{{requests, dec(true, 59, 60, time.Second), fromStore}, {tokens, dec(false, 15000, 20000, 15*time.Second), fromStore}},
+			want:    deferIt, header: 1},
+		{name: "deferred from a cached rejection",
+			charged: []in{{requests, dec(true, 1, 60, time.Minute), fromStore}, {tokens, dec(false, 0, 20000, time.Second), fromCache}},
+			want:    deferIt, header: 1},
+		{name: "allowed: the smallest share left, not the fewest units",
+			charged: []in{{requests, dec(true, 59, 60, time.Minute), fromStore}, {tokens, dec(true, 100, 15000, time.Minute), fromStore}},
+			want:    forward, header: 1},
+		{name: "allowed: fewer units left can be the larger share",
+			charged: []in{{requests, dec(true, 5, 60, time.Minute), fromStore}, {tokens, dec(true, 10000, 20000, time.Minute), fromStore}},
+			want:    forward, header: 0},
+		{name: "allowed: the same share, the longest reset",
+			charged: []in{{requests, dec(true, 30, 60, time.Second), fromStore}, {tokens, dec(true, 10000, 20000, time.Minute), fromStore}},
+			want:    forward, header: 1},
+		{name: "allowed: a shadow rule closest to exhaustion reports",
+			charged: []in{{requests, dec(true, 30, 60, time.Second), fromStore}, {shadow, dec(false, 0, 60, time.Second), fromStore}},
+			want:    forward, header: 1},
+		{name: "429: the rule that refused, not the deferring one",
+			charged: []in{{requests, dec(false, 0, 60, time.Second), fromStore}, {tokens, dec(false, 100, 20000, time.Minute), fromStore}},
+			want:    reject, header: 0},
+		{name: "429: among the refusing rules, the smallest share left",
+			charged: []in{{requests, dec(false, 0, 60, time.Second), fromStore}, {other, dec(false, 19000, 20000, time.Minute), fromStore}},
+			want:    reject, header: 0},
+		{name: "429: the same share, the longest reset",
+			charged: []in{{requests, dec(false, 0, 60, time.Second), fromStore}, {other, dec(false, 0, 20000, time.Minute), fromStore}},
+			want:    reject, header: 1},
+		{name: "job API: the token rule refused",
+			charged: []in{{requests, dec(true, 59, 60, time.Second), fromStore}, {tokens, dec(false, 15000, 20000, 15*time.Second), fromStore}},
+			noDefer: true, want: reject, header: 1},
+		{name: "deferred by an action rule without a limit: the smallest share left",
+			charged: []in{{requests, dec(true, 59, 60, time.Second), fromStore}, {other, dec(true, 100, 20000, time.Second), fromStore}},
+			matched: []*rule{action}, want: deferIt, header: 1},
+		{name: "503: among the rules that decided",
+			charged: []in{{requests, limit.Decision{}, failedClosed}, {tokens, dec(true, 100, 20000, time.Second), fromStore}, {other, dec(true, 19000, 20000, time.Second), fromStore}},
+			want:    failClosed, header: 1},
+		{name: "counts near 2^52 compare exactly",
+			charged: []in{{other, dec(true, 1<<52-1, 1<<52, time.Second), fromStore}, {tokens, dec(true, 1<<52-2, 1<<52-1, time.Second), fromStore}},
+			want:    forward, header: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var matched []*rule
+			var charges []charge
+			for _, c := range tc.charged {
+				charges = append(charges, charge{rule: c.rule, dec: c.d, src: c.src})
+				matched = append(matched, c.rule)
+			}
+			rl := decideRuling(charges, append(matched, tc.matched...), !tc.noDefer, nil)
+			if rl.action != tc.want || rl.header != tc.header {
+				name := "none"
+				if rl.header >= 0 {
+					name = charges[rl.header].rule.name
+				}
+				t.Errorf("verdict %v, headers of %d (%s); want verdict %v, headers of %d", rl.action, rl.header, name, tc.want, tc.header)
 			}
 		})
 	}

@@ -342,3 +342,15 @@ func TestStoreTimeout(t *testing.T) {
 	}
 	rs.Client.Do(context.Background(), "CLIENT", "UNPAUSE")
 }
+
+// current returns the state of b, for tests: the gate itself learns of changes by onChange.
+func (b *breaker) current() BreakerState { return BreakerState(b.state.Load()) }
+
+// breakerState reports the state of the circuit breaker in front of the limiter store of g;
+// always BreakerClosed for an in-process limiter.
+func (g *gate) breakerState() BreakerState {
+	if g.breaker == nil {
+		return BreakerClosed
+	}
+	return g.breaker.current()
+}
