@@ -221,9 +221,6 @@ func (p *NATSProcess) Stop() {
 	})
 }
 
-// Cont lets a stopped server go on (SIGCONT).
-func (p *NATSProcess) Cont() { p.signal(syscall.SIGCONT) }
-
 func (p *NATSProcess) signal(sig syscall.Signal) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
