@@ -208,7 +208,7 @@ func (p *NATSProcess) Kill() {
 }
 
 // Stop stops the server with SIGSTOP and returns once the kernel says it is stopped: it keeps
-// its connections open and answers nothing, as a server that hangs would. Kill or Cont ends it.
+// its connections open and answers nothing, as a server that hangs would. Kill ends it.
 func (p *NATSProcess) Stop() {
 	p.signal(syscall.SIGSTOP)
 	p.mu.Lock()
