@@ -1,9 +1,12 @@
 package config
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // TestWarnUntenantedKeyedQueue checks the warning for a queue fed by a rule keyed by API key
@@ -25,13 +28,15 @@ rules:
 	}
 }
 
-// TestShippedExamples checks every config under examples/: it loads without warnings, each
-// queue has a tenant, and the job API of each queue with a target is limited by a rule.
+// TestShippedExamples checks every config that ships — examples/, the compose deployment's
+// and the Kubernetes ConfigMap's: it loads without warnings, each queue has a tenant, and the
+// job API of each queue with a target is limited by a rule.
 func TestShippedExamples(t *testing.T) {
 	files, _ := filepath.Glob("../../examples/*.yaml")
 	if len(files) < 2 {
 		t.Fatalf("examples: %v", files)
 	}
+	files = append(files, "../../deploy/sluice.yaml", configMapFile(t, "../../deploy/kubernetes/configmap.yaml"))
 	for _, f := range files {
 		c, err := Load(f)
 		if err != nil {
@@ -56,4 +61,25 @@ func TestShippedExamples(t *testing.T) {
 			}
 		}
 	}
+}
+
+// configMapFile writes the sluice.yaml of the ConfigMap in path to a file of its own, and
+// returns the file's path.
+func configMapFile(t *testing.T, path string) string {
+	t.Helper()
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &cm); err != nil || cm.Data["sluice.yaml"] == "" {
+		t.Fatalf("%s: no data.sluice.yaml (%v)", path, err)
+	}
+	out := filepath.Join(t.TempDir(), "configmap-sluice.yaml")
+	if err := os.WriteFile(out, []byte(cm.Data["sluice.yaml"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
