@@ -16,6 +16,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/retry"
 )
 
 // validID reports whether s is a job id: 1 to 128 of [A-Za-z0-9_-], usable as a KV key and
@@ -390,8 +392,10 @@ func retractable(err error) bool {
 	return !errors.As(err, &apiErr)
 }
 
-// retractFor bounds how long retract keeps trying to reach JetStream.
-const retractFor = 2 * time.Minute
+// retractPolicy spaces retract's tries to reach JetStream: 100ms doubling to 5s, for up to
+// 2 minutes.
+var retractPolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: -1,
+	MaxElapsed: 2 * time.Minute}
 
 // startRetract runs retract in the background, tracked by Close.
 func (q *Queues) startRetract(job *Job, subject, stream string, f jetstream.PubAckFuture) {
@@ -405,7 +409,7 @@ func (q *Queues) startRetract(job *Job, subject, stream string, f jetstream.PubA
 // retract makes a failed publish of job false: it waits for the publish's outcome (f, when it
 // is still pending), and when the message was stored after all (its acknowledgement came late,
 // or was lost with the connection), it records the job as canceled (retracted) and deletes the
-// message, retrying until JetStream answers, for up to retractFor or until Close. The status
+// message, retrying until JetStream answers, for up to 2 minutes (retractPolicy) or until Close. The status
 // comes first, so a worker that already took the message finds it canceled (see Job.AckBy). A
 // message of the same id stored by another publish — an accepted earlier one with the same
 // Idempotency-Key — is told apart by its CreatedAt, and left alone.
@@ -414,17 +418,15 @@ func (q *Queues) retract(job *Job, subject, stream string, f jetstream.PubAckFut
 		select { // the outcome, or the async publish's own timeout
 		case <-f.Ok():
 		case <-f.Err():
-		case <-q.closing:
+		case <-q.closing.Done():
 		}
 	}
-	deadline := time.Now().Add(retractFor)
-	for wait := 100 * time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 5*time.Second) {
+	b := retractPolicy.Backoff(nil)
+	for {
 		if done, _ := q.retractOnce(job, subject, stream); done {
 			return
 		}
-		select { // JetStream unreachable: try again
-		case <-time.After(wait):
-		case <-q.closing:
+		if b.Wait(q.closing, 0) != nil { // JetStream unreachable for 2 minutes, or Close
 			return
 		}
 	}
@@ -435,13 +437,14 @@ func (q *Queues) retract(job *Job, subject, stream string, f jetstream.PubAckFut
 // when the process stops publishing; other methods must not be called after it.
 func (q *Queues) Close(ctx context.Context) error {
 	defer q.conn.stop(q.nc)
+	defer q.stopBackground()
 	done := make(chan struct{})
 	go func() { q.retracts.Wait(); q.moves.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		q.closeOnce.Do(func() { close(q.closing) })
+		q.stopBackground()
 		<-done
 		return ctx.Err()
 	}

@@ -111,11 +111,12 @@ type Queues struct {
 	secret     []byte             // keys JobID
 	meta       jetstream.KeyValue // the meta bucket: id secret, operator controls
 
-	retracts  sync.WaitGroup // background withdrawals of failed publishes (retract)
-	moves     sync.WaitGroup // background moves of due scheduled jobs (MoveDue)
-	closing   chan struct{}  // closed by Close to stop them
-	closeOnce sync.Once
-	conn      connWatch // cancels the operations in flight when the connection is lost
+	retracts sync.WaitGroup // background withdrawals of failed publishes (retract)
+	moves    sync.WaitGroup // background moves of due scheduled jobs (MoveDue)
+	// closing ends when Close gives up waiting for them, to stop them.
+	closing        context.Context
+	stopBackground context.CancelFunc
+	conn           connWatch // cancels the operations in flight when the connection is lost
 
 	mu      sync.RWMutex
 	specs   map[string]Spec             // provisioned queues, defaults applied
@@ -142,7 +143,8 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
 	}
 	q := &Queues{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{},
-		closing: make(chan struct{}), making: make(chan struct{}, 1)}
+		making: make(chan struct{}, 1)}
+	q.closing, q.stopBackground = context.WithCancel(context.Background())
 	// A JetStream context of our own for async publishes, the same API prefix or domain as js,
 	// whose ack timeout frees the futures of acks that never come (callers stop waiting at
 	// their ctx deadline; on a reconnect nats.go fails pending futures anyway).
@@ -235,16 +237,16 @@ func (q *Queues) openMeta(ctx context.Context) (jetstream.KeyValue, error) {
 // agree on the first one stored (Create fails for the others).
 //
 // A bucket made a moment ago on a cluster has no stream leader yet, and its reads and writes
-// no responders: those are tried again, for at most leaderWait.
+// no responders: those are tried again, for at most 10s (leaderPolicy).
 func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
 	kv := q.meta
-	deadline := time.Now().Add(leaderWait)
-	for tries, wait := 0, 20*time.Millisecond; tries < 3; wait = min(2*wait, time.Second) {
+	b := leaderPolicy.Backoff(nil)
+	for tries := 0; tries < 3; {
 		e, err := kv.Get(ctx, idSecretKey)
 		if err == nil && len(e.Value()) >= 16 {
 			return e.Value(), nil
 		}
-		if noLeaderYet(err) && time.Now().Before(deadline) && retry.Sleep(ctx, nil, wait) == nil {
+		if noLeaderYet(err) && b.Wait(ctx, 0) == nil {
 			continue
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -258,7 +260,7 @@ func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
 		switch {
 		case err == nil:
 			return secret, nil
-		case noLeaderYet(err) && time.Now().Before(deadline) && retry.Sleep(ctx, nil, wait) == nil:
+		case noLeaderYet(err) && b.Wait(ctx, 0) == nil:
 		case !errors.Is(err, jetstream.ErrKeyExists):
 			return nil, fmt.Errorf("queue: store id secret: %w", err)
 		default:
@@ -268,8 +270,9 @@ func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
 	return nil, errors.New("queue: id secret: could not read or store it")
 }
 
-// leaderWait is how long sharedSecret waits for a new bucket's stream to elect its leader.
-const leaderWait = 10 * time.Second
+// leaderPolicy spaces sharedSecret's tries while a new bucket's stream elects its leader:
+// 20ms doubling to 1s, for at most 10s.
+var leaderPolicy = retry.Policy{Initial: 20 * time.Millisecond, Max: time.Second, Jitter: -1, MaxElapsed: 10 * time.Second}
 
 // noLeaderYet reports whether err is what a stream without a leader answers: no responders.
 func noLeaderYet(err error) bool {

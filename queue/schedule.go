@@ -302,7 +302,7 @@ func (q *Queues) moveOne(ctx context.Context, spec Spec, raw jetstream.Msg) (mov
 			t.Stop()
 			_ = raw.Nak()
 			return false
-		case <-q.closing:
+		case <-q.closing.Done():
 			t.Stop()
 			_ = raw.Nak()
 			return false
