@@ -13,27 +13,33 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// Deliveries is the role of a [Queues] that hands jobs to workers — the shared consumer of a
+// queue (Consumer) and of its priority levels (LevelConsumer) — and keeps the jobs that failed
+// for good: DeadLetter, and the operators' DeadLetters, Replay and PurgeDeadLetters. Get it
+// from a Queues; it shares the Queues' connection, and is safe for concurrent use.
+type Deliveries struct{ *core }
+
 // Consumer is the durable pull consumer of one queue, shared by every worker of every process:
 // each job goes to one of them at a time. It is safe for concurrent use.
 type Consumer struct {
-	q     *Queues
+	q     *core
 	queue string
 	c     jetstream.Consumer
 }
 
 // Consumer returns the shared consumer of queue name. It returns ErrUnknownQueue when name is
 // not provisioned.
-func (q *Queues) Consumer(ctx context.Context, name string) (*Consumer, error) {
-	if _, ok := q.spec(name); !ok {
+func (d Deliveries) Consumer(ctx context.Context, name string) (*Consumer, error) {
+	if _, ok := d.spec(name); !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	c, err := q.js.Consumer(ctx, q.streamName(name), consumerName)
+	c, err := d.js.Consumer(ctx, d.streamName(name), consumerName)
 	if err != nil {
 		return nil, fmt.Errorf("queue: consumer of %q: %w", name, err)
 	}
-	return &Consumer{q: q, queue: name, c: c}, nil
+	return &Consumer{q: d.core, queue: name, c: c}, nil
 }
 
 // Queue returns the name of the consumer's queue.
@@ -44,7 +50,7 @@ func (c *Consumer) Queue() string { return c.queue }
 // No jobs is not an error: it returns an empty slice.
 //
 // Each returned job is held by the caller until it calls Ack, Nak, NakWithDelay or
-// [Queues.DeadLetter], or Spec.AckWait passes without an InProgress, after which JetStream hands
+// [Deliveries.DeadLetter], or Spec.AckWait passes without an InProgress, after which JetStream hands
 // it to another worker. Keep max small: jobs fetched and not yet worked on still count against
 // AckWait. Cancelling ctx ends the wait early; jobs the server sent meanwhile are redelivered
 // after AckWait.

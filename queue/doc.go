@@ -2,7 +2,7 @@
 // backpressure, provisioning, consumption by workers, dead letters and job status. It uses only
 // nats.go's jetstream package and knows nothing of HTTP, Redis or the config file: callers map
 // their configuration to [Spec] and [Options]. [Queues] starts no goroutine of its own but the
-// withdrawals of failed publishes and the moves [Queues.MoveDue] starts, which [Queues.Close]
+// withdrawals of failed publishes and the moves [Schedules.MoveDue] starts, which [Queues.Close]
 // ends; it is safe for concurrent use, by
 // any number of processes on the same streams.
 //
@@ -17,19 +17,19 @@
 // A fair queue (Spec.Fair) adds its tenants' backlogs, described by [FairLayout] and scheduled
 // by package queue/fair. A job with a Job.NotBefore ahead waits as a JetStream message schedule
 // in SLUICE_S_orders, made with its consumer "mover" by the queue's first scheduled job, until
-// its time, when MoveDue (every worker calls it for the queues [Queues.WatchSchedules] reports)
+// its time, when MoveDue (every worker calls it for the queues [Schedules.WatchSchedules] reports)
 // moves it into the queue; a high or low job (Job.Priority) waits in SLUICE_QH_orders or SLUICE_QL_orders, with
-// a consumer of its own ([Queues.LevelConsumer]).
+// a consumer of its own ([Deliveries.LevelConsumer]).
 //
 // # Guarantees
 //
 // Publish returns nil only after JetStream stored the job (its PubAck); a full queue is
 // [ErrFull]. A publish answered as failed stays failed: a job stored after all is withdrawn in
 // the background (recorded canceled, then deleted). A job with an Idempotency-Key gets the id
-// [Queues.JobID] (an HMAC under the deployment's secret); a repeat within Spec.DedupeWindow
+// [IDs.JobID] (an HMAC under the deployment's secret); a repeat within Spec.DedupeWindow
 // returns the first job with Replayed, a repeat for another request [ErrIdempotencyMismatch];
 // concurrent and crash-interrupted first publishes are settled by JetStream's duplicate window.
-// [Queues.Status] finds a job from the moment Publish returns. Workers ack explicitly and count
+// [Publisher.Status] finds a job from the moment Publish returns. Workers ack explicitly and count
 // attempts themselves (MaxDeliver -1): a job stays in its stream until a worker acks it (or
 // dead-letters it, or it is canceled), and is delivered again after Spec.AckWait unacked.
 // Lowering MaxDepth never drops a job. A scheduled job reaches the queue at its time, not

@@ -23,7 +23,7 @@ import (
 // first time this process needs it. One make runs at a time in a process (q.making), so that
 // a burst of first uses does not send the same creations many times; a caller gives up
 // waiting for it when ctx ends.
-func (q *Queues) onDemand(ctx context.Context, known *sync.Map, name string, make func(context.Context) error) error {
+func (q *core) onDemand(ctx context.Context, known *sync.Map, name string, make func(context.Context) error) error {
 	if _, ok := known.Load(name); ok {
 		return nil
 	}
@@ -48,7 +48,7 @@ func (q *Queues) onDemand(ctx context.Context, known *sync.Map, name string, mak
 type existing struct{ schedules, deadLetters map[string]bool }
 
 // listExisting lists the schedule and dead-letter streams of this prefix: two paged listings.
-func (q *Queues) listExisting(ctx context.Context) (existing, error) {
+func (q *core) listExisting(ctx context.Context) (existing, error) {
 	ex := existing{schedules: map[string]bool{}, deadLetters: map[string]bool{}}
 	err := q.listStreams(ctx, q.opts.Prefix+".s.>", q.schedStreamPrefix(), func(name string, _ jetstream.StreamState) {
 		ex.schedules[name] = true

@@ -52,7 +52,7 @@ type Options struct {
 	Replicas int
 	// DeadLetterMaxAge is how long a dead letter is kept; default 30 days.
 	DeadLetterMaxAge time.Duration
-	// IDSecret keys the ids of jobs with an Idempotency-Key (see [Queues.JobID]); at least 16
+	// IDSecret keys the ids of jobs with an Idempotency-Key (see [IDs.JobID]); at least 16
 	// bytes. Nil: New reads the deployment's secret from the "<Prefix>_META" key-value bucket,
 	// where the first process to start stores 32 random bytes, so every process agrees.
 	IDSecret []byte
@@ -96,10 +96,30 @@ func (s Spec) withDefaults() Spec {
 	return s
 }
 
-// Queues is the JetStream layer of Sluice: it provisions queues, publishes jobs, records their
-// status and hands them to workers. It starts no goroutines. It is safe for concurrent use; many
-// processes may use the same streams at once.
+// Queues is the JetStream layer of Sluice over one connection: it provisions queues and reads
+// their state, and hands out its roles, each embedded so that a Queues has their methods too:
+//
+//   - [Publisher]: publish jobs, read and write their status;
+//   - [Deliveries]: hand jobs to workers, dead-letter those that failed for good;
+//   - [Operator]: the operators' controls (pause, rate) and cancellations;
+//   - [Schedules]: move scheduled jobs into their queues when due;
+//   - [IDs]: the id scheme, keyed with the deployment's secret.
+//
+// The roles share the connection, the provisioned specs and the background work: Publish
+// withdraws failed publishes and MoveDue moves due jobs in goroutines of their own, which
+// Close ends, and a goroutine follows the connection's status until Close. Make it with New.
+// It is safe for concurrent use; many processes may use the same streams at once.
 type Queues struct {
+	*core
+	Publisher
+	Deliveries
+	Operator
+	Schedules
+	IDs
+}
+
+// core is the state the roles of a Queues share.
+type core struct {
 	js   jetstream.JetStream
 	pub  jetstream.JetStream // for async publishes (see New)
 	nc   *nats.Conn
@@ -108,7 +128,7 @@ type Queues struct {
 	// noBatchGet: the server answered a batched read (Records) that it cannot serve one.
 	noBatchGet atomic.Bool
 	now        func() time.Time
-	secret     []byte             // keys JobID
+	ids        IDs
 	meta       jetstream.KeyValue // the meta bucket: id secret, operator controls
 
 	retracts sync.WaitGroup // background withdrawals of failed publishes (retract)
@@ -142,7 +162,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 	if !validName(opts.Prefix) {
 		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
 	}
-	q := &Queues{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{},
+	q := &core{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{},
 		making: make(chan struct{}, 1)}
 	q.closing, q.stopBackground = context.WithCancel(context.Background())
 	// A JetStream context of our own for async publishes, the same API prefix or domain as js,
@@ -181,13 +201,14 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 	if q.meta, err = q.openMeta(ctx); err != nil {
 		return nil, err
 	}
-	if q.secret = opts.IDSecret; q.secret == nil {
-		if q.secret, err = q.sharedSecret(ctx); err != nil {
+	if q.ids.secret = opts.IDSecret; q.ids.secret == nil {
+		if q.ids.secret, err = q.sharedSecret(ctx); err != nil {
 			return nil, err
 		}
 	}
 	q.conn.watch(q.nc)
-	return q, nil
+	return &Queues{core: q, Publisher: Publisher{q}, Deliveries: Deliveries{q}, Operator: Operator{q},
+		Schedules: Schedules{q}, IDs: q.ids}, nil
 }
 
 // ResetConsumers deletes the shared consumer of each named queue that exists, so that the next
@@ -214,7 +235,7 @@ const idSecretKey = "id-secret"
 
 // openMeta opens the meta bucket — deployment settings that outlive jobs: the id secret and
 // the queues' operator controls — creating it if it does not exist yet.
-func (q *Queues) openMeta(ctx context.Context) (jetstream.KeyValue, error) {
+func (q *core) openMeta(ctx context.Context) (jetstream.KeyValue, error) {
 	name := q.metaBucketName()
 	kv, err := q.js.KeyValue(ctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -238,7 +259,7 @@ func (q *Queues) openMeta(ctx context.Context) (jetstream.KeyValue, error) {
 //
 // A bucket made a moment ago on a cluster has no stream leader yet, and its reads and writes
 // no responders: those are tried again, for at most 10s (leaderPolicy).
-func (q *Queues) sharedSecret(ctx context.Context) ([]byte, error) {
+func (q *core) sharedSecret(ctx context.Context) ([]byte, error) {
 	kv := q.meta
 	b := leaderPolicy.Backoff(nil)
 	for tries := 0; tries < 3; {
@@ -279,9 +300,9 @@ func noLeaderYet(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
-func (q *Queues) bucketName() string { return q.opts.Prefix + "_STATUS" }
+func (q *core) bucketName() string { return q.opts.Prefix + "_STATUS" }
 
-func (q *Queues) bucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
+func (q *core) bucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket:      q.bucketName(),
 		Description: "Sluice job status, one entry per job id",
@@ -292,11 +313,11 @@ func (q *Queues) bucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
 	}
 }
 
-func (q *Queues) streamName(queue string) string     { return q.opts.Prefix + "_Q_" + queue }
-func (q *Queues) subject(queue string) string        { return q.opts.Prefix + ".q." + queue }
-func (q *Queues) jobSubject(queue, id string) string { return q.opts.Prefix + ".q." + queue + "." + id }
-func (q *Queues) dlqStreamName(queue string) string  { return q.opts.Prefix + "_DLQ_" + queue }
-func (q *Queues) dlqSubject(queue, id string) string {
+func (q *core) streamName(queue string) string     { return q.opts.Prefix + "_Q_" + queue }
+func (q *core) subject(queue string) string        { return q.opts.Prefix + ".q." + queue }
+func (q *core) jobSubject(queue, id string) string { return q.opts.Prefix + ".q." + queue + "." + id }
+func (q *core) dlqStreamName(queue string) string  { return q.opts.Prefix + "_DLQ_" + queue }
+func (q *core) dlqSubject(queue, id string) string {
 	return q.opts.Prefix + ".dlq." + queue + "." + id
 }
 
@@ -379,7 +400,7 @@ const provisionParallel = 32
 
 // provision creates or updates the streams and consumers of queue s; its schedule and
 // dead-letter streams only where ex says they exist.
-func (q *Queues) provision(ctx context.Context, s Spec, ex existing) (jetstream.Stream, error) {
+func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.Stream, error) {
 	limit := func(n int64) int64 {
 		if n == 0 {
 			return -1
@@ -440,7 +461,7 @@ func (q *Queues) provision(ctx context.Context, s Spec, ex existing) (jetstream.
 }
 
 // spec returns the provisioned spec of queue name.
-func (q *Queues) spec(name string) (Spec, bool) {
+func (q *core) spec(name string) (Spec, bool) {
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	s, ok := q.specs[name]

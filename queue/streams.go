@@ -48,7 +48,7 @@ func (q *Queues) Counts(ctx context.Context, backlogs bool) (map[string]Counts, 
 
 // listStreams calls f with the queue name and state of every stream whose subjects match
 // subject and whose name starts with prefix.
-func (q *Queues) listStreams(ctx context.Context, subject, prefix string, f func(string, jetstream.StreamState)) error {
+func (q *core) listStreams(ctx context.Context, subject, prefix string, f func(string, jetstream.StreamState)) error {
 	l := q.js.ListStreams(ctx, jetstream.WithStreamListSubject(subject))
 	for si := range l.Info() {
 		if name, ok := strings.CutPrefix(si.Config.Name, prefix); ok {

@@ -116,7 +116,7 @@ func (l *lateQueues) ready(context.Context) error {
 	return l.breaker.ready()
 }
 
-// TenantID is queue.Queues.TenantID, for the ingress's tenants and the admin API's tenant
+// TenantID is queue.IDs.TenantID, for the ingress's tenants and the admin API's tenant
 // reads: errQueuesUnavailable until the queues open, since the id secret may be the one kept in
 // JetStream.
 func (l *lateQueues) TenantID(key []byte) (string, error) {

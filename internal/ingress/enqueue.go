@@ -33,14 +33,14 @@ type Enqueuer interface {
 	// the queue is full.
 	Info(ctx context.Context, name string) (queue.Info, error)
 	// TenantID returns the tenant id of a tenant's key parts' values, key, keyed with the
-	// deployment's id secret ([queue.Queues.TenantID]), or an error when it cannot be derived
+	// deployment's id secret ([queue.IDs.TenantID]), or an error when it cannot be derived
 	// yet (the ingress answers 503, as for a publish that fails).
 	TenantID(key []byte) (string, error)
-	// Backlog reads what waits in queue name ([queue.Queues.Backlog]); the ingress reads it
+	// Backlog reads what waits in queue name ([queue.Publisher.Backlog]); the ingress reads it
 	// at most once a second per queue, for eta and tenant_max_depth. It should fail at once,
 	// not wait, while the queue is known to be unreachable.
 	Backlog(ctx context.Context, name string) (queue.Backlog, error)
-	// Place tells where a queued job stands ([queue.Queues.Place]), for the eta of its status.
+	// Place tells where a queued job stands ([queue.Publisher.Place]), for the eta of its status.
 	Place(ctx context.Context, st queue.Status) (queue.Place, error)
 }
 
