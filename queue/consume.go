@@ -99,10 +99,9 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*M
 // longPull returns the options of a pull request that waits until ctx ends: ctx's deadline
 // sets its expiry, and a pull of 10 s or more gets the rarest idle heartbeat nats.go allows,
 // one per 40% of its wait (it refuses one longer than half the expiry, which it sets to 90% of
-// the wait, and 0 means its default), instead of its default of one every 5 s. The heartbeats
-// of idle queues' 30 s pulls were most of what nats-server spent on them (BENCHMARKS.md): 5
-// heartbeats per pull, now 2. A pull lost with its server is cut short by its caller (the
-// worker's idle.go), not found by missed heartbeats.
+// the wait, and 0 means its default), instead of its default of one every 5 s: idle pulls are
+// most of what an idle deployment costs nats-server (docs/design/queue.md). A pull lost with
+// its server is cut short by its caller (the worker's idle.go), not found by missed heartbeats.
 func longPull(ctx context.Context) []jetstream.FetchOpt {
 	opts := []jetstream.FetchOpt{jetstream.FetchContext(ctx)}
 	if dl, ok := ctx.Deadline(); ok {

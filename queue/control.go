@@ -93,6 +93,25 @@ func (o Operator) SetControl(ctx context.Context, queue string, change func(*Con
 	return Control{}, fmt.Errorf("queue: control %q: too many concurrent changes", queue)
 }
 
+// Control returns the operators' control of queue name (see Control); the zero Control when
+// there is none. One key-value read.
+func (o Operator) Control(ctx context.Context, name string) (Control, error) {
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	var c Control
+	e, err := o.meta.Get(ctx, controlPrefix+name)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return c, nil
+	case err != nil:
+		return c, fmt.Errorf("queue: control %q: %w", name, err)
+	}
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return Control{}, fmt.Errorf("queue: control %q: %w", name, err)
+	}
+	return c, nil
+}
+
 // Controls returns the control of every queue that has one.
 func (o Operator) Controls(ctx context.Context) (map[string]Control, error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
@@ -220,44 +239,6 @@ func (q *core) stream(queue string) (jetstream.Stream, bool) {
 	defer q.mu.RUnlock()
 	st, ok := q.streams[queue]
 	return st, ok
-}
-
-// PurgeDeadLetters deletes the dead letters ids of queue, or all of them when ids is empty, and
-// returns how many it deleted.
-func (d Deliveries) PurgeDeadLetters(ctx context.Context, queue string, ids []string) (int, error) {
-	if _, ok := d.spec(queue); !ok {
-		return 0, fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
-	}
-	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
-	defer cancel()
-	st, err := d.js.Stream(ctx, d.dlqStreamName(queue))
-	if noStream(err) {
-		return 0, nil // no dead letter yet
-	}
-	if err != nil {
-		return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
-	}
-	if len(ids) == 0 {
-		info, err := st.Info(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
-		}
-		if err := st.Purge(ctx); err != nil {
-			return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
-		}
-		return int(info.State.Msgs), nil
-	}
-	n := 0
-	for _, id := range ids {
-		if !validID(id) {
-			continue
-		}
-		if err := st.Purge(ctx, jetstream.WithPurgeSubject(d.dlqSubject(queue, id))); err != nil {
-			return n, fmt.Errorf("queue: purge dead letter %s: %w", id, err)
-		}
-		n++
-	}
-	return n, nil
 }
 
 func (q *core) cancelSubject() string { return q.opts.Prefix + ".cancel" }

@@ -304,3 +304,41 @@ func (d Deliveries) Replay(ctx context.Context, queue string, id string) error {
 	}
 	return nil
 }
+
+// PurgeDeadLetters deletes the dead letters ids of queue, or all of them when ids is empty, and
+// returns how many it deleted.
+func (d Deliveries) PurgeDeadLetters(ctx context.Context, queue string, ids []string) (int, error) {
+	if _, ok := d.spec(queue); !ok {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	st, err := d.js.Stream(ctx, d.dlqStreamName(queue))
+	if noStream(err) {
+		return 0, nil // no dead letter yet
+	}
+	if err != nil {
+		return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
+	}
+	if len(ids) == 0 {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
+		}
+		if err := st.Purge(ctx); err != nil {
+			return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
+		}
+		return int(info.State.Msgs), nil
+	}
+	n := 0
+	for _, id := range ids {
+		if !validID(id) {
+			continue
+		}
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(d.dlqSubject(queue, id))); err != nil {
+			return n, fmt.Errorf("queue: purge dead letter %s: %w", id, err)
+		}
+		n++
+	}
+	return n, nil
+}

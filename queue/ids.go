@@ -23,8 +23,8 @@ type IDs struct {
 // as one subject token.
 func validID(s string) bool { return isToken(s, 128) }
 
-// isToken reports whether s is 1 to max bytes of [A-Za-z0-9_-]: what a regexp said before,
-// checked by hand as it runs for every status write (BenchmarkValidID).
+// isToken reports whether s is 1 to max bytes of [A-Za-z0-9_-], checked by hand as it runs
+// for every status write (BenchmarkValidID).
 func isToken(s string, max int) bool {
 	if len(s) == 0 || len(s) > max {
 		return false

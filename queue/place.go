@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -126,23 +125,4 @@ func (p Publisher) Place(ctx context.Context, st Status) (Place, error) {
 		return Place{}, fmt.Errorf("queue: place of %s: %w", st.ID, err)
 	}
 	return Place{BacklogSeq: st.BacklogSeq, TenantFirst: first.Sequence, TenantLast: last.Sequence}, nil
-}
-
-// Control returns the operators' control of queue name (see Control); the zero Control when
-// there is none. One key-value read.
-func (o Operator) Control(ctx context.Context, name string) (Control, error) {
-	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
-	defer cancel()
-	var c Control
-	e, err := o.meta.Get(ctx, controlPrefix+name)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-		return c, nil
-	case err != nil:
-		return c, fmt.Errorf("queue: control %q: %w", name, err)
-	}
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		return Control{}, fmt.Errorf("queue: control %q: %w", name, err)
-	}
-	return c, nil
 }

@@ -259,9 +259,8 @@ var publishOpts = []jetstream.PublishOpt{
 // publish sends job to subject with message id msgID, expecting stream, and waits for its own
 // PubAck. It publishes asynchronously and waits on the future: concurrent callers share the
 // connection's one ack subscription, and a reconnect fails the pending futures at once instead
-// of leaving each caller to its deadline. (BenchmarkPublish compares it with a request per call:
-// on a shared 2-core machine the two were within noise of each other, both fully concurrent.)
-// No-responder replies (a restart or leader election) are retried.
+// of leaving each caller to its deadline (BenchmarkPublish compares it with a request per
+// call). No-responder replies (a restart or leader election) are retried.
 func (q *core) publish(ctx context.Context, subject string, job *Job, msgID, stream string) (*jetstream.PubAck, error) {
 	meta, err := appendEnvelope(make([]byte, 0, envelopeSize(job)), job)
 	if err != nil {

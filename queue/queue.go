@@ -363,8 +363,7 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		return errors.Join(append(errs, fmt.Errorf("queue: provision: %w", err))...)
 	}
 	// The queues are provisioned provisionParallel at a time: each is a few round trips to
-	// NATS (its streams' and consumer's info, and creations or updates where they differ), and
-	// a thousand queues one after another kept a process from being ready for seconds.
+	// NATS (its streams' and consumer's info, and creations or updates where they differ).
 	provisioned, streams := map[string]Spec{}, map[string]jetstream.Stream{}
 	var (
 		mu  sync.Mutex

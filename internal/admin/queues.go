@@ -21,6 +21,8 @@ type QueueInfo interface {
 	Info(ctx context.Context, name string) (queue.Info, error)
 }
 
+var _ QueueInfo = (*queue.Queues)(nil)
+
 // Queues serves the queue endpoints of the admin API:
 //
 //	GET /v1/queues          {"queues": [QueueStatus, ...]}, in config order; a queue not yet

@@ -21,7 +21,9 @@ import (
 	"github.com/sluice-rl/sluice/queue"
 )
 
-// Enqueuer is the queue layer as the ingress uses it. *queue.Queues implements it.
+// Enqueuer is the queue layer as the ingress uses it: mostly a [queue.Publisher], with a
+// queue's Info and its tenants' ids. The processes give it a *queue.Queues behind an outage
+// breaker (internal/app).
 type Enqueuer interface {
 	// Publish stores job and returns once the queue acknowledged it. It returns an error
 	// wrapping queue.ErrFull, queue.ErrUnknownQueue or queue.ErrTooLarge when the job is
