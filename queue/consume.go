@@ -16,7 +16,8 @@ import (
 // Deliveries is the role of a [Queues] that hands jobs to workers — the shared consumer of a
 // queue (Consumer) and of its priority levels (LevelConsumer) — and keeps the jobs that failed
 // for good: DeadLetter, and the operators' DeadLetters, Replay and PurgeDeadLetters. Get it
-// from a Queues; it shares the Queues' connection, and is safe for concurrent use.
+// from a Queues (its zero value is not usable); it shares the Queues' connection, and is safe
+// for concurrent use.
 type Deliveries struct{ *core }
 
 // Consumer is the durable pull consumer of one queue, shared by every worker of every process:

@@ -14,8 +14,8 @@ import (
 
 // Operator is the role of a [Queues] that carries the operators' decisions to every process:
 // the queues' controls (Control, Controls, SetControl, WatchControls) and the cancellation of
-// jobs (Cancel, WatchCancels). Get it from a Queues; it shares the Queues' connection, and is
-// safe for concurrent use.
+// jobs (Cancel, WatchCancels). Get it from a Queues (its zero value is not usable); it shares
+// the Queues' connection, and is safe for concurrent use.
 type Operator struct{ *core }
 
 // Control is what an operator set on a queue at run time, kept in the meta bucket so that every

@@ -20,8 +20,8 @@ import (
 
 // Publisher is the role of a [Queues] that stores jobs and their status: Publish, the status
 // reads of a job (Status, Place) and of a queue's backlog (Backlog), and the status records
-// the workers write (Record, SetStatus, Records). It is what an ingress needs. Get it from a
-// Queues; it shares the Queues' connection, and is safe for concurrent use.
+// the workers write (Record, SetStatus, Records). Get it from a Queues (its zero value is not
+// usable); it shares the Queues' connection, and is safe for concurrent use.
 type Publisher struct{ *core }
 
 // fingerprint identifies the request behind a job, to tell a true repeat of an Idempotency-Key

@@ -24,9 +24,9 @@ import (
 // docs/design/time.md has the design and what was rejected.
 
 // Schedules is the role of a [Queues] that moves scheduled jobs into their queues when due:
-// WatchSchedules tells which queues have a schedule stream, MoveDue moves their due jobs.
-// Get it from a Queues; it shares the Queues' connection and its background moves (which
-// Queues.Close waits for), and is safe for concurrent use.
+// WatchSchedules tells which queues have a schedule stream, MoveDue moves their due jobs. Get
+// it from a Queues (its zero value is not usable); it shares the Queues' connection and its
+// background moves (which Queues.Close waits for), and is safe for concurrent use.
 type Schedules struct{ *core }
 
 const (
