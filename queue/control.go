@@ -191,7 +191,7 @@ func clone(m map[string]Control) map[string]Control {
 func (o Operator) Cancel(ctx context.Context, id string) (Status, error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	st, err := Publisher{o.core}.Status(ctx, id)
+	st, err := Publisher(o).Status(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
