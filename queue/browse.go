@@ -121,7 +121,7 @@ func (q *Queues) Browse(ctx context.Context, queue string, bq BrowseQuery) (Page
 
 // keepWaiting turns a message of queue's stream into its job, queued until readStates reads
 // its status entry.
-func (q *Queues) keepWaiting(queue string, bq BrowseQuery) func(*jetstream.RawStreamMsg) (Browsed, bool) {
+func (q *core) keepWaiting(queue string, bq BrowseQuery) func(*jetstream.RawStreamMsg) (Browsed, bool) {
 	return func(m *jetstream.RawStreamMsg) (Browsed, bool) {
 		job, err := decode(m.Header, m.Data)
 		if err != nil || (bq.Tenant != "" && job.Tenant != bq.Tenant) {
@@ -135,7 +135,7 @@ func (q *Queues) keepWaiting(queue string, bq BrowseQuery) func(*jetstream.RawSt
 // readStates reads the status entries of the waiting jobs of page, 16 at a time: a job
 // running or retrying has one, a queued one most often not. With state set it then keeps the
 // jobs in that state only.
-func (q *Queues) readStates(ctx context.Context, page *Page, state State) {
+func (q *core) readStates(ctx context.Context, page *Page, state State) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for i := range page.Jobs {
@@ -157,7 +157,7 @@ func (q *Queues) readStates(ctx context.Context, page *Page, state State) {
 
 // scanDirect reads the messages of stream on subject from bq.Cursor, one direct get each (a
 // work-queue stream admits no second consumer), until bq.Limit are kept or the stream ends.
-func (q *Queues) scanDirect(ctx context.Context, stream, subject string, bq BrowseQuery,
+func (q *core) scanDirect(ctx context.Context, stream, subject string, bq BrowseQuery,
 	keep func(*jetstream.RawStreamMsg) (Browsed, bool)) (Page, error) {
 	page := Page{Jobs: []Browsed{}}
 	st, err := q.js.Stream(ctx, stream)
@@ -191,7 +191,7 @@ func (q *Queues) scanDirect(ctx context.Context, stream, subject string, bq Brow
 
 // scan reads stream from sequence from (at least 1) with an ephemeral consumer and keeps what
 // keep keeps, until limit jobs are kept, budget messages are read or the stream ends.
-func (q *Queues) scan(ctx context.Context, stream string, from uint64, limit, budget int,
+func (q *core) scan(ctx context.Context, stream string, from uint64, limit, budget int,
 	keep func(jetstream.Msg, uint64) (Browsed, bool)) (Page, error) {
 	page := Page{Jobs: []Browsed{}}
 	st, err := q.js.Stream(ctx, stream)

@@ -80,7 +80,7 @@ func (w *connWatch) stop(nc *nats.Conn) {
 }
 
 // whileConnected returns ctx, also ended when the current connection is lost.
-func (q *Queues) whileConnected(ctx context.Context) (context.Context, context.CancelFunc) {
+func (q *core) whileConnected(ctx context.Context) (context.Context, context.CancelFunc) {
 	q.conn.mu.Lock()
 	conn := q.conn.ctx
 	q.conn.mu.Unlock()

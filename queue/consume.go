@@ -13,27 +13,34 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// Deliveries is the role of a [Queues] that hands jobs to workers — the shared consumer of a
+// queue (Consumer) and of its priority levels (LevelConsumer) — and keeps the jobs that failed
+// for good: DeadLetter, and the operators' DeadLetters, Replay and PurgeDeadLetters. Get it
+// from a Queues (its zero value is not usable); it shares the Queues' connection, and is safe
+// for concurrent use.
+type Deliveries struct{ *core }
+
 // Consumer is the durable pull consumer of one queue, shared by every worker of every process:
 // each job goes to one of them at a time. It is safe for concurrent use.
 type Consumer struct {
-	q     *Queues
+	q     *core
 	queue string
 	c     jetstream.Consumer
 }
 
 // Consumer returns the shared consumer of queue name. It returns ErrUnknownQueue when name is
 // not provisioned.
-func (q *Queues) Consumer(ctx context.Context, name string) (*Consumer, error) {
-	if _, ok := q.spec(name); !ok {
+func (d Deliveries) Consumer(ctx context.Context, name string) (*Consumer, error) {
+	if _, ok := d.spec(name); !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	c, err := q.js.Consumer(ctx, q.streamName(name), consumerName)
+	c, err := d.js.Consumer(ctx, d.streamName(name), consumerName)
 	if err != nil {
 		return nil, fmt.Errorf("queue: consumer of %q: %w", name, err)
 	}
-	return &Consumer{q: q, queue: name, c: c}, nil
+	return &Consumer{q: d.core, queue: name, c: c}, nil
 }
 
 // Queue returns the name of the consumer's queue.
@@ -44,7 +51,7 @@ func (c *Consumer) Queue() string { return c.queue }
 // No jobs is not an error: it returns an empty slice.
 //
 // Each returned job is held by the caller until it calls Ack, Nak, NakWithDelay or
-// [Queues.DeadLetter], or Spec.AckWait passes without an InProgress, after which JetStream hands
+// [Deliveries.DeadLetter], or Spec.AckWait passes without an InProgress, after which JetStream hands
 // it to another worker. Keep max small: jobs fetched and not yet worked on still count against
 // AckWait. Cancelling ctx ends the wait early; jobs the server sent meanwhile are redelivered
 // after AckWait.
@@ -93,10 +100,9 @@ func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*M
 // longPull returns the options of a pull request that waits until ctx ends: ctx's deadline
 // sets its expiry, and a pull of 10 s or more gets the rarest idle heartbeat nats.go allows,
 // one per 40% of its wait (it refuses one longer than half the expiry, which it sets to 90% of
-// the wait, and 0 means its default), instead of its default of one every 5 s. The heartbeats
-// of idle queues' 30 s pulls were most of what nats-server spent on them (BENCHMARKS.md): 5
-// heartbeats per pull, now 2. A pull lost with its server is cut short by its caller (the
-// worker's idle.go), not found by missed heartbeats.
+// the wait, and 0 means its default), instead of its default of one every 5 s: idle pulls are
+// most of what an idle deployment costs nats-server (docs/design/queue.md). A pull lost with
+// its server is cut short by its caller (the worker's idle.go), not found by missed heartbeats.
 func longPull(ctx context.Context) []jetstream.FetchOpt {
 	opts := []jetstream.FetchOpt{jetstream.FetchContext(ctx)}
 	if dl, ok := ctx.Deadline(); ok {

@@ -12,6 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// Operator is the role of a [Queues] that carries the operators' decisions to every process:
+// the queues' controls (Control, Controls, SetControl, WatchControls) and the cancellation of
+// jobs (Cancel, WatchCancels). Get it from a Queues (its zero value is not usable); it shares
+// the Queues' connection, and is safe for concurrent use.
+type Operator struct{ *core }
+
 // Control is what an operator set on a queue at run time, kept in the meta bucket so that every
 // worker applies it within a second and it survives restarts. The zero value is "no control".
 type Control struct {
@@ -52,8 +58,8 @@ const controlPrefix = "ctl."
 var ErrConflict = errors.New("queue: conflict")
 
 // SetControl changes queue's control with change, atomically against other operators.
-func (q *Queues) SetControl(ctx context.Context, queue string, change func(*Control)) (Control, error) {
-	if _, ok := q.spec(queue); !ok {
+func (o Operator) SetControl(ctx context.Context, queue string, change func(*Control)) (Control, error) {
+	if _, ok := o.spec(queue); !ok {
 		return Control{}, fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
@@ -62,7 +68,7 @@ func (q *Queues) SetControl(ctx context.Context, queue string, change func(*Cont
 	for range 20 {
 		var c Control
 		var rev uint64
-		e, err := q.meta.Get(ctx, key)
+		e, err := o.meta.Get(ctx, key)
 		switch {
 		case err == nil:
 			_ = json.Unmarshal(e.Value(), &c)
@@ -73,9 +79,9 @@ func (q *Queues) SetControl(ctx context.Context, queue string, change func(*Cont
 		change(&c)
 		data, _ := json.Marshal(c)
 		if rev == 0 {
-			_, err = q.meta.Create(ctx, key, data)
+			_, err = o.meta.Create(ctx, key, data)
 		} else {
-			_, err = q.meta.Update(ctx, key, data, rev)
+			_, err = o.meta.Update(ctx, key, data, rev)
 		}
 		if err == nil {
 			return c, nil
@@ -87,12 +93,31 @@ func (q *Queues) SetControl(ctx context.Context, queue string, change func(*Cont
 	return Control{}, fmt.Errorf("queue: control %q: too many concurrent changes", queue)
 }
 
+// Control returns the operators' control of queue name (see Control); the zero Control when
+// there is none. One key-value read.
+func (o Operator) Control(ctx context.Context, name string) (Control, error) {
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	var c Control
+	e, err := o.meta.Get(ctx, controlPrefix+name)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return c, nil
+	case err != nil:
+		return c, fmt.Errorf("queue: control %q: %w", name, err)
+	}
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return Control{}, fmt.Errorf("queue: control %q: %w", name, err)
+	}
+	return c, nil
+}
+
 // Controls returns the control of every queue that has one.
-func (q *Queues) Controls(ctx context.Context) (map[string]Control, error) {
+func (o Operator) Controls(ctx context.Context) (map[string]Control, error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 	out := map[string]Control{}
-	keys, err := q.meta.ListKeys(ctx)
+	keys, err := o.meta.ListKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("queue: controls: %w", err)
 	}
@@ -101,7 +126,7 @@ func (q *Queues) Controls(ctx context.Context) (map[string]Control, error) {
 		if !ok {
 			continue
 		}
-		e, err := q.meta.Get(ctx, k)
+		e, err := o.meta.Get(ctx, k)
 		if err != nil {
 			continue
 		}
@@ -116,8 +141,8 @@ func (q *Queues) Controls(ctx context.Context) (map[string]Control, error) {
 // WatchControls calls apply with the controls of every queue now and after each change, until
 // ctx ends; a change reaches every watcher within milliseconds. It returns ctx's error, or the
 // error of starting the watch.
-func (q *Queues) WatchControls(ctx context.Context, apply func(map[string]Control)) error {
-	w, err := q.meta.Watch(ctx, controlPrefix+"*")
+func (o Operator) WatchControls(ctx context.Context, apply func(map[string]Control)) error {
+	w, err := o.meta.Watch(ctx, controlPrefix+"*")
 	if err != nil {
 		return fmt.Errorf("queue: watch controls: %w", err)
 	}
@@ -163,15 +188,15 @@ func clone(m map[string]Control) map[string]Control {
 // takes or already holds it drops it, see the worker), and its message is removed from its
 // queue. It returns the new status, ErrNotFound for an unknown id, or an error wrapping
 // ErrConflict when the job is being delivered or is already final.
-func (q *Queues) Cancel(ctx context.Context, id string) (Status, error) {
+func (o Operator) Cancel(ctx context.Context, id string) (Status, error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	st, err := q.Status(ctx, id)
+	st, err := Publisher(o).Status(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
 	var out Status
-	err = q.updateStatus(ctx, id, func(cur *record) *record {
+	err = o.updateStatus(ctx, id, func(cur *record) *record {
 		base := st
 		if cur != nil {
 			base = cur.Status
@@ -195,75 +220,37 @@ func (q *Queues) Cancel(ctx context.Context, id string) (Status, error) {
 		return out, fmt.Errorf("%w: job %s is %s", ErrConflict, id, out.State)
 	}
 	if st.NotBefore != nil {
-		q.unschedule(ctx, out.Queue, id)
+		o.unschedule(ctx, out.Queue, id)
 	}
-	if rec, _, err := q.getRecord(ctx, id); err == nil && rec.BacklogSeq != 0 {
-		if backlog, err := q.js.Stream(ctx, q.backlogStreamName(out.Queue)); err == nil {
+	if rec, _, err := o.getRecord(ctx, id); err == nil && rec.BacklogSeq != 0 {
+		if backlog, err := o.js.Stream(ctx, o.backlogStreamName(out.Queue)); err == nil {
 			_ = backlog.DeleteMsg(ctx, rec.BacklogSeq) // not there: it was moved on, see below
 		}
 	}
-	q.deleteWaiting(ctx, out.Queue, id)
-	q.announceCancel(id)
+	o.deleteWaiting(ctx, out.Queue, id)
+	o.announceCancel(id)
 	out.State = StateCanceled
 	return out, nil
 }
 
 // stream returns queue's stream, if it is provisioned here.
-func (q *Queues) stream(queue string) (jetstream.Stream, bool) {
+func (q *core) stream(queue string) (jetstream.Stream, bool) {
 	q.mu.RLock()
 	defer q.mu.RUnlock()
 	st, ok := q.streams[queue]
 	return st, ok
 }
 
-// PurgeDeadLetters deletes the dead letters ids of queue, or all of them when ids is empty, and
-// returns how many it deleted.
-func (q *Queues) PurgeDeadLetters(ctx context.Context, queue string, ids []string) (int, error) {
-	if _, ok := q.spec(queue); !ok {
-		return 0, fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
-	}
-	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
-	defer cancel()
-	st, err := q.js.Stream(ctx, q.dlqStreamName(queue))
-	if noStream(err) {
-		return 0, nil // no dead letter yet
-	}
-	if err != nil {
-		return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
-	}
-	if len(ids) == 0 {
-		info, err := st.Info(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
-		}
-		if err := st.Purge(ctx); err != nil {
-			return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
-		}
-		return int(info.State.Msgs), nil
-	}
-	n := 0
-	for _, id := range ids {
-		if !validID(id) {
-			continue
-		}
-		if err := st.Purge(ctx, jetstream.WithPurgeSubject(q.dlqSubject(queue, id))); err != nil {
-			return n, fmt.Errorf("queue: purge dead letter %s: %w", id, err)
-		}
-		n++
-	}
-	return n, nil
-}
-
-func (q *Queues) cancelSubject() string { return q.opts.Prefix + ".cancel" }
+func (q *core) cancelSubject() string { return q.opts.Prefix + ".cancel" }
 
 // announceCancel tells the workers that job id was canceled, so that one that holds it drops
 // it before sending. Best effort: a worker that misses it reads the status on a redelivery.
-func (q *Queues) announceCancel(id string) { _ = q.nc.Publish(q.cancelSubject(), []byte(id)) }
+func (q *core) announceCancel(id string) { _ = q.nc.Publish(q.cancelSubject(), []byte(id)) }
 
 // WatchCancels calls fn with the id of every job canceled from now on (by Cancel, in any
 // process), until ctx ends.
-func (q *Queues) WatchCancels(ctx context.Context, fn func(id string)) error {
-	sub, err := q.nc.Subscribe(q.cancelSubject(), func(m *nats.Msg) { fn(string(m.Data)) })
+func (o Operator) WatchCancels(ctx context.Context, fn func(id string)) error {
+	sub, err := o.nc.Subscribe(o.cancelSubject(), func(m *nats.Msg) { fn(string(m.Data)) })
 	if err != nil {
 		return fmt.Errorf("queue: watch cancels: %w", err)
 	}

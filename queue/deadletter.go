@@ -28,7 +28,7 @@ func (d deadMeta) json() string {
 
 // provisionDeadLetters creates or updates the dead-letter stream of queue name: one subject
 // (and message) per job id, kept DeadLetterMaxAge.
-func (q *Queues) provisionDeadLetters(ctx context.Context, name string) error {
+func (q *core) provisionDeadLetters(ctx context.Context, name string) error {
 	_, err := q.ensureStream(ctx, jetstream.StreamConfig{
 		Name:              q.dlqStreamName(name),
 		Description:       "Sluice dead letters of queue " + name,
@@ -49,19 +49,19 @@ func (q *Queues) provisionDeadLetters(ctx context.Context, name string) error {
 
 // ensureDeadLetters makes sure queue name's dead-letter stream exists: its first dead letter
 // makes it (ondemand.go).
-func (q *Queues) ensureDeadLetters(ctx context.Context, name string) error {
+func (q *core) ensureDeadLetters(ctx context.Context, name string) error {
 	return q.onDemand(ctx, &q.deadLetters, name, func(ctx context.Context) error { return q.provisionDeadLetters(ctx, name) })
 }
 
 // deadLetterCount returns how many dead letters queue name holds: 0 without a dead-letter
 // stream.
-func (q *Queues) deadLetterCount(ctx context.Context, name string) (uint64, error) {
+func (q *core) deadLetterCount(ctx context.Context, name string) (uint64, error) {
 	return q.streamMsgs(ctx, q.dlqStreamName(name))
 }
 
 // streamMsgs returns how many messages the stream holds: 0 when it does not exist (a stream
 // made on demand that was never needed).
-func (q *Queues) streamMsgs(ctx context.Context, stream string) (uint64, error) {
+func (q *core) streamMsgs(ctx context.Context, stream string) (uint64, error) {
 	st, err := q.js.Stream(ctx, stream)
 	if noStream(err) {
 		return 0, nil
@@ -82,7 +82,7 @@ func (q *Queues) streamMsgs(ctx context.Context, stream string) (uint64, error) 
 // status failed. If it fails before the termination, the job is still in the queue and will be
 // redelivered; dead-lettering it again replaces, not duplicates, the dead letter. A job whose
 // status already says succeeded (a stale, duplicated delivery) is dropped, not dead-lettered.
-func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStatus, attempts int) error {
+func (d Deliveries) DeadLetter(ctx context.Context, m *Msg, reason string, lastStatus, attempts int) error {
 	if m == nil || m.Job == nil {
 		return errors.New("queue: dead letter: nil message")
 	}
@@ -94,7 +94,7 @@ func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStat
 	if !known {
 		attempts = int(m.Delivered)
 	}
-	if st, _, err := q.getRecord(ctx, job.ID); err == nil {
+	if st, _, err := d.getRecord(ctx, job.ID); err == nil {
 		if st.State == StateSucceeded {
 			// A stale delivery of a job another worker finished: drop it, do not dead-letter it.
 			if err := m.term(ctx, "already succeeded"); err != nil && !errors.Is(err, errSettled) {
@@ -106,8 +106,8 @@ func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStat
 			attempts = st.Attempts
 		}
 	}
-	now := q.now().UTC()
-	dm, err := encode(q.dlqSubject(job.Queue, job.ID), job)
+	now := d.now().UTC()
+	dm, err := encode(d.dlqSubject(job.Queue, job.ID), job)
 	if err != nil {
 		return err
 	}
@@ -115,18 +115,18 @@ func (q *Queues) DeadLetter(ctx context.Context, m *Msg, reason string, lastStat
 		Reason: reason, LastStatus: lastStatus, Attempts: attempts, FailedAt: now, Seq: m.Seq,
 	}.json())
 	msgID := "dl-" + job.ID + "-" + strconv.FormatUint(m.Seq, 10)
-	if err := q.storeDeadLetter(ctx, job.Queue, dm, msgID); err != nil {
+	if err := d.storeDeadLetter(ctx, job.Queue, dm, msgID); err != nil {
 		return fmt.Errorf("queue: dead letter %s: publish: %w", job.ID, err)
 	}
 	if err := m.term(ctx, "dead-lettered"); err != nil && !errors.Is(err, errSettled) {
 		return fmt.Errorf("queue: dead letter %s: %w", job.ID, err)
 	}
-	return q.recordDeadLetter(ctx, job, reason, lastStatus, attempts, now)
+	return d.recordDeadLetter(ctx, job, reason, lastStatus, attempts, now)
 }
 
 // storeDeadLetter publishes dm, a dead letter of queue, under message id msgID, making the
 // queue's dead-letter stream first unless this process knows it exists.
-func (q *Queues) storeDeadLetter(ctx context.Context, queue string, dm *nats.Msg, msgID string) error {
+func (q *core) storeDeadLetter(ctx context.Context, queue string, dm *nats.Msg, msgID string) error {
 	if err := q.ensureDeadLetters(ctx, queue); err != nil {
 		return err
 	}
@@ -138,7 +138,7 @@ func (q *Queues) storeDeadLetter(ctx context.Context, queue string, dm *nats.Msg
 }
 
 // recordDeadLetter records job failed (dead-lettered) at now, unless it succeeded meanwhile.
-func (q *Queues) recordDeadLetter(ctx context.Context, job *Job, reason string, lastStatus, attempts int, now time.Time) error {
+func (q *core) recordDeadLetter(ctx context.Context, job *Job, reason string, lastStatus, attempts int, now time.Time) error {
 	var resp *Response
 	if lastStatus > 0 {
 		resp = &Response{Status: lastStatus}
@@ -160,8 +160,8 @@ func (q *Queues) recordDeadLetter(ctx context.Context, job *Job, reason string, 
 
 // DeadLetters returns up to limit dead letters of queue, oldest first (limit <= 0 means 100).
 // It returns ErrUnknownQueue when queue is not provisioned.
-func (q *Queues) DeadLetters(ctx context.Context, queue string, limit int) ([]DeadLetter, error) {
-	if _, ok := q.spec(queue); !ok {
+func (d Deliveries) DeadLetters(ctx context.Context, queue string, limit int) ([]DeadLetter, error) {
+	if _, ok := d.spec(queue); !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
 	}
 	if limit <= 0 {
@@ -169,8 +169,8 @@ func (q *Queues) DeadLetters(ctx context.Context, queue string, limit int) ([]De
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	name := q.dlqStreamName(queue)
-	st, err := q.js.Stream(ctx, name)
+	name := d.dlqStreamName(queue)
+	st, err := d.js.Stream(ctx, name)
 	if noStream(err) {
 		return []DeadLetter{}, nil // none yet
 	}
@@ -232,7 +232,7 @@ func deadLetter(queue string, h nats.Header, data []byte, seq uint64) DeadLetter
 
 // deadLetterOf returns the dead-letter stream of queue and its dead letter id, or
 // ErrNotFound (also when the queue has no dead-letter stream: it never had a dead letter).
-func (q *Queues) deadLetterOf(ctx context.Context, queue, id string) (jetstream.Stream, *jetstream.RawStreamMsg, error) {
+func (q *core) deadLetterOf(ctx context.Context, queue, id string) (jetstream.Stream, *jetstream.RawStreamMsg, error) {
 	st, err := q.js.Stream(ctx, q.dlqStreamName(queue))
 	if err == nil {
 		var raw *jetstream.RawStreamMsg
@@ -252,17 +252,17 @@ func (q *Queues) deadLetterOf(ctx context.Context, queue, id string) (jetstream.
 // has no dead letter id, ErrUnknownQueue, or ErrFull when the queue is full. It is safe to
 // retry: a crash after the re-publish leaves the dead letter in place, and replaying it again
 // within the stream's duplicate window does not enqueue it twice.
-func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
-	spec, ok := q.spec(queue)
+func (d Deliveries) Replay(ctx context.Context, queue string, id string) error {
+	spec, ok := d.spec(queue)
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
 	}
 	if !validID(id) {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	ctx, cancel := withDefaultTimeout(ctx, q.opts.PublishTimeout)
+	ctx, cancel := withDefaultTimeout(ctx, d.opts.PublishTimeout)
 	defer cancel()
-	st, raw, err := q.deadLetterOf(ctx, queue, id)
+	st, raw, err := d.deadLetterOf(ctx, queue, id)
 	if err != nil {
 		return err
 	}
@@ -272,18 +272,18 @@ func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
 	}
 	job.Queue = queue
 	msgID := "replay-" + id + "-" + strconv.FormatUint(raw.Sequence, 10)
-	subject, stream := q.jobSubject(queue, id), q.streamName(queue)
+	subject, stream := d.jobSubject(queue, id), d.streamName(queue)
 	if spec.Fair {
 		// Back into its tenant's backlog, to wait its turn. The message id starts with the job
 		// id, which the scheduler takes the job's subject from (jobIDOf).
 		msgID = id + ".replay-" + strconv.FormatUint(raw.Sequence, 10)
-		subject, stream = q.backlogSubject(queue, job.Tenant, job.Priority), q.backlogStreamName(queue)
+		subject, stream = d.backlogSubject(queue, job.Tenant, job.Priority), d.backlogStreamName(queue)
 	}
-	ack, err := q.publish(ctx, subject, job, msgID, stream)
+	ack, err := d.publish(ctx, subject, job, msgID, stream)
 	if err != nil {
 		return err
 	}
-	err = q.updateStatus(ctx, id, func(cur *record) *record {
+	err = d.updateStatus(ctx, id, func(cur *record) *record {
 		next := record{Status: Status{ID: id, Queue: queue, State: StateQueued, CreatedAt: job.CreatedAt}, Tenant: job.Tenant}
 		if spec.Fair && !ack.Duplicate {
 			next.BacklogSeq, next.Priority = ack.Sequence, job.Priority
@@ -303,4 +303,42 @@ func (q *Queues) Replay(ctx context.Context, queue string, id string) error {
 		return fmt.Errorf("queue: replay %s: remove dead letter: %w", id, err)
 	}
 	return nil
+}
+
+// PurgeDeadLetters deletes the dead letters ids of queue, or all of them when ids is empty, and
+// returns how many it deleted.
+func (d Deliveries) PurgeDeadLetters(ctx context.Context, queue string, ids []string) (int, error) {
+	if _, ok := d.spec(queue); !ok {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	st, err := d.js.Stream(ctx, d.dlqStreamName(queue))
+	if noStream(err) {
+		return 0, nil // no dead letter yet
+	}
+	if err != nil {
+		return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
+	}
+	if len(ids) == 0 {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
+		}
+		if err := st.Purge(ctx); err != nil {
+			return 0, fmt.Errorf("queue: purge dead letters of %q: %w", queue, err)
+		}
+		return int(info.State.Msgs), nil
+	}
+	n := 0
+	for _, id := range ids {
+		if !validID(id) {
+			continue
+		}
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(d.dlqSubject(queue, id))); err != nil {
+			return n, fmt.Errorf("queue: purge dead letter %s: %w", id, err)
+		}
+		n++
+	}
+	return n, nil
 }

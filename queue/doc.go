@@ -1,52 +1,51 @@
 // Package queue is Sluice's JetStream layer: the job envelope, publishing with idempotency and
 // backpressure, provisioning, consumption by workers, dead letters and job status. It uses only
 // nats.go's jetstream package and knows nothing of HTTP, Redis or the config file: callers map
-// their configuration to [Spec] and [Options]. [Queues] starts no goroutine of its own but the
-// withdrawals of failed publishes and the moves [Queues.MoveDue] starts, which [Queues.Close]
-// ends; it is safe for concurrent use, by
-// any number of processes on the same streams.
+// their configuration to [Spec] and [Options].
 //
 // # Model
 //
-// With the default prefix SLUICE, queue orders is the work-queue stream SLUICE_Q_orders (a job
-// per subject SLUICE.q.orders.<job id>), its durable pull consumer "workers" shared by every
-// worker, and the dead-letter stream SLUICE_DLQ_orders (one subject per job id, one message
-// each), made by the queue's first dead letter. The bucket SLUICE_STATUS holds job statuses (key: job id) and SLUICE_META the id secret
-// and the operators' controls. A job is one message: its body byte-exact as the payload, the rest
-// as JSON in the Sluice-Job header, written and read by hand (encoding/json reads anything else).
-// A fair queue (Spec.Fair) adds its tenants' backlogs, described by [FairLayout] and scheduled
-// by package queue/fair. A job with a Job.NotBefore ahead waits as a JetStream message schedule
-// in SLUICE_S_orders, made with its consumer "mover" by the queue's first scheduled job, until
-// its time, when MoveDue (every worker calls it for the queues [Queues.WatchSchedules] reports)
-// moves it into the queue; a high or low job (Job.Priority) waits in SLUICE_QH_orders or SLUICE_QL_orders, with
-// a consumer of its own ([Queues.LevelConsumer]).
+// [Queues] is one connection. It provisions the queues and reads their state, and hands out
+// its roles, which it also embeds: [Publisher] (publish, job status), [Deliveries] (consumers,
+// dead letters), [Operator] (controls, cancels), [Schedules] (due scheduled jobs) and [IDs]
+// (the id scheme). A caller names the role it uses. With the default prefix SLUICE, queue
+// orders is the work-queue stream SLUICE_Q_orders (one subject per job, SLUICE.q.orders.<id>),
+// its durable pull consumer "workers" shared by every worker, and the dead-letter stream
+// SLUICE_DLQ_orders, made by the queue's first dead letter. The bucket SLUICE_STATUS holds job
+// statuses by id, SLUICE_META the id secret and the operators' controls. A job is one message:
+// its body byte-exact as the payload, the rest as JSON in the Sluice-Job header. A fair queue
+// (Spec.Fair) adds its tenants' backlogs ([FairLayout], scheduled by package queue/fair); a
+// high or low job (Job.Priority) waits in SLUICE_QH_orders or SLUICE_QL_orders; a job with a
+// Job.NotBefore ahead waits as a message schedule in SLUICE_S_orders until MoveDue moves it.
+//
+// Queues is safe for concurrent use, by any number of processes on the same streams. It runs
+// goroutines of three kinds: one following the connection's status, the withdrawals of failed
+// publishes, and the moves MoveDue starts; [Queues.Close] ends them.
 //
 // # Guarantees
 //
 // Publish returns nil only after JetStream stored the job (its PubAck); a full queue is
 // [ErrFull]. A publish answered as failed stays failed: a job stored after all is withdrawn in
 // the background (recorded canceled, then deleted). A job with an Idempotency-Key gets the id
-// [Queues.JobID] (an HMAC under the deployment's secret); a repeat within Spec.DedupeWindow
+// [IDs.JobID] (an HMAC under the deployment's secret); a repeat within Spec.DedupeWindow
 // returns the first job with Replayed, a repeat for another request [ErrIdempotencyMismatch];
 // concurrent and crash-interrupted first publishes are settled by JetStream's duplicate window.
-// [Queues.Status] finds a job from the moment Publish returns. Workers ack explicitly and count
-// attempts themselves (MaxDeliver -1): a job stays in its stream until a worker acks it (or
-// dead-letters it, or it is canceled), and is delivered again after Spec.AckWait unacked.
+// [Publisher.Status] finds a job from the moment Publish returns. Workers ack explicitly and
+// count attempts themselves (MaxDeliver -1): a job stays in its stream until a worker acks it
+// (or dead-letters it, or it is canceled), and is delivered again after Spec.AckWait unacked.
 // Lowering MaxDepth never drops a job. A scheduled job reaches the queue at its time, not
 // before, and once (a move repeated by a crash is dropped by its message id or its status).
 //
 // # Costs
 //
-// A job without an Idempotency-Key is one message and one round trip: its id (a UUID version 7
-// from [NewJobID]) ends with a tag of its queue, so Status finds it in its stream by id, and no
-// status entry is written until a worker records progress. A keyed job costs a status read, the
-// message and a status entry; an unknown id costs Status up to three reads. The server keeps
-// a few hundred bytes per waiting job for its subject. Provisioning a queue costs one stream and
-// one consumer; its dead-letter and schedule streams cost nothing until first used, then a
-// lookup and their creation once per process (a missing one reads as empty). A scheduled job
-// costs two stream reads (the room check), its schedule and a status entry, and when due a
-// get, a publish and an ack; a high or low job a status entry beside its message. A long pull
-// (Fetch, MoveDue) gets an idle heartbeat per 40% of its wait. The design, its history and
-// rejected alternatives are in docs/design/queue.md and docs/design/time.md; the figures in
-// BENCHMARKS.md ("queue").
+// A job without an Idempotency-Key is one message and one round trip: its id ([NewJobID])
+// ends with a tag of its queue, so Status finds it in its stream by id, and no status entry is
+// written until a worker records progress. A keyed job costs a status read, the message and a
+// status entry; an unknown id costs Status up to three reads. The server keeps a few hundred
+// bytes per waiting job for its subject. Provisioning a queue costs one stream and one
+// consumer; its dead-letter and schedule streams cost nothing until first used. A scheduled
+// job costs two stream reads, its schedule and a status entry, and when due a get, a publish
+// and an ack; a high or low job a status entry beside its message. A long pull (Fetch,
+// MoveDue) gets an idle heartbeat per 40% of its wait. docs/design/queue.md and
+// docs/design/time.md have the design and its history; BENCHMARKS.md ("queue") the figures.
 package queue

@@ -16,7 +16,7 @@ import (
 
 // ensureStream returns the stream cfg names, created or updated to cfg unless it exists with
 // cfg's settings already.
-func (q *Queues) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+func (q *core) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	st, err := q.js.Stream(ctx, cfg.Name)
 	if err == nil && sameStream(st.CachedInfo().Config, cfg) {
 		return st, nil
@@ -48,7 +48,7 @@ func unlimited(n int64) int64 {
 }
 
 // ensureConsumer is ensureStream for a durable consumer of stream.
-func (q *Queues) ensureConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+func (q *core) ensureConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
 	c, err := q.js.Consumer(ctx, stream, cfg.Durable)
 	if err == nil {
 		have := c.CachedInfo().Config
@@ -65,7 +65,7 @@ func (q *Queues) ensureConsumer(ctx context.Context, stream string, cfg jetstrea
 }
 
 // ensureKeyValue is ensureStream for a key-value bucket.
-func (q *Queues) ensureKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) error {
+func (q *core) ensureKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) error {
 	kv, err := q.js.KeyValue(ctx, cfg.Bucket)
 	if err == nil {
 		if st, err := kv.Status(ctx); err == nil {

@@ -108,7 +108,7 @@ func TestJobIDTag(t *testing.T) {
 		if !findable(q, id) {
 			t.Fatalf("JobID(%q) = %s does not end with the queue's tag %04x", q, id, queueTag(q))
 		}
-		keyed := &Queues{secret: []byte("0123456789abcdef")}
+		keyed := IDs{secret: []byte("0123456789abcdef")}
 		if findable(q, keyed.JobID(q, "", "key")) && findable(q, keyed.JobID(q, "", "key2")) {
 			t.Fatalf("keyed ids of %q carry its tag", q)
 		}

@@ -7,7 +7,7 @@ import (
 )
 
 // Job is the envelope of one deferred request or one directly submitted job. A Job is what
-// [Queues.Publish] stores and what a worker gets back from [Consumer.Fetch], with its body
+// [Publisher.Publish] stores and what a worker gets back from [Consumer.Fetch], with its body
 // byte-exact.
 type Job struct {
 	// ID is the job id; Publish assigns one when it is empty (see [JobID]).
@@ -35,17 +35,17 @@ type Job struct {
 	// AckBy is when the publisher stops waiting for JetStream's acknowledgement and tells its
 	// client that nothing was stored (the ingress's 503); zero when unknown. A job whose
 	// message was stored so late that its acknowledgement may have come after AckBy is
-	// checked by the worker before delivery (see Queues.Publish).
+	// checked by the worker before delivery (see Publisher.Publish).
 	AckBy time.Time `json:"ack_by,omitzero"`
 	// Tenant names who the job belongs to, as an opaque value the caller derives (the ingress:
-	// [Queues.TenantID] of the queue's tenant key parts); "" is the one tenant of a queue without
+	// [IDs.TenantID] of the queue's tenant key parts); "" is the one tenant of a queue without
 	// tenants. It scopes the Idempotency-Key and the job's status.
 	Tenant string `json:"tenant,omitempty"`
 	// Cost is what the job costs in its queue's units (the queue's cost, read when the job was
 	// accepted); 0 means 1, the cost of a job of a queue without cost_rate.
 	Cost int64 `json:"cost,omitempty"`
 	// NotBefore, when set, is the earliest time the job may be delivered: Publish stores a job
-	// whose NotBefore is still ahead as scheduled (see [Queues.Publish]), and a worker never
+	// whose NotBefore is still ahead as scheduled (see [Publisher.Publish]), and a worker never
 	// delivers it sooner on its own clock. Zero: as soon as the queue allows.
 	NotBefore time.Time `json:"not_before,omitzero"`
 	// Priority orders the job among the waiting jobs of its queue (of a fair queue: among its
@@ -102,7 +102,7 @@ type Status struct {
 	Held int `json:"-"`
 	// Seq is the job's sequence in its queue's delivery stream when Status found it waiting
 	// there, else 0; BacklogSeq its sequence in its tenant's backlog when it was stored in one
-	// (a fair queue; it may have been moved on since). For Queues.Place; not part of the JSON
+	// (a fair queue; it may have been moved on since). For Publisher.Place; not part of the JSON
 	// form.
 	Seq        uint64 `json:"-"`
 	BacklogSeq uint64 `json:"-"`

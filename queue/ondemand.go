@@ -9,21 +9,21 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Objects on demand. Most queues never have a scheduled job or a dead letter, and a
-// thousand idle queues' schedule and dead-letter streams (with the schedule streams' movers
-// and their long pulls) made most of what a deployment cost nats-server to create at its
-// first start and to keep while idle. So a queue's schedule stream and mover are made by its
-// first scheduled publish, and its dead-letter stream by its first dead letter, once per
-// process (the set of those known to exist is kept), idempotently (processes that race all
-// succeed: creating a stream as it already is changes nothing). Provision lists each kind
-// once (a paged listing, not a request per queue) and updates those that exist to the
-// current settings. A reader treats a missing stream as empty: 0 scheduled, no dead letters.
+// Objects on demand. Most queues never have a scheduled job or a dead letter, and their
+// schedule and dead-letter streams (with the movers' long pulls) would cost nats-server on
+// every start and while idle (docs/design/queue.md). So a queue's schedule stream and mover
+// are made by its first scheduled publish, and its dead-letter stream by its first dead
+// letter, once per process (the set of those known to exist is kept), idempotently (processes
+// that race all succeed: creating a stream as it already is changes nothing). Provision lists
+// each kind once (a paged listing, not a request per queue) and updates those that exist to
+// the current settings. A reader treats a missing stream as empty: 0 scheduled, no dead
+// letters.
 
 // onDemand makes sure the object of queue name that known tracks exists, calling make the
 // first time this process needs it. One make runs at a time in a process (q.making), so that
 // a burst of first uses does not send the same creations many times; a caller gives up
 // waiting for it when ctx ends.
-func (q *Queues) onDemand(ctx context.Context, known *sync.Map, name string, make func(context.Context) error) error {
+func (q *core) onDemand(ctx context.Context, known *sync.Map, name string, make func(context.Context) error) error {
 	if _, ok := known.Load(name); ok {
 		return nil
 	}
@@ -48,7 +48,7 @@ func (q *Queues) onDemand(ctx context.Context, known *sync.Map, name string, mak
 type existing struct{ schedules, deadLetters map[string]bool }
 
 // listExisting lists the schedule and dead-letter streams of this prefix: two paged listings.
-func (q *Queues) listExisting(ctx context.Context) (existing, error) {
+func (q *core) listExisting(ctx context.Context) (existing, error) {
 	ex := existing{schedules: map[string]bool{}, deadLetters: map[string]bool{}}
 	err := q.listStreams(ctx, q.opts.Prefix+".s.>", q.schedStreamPrefix(), func(name string, _ jetstream.StreamState) {
 		ex.schedules[name] = true

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -36,9 +35,9 @@ type Backlog struct {
 // Backlog reads what waits in queue name: one request for the consumer's state and, in a fair
 // queue, one for the tenants' backlog depths (its answer lists every tenant with jobs waiting,
 // a few tens of bytes each). It returns ErrUnknownQueue when name is not provisioned.
-func (q *Queues) Backlog(ctx context.Context, name string) (Backlog, error) {
-	s, ok := q.spec(name)
-	st, sok := q.stream(name)
+func (p Publisher) Backlog(ctx context.Context, name string) (Backlog, error) {
+	s, ok := p.spec(name)
+	st, sok := p.stream(name)
 	if !ok || !sok {
 		return Backlog{}, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
@@ -46,11 +45,11 @@ func (q *Queues) Backlog(ctx context.Context, name string) (Backlog, error) {
 	defer cancel()
 	var out Backlog
 	if s.Fair {
-		bst, err := q.backlogStream(ctx, name)
+		bst, err := p.backlogStream(ctx, name)
 		if err != nil {
 			return Backlog{}, fmt.Errorf("queue: backlog of %q: %w", name, err)
 		}
-		if out.Tenants, out.Waiting, out.LastSeq, err = q.layout(name, true).depths(ctx, bst); err != nil {
+		if out.Tenants, out.Waiting, out.LastSeq, err = p.layout(name, true).depths(ctx, bst); err != nil {
 			return Backlog{}, fmt.Errorf("queue: backlog of %q: %w", name, err)
 		}
 	}
@@ -64,7 +63,7 @@ func (q *Queues) Backlog(ctx context.Context, name string) (Backlog, error) {
 }
 
 // backlogStream is the backlog stream of fair queue name, looked up once.
-func (q *Queues) backlogStream(ctx context.Context, name string) (jetstream.Stream, error) {
+func (q *core) backlogStream(ctx context.Context, name string) (jetstream.Stream, error) {
 	if st, ok := q.backlogs.Load(name); ok {
 		return st.(jetstream.Stream), nil
 	}
@@ -94,14 +93,14 @@ type Place struct {
 // Status read it from there, else one direct get), or, in a fair queue, its place in its
 // tenant's backlog (two direct gets). It returns ErrNotFound when the job is in neither: it
 // has just been taken, or has left.
-func (q *Queues) Place(ctx context.Context, st Status) (Place, error) {
+func (p Publisher) Place(ctx context.Context, st Status) (Place, error) {
 	if st.Seq != 0 {
 		return Place{Seq: st.Seq}, nil
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	if stream, ok := q.stream(st.Queue); ok && validID(st.ID) {
-		raw, err := stream.GetLastMsgForSubject(ctx, q.jobSubject(st.Queue, st.ID))
+	if stream, ok := p.stream(st.Queue); ok && validID(st.ID) {
+		raw, err := stream.GetLastMsgForSubject(ctx, p.jobSubject(st.Queue, st.ID))
 		switch {
 		case err == nil:
 			return Place{Seq: raw.Sequence}, nil
@@ -112,11 +111,11 @@ func (q *Queues) Place(ctx context.Context, st Status) (Place, error) {
 	if st.BacklogSeq == 0 {
 		return Place{}, fmt.Errorf("%w: %s is not waiting", ErrNotFound, st.ID)
 	}
-	bst, err := q.backlogStream(ctx, st.Queue)
+	bst, err := p.backlogStream(ctx, st.Queue)
 	if err != nil {
 		return Place{}, fmt.Errorf("queue: place of %s: %w", st.ID, err)
 	}
-	subj := q.backlogSubject(st.Queue, st.Tenant, st.Priority)
+	subj := p.backlogSubject(st.Queue, st.Tenant, st.Priority)
 	first, err := bst.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
 	if err != nil || first.Sequence > st.BacklogSeq {
 		return Place{}, fmt.Errorf("%w: %s is not in its backlog", ErrNotFound, st.ID)
@@ -126,23 +125,4 @@ func (q *Queues) Place(ctx context.Context, st Status) (Place, error) {
 		return Place{}, fmt.Errorf("queue: place of %s: %w", st.ID, err)
 	}
 	return Place{BacklogSeq: st.BacklogSeq, TenantFirst: first.Sequence, TenantLast: last.Sequence}, nil
-}
-
-// Control returns the operators' control of queue name (see Control); the zero Control when
-// there is none. One key-value read.
-func (q *Queues) Control(ctx context.Context, name string) (Control, error) {
-	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
-	defer cancel()
-	var c Control
-	e, err := q.meta.Get(ctx, controlPrefix+name)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-		return c, nil
-	case err != nil:
-		return c, fmt.Errorf("queue: control %q: %w", name, err)
-	}
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		return Control{}, fmt.Errorf("queue: control %q: %w", name, err)
-	}
-	return c, nil
 }

@@ -53,7 +53,7 @@ func levelToken(p Priority) string {
 }
 
 // levelStreamName is the stream of queue's jobs of priority p.
-func (q *Queues) levelStreamName(queue string, p Priority) string {
+func (q *core) levelStreamName(queue string, p Priority) string {
 	if t := levelToken(p); t != "" {
 		return q.opts.Prefix + "_Q" + t + "_" + queue
 	}
@@ -61,7 +61,7 @@ func (q *Queues) levelStreamName(queue string, p Priority) string {
 }
 
 // levelSubject is the subject of job id of queue with priority p.
-func (q *Queues) levelSubject(queue string, p Priority, id string) string {
+func (q *core) levelSubject(queue string, p Priority, id string) string {
 	switch p {
 	case PriorityHigh:
 		return q.opts.Prefix + ".qh." + queue + "." + id
@@ -73,7 +73,7 @@ func (q *Queues) levelSubject(queue string, p Priority, id string) string {
 
 // provisionLevels creates or updates the high and low streams of queue s and their
 // consumers, as the queue's own but for their subjects.
-func (q *Queues) provisionLevels(ctx context.Context, s Spec, limit func(int64) int64) error {
+func (q *core) provisionLevels(ctx context.Context, s Spec, limit func(int64) int64) error {
 	for _, p := range []Priority{PriorityHigh, PriorityLow} {
 		name := q.levelStreamName(s.Name, p)
 		_, err := q.ensureStream(ctx, jetstream.StreamConfig{
@@ -109,25 +109,25 @@ func (q *Queues) provisionLevels(ctx context.Context, s Spec, limit func(int64) 
 
 // LevelConsumer returns the shared consumer of queue name's jobs of priority p; for
 // PriorityNormal, Consumer's. It returns ErrUnknownQueue when name is not provisioned.
-func (q *Queues) LevelConsumer(ctx context.Context, name string, p Priority) (*Consumer, error) {
+func (d Deliveries) LevelConsumer(ctx context.Context, name string, p Priority) (*Consumer, error) {
 	if p == PriorityNormal {
-		return q.Consumer(ctx, name)
+		return d.Consumer(ctx, name)
 	}
-	if _, ok := q.spec(name); !ok {
+	if _, ok := d.spec(name); !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	c, err := q.js.Consumer(ctx, q.levelStreamName(name, p), consumerName)
+	c, err := d.js.Consumer(ctx, d.levelStreamName(name, p), consumerName)
 	if err != nil {
 		return nil, fmt.Errorf("queue: consumer of %q, priority %s: %w", name, p, err)
 	}
-	return &Consumer{q: q, queue: name, c: c}, nil
+	return &Consumer{q: d.core, queue: name, c: c}, nil
 }
 
 // levelDepths returns how many jobs wait (or are in flight) in queue name's high and low
 // streams together.
-func (q *Queues) levelDepths(ctx context.Context, name string) (uint64, error) {
+func (q *core) levelDepths(ctx context.Context, name string) (uint64, error) {
 	var n uint64
 	for _, p := range []Priority{PriorityHigh, PriorityLow} {
 		st, err := q.js.Stream(ctx, q.levelStreamName(name, p))
@@ -141,7 +141,7 @@ func (q *Queues) levelDepths(ctx context.Context, name string) (uint64, error) {
 
 // deleteWaiting deletes job id of queue from the stream it waits in, whichever priority, if
 // it is there: for Cancel.
-func (q *Queues) deleteWaiting(ctx context.Context, queue, id string) {
+func (q *core) deleteWaiting(ctx context.Context, queue, id string) {
 	for _, p := range Priorities {
 		st, err := q.js.Stream(ctx, q.levelStreamName(queue, p))
 		if err != nil {

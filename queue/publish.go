@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -13,105 +12,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/retry"
 )
 
-// validID reports whether s is a job id: 1 to 128 of [A-Za-z0-9_-], usable as a KV key and
-// as one subject token.
-func validID(s string) bool { return isToken(s, 128) }
-
-// isToken reports whether s is 1 to max bytes of [A-Za-z0-9_-]: what a regexp said before,
-// checked by hand as it runs for every status write (BenchmarkValidID).
-func isToken(s string, max int) bool {
-	if len(s) == 0 || len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// NewJobID returns a new random id for a job of queue without an Idempotency-Key: a
-// time-ordered UUID version 7 whose last 16 bits are a tag of the queue's name (58 bits stay
-// random besides the millisecond). [Queues.Status] finds such a job in its queue's stream by id
-// alone, so Publish writes no status entry for it.
-func NewJobID(queue string) string {
-	id, err := uuid.NewV7()
-	if err != nil {
-		id = uuid.New()
-	}
-	tag := queueTag(queue)
-	id[14], id[15] = byte(tag>>8), byte(tag)
-	return id.String()
-}
-
-// JobID returns the id of the job that tenant's Idempotency-Key names on queue: a UUID version
-// 8 whose other 122 bits come from HMAC-SHA-256, keyed with the deployment's id secret
-// (Options.IDSecret), over the queue, the tenant and the key. The same key of the same tenant on
-// the same queue always names the same job, on every process that shares the secret; two
-// tenants' keys never meet; and without the secret an id cannot be computed from the key.
-func (q *Queues) JobID(queue, tenant, idempotencyKey string) string {
-	m := hmac.New(sha256.New, q.secret)
-	for _, s := range []string{queue, tenant, idempotencyKey} {
-		m.Write(binary.BigEndian.AppendUint64(nil, uint64(len(s))))
-		m.Write([]byte(s))
-	}
-	var id uuid.UUID
-	copy(id[:], m.Sum(nil))
-	id[6] = id[6]&0x0f | 0x80 // version 8
-	id[8] = id[8]&0x3f | 0x80 // RFC 9562 variant
-	return id.String()
-}
-
-// tenantIDLabel starts the input of TenantID's HMAC, so that a tenant id is never the output of
-// another use of the id secret (JobID's input starts with a length, never with this text).
-const tenantIDLabel = "sluice tenant id v1\x00"
-
-// TenantID returns the tenant id of key, a tenant's key parts' values as the caller joins them
-// (the ingress: the queue's tenant parts; config: a weights entry): 32 lower-case hex digits of
-// HMAC-SHA-256 keyed with the deployment's id secret (Options.IDSecret) over a label of its own
-// and key. Every process that shares the secret derives the same id; without the secret the id
-// of a known value (an API key) cannot be computed, so ids that the admin API lists or that
-// job records carry do not confirm which values are tenants. Safe for concurrent use.
-func (q *Queues) TenantID(key []byte) string {
-	m := hmac.New(sha256.New, q.secret)
-	m.Write([]byte(tenantIDLabel))
-	m.Write(key)
-	return hex.EncodeToString(m.Sum(nil)[:16])
-}
-
-// queueTag is the 16-bit tag of queue that JobID puts at the end of an unkeyed job id: FNV-1a
-// over the name, folded.
-func queueTag(queue string) uint16 {
-	h := uint32(2166136261)
-	for i := 0; i < len(queue); i++ {
-		h = (h ^ uint32(queue[i])) * 16777619
-	}
-	return uint16(h>>16) ^ uint16(h)
-}
-
-// idTag returns the queue tag that ends id (its last four characters as hex), and false when
-// they are not hex.
-func idTag(id string) (uint16, bool) {
-	if len(id) < 4 {
-		return 0, false
-	}
-	t, err := strconv.ParseUint(id[len(id)-4:], 16, 16)
-	return uint16(t), err == nil
-}
-
-// findable reports whether Status finds job id of queue in the queue's stream: whether id ends
-// with queue's tag.
-func findable(queue, id string) bool {
-	t, ok := idTag(id)
-	return ok && t == queueTag(queue)
-}
+// Publisher is the role of a [Queues] that stores jobs and their status: Publish, the status
+// reads of a job (Status, Place) and of a queue's backlog (Backlog), and the status records
+// the workers write (Record, SetStatus, Records). Get it from a Queues (its zero value is not
+// usable); it shares the Queues' connection, and is safe for concurrent use.
+type Publisher struct{ *core }
 
 // fingerprint identifies the request behind a job, to tell a true repeat of an Idempotency-Key
 // from the key's reuse for something else.
@@ -131,8 +42,8 @@ func fingerprint(j *Job) string {
 }
 
 // Publish stores job in its queue and returns only after JetStream acknowledged it: a nil error
-// means the job is stored and will be delivered, and [Queues.Status] finds it (queued) from then
-// on. It fills in job.ID (with [Queues.JobID] or [NewJobID]) and job.CreatedAt when they are empty.
+// means the job is stored and will be delivered, and [Publisher.Status] finds it (queued) from then
+// on. It fills in job.ID (with [IDs.JobID] or [NewJobID]) and job.CreatedAt when they are empty.
 //
 // A job without an Idempotency-Key whose id carries its queue's tag (every id JobID makes
 // does) is one message and one JetStream round trip: no status entry is written, because the
@@ -153,34 +64,34 @@ func fingerprint(j *Job) string {
 //
 // A failure to write the status entry after the job was stored is not an error: the job is
 // accepted, and the first worker that takes it writes the entry.
-func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
-	spec, err := q.prepare(job)
+func (p Publisher) Publish(ctx context.Context, job *Job) (Receipt, error) {
+	spec, err := p.prepare(job)
 	if err != nil {
 		return Receipt{}, err
 	}
-	ctx, cancel := withDefaultTimeout(ctx, q.opts.PublishTimeout)
+	ctx, cancel := withDefaultTimeout(ctx, p.opts.PublishTimeout)
 	defer cancel()
 	if dl, ok := ctx.Deadline(); ok && job.AckBy.IsZero() {
 		job.AckBy = dl
 	}
-	if job.NotBefore.After(q.now()) {
-		ctx, stop := q.whileConnected(ctx)
+	if job.NotBefore.After(p.now()) {
+		ctx, stop := p.whileConnected(ctx)
 		defer stop()
-		return q.publishScheduled(ctx, spec, job)
+		return p.publishScheduled(ctx, spec, job)
 	}
-	subject, stream := q.jobSubject(job.Queue, job.ID), q.streamName(job.Queue)
+	subject, stream := p.jobSubject(job.Queue, job.ID), p.streamName(job.Queue)
 	if job.Priority != PriorityNormal && !spec.Fair {
-		subject, stream = q.levelSubject(job.Queue, job.Priority, job.ID), q.levelStreamName(job.Queue, job.Priority)
+		subject, stream = p.levelSubject(job.Queue, job.Priority, job.ID), p.levelStreamName(job.Queue, job.Priority)
 	}
 	if spec.Fair {
 		// The job waits in its tenant's backlog, where it cannot be read by id: it gets a
 		// status entry, as a job with an Idempotency-Key does, which also keeps its place in
 		// the backlog for Cancel.
-		subject, stream = q.backlogSubject(job.Queue, job.Tenant, job.Priority), q.backlogStreamName(job.Queue)
+		subject, stream = p.backlogSubject(job.Queue, job.Tenant, job.Priority), p.backlogStreamName(job.Queue)
 	}
 
 	if job.IdempotencyKey == "" && !spec.Fair && job.Priority == PriorityNormal && findable(job.Queue, job.ID) {
-		ack, err := q.publish(ctx, subject, job, job.ID, stream)
+		ack, err := p.publish(ctx, subject, job, job.ID, stream)
 		if err != nil {
 			return Receipt{}, err
 		}
@@ -192,16 +103,16 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 
 	// Past the plain path, whose one async publish nats.go fails on a reconnect by itself,
 	// the requests (the idempotency check, the status write) must end with the connection.
-	ctx, stop := q.whileConnected(ctx)
+	ctx, stop := p.whileConnected(ctx)
 	defer stop()
-	fp, msgID, replayed, err := q.checkKey(ctx, job)
+	fp, msgID, replayed, err := p.checkKey(ctx, job)
 	if err != nil {
 		return Receipt{}, err
 	}
 	if replayed {
 		return Receipt{ID: job.ID, Replayed: true}, nil
 	}
-	ack, err := q.publish(ctx, subject, job, msgID, stream)
+	ack, err := p.publish(ctx, subject, job, msgID, stream)
 	if err != nil {
 		return Receipt{}, err
 	}
@@ -209,12 +120,12 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		// Another publish of this key stored its job first, between checkKey and now (or
 		// this is a retry of one that did): it is a replay only if it was for this request.
 		// The winner writes the record, so this one does not.
-		if err := q.checkDuplicate(ctx, job, fp, subject, stream); err != nil {
+		if err := p.checkDuplicate(ctx, job, fp, subject, stream); err != nil {
 			return Receipt{}, err
 		}
 		return Receipt{ID: job.ID, Replayed: true}, nil
 	}
-	q.recordQueued(ctx, job, fp, msgID != job.ID, spec.Fair, ack.Sequence)
+	p.recordQueued(ctx, job, fp, msgID != job.ID, spec.Fair, ack.Sequence)
 	return Receipt{ID: job.ID, Seq: ack.Sequence}, nil
 }
 
@@ -223,7 +134,7 @@ func (q *Queues) Publish(ctx context.Context, job *Job) (Receipt, error) {
 // stored message, or else the job's record, has another fingerprint than fp. Concurrent
 // publishes of one key with different bodies all pass checkKey before any record exists; this
 // is what answers the losers 422 rather than "replayed".
-func (q *Queues) checkDuplicate(ctx context.Context, job *Job, fp, subject, stream string) error {
+func (q *core) checkDuplicate(ctx context.Context, job *Job, fp, subject, stream string) error {
 	if st, err := q.js.Stream(ctx, stream); err == nil {
 		if raw, err := st.GetLastMsgForSubject(ctx, subject); err == nil {
 			if stored, err := decode(raw.Header, raw.Data); err == nil && stored.ID == job.ID {
@@ -244,7 +155,7 @@ func (q *Queues) checkDuplicate(ctx context.Context, job *Job, fp, subject, stre
 
 // prepare checks job against its queue's spec, which it returns, and fills in its id and
 // creation time.
-func (q *Queues) prepare(job *Job) (Spec, error) {
+func (q *core) prepare(job *Job) (Spec, error) {
 	if job == nil {
 		return Spec{}, errors.New("queue: publish: nil job")
 	}
@@ -275,7 +186,7 @@ func (q *Queues) prepare(job *Job) (Spec, error) {
 // request's fingerprint ("" without a key) and the message id to publish under: the job id,
 // or for a key whose earlier job was withdrawn, the job id with a suffix, so that the stream's
 // duplicate window does not drop the new one.
-func (q *Queues) checkKey(ctx context.Context, job *Job) (fp, msgID string, replayed bool, err error) {
+func (q *core) checkKey(ctx context.Context, job *Job) (fp, msgID string, replayed bool, err error) {
 	if job.IdempotencyKey == "" {
 		return "", job.ID, false, nil
 	}
@@ -298,10 +209,10 @@ func (q *Queues) checkKey(ctx context.Context, job *Job) (fp, msgID string, repl
 }
 
 // assignID gives job its id: derived from its Idempotency-Key, new, or the caller's, checked.
-func (q *Queues) assignID(job *Job) error {
+func (q *core) assignID(job *Job) error {
 	switch {
 	case job.ID == "" && job.IdempotencyKey != "":
-		job.ID = q.JobID(job.Queue, job.Tenant, job.IdempotencyKey)
+		job.ID = q.ids.JobID(job.Queue, job.Tenant, job.IdempotencyKey)
 	case job.ID == "":
 		job.ID = NewJobID(job.Queue)
 	case !validID(job.ID):
@@ -314,7 +225,7 @@ func (q *Queues) assignID(job *Job) error {
 // race for its id) already wrote a status, or over a retracted record (overwrite); in a fair
 // queue (inBacklog) with its place in the backlog, seq. A failure is not the caller's: the
 // first worker to take the job writes the entry. It is not cut short by ctx's deadline.
-func (q *Queues) recordQueued(ctx context.Context, job *Job, fp string, overwrite, inBacklog bool, seq uint64) {
+func (q *core) recordQueued(ctx context.Context, job *Job, fp string, overwrite, inBacklog bool, seq uint64) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.opts.PublishTimeout)
 	defer cancel()
 	rec := record{Status: Status{
@@ -348,10 +259,9 @@ var publishOpts = []jetstream.PublishOpt{
 // publish sends job to subject with message id msgID, expecting stream, and waits for its own
 // PubAck. It publishes asynchronously and waits on the future: concurrent callers share the
 // connection's one ack subscription, and a reconnect fails the pending futures at once instead
-// of leaving each caller to its deadline. (BenchmarkPublish compares it with a request per call:
-// on a shared 2-core machine the two were within noise of each other, both fully concurrent.)
-// No-responder replies (a restart or leader election) are retried.
-func (q *Queues) publish(ctx context.Context, subject string, job *Job, msgID, stream string) (*jetstream.PubAck, error) {
+// of leaving each caller to its deadline (BenchmarkPublish compares it with a request per
+// call). No-responder replies (a restart or leader election) are retried.
+func (q *core) publish(ctx context.Context, subject string, job *Job, msgID, stream string) (*jetstream.PubAck, error) {
 	meta, err := appendEnvelope(make([]byte, 0, envelopeSize(job)), job)
 	if err != nil {
 		return nil, fmt.Errorf("queue: encode job %s: %w", job.ID, err)
@@ -390,11 +300,13 @@ func retractable(err error) bool {
 	return !errors.As(err, &apiErr)
 }
 
-// retractFor bounds how long retract keeps trying to reach JetStream.
-const retractFor = 2 * time.Minute
+// retractPolicy spaces retract's tries to reach JetStream: 100ms doubling to 5s, for up to
+// 2 minutes.
+var retractPolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: -1,
+	MaxElapsed: 2 * time.Minute}
 
 // startRetract runs retract in the background, tracked by Close.
-func (q *Queues) startRetract(job *Job, subject, stream string, f jetstream.PubAckFuture) {
+func (q *core) startRetract(job *Job, subject, stream string, f jetstream.PubAckFuture) {
 	q.retracts.Add(1)
 	go func() {
 		defer q.retracts.Done()
@@ -405,26 +317,24 @@ func (q *Queues) startRetract(job *Job, subject, stream string, f jetstream.PubA
 // retract makes a failed publish of job false: it waits for the publish's outcome (f, when it
 // is still pending), and when the message was stored after all (its acknowledgement came late,
 // or was lost with the connection), it records the job as canceled (retracted) and deletes the
-// message, retrying until JetStream answers, for up to retractFor or until Close. The status
+// message, retrying until JetStream answers, for up to 2 minutes (retractPolicy) or until Close. The status
 // comes first, so a worker that already took the message finds it canceled (see Job.AckBy). A
 // message of the same id stored by another publish — an accepted earlier one with the same
 // Idempotency-Key — is told apart by its CreatedAt, and left alone.
-func (q *Queues) retract(job *Job, subject, stream string, f jetstream.PubAckFuture) {
+func (q *core) retract(job *Job, subject, stream string, f jetstream.PubAckFuture) {
 	if f != nil {
 		select { // the outcome, or the async publish's own timeout
 		case <-f.Ok():
 		case <-f.Err():
-		case <-q.closing:
+		case <-q.closing.Done():
 		}
 	}
-	deadline := time.Now().Add(retractFor)
-	for wait := 100 * time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 5*time.Second) {
+	b := retractPolicy.Backoff(nil)
+	for {
 		if done, _ := q.retractOnce(job, subject, stream); done {
 			return
 		}
-		select { // JetStream unreachable: try again
-		case <-time.After(wait):
-		case <-q.closing:
+		if b.Wait(q.closing, 0) != nil { // JetStream unreachable for 2 minutes, or Close
 			return
 		}
 	}
@@ -435,13 +345,14 @@ func (q *Queues) retract(job *Job, subject, stream string, f jetstream.PubAckFut
 // when the process stops publishing; other methods must not be called after it.
 func (q *Queues) Close(ctx context.Context) error {
 	defer q.conn.stop(q.nc)
+	defer q.stopBackground()
 	done := make(chan struct{})
 	go func() { q.retracts.Wait(); q.moves.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		q.closeOnce.Do(func() { close(q.closing) })
+		q.stopBackground()
 		<-done
 		return ctx.Err()
 	}
@@ -449,7 +360,7 @@ func (q *Queues) Close(ctx context.Context) error {
 
 // retractOnce looks for job's message in its stream and withdraws it; done is false when
 // JetStream could not be asked.
-func (q *Queues) retractOnce(job *Job, subject, stream string) (done bool, err error) {
+func (q *core) retractOnce(job *Job, subject, stream string) (done bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	st, err := q.js.Stream(ctx, stream)

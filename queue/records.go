@@ -22,11 +22,11 @@ var ErrNoBatchGet = errors.New("queue: batched reads of records unavailable")
 //
 // On a server that cannot answer it returns ErrNoBatchGet, from then on without asking, and
 // any other failure as an error; the caller then reads each Record.
-func (q *Queues) Records(ctx context.Context, ids []string) (map[string]Status, error) {
-	if q.noBatchGet.Load() {
+func (p Publisher) Records(ctx context.Context, ids []string) (map[string]Status, error) {
+	if p.noBatchGet.Load() {
 		return nil, ErrNoBatchGet
 	}
-	prefix := "$KV." + q.bucketName() + "."
+	prefix := "$KV." + p.bucketName() + "."
 	subjects := make([]string, 0, len(ids))
 	for _, id := range ids {
 		if validID(id) {
@@ -39,7 +39,7 @@ func (q *Queues) Records(ctx context.Context, ids []string) (map[string]Status, 
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	nc := q.js.Conn()
+	nc := p.js.Conn()
 	inbox := nc.NewRespInbox()
 	// A channel of its own: SubscribeSync's holds 65 536 messages, and allocating it cost
 	// more than the read. The answer is at most one message per id and the end of batch.
@@ -56,7 +56,7 @@ func (q *Queues) Records(ctx context.Context, ids []string) (map[string]Status, 
 	if err != nil {
 		return nil, err
 	}
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET.KV_"+q.bucketName(), inbox, req); err != nil {
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET.KV_"+p.bucketName(), inbox, req); err != nil {
 		return nil, fmt.Errorf("queue: records: %w", err)
 	}
 	for {
@@ -66,7 +66,7 @@ func (q *Queues) Records(ctx context.Context, ids []string) (map[string]Status, 
 		case <-ctx.Done():
 			return nil, fmt.Errorf("queue: records: %w", ctx.Err())
 		}
-		done, err := q.addRecord(out, m, prefix)
+		done, err := p.addRecord(out, m, prefix)
 		if done || err != nil {
 			return out, err
 		}
@@ -75,7 +75,7 @@ func (q *Queues) Records(ctx context.Context, ids []string) (map[string]Status, 
 
 // addRecord adds the record m carries to out, or reports that m ends the answer (done): the
 // end of the batch, or no entries at all.
-func (q *Queues) addRecord(out map[string]Status, m *nats.Msg, prefix string) (done bool, err error) {
+func (q *core) addRecord(out map[string]Status, m *nats.Msg, prefix string) (done bool, err error) {
 	switch status := m.Header.Get("Status"); status {
 	case "":
 	case "204", "404": // end of batch; no results

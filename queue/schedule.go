@@ -16,12 +16,18 @@ import (
 // into the queue when the server fires it. The schedule stream cannot be the queue's stream
 // (a stream with schedules cannot discard new messages, and the queue's stream must, to
 // refuse jobs beyond max_depth), and a schedule's target must be a subject of its own stream,
-// so the server produces the due job in the schedule stream and [Queues.MoveDue] moves it on.
+// so the server produces the due job in the schedule stream and [Schedules.MoveDue] moves it on.
 //
 // A schedule stream and its mover are made on demand (ondemand.go), by the first scheduled
 // publish to the queue: a queue that never had a scheduled job costs no stream and no mover
-// pulls. Workers learn which queues have one from [Queues.WatchSchedules].
+// pulls. Workers learn which queues have one from [Schedules.WatchSchedules].
 // docs/design/time.md has the design and what was rejected.
+
+// Schedules is the role of a [Queues] that moves scheduled jobs into their queues when due:
+// WatchSchedules tells which queues have a schedule stream, MoveDue moves their due jobs. Get
+// it from a Queues (its zero value is not usable); it shares the Queues' connection and its
+// background moves (which Queues.Close waits for), and is safe for concurrent use.
+type Schedules struct{ *core }
 
 const (
 	// hdrSchedule, hdrScheduleTarget: the JetStream headers of a message schedule.
@@ -38,19 +44,19 @@ const (
 	earlyMax = 2 * time.Second
 )
 
-func (q *Queues) schedStreamName(queue string) string { return q.opts.Prefix + "_S_" + queue }
-func (q *Queues) schedStreamPrefix() string           { return q.opts.Prefix + "_S_" }
-func (q *Queues) schedPrefix(queue string) string     { return q.opts.Prefix + ".s." + queue + "." }
+func (q *core) schedStreamName(queue string) string { return q.opts.Prefix + "_S_" + queue }
+func (q *core) schedStreamPrefix() string           { return q.opts.Prefix + "_S_" }
+func (q *core) schedPrefix(queue string) string     { return q.opts.Prefix + ".s." + queue + "." }
 
 // atSubject holds job id's schedule; dueSubject the job once its schedule fired.
-func (q *Queues) atSubject(queue, id string) string  { return q.schedPrefix(queue) + "at." + id }
-func (q *Queues) dueSubject(queue, id string) string { return q.schedPrefix(queue) + "due." + id }
+func (q *core) atSubject(queue, id string) string  { return q.schedPrefix(queue) + "at." + id }
+func (q *core) dueSubject(queue, id string) string { return q.schedPrefix(queue) + "due." + id }
 
 // provisionSchedule creates or updates the schedule stream of queue s and its mover: work
 // queue retention (a due job leaves once moved; a schedule is matched by no consumer, so it
 // stays until it fires or is canceled), no limits of its own (Publish checks max_depth, as
 // discarding is not possible here), schedules allowed.
-func (q *Queues) provisionSchedule(ctx context.Context, s Spec) error {
+func (q *core) provisionSchedule(ctx context.Context, s Spec) error {
 	name := q.schedStreamName(s.Name)
 	_, err := q.ensureStream(ctx, jetstream.StreamConfig{
 		Name:              name,
@@ -89,7 +95,7 @@ func scheduleAt(t time.Time) string { return "@at " + t.UTC().Format(time.RFC333
 // publishScheduled is Publish for a job whose NotBefore is ahead: it checks the queue's room
 // (jobs waiting and scheduled, against MaxDepth), stores the job's schedule, and records it
 // scheduled.
-func (q *Queues) publishScheduled(ctx context.Context, spec Spec, job *Job) (Receipt, error) {
+func (q *core) publishScheduled(ctx context.Context, spec Spec, job *Job) (Receipt, error) {
 	if err := q.checkRoom(ctx, spec); err != nil {
 		return Receipt{}, err
 	}
@@ -123,14 +129,14 @@ func (q *Queues) publishScheduled(ctx context.Context, spec Spec, job *Job) (Rec
 
 // ensureSchedule makes sure queue spec's schedule stream and mover exist: the queue's first
 // scheduled publish makes them (ondemand.go).
-func (q *Queues) ensureSchedule(ctx context.Context, spec Spec) error {
+func (q *core) ensureSchedule(ctx context.Context, spec Spec) error {
 	return q.onDemand(ctx, &q.schedules, spec.Name, func(ctx context.Context) error { return q.provisionSchedule(ctx, spec) })
 }
 
 // checkRoom returns ErrFull when queue spec holds MaxDepth jobs, waiting or scheduled: two
 // reads. Concurrent scheduled publishes may pass it together; the jobs they add over the
 // bound wait, when due, until the queue has room (MoveDue).
-func (q *Queues) checkRoom(ctx context.Context, spec Spec) error {
+func (q *core) checkRoom(ctx context.Context, spec Spec) error {
 	if spec.MaxDepth <= 0 {
 		return nil
 	}
@@ -150,7 +156,7 @@ func (q *Queues) checkRoom(ctx context.Context, spec Spec) error {
 
 // scheduled returns how many jobs of queue name wait in its schedule stream: 0 when it has
 // none (no scheduled job was ever published to it).
-func (q *Queues) scheduled(ctx context.Context, name string) (uint64, error) {
+func (q *core) scheduled(ctx context.Context, name string) (uint64, error) {
 	return q.streamMsgs(ctx, q.schedStreamName(name))
 }
 
@@ -166,9 +172,9 @@ const moverCreated = "$JS.EVENT.ADVISORY.CONSUMER.CREATED.*." + moverName
 // until ctx ends or the watch fails. fn may be called twice for a queue, and from another
 // goroutine. An advisory sent while the connection was down is lost: a caller watches again
 // after a reconnect, which lists the streams again.
-func (q *Queues) WatchSchedules(ctx context.Context, fn func(queue string)) error {
-	prefix := q.schedStreamPrefix()
-	sub, err := q.nc.Subscribe(moverCreated, func(m *nats.Msg) {
+func (s Schedules) WatchSchedules(ctx context.Context, fn func(queue string)) error {
+	prefix := s.schedStreamPrefix()
+	sub, err := s.nc.Subscribe(moverCreated, func(m *nats.Msg) {
 		toks := strings.Split(m.Subject, ".")
 		if name, ok := strings.CutPrefix(toks[len(toks)-2], prefix); ok {
 			fn(name)
@@ -180,7 +186,7 @@ func (q *Queues) WatchSchedules(ctx context.Context, fn func(queue string)) erro
 	defer func() { _ = sub.Unsubscribe() }()
 	// Subscribed before the listing, so that a stream made in between is not missed.
 	lctx, cancel := withDefaultTimeout(ctx, opTimeout)
-	err = q.listStreams(lctx, q.opts.Prefix+".s.>", prefix, func(name string, _ jetstream.StreamState) { fn(name) })
+	err = s.listStreams(lctx, s.opts.Prefix+".s.>", prefix, func(name string, _ jetstream.StreamState) { fn(name) })
 	cancel()
 	if err != nil {
 		return fmt.Errorf("queue: watch schedule streams: %w", err)
@@ -191,7 +197,7 @@ func (q *Queues) WatchSchedules(ctx context.Context, fn func(queue string)) erro
 
 // unschedule removes job id's schedule, and the job if its schedule fired and it was not
 // moved yet: for Cancel. A job that was moved on is left to Cancel's other steps.
-func (q *Queues) unschedule(ctx context.Context, queue, id string) {
+func (q *core) unschedule(ctx context.Context, queue, id string) {
 	st, err := q.js.Stream(ctx, q.schedStreamName(queue))
 	if err != nil {
 		return
@@ -212,12 +218,12 @@ func (q *Queues) unschedule(ctx context.Context, queue, id string) {
 // worker does (package worker). The wait for a first job also ends when cut does (nil: never):
 // a worker cuts its long pulls short when they may have been lost with a server. It returns
 // ErrNoSchedule while the queue has no schedule stream and mover.
-func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Duration, cut context.Context) (int, error) {
-	spec, ok := q.spec(name)
+func (s Schedules) MoveDue(ctx context.Context, name string, max int, wait time.Duration, cut context.Context) (int, error) {
+	spec, ok := s.spec(name)
 	if !ok {
 		return 0, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
-	c, err := q.mover(ctx, name)
+	c, err := s.mover(ctx, name)
 	if err != nil {
 		return 0, err
 	}
@@ -225,7 +231,7 @@ func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Du
 	if err != nil {
 		return 0, fmt.Errorf("queue: move due jobs of %q: %w", name, err)
 	}
-	n := q.startMoves(ctx, spec, batch)
+	n := s.startMoves(ctx, spec, batch)
 	if n > 0 || wait <= 0 {
 		return n, nil
 	}
@@ -240,11 +246,11 @@ func (q *Queues) MoveDue(ctx context.Context, name string, max int, wait time.Du
 		}
 		return 0, fmt.Errorf("queue: move due jobs of %q: %w", name, err)
 	}
-	return q.startMoves(ctx, spec, batch), nil
+	return s.startMoves(ctx, spec, batch), nil
 }
 
 // startMoves starts moveOne for every job of batch and returns how many there were.
-func (q *Queues) startMoves(ctx context.Context, spec Spec, batch jetstream.MessageBatch) int {
+func (q *core) startMoves(ctx context.Context, spec Spec, batch jetstream.MessageBatch) int {
 	n := 0
 	for raw := range batch.Messages() {
 		n++
@@ -265,7 +271,7 @@ func cmpMax64(a, b time.Duration) time.Duration {
 }
 
 // mover returns the mover consumer of queue name, looked up once.
-func (q *Queues) mover(ctx context.Context, name string) (jetstream.Consumer, error) {
+func (q *core) mover(ctx context.Context, name string) (jetstream.Consumer, error) {
 	if c, ok := q.movers.Load(name); ok {
 		return c.(jetstream.Consumer), nil
 	}
@@ -284,7 +290,7 @@ func (q *Queues) mover(ctx context.Context, name string) (jetstream.Consumer, er
 
 // moveOne moves one due job (MoveDue) and settles its message; moved reports whether it was
 // stored in the queue by this call.
-func (q *Queues) moveOne(ctx context.Context, spec Spec, raw jetstream.Msg) (moved bool) {
+func (q *core) moveOne(ctx context.Context, spec Spec, raw jetstream.Msg) (moved bool) {
 	job, err := decode(raw.Headers(), raw.Data())
 	if err != nil {
 		_ = raw.Term() // not a job: nothing to deliver
@@ -302,7 +308,7 @@ func (q *Queues) moveOne(ctx context.Context, spec Spec, raw jetstream.Msg) (mov
 			t.Stop()
 			_ = raw.Nak()
 			return false
-		case <-q.closing:
+		case <-q.closing.Done():
 			t.Stop()
 			_ = raw.Nak()
 			return false
@@ -342,14 +348,14 @@ func (q *Queues) moveOne(ctx context.Context, spec Spec, raw jetstream.Msg) (mov
 
 // movedBefore reports whether job id's status shows it past scheduled: moved, and taken by
 // a worker since.
-func (q *Queues) movedBefore(ctx context.Context, id string) bool {
+func (q *core) movedBefore(ctx context.Context, id string) bool {
 	rec, _, err := q.getRecord(ctx, id)
 	return err == nil && rec.State != StateScheduled && rec.State != StateQueued
 }
 
 // noteBacklogSeq records where a scheduled job of a fair queue was stored in its tenant's
 // backlog, for Cancel. Best effort: a worker reads a scheduled job's status before delivery.
-func (q *Queues) noteBacklogSeq(ctx context.Context, id string, p Priority, seq uint64) {
+func (q *core) noteBacklogSeq(ctx context.Context, id string, p Priority, seq uint64) {
 	_ = q.updateStatus(ctx, id, func(cur *record) *record {
 		if cur == nil || cur.State != StateScheduled {
 			return nil

@@ -21,7 +21,7 @@ type record struct {
 	// Held is Status.Held, which JSON leaves out.
 	Held int `json:"held,omitempty"`
 	// Retracted marks the canceled status of a job whose publish was answered as failed but
-	// may have been stored (see Queues.Publish): a retry with its Idempotency-Key is a new job.
+	// may have been stored (see Publisher.Publish): a retry with its Idempotency-Key is a new job.
 	Retracted bool `json:"retracted,omitempty"`
 	// BacklogSeq is where the job of a fair queue was stored in its tenant's backlog, so that
 	// Cancel can remove it from there.
@@ -32,7 +32,7 @@ type record struct {
 }
 
 // getRecord reads the entry of job id, returning ErrNotFound when there is none.
-func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, error) {
+func (q *core) getRecord(ctx context.Context, id string) (record, uint64, error) {
 	if !validID(id) {
 		return record{}, 0, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
@@ -53,7 +53,7 @@ func (q *Queues) getRecord(ctx context.Context, id string) (record, uint64, erro
 
 // recordStatus is the Status of a job's record r as Record returns it: with the fields JSON
 // leaves out of Status filled in, and a scheduled job whose time came queued.
-func (q *Queues) recordStatus(r record) Status {
+func (q *core) recordStatus(r record) Status {
 	st := r.Status
 	st.Tenant, st.Delivered, st.Held, st.BacklogSeq, st.Priority = r.Tenant, r.Delivered, r.Held, r.BacklogSeq, r.Priority
 	return q.asOfNow(st)
@@ -61,7 +61,7 @@ func (q *Queues) recordStatus(r record) Status {
 
 // asOfNow returns st with a scheduled job whose time came shown queued: it waits in the
 // queue (or is being moved there).
-func (q *Queues) asOfNow(st Status) Status {
+func (q *core) asOfNow(st Status) Status {
 	if st.State == StateScheduled && st.NotBefore != nil && !q.now().Before(*st.NotBefore) {
 		st.State = StateQueued
 	}
@@ -77,45 +77,45 @@ func (q *Queues) asOfNow(st Status) Status {
 // It returns ErrNotFound for an id that was never published, whose job has left its queue and
 // has no entry (the entry expired, Options.StatusTTL after its last update, or the worker's
 // writes failed), or whose queue is not provisioned here.
-func (q *Queues) Status(ctx context.Context, id string) (Status, error) {
+func (p Publisher) Status(ctx context.Context, id string) (Status, error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	r, _, err := q.getRecord(ctx, id)
+	r, _, err := p.getRecord(ctx, id)
 	if errors.Is(err, ErrNotFound) {
-		st, looked, werr := q.waiting(ctx, id)
+		st, looked, werr := p.waiting(ctx, id)
 		switch {
 		case werr == nil:
 			return st, nil
 		case !errors.Is(werr, ErrNotFound):
 			err = werr
 		case looked:
-			r, _, err = q.getRecord(ctx, id)
+			r, _, err = p.getRecord(ctx, id)
 		}
 	}
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Status{}, fmt.Errorf("queue: status %s: %w", id, err)
 	}
-	return q.asOfNow(r.Status), err
+	return p.asOfNow(r.Status), err
 }
 
 // Record returns the status of job id as its entry in the status bucket says, and
 // ErrNotFound when it has none: unlike Status, it does not look for the job in its queue. A
 // worker, which holds the job's message, reads this: one round trip instead of two for a job
 // without an entry.
-func (q *Queues) Record(ctx context.Context, id string) (Status, error) {
+func (p Publisher) Record(ctx context.Context, id string) (Status, error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	r, _, err := q.getRecord(ctx, id)
+	r, _, err := p.getRecord(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
-	return q.recordStatus(r), nil
+	return p.recordStatus(r), nil
 }
 
 // waiting returns the status of job id from its message in its queue's stream: queued. It
 // looks in every provisioned queue whose tag id carries (normally one; looked is false when
 // there is none), and returns ErrNotFound when none of them holds the job.
-func (q *Queues) waiting(ctx context.Context, id string) (st Status, looked bool, err error) {
+func (q *core) waiting(ctx context.Context, id string) (st Status, looked bool, err error) {
 	tag, ok := idTag(id)
 	if !ok || !validID(id) {
 		return Status{}, false, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -155,7 +155,7 @@ func (q *Queues) waiting(ctx context.Context, id string) (st Status, looked bool
 // job's message in its queue when it has no entry yet). A job whose
 // recorded state is succeeded keeps it: a late update from a worker whose delivery was
 // duplicated (its ack wait expired) is ignored and SetStatus returns nil.
-func (q *Queues) SetStatus(ctx context.Context, st Status) error {
+func (p Publisher) SetStatus(ctx context.Context, st Status) error {
 	if !validID(st.ID) {
 		return fmt.Errorf("queue: set status: invalid job id %q", st.ID)
 	}
@@ -164,16 +164,16 @@ func (q *Queues) SetStatus(ctx context.Context, st Status) error {
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	if done, err := q.createFirst(ctx, st); done || err != nil {
+	if done, err := p.createFirst(ctx, st); done || err != nil {
 		return err
 	}
-	return q.updateStatus(ctx, st.ID, func(cur *record) *record {
+	return p.updateStatus(ctx, st.ID, func(cur *record) *record {
 		if cur != nil && cur.State == StateSucceeded && st.State != StateSucceeded {
 			return nil
 		}
 		next := record{Status: st, Tenant: st.Tenant, Delivered: st.Delivered, Held: st.Held}
 		if cur == nil && (next.CreatedAt.IsZero() || next.Queue == "" || next.Tenant == "") {
-			if w, _, err := q.waiting(ctx, st.ID); err == nil {
+			if w, _, err := p.waiting(ctx, st.ID); err == nil {
 				cur = &record{Status: w, Tenant: w.Tenant}
 			}
 		}
@@ -196,7 +196,7 @@ func (q *Queues) SetStatus(ctx context.Context, st Status) error {
 // createFirst creates the entry of st when it is most likely the job's first (see
 // firstRecord), without reading first, which saves a round trip per job. done is false when
 // it did not try, or an entry exists after all: then the caller updates it.
-func (q *Queues) createFirst(ctx context.Context, st Status) (done bool, err error) {
+func (q *core) createFirst(ctx context.Context, st Status) (done bool, err error) {
 	if !q.firstRecord(st) {
 		return false, nil
 	}
@@ -221,7 +221,7 @@ func (q *Queues) createFirst(ctx context.Context, st Status) (done bool, err err
 // its first delivery, of a job without an Idempotency-Key (its id carries its queue's tag)
 // in a queue that is not fair (whose jobs get their entry when published), with everything
 // an entry needs already in st.
-func (q *Queues) firstRecord(st Status) bool {
+func (q *core) firstRecord(st Status) bool {
 	if st.Delivered != 1 || st.Queue == "" || st.CreatedAt.IsZero() || !findable(st.Queue, st.ID) {
 		return false
 	}
@@ -232,7 +232,7 @@ func (q *Queues) firstRecord(st Status) bool {
 // updateStatus applies change to the entry of job id with compare-and-set, retrying on
 // conflicts. change gets nil when there is no entry, and returns nil to write nothing.
 // UpdatedAt is set to now when change leaves it zero.
-func (q *Queues) updateStatus(ctx context.Context, id string, change func(cur *record) *record) error {
+func (q *core) updateStatus(ctx context.Context, id string, change func(cur *record) *record) error {
 	for attempt := 0; ; attempt++ {
 		cur, rev, err := q.getRecord(ctx, id)
 		var curp *record

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,7 +49,7 @@ func (q *Queues) Counts(ctx context.Context, backlogs bool) (map[string]Counts, 
 
 // listStreams calls f with the queue name and state of every stream whose subjects match
 // subject and whose name starts with prefix.
-func (q *Queues) listStreams(ctx context.Context, subject, prefix string, f func(string, jetstream.StreamState)) error {
+func (q *core) listStreams(ctx context.Context, subject, prefix string, f func(string, jetstream.StreamState)) error {
 	l := q.js.ListStreams(ctx, jetstream.WithStreamListSubject(subject))
 	for si := range l.Info() {
 		if name, ok := strings.CutPrefix(si.Config.Name, prefix); ok {
@@ -59,4 +60,78 @@ func (q *Queues) listStreams(ctx context.Context, subject, prefix string, f func
 		return fmt.Errorf("queue: list streams: %w", err)
 	}
 	return nil
+}
+
+// Info describes queue name. It returns ErrUnknownQueue when name is not provisioned.
+func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
+	s, ok := q.spec(name)
+	if !ok {
+		return Info{}, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	info := Info{Name: name, MaxDepth: s.MaxDepth}
+	if s.Fair {
+		// The backlogs before the delivery stream: a job the scheduler moves in between is
+		// counted twice (at most the scheduler's target of them), never missed.
+		if err := q.fairInfo(ctx, name, &info); err != nil {
+			return Info{}, err
+		}
+	}
+	st, err := q.js.Stream(ctx, q.streamName(name))
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
+	}
+	info.Depth, info.Bytes, info.Consumers = info.Depth+si.State.Msgs, si.State.Bytes, si.State.Consumers
+	if si.State.LastSeq >= si.State.Msgs {
+		info.Left = si.State.LastSeq - si.State.Msgs
+	}
+	c, err := st.Consumer(ctx, consumerName)
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: consumer: %w", name, err)
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: consumer: %w", name, err)
+	}
+	info.Pending, info.InFlight = ci.NumPending, ci.NumAckPending
+	info.Redelivered, info.Waiting = ci.NumRedelivered, ci.NumWaiting
+	if info.DeadLetters, err = q.deadLetterCount(ctx, name); err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: dead letters: %w", name, err)
+	}
+	if info.Scheduled, err = q.scheduled(ctx, name); err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: scheduled: %w", name, err)
+	}
+	if s.Priorities && !s.Fair {
+		levels, err := q.levelDepths(ctx, name)
+		if err != nil {
+			return Info{}, fmt.Errorf("queue: info %q: priorities: %w", name, err)
+		}
+		info.Depth += levels
+	}
+	return info, nil
+}
+
+// List describes every provisioned queue, sorted by name.
+func (q *Queues) List(ctx context.Context) ([]Info, error) {
+	q.mu.RLock()
+	names := make([]string, 0, len(q.specs))
+	for n := range q.specs {
+		names = append(names, n)
+	}
+	q.mu.RUnlock()
+	slices.Sort(names)
+	out := make([]Info, 0, len(names))
+	for _, n := range names {
+		info, err := q.Info(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
 }

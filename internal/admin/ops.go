@@ -40,7 +40,7 @@ import (
 // write from another site's page and any request for another Host (Server.Handler), token
 // or no token. Every write is logged (peer, how it was authorised, what) and counted in
 // sluice_admin_writes_total{action,result}, refused ones included. Pause, resume
-// and rate are kept in JetStream (queue.Queues.SetControl), so they reach every worker within
+// and rate are kept in JetStream (queue.Operator.SetControl), so they reach every worker within
 // a second and survive restarts.
 type Ops struct {
 	// Q is the queue layer. Required.

@@ -21,6 +21,8 @@ type QueueInfo interface {
 	Info(ctx context.Context, name string) (queue.Info, error)
 }
 
+var _ QueueInfo = (*queue.Queues)(nil)
+
 // Queues serves the queue endpoints of the admin API:
 //
 //	GET /v1/queues          {"queues": [QueueStatus, ...]}, in config order; a queue not yet
@@ -54,7 +56,7 @@ type Queues struct {
 	// PausedTenants returns the tenants of a queue with pause_scope: tenant that its upstream
 	// paused, with the time left of each. Optional: nil shows none.
 	PausedTenants func(ctx context.Context, queue string) (map[string]time.Duration, error)
-	// TenantID derives the tenant id of a tenant's value (*queue.Queues.TenantID, keyed with
+	// TenantID derives the tenant id of a tenant's value (*queue.IDs.TenantID, keyed with
 	// the deployment's id secret), to find a tenant by its value and to name the tenants that
 	// weights name. Optional: nil finds tenants by id only and names none.
 	TenantID func(key []byte) (string, error)
@@ -63,7 +65,7 @@ type Queues struct {
 // TenantStatus is the admin view of one tenant of a fair queue.
 type TenantStatus struct {
 	// Tenant is the tenant's id: its key parts' values keyed with the id secret
-	// (queue.Queues.TenantID), as jobs carry it.
+	// (queue.IDs.TenantID), as jobs carry it.
 	Tenant string `json:"tenant"`
 	// Name is the tenant's value when the queue's weights name it, else "".
 	Name string `json:"name,omitempty"`

@@ -218,7 +218,7 @@ func (p *ingressProc) startNATS(context.Context) error {
 	}
 	p.js = js
 	nc := p.nc
-	p.late.reconnects = func() uint64 { return nc.Stats().Reconnects }
+	p.late.breaker.reconnects = func() uint64 { return nc.Stats().Reconnects }
 	p.checks = append(p.checks, admin.NATSCheck(p.nc), jetStreamCheck(js, p.late.ready))
 	return nil
 }

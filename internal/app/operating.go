@@ -185,12 +185,3 @@ func (p *ingressProc) mountOperating(queues *admin.Queues, cm *consumersMetric) 
 	(&admin.Jobs{Q: p.late, Queues: queues}).Mount(p.adm)
 	p.reg.MustRegister(p.history.DesiredMetric(cm.counts))
 }
-
-// Browse implements admin.JobBrowser.
-func (l *lateQueues) Browse(ctx context.Context, q string, bq queue.BrowseQuery) (queue.Page, error) {
-	qs, err := l.get()
-	if err != nil {
-		return queue.Page{}, err
-	}
-	return qs.Browse(ctx, q, bq)
-}

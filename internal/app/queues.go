@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,7 +32,8 @@ func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, cur
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	for failures := 1; ; failures++ {
+	b := openPolicy.Backoff(nil)
+	for {
 		if !nc.IsConnected() {
 			err = fmt.Errorf("no NATS server answers at %s (connection %s)", redactURL(url), nc.Status())
 		} else {
@@ -45,7 +45,7 @@ func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, cur
 		if failed != nil {
 			failed(err)
 		}
-		wait := openPolicy.Delay(failures, rand.Float64())
+		wait, _ := b.Next(0) // never spent: openPolicy has no bound
 		log.Warn(proc+": queues unavailable; retrying", "err", err, "retry_in", wait)
 		if err := retry.Sleep(ctx, nil, wait); err != nil {
 			return nil, err

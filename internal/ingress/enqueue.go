@@ -21,7 +21,9 @@ import (
 	"github.com/sluice-rl/sluice/queue"
 )
 
-// Enqueuer is the queue layer as the ingress uses it. *queue.Queues implements it.
+// Enqueuer is the queue layer as the ingress uses it: mostly a [queue.Publisher], with a
+// queue's Info and its tenants' ids. The processes give it a *queue.Queues behind an outage
+// breaker (internal/app).
 type Enqueuer interface {
 	// Publish stores job and returns once the queue acknowledged it. It returns an error
 	// wrapping queue.ErrFull, queue.ErrUnknownQueue or queue.ErrTooLarge when the job is
@@ -33,14 +35,14 @@ type Enqueuer interface {
 	// the queue is full.
 	Info(ctx context.Context, name string) (queue.Info, error)
 	// TenantID returns the tenant id of a tenant's key parts' values, key, keyed with the
-	// deployment's id secret ([queue.Queues.TenantID]), or an error when it cannot be derived
+	// deployment's id secret ([queue.IDs.TenantID]), or an error when it cannot be derived
 	// yet (the ingress answers 503, as for a publish that fails).
 	TenantID(key []byte) (string, error)
-	// Backlog reads what waits in queue name ([queue.Queues.Backlog]); the ingress reads it
+	// Backlog reads what waits in queue name ([queue.Publisher.Backlog]); the ingress reads it
 	// at most once a second per queue, for eta and tenant_max_depth. It should fail at once,
 	// not wait, while the queue is known to be unreachable.
 	Backlog(ctx context.Context, name string) (queue.Backlog, error)
-	// Place tells where a queued job stands ([queue.Queues.Place]), for the eta of its status.
+	// Place tells where a queued job stands ([queue.Publisher.Place]), for the eta of its status.
 	Place(ctx context.Context, st queue.Status) (queue.Place, error)
 }
 

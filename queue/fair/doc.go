@@ -12,12 +12,11 @@
 // deficit, and it gives a job per whole unit. Within a tenant's share its high jobs
 // (queue.PriorityHigh, a subject of their own beside the tenant's) go before its normal before
 // its low, but that while a lower level waits at least one of every 8 of the tenant's jobs from
-// it and above is of it. Options.TenantRate spaces one tenant's moves
-// 1/TenantRate apart. A tenant with 10 jobs behind another's 300 waits for about Target jobs
-// and the jobs the workers hold, not for the 300. Jobs waiting there are what the consumer
-// counts pending or, when more, the jobs the scheduler moved in the last 100ms that the
-// consumer has not delivered: the server counts a stored job a moment after it acknowledged
-// it, and a round right after a move would otherwise move up to Target more.
+// it and above is of it. Options.TenantRate spaces one tenant's moves 1/TenantRate apart. A
+// tenant with 10 jobs behind another's 300 waits for about Target jobs and the jobs the
+// workers hold, not for the 300. The jobs waiting in the delivery stream are what its consumer
+// counts pending or, when more, those the scheduler moved in the last 100ms that the consumer
+// has not delivered yet (the server counts a stored job a moment after acknowledging it).
 //
 // # Guarantees
 //

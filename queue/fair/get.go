@@ -15,9 +15,8 @@ import (
 // batched direct get (JetStream 2.11+), answered with one message per stored job and then an
 // end-of-batch status. nats.go v1.55 has no call for it: Stream.GetMsg asks for one message,
 // and its options cannot add "batch" to the request. GetMsg per job costs a round trip per job
-// (BenchmarkGetBatch, 32 jobs, embedded server on loopback: 0.25ms batched, 0.9ms with
-// GetMsg, and a network's round trips widen the gap); a consumer per tenant is what the
-// backlog design avoids (docs/design/fair.md). A single job is read with GetMsg.
+// (BenchmarkGetBatch compares the two); a consumer per tenant is what the backlog design
+// avoids (docs/design/fair.md). A single job is read with GetMsg.
 type directGet struct {
 	nc   *nats.Conn
 	subj string // the stream's DIRECT.GET API subject

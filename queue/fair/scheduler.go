@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/queue"
+	"github.com/sluice-rl/sluice/retry"
 )
 
 const (
@@ -27,10 +28,10 @@ const (
 	moveParallel = 32
 	// opTimeout bounds a round, and the moves a stopping scheduler finishes.
 	opTimeout = 5 * time.Second
-	// backoffMin and backoffMax bound the wait before a failed round is tried again.
-	backoffMin = 100 * time.Millisecond
-	backoffMax = 2 * time.Second
 )
+
+// roundPolicy spaces the tries of a failed round: 100ms doubling to 2s.
+var roundPolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Jitter: -1}
 
 // Source gives a scheduler the layout of its queue; *queue.Queues is one.
 type Source interface {
@@ -141,7 +142,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 	defer s.stepDown()
 	var renewed time.Time
-	backoff := backoffMin
+	backoff := roundPolicy.Backoff(nil)
 	for ctx.Err() == nil {
 		if s.now().Sub(renewed) >= leaseRenew || !s.leading() {
 			s.renew(ctx)
@@ -159,12 +160,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			s.Options().Logger.Warn("fair: scheduler; retrying", "queue", s.l.Queue, "err", err, "retry_in", backoff)
-			sleep(ctx, backoff)
-			backoff = min(2*backoff, backoffMax)
+			wait, _ := backoff.Next(0) // never spent: roundPolicy has no bound
+			s.Options().Logger.Warn("fair: scheduler; retrying", "queue", s.l.Queue, "err", err, "retry_in", wait)
+			sleep(ctx, wait)
 			continue
 		}
-		backoff = backoffMin
+		backoff.Reset()
 		if s.now().Sub(s.lastFlush) >= flushEvery {
 			s.flush(ctx)
 		}

@@ -54,9 +54,9 @@ func tokenTenant(tok string) string {
 	return tok
 }
 
-func (q *Queues) backlogStreamName(queue string) string { return q.opts.Prefix + "_T_" + queue }
-func (q *Queues) backlogPrefix(queue string) string     { return q.opts.Prefix + ".t." + queue + "." }
-func (q *Queues) backlogSubject(queue, tenant string, p Priority) string {
+func (q *core) backlogStreamName(queue string) string { return q.opts.Prefix + "_T_" + queue }
+func (q *core) backlogPrefix(queue string) string     { return q.opts.Prefix + ".t." + queue + "." }
+func (q *core) backlogSubject(queue, tenant string, p Priority) string {
 	return q.backlogPrefix(queue) + tenantToken(tenant) + backlogLevel(p)
 }
 
@@ -102,8 +102,8 @@ func backlogKey(rest string) (string, int) {
 	}
 	return tok, 1
 }
-func (q *Queues) tenantsBucketName() string { return q.opts.Prefix + "_TENANTS" }
-func (q *Queues) metaBucketName() string    { return q.opts.Prefix + "_META" }
+func (q *core) tenantsBucketName() string { return q.opts.Prefix + "_TENANTS" }
+func (q *core) metaBucketName() string    { return q.opts.Prefix + "_META" }
 
 func countKey(queue, tenant string) string { return queue + "." + tenantToken(tenant) }
 
@@ -111,7 +111,7 @@ func countKey(queue, tenant string) string { return queue + "." + tenantToken(te
 // tenant and level (<tenant>, <tenant>.h, <tenant>.l), the queue's depth limits, direct gets for
 // the scheduler. A stream provisioned before levels, with the tenants' subjects only, gets the
 // level subjects added by an update; one that has them is left alone (ensureStream).
-func (q *Queues) provisionBacklog(ctx context.Context, s Spec, limit func(int64) int64) error {
+func (q *core) provisionBacklog(ctx context.Context, s Spec, limit func(int64) int64) error {
 	_, err := q.ensureStream(ctx, jetstream.StreamConfig{
 		Name:        q.backlogStreamName(s.Name),
 		Description: "Sluice tenants' backlogs of fair queue " + s.Name,
@@ -159,7 +159,7 @@ type TenantInfo struct {
 }
 
 // fairInfo adds the tenants of fair queue name to info.
-func (q *Queues) fairInfo(ctx context.Context, name string, info *Info) error {
+func (q *core) fairInfo(ctx context.Context, name string, info *Info) error {
 	l := q.layout(name, true)
 	st, err := q.js.Stream(ctx, l.Backlog)
 	if err != nil {
@@ -260,7 +260,7 @@ func (q *Queues) FairLayout(name string) (FairLayout, error) {
 	return q.layout(name, s.Fair), nil
 }
 
-func (q *Queues) layout(name string, fair bool) FairLayout {
+func (q *core) layout(name string, fair bool) FairLayout {
 	return FairLayout{
 		JetStream: q.pub, Queue: name, Fair: fair,
 		Backlog: q.backlogStreamName(name), Delivery: q.streamName(name), Consumer: consumerName,

@@ -1,0 +1,169 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Provision creates the streams and consumers of specs, or updates them to match, and makes
+// them the set of queues this Queues publishes to. It is idempotent and safe to call on every
+// config reload: changed limits (MaxDepth, MaxBytes, AckWait, ...) are applied to the existing
+// streams without losing jobs. A queue left out of specs is not deleted (its jobs still need
+// draining); it only becomes unknown to Publish. The status bucket's TTL is set to
+// max(StatusTTL, every DedupeWindow). It returns every problem found, joined.
+func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
+	ctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
+	defer cancel()
+	var errs []error
+	seen := map[string]bool{}
+	ttl := q.opts.StatusTTL
+	for i, s := range specs {
+		if !validName(s.Name) {
+			errs = append(errs, fmt.Errorf("queue: specs[%d] %q: name: want 1-64 letters, digits, '-' or '_'", i, s.Name))
+			continue
+		}
+		if seen[s.Name] {
+			errs = append(errs, fmt.Errorf("queue: specs[%d] %q: duplicate name", i, s.Name))
+			continue
+		}
+		seen[s.Name] = true
+		if s.MaxDepth < 0 || s.MaxBytes < 0 || s.MaxBodyBytes < 0 {
+			errs = append(errs, fmt.Errorf("queue: specs[%d] %q: limits must not be negative", i, s.Name))
+			continue
+		}
+		ttl = max(ttl, s.withDefaults().DedupeWindow)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+
+	if err := q.ensureKeyValue(ctx, q.bucketConfig(ttl)); err != nil {
+		errs = append(errs, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err))
+	}
+	// Schedule and dead-letter streams are made on demand; those that exist are kept up to
+	// date here.
+	ex, err := q.listExisting(ctx)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("queue: provision: %w", err))...)
+	}
+	// The queues are provisioned provisionParallel at a time: each is a few round trips to
+	// NATS (its streams' and consumer's info, and creations or updates where they differ).
+	provisioned, streams := map[string]Spec{}, map[string]jetstream.Stream{}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, provisionParallel)
+	)
+	for _, s := range specs {
+		s = s.withDefaults()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			st, err := q.provision(ctx, s, ex)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			provisioned[s.Name], streams[s.Name] = s, st
+		}()
+	}
+	wg.Wait()
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	q.mu.Lock()
+	q.specs, q.streams = provisioned, streams
+	q.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// provisionParallel is how many queues Provision provisions at once.
+const provisionParallel = 32
+
+// provision creates or updates the streams and consumers of queue s; its schedule and
+// dead-letter streams only where ex says they exist.
+func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.Stream, error) {
+	limit := func(n int64) int64 {
+		if n == 0 {
+			return -1
+		}
+		return n
+	}
+	// Jobs are published to a subject of their own, <prefix>.q.<queue>.<job id>, so that one
+	// is found by id; the bare queue subject stays for publishers of earlier versions.
+	stream, err := q.ensureStream(ctx, jetstream.StreamConfig{
+		Name:        q.streamName(s.Name),
+		Description: "Sluice queue " + s.Name,
+		Subjects:    []string{q.subject(s.Name), q.jobSubject(s.Name, "*")},
+		Retention:   jetstream.WorkQueuePolicy,
+		Discard:     jetstream.DiscardNew,
+		MaxMsgs:     limit(s.MaxDepth),
+		MaxBytes:    limit(s.MaxBytes),
+		Storage:     jetstream.FileStorage,
+		Replicas:    s.Replicas,
+		Duplicates:  s.StreamDuplicates,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: %q: stream %s: %w", s.Name, q.streamName(s.Name), err)
+	}
+	err = q.ensureConsumer(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
+		Durable:       consumerName,
+		Description:   "Sluice workers of queue " + s.Name,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: s.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
+	}
+	if ex.deadLetters[s.Name] {
+		if err := q.provisionDeadLetters(ctx, s.Name); err != nil {
+			return nil, err
+		}
+	}
+	if s.Fair {
+		if err := q.provisionBacklog(ctx, s, limit); err != nil {
+			return nil, err
+		}
+	}
+	if ex.schedules[s.Name] {
+		if err := q.provisionSchedule(ctx, s); err != nil {
+			return nil, err
+		}
+		q.schedules.Store(s.Name, struct{}{})
+	}
+	if s.Priorities && !s.Fair {
+		if err := q.provisionLevels(ctx, s, limit); err != nil {
+			return nil, err
+		}
+	}
+	return stream, nil
+}
+
+// ResetConsumers deletes the shared consumer of each named queue that exists, so that the next
+// Provision creates it afresh: every job not yet acked is then delivered again at once, in
+// stream order, with delivery counts starting over. JetStream keeps a handed-back (nak'd) job
+// pending in a consumer's stored state across a server restart, to be redelivered only when
+// its AckWait runs out; this is how a deployment with a single consumer process — the
+// one-process quickstart, at its start, before any worker runs — gets such jobs back at once.
+// With other workers running it would redeliver the jobs they hold.
+func (q *Queues) ResetConsumers(ctx context.Context, names []string) error {
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	for _, name := range names {
+		err := q.js.DeleteConsumer(ctx, q.streamName(name), consumerName)
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("queue: reset consumer of %q: %w", name, err)
+		}
+	}
+	return nil
+}
