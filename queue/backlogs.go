@@ -73,22 +73,12 @@ func backlogLevel(p Priority) string {
 	return ""
 }
 
-// Levels counts one tenant's waiting jobs by priority: Levels[LevelIndex(p)].
+// Levels counts one tenant's waiting jobs by priority, in the order of Priorities: 0 high, 1
+// normal, 2 low.
 type Levels [3]uint64
 
 // Sum is the tenant's waiting jobs, all levels.
 func (l Levels) Sum() uint64 { return l[0] + l[1] + l[2] }
-
-// LevelIndex is the index of priority p in Levels and Priorities: 0 high, 1 normal, 2 low.
-func LevelIndex(p Priority) int {
-	switch p {
-	case PriorityHigh:
-		return 0
-	case PriorityLow:
-		return 2
-	}
-	return 1
-}
 
 // backlogKey splits the part of a backlog subject after its prefix into the tenant's token and
 // the level index. A token has no dots, so the first dot starts the level.

@@ -11,7 +11,7 @@ const starveAfter = 8
 // before normal before low, under the starvation guard. It does no I/O. The zero value is a
 // tenant with no waiting jobs. It is not safe for concurrent use.
 type levels struct {
-	// depth is the waiting jobs per level (queue.LevelIndex), as last read, less those taken
+	// depth is the waiting jobs per level (in the order of queue.Priorities), as last read, less those taken
 	// since.
 	depth queue.Levels
 	// since counts, for normal and low, the jobs taken from higher levels since the level

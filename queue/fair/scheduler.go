@@ -368,7 +368,7 @@ func (s *Scheduler) moved(id string, r moved) {
 	s.counts.add(id, r.n)
 }
 
-// moveTenant moves split[i] of tenant's oldest jobs of each level i (queue.LevelIndex), at or
+// moveTenant moves split[i] of tenant's oldest jobs of each level i (in the order of queue.Priorities), at or
 // after backlog sequence from[i], to the delivery stream: high ones first, then normal, then
 // low, so that they are delivered in that order; a level that fails ends the share.
 func (s *Scheduler) moveTenant(ctx context.Context, tenant string, from [3]uint64, split [3]int) moved {
