@@ -7,8 +7,9 @@ import (
 	"github.com/sluice-rl/sluice/queue"
 )
 
-// Broker is what a Pool needs of the job queue: its consumers, the jobs' status records, dead
-// letters, and the operators' controls and cancellations. *queue.Queues satisfies it.
+// Broker is what a Pool needs of the job queue: its consumers (priority levels included), the
+// jobs' status records, dead letters, the operators' controls and cancellations, the mover of
+// scheduled jobs and the fair queues' layouts. *queue.Queues satisfies it.
 type Broker interface {
 	jobStore
 	// Consumer returns the shared consumer of a queue; queue.ErrUnknownQueue while the queue
@@ -31,6 +32,9 @@ type Broker interface {
 	// WatchLeaders calls fn whenever a consumer elects a new leader, until ctx ends or the
 	// watch fails: pull requests waiting at the old leader are gone.
 	WatchLeaders(ctx context.Context, fn func()) error
+	dueMover    // the scheduled jobs' mover (queue.Schedules)
+	levelSource // the priority levels' consumers (queue.Deliveries)
+	fairSource  // the fair queues' layouts (queue.Queues.FairLayout)
 }
 
 // jobStore is the part of the Broker that carries a plan out (apply): the status records and
@@ -53,12 +57,13 @@ type message interface {
 	InProgress(ctx context.Context) error
 }
 
-// *queue.Queues is every role the Pool looks for in its Broker, so a signature that drifts
-// fails the build rather than silently stopping scheduled jobs, priorities or fair queues.
+// A Broker has every role the Pool uses, checked here against the queue layer's role types,
+// so a signature that drifts fails the build rather than silently stopping scheduled jobs,
+// priorities or fair queues.
 var (
 	_ Broker      = (*queue.Queues)(nil)
 	_ message     = (*queue.Msg)(nil)
-	_ dueMover    = (*queue.Queues)(nil)
-	_ levelSource = (*queue.Queues)(nil)
-	_ fairSource  = (*queue.Queues)(nil)
+	_ dueMover    = queue.Schedules{}
+	_ levelSource = queue.Deliveries{}
+	_ jobStore    = (*queue.Queues)(nil)
 )

@@ -10,8 +10,7 @@ import (
 	"github.com/sluice-rl/sluice/retry"
 )
 
-// dueMover moves a queue's scheduled jobs into it once their time comes; *queue.Queues is
-// one (queue.Queues.MoveDue). A Broker that is not one (a test's fake) moves nothing.
+// dueMover moves a queue's scheduled jobs into it once their time comes (queue.Schedules).
 type dueMover interface {
 	MoveDue(ctx context.Context, name string, max int, wait time.Duration, cut context.Context) (int, error)
 	// WatchSchedules calls fn with every queue that has a schedule stream, now and as they
@@ -85,10 +84,7 @@ func (s *schedules) wait(ctx context.Context, name string) bool {
 // streams again) whenever the waiting pulls are cut short — on a reconnection to NATS or a
 // consumer leader election — and after a failed watch.
 func (p *Pool) watchSchedules(ctx context.Context) {
-	mv := p.movers
-	if mv == nil {
-		return
-	}
+	mv := p.q
 	for ctx.Err() == nil {
 		cut := p.pulls.current()
 		wctx, cancel := context.WithCancel(ctx)

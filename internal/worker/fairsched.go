@@ -11,8 +11,8 @@ import (
 	"github.com/sluice-rl/sluice/queue/fair"
 )
 
-// fairSource gives a Pool the layouts of its fair queues, to run their schedulers;
-// *queue.Queues is one. A Broker that is not one (a test's fake) runs no schedulers.
+// fairSource gives a Pool the layouts of its fair queues, to run their schedulers
+// (queue.Queues.FairLayout).
 type fairSource interface {
 	fair.Source
 }
@@ -24,7 +24,7 @@ type fairSource interface {
 // backlogs. Every process runs one; the scheduler's lease lets one of them work at a time.
 type fairScheduler struct {
 	env   queueEnv
-	fairs fairSource // nil: the broker makes no fair schedulers
+	fairs fairSource // nil: none run (a test's)
 	// learned are the tenants' learned rates (tenantLearners); paused, whether a tenant is
 	// paused now (tenantPause).
 	learned *tenantLearners

@@ -48,9 +48,8 @@ var ErrRunning = errors.New("worker: pool already ran")
 
 // Deps are what a Pool works with. Queues and Schedule are required.
 type Deps struct {
-	// Queues is the JetStream layer: consumers, status records, dead letters (a
-	// *queue.Queues). When it also gives the layouts of fair queues (fairSource, as
-	// *queue.Queues does), the Pool runs their schedulers.
+	// Queues is the JetStream layer: consumers, status records, dead letters, scheduled jobs,
+	// fair queues' layouts (a *queue.Queues).
 	Queues Broker
 	// Schedule is the queues' leak schedule, shared by all workers of every process
 	// (leaky.NewRedis), or leaky.NewMemory for a single process.
@@ -80,14 +79,8 @@ type Pool struct {
 	pulls pulls // cuts idle queues' waiting pulls short (idle.go)
 	// schedules are the queues with a schedule stream, whose due jobs runners move (due.go)
 	schedules schedules
-	// fairs, movers and levels are Queues as the makers of fair schedulers, the movers of
-	// scheduled jobs and the consumers of priority levels; nil for a Broker that is none (a
-	// test's fake: *queue.Queues is all three, checked in broker.go).
-	fairs  fairSource
-	movers dueMover
-	levels levelSource
-	exec   *executor // carries out each job's plan
-	sched  leaky.Schedule
+	exec      *executor // carries out each job's plan
+	sched     leaky.Schedule
 	// takes is sched with the slot takes of a queue that overlap in time sharing one call
 	// (leaky.Coalesce): an unthrottled drain takes several slots per round trip to Redis.
 	takes leaky.Schedule
@@ -166,9 +159,6 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 		store = inflight.NewMemory()
 	}
 	p.places = inflight.Reuse(store, 0, 0)
-	p.fairs, _ = deps.Queues.(fairSource)
-	p.movers, _ = deps.Queues.(dueMover)
-	p.levels, _ = deps.Queues.(levelSource)
 	p.exec = &executor{ctx: context.Background(), store: p.q, sched: p.sched, m: m, log: p.log, now: p.now,
 		handedBack: func() { p.handedBack.Add(1) }, tenantsPaused: p.tenantsPaused}
 	if p.client == nil {
@@ -477,8 +467,8 @@ func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 		learn,
 		tenantLearn,
 		unitLearn,
-		&mover{env: env, mv: p.movers, schedules: &p.schedules, cut: p.pulls.current},
-		newFairScheduler(env, p.fairs, tenantLearn, tenants.pausedNow),
+		&mover{env: env, mv: p.q, schedules: &p.schedules, cut: p.pulls.current},
+		newFairScheduler(env, p.q, tenantLearn, tenants.pausedNow),
 	)
 	return r
 }

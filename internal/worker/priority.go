@@ -14,8 +14,7 @@ import (
 // again only after levelProbe, so a queue that uses no priorities costs two requests per
 // levelProbe more, not one per fetch; a job of such a level waits up to levelProbe longer.
 
-// levelSource gives a runner the consumers of its queue's priority levels; *queue.Queues is
-// one. A Broker that is not one (a test's fake) has normal jobs only.
+// levelSource gives a runner the consumers of its queue's priority levels (queue.Deliveries).
 type levelSource interface {
 	LevelConsumer(ctx context.Context, name string, p queue.Priority) (*queue.Consumer, error)
 }
@@ -50,10 +49,7 @@ func (r *runner) levelsOf(ctx context.Context, cons *queue.Consumer) *levels {
 	if r.fs.lv != nil {
 		return r.fs.lv
 	}
-	src := r.p.levels
-	if src == nil {
-		return nil
-	}
+	src := r.p.q
 	lv := &levels{}
 	lv.cons[1] = cons
 	for i, p := range queue.Priorities {
