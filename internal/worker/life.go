@@ -14,8 +14,9 @@ import (
 )
 
 // handle carries one job through its life — recall, admission (the runner's policies: its
-// place, its leak slot, ...), send — and then applies what settle makes of how that ended. ctx ends when the queue stops fetching
-// (shutdown or reload); hard ends when deliveries in flight must stop.
+// place, its leak slot, ...), send — and then applies what settle makes of how that ended.
+// ctx ends when the queue stops fetching (shutdown or reload); hard ends when deliveries in
+// flight must stop.
 //
 // A plan that pauses nothing frees the job's place among the runner's Concurrency (free)
 // before it is carried out: the upstream is done with the job, and its status write and ack
