@@ -6,9 +6,9 @@
 //     an Idempotency-Key, so retrying it can never create a second job), [Client.Job] reads
 //     its state and [Client.Wait] polls until it has succeeded or failed.
 //   - Send any request through the ingress with [Client.Do], which honours the ingress's 429
-//     and 503 responses: it waits as long as the server asks (Retry-After, then the RateLimit
-//     field's reset, then X-RateLimit-Reset, else exponential backoff with jitter) and tries
-//     again within the client's retry budget, or returns a [*RateLimitedError].
+//     and 503 responses: it waits with exponential backoff and jitter, never less than the
+//     server asks (Retry-After, then the RateLimit field's reset, then X-RateLimit-Reset), and
+//     tries again within the client's retry budget, or returns a [*RateLimitedError].
 //   - Expose what the last response said about the caller's quota: [Client.RateLimit].
 //
 // The package imports only the standard library and Sluice's retry package, so linking it
@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	randv2 "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -212,9 +211,9 @@ func NewIdempotencyKey() string {
 //
 // What is retried: 429 and 503 responses, and transport errors that retry.Classify deems
 // transient (refused or reset connections, timeouts); other responses are returned at once.
-// The wait before the next attempt is the server's — Retry-After, else the longest reset of
-// an exhausted RateLimit policy, else X-RateLimit-Reset (see retry.FromHeaders) — or, when it
-// gives none (or zero), the policy's backoff delay.
+// The wait before the next attempt is the policy's backoff delay (retry.Backoff), but never
+// shorter than the server's own wait when it gives one — Retry-After, else the longest reset
+// of an exhausted RateLimit policy, else X-RateLimit-Reset (see retry.FromHeaders).
 //
 // When: only idempotent methods (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) and requests that
 // carry an Idempotency-Key header, which makes a POST or PATCH safe to repeat. The body is
@@ -231,6 +230,7 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 		return nil, err
 	}
 	start := c.clock.Now()
+	b := c.policy.Backoff(c.clock)
 	for attempt := 1; ; attempt++ {
 		r := req
 		if attempt > 1 {
@@ -254,11 +254,12 @@ func (c *Client) Do(ctx context.Context, req *http.Request) (*http.Response, err
 			return resp, nil
 		}
 
-		wait := out.Wait
-		if !out.HasWait || wait <= 0 {
-			wait = c.policy.Delay(attempt, randv2.Float64())
+		var floor time.Duration
+		if out.HasWait {
+			floor = max(out.Wait, 0)
 		}
-		if !retryable || !c.withinBudget(ctx, attempt, now.Sub(start), wait) {
+		wait, more := b.Next(floor)
+		if !retryable || !more || !c.withinBudget(ctx, attempt, now.Sub(start), wait) {
 			if err != nil {
 				return nil, err
 			}

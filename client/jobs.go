@@ -7,12 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	randv2 "math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/sluice-rl/sluice/retry"
 )
 
 // State is the state of a job.
@@ -216,7 +213,9 @@ func (c *Client) Job(ctx context.Context, id string) (*Job, error) {
 // ErrJobNotFound — and with ctx.Err() when ctx is done, which interrupts a wait at once.
 func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 	var last *Job
-	attempt := 0
+	pace := c.poll
+	pace.MaxAttempts, pace.MaxElapsed = 0, 0 // Wait is bounded by its context alone
+	b := pace.Backoff(c.clock)
 	for {
 		job, err := c.Job(ctx, id)
 		if err != nil {
@@ -234,16 +233,15 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 			return job, fmt.Errorf("%w: %s", ErrJobCanceled, id)
 		}
 		if last != nil && last.State != job.State {
-			attempt = 0
+			b.Reset()
 		}
 		last = job
-		attempt++
-		wait := c.poll.Delay(attempt, randv2.Float64())
+		var floor time.Duration
 		if job.State == StateScheduled && job.NotBefore != nil {
 			// Nothing happens to it before its time.
-			wait = max(wait, job.NotBefore.Sub(c.clock.Now()))
+			floor = job.NotBefore.Sub(c.clock.Now())
 		}
-		if err := retry.Sleep(ctx, c.clock, wait); err != nil {
+		if err := b.Wait(ctx, floor); err != nil {
 			return last, err
 		}
 	}

@@ -50,8 +50,10 @@ func TestSubmitGeneratesAKeyAndReusesItAcrossRetries(t *testing.T) {
 			t.Errorf("request %d = %s %s %q %v; want the same POST with key %s", i+1, r.Method, r.Path, r.Body, r.Header, key)
 		}
 	}
-	if got := clock.Waits(); !slices.Equal(got, []time.Duration{time.Second, time.Second, 2 * time.Second}) {
-		t.Errorf("waits = %v, want 1s (backoff), 1s (Retry-After), 2s (Retry-After)", got)
+	// The backoff doubles from 1s across the retries; a server's wait is a floor, not a
+	// replacement: 1s (backoff), 2s (backoff, above Retry-After 1), 4s (backoff, above 2).
+	if got := clock.Waits(); !slices.Equal(got, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}) {
+		t.Errorf("waits = %v, want 1s, 2s, 4s", got)
 	}
 
 	// Another call gets another key.
