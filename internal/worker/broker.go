@@ -48,6 +48,29 @@ type jobStore interface {
 	DeadLetter(ctx context.Context, m *queue.Msg, reason string, lastStatus, attempts int) error
 }
 
+// consumer is what a runner needs of its queue's consumer, or of one of its priority levels':
+// *queue.Consumer is one. Pool.consumer hands them out.
+type consumer interface {
+	// Fetch returns up to n jobs available now, or, with wait > 0, the first to arrive within
+	// wait; see queue.Consumer.Fetch.
+	Fetch(ctx context.Context, n int, wait time.Duration) ([]*queue.Msg, error)
+}
+
+// brokerConsumer is a Broker's consumer of queue name's level p.
+func brokerConsumer(b Broker) func(ctx context.Context, name string, p queue.Priority) (consumer, error) {
+	return func(ctx context.Context, name string, p queue.Priority) (consumer, error) {
+		get := b.Consumer
+		if p != queue.PriorityNormal {
+			get = func(ctx context.Context, name string) (*queue.Consumer, error) { return b.LevelConsumer(ctx, name, p) }
+		}
+		c, err := get(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+}
+
 // message settles one delivery of a job; *queue.Msg is one. Tests of the executor fake it.
 type message interface {
 	Ack(ctx context.Context) error
@@ -63,6 +86,7 @@ type message interface {
 var (
 	_ Broker      = (*queue.Queues)(nil)
 	_ message     = (*queue.Msg)(nil)
+	_ consumer    = (*queue.Consumer)(nil)
 	_ dueMover    = queue.Schedules{}
 	_ levelSource = queue.Deliveries{}
 	_ jobStore    = (*queue.Queues)(nil)

@@ -155,7 +155,7 @@ func fetchBatch(c int) int { return max(1, c/4) }
 //
 // A queue's jobs of priority high and low come from their own consumers (levels), the
 // higher level first (priority.go); an idle queue's long pull waits on every level at once.
-func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*queue.Msg, error) {
+func (r *runner) fetch(ctx context.Context, cons consumer, n int) ([]*queue.Msg, error) {
 	fctx := context.WithoutCancel(ctx)
 	lv := r.levelsOf(ctx, cons)
 	var (
@@ -191,11 +191,11 @@ func (r *runner) fetch(ctx context.Context, cons *queue.Consumer, n int) ([]*que
 
 // consumer returns the queue's consumer, retrying while the queue does not exist yet (the
 // ingress or another worker may be about to provision it); nil when ctx ends first.
-func (r *runner) consumer(ctx context.Context) *queue.Consumer {
+func (r *runner) consumer(ctx context.Context) consumer {
 	warned := false
 	b := consumerBackoff.Backoff(nil)
 	for {
-		c, err := r.p.q.Consumer(ctx, r.name)
+		c, err := r.p.consumer(ctx, r.name, queue.PriorityNormal)
 		if err == nil {
 			return c
 		}

@@ -24,9 +24,9 @@ import (
 // free is called anyway when handle returns, and is idempotent.
 func (r *runner) handle(ctx, hard context.Context, m *queue.Msg, free func()) {
 	cfg := r.cfg.Load()
-	stop := keepAlive(r.p.exec.ctx, m, cfg.AckWait)
+	j := &job{m: m, msg: r.p.settler(m), queue: r.name}
+	stop := keepAlive(r.p.exec.ctx, j.msg, cfg.AckWait)
 	defer stop()
-	j := &job{m: m, msg: m, queue: r.name}
 	out := r.live(ctx, hard, cfg, j)
 	p := settle(j.state, out, cfg, rand.Float64())
 	if p.pause == 0 {

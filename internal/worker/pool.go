@@ -80,7 +80,12 @@ type Pool struct {
 	// schedules are the queues with a schedule stream, whose due jobs runners move (due.go)
 	schedules schedules
 	exec      *executor // carries out each job's plan
-	sched     leaky.Schedule
+	// consumer returns the consumer of a queue's priority level (brokerConsumer), and settler
+	// what settles a fetched message (the message itself): the worker's own seams, which a
+	// test of the pipeline fakes without NATS.
+	consumer func(ctx context.Context, name string, p queue.Priority) (consumer, error)
+	settler  func(*queue.Msg) message
+	sched    leaky.Schedule
 	// takes is sched with the slot takes of a queue that overlap in time sharing one call
 	// (leaky.Coalesce): an unthrottled drain takes several slots per round trip to Redis.
 	takes leaky.Schedule
@@ -159,6 +164,8 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 		store = inflight.NewMemory()
 	}
 	p.places = inflight.Reuse(store, 0, 0)
+	p.consumer = brokerConsumer(deps.Queues)
+	p.settler = func(m *queue.Msg) message { return m }
 	p.exec = &executor{ctx: context.Background(), store: p.q, sched: p.sched, m: m, log: p.log, now: p.now,
 		handedBack: func() { p.handedBack.Add(1) }, tenantsPaused: p.tenantsPaused}
 	if p.client == nil {

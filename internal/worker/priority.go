@@ -31,7 +31,7 @@ const (
 // levels is a runner's state of its queue's priority levels, indexed as queue.Priorities
 // (0 high, 1 normal, 2 low). Only the runner's fetch loop uses it.
 type levels struct {
-	cons [3]*queue.Consumer
+	cons [3]consumer
 	// idleUntil is when a level found empty is asked again.
 	idleUntil [3]time.Time
 	// taken counts, for normal and low, the jobs taken from higher levels since the level
@@ -41,7 +41,7 @@ type levels struct {
 
 // levelsOf returns the runner's levels with cons as the normal one, nil when the broker has
 // no levels; it looks the other consumers up once.
-func (r *runner) levelsOf(ctx context.Context, cons *queue.Consumer) *levels {
+func (r *runner) levelsOf(ctx context.Context, cons consumer) *levels {
 	if cfg := r.cfg.Load(); !cfg.Priorities || cfg.Fair {
 		r.fs.lv = nil
 		return nil
@@ -49,14 +49,13 @@ func (r *runner) levelsOf(ctx context.Context, cons *queue.Consumer) *levels {
 	if r.fs.lv != nil {
 		return r.fs.lv
 	}
-	src := r.p.q
 	lv := &levels{}
 	lv.cons[1] = cons
 	for i, p := range queue.Priorities {
 		if p == queue.PriorityNormal {
 			continue
 		}
-		c, err := src.LevelConsumer(ctx, r.name, p)
+		c, err := r.p.consumer(ctx, r.name, p)
 		if err != nil {
 			return nil // not provisioned yet: normal jobs only, and try again next time
 		}
