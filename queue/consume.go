@@ -46,33 +46,33 @@ func (d Deliveries) Consumer(ctx context.Context, name string) (*Consumer, error
 // Queue returns the name of the consumer's queue.
 func (c *Consumer) Queue() string { return c.queue }
 
-// Fetch returns up to max jobs (1 when max < 1), waiting at most wait for the first of them; it
-// returns as soon as max jobs are there. With wait <= 0 it returns only what is available now.
+// Fetch returns up to limit jobs (1 when limit < 1), waiting at most wait for the first of them;
+// it returns as soon as limit jobs are there. With wait <= 0 it returns only what is available now.
 // No jobs is not an error: it returns an empty slice.
 //
 // Each returned job is held by the caller until it calls Ack, Nak, NakWithDelay or
 // [Deliveries.DeadLetter], or Spec.AckWait passes without an InProgress, after which JetStream hands
-// it to another worker. Keep max small: jobs fetched and not yet worked on still count against
+// it to another worker. Keep limit small: jobs fetched and not yet worked on still count against
 // AckWait. Cancelling ctx ends the wait early; jobs the server sent meanwhile are redelivered
 // after AckWait.
 //
 // A message that is not a job envelope (published to the queue's subject by something else) is
 // moved to the dead-letter stream and not returned.
-func (c *Consumer) Fetch(ctx context.Context, max int, wait time.Duration) ([]*Msg, error) {
+func (c *Consumer) Fetch(ctx context.Context, limit int, wait time.Duration) ([]*Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	max = cmpMax(max, 1)
+	limit = max(limit, 1)
 	var (
 		batch jetstream.MessageBatch
 		err   error
 	)
 	if wait <= 0 {
-		batch, err = c.c.FetchNoWait(max)
+		batch, err = c.c.FetchNoWait(limit)
 	} else {
 		fctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
-		batch, err = c.c.Fetch(max, longPull(fctx)...)
+		batch, err = c.c.Fetch(limit, longPull(fctx)...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: fetch %q: %w", c.queue, err)
@@ -111,13 +111,6 @@ func longPull(ctx context.Context) []jetstream.FetchOpt {
 		}
 	}
 	return opts
-}
-
-func cmpMax(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 func (c *Consumer) msg(raw jetstream.Msg) (*Msg, error) {
@@ -194,9 +187,6 @@ type Msg struct {
 // ErrSettled is returned (wrapped) when a settled Msg is settled again.
 var ErrSettled = errors.New("queue: message already acknowledged")
 
-// errSettled is ErrSettled, for this package's own checks.
-var errSettled = ErrSettled
-
 // The acknowledgement protocol goes through nats.go where it has the call (Ack, DoubleAck,
 // InProgress); nats.go has no confirmed Nak, NakWithDelay or Term, and a hand-back or a
 // termination must be known to have reached the server (the job is handed to another worker,
@@ -264,21 +254,21 @@ func (m *Msg) NakWithDelay(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return m.Nak(ctx)
 	}
-	return m.settle(ctx, fmt.Appendf(nil, `-NAK {"delay": %d}`, d.Nanoseconds()), true)
+	return m.settle(ctx, fmt.Appendf(nil, `-NAK {"delay": %d}`, d.Nanoseconds()))
 }
 
 // Nak hands the job back for immediate redelivery to any worker, as on shutdown.
 func (m *Msg) Nak(ctx context.Context) error {
-	return m.settle(ctx, []byte("-NAK"), true)
+	return m.settle(ctx, []byte("-NAK"))
 }
 
 // term terminates the delivery: the job leaves the work-queue stream and is not redelivered.
 func (m *Msg) term(ctx context.Context, reason string) error {
-	return m.settle(ctx, fmt.Appendf(nil, "+TERM %s", reason), true)
+	return m.settle(ctx, fmt.Appendf(nil, "+TERM %s", reason))
 }
 
 // settle sends an acknowledgement of kind body and waits for the server's confirmation.
-func (m *Msg) settle(ctx context.Context, body []byte, final bool) error {
+func (m *Msg) settle(ctx context.Context, body []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.settled {
@@ -293,9 +283,7 @@ func (m *Msg) settle(ctx context.Context, body []byte, final bool) error {
 	if _, err := m.nc.RequestWithContext(ctx, reply, body); err != nil {
 		return fmt.Errorf("queue: %s job %s: %w", ackName(body), m.id(), err)
 	}
-	if final {
-		m.settled = true
-	}
+	m.settled = true
 	return nil
 }
 

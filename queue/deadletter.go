@@ -97,7 +97,7 @@ func (d Deliveries) DeadLetter(ctx context.Context, m *Msg, reason string, lastS
 	if st, _, err := d.getRecord(ctx, job.ID); err == nil {
 		if st.State == StateSucceeded {
 			// A stale delivery of a job another worker finished: drop it, do not dead-letter it.
-			if err := m.term(ctx, "already succeeded"); err != nil && !errors.Is(err, errSettled) {
+			if err := m.term(ctx, "already succeeded"); err != nil && !errors.Is(err, ErrSettled) {
 				return fmt.Errorf("queue: dead letter %s: %w", job.ID, err)
 			}
 			return nil
@@ -118,7 +118,7 @@ func (d Deliveries) DeadLetter(ctx context.Context, m *Msg, reason string, lastS
 	if err := d.storeDeadLetter(ctx, job.Queue, dm, msgID); err != nil {
 		return fmt.Errorf("queue: dead letter %s: publish: %w", job.ID, err)
 	}
-	if err := m.term(ctx, "dead-lettered"); err != nil && !errors.Is(err, errSettled) {
+	if err := m.term(ctx, "dead-lettered"); err != nil && !errors.Is(err, ErrSettled) {
 		return fmt.Errorf("queue: dead letter %s: %w", job.ID, err)
 	}
 	return d.recordDeadLetter(ctx, job, reason, lastStatus, attempts, now)

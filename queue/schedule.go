@@ -206,7 +206,7 @@ func (q *core) unschedule(ctx context.Context, queue, id string) {
 	_ = st.Purge(ctx, jetstream.WithPurgeSubject(q.dueSubject(queue, id)))
 }
 
-// MoveDue moves jobs of queue name whose schedules fired into the queue: it takes up to max
+// MoveDue moves jobs of queue name whose schedules fired into the queue: it takes up to limit
 // of them (those there now, or else the first to come within wait), holds each until its
 // NotBefore (the server fires a schedule up to a second early) and publishes it to the
 // queue's stream (a fair queue: its tenant's backlog) under its job id, so that a job moved
@@ -218,7 +218,7 @@ func (q *core) unschedule(ctx context.Context, queue, id string) {
 // worker does (package worker). The wait for a first job also ends when cut does (nil: never):
 // a worker cuts its long pulls short when they may have been lost with a server. It returns
 // ErrNoSchedule while the queue has no schedule stream and mover.
-func (s Schedules) MoveDue(ctx context.Context, name string, max int, wait time.Duration, cut context.Context) (int, error) {
+func (s Schedules) MoveDue(ctx context.Context, name string, limit int, wait time.Duration, cut context.Context) (int, error) {
 	spec, ok := s.spec(name)
 	if !ok {
 		return 0, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
@@ -227,7 +227,7 @@ func (s Schedules) MoveDue(ctx context.Context, name string, max int, wait time.
 	if err != nil {
 		return 0, err
 	}
-	batch, err := c.FetchNoWait(cmpMax(max, 1))
+	batch, err := c.FetchNoWait(max(limit, 1))
 	if err != nil {
 		return 0, fmt.Errorf("queue: move due jobs of %q: %w", name, err)
 	}
@@ -235,7 +235,7 @@ func (s Schedules) MoveDue(ctx context.Context, name string, max int, wait time.
 	if n > 0 || wait <= 0 {
 		return n, nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, cmpMax64(wait, time.Millisecond))
+	wctx, cancel := context.WithTimeout(ctx, max(wait, time.Millisecond))
 	defer cancel()
 	if cut != nil {
 		defer context.AfterFunc(cut, cancel)()
@@ -261,13 +261,6 @@ func (q *core) startMoves(ctx context.Context, spec Spec, batch jetstream.Messag
 		}()
 	}
 	return n
-}
-
-func cmpMax64(a, b time.Duration) time.Duration {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // mover returns the mover consumer of queue name, looked up once.
