@@ -134,7 +134,7 @@ func (e *executor) pauseTenant(j *job, tenant string, d time.Duration) {
 	e.logger(j).Info("worker: upstream throttled; tenant paused", "tenant", tenant, "for", d)
 }
 
-// applyTick is the period of the settle ticks: the status writes (and so the acks) of a
+// applyTick is the period of the apply ticks: the status writes (and so the acks) of a
 // queue's deliveries paced by its rate at hundreds a second or more wait for the next instant
 // of the wall clock that is a multiple of it. Spread one by one over time, as a paced queue
 // spreads them, each write and ack is a message of its own through every process and

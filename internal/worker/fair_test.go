@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-rl/sluice/queue"
 )
 
-// A runner's scheduleLoop follows its queue's config: while the queue is fair it keeps the
+// A queue's fair scheduler policy follows its config: while the queue is fair it keeps the
 // config's target of jobs in the delivery stream, no more; once the queue is no longer fair
 // it drains what the tenants' backlogs still hold.
 func TestScheduleLoopFollowsTheConfig(t *testing.T) {
