@@ -36,6 +36,12 @@ const (
 	placeMargin = 3 * time.Second
 )
 
+// PlaceMargin is the part of each hold a Pool asks of its place store that is margin, not
+// use: a delivery uses its places at most hold − PlaceMargin after taking them (the slot's
+// budget, the timeout, and the Reuser's spare). A Redis place store fences a group for that
+// long after a loss of its state (inflight.WithMargin).
+const PlaceMargin = placeMargin
+
 // placeHold is how long a delivery of a queue with config cfg holds its places from their
 // acquisition, at most, before its slot.
 func placeHold(cfg *QueueConfig) time.Duration { return slotBudget + cfg.Timeout + placeMargin }
