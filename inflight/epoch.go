@@ -211,7 +211,7 @@ func (r *Redis) reassert(ctx context.Context, ek, key string) {
 			keys = []string{ek}
 			args = []any{"", int64(0), rand.Text(), int64(0)}
 			most time.Duration
-			for_ time.Duration
+			fence time.Duration
 		)
 		for id, o := range g.leases {
 			left := o.expires.Sub(now)
@@ -227,7 +227,7 @@ func (r *Redis) reassert(ctx context.Context, ek, key string) {
 			lks = append(lks, unprefixed(o.keys, r.prefix))
 			keys = append(keys, o.keys...)
 			args = append(args, id, micros(left), len(o.keys))
-			most, for_ = max(most, left), max(for_, r.fenceFor(o.hold))
+			most, fence = max(most, left), max(fence, r.fenceFor(o.hold))
 		}
 		if len(ids) == 0 {
 			g.stale = false
@@ -235,7 +235,7 @@ func (r *Redis) reassert(ctx context.Context, ek, key string) {
 			return
 		}
 		r.gmu.Unlock()
-		args[0], args[1], args[3] = old, micros(for_), micros(most)
+		args[0], args[1], args[3] = old, micros(fence), micros(most)
 		v, err := reassertScript.Run(ctx, r.rdb, keys, args...).Slice()
 		ok, cur, err := parseStatus(v, err)
 		if err != nil {
