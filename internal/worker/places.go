@@ -27,6 +27,12 @@ import (
 // released by one delivery to the next of the same caps while that second lasts and the cap
 // has room: the margin is a second more, and a drain under a cap it does not reach pays a
 // take and a release per place per second instead of per job.
+//
+// A Redis that lost the places (a restart without persistence, a FLUSHALL) would hand the cap
+// out again while the deliveries holding them still run. The store fences the queue's caps
+// then (package inflight): no place is granted for hold − PlaceMargin (Timeout + 3s: the slot
+// budget, the timeout and the Reuser's second) from the loss, and each worker puts back the
+// places it still holds, counted in sluice_place_store_resets_total.
 
 const (
 	// slotBudget is how long a job waits for its leak slot on the places' first hold.
