@@ -32,7 +32,7 @@ import (
 // out again while the deliveries holding them still run. The store fences the queue's caps
 // then (package inflight): no place is granted for hold − PlaceMargin (Timeout + 3s: the slot
 // budget, the timeout and the Reuser's second) from the loss, and each worker puts back the
-// places it still holds, counted in sluice_place_store_resets_total.
+// places it still holds and counts the loss in sluice_place_store_resets_total.
 
 const (
 	// slotBudget is how long a job waits for its leak slot on the places' first hold.
