@@ -282,3 +282,38 @@ func TestFenceNeverExceeded(t *testing.T) {
 	}
 	t.Logf("high-water mark %d of %d; losses reported a %d, b %d", high.Load(), limit, la.n.Load(), lb.n.Load())
 }
+
+// TestFenceReuserKeptPlaces: places a Reuser keeps for its next holders are still leases of
+// its store: after a loss they are given to holders without a round trip, and put back in
+// Redis on the store's first call, so the other process counts them when the fence ends.
+func TestFenceReuserKeptPlaces(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	a, b, _, _ := fenceStores(t, srv)
+	r := Reuse(a, time.Second, time.Minute) // places kept unused for a minute: no give-back here
+	t.Cleanup(func() { r.Close(context.Background()) })
+	caps := []Cap{{Key: "{u}:q", Limit: 3}}
+	const hold = time.Second
+	first := ok(t)(r.Acquire(ctx, caps, hold))
+	second := ok(t)(r.Acquire(ctx, caps, hold))
+	ok(t)(b.Acquire(ctx, caps, hold)) // b learns the epoch, and takes the third place
+	r.Release(ctx, first.Lease)       // kept by the Reuser
+	r.Release(ctx, second.Lease)
+	if err := srv.Client.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res := ok(t)(b.Acquire(ctx, caps, hold)); res.Acquired {
+		t.Fatalf("b after the loss: %+v; want refused by the fence", res)
+	}
+	for i := range 2 { // the kept places, no round trip
+		if res := ok(t)(r.Acquire(ctx, caps, hold)); !res.Acquired {
+			t.Fatalf("kept place %d: %+v", i, res)
+		}
+	}
+	if res := ok(t)(r.Acquire(ctx, caps, hold)); res.Acquired {
+		t.Fatalf("a third place through the Reuser under the fence: %+v", res)
+	}
+	if n := inFlight(t, b, "{u}:q"); n[0] != 3 {
+		t.Fatalf("in flight after the Reuser's store learned of the loss: %v, want its 2 places and b's put back", n)
+	}
+}
