@@ -205,12 +205,12 @@ func (r *Redis) reassert(ctx context.Context, ek, key string) {
 		}
 		now := time.Now()
 		var (
-			old  string
-			ids  []string
-			lks  [][]string // the keys of each lease of ids, as callers know them
-			keys = []string{ek}
-			args = []any{"", int64(0), rand.Text(), int64(0)}
-			most time.Duration
+			old   string
+			ids   []string
+			lks   [][]string // the keys of each lease of ids, as callers know them
+			keys  = []string{ek}
+			args  = []any{"", int64(0), rand.Text(), int64(0)}
+			most  time.Duration
 			fence time.Duration
 		)
 		for id, o := range g.leases {
