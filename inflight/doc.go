@@ -5,46 +5,53 @@
 // # Model
 //
 // A [Cap] is a key and a Limit. [Store.Acquire] takes one place under every cap it is given at
-// once, or none (all-or-nothing), for at most hold: the place is held until [Store.Release]
-// gives it back or hold has passed, whichever comes first, so a holder that crashed frees its
-// places within hold. Over a cap is a [Result] with Acquired false and a RetryAfter, not an
-// error; errors mean the store could not decide. [Store.Wait] blocks until the places are
-// acquired. [Memory] holds places in one process; [Redis] shares them among every process that
-// uses the same Redis (or Redis Cluster) and prefix. [Reuse] wraps a store so that a place one
-// holder released goes to the next holder of the same caps in the process without a round
-// trip, while its cap has room.
+// once, or none, for at most hold: held until [Store.Release] or until hold has passed, so a
+// crashed holder's places come back within hold. Over a cap is a [Result] with Acquired false
+// and a RetryAfter, not an error; errors mean the store could not decide. [Store.Wait] blocks
+// until the places are acquired. [Memory] holds places in one process; [Redis] shares them
+// among every process on the same Redis (or Redis Cluster) and prefix. [Reuse] gives a place
+// one holder released to the next holder of the same caps in the process, while its cap has room.
 //
-// In Redis a cap is one sorted set: member = lease id, score = the place's expiry in µs of the
-// server's TIME (one clock for every host). The acquire script (lua/acquire.lua) drops expired
-// members, checks every cap, and only when all have room adds the lease to all and PEXPIREs
-// each key to the latest expiry it holds. The release script removes the lease and, when it
-// freed a live place and a process waits on one of its keys, PUBLISHes them on the store's channel.
+// In Redis a cap is one sorted set: member = lease id, score = expiry in µs of the server's
+// TIME. One script per call (lua/*.lua) counts, takes and gives back atomically; a release
+// is PUBLISHed only while some process's Wait is refused a place of its key.
+//
+// A Redis can lose its places while their holders still use them: a restart without
+// persistence, a FLUSHALL, a failover to a node without them. Each group of caps (one hash
+// tag) has an epoch key made at its first use, which every script checks against the epoch
+// the store knows. A store that knew one and finds none, or another, has learned of a loss:
+// the group is fenced — no place granted — until the new epoch's birth plus hold − margin
+// ([WithMargin]: the longest a place is used after its taking), and the store re-asserts the
+// places it still has out, which are counted again when the fence ends. [WithOnLoss] reports it.
 //
 // # Guarantees
 //
 //   - A cap is never exceeded: places are counted and taken atomically by one script (one
-//     critical section for Memory); a place is not counted once its hold has passed, and not
-//     freed before, unless released.
+//     critical section for Memory); a place counts until released or its hold has passed.
+//   - After a loss of Redis's state a cap is not exceeded either, provided some process that
+//     knew the group's epoch is the first to call after the loss. A process with no place out
+//     of the group for a hold (or new) cannot tell a loss from a first use: were it first, it
+//     takes places at once, and the cap may hold the places in use from before besides — at
+//     most twice the cap, for at most hold − margin — until a process that knew the epoch calls.
+//     A failover to a replica that has the epoch but lost recent places is not detected.
+//   - The first use of a group is never fenced: a new deployment takes places at once.
 //   - Releasing a lease twice, after it expired, or in a store that never gave it out is a
-//     no-op: places are members named by random lease ids, so a release frees only its own.
-//   - Waiters are woken by releases: in this process at once, in other processes through one
-//     Redis pub/sub subscription per store. A lost notification only delays a waiter until its
-//     fallback re-check: the earliest expiry of a full cap, capped at [DefaultRecheck].
-//   - Redis Cluster: the keys of one Acquire must hash to one hash slot; put one {hash-tag} in
-//     every key. Redis checks it for any client, so code tested on one server keeps working on
-//     a cluster, and returns [ErrCrossSlot] before contacting the server.
-//   - An Acquire that returns an error (a timeout, ctx ended) may still have taken its places
-//     on the server; they come back after hold.
+//     no-op: places are members named by random lease ids.
+//   - Waiters are woken by releases (across processes through one pub/sub subscription per
+//     store); a lost notification only delays a waiter until its re-check ([DefaultRecheck]).
+//   - Redis Cluster: the keys of one Acquire must share a hash slot ({hash-tag}); [ErrCrossSlot]
+//     otherwise, checked for any client before contacting the server.
+//   - An Acquire that returns an error may still have taken its places; they come back after hold.
 //
 // # Costs
 //
-// Redis: one round trip per Acquire (EVALSHA), one per Release, one per Wait attempt. A release
-// publishes a message only while some process's Wait was refused a place of one of its keys
-// (a refusal marks the full caps as waited for), and each store then wakes one waiter, which
-// tries again: a release costs an attempt per process, not one per waiting job. A held place
-// is one sorted-set member (~50 bytes); a key with no place held costs nothing (deleted when
-// emptied, or gone with its TTL). Memory: a map entry per lease under a mutex, expired places
-// dropped as keys are touched or new keys arrive. A [Reuser] costs an Acquire and a Release
-// in the store per place per Spare (1 s) while its caps have room, none per holder between
-// them. docs/design/inflight.md has the details; figures are in BENCHMARKS.md.
+// Redis: one round trip per Acquire, Release, Renew or Wait attempt (EVALSHA); the epoch adds
+// one HMGET to each script and a write per group every hold or so, no round trip. After a loss
+// each store that holds places of the group re-asserts them in one more round trip, and the
+// group's places are refused for hold − margin. A held place is a sorted-set member (~50
+// bytes); a key with no place held costs nothing, and a group's epoch key (~100 bytes) expires
+// 2 × (2 hold − margin) after its last use. A store keeps a map entry per lease it has out.
+// Memory: a map entry per lease under a mutex. A [Reuser] costs an Acquire and a Release in the
+// store per place per Spare (1 s) while its caps have room, none per holder between them.
+// docs/design/inflight.md has the details; figures are in BENCHMARKS.md.
 package inflight

@@ -16,7 +16,7 @@ import (
 var (
 	//go:embed lua/acquire.lua
 	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
+	acquireScript = redis.NewScript(epochLua + acquireLua)
 
 	//go:embed lua/release.lua
 	releaseLua    string
@@ -67,7 +67,13 @@ type Redis struct {
 	rdb     redis.UniversalClient
 	prefix  string
 	recheck time.Duration
+	margin  time.Duration
+	onLoss  func(key string)
 	waiters waiters
+
+	gmu     sync.Mutex
+	groups  map[string]*group // epoch key → what this store knows of its group
+	sweepAt int               // len(groups) at which the next sweep of idle groups runs
 
 	mu   sync.Mutex
 	ps   *redis.PubSub // nil until the first Wait
@@ -77,7 +83,7 @@ type Redis struct {
 // NewRedis returns a store over rdb (a *redis.Client or a *redis.ClusterClient). It does not
 // contact the server.
 func NewRedis(rdb redis.UniversalClient, opts ...RedisOption) *Redis {
-	r := &Redis{rdb: rdb, prefix: DefaultPrefix, recheck: DefaultRecheck}
+	r := &Redis{rdb: rdb, prefix: DefaultPrefix, recheck: DefaultRecheck, sweepAt: minSweep}
 	for _, o := range opts {
 		o(r)
 	}
@@ -109,7 +115,9 @@ func (r *Redis) Acquire(ctx context.Context, caps []Cap, hold time.Duration) (Re
 }
 
 // acquire is Acquire; when marking (an attempt of a Wait), a refusal also marks the full caps
-// as waited for (waitMarks), so that their releases are published.
+// as waited for (waitMarks), so that their releases are published. A call that learns of a
+// loss of state after its fence is over tries once more, once the store has given up the
+// places it held from before.
 func (r *Redis) acquire(ctx context.Context, caps []Cap, hold time.Duration, marking bool) (Result, error) {
 	if err := check(caps, hold); err != nil {
 		return Result{}, wrap("acquire", err)
@@ -119,29 +127,75 @@ func (r *Redis) acquire(ctx context.Context, caps []Cap, hold time.Duration, mar
 	if err != nil {
 		return Result{}, wrap("acquire", err)
 	}
+	ek, fenced := r.epochKey(keys[0])
+	n := len(keys)
+	var fenceFor int64
+	if fenced {
+		keys, fenceFor = append(keys, ek), micros(r.fenceFor(hold))
+	}
 	mark := int64(0)
 	if marking {
-		if marks, ok := waitMarks(keys); ok {
+		if marks, ok := waitMarks(keys[:n]); ok {
 			keys, mark = append(keys, marks...), r.markFor().Milliseconds()
 		}
 	}
-	args := make([]any, 3+len(caps))
-	args[0], args[1], args[2] = lease.ID, int64((hold+time.Microsecond-1)/time.Microsecond), mark
+	args := make([]any, 5+len(caps))
+	args[0], args[1], args[2], args[4] = lease.ID, micros(hold), mark, fenceFor
 	for i, c := range caps {
-		args[3+i] = c.Limit
+		args[5+i] = c.Limit
 	}
-	v, err := acquireScript.Run(ctx, r.rdb, keys, args...).Int64Slice()
+	for try := 0; ; try++ {
+		start := time.Now()
+		known := ""
+		if fenced {
+			known = r.known(ek, start)
+		}
+		args[3] = known
+		res, epoch, err := r.runAcquire(ctx, caps, keys, args)
+		if err != nil {
+			return Result{}, err
+		}
+		if !fenced {
+			if res.Acquired {
+				res.Lease = lease
+			}
+			return res, nil
+		}
+		var took *out
+		if res.Acquired {
+			res.Lease = lease
+			took = &out{keys: keys[:n:n], hold: hold, expires: time.Now().Add(hold), epoch: epoch}
+		}
+		r.saw(ctx, ek, caps[0].Key, epoch, start, hold, lease.ID, took)
+		if res.Acquired || res.RetryAfter > 0 || known == "" || epoch == known || try > 0 {
+			return res, nil
+		}
+	}
+}
+
+// runAcquire runs acquire.lua and reads its answer.
+func (r *Redis) runAcquire(ctx context.Context, caps []Cap, keys []string, args []any) (Result, string, error) {
+	v, err := acquireScript.Run(ctx, r.rdb, keys, args...).Slice()
 	if err != nil {
-		return Result{}, fmt.Errorf("inflight: acquire %.64q: %w", caps[0].Key, err)
+		return Result{}, "", fmt.Errorf("inflight: acquire %.64q: %w", caps[0].Key, err)
 	}
-	if len(v) != 2+len(caps) {
-		return Result{}, fmt.Errorf("inflight: acquire %.64q: script returned %d values, want %d", caps[0].Key, len(v), 2+len(caps))
+	if len(v) != 3+len(caps) {
+		return Result{}, "", fmt.Errorf("inflight: acquire %.64q: script returned %d values, want %d", caps[0].Key, len(v), 3+len(caps))
 	}
-	res := Result{Acquired: v[0] == 1, InFlight: v[2:], RetryAfter: time.Duration(v[1]) * time.Microsecond}
-	if res.Acquired {
-		res.Lease = lease
+	ints := make([]int64, len(v))
+	for i, x := range v {
+		if i == 2 {
+			continue
+		}
+		n, ok := x.(int64)
+		if !ok {
+			return Result{}, "", fmt.Errorf("inflight: acquire %.64q: script returned %T", caps[0].Key, x)
+		}
+		ints[i] = n
 	}
-	return res, nil
+	epoch, _ := v[2].(string)
+	res := Result{Acquired: ints[0] == 1, InFlight: ints[3:], RetryAfter: time.Duration(ints[1]) * time.Microsecond}
+	return res, epoch, nil
 }
 
 // markFor is how long a Wait's refused attempt marks its full caps as waited for: a Wait
@@ -185,6 +239,7 @@ func (r *Redis) Release(ctx context.Context, l Lease) error {
 	if err != nil {
 		return wrap("release", err)
 	}
+	r.forget(keys[0], l.ID)
 	n := len(keys)
 	if marks, ok := waitMarks(keys); ok {
 		keys = append(keys, marks...)
@@ -199,6 +254,20 @@ func (r *Redis) Release(ctx context.Context, l Lease) error {
 		}
 	}
 	return nil
+}
+
+// forget drops lease id, of the group of Redis key key, from the leases this store has out:
+// its holder no longer uses it, whatever the server answers, so it is not re-asserted.
+func (r *Redis) forget(key, id string) {
+	ek, ok := r.epochKey(key)
+	if !ok {
+		return
+	}
+	r.gmu.Lock()
+	if g := r.groups[ek]; g != nil {
+		delete(g.leases, id)
+	}
+	r.gmu.Unlock()
 }
 
 // Wait blocks until a place of every cap is acquired, ctx ends, or Redis fails; see [Store].

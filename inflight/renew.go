@@ -21,10 +21,11 @@ type Renewer interface {
 var (
 	//go:embed lua/renew.lua
 	renewLua    string
-	renewScript = redis.NewScript(renewLua)
+	renewScript = redis.NewScript(epochLua + renewLua)
 )
 
-// Renew extends l's places; see [Renewer].
+// Renew extends l's places; see [Renewer]. A lease lost with the server's state is put back
+// first while the fence after the loss stands (then renewed), and reported lost after it.
 func (r *Redis) Renew(ctx context.Context, l Lease, hold time.Duration) (bool, error) {
 	if hold <= 0 {
 		return false, wrap("renew", ErrInvalidHold)
@@ -36,11 +37,46 @@ func (r *Redis) Renew(ctx context.Context, l Lease, hold time.Duration) (bool, e
 	if err != nil {
 		return false, wrap("renew", err)
 	}
-	ok, err := renewScript.Run(ctx, r.rdb, keys, l.ID, int64((hold+time.Microsecond-1)/time.Microsecond)).Int64()
-	if err != nil {
-		return false, fmt.Errorf("inflight: renew %.64q: %w", l.Keys[0], err)
+	ek, fenced := r.epochKey(keys[0])
+	var fenceFor int64
+	if fenced {
+		keys, fenceFor = append(keys, ek), micros(r.fenceFor(hold))
 	}
-	return ok == 1, nil
+	for try := 0; ; try++ {
+		start := time.Now()
+		known := ""
+		if fenced {
+			known = r.known(ek, start)
+		}
+		v, err := renewScript.Run(ctx, r.rdb, keys, l.ID, micros(hold), known, fenceFor).Slice()
+		status, epoch, err := parseStatus(v, err)
+		if err != nil {
+			return false, fmt.Errorf("inflight: renew %.64q: %w", l.Keys[0], err)
+		}
+		if !fenced {
+			return status == 1, nil
+		}
+		r.saw(ctx, ek, l.Keys[0], epoch, start, hold, "", nil)
+		switch {
+		case status == 1:
+			r.renewed(ek, l.ID, hold, time.Now().Add(hold))
+			return true, nil
+		case status == 0 || try > 0:
+			r.forget(keys[0], l.ID)
+			return false, nil
+		}
+	}
+}
+
+// renewed records that lease id of group ek is held until expires, for hold.
+func (r *Redis) renewed(ek, id string, hold time.Duration, expires time.Time) {
+	r.gmu.Lock()
+	defer r.gmu.Unlock()
+	if g := r.groups[ek]; g != nil {
+		if o := g.leases[id]; o != nil && expires.After(o.expires) {
+			o.expires, o.hold = expires, hold
+		}
+	}
 }
 
 // Renew extends l's places; see [Renewer]. It fails only for invalid input.

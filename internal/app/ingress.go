@@ -161,9 +161,10 @@ func (p *ingressProc) startRedis(ctx context.Context) error {
 		return err
 	}
 	p.lim = limit.NewRedis(rdb, limit.RedisConfig{})
-	p.places = inflight.NewRedis(rdb, inflight.WithPrefix(placesPrefix))
+	lost := inflight.WithOnLoss(placeLosses(p.reg, p.log, "ingress"))
+	p.places = inflight.NewRedis(rdb, inflight.WithPrefix(placesPrefix), lost)
 	p.schedule = leaky.NewRedis(rdb, leaky.RedisConfig{})
-	p.queuePlaces = inflight.NewRedis(rdb)
+	p.queuePlaces = inflight.NewRedis(rdb, inflight.WithMargin(worker.PlaceMargin), lost)
 	p.checks = append(p.checks, admin.RedisCheck(rdb), evictionCheck(rdb))
 	return nil
 }

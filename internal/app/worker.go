@@ -115,7 +115,9 @@ func (p *workerProc) startRedis(ctx context.Context) error {
 	if err != nil {
 		return configErrf("%s: redis.url: %w", cfg.Path, err)
 	}
-	p.rdb, p.places = rdb, inflight.NewRedis(rdb)
+	p.rdb = rdb
+	p.places = inflight.NewRedis(rdb, inflight.WithMargin(worker.PlaceMargin),
+		inflight.WithOnLoss(placeLosses(p.reg, p.log, "worker")))
 	for _, w := range cfg.Warnings() {
 		p.log.Warn("worker: " + w)
 	}

@@ -27,6 +27,12 @@ import (
 // released by one delivery to the next of the same caps while that second lasts and the cap
 // has room: the margin is a second more, and a drain under a cap it does not reach pays a
 // take and a release per place per second instead of per job.
+//
+// A Redis that lost the places (a restart without persistence, a FLUSHALL) would hand the cap
+// out again while the deliveries holding them still run. The store fences the queue's caps
+// then (package inflight): no place is granted for hold − PlaceMargin (Timeout + 3s: the slot
+// budget, the timeout and the Reuser's second) from the loss, and each worker puts back the
+// places it still holds and counts the loss in sluice_place_store_resets_total.
 
 const (
 	// slotBudget is how long a job waits for its leak slot on the places' first hold.
@@ -35,6 +41,12 @@ const (
 	// time a request's answer takes to be read after its deadline.
 	placeMargin = 3 * time.Second
 )
+
+// PlaceMargin is the part of each hold a Pool asks of its place store that is margin, not
+// use: a delivery uses its places at most hold − PlaceMargin after taking them (the slot's
+// budget, the timeout, and the Reuser's spare). A Redis place store fences a group for that
+// long after a loss of its state (inflight.WithMargin).
+const PlaceMargin = placeMargin
 
 // placeHold is how long a delivery of a queue with config cfg holds its places from their
 // acquisition, at most, before its slot.

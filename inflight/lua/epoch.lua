@@ -1,0 +1,45 @@
+-- epoch.lua: the epoch of a group of caps, put before acquire.lua, renew.lua and reassert.lua
+-- (one script each). Clock: the caller's now, the server's TIME.
+--
+-- The epoch key (one per group: the caps of one hash tag, in their slot) is a hash:
+--   id     the epoch: "<born>:<random>", made when the key was missing
+--   born   when it was made, µs of TIME
+--   fence  until when no place is granted (µs of TIME), after a loss of state; absent: never
+--   exp    when the key expires (µs of TIME); it outlives every place of the group by the fence
+-- A caller sends the epoch it knows ("" when none, or when it holds no place of the group and
+-- its knowledge has lapsed). A caller that knew an epoch and finds none, or another, has
+-- learned that the server lost state (a restart without persistence, a failover, a FLUSHALL):
+-- no place is then granted until born + fence_for, by when every place taken before the loss
+-- by a holder with this fence_for is out of use, unless its holder re-asserts it.
+--
+-- epoch(key, known, candidate, now, hold, fence_for) returns the current epoch, the fence's
+-- end (0: none) and whether the caller learned of a loss. It keeps the key alive for at
+-- least hold + fence_for from now (writing only when that moves past exp; then to twice it).
+local function fmt(x) return string.format('%.0f', x) end
+
+local function epoch(key, known, candidate, now, hold, fenceFor)
+  local e = redis.call('HMGET', key, 'id', 'born', 'fence', 'exp')
+  local id, fence, exp, lost = e[1], tonumber(e[3] or 0) or 0, tonumber(e[4] or 0) or 0, false
+  if not id then
+    id = fmt(now) .. ':' .. candidate
+    redis.call('HSET', key, 'id', id, 'born', fmt(now))
+    if known ~= '' then -- this caller is the first to see the loss
+      lost, fence = true, now + fenceFor
+      redis.call('HSET', key, 'fence', fmt(fence))
+    end
+  elseif known ~= '' and known ~= id then -- another process saw it first, or made the epoch afresh
+    lost = true
+    local want = tonumber(e[2]) + fenceFor
+    if want > fence then
+      fence = want
+      redis.call('HSET', key, 'fence', fmt(fence))
+    end
+  end
+  if now + hold + fenceFor > exp then
+    exp = now + 2 * (hold + fenceFor)
+    redis.call('HSET', key, 'exp', fmt(exp))
+    redis.call('PEXPIREAT', key, math.ceil(exp / 1000))
+  end
+  return id, fence, lost
+end
+
