@@ -112,7 +112,7 @@ type Pool struct {
 	// meta bucket; canceled holds the ids of jobs canceled while this pool ran, until
 	// pruneCanceled forgets them; inHand, the ids of the jobs in hand.
 	controls   atomic.Pointer[map[string]queue.Control]
-	handedBack atomic.Int64 // jobs handed back, for the shutdown's log line
+	handedBack atomic.Int64 // jobs handed back; the shutdown's log line counts its own
 	health     scheduleHealth
 	canceled   sync.Map // job id -> time.Time it was announced
 	inHand     sync.Map // job id -> struct{}
@@ -267,6 +267,7 @@ func (p *Pool) Run(ctx context.Context) error {
 
 	<-ctx.Done()
 	p.log.Info("worker: shutting down", "timeout", p.shutdown)
+	before := p.handedBack.Load() // the log line counts the stop's hand-backs, not the life's
 	p.mu.Lock()
 	p.ctx = nil
 	p.mu.Unlock()
@@ -282,7 +283,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	if p.spares != nil {
 		p.spares.close()
 	}
-	p.log.Info("worker: stopped", "handed_back", p.handedBack.Load())
+	p.log.Info("worker: stopped", "handed_back", p.handedBack.Load()-before)
 	return nil
 }
 
