@@ -91,7 +91,7 @@ func (p *places) admit(ctx context.Context, cfg *QueueConfig, j *job) verdict {
 		return refuse(endNotSent, err.Error())
 	}
 	return verdict{
-		release: func() { p.release(lease) },
+		release: func() { p.release(lease, cfg) },
 		valid:   func() bool { return p.env.now().Sub(acquired) < slotBudget || p.renew(lease, cfg) },
 	}
 }
@@ -166,13 +166,37 @@ func (p *places) take(ctx context.Context, caps []inflight.Cap, hold time.Durati
 	}
 }
 
-// release gives a delivery's places back; should it fail, they come back after their hold.
-func (p *places) release(l inflight.Lease) {
+// release gives a delivery's places back. Should the store fail (Redis stalled or away), it
+// tries again in the background until the places' hold has passed, when they come back by
+// themselves: a stall costs the cap no longer than the stall and a retry's backoff, not the
+// rest of the hold.
+func (p *places) release(l inflight.Lease, cfg *QueueConfig) {
+	err := p.releaseOnce(l)
+	if err == nil {
+		return
+	}
+	p.env.log.Warn("worker: release concurrency places; trying again until their hold ends", "queue", p.env.name, "err", err)
+	until := p.env.now().Add(placeHold(cfg))
+	go func() {
+		b := takeBackoff.Backoff(nil)
+		for p.env.now().Before(until) {
+			if b.Wait(p.settling, 0) != nil {
+				return
+			}
+			err := p.releaseOnce(l)
+			if err == nil {
+				return
+			}
+			p.env.log.Debug("worker: release concurrency places", "queue", p.env.name, "err", err)
+		}
+	}()
+}
+
+// releaseOnce asks the store to give l's places back, once.
+func (p *places) releaseOnce(l inflight.Lease) error {
 	ctx, cancel := context.WithTimeout(p.settling, storeTimeout)
 	defer cancel()
-	if err := p.store.Release(ctx, l); err != nil {
-		p.env.log.Warn("worker: release concurrency places; they come back after their hold", "queue", p.env.name, "err", err)
-	}
+	return p.store.Release(ctx, l)
 }
 
 // renew extends l's places for a delivery that starts now, after a slot that came late, and

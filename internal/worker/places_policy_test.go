@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,5 +112,47 @@ func TestPlacesCaps(t *testing.T) {
 				t.Errorf("%s: caps %+v, want %+v", c.name, got, c.want)
 			}
 		}
+	}
+}
+
+// flakyStore fails its first fails Releases, then gives the places back.
+type flakyStore struct {
+	placeStore
+	mu       sync.Mutex
+	fails    int
+	calls    int
+	released chan struct{}
+}
+
+func (f *flakyStore) Release(ctx context.Context, l inflight.Lease) error {
+	f.mu.Lock()
+	f.calls++
+	failing := f.calls <= f.fails
+	f.mu.Unlock()
+	if failing {
+		return errors.New("redis: i/o timeout")
+	}
+	close(f.released)
+	return f.placeStore.Release(ctx, l)
+}
+
+// TestPlacesReleaseRetried: a release the store fails is tried again in the background until
+// it lands, so a stalled store costs the cap no longer than the stall.
+func TestPlacesReleaseRetried(t *testing.T) {
+	cfg := &QueueConfig{Name: "q", MaxInFlight: 1, Timeout: time.Second}
+	store := &flakyStore{placeStore: inflight.NewMemory(), fails: 3, released: make(chan struct{})}
+	p := &places{env: testEnv("q", func() *QueueConfig { return cfg }), store: store, settling: context.Background()}
+	v := p.admit(context.Background(), cfg, testJob("a", ""))
+	if v.kind != admitGo {
+		t.Fatalf("admit = %+v", v)
+	}
+	v.release() // fails at once; the background retries follow
+	select {
+	case <-store.released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the release never landed after the store came back")
+	}
+	if again := p.admit(context.Background(), cfg, testJob("b", "")); again.kind != admitGo {
+		t.Fatalf("after the retried release: %+v, want the place again", again)
 	}
 }
