@@ -460,7 +460,7 @@ func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 	unitLearn := &unitLearner{now: p.now}
 	tenants := &tenantPause{env: env, store: p.tenantPauses()}
 	operator := &operatorPause{env: env}
-	slot := &leakSlot{env: env, takes: p.takes, sched: p.sched, health: &p.health, paused: operator.pausedNow,
+	slot := &leakSlot{env: env, takes: p.takes, health: &p.health, paused: operator.pausedNow,
 		learned: learn.rate, waiters: &r.slotWaiters, poke: r.poke}
 	if p.spares != nil {
 		slot.warm = p.spares.warm

@@ -21,9 +21,9 @@ import (
 type leakSlot struct {
 	env queueEnv
 	// takes is the Pool's schedule with the takes of a queue that overlap in time sharing one
-	// call (leaky.Coalesce); sched, the schedule itself.
-	takes, sched leaky.Schedule
-	health       *scheduleHealth
+	// call (leaky.Coalesce).
+	takes  leaky.Schedule
+	health *scheduleHealth
 	// paused is the operator's pause, checked again just before each slot; learned, the
 	// queue's learned rate in deliveries per second (0: none).
 	paused  func() bool

@@ -15,7 +15,7 @@ import (
 // newTestSlot is a leak slot of queue "q" at cfg's rate on sched, not paused, learning nothing.
 func newTestSlot(cfg *QueueConfig, sched leaky.Schedule) (*leakSlot, *atomic.Int64) {
 	var waiters atomic.Int64
-	return &leakSlot{env: testEnv("q", func() *QueueConfig { return cfg }), takes: sched, sched: sched,
+	return &leakSlot{env: testEnv("q", func() *QueueConfig { return cfg }), takes: sched,
 		health: &scheduleHealth{}, paused: func() bool { return false }, learned: func() float64 { return 0 },
 		waiters: &waiters, poke: func() {}}, &waiters
 }
