@@ -33,7 +33,7 @@ func (s State) Final() bool { return s == StateSucceeded || s == StateFailed || 
 type Priority string
 
 // The priorities; workers take high jobs before normal ones before low ones, with a
-// starvation guard for the lower ones (see the README).
+// starvation guard for the lower ones (see docs/delivery.md).
 const (
 	PriorityHigh   Priority = "high"
 	PriorityNormal Priority = "normal"

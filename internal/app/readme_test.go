@@ -106,17 +106,17 @@ func TestReadmeQuickstart(t *testing.T) {
 	}
 }
 
-// TestReadmeSDKCompiles builds the README's SDK program as written, in a directory inside this
-// module so that its import of the client resolves to this tree.
+// TestReadmeSDKCompiles builds the SDK page's program (docs/sdk.md) as written, in a directory
+// inside this module so that its import of the client resolves to this tree.
 func TestReadmeSDKCompiles(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/sdk.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "<!-- sdk:begin -->")
 	block, _, ok2 := strings.Cut(rest, "<!-- sdk:end -->")
 	if !ok || !ok2 {
-		t.Fatal("README.md has no sdk:begin/end markers")
+		t.Fatal("docs/sdk.md has no sdk:begin/end markers")
 	}
 	src := strings.TrimSpace(block)
 	src = strings.TrimPrefix(src, "```go")
@@ -132,6 +132,6 @@ func TestReadmeSDKCompiles(t *testing.T) {
 	cmd := exec.Command("go", "vet", "./"+filepath.Base(dir))
 	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("the README's SDK program does not build: %v\n%s\n%s", err, out, src)
+		t.Fatalf("the SDK page's program does not build: %v\n%s\n%s", err, out, src)
 	}
 }

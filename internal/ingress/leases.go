@@ -18,7 +18,7 @@ const maxLeases = 65536
 // here without a round trip. When fewer than N are left in the store, the request asks for
 // itself alone, so a lease never admits more than the store would have on the spot, only
 // earlier: a lease is held for at most one period of the limit, and requests admitted from it
-// may fall into the next window or refill. That is the bound stated in the README: at most N
+// may fall into the next window or refill. That is the bound stated in docs/http.md ("Leases"): at most N
 // more per ingress and key. It is safe for concurrent use.
 type leaseCache struct {
 	n    int64
