@@ -19,7 +19,8 @@
 //	jobs Q [--state S] …   a page of Q's jobs by state
 //	top [--every 2s]       the queues, refreshed in the terminal
 //
-// `sluice help` prints the full usage. --admin defaults to $SLUICE_ADMIN_URL, then
+// Global options may stand anywhere on the line (`sluice queue orders --json`). `sluice help`
+// prints the full usage. --admin defaults to $SLUICE_ADMIN_URL, then
 // http://127.0.0.1:9090; --token to $SLUICE_ADMIN_TOKEN. Output is an aligned table for people,
 // or the API's JSON with --json. On an error sluice prints one line naming the reason to stderr
 // and exits 1; a usage error exits 2.

@@ -121,7 +121,8 @@ queues:
 		EffectiveRate float64 `json:"effective_rate"`
 		RuntimeRate   *string `json:"runtime_rate"`
 	}
-	_, out, _ = sluice(admin, nil, "--json", "queue", "ops")
+	_, out, _ = sluice(admin, nil, "queue", "ops", "--json") // global options anywhere
+
 	if err := json.Unmarshal([]byte(out), &q); err != nil || !q.Paused || q.EffectiveRate != 0 {
 		t.Fatalf("queue --json while paused: %+v %v\n%s", q, err, out)
 	}
@@ -145,14 +146,16 @@ queues:
 	if code, out, errOut := sluice(admin, nil, "rate", "ops", "40/s"); code != 0 || !strings.Contains(out, "40/s (runtime)") {
 		t.Fatalf("rate: %d %s %s", code, out, errOut)
 	}
-	_, out, _ = sluice(admin, nil, "--json", "queue", "ops")
+	_, out, _ = sluice(admin, nil, "queue", "ops", "--json") // global options anywhere
+
 	if err := json.Unmarshal([]byte(out), &q); err != nil || q.RuntimeRate == nil || *q.RuntimeRate != "40/s" || q.EffectiveRate != 40 {
 		t.Fatalf("queue after rate 40/s: %+v\n%s", q, out)
 	}
 	if code, _, _ := sluice(admin, nil, "rate", "ops", "file"); code != 0 {
 		t.Fatal("rate ops file failed")
 	}
-	_, out, _ = sluice(admin, nil, "--json", "queue", "ops")
+	_, out, _ = sluice(admin, nil, "queue", "ops", "--json") // global options anywhere
+
 	if q.RuntimeRate = nil; json.Unmarshal([]byte(out), &q) != nil || q.RuntimeRate != nil {
 		t.Fatalf("queue after rate file: %s", out)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -79,13 +80,10 @@ func printQueues(w io.Writer, qs []queueView) error {
 	t := table(w)
 	fmt.Fprintln(t, "QUEUE\tRATE\tEFFECTIVE\tDEPTH\tSCHEDULED\tPENDING\tIN FLIGHT\tDELIVERING\tDEAD\tPAUSED\tTENANTS")
 	for _, q := range qs {
-		rate := q.Rate
-		if q.RuntimeRate != nil {
-			rate = *q.RuntimeRate + " (runtime)"
-		}
+		rate := rateText(q)
 		eff := "-"
 		if q.EffectiveRate != nil {
-			eff = strconv.FormatFloat(*q.EffectiveRate, 'f', -1, 64) + "/s"
+			eff = perSecond(*q.EffectiveRate)
 		}
 		tenants := "-" // not fair
 		if q.Fair {
@@ -129,6 +127,32 @@ func printTenants(w io.Writer, ts []tenantView) error {
 			delivered, delivering, paused, override)
 	}
 	return t.Flush()
+}
+
+// perSecond writes a rate for people: three significant digits at most, whole numbers from
+// 100/s ("8.33/s", "41.7/s", "2000/s").
+func perSecond(r float64) string {
+	var s string
+	switch {
+	case r >= 100:
+		s = strconv.FormatFloat(r, 'f', 0, 64)
+	case r >= 10:
+		s = strconv.FormatFloat(r, 'f', 1, 64)
+	default:
+		s = strconv.FormatFloat(r, 'f', 2, 64)
+	}
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s + "/s"
+}
+
+// rateText is the queue's rate now: the runtime rate an operator set, marked, or the file's.
+func rateText(q queueView) string {
+	if q.RuntimeRate != nil {
+		return *q.RuntimeRate + " (runtime)"
+	}
+	return q.Rate
 }
 
 func pausedText(q queueView) string {

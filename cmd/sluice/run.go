@@ -39,7 +39,8 @@ commands:
   top [--every 2s] [--frames N]
                          the queues, refreshed in the terminal (N frames, 0: until ^C)
 
---admin defaults to $SLUICE_ADMIN_URL or http://127.0.0.1:9090, --token to $SLUICE_ADMIN_TOKEN.
+Global options may stand anywhere. --admin defaults to $SLUICE_ADMIN_URL or
+http://127.0.0.1:9090, --token to $SLUICE_ADMIN_TOKEN.
 `
 
 // run runs the command line args and returns the exit status: 0, 1 for a failed command, 2 for
@@ -51,7 +52,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	token := fs.String("token", getenv("SLUICE_ADMIN_TOKEN"), "admin token")
 	asJSON := fs.Bool("json", false, "print the API's JSON")
 	timeout := fs.Duration("timeout", 10*time.Second, "time limit of the command")
-	if err := fs.Parse(args); err != nil {
+	globals, rest := hoistGlobals(args)
+	if err := fs.Parse(globals); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
 			return 0
@@ -66,12 +68,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	c := &cli{api: &api{base: base, token: *token}, json: *asJSON, out: stdout}
 	var err2 error
-	if fs.NArg() > 0 && fs.Arg(0) == "top" { // runs on; --timeout bounds each frame
-		err2 = c.top(ctx, fs.Args()[1:], *timeout)
+	if len(rest) > 0 && rest[0] == "top" { // runs on; --timeout bounds each frame
+		err2 = c.top(ctx, rest[1:], *timeout)
 	} else {
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		err2 = c.dispatch(ctx, fs.Args())
+		err2 = c.dispatch(ctx, rest)
 	}
 	if err := err2; err != nil {
 		if errors.Is(err, errUsage) {
@@ -82,6 +84,32 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 1
 	}
 	return 0
+}
+
+// globalFlags are the options every command takes, with whether each takes a value.
+var globalFlags = map[string]bool{"admin": true, "token": true, "json": false, "timeout": true, "help": false, "h": false}
+
+// hoistGlobals splits args into the global options, wherever they stand (before or after the
+// command and its arguments, as -x or --x, with =value or the value next), and the rest in
+// order; "--" ends the options.
+func hoistGlobals(args []string) (globals, rest []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return globals, append(rest, args[i+1:]...)
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		takesValue, global := globalFlags[name]
+		if !strings.HasPrefix(a, "-") || (!global && len(rest) > 0) { // an unknown option before the command is a usage error
+			rest = append(rest, a)
+			continue
+		}
+		globals = append(globals, a)
+		if takesValue && !hasValue && i+1 < len(args) {
+			globals, i = append(globals, args[i+1]), i+1
+		}
+	}
+	return globals, rest
 }
 
 func firstNonEmpty(s ...string) string {

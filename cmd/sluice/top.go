@@ -77,7 +77,7 @@ func (c *cli) topFrame(ctx context.Context) (string, error) {
 			depths = append(depths, p.Depth)
 		}
 		if n > 0 {
-			rates[h.Queue] = fmt.Sprintf("%.2f/s", sum/float64(n))
+			rates[h.Queue] = perSecond(sum / float64(n))
 		}
 		trend[h.Queue] = spark(depths)
 	}
@@ -88,9 +88,9 @@ func (c *cli) topFrame(ctx context.Context) (string, error) {
 	for _, q := range qs.Queues {
 		allowed := "-"
 		if q.EffectiveRate != nil {
-			allowed = fmt.Sprintf("%.2f/s", *q.EffectiveRate)
+			allowed = perSecond(*q.EffectiveRate)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", q.Name, q.Rate, allowed, orDash(rates[q.Name]),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", q.Name, rateText(q), allowed, orDash(rates[q.Name]),
 			q.Depth, q.InFlight, q.DeadLetters, pausedText(q), trend[q.Name])
 	}
 	tw.Flush()

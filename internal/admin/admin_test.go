@@ -315,3 +315,18 @@ func TestTenantByValue(t *testing.T) {
 		t.Errorf("the id under another secret = %+v, want an unnamed tenant with nothing waiting", ts)
 	}
 }
+
+func TestProblemDetailWithoutPackagePrefixes(t *testing.T) {
+	for in, want := range map[string]string{
+		"queue: conflict: job 01ab is running":      "job 01ab is running",
+		"queue: job not found: \"01ab\"":            "\"01ab\"",
+		"queue: info \"orders\": backlogs: timeout": "info \"orders\": backlogs: timeout",
+		"leaky: redis: redis: connection refused":   "redis: connection refused",
+		"no queue named \"x\"":                      "no queue named \"x\"",
+		"queues: a word that only starts like one":  "queues: a word that only starts like one",
+	} {
+		if got := plainDetail(in); got != want {
+			t.Errorf("plainDetail(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -437,11 +439,25 @@ func (q *Queues) setControl(ctx context.Context, st *QueueStatus, now time.Time)
 
 // writeProblem writes an RFC 9457 problem.
 func writeProblem(w http.ResponseWriter, code int, title, detail string) {
+	detail = plainDetail(detail)
 	body, _ := json.Marshal(map[string]any{"type": "about:blank", "title": title, "status": code, "detail": detail})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	w.Write(body)
+}
+
+// packagePrefix is the "pkg: " or "pkg: sentinel: " that Sluice's packages put before their
+// errors; an operator reading a problem needs the reason, not the package it came from.
+var packagePrefix = regexp.MustCompile(`^(?:(?:queue|leaky|inflight|limit|worker|admin|fair)(?:: (?:conflict|job not found))?: )+`)
+
+// plainDetail is detail without leading package prefixes and with go-redis's doubled "redis: ".
+func plainDetail(detail string) string {
+	detail = packagePrefix.ReplaceAllString(detail, "")
+	for strings.Contains(detail, "redis: redis: ") {
+		detail = strings.ReplaceAll(detail, "redis: redis: ", "redis: ")
+	}
+	return detail
 }
 
 // Metrics returns a collector of the queues' state, for alerting: sluice_queue_depth,
