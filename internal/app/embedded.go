@@ -3,8 +3,12 @@
 package app
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -15,13 +19,18 @@ import (
 // under dataDir. It opens no listening socket at all — the process talks to it in-process — so
 // nothing outside the process can reach it.
 type embeddedNATS struct {
-	srv *server.Server
+	srv  *server.Server
+	lock *os.File // data_dir's lock, held until stop
 }
 
 func startEmbeddedNATS(dataDir string) (*embeddedNATS, error) {
 	storeDir, err := filepath.Abs(filepath.Join(dataDir, "jetstream"))
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats: data_dir %q: %w", dataDir, err)
+	}
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return nil, err
 	}
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "sluice-embedded",
@@ -37,14 +46,44 @@ func startEmbeddedNATS(dataDir string) (*embeddedNATS, error) {
 		JetStreamMaxStore: 1 << 40,
 	})
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
 	go srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()
+		lock.Close()
 		return nil, fmt.Errorf("embedded nats: not ready after 30s (store %s)", storeDir)
 	}
-	return &embeddedNATS{srv: srv}, nil
+	return &embeddedNATS{srv: srv, lock: lock}, nil
+}
+
+// lockDataDir takes an exclusive lock on data_dir (the file sluice.lock in it, holding the
+// owner's pid), so that a second process started on the same directory refuses to start instead
+// of opening the same JetStream store at once. The lock goes with the process: a crash leaves
+// no stale lock behind.
+func lockDataDir(dataDir string) (*os.File, error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded nats: data_dir %q: %w", dataDir, err)
+	}
+	name := filepath.Join(dataDir, "sluice.lock")
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: data_dir %q: %w", dataDir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		owner, _ := os.ReadFile(name)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data_dir %q is in use by another Sluice process (pid %s): stop it, or give this one another data_dir",
+				dataDir, strings.TrimSpace(string(owner)))
+		}
+		return nil, fmt.Errorf("embedded nats: locking data_dir %q: %w", dataDir, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		fmt.Fprintf(f, "%d\n", os.Getpid())
+	}
+	return f, nil
 }
 
 // connect returns an in-process client connection.
@@ -59,4 +98,5 @@ func (e *embeddedNATS) storeDir() string { return e.srv.StoreDir() }
 func (e *embeddedNATS) stop() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
+	e.lock.Close() // releases the lock
 }

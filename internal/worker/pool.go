@@ -283,7 +283,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	if p.spares != nil {
 		p.spares.close()
 	}
-	p.log.Info("worker: stopped", "handed_back", p.handedBack.Load()-before)
+	p.log.Info("worker: pool stopped; jobs in hand went back to their queues", "handed_back", p.handedBack.Load()-before)
 	return nil
 }
 
