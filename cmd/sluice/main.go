@@ -18,6 +18,7 @@
 //	job cancel ID          cancel a job that has not been delivered
 //	jobs Q [--state S] …   a page of Q's jobs by state
 //	top [--every 2s]       the queues, refreshed in the terminal
+//	check -config FILE     validate a config file offline and against its Redis and NATS
 //
 // Global options may stand anywhere on the line (`sluice queue orders --json`). `sluice help`
 // prints the full usage. --admin defaults to $SLUICE_ADMIN_URL, then

@@ -38,6 +38,9 @@ commands:
                          succeeded, canceled, all), a page at a time
   top [--every 2s] [--frames N]
                          the queues, refreshed in the terminal (N frames, 0: until ^C)
+  check -config FILE [-offline]
+                         validate a config file, print its warnings, and ask its Redis
+                         and NATS whether they can run it (exit 2: invalid, 1: a server can't)
 
 Global options may stand anywhere. --admin defaults to $SLUICE_ADMIN_URL or
 http://127.0.0.1:9090, --token to $SLUICE_ADMIN_TOKEN.
@@ -61,6 +64,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "sluice: %v\n%s", err, usage)
 		return 2
 	}
+	if len(rest) > 0 && rest[0] == "check" { // the config file and its servers, not the admin API
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		return exitStatus(check(ctx, rest[1:], getenv, stdout), stderr)
+	}
 	base, err := url.Parse(*adminURL)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
 		fmt.Fprintf(stderr, "sluice: --admin %q is not an http(s) URL\n", *adminURL)
@@ -75,15 +83,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer cancel()
 		err2 = c.dispatch(ctx, rest)
 	}
-	if err := err2; err != nil {
-		if errors.Is(err, errUsage) {
-			fmt.Fprintf(stderr, "sluice: %s\n%s", strings.TrimPrefix(err.Error(), "usage: "), usage)
-			return 2
-		}
-		fmt.Fprintf(stderr, "sluice: %v\n", err)
-		return 1
+	return exitStatus(err2, stderr)
+}
+
+// exitStatus prints err and returns the exit status for it: 0 for none, 2 for a usage error
+// or a config that does not load, 1 otherwise.
+func exitStatus(err error, stderr io.Writer) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "sluice: %s\n%s", strings.TrimPrefix(err.Error(), "usage: "), usage)
+		return 2
+	case errors.Is(err, errInvalidConfig):
+		fmt.Fprintf(stderr, "%v\n", strings.TrimPrefix(err.Error(), errInvalidConfig.Error()+": "))
+		return 2
 	}
-	return 0
+	fmt.Fprintf(stderr, "sluice: %v\n", err)
+	return 1
 }
 
 // globalFlags are the options every command takes, with whether each takes a value.
