@@ -67,6 +67,21 @@ func TestOperatingDashboardInBrowser(t *testing.T) {
 	if s, _ := strconv.ParseFloat(seconds, 64); s < 60 {
 		t.Errorf("the first render's chart spans %s s (%s points), want >= 60 s", seconds, points)
 	}
+	// The time axis fits the data: 65 s of history is drawn over 68 s, not an hour; the last
+	// hour on demand.
+	var span, hourSpan string
+	if err := chromedp.Run(ctx,
+		chromedp.AttributeValue(`#chart-orders`, "data-span", &span, nil),
+		chromedp.SetValue(`#range`, "3600", chromedp.ByID),
+		chromedp.Evaluate(`document.getElementById("range").dispatchEvent(new Event("change"))`, nil),
+		chromedp.WaitVisible(`#chart-orders[data-span="3600"]`),
+		chromedp.AttributeValue(`#chart-orders`, "data-span", &hourSpan, nil),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := strconv.ParseFloat(span, 64); s < 65 || s > 70 || hourSpan != "3600" {
+		t.Errorf("chart span: %s s by default and %s s for the last hour; want 65 s and 5%% more, and 3600", span, hourSpan)
+	}
 	var health string
 	if err := chromedp.Run(ctx, chromedp.WaitVisible(`#workers`), chromedp.Text(`#health`, &health)); err != nil {
 		t.Fatal(err)
@@ -75,7 +90,10 @@ func TestOperatingDashboardInBrowser(t *testing.T) {
 		t.Errorf("health: %q, want it to say that no worker drains", health)
 	}
 
-	// Page through every job in the queue, 100 a page.
+	// The job browser is collapsed until asked for; then page through every job, 100 a page.
+	if err := chromedp.Run(ctx, chromedp.Click(`#jobBrowser summary`, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
 	seen := make(map[string]bool, jobs)
 	var times []time.Duration
 	var inPage []float64

@@ -12,6 +12,34 @@ function el(tag, text, cls) {
   return e;
 }
 
+// Numbers for people: three significant digits at most, whole from 100 up.
+function num(v) {
+  if (v == null || !isFinite(v)) return "-";
+  const a = Math.abs(v);
+  if (a >= 1e6) return (v / 1e6).toPrecision(3).replace(/\.?0+$/, "") + "M";
+  if (a >= 1e4) return (v / 1e3).toPrecision(3).replace(/\.?0+$/, "") + "k";
+  if (a >= 100) return String(Math.round(v));
+  return String(Number(v.toPrecision(3)));
+}
+
+// A span of seconds for people: "45 s", "3 min 20 s", "2 h 5 min", "3 d 4 h".
+function duration(s) {
+  if (s == null || !isFinite(s)) return "-";
+  s = Math.round(s);
+  if (s < 60) return s + " s";
+  if (s < 3600) return Math.floor(s / 60) + " min" + (s % 60 ? " " + s % 60 + " s" : "");
+  if (s < 86400) return Math.floor(s / 3600) + " h" + (s % 3600 >= 60 ? " " + Math.floor(s % 3600 / 60) + " min" : "");
+  return Math.floor(s / 86400) + " d" + (s % 86400 >= 3600 ? " " + Math.floor(s % 86400 / 3600) + " h" : "");
+}
+
+// emptiesIn is when q's backlog is gone at its allowed rate if nothing more arrives.
+function emptiesIn(q) {
+  if (!q.depth) return "empty";
+  if (q.paused) return "paused";
+  if (!q.effective_rate) return "never at 0/s";
+  return duration(q.depth / q.effective_rate);
+}
+
 async function api(method, path, body) {
   const headers = {};
   if (tokenInput.value) headers["Authorization"] = "Bearer " + tokenInput.value;
@@ -48,11 +76,12 @@ function renderQueues(queues) {
     const tr = el("tr");
     tr.dataset.queue = q.name;
     tr.append(el("td", q.name), el("td", q.runtime_rate ? q.runtime_rate + " (runtime)" : q.rate),
-      el("td", q.effective_rate.toFixed(2) + "/s"), el("td", q.depth), el("td", q.scheduled || 0, "scheduled"), el("td", q.in_flight),
+      el("td", num(q.effective_rate) + "/s", "allowed"), el("td", num(q.depth)), el("td", num(q.scheduled || 0), "scheduled"), el("td", num(q.in_flight)),
       el("td", q.delivering == null ? "-" : q.delivering + "/" + q.max_in_flight, "delivering"),
-      el("td", q.dead_letters), el("td", q.paused ? "paused" : "no", q.paused ? "paused" : ""),
-      el("td", q.fair ? String(q.tenants || 0) + (q.paused_tenants ? " (" + q.paused_tenants + " paused)" : "") : "-", "tenants"));
-    const actions = el("td");
+      el("td", num(q.dead_letters)), el("td", q.paused ? "paused" : "no", q.paused ? "paused" : ""),
+      el("td", q.fair ? String(q.tenants || 0) + (q.paused_tenants ? " (" + q.paused_tenants + " paused)" : "") : "-", "tenants"),
+      el("td", emptiesIn(q), "empties"));
+    const actions = el("td", undefined, "actions");
     const pause = el("button", q.paused ? "resume" : "pause");
     pause.className = "toggle";
     pause.addEventListener("click", () =>
@@ -77,7 +106,7 @@ function renderRules(rules) {
     tr.append(el("td", r.name + (r.shadow ? " (shadow)" : "")),
       el("td", r.limit ? r.limit + " / " + r.period + " " + r.algorithm : r.action + " → " + r.queue));
     for (const o of ["allowed", "rejected", "enqueued", "shadow", "fail_open", "fail_closed"]) {
-      tr.append(el("td", Math.round(d[o] || 0)));
+      tr.append(el("td", num(Math.round(d[o] || 0))));
     }
     body.append(tr);
   }

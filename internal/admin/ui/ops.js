@@ -1,32 +1,76 @@
-// The operating views of the dashboard: the last hour of every queue as the server sampled it
+// The operating views of the dashboard: the history of every queue as the server sampled it
 // (GET /v1/history, drawn at once on load), health (GET /v1/health), per-queue rate and
 // pause-for controls, and the job browser (GET /v1/queues/{q}/jobs). Uses api, el, write and
 // say from app.js.
 "use strict";
 
-const span = 60 * 60 * 1000; // the charts show the last hour
+// The span the charts show, in ms: the range chosen, or (by default) what the history covers,
+// at least a minute, so a young deployment's drain is not a spike at the right edge.
+function spanOf(pts) {
+  const chosen = document.getElementById("range").value;
+  if (chosen !== "fit") return Number(chosen) * 1000;
+  const covered = pts.length ? Date.parse(pts[pts.length - 1].t) - Date.parse(pts[0].t) : 0;
+  return Math.max(60 * 1000, covered * 1.05);
+}
+
+// label writes v in unit for people: rates and counts with num, times in ms as ms, s or min.
+function label(v, unit) {
+  if (unit === "ms") return v >= 60000 ? num(v / 60000) + " min" : v >= 1000 ? num(v / 1000) + " s" : num(v) + " ms";
+  if (unit === "%") return num(v) + "%";
+  if (unit === "/s") return num(v) + "/s";
+  return num(v);
+}
 
 // chart draws series over the points pts on canvas c, with axes and a legend. series:
-// [{key, label, color, width}]; a point's value is p[key] (null leaves a gap).
+// [{key, label, color, width}]; a point's value is p[key] (null leaves a gap). Intervals
+// sampled paused are shaded; where the allowed rate changed, a dashed line.
 function chart(c, pts, series, unit) {
   const g = c.getContext("2d");
-  const W = c.width, H = c.height, L = 44, R = 8, T = 18, B = 20;
+  const W = c.width, H = c.height, L = 52, R = 8, T = 18, B = 20;
   g.clearRect(0, 0, W, H);
+  const span = spanOf(pts);
+  c.dataset.span = span / 1000;
   const end = pts.length ? Date.parse(pts[pts.length - 1].t) : Date.now();
+  const shown = pts.filter(p => end - Date.parse(p.t) <= span);
   let top = 0;
-  for (const p of pts) for (const s of series) if (p[s.key] != null) top = Math.max(top, p[s.key]);
+  for (const p of shown) for (const s of series) if (p[s.key] != null) top = Math.max(top, p[s.key]);
+  g.font = "10px system-ui"; g.lineWidth = 1;
+  c.dataset.empty = top > 0 ? "" : "1";
+  if (!shown.some(p => series.some(s => p[s.key] != null))) {
+    g.fillStyle = "#667";
+    g.fillText("no data yet", W / 2 - 25, H / 2);
+    return;
+  }
+  const flat = top === 0; // all zero: one tick, no fractions of nothing
   top = top > 0 ? top * 1.15 : 1;
   const x = t => L + (W - L - R) * (1 - (end - t) / span);
   const y = v => H - B - (H - T - B) * v / top;
-  g.strokeStyle = "#ccd"; g.fillStyle = "#667"; g.font = "10px system-ui"; g.lineWidth = 1;
-  g.beginPath(); g.moveTo(L, T); g.lineTo(L, H - B); g.lineTo(W - R, H - B); g.stroke();
-  for (const f of [0, 0.5, 1]) {
-    const v = top / 1.15 * f;
-    g.fillText(v >= 100 ? Math.round(v) : v.toFixed(1), 2, y(v) + 3);
+  // Paused intervals, then rate changes, under the lines.
+  g.fillStyle = "rgba(178, 80, 0, 0.12)";
+  for (let i = 1; i < shown.length; i++) {
+    if (shown[i].paused) g.fillRect(x(Date.parse(shown[i - 1].t)), T, x(Date.parse(shown[i].t)) - x(Date.parse(shown[i - 1].t)), H - T - B);
   }
-  g.fillText(unit, 2, 10);
-  for (const m of [60, 45, 30, 15, 0]) {
-    g.fillText(m ? "-" + m + "m" : "now", x(end - m * 60000) - (m ? 10 : 18), H - 6);
+  g.strokeStyle = "#888"; g.setLineDash([3, 3]);
+  for (let i = 1; i < shown.length; i++) {
+    const a = shown[i - 1], b = shown[i];
+    if (a.paused || b.paused || a.allowed == null || b.allowed == null) continue;
+    if (Math.abs(b.allowed - a.allowed) > 0.05 * Math.max(a.allowed, b.allowed)) {
+      const xt = x(Date.parse(b.t));
+      g.beginPath(); g.moveTo(xt, T); g.lineTo(xt, H - B); g.stroke();
+    }
+  }
+  g.setLineDash([]);
+  g.strokeStyle = "#ccd"; g.fillStyle = "#667";
+  g.beginPath(); g.moveTo(L, T); g.lineTo(L, H - B); g.lineTo(W - R, H - B); g.stroke();
+  for (const f of flat ? [0] : [0, 0.5, 1]) {
+    const v = top / 1.15 * f;
+    g.fillText(label(v, unit), 2, y(v) + 3);
+  }
+  // Time ticks: the first step of these that gives at most six.
+  const step = [15, 30, 60, 300, 900, 1800].find(s => span / 1000 / s <= 6) || 3600;
+  for (let s = 0; s * 1000 <= span; s += step) {
+    const text = s === 0 ? "now" : s < 60 ? "-" + s + "s" : "-" + s / 60 + "m";
+    g.fillText(text, x(end - s * 1000) - (s ? 10 : 18), H - 6);
   }
   let lx = L + 4;
   for (const s of series) {
@@ -34,13 +78,19 @@ function chart(c, pts, series, unit) {
     g.fillText(s.label, lx + 13, 10); lx += 18 + g.measureText(s.label).width;
     g.strokeStyle = s.color; g.lineWidth = s.width || 1.5; g.beginPath();
     let pen = false;
-    for (const p of pts) {
+    for (const p of shown) {
       const t = Date.parse(p.t);
-      if (p[s.key] == null || end - t > span) { pen = false; continue; }
+      if (p[s.key] == null) { pen = false; continue; }
       pen ? g.lineTo(x(t), y(p[s.key])) : g.moveTo(x(t), y(p[s.key]));
       pen = true;
     }
     g.stroke();
+    // A point without a neighbour draws no line: mark it.
+    g.fillStyle = s.color;
+    shown.forEach((p, i) => {
+      const alone = (i === 0 || shown[i - 1][s.key] == null) && (i === shown.length - 1 || shown[i + 1][s.key] == null);
+      if (p[s.key] != null && alone) g.fillRect(x(Date.parse(p.t)) - 2, y(p[s.key]) - 2, 4, 4);
+    });
   }
 }
 
@@ -64,14 +114,14 @@ async function renderHistory() {
     const rate = canvasIn(box, "chart-" + h.queue, h.queue + ": deliveries/s against the allowed rate");
     rate.dataset.points = h.points.length;
     rate.dataset.seconds = h.points.length ? (Date.parse(h.points[h.points.length - 1].t) - Date.parse(h.points[0].t)) / 1000 : 0;
-    chart(rate, h.points, [{key: "allowed", label: "allowed", color: "#999", width: 1},
+    chart(rate, h.points, [{key: "allowed", label: "allowed", color: "#c8ccd4", width: 5},
       {key: "delivered", label: "delivered", color: "#1f6feb", width: 2}], "/s");
     chart(canvasIn(box, "backlog-" + h.queue, h.queue + ": backlog (jobs in the queue)"), h.points,
       [{key: "depth", label: "depth", color: "#b25000", width: 2}], "jobs");
     // The workers' figures of each interval (null: no attempt): shares in %, times in ms.
     const pct = v => v == null ? null : v * 100;
-    const worker = h.points.map(p => ({t: p.t, r429: pct(p.r429_share), r5xx: pct(p.r5xx_share),
-      p50: p.tiq_p50_ms, p99: p.tiq_p99_ms}));
+    const worker = h.points.map(p => ({t: p.t, paused: p.paused, allowed: p.allowed, r429: pct(p.r429_share),
+      r5xx: pct(p.r5xx_share), p50: p.tiq_p50_ms, p99: p.tiq_p99_ms}));
     const answers = canvasIn(box, "answers-" + h.queue, h.queue + ": share of attempts answered 429 and 5xx");
     answers.dataset.points = worker.filter(p => p.r429 != null).length;
     chart(answers, worker, [{key: "r429", label: "429", color: "#8250df", width: 2},
@@ -88,6 +138,7 @@ function queueControls(q, cell) {
   const rate = el("input");
   rate.className = "rate"; rate.size = 6; rate.placeholder = q.runtime_rate || q.rate;
   const set = el("button", "set rate");
+  set.title = "set the rate at run time (blank: back to the file's)";
   set.addEventListener("click", () => write("PATCH", "/v1/queues/" + encodeURIComponent(q.name),
     {rate: rate.value.trim() === "" ? null : rate.value.trim()}));
   const dur = el("input");
@@ -95,7 +146,8 @@ function queueControls(q, cell) {
   const pf = el("button", "pause for");
   pf.addEventListener("click", () => write("POST", "/v1/queues/" + encodeURIComponent(q.name) +
     "/pause?for=" + encodeURIComponent(dur.value.trim() || "5m")));
-  cell.append(rate, set, dur, pf);
+  const group = (...parts) => { const g = el("span", undefined, "grp"); g.append(...parts); return g; };
+  cell.append(group(rate, set), group(dur, pf));
 }
 
 async function renderHealth() {
@@ -117,7 +169,7 @@ async function renderHealth() {
   for (const w of h.workers) {
     const tr = el("tr");
     tr.append(el("td", w.id), el("td", w.version || "-"), el("td", w.queues.join(", ")),
-      el("td", Math.max(0, Math.round((Date.now() - Date.parse(w.last_seen)) / 1000)) + " s ago"));
+      el("td", duration(Math.max(0, (Date.now() - Date.parse(w.last_seen)) / 1000)) + " ago"));
     wb.append(tr);
   }
   if (!h.workers.length) {
@@ -226,5 +278,6 @@ async function refreshOps() {
   const first = !document.getElementById("jobs").dataset.page;
   await Promise.all([renderHistory().catch(fail), renderHealth().catch(fail), first ? renderJobs().catch(fail) : null]);
 }
+document.getElementById("range").addEventListener("change", () => renderHistory().catch(e => say(e.message, true)));
 refreshOps();
 setInterval(refreshOps, 5000);
