@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/leaky"
 )
 
 // TestTenantPauseAdmit: a paused tenant's job is held until its pause ends; others, and any
@@ -114,4 +115,49 @@ func TestTenantPauseRun(t *testing.T) {
 	testenv.WaitFor(t, 5*time.Second, "pauses forgotten once the queue pauses by queue", func() bool { return !p.pausedNow("a") })
 	cancel()
 	<-done
+}
+
+// TestTenantPauseSurvivesRedisRestart: a worker that knows a tenant's pause keeps holding the
+// tenant to the pause's end after redis-server is killed and restarted without persistence,
+// and puts the pause back, so that a process that never knew it (a second store) reads it.
+func TestTenantPauseSurvivesRedisRestart(t *testing.T) {
+	rs := testenv.Redis(t)
+	prefix := testenv.Name(t) + ":"
+	store := leaky.NewRedis(rs.Client, leaky.RedisConfig{Prefix: prefix})
+	if _, err := store.PauseTenant(context.Background(), "q", "a", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &QueueConfig{Fair: true, PauseTenant: true}
+	env := testEnv("q", func() *QueueConfig { return cfg })
+	p := &tenantPause{env: env, store: store}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testenv.WaitFor(t, 5*time.Second, "the pause read", func() bool { return p.pausedNow("a") })
+	end, _ := p.endOf("a", time.Now())
+
+	if err := rs.Client.Set(context.Background(), prefix+"sentinel", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rs.Stop()
+	rs.Start()
+	if n, err := rs.Client.Exists(context.Background(), prefix+"sentinel").Result(); err != nil || n != 0 {
+		t.Fatalf("after the restart: sentinel key exists %d (%v); the restart must lose the data", n, err)
+	}
+	other := leaky.NewRedis(rs.NewClient(), leaky.RedisConfig{Prefix: prefix})
+	testenv.WaitFor(t, 5*time.Second, "the pause put back in the restarted store", func() bool {
+		got, err := other.PausedTenants(context.Background(), "q")
+		return err == nil && got["a"] > 0
+	})
+	got, _ := other.PausedTenants(context.Background(), "q")
+	if left := time.Until(end); got["a"] > left+time.Second || got["a"] < left-time.Second {
+		t.Errorf("the pause put back has %v left, want about %v", got["a"], left)
+	}
+	if !p.pausedNow("a") {
+		t.Fatal("the worker let go of a's pause inside its end")
+	}
+	if e, _ := p.endOf("a", time.Now()); !e.Equal(end) && e.Before(end) {
+		t.Errorf("the pause's end moved from %v to %v", end, e)
+	}
 }
