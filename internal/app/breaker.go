@@ -46,6 +46,7 @@ type outage struct {
 	err        error  // the last unanswered publish's
 	reconnects uint64 // the connection's reconnections when it began
 	trial      bool   // a trial publish is in flight
+	refused    int    // publishes answered 503 since it began: refused at once, or failed trials
 	next       time.Time
 	trials     *retry.Backoff // the waits between trials
 }
@@ -74,6 +75,7 @@ func (b *breaker) admit(q string) (trial bool, err error) {
 		o.trial = true
 		return true, nil
 	}
+	o.refused++
 	return false, fmt.Errorf("%w: JetStream has not answered for queue %q since %s: %v", errQueuesUnavailable, q,
 		o.since.Format(time.RFC3339), o.err)
 }
@@ -91,10 +93,11 @@ func (b *breaker) settle(q string, trial bool, err error) {
 	case !unanswered(err):
 		if o != nil && (trial || err == nil) {
 			b.end(q)
-			b.log.Info("ingress: JetStream answers for the queue again", "queue", q, "down_for", now.Sub(o.since).Round(time.Millisecond))
+			b.log.Info("ingress: JetStream answers for the queue again", "queue", q, "down_for", now.Sub(o.since).Round(time.Millisecond),
+				"answered_503", o.refused)
 		}
 	case o == nil:
-		o = &outage{since: now, err: err, trials: trialPolicy.Backoff(b.clock)}
+		o = &outage{since: now, err: err, trials: trialPolicy.Backoff(b.clock), refused: 1}
 		if b.reconnects != nil {
 			o.reconnects = b.reconnects()
 		}
@@ -105,6 +108,7 @@ func (b *breaker) settle(q string, trial bool, err error) {
 			"queue", q, "err", err)
 	case trial:
 		o.err, o.trial = err, false
+		o.refused++
 		o.next = now.Add(o.wait())
 	}
 }
@@ -131,7 +135,8 @@ func (b *breaker) outage(q string) *outage {
 	o := b.down[q]
 	if o != nil && b.reconnects != nil && b.reconnects() != o.reconnects {
 		b.end(q)
-		b.log.Info("ingress: reconnected to NATS; publishing to the queue again", "queue", q)
+		b.log.Info("ingress: reconnected to NATS; publishing to the queue again", "queue", q,
+			"down_for", b.clock.Now().Sub(o.since).Round(time.Millisecond), "answered_503", o.refused)
 		return nil
 	}
 	return o

@@ -1,10 +1,12 @@
 package app
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +93,40 @@ func TestBreakerSteps(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBreakerLogsAnOutageTwice: an outage is one line when it begins and one when it ends, with
+// the count of publishes answered 503 in between (the one that began it, the refusals, the
+// failed trial), however many there were.
+func TestBreakerLogsAnOutageTwice(t *testing.T) {
+	clock := retrytest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var buf bytes.Buffer
+	b := newBreaker(clock, slog.New(slog.NewTextHandler(&buf, nil)))
+	timeout := errors.New("nats: timeout")
+	b.settle("orders", false, timeout) // begins it: 1
+	refuse := func(n int) {
+		for range n {
+			if _, err := b.admit("orders"); err == nil {
+				t.Fatal("a publish let through between trials")
+			}
+		}
+	}
+	refuse(5)
+	clock.Advance(250 * time.Millisecond)
+	if trial, err := b.admit("orders"); err != nil || !trial {
+		t.Fatal("no trial after 250 ms")
+	}
+	b.settle("orders", true, timeout) // a failed trial: 7
+	refuse(3)
+	clock.Advance(500 * time.Millisecond)
+	if trial, err := b.admit("orders"); err != nil || !trial {
+		t.Fatal("no trial after 500 ms more")
+	}
+	b.settle("orders", true, nil)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[1], "answered_503=10") ||
+		!strings.Contains(lines[1], "down_for=750ms") {
+		t.Fatalf("the outage logged:\n%s", buf.String())
 	}
 }

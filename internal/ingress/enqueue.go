@@ -150,7 +150,7 @@ func (g *gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
 	case errors.Is(err, queue.ErrUnknownQueue), errors.Is(err, queue.ErrTooLarge), errors.Is(err, queue.ErrIdempotencyMismatch):
 		return err
 	default:
-		g.log.Error("ingress: enqueue", "queue", q.Name, "err", err)
+		g.quiet.error(g.log, g.now(), q.Name, "ingress: enqueue failed; the deferral answered 503", "queue", q.Name, "err", err)
 		return &publishError{queue: q.Name, err: err}
 	}
 	a := &Accepted{ID: rcpt.ID, Queue: q.Name, State: queue.StateQueued, StatusURL: JobPath(rcpt.ID)}

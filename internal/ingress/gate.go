@@ -83,6 +83,7 @@ type gate struct {
 	enqueuer Enqueuer
 	metrics  *metrics
 	log      *slog.Logger
+	quiet    quietLog // the enqueue failures' log lines
 	now      func() time.Time
 	calls    sync.Pool // *call
 
