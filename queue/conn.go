@@ -13,6 +13,9 @@ import (
 // delivery counts of recently acknowledged jobs (see the worker's recall).
 func (q *Queues) Reconnects() uint64 { return q.nc.Stats().Reconnects }
 
+// Connected reports whether the connection to NATS is up now.
+func (q *Queues) Connected() bool { return q.nc.IsConnected() }
+
 // leaderElected is the subject of JetStream's advisories that a consumer elected a leader.
 const leaderElected = "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.>"
 

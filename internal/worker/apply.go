@@ -40,6 +40,8 @@ type executor struct {
 	handedBack func()
 	// tenantsPaused hears the tenants of a queue paused after a plan paused one; may be nil.
 	tenantsPaused func(queue string, paused map[string]time.Duration)
+	// outbox keeps the status records whose write failed, to write again (outbox.go).
+	outbox *outbox
 }
 
 // logger returns a logger that names j's queue, id and delivery count (jobLogger).
@@ -187,9 +189,11 @@ func (e *executor) write(j *job, rec *record) bool {
 		st.NextAttemptAt = &next
 	}
 	if err := e.store.SetStatus(ctx, st); err != nil {
-		e.logger(j).Warn("worker: record job status", "state", rec.state, "err", err)
+		e.logger(j).Warn("worker: record job status failed; kept to write again before the job goes out again", "state", rec.state, "err", err)
+		e.outbox.keep(st, e.log)
 		return false
 	}
+	e.outbox.written(st)
 	return true
 }
 
@@ -209,7 +213,11 @@ func (e *executor) ack(j *job, recorded bool) {
 	ctx, cancel := e.op(opTimeout)
 	defer cancel()
 	if err := j.msg.Ack(ctx); err != nil {
-		e.logger(j).Warn("worker: ack failed; the job will be redelivered and skipped", "err", err)
+		if recorded {
+			e.logger(j).Warn("worker: ack failed; the job will come back and be acked without a delivery (its status is final)", "err", err)
+		} else {
+			e.logger(j).Warn("worker: ack failed and its status is not written yet; if the job comes back before the outbox writes it, it is delivered again", "err", err)
+		}
 	}
 }
 

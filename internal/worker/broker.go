@@ -29,6 +29,8 @@ type Broker interface {
 	// Reconnects counts the connection's reconnects to NATS: a change means the server may
 	// have restarted and lost recent delivery counts.
 	Reconnects() uint64
+	// Connected reports whether the connection to NATS is up now.
+	Connected() bool
 	// WatchLeaders calls fn whenever a consumer elects a new leader, until ctx ends or the
 	// watch fails: pull requests waiting at the old leader are gone.
 	WatchLeaders(ctx context.Context, fn func()) error

@@ -26,7 +26,10 @@
 //   - Attempts are counted in the job's status record, so a crash never hides a delivery the
 //     upstream may have seen: Sluice-Attempt never repeats a number, and a job that kills its
 //     workers is dead-lettered after MaxAttempts (+1) deliveries. A redelivered job whose
-//     status is already final is acked, not delivered again.
+//     status is already final is acked, not delivered again. A record whose write failed
+//     (NATS down) is kept in the worker's outbox and written when NATS answers again; nothing
+//     is delivered while the connection is down, within a second of its return (the outboxes
+//     land first), or when the record of a job that must be read cannot be (outbox.go).
 //   - A scheduled job is never delivered before its due time on the worker's clock, nor once
 //     canceled. While lower-priority jobs wait, at least one of every 8 jobs a runner takes is
 //     of the lower level.

@@ -40,6 +40,9 @@ func (r *runner) handle(ctx, hard context.Context, m *queue.Msg, free func()) {
 
 // live takes j as far as it goes in one pass and returns how the pass ended.
 func (r *runner) live(ctx, hard context.Context, cfg *QueueConfig, j *job) outcome {
+	if !r.awaitConnected(ctx) {
+		return outcome{end: endNotSent}
+	}
 	if end, stop := r.recall(ctx, cfg, j); stop {
 		return outcome{end: end}
 	}
@@ -59,8 +62,13 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 		st  queue.Status
 		err error
 	)
-	if m.Delivered <= 1 { // a redelivery reads its record anyway
-		r.noticeReconnect(cfg) // here, not at the fetch: a fetch may have begun before a reconnect
+	r.noticeReconnect(cfg) // here, not at the fetch: a fetch may have begun before a reconnect
+	switch waited, ok := r.awaitOutboxes(ctx); {
+	case !ok:
+		r.memo.recalled.Delete(m)
+		return endNotSent, true
+	case waited:
+		r.memo.recalled.Delete(m) // read before the outboxes landed
 	}
 	read := m.Delivered > 1 || r.suspect()
 	if read {
@@ -70,8 +78,11 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 			st, err = r.p.exec.status(j)
 		}
 		if err != nil && !errors.Is(err, queue.ErrNotFound) {
-			r.p.exec.logger(j).Warn("worker: read job status; counting its attempts from zero", "err", err)
+			r.p.exec.logger(j).Warn("worker: read job status failed; handing the job back, as its attempts are unknown", "err", err)
 		}
+	}
+	if kept, ok := r.p.exec.outbox.record(m.Job.ID); ok { // newer than any record NATS has
+		st, err, read = kept, nil, true
 	}
 	s, end, stop := recallState(m.Delivered, st, err, read, cfg.MaxAttempts)
 	s.tenant = m.Job.Tenant
@@ -173,8 +184,39 @@ func (r *runner) suspect() bool {
 // looked; recall calls it for each job.
 func (r *runner) noticeReconnect(cfg *QueueConfig) {
 	if n := r.p.q.Reconnects(); n != r.memo.reconnects.Swap(n) {
-		r.memo.suspectUntil.Store(r.p.now().Add(r.p.suspicion(cfg)).UnixNano())
+		// The window opens once the outboxes had their grace (awaitOutboxes).
+		r.memo.suspectUntil.Store(r.p.now().Add(outboxGrace + r.p.suspicion(cfg)).UnixNano())
+		r.memo.reconnectedAt.Store(r.p.now().UnixNano())
+		r.p.exec.outbox.wake()
 	}
+}
+
+// awaitConnected waits while the connection to NATS is down: a job delivered then could be
+// neither recorded nor acked, and its redelivery would be certain. It reports false when ctx
+// ended first.
+func (r *runner) awaitConnected(ctx context.Context) bool {
+	for !r.p.q.Connected() {
+		if retry.Sleep(ctx, nil, 50*time.Millisecond) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// awaitOutboxes holds a delivery until outboxGrace after the latest reconnection to NATS this
+// runner saw, so that the records other workers kept through the outage are written before
+// its record is read (outbox.go). It reports whether it waited, and false in ok when ctx
+// ended first.
+func (r *runner) awaitOutboxes(ctx context.Context) (waited, ok bool) {
+	at := r.memo.reconnectedAt.Load()
+	if at == 0 {
+		return false, true
+	}
+	d := time.Unix(0, at).Add(outboxGrace).Sub(r.p.now())
+	if d <= 0 {
+		return false, true
+	}
+	return true, retry.Sleep(ctx, nil, d) == nil
 }
 
 // suspicion is how long after a (re)start first deliveries read their record: twice AckWait,

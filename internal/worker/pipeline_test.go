@@ -89,6 +89,7 @@ func (b *fakeBroker) WatchControls(ctx context.Context, _ func(map[string]queue.
 }
 func (b *fakeBroker) WatchCancels(ctx context.Context, _ func(string)) error   { return waitEnd(ctx) }
 func (b *fakeBroker) Reconnects() uint64                                       { return 0 }
+func (b *fakeBroker) Connected() bool                                          { return true }
 func (b *fakeBroker) WatchLeaders(ctx context.Context, _ func()) error         { return waitEnd(ctx) }
 func (b *fakeBroker) WatchSchedules(ctx context.Context, _ func(string)) error { return waitEnd(ctx) }
 func (b *fakeBroker) MoveDue(ctx context.Context, _ string, _ int, _ time.Duration, _ context.Context) (int, error) {

@@ -167,7 +167,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	p.consumer = brokerConsumer(deps.Queues)
 	p.settler = func(m *queue.Msg) message { return m }
 	p.exec = &executor{ctx: context.Background(), store: p.q, sched: p.sched, m: m, log: p.log, now: p.now,
-		handedBack: func() { p.handedBack.Add(1) }, tenantsPaused: p.tenantsPaused}
+		handedBack: func() { p.handedBack.Add(1) }, tenantsPaused: p.tenantsPaused, outbox: newOutbox()}
 	if p.client == nil {
 		p.client, p.spares = defaultClient()
 		p.ownClient = true
@@ -250,6 +250,9 @@ func (p *Pool) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	p.ran, p.ctx, p.hard, p.exec.ctx = true, ctx, hard, settling
+	outboxDone := make(chan struct{})
+	go func() { defer close(outboxDone); p.exec.outbox.run(settling, p.q, p.log) }()
+	defer func() { cancelSettling(); <-outboxDone }()
 	// The controls as they are now, before any runner takes a slot: a worker that starts
 	// while an operator has paused its queue must not deliver until the watch catches up.
 	cctx, ccancel := context.WithTimeout(ctx, opTimeout)
@@ -548,11 +551,13 @@ type fetchState struct {
 
 // recallMemo is what recall knows across a runner's jobs: the window in which first deliveries
 // read their record (suspectUntil, Unix ns; suspect), the broker's reconnect count when the
-// runner last looked, and the records read ahead with their fetch (readRecords).
+// runner last looked and when it saw it change (reconnectedAt, Unix ns), and the records read
+// ahead with their fetch (readRecords).
 type recallMemo struct {
-	suspectUntil atomic.Int64
-	reconnects   atomic.Uint64
-	recalled     sync.Map // *queue.Msg → recalled
+	suspectUntil  atomic.Int64
+	reconnectedAt atomic.Int64
+	reconnects    atomic.Uint64
+	recalled      sync.Map // *queue.Msg → recalled
 }
 
 // reconfigured tells the runner's loops that its config changed.

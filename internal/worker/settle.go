@@ -55,7 +55,13 @@ const (
 	endInterrupted
 	// endHold: its tenant is paused (pause_scope: tenant) for outcome.wait; not sent.
 	endHold
+	// endUnread: its status record had to be read (a redelivery, or a first delivery that may
+	// be one) and could not be: not sent, since its attempts are unknown.
+	endUnread
 )
+
+// unreadDelay is how long a job whose record could not be read waits before it comes back.
+const unreadDelay = time.Second
 
 // outcome is how a pass ended and, for a delivery, what the upstream answered.
 type outcome struct {
@@ -132,7 +138,8 @@ type plan struct {
 //   - the attempts spent are the record's, plus every delivery after the one that wrote the
 //     record, which left none (its worker died or lost its ack, maybe after the upstream saw
 //     the request), so Sluice-Attempt never repeats a number the upstream may have seen;
-//   - an unreadable record (not "not found") counts from zero, as the worker cannot know;
+//   - an unreadable record (not "not found") ends the pass unsent (endUnread): the worker
+//     cannot know the attempts spent, and would rather wait than repeat a number;
 //   - a job whose attempts are spent is dead-lettered without another delivery.
 func recallState(delivered uint64, st queue.Status, err error, read bool, maxAttempts int) (s jobState, end passEnd, stop bool) {
 	s.delivered = delivered
@@ -149,7 +156,7 @@ func recallState(delivered uint64, st queue.Status, err error, read bool, maxAtt
 	case err == nil:
 		s.prev, s.attempts, s.held = st, st.Attempts, st.Held
 	case !errors.Is(err, queue.ErrNotFound):
-		return s, 0, false
+		return s, endUnread, true
 	}
 	if seen := st.Delivered + 1; delivered > seen {
 		s.attempts += int(delivered - seen)
@@ -208,6 +215,10 @@ func settleOne(s jobState, o outcome, cfg *QueueConfig, jitter float64) plan {
 		d := o.wait + time.Duration(jitter*float64(heldSpread))
 		return plan{how: nak, delay: d, record: &record{state: state, attempts: s.attempts, held: s.held + 1,
 			lastErr: s.prev.LastError, response: s.prev.Response, next: d, hasNext: true}}
+	case endUnread:
+		// Its attempts are unknown: no record is written (it could lower the true count), and
+		// nothing is sent, so Sluice-Attempt never repeats a number the upstream saw.
+		return plan{how: nak, delay: unreadDelay}
 	case endInterrupted:
 		// The upstream may have seen it: the attempt stays spent.
 		return plan{how: handBack, record: &record{state: queue.StateRetrying, attempts: attempt,

@@ -61,8 +61,8 @@ func TestRecallState(t *testing.T) {
 			want: jobState{delivered: 2, prev: queue.Status{State: queue.StateQueued, Delivered: 1}}},
 		{name: "no record at all: every earlier delivery counts as spent", delivered: 3,
 			err: queue.ErrNotFound, want: jobState{delivered: 3, attempts: 2}},
-		{name: "an unreadable record counts from zero", delivered: 4, err: unreadable,
-			want: jobState{delivered: 4}},
+		{name: "an unreadable record sends nothing: the attempts are unknown", delivered: 4, err: unreadable,
+			want: jobState{delivered: 4}, end: endUnread, stop: true},
 		{name: "holds are read from the record", delivered: 4,
 			st:   queue.Status{State: queue.StateRetrying, Attempts: 1, Held: 2, Delivered: 3},
 			want: jobState{delivered: 4, attempts: 1, held: 2, prev: queue.Status{State: queue.StateRetrying, Attempts: 1, Held: 2, Delivered: 3}}},
@@ -112,6 +112,8 @@ func TestSettle(t *testing.T) {
 		o    outcome
 		want plan
 	}{
+		{name: "an unread record: back after a second, nothing recorded", s: second, o: outcome{end: endUnread},
+			want: plan{how: nak, delay: unreadDelay}},
 		{name: "2xx: succeeded with this attempt, then ack", s: first, o: delivered(retry.Success, 200, ""),
 			want: plan{how: ack, record: &record{state: queue.StateSucceeded, attempts: 1, response: resp(200)}}},
 		{name: "5xx: retrying after the attempt's backoff, the attempt spent", s: first,
