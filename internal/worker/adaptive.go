@@ -26,7 +26,11 @@ import (
 //   - every worker reads the shared value four times a second, so all take slots at it (a
 //     worker still on an older, faster value would bunch its slots among the others');
 //   - the value survives worker restarts (it is in the schedule's state) and is forgotten
-//     after five minutes without a change: a long quiet spell returns the queue to its ceiling.
+//     after five minutes without a change: a long quiet spell returns the queue to its ceiling;
+//   - it survives a schedule that lost its state (a Redis restart without persistence, a
+//     failover, a FLUSHALL): each worker's periodic round carries the rate it last learned
+//     (plus what the others may have added since) as a target, so a schedule that forgot it
+//     starts again from there rather than from the ceiling the upstream pushed back on.
 const (
 	adaptFactor   = 0.8
 	adaptHold     = time.Second
@@ -45,6 +49,22 @@ type learner struct {
 
 	learned   atomic.Uint64 // the learned rate, float64 bits; 0: none yet
 	successes atomic.Int64  // 2xx answers since the learned rate was last raised
+	changedAt atomic.Int64  // when learned last changed, Unix ns (env.now)
+}
+
+// remembered is the target that carries the learned rate through a loss of the schedule's
+// state, or 0: the rate last learned, plus the most every worker's rounds may have raised it
+// since (a round ago), while it would still be kept (adaptForget) and is below the ceiling.
+func (l *learner) remembered(ceiling float64) float64 {
+	eff := math.Float64frombits(l.learned.Load())
+	changed := time.Unix(0, l.changedAt.Load())
+	if eff <= 0 || l.env.now().Sub(changed) >= adaptForget {
+		return 0
+	}
+	if t := eff + 2*adaptIncrease*ceiling*adaptEvery.Seconds(); t < ceiling {
+		return t
+	}
+	return 0
 }
 
 // ceiling is the queue's rate in deliveries per second, the learned rate's ceiling.
@@ -89,7 +109,9 @@ func (l *learner) adapt(change func(a *leaky.Adaptation)) {
 		l.env.log.Debug("worker: adapt the rate", "queue", l.env.name, "err", err)
 		return
 	}
-	l.learned.Store(math.Float64bits(eff))
+	if old := l.learned.Swap(math.Float64bits(eff)); old != math.Float64bits(eff) {
+		l.changedAt.Store(l.env.now().UnixNano())
+	}
 	if decreased {
 		l.env.log.Warn("worker: upstream pushed back; effective rate lowered", "queue", l.env.name,
 			"from", strconv.FormatFloat(before, 'f', 2, 64), "to", strconv.FormatFloat(eff, 'f', 2, 64))
@@ -108,6 +130,7 @@ func (l *learner) run(ctx context.Context) {
 				eff = a.Ceiling
 			}
 			a.Increase = adaptIncrease * a.Ceiling * min(1, n/(eff*adaptEvery.Seconds()))
+			a.Target = l.remembered(a.Ceiling)
 		})
 	})
 }

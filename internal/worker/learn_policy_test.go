@@ -147,3 +147,42 @@ func TestUnitLearnerObserve(t *testing.T) {
 		}
 	}
 }
+
+// TestLearnedRateSurvivesRedisRestart: a rate the upstream pushed down stays down after
+// redis-server is killed and restarted without persistence: the worker's next round puts back
+// what it learned, instead of the schedule starting again at the ceiling.
+func TestLearnedRateSurvivesRedisRestart(t *testing.T) {
+	rs := testenv.Redis(t)
+	ad := leaky.NewRedis(rs.Client, leaky.RedisConfig{Prefix: testenv.Name(t) + ":"})
+	cfg := QueueConfig{Name: "q", Rate: leaky.Every(100, time.Second), Adaptive: true, MinRate: 1}
+	clock := newFakeClock()
+	env := testEnv("q", func() *QueueConfig { return &cfg })
+	env.now = clock.now
+	l := &learner{env: env, ad: ad}
+	l.observe(&cfg, testJob("j", ""), answer{class: retry.Pause}) // 100 → 80
+	learned := l.rate()
+	if learned != 80 {
+		t.Fatalf("learned %v after a push-back, want 80", learned)
+	}
+	if err := rs.Client.Set(context.Background(), "sentinel", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rs.Stop()
+	rs.Start()
+	if n, _ := rs.Client.Exists(context.Background(), "sentinel").Result(); n != 0 {
+		t.Fatal("the restart kept the data; the test needs it lost")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.run(ctx) }()
+	testenv.WaitFor(t, 5*time.Second, "a round against the restarted schedule", func() bool {
+		eff, ok, err := ad.Learned(context.Background(), "q")
+		return err == nil && ok && eff > 0
+	})
+	cancel()
+	<-done
+	eff, _, _ := ad.Learned(context.Background(), "q")
+	if eff > learned+2*adaptIncrease*100*adaptEvery.Seconds()+1e-9 {
+		t.Fatalf("after the restart the schedule learned %v, want at most %v plus two rounds' raise (not the ceiling 100)", eff, learned)
+	}
+}
