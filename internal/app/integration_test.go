@@ -40,6 +40,7 @@ admin_listen: %s
 upstream: %s
 redis: { url: %s }
 nats: { url: %s }
+store_timeout: 1s # a busy machine's slow Redis call must not fail open here: the limit has to bind
 queues:
   - name: orders
     rate: 1000/s
