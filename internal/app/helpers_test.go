@@ -44,8 +44,8 @@ type running struct {
 	listen, admin string
 	// publicRoutes and adminRoutes are the routes the job API and the admin listener serve.
 	publicRoutes, adminRoutes []string
-	cancel        context.CancelFunc
-	done          chan error
+	cancel                    context.CancelFunc
+	done                      chan error
 }
 
 // start runs app.Ingress with the config text cfg (written to a temp file) until the test ends

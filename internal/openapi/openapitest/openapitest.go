@@ -61,6 +61,7 @@ type Validator struct {
 	mu       sync.Mutex
 	hosts    map[string]*spec           // host:port → the document it serves
 	covered  map[string]map[string]bool // document → "METHOD /path" exercised
+	checked  int                        // exchanges validated
 	failures []string
 }
 
@@ -181,6 +182,9 @@ func (v *Validator) RoundTrip(req *http.Request) (*http.Response, error) {
 		Header: resp.Header, Options: in.Options}
 	out.SetBodyBytes(data)
 	op := req.Method + " " + route.Path
+	v.mu.Lock()
+	v.checked++
+	v.mu.Unlock()
 	var why string
 	switch respErr := openapi3filter.ValidateResponse(context.Background(), out); {
 	case respErr != nil:
@@ -239,6 +243,11 @@ func (v *Validator) Unexercised(document string) []string {
 // or, on a full run of the package (no -run or -skip), an operation of one of the documents
 // cover was never exercised; it prints what failed.
 func (v *Validator) Finish(code int, cover ...string) int {
+	if testing.Verbose() {
+		v.mu.Lock()
+		fmt.Printf("openapi: %d exchanges validated, %d failed\n", v.checked, len(v.failures))
+		v.mu.Unlock()
+	}
 	for _, f := range v.Failures() {
 		fmt.Fprintln(os.Stderr, "FAIL:", f)
 		code = 1
