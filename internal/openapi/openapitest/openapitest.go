@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -148,9 +149,38 @@ func (v *Validator) RoundTrip(req *http.Request) (*http.Response, error) {
 	if s == nil {
 		return v.next.RoundTrip(req)
 	}
+	return v.exchange(s, req, v.next)
+}
+
+// Handler returns a transport that serves each request with h in-process, no listener in
+// between, validating the exchange against document ("job" or "admin") as RoundTrip does for
+// a registered listener. The request is passed to h as it is: build it with
+// httptest.NewRequest to give h a server's view (RemoteAddr, Host). It panics for an unknown
+// document.
+func (v *Validator) Handler(document string, h http.Handler) http.RoundTripper {
+	s := v.specs[document]
+	if s == nil {
+		panic("openapitest: no document " + document)
+	}
+	serve := transport(func(r *http.Request) (*http.Response, error) {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Result(), nil
+	})
+	return transport(func(r *http.Request) (*http.Response, error) { return v.exchange(s, r, serve) })
+}
+
+// transport is a function as an http.RoundTripper.
+type transport func(*http.Request) (*http.Response, error)
+
+func (f transport) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// exchange sends req through next and validates it and its answer against s, when req is for
+// an operation of s.
+func (v *Validator) exchange(s *spec, req *http.Request, next http.RoundTripper) (*http.Response, error) {
 	route, params, err := s.router.FindRoute(req)
 	if err != nil {
-		return v.next.RoundTrip(req) // not the document's: forwarded, or an unknown path
+		return next.RoundTrip(req) // not the document's: forwarded, or an unknown path
 	}
 	var body []byte
 	if req.Body != nil && req.Body != http.NoBody {
@@ -168,7 +198,7 @@ func (v *Validator) RoundTrip(req *http.Request) (*http.Response, error) {
 		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true}}
 	reqErr := openapi3filter.ValidateRequest(context.Background(), in)
 
-	resp, err := v.next.RoundTrip(req)
+	resp, err := next.RoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
