@@ -20,8 +20,10 @@
 // validated exchange counts the operation as exercised: Finish, asked to, fails the package
 // when a full run left an operation of a document unexercised.
 //
-// Costs: each exchange's bodies are read into memory before the test sees them, so a
-// streamed answer arrives at once when it ends; the documents are parsed once.
+// Costs: a validated exchange's bodies are read into memory, the request's before it is sent
+// and the answer's before the test sees it, so a streamed body arrives at once when it ends (a
+// test of a stalled body must not send it through a Validator); the documents are parsed once,
+// by New. Keep benchmarks off it.
 package openapitest
 
 import (
