@@ -16,7 +16,7 @@
 // every documented operation is exercised, and every route the servers register is
 // documented ([Undescribed]). Edit the JSON by hand; keep it to what the code does.
 //
-// Costs: the documents are embedded (about 90 KB); serving one is a write of a byte slice,
+// Costs: the documents are embedded (about 80 KB); serving one is a write of a byte slice,
 // pruning happens once per admin server.
 package openapi
 
