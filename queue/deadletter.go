@@ -300,7 +300,12 @@ func (d Deliveries) Replay(ctx context.Context, queue string, id string) error {
 		return fmt.Errorf("queue: replay %s: %w", id, err)
 	}
 	if err := st.DeleteMsg(ctx, raw.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("queue: replay %s: remove dead letter: %w", id, err)
+		// The replayed job may have been delivered, failed and dead-lettered again meanwhile:
+		// its new dead letter replaced this one (one per subject), and the server answers the
+		// deletion "no message found" (an error DeleteMsg does not type). Gone is what it wanted.
+		if _, gerr := st.GetMsg(ctx, raw.Sequence); !errors.Is(gerr, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("queue: replay %s: remove dead letter: %w", id, err)
+		}
 	}
 	return nil
 }

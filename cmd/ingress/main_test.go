@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/sluice-rl/sluice/internal/openapi/openapitest"
 	"github.com/sluice-rl/sluice/internal/testenv"
 )
 
@@ -25,6 +26,10 @@ import (
 // redis-server and NATS.
 
 var ingressBin string
+
+// api validates the requests sent to the job API and the admin API of the ingresses the tests
+// start (through http.DefaultClient), and their answers, against the OpenAPI documents.
+var api *openapitest.Validator
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sluice-ingress-")
@@ -38,7 +43,8 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	code := m.Run()
+	api = openapitest.Install()
+	code := api.Finish(m.Run())
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
@@ -90,6 +96,8 @@ func startIngress(t testing.TB, path string) *ingressProc {
 		t.Fatal(err)
 	}
 	go func() { p.cmd.Wait(); close(p.done) }()
+	api.Serve(t, "job", listen)
+	api.Serve(t, "admin", p.admin)
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {

@@ -41,6 +41,8 @@ func ingress(t *testing.T, cfg string) (listen, admin string) {
 		t.Fatalf("ingress: %v", err)
 	}
 	t.Cleanup(func() { cancel(); <-done })
+	validator.Serve(t, "job", listen)
+	validator.Serve(t, "admin", admin)
 	return listen, admin
 }
 

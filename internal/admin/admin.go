@@ -3,6 +3,7 @@
 //	GET /healthz   200 while the process is up
 //	GET /readyz    200 when every check (Redis, NATS) passes, else 503 naming the failures
 //	GET /metrics   Prometheus text format, from the process's registry
+//	GET /openapi.json  the OpenAPI document of what this server has mounted (internal/openapi)
 //
 // and whatever the process mounts with Handle. The ingress mounts the queue reads of [Queues]
 // (GET /v1/queues, /v1/queues/{queue}, its tenants and history), the operating API of [Ops]
@@ -24,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +33,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-rl/sluice/internal/openapi"
 )
 
 // Defaults.
@@ -81,6 +85,7 @@ type Server struct {
 	readTimeout, writeTimeout time.Duration
 
 	mu       sync.Mutex
+	routes   []string                          // the patterns mounted; see Routes
 	hosts    func() []string                   // admin_hosts; see AllowHosts
 	onRefuse func(r *http.Request, why string) // see OnRefuse
 }
@@ -106,14 +111,43 @@ func New(addr string, reg *prometheus.Registry, checks ...Check) *Server {
 			}
 		}
 	}
-	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.HandleFunc("GET /readyz", s.readyz)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	s.Handle("GET /healthz", http.HandlerFunc(s.healthz))
+	s.Handle("GET /readyz", http.HandlerFunc(s.readyz))
+	s.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	s.Handle("GET /openapi.json", s.openAPI())
 	return s
 }
 
 // Handle mounts h on pattern (an http.ServeMux pattern, such as "GET /v1/queues/{queue}").
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+// The pattern must be described in the admin OpenAPI document (internal/openapi): a test
+// holds every mounted pattern to it.
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.mu.Lock()
+	s.routes = append(s.routes, pattern)
+	s.mu.Unlock()
+	s.mux.Handle(pattern, h)
+}
+
+// Routes returns the patterns mounted so far, in the order they were mounted.
+func (s *Server) Routes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.routes)
+}
+
+// openAPI serves the admin OpenAPI document pruned to the routes mounted when it is first
+// asked for (every mount happens before serving).
+func (s *Server) openAPI() http.Handler {
+	doc := sync.OnceValues(func() ([]byte, error) { return openapi.Prune(openapi.Admin(), s.Routes()) })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := doc()
+		if err != nil {
+			writeProblem(w, http.StatusInternalServerError, "Internal server error", err.Error())
+			return
+		}
+		openapi.Handler(b).ServeHTTP(w, r)
+	})
+}
 
 // Handler returns the admin HTTP handler: the mounted handlers behind the Host and origin
 // rules (see AllowHosts), with bodies bounded to 1 MiB.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,17 +19,34 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/openapi/openapitest"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/queue"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// api validates the tests' requests to admin servers, and the answers, against the admin
+// OpenAPI document: those get sends in-process, and those sent to a listener of serve.
+var api *openapitest.Validator
 
+func TestMain(m *testing.M) {
+	api = openapitest.Install()
+	code := api.Finish(m.Run())
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// get serves GET path with h in-process, validated against the admin OpenAPI document.
 func get(t *testing.T, h http.Handler, path string) (*http.Response, []byte) {
 	t.Helper()
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest("GET", "http://127.0.0.1:9090"+path, nil))
-	res := w.Result()
+	res, err := api.Handler("admin", h).RoundTrip(httptest.NewRequest("GET", "http://127.0.0.1:9090"+path, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
 	body, _ := io.ReadAll(res.Body)
 	return res, body
 }
@@ -99,6 +118,7 @@ func TestMetricsAndServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
+	api.Serve(t, "admin", ln.Addr().String())
 	res, err := http.Get("http://" + ln.Addr().String() + "/metrics")
 	if err != nil {
 		t.Fatal(err)

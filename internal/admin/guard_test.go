@@ -81,6 +81,7 @@ func serve(t *testing.T, s *Server, addr string) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
+	api.Serve(t, "admin", ln.Addr().String())
 	t.Cleanup(func() {
 		http.DefaultClient.CloseIdleConnections()
 		cancel()

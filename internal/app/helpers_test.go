@@ -11,24 +11,41 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/openapi/openapitest"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"go.uber.org/goleak"
 )
 
+// api validates every request the tests send to a started ingress, and its answer, against
+// the OpenAPI documents (see start).
+var api *openapitest.Validator
+
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The embedded NATS server and go-redis keep a few process-wide goroutines.
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	api = openapitest.Install()
+	code := m.Run()
+	// A full run must exercise every operation of both documents (TestOpenAPITour does).
+	code = api.Finish(code, "job", "admin")
+	if code == 0 {
+		if err := goleak.Find(
+			// The embedded NATS server and go-redis keep a few process-wide goroutines.
+			goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+			goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // running is an ingress process started in-process for a test.
 type running struct {
 	listen, admin string
-	cancel        context.CancelFunc
-	done          chan error
+	// publicRoutes and adminRoutes are the routes the job API and the admin listener serve.
+	publicRoutes, adminRoutes []string
+	cancel                    context.CancelFunc
+	done                      chan error
 }
 
 // start runs app.Ingress with the config text cfg (written to a temp file) until the test ends
@@ -52,6 +69,7 @@ func startWithin(t *testing.T, dir, cfg string, timeout time.Duration) *running 
 		r.done <- Ingress{
 			ConfigPath: path,
 			Logger:     testLogger(),
+			routes:     func(public, admin []string) { r.publicRoutes, r.adminRoutes = public, admin },
 			Ready: func(listen, admin string) {
 				r.listen, r.admin = listen, admin
 				close(ready)
@@ -68,6 +86,8 @@ func startWithin(t *testing.T, dir, cfg string, timeout time.Duration) *running 
 		t.Fatalf("ingress not ready after %v", timeout)
 	}
 	t.Cleanup(r.stop)
+	api.Serve(t, "job", r.listen)
+	api.Serve(t, "admin", r.admin)
 	return r
 }
 

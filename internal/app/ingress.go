@@ -39,6 +39,10 @@ type Ingress struct {
 	// Ready, if set, is called with the public and admin listeners' addresses once the
 	// process serves requests.
 	Ready func(listen, admin string)
+
+	// routes, if set, is told the routes of the job API and of the admin listener once the
+	// process serves requests (for the test that holds them to the OpenAPI documents).
+	routes func(public, admin []string)
 }
 
 // Run serves until ctx ends, then stops accepting, lets requests and deliveries in flight
@@ -60,6 +64,9 @@ func (m Ingress) Run(ctx context.Context) error {
 	}
 	p.log.Info("ingress: listening", "addr", p.ln.Addr().String(), "admin", p.adminLn.Addr().String(),
 		"rules", len(cfg.Rules), "queues", len(cfg.Queues), "redis", cfg.Redis != nil)
+	if m.routes != nil {
+		m.routes(p.srv.Routes(), p.adm.Routes())
+	}
 	if m.Ready != nil {
 		m.Ready(p.ln.Addr().String(), p.adminLn.Addr().String())
 	}

@@ -90,3 +90,20 @@ func TestAlgorithmsAndClientStayLight(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPIValidatorStaysInTests: kin-openapi, which validates the HTTP exchanges against the
+// OpenAPI documents, is linked only into tests: no package but the test helper that wraps it
+// (internal/openapi/openapitest) depends on it, so the binaries do not carry it.
+func TestOpenAPIValidatorStaysInTests(t *testing.T) {
+	helper := module + "/internal/openapi/openapitest"
+	for _, p := range packages(t) {
+		if p.ImportPath == helper {
+			continue
+		}
+		for _, dep := range p.Deps {
+			if strings.HasPrefix(dep, "github.com/getkin/") || dep == helper {
+				t.Errorf("%s depends on %s", p.ImportPath, dep)
+			}
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/openapi"
 )
 
 // DefaultUpstreamTimeout bounds the wait for an upstream's response headers.
@@ -76,6 +77,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	e.HTTPErrorHandler = s.handleError
 	e.POST("/v1/queues/:queue/jobs", s.submitJob)
 	e.GET("/v1/jobs/:id", s.getJob)
+	e.GET(openAPIPath, echo.WrapHandler(openapi.Handler(openapi.Job())))
 	s.echo = e
 	return s, nil
 }
@@ -432,9 +434,33 @@ func validMethod(m string) bool {
 	return true
 }
 
-// isJobAPI reports whether path is served by the job API: /v1/jobs/{id} or
-// /v1/queues/{queue}/jobs.
+// Routes returns the routes of the job API as "METHOD /path", with {name} parameters: each
+// must be described in the OpenAPI document of the job API (internal/openapi), which a test
+// holds them to.
+func (s *Server) Routes() []string {
+	var out []string
+	for _, r := range s.echo.Routes() {
+		parts := strings.Split(r.Path, "/")
+		for i, p := range parts {
+			if name, ok := strings.CutPrefix(p, ":"); ok {
+				parts[i] = "{" + name + "}"
+			}
+		}
+		out = append(out, r.Method+" "+strings.Join(parts, "/"))
+	}
+	return out
+}
+
+// openAPIPath is where the listener serves the OpenAPI document of the job API.
+const openAPIPath = "/openapi.json"
+
+// isJobAPI reports whether path is served by the job API: /v1/jobs/{id},
+// /v1/queues/{queue}/jobs, or its document, /openapi.json (the upstream's own /openapi.json,
+// if it has one, is not reachable through the ingress).
 func isJobAPI(path string) bool {
+	if path == openAPIPath {
+		return true
+	}
 	if id, ok := strings.CutPrefix(path, "/v1/jobs/"); ok {
 		return id != "" && !strings.Contains(id, "/")
 	}
