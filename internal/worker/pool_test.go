@@ -924,10 +924,11 @@ func TestPacedWritesGathered(t *testing.T) {
 	ids := workertest.Publish(t, h.qs, "paced", n, true)
 	h.run(worker.Deps{}, paced, drain)
 	const tick, near = 10 * time.Millisecond, 5 * time.Millisecond
+	shares := map[string]float64{}
 	for _, c := range []struct {
 		queue    string
 		min, max float64 // bounds of the share of writes within near after a tick
-	}{{"paced", 0.75, 1}, {"drain", 0, 0.65}} { // spread evenly: near/tick = 0.5 of them
+	}{{"paced", 0.55, 1}, {"drain", 0, 0.65}} { // spread evenly: near/tick = 0.5 of them
 		if c.queue == "drain" {
 			ids = workertest.Publish(t, h.qs, "drain", n, true)
 		}
@@ -951,8 +952,15 @@ func TestPacedWritesGathered(t *testing.T) {
 		}
 		share := float64(gathered) / float64(len(at))
 		t.Logf("%s: %.2f of %d status writes within %v after a %v tick", c.queue, share, len(at), near, tick)
+		shares[c.queue] = share
 		if share < c.min || share > c.max {
 			t.Errorf("%s: %.2f of its status writes within %v after a tick, want %.2f..%.2f", c.queue, share, near, c.min, c.max)
 		}
+	}
+	// On a quiet machine the paced writes land within near of a tick some 0.9 of the time; a
+	// loaded one wakes the writers late and blurs both queues alike, so the gathering is
+	// asserted against the ungathered drain measured in the same run.
+	if shares["paced"] < shares["drain"]+0.1 {
+		t.Errorf("paced writes %.2f within %v after a tick, the drain's %.2f: not gathered", shares["paced"], near, shares["drain"])
 	}
 }
