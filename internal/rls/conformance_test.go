@@ -176,7 +176,7 @@ func TestConformance(t *testing.T) {
 }
 
 func ds(d ...*rlcommon.RateLimitDescriptor) []*rlcommon.RateLimitDescriptor { return d }
-func ws(w ...want) []want                                                  { return w }
+func ws(w ...want) []want                                                   { return w }
 
 // TestOverLimitAnswer: an OVER_LIMIT carries the HTTP path's headers and its problem+json,
 // and an OK the RateLimit headers of the tightest descriptor.
