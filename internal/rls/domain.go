@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -134,7 +135,7 @@ func Compile(files map[string][]byte, cfg *config.Config) (*Domains, error) {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("empty file")
 			}
-			errs = append(errs, fmt.Errorf("%s: %s", file, strings.ReplaceAll(err.Error(), "\n", "; ")))
+			errs = append(errs, decodeErrors(file, err)...)
 			continue
 		}
 		c := &compiler{file: file, domain: raw.Domain, cfg: cfg, d: d}
@@ -283,4 +284,25 @@ func (d *Domains) Check(cfg *config.Config) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// unknownField is how yaml.v3 words an unknown key.
+var unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
+
+// decodeErrors words a decoding error of file: one error per problem, each naming the file and
+// line, an unknown key as such.
+func decodeErrors(file string, err error) []error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return []error{fmt.Errorf("%s: %s", file, strings.ReplaceAll(err.Error(), "\n", " "))}
+	}
+	var errs []error
+	for _, e := range te.Errors {
+		if m := unknownField.FindStringSubmatch(e); m != nil {
+			errs = append(errs, fmt.Errorf("%s:%s: unknown field %q", file, m[1], m[2]))
+		} else {
+			errs = append(errs, fmt.Errorf("%s: %s", file, e))
+		}
+	}
+	return errs
 }
