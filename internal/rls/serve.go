@@ -24,7 +24,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	hs := health.NewServer()
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
-	if s.cfg.Load().RLS.Reflection {
+	if s.reflection {
 		reflection.Register(gs)
 	}
 	stopped := make(chan struct{})
@@ -57,7 +57,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 // current one stays. File events are debounced by debounce (0: 100ms). It returns an error
 // only if it cannot watch the directory.
 func (s *Server) Watch(ctx context.Context, debounce time.Duration, reloaded func(error)) error {
-	dir := s.cfg.Load().RLS.ConfigDir
+	dir := s.dir
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("rls: watch %s: %w", dir, err)
@@ -101,7 +101,7 @@ func (s *Server) Watch(ctx context.Context, debounce time.Duration, reloaded fun
 // the domains; else the error names the file and field, and the domains stay as they were.
 func (s *Server) Reload() error {
 	cfg := s.cfg.Load()
-	d, err := LoadDir(cfg.RLS.ConfigDir, cfg)
+	d, err := LoadDir(s.dir, cfg)
 	if err != nil {
 		s.m.reloads.WithLabelValues("error").Inc()
 		s.log.Error("rls: reload refused; the domains stay as they were", "err", err)

@@ -56,6 +56,9 @@ type Server struct {
 	refunds  *refunds
 	m        *metrics
 	log      *slog.Logger
+	// dir and reflection are the config's at New: read at start only.
+	dir        string
+	reflection bool
 }
 
 // New builds a Server for cfg (whose RLS must be set), loading its domain files. The error
@@ -68,7 +71,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{lim: opts.Limiter, log: opts.Logger, refunds: newRefunds(opts.Now)}
+	s := &Server{lim: opts.Limiter, log: opts.Logger, refunds: newRefunds(opts.Now), dir: cfg.RLS.ConfigDir, reflection: cfg.RLS.Reflection}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -85,8 +88,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// SetConfig makes next the config that rules are read from, once the domains' rules are all
-// usable under it; else it returns why, and the Server keeps the config it has.
+// SetConfig makes next the config that rules, shadow, on_store_error and store_timeout are
+// read from, once the domains' rules are all usable under it; else it returns why, and the
+// Server keeps the config it has. The rls section itself (config_dir, reflection) is read at
+// New only.
 func (s *Server) SetConfig(next *config.Config) error {
 	if err := s.domains.Load().Check(next); err != nil {
 		return err
