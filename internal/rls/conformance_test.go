@@ -42,6 +42,10 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2}
   - key: key6
     rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: key7
+    value: bar*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
   - key: shadow
     value: "on"
     shadow_mode: true
@@ -114,6 +118,9 @@ func TestConformance(t *testing.T) {
 		{"wildcard: each value counts apart", 0, ds(desc("key6", "foobaz")), ws(want{ok, 2, mnt, 1})},
 		{"wildcard: no prefix, the bare key", 0, ds(desc("key6", "bar")), ws(want{ok, 10, mnt, 9})},
 		{"wildcard: over", 1, ds(hits(desc("key6", "foobar"), 2)), ws(want{over, 2, mnt, 0})},
+		{"share_threshold: values of the wildcard count together", 0, ds(desc("key7", "bar1")), ws(want{ok, 2, mnt, 1})},
+		{"share_threshold: another value, same counter", 0, ds(desc("key7", "bar2")), ws(want{ok, 2, mnt, 0})},
+		{"share_threshold: over", 0, ds(desc("key7", "bar3")), ws(want{over, 2, mnt, 0})},
 		{"unlimited", 0, ds(desc("key5", "value5")), ws(want{ok, 0, 0, math.MaxUint32})},
 		{"shadow: within", 0, ds(desc("shadow", "on")), ws(want{ok, 1, mnt, 0})},
 		{"shadow: over, still OK", 0, ds(desc("shadow", "on")), ws(want{ok, 1, mnt, 0})},

@@ -71,6 +71,7 @@ type node struct {
 	children  map[string]*node
 	wildcards []string
 	lim       *policy // nil: no limit at this depth
+	share     bool    // share_threshold: the values a wildcard matches count together
 }
 
 // policy is the limit a descriptor carries.
@@ -187,7 +188,7 @@ func (c *compiler) level(at string, ds []rawDescriptor, path string) *node {
 		}
 		sub := path + "." + k
 		child := c.level(where+".descriptors", rd.Descriptors, sub)
-		child.lim = c.policy(where, rd, sub)
+		child.lim, child.share = c.policy(where, rd, sub), rd.ShareThreshold
 		n.children[k] = child
 		if strings.HasSuffix(k, "*") {
 			n.wildcards = append(n.wildcards, k)

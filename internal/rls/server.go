@@ -106,6 +106,7 @@ func (s *Server) SetDomains(d *Domains) { s.domains.Store(d) }
 // item is one request descriptor on its way to a status.
 type item struct {
 	pol      *policy
+	shared   []string // see Domains.match
 	spec     limit.Limit
 	key      string
 	cost     int64
@@ -135,7 +136,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	replaced := map[string]bool{}
 	for i, desc := range req.Descriptors {
 		it := &items[i]
-		it.pol = doms.match(req.Domain, desc)
+		it.pol, it.shared = doms.match(req.Domain, desc)
 		if o := desc.GetLimit(); o != nil && doms.byName[req.Domain] != nil {
 			it.pol = override(it.pol, o, req.Domain)
 		}
@@ -156,7 +157,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			it.cost = int64(max(h.GetValue(), 1))
 		}
 		it.negative = desc.GetIsNegativeHits()
-		it.key = counterKey(req.Domain, desc)
+		it.key = counterKey(req.Domain, desc, it.shared)
 		s.resolve(it, cfg)
 	}
 	s.decide(ctx, cfg, items)
@@ -210,17 +211,21 @@ func (s *Server) resolve(it *item, cfg *config.Config) {
 }
 
 // counterKey is the limiter key of a descriptor: the domain and every entry, as
-// envoyproxy/ratelimit keys its counters (a wildcard or a bare key counts each value apart);
-// hashed when longer than a store takes.
-func counterKey(domain string, desc *rlcommon.RateLimitDescriptor) string {
+// envoyproxy/ratelimit keys its counters (a wildcard or a bare key counts each value apart,
+// unless shared names the wildcard's value for it); hashed when longer than a store takes.
+func counterKey(domain string, desc *rlcommon.RateLimitDescriptor, shared []string) string {
 	var b strings.Builder
 	b.WriteString("rls:")
 	b.WriteString(domain)
-	for _, e := range desc.GetEntries() {
+	for i, e := range desc.GetEntries() {
 		b.WriteByte(0x1f)
 		b.WriteString(e.GetKey())
 		b.WriteByte('=')
-		b.WriteString(e.GetValue())
+		if shared != nil && shared[i] != "" {
+			b.WriteString(shared[i])
+		} else {
+			b.WriteString(e.GetValue())
+		}
 	}
 	k := b.String()
 	if len(k) > limit.MaxKeyLen {
@@ -255,7 +260,7 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, items []item) {
 	}
 	decs, err := s.ask(ctx, cfg, s.lim, reqs)
 	if err == nil {
-		s.settle(items, idx, decs, false)
+		s.record(items, idx, decs, false)
 		return
 	}
 	s.m.storeErrors.Inc()
@@ -274,7 +279,7 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, items []item) {
 		return
 	}
 	if decs, err := s.fallback.DecideAll(ctx, open); err == nil {
-		s.settle(items, openIdx, decs, true)
+		s.record(items, openIdx, decs, true)
 	}
 }
 
@@ -292,8 +297,8 @@ func (s *Server) ask(ctx context.Context, cfg *config.Config, lim limit.Limiter,
 	return lim.DecideAll(ctx, reqs)
 }
 
-// settle records decs as the decisions of items[idx...].
-func (s *Server) settle(items []item, idx []int, decs []limit.Decision, fellBack bool) {
+// record records decs as the decisions of items[idx...].
+func (s *Server) record(items []item, idx []int, decs []limit.Decision, fellBack bool) {
 	for j, i := range idx {
 		it := &items[i]
 		it.dec = decs[j]
