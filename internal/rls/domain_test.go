@@ -16,6 +16,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/testenv"
 )
 
 // TestBadDomainFiles: every problem names the file and the field; all of a file's problems
@@ -169,5 +170,33 @@ func TestHealthAndNoReflection(t *testing.T) {
 	}
 	if resp := b.ask(t, "other", 0, desc("a", "b")); resp.OverallCode != ok || resp.Statuses[0].CurrentLimit != nil {
 		t.Errorf("unknown domain: %v", resp)
+	}
+}
+
+// TestStoreDown: with Redis down, each descriptor follows its on_store_error: a rule that
+// fails open is decided in-process (and still limited there), the others are OVER_LIMIT; no
+// call is an RPC error.
+func TestStoreDown(t *testing.T) {
+	b := start(t, map[string]string{"d.yaml": `domain: d
+descriptors:
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: open
+    rule: open
+  - key: closed
+    rule: tokens-per-key
+`})
+	b.redis.Stop()
+	resp := b.ask(t, "d", 0, desc("plain", "x"), desc("open", "x"), desc("closed", "x"))
+	if resp.OverallCode != over || resp.Statuses[0].Code != over || resp.Statuses[1].Code != ok || resp.Statuses[2].Code != over {
+		t.Fatalf("with the store down: %v", resp)
+	}
+	if resp := b.ask(t, "d", 0, desc("open", "x")); resp.Statuses[0].Code != over {
+		t.Fatalf("the fail-open rule is still limited in-process (1 per hour): %v", resp)
+	}
+	for rule, outcome := range map[string]string{"open": "fail_open", "tokens-per-key": "fail_closed", "rls:d.plain": "fail_closed"} {
+		if got := testenv.Metric(t, b.reg, "sluice_decisions_total", "rule", rule, "outcome", outcome); got < 1 {
+			t.Errorf("sluice_decisions_total{rule=%s,outcome=%s} = %v", rule, outcome, got)
+		}
 	}
 }

@@ -40,6 +40,11 @@ rules:
   - name: conns
     algorithm: concurrency
     limit: 2
+  - name: open
+    algorithm: gcra
+    limit: 1
+    period: 1h
+    on_store_error: allow
 rls_listen: 127.0.0.1:0
 rls:
   config_dir: ` + dir + "\n")
@@ -71,6 +76,7 @@ type bundle struct {
 	client rlsv3.RateLimitServiceClient
 	conn   *grpc.ClientConn
 	dir    string
+	redis  *testenv.RedisServer
 }
 
 // start serves the domain files given on a loopback listener, counting in a fresh
@@ -80,6 +86,7 @@ func start(t testing.TB, files map[string]string) *bundle {
 	b := &bundle{dir: t.TempDir(), reg: prometheus.NewRegistry()}
 	writeDomains(t, b.dir, files)
 	rds := testenv.Redis(t)
+	b.redis = rds
 	srv, err := New(testConfig(t, b.dir), Options{Limiter: limit.NewRedis(rds.Client, limit.RedisConfig{}), Registerer: b.reg})
 	if err != nil {
 		t.Fatal(err)
