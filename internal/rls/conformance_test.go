@@ -139,6 +139,7 @@ func TestConformance(t *testing.T) {
 		{"limit override", 0, ds(overrideTo(desc("key2", "zzz"), 1, typev3.RateLimitUnit_MINUTE)), ws(want{ok, 1, mnt, 0})},
 		{"limit override: over", 0, ds(overrideTo(desc("key2", "zzz"), 1, typev3.RateLimitUnit_MINUTE)), ws(want{over, 1, mnt, 0})},
 		{"limit override: an unknown descriptor gets it too", 0, ds(overrideTo(desc("nokey", "v"), 2, typev3.RateLimitUnit_HOUR)), ws(want{ok, 2, hr, 1})},
+		{"limit override: no shadow_mode of the file", 0, ds(overrideTo(desc("shadow", "on"), 1, typev3.RateLimitUnit_MINUTE)), ws(want{over, 1, mnt, 0})},
 		{"requests_per_unit 0 blocks", 0, ds(desc("zero", "v")), ws(want{over, 0, sec, 0})},
 		{"a Sluice rule: token bucket, weighted", 0, ds(hits(desc("tokens", "k"), 10)), ws(want{ok, 10, mnt, 0})},
 		{"a Sluice rule: over", 0, ds(desc("tokens", "k")), ws(want{over, 10, mnt, 0})},

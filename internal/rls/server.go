@@ -165,7 +165,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 }
 
 // override is the policy of a descriptor that carries its own limit: the matched policy's
-// algorithm (a fixed window for a plain rate_limit or none) at the override's rate. An
+// algorithm and counter (a fixed window for a plain rate_limit or none) at the override's
+// rate. An
 // override in a unit other than second, minute, hour, day, month or year is ignored.
 func override(p *policy, o *rlcommon.RateLimitDescriptor_RateLimitOverride, domain string) *policy {
 	period := overrideUnits[o.GetUnit()]
@@ -179,7 +180,9 @@ func override(p *policy, o *rlcommon.RateLimitDescriptor_RateLimitOverride, doma
 	if p != nil {
 		c := *p
 		q = &c
-		q.unlimited = false
+		// As there: an override is never unlimited or shadowed by the file, has no name and
+		// replaces nothing. (A rule's own shadow still applies: it is the rule's.)
+		q.unlimited, q.shadow, q.name, q.replaces = false, false, "", nil
 	}
 	q.overrideLimit, q.overridePeriod = int64(o.GetRequestsPerUnit()), period
 	return q
