@@ -250,6 +250,9 @@ func (c *compiler) policy(where string, rd rawDescriptor, path string) *policy {
 		p.reqs = *rl.RequestsPerUnit
 	}
 	p.spec = limit.Limit{Algorithm: limit.FixedWindow, Limit: p.reqs, Period: period}
+	if err := p.spec.Validate(); ok && p.reqs > 0 && err != nil {
+		c.fail(where+".rate_limit", err.Error())
+	}
 	return p
 }
 

@@ -208,7 +208,13 @@ func (s *Server) resolve(it *item, cfg *config.Config) {
 		}
 	}
 	if p.overridePeriod > 0 {
-		it.spec.Limit, it.spec.Period = p.overrideLimit, p.overridePeriod
+		o := it.spec
+		o.Limit, o.Period = p.overrideLimit, p.overridePeriod
+		// An override the algorithm cannot compute exactly (limit.ErrOutOfRange) is ignored;
+		// one of 0 blocks everything, as a requests_per_unit of 0 does.
+		if o.Limit == 0 || o.Validate() == nil {
+			it.spec = o
+		}
 	}
 	it.failOpen = mode != config.StoreErrorDeny
 }
