@@ -11,7 +11,8 @@
 // limit's algorithms, the rule's shadow and on_store_error apply. A request descriptor is
 // matched as envoyproxy/ratelimit matches it: at each depth "key_value", then the first
 // wildcard "key_prefix*" of that level, then the bare "key"; a limit counts only at the depth
-// of the descriptor's last entry. A descriptor's own limit (override) replaces the rate.
+// of the descriptor's last entry; the values a share_threshold wildcard matches share one
+// counter. A descriptor's own limit (override) replaces the rate.
 // Limits whose name another matched limit replaces are not applied. An unlimited limit
 // answers OK with limit_remaining 4294967295.
 //
