@@ -31,7 +31,7 @@ func TestIngressServesRLS(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(domains, "api.yaml"), []byte(`domain: api
 descriptors:
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: day, requests_per_unit: 2}
   - key: api_key
     rule: per-key
 `), 0o644); err != nil {
@@ -48,7 +48,7 @@ rules:
     match: {path: /never/*}
     algorithm: gcra
     limit: 5
-    period: 1m
+    period: 1h
 rls_listen: %s
 rls: {config_dir: %s}
 `, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), rds.URL(), rlsAddr, domains))

@@ -17,14 +17,16 @@ import (
 
 // conformanceDomain follows the shapes of envoyproxy/ratelimit's own test configurations
 // (test/config/basic_config.yaml and its wildcard, replaces, shadow and unlimited cases), in
-// its own format, plus a descriptor backed by a Sluice rule.
+// its own format, plus a descriptor backed by a Sluice rule. Counters that several steps share
+// have windows of an hour or a day, so that no step straddles the end of a window (aligned to
+// the epoch).
 const conformanceDomain = `domain: test-domain
 descriptors:
   - key: key1
     value: value1
     descriptors:
       - key: subkey1
-        rate_limit: {unit: second, requests_per_unit: 5}
+        rate_limit: {unit: hour, requests_per_unit: 5}
   - key: key2
     rate_limit: {unit: minute, requests_per_unit: 20}
   - key: key2
@@ -39,21 +41,21 @@ descriptors:
     rate_limit: {unlimited: true}
   - key: key6
     value: foo*
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: day, requests_per_unit: 2}
   - key: key6
     rate_limit: {unit: minute, requests_per_unit: 10}
   - key: key7
     value: bar*
     share_threshold: true
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: day, requests_per_unit: 2}
   - key: shadow
     value: "on"
     shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
+    rate_limit: {unit: day, requests_per_unit: 1}
   - key: replaced
-    rate_limit: {unit: minute, requests_per_unit: 1, name: small}
+    rate_limit: {unit: day, requests_per_unit: 1, name: small}
   - key: replacer
-    rate_limit: {unit: minute, requests_per_unit: 100, name: big, replaces: [{name: small}]}
+    rate_limit: {unit: day, requests_per_unit: 100, name: big, replaces: [{name: small}]}
   - key: zero
     rate_limit: {unit: second, requests_per_unit: 0}
   - key: tokens
@@ -105,30 +107,30 @@ func TestConformance(t *testing.T) {
 		descs []*rlcommon.RateLimitDescriptor
 		want  []want
 	}{
-		{"nested: first", 0, ds(desc("key1", "value1", "subkey1", "a")), ws(want{ok, 5, sec, 4})},
-		{"nested: second", 0, ds(desc("key1", "value1", "subkey1", "a")), ws(want{ok, 5, sec, 3})},
-		{"nested: another value of the bare key counts apart", 0, ds(desc("key1", "value1", "subkey1", "b")), ws(want{ok, 5, sec, 4})},
-		{"nested: hits_addend on the request", 3, ds(desc("key1", "value1", "subkey1", "a")), ws(want{ok, 5, sec, 0})},
-		{"nested: over", 0, ds(desc("key1", "value1", "subkey1", "a")), ws(want{over, 5, sec, 0})},
+		{"nested: first", 0, ds(desc("key1", "value1", "subkey1", "a")), ws(want{ok, 5, hr, 4})},
+		{"nested: second", 0, ds(desc("key1", "value1", "subkey1", "a")), ws(want{ok, 5, hr, 3})},
+		{"nested: another value of the bare key counts apart", 0, ds(desc("key1", "value1", "subkey1", "b")), ws(want{ok, 5, hr, 4})},
+		{"nested: hits_addend on the request", 3, ds(desc("key1", "value1", "subkey1", "a")), ws(want{ok, 5, hr, 0})},
+		{"nested: over", 0, ds(desc("key1", "value1", "subkey1", "a")), ws(want{over, 5, hr, 0})},
 		{"depth: a parent without a limit of its own", 0, ds(desc("key1", "value1")), ws(want{code: ok})},
 		{"depth: more entries than the config", 0, ds(desc("key2", "x", "extra", "y")), ws(want{code: ok})},
 		{"most specific: key_value beats key", 0, ds(desc("key2", "value2")), ws(want{ok, 30, mnt, 29})},
 		{"most specific: the bare key for other values", 0, ds(desc("key2", "other")), ws(want{ok, 20, mnt, 19})},
-		{"wildcard: foo*", 0, ds(desc("key6", "foobar")), ws(want{ok, 2, mnt, 1})},
-		{"wildcard: each value counts apart", 0, ds(desc("key6", "foobaz")), ws(want{ok, 2, mnt, 1})},
+		{"wildcard: foo*", 0, ds(desc("key6", "foobar")), ws(want{ok, 2, day, 1})},
+		{"wildcard: each value counts apart", 0, ds(desc("key6", "foobaz")), ws(want{ok, 2, day, 1})},
 		{"wildcard: no prefix, the bare key", 0, ds(desc("key6", "bar")), ws(want{ok, 10, mnt, 9})},
-		{"wildcard: over", 1, ds(hits(desc("key6", "foobar"), 2)), ws(want{over, 2, mnt, 0})},
-		{"share_threshold: values of the wildcard count together", 0, ds(desc("key7", "bar1")), ws(want{ok, 2, mnt, 1})},
-		{"share_threshold: another value, same counter", 0, ds(desc("key7", "bar2")), ws(want{ok, 2, mnt, 0})},
-		{"share_threshold: over", 0, ds(desc("key7", "bar3")), ws(want{over, 2, mnt, 0})},
+		{"wildcard: over", 1, ds(hits(desc("key6", "foobar"), 2)), ws(want{over, 2, day, 0})},
+		{"share_threshold: values of the wildcard count together", 0, ds(desc("key7", "bar1")), ws(want{ok, 2, day, 1})},
+		{"share_threshold: another value, same counter", 0, ds(desc("key7", "bar2")), ws(want{ok, 2, day, 0})},
+		{"share_threshold: over", 0, ds(desc("key7", "bar3")), ws(want{over, 2, day, 0})},
 		{"unlimited", 0, ds(desc("key5", "value5")), ws(want{ok, 0, 0, math.MaxUint32})},
-		{"shadow: within", 0, ds(desc("shadow", "on")), ws(want{ok, 1, mnt, 0})},
-		{"shadow: over, still OK", 0, ds(desc("shadow", "on")), ws(want{ok, 1, mnt, 0})},
+		{"shadow: within", 0, ds(desc("shadow", "on")), ws(want{ok, 1, day, 0})},
+		{"shadow: over, still OK", 0, ds(desc("shadow", "on")), ws(want{ok, 1, day, 0})},
 		{"shadow: a Sluice rule's shadow", 0, ds(desc("shadowed", "x"), desc("shadowed", "x")), ws(want{ok, 1, hr, 0}, want{ok, 1, hr, 0})},
-		{"replaces: the named limit is not applied", 0, ds(desc("replaced", "a"), desc("replacer", "b")), ws(want{code: ok}, want{ok, 100, mnt, 99})},
-		{"replaces: alone it applies", 0, ds(desc("replaced", "a")), ws(want{ok, 1, mnt, 0})},
-		{"replaces: alone, over", 0, ds(desc("replaced", "a")), ws(want{over, 1, mnt, 0})},
-		{"replaces: replaced even when over", 0, ds(desc("replaced", "a"), desc("replacer", "b")), ws(want{code: ok}, want{ok, 100, mnt, 98})},
+		{"replaces: the named limit is not applied", 0, ds(desc("replaced", "a"), desc("replacer", "b")), ws(want{code: ok}, want{ok, 100, day, 99})},
+		{"replaces: alone it applies", 0, ds(desc("replaced", "a")), ws(want{ok, 1, day, 0})},
+		{"replaces: alone, over", 0, ds(desc("replaced", "a")), ws(want{over, 1, day, 0})},
+		{"replaces: replaced even when over", 0, ds(desc("replaced", "a"), desc("replacer", "b")), ws(want{code: ok}, want{ok, 100, day, 98})},
 		{"hits_addend: request level", 2, ds(desc("key3", "x")), ws(want{ok, 3, hr, 1})},
 		{"hits_addend: descriptor level beats the request's", 3, ds(hits(desc("key3", "x"), 1)), ws(want{ok, 3, hr, 0})},
 		{"hits_addend: over", 0, ds(desc("key3", "x")), ws(want{over, 3, hr, 0})},
@@ -136,10 +138,10 @@ func TestConformance(t *testing.T) {
 		{"negative hits: give 2 back", 0, ds(negative(desc("key4", "x"), 2)), ws(want{ok, 4, day, 3})},
 		{"negative hits: 3 fit again", 3, ds(desc("key4", "x")), ws(want{ok, 4, day, 0})},
 		{"negative hits: nothing left to give back beyond what was charged", 0, ds(negative(desc("key4", "y"), 5)), ws(want{ok, 4, day, 0})},
-		{"limit override", 0, ds(overrideTo(desc("key2", "zzz"), 1, typev3.RateLimitUnit_MINUTE)), ws(want{ok, 1, mnt, 0})},
-		{"limit override: over", 0, ds(overrideTo(desc("key2", "zzz"), 1, typev3.RateLimitUnit_MINUTE)), ws(want{over, 1, mnt, 0})},
+		{"limit override", 0, ds(overrideTo(desc("key2", "zzz"), 1, typev3.RateLimitUnit_DAY)), ws(want{ok, 1, day, 0})},
+		{"limit override: over", 0, ds(overrideTo(desc("key2", "zzz"), 1, typev3.RateLimitUnit_DAY)), ws(want{over, 1, day, 0})},
 		{"limit override: an unknown descriptor gets it too", 0, ds(overrideTo(desc("nokey", "v"), 2, typev3.RateLimitUnit_HOUR)), ws(want{ok, 2, hr, 1})},
-		{"limit override: no shadow_mode of the file", 0, ds(overrideTo(desc("shadow", "on"), 1, typev3.RateLimitUnit_MINUTE)), ws(want{over, 1, mnt, 0})},
+		{"limit override: no shadow_mode of the file", 0, ds(overrideTo(desc("shadow", "on"), 1, typev3.RateLimitUnit_DAY)), ws(want{over, 1, day, 0})},
 		{"requests_per_unit 0 blocks", 0, ds(desc("zero", "v")), ws(want{over, 0, sec, 0})},
 		{"a Sluice rule: token bucket, weighted", 0, ds(hits(desc("tokens", "k"), 10)), ws(want{ok, 10, mnt, 0})},
 		{"a Sluice rule: over", 0, ds(desc("tokens", "k")), ws(want{over, 10, mnt, 0})},
