@@ -58,6 +58,13 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 100, name: big, replaces: [{name: small}]}
   - key: zero
     rate_limit: {unit: second, requests_per_unit: 0}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: check
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: unlimited-but-replaced
+    rate_limit: {unlimited: true, name: small}
   - key: tokens
     rule: tokens-per-key
   - key: shadowed
@@ -142,6 +149,12 @@ func TestConformance(t *testing.T) {
 		{"limit override: over", 0, ds(overrideTo(desc("key2", "zzz"), 1, typev3.RateLimitUnit_DAY)), ws(want{over, 1, day, 0})},
 		{"limit override: an unknown descriptor gets it too", 0, ds(overrideTo(desc("nokey", "v"), 2, typev3.RateLimitUnit_HOUR)), ws(want{ok, 2, hr, 1})},
 		{"limit override: no shadow_mode of the file", 0, ds(overrideTo(desc("shadow", "on"), 1, typev3.RateLimitUnit_DAY)), ws(want{over, 1, day, 0})},
+		{"quota_mode: within", 0, ds(desc("quota", "q")), ws(want{ok, 1, day, 0})},
+		{"quota_mode: over, OK", 0, ds(desc("quota", "q")), ws(want{ok, 1, day, 0})},
+		{"hits_addend 0: a check charges nothing", 0, ds(hits(desc("check", "c"), 0)), ws(want{ok, 2, day, 2})},
+		{"hits_addend 0: so both still fit", 2, ds(desc("check", "c")), ws(want{ok, 2, day, 0})},
+		{"hits_addend 0: a full key is OK to a check", 0, ds(hits(desc("check", "c"), 0)), ws(want{ok, 2, day, 0})},
+		{"unlimited: stays unlimited when replaced", 0, ds(desc("unlimited-but-replaced", "u"), desc("replacer", "b")), ws(want{ok, 0, 0, math.MaxUint32}, want{ok, 100, day, 97})},
 		{"requests_per_unit 0 blocks", 0, ds(desc("zero", "v")), ws(want{over, 0, sec, 0})},
 		{"a Sluice rule: token bucket, weighted", 0, ds(hits(desc("tokens", "k"), 10)), ws(want{ok, 10, mnt, 0})},
 		{"a Sluice rule: over", 0, ds(desc("tokens", "k")), ws(want{over, 10, mnt, 0})},
@@ -220,6 +233,25 @@ func TestOverLimitAnswer(t *testing.T) {
 	if p.Status != 429 || len(p.Violated) != 1 || p.Violated[0] != "rls:test-domain.key3" || p.RetryAfter < 1 ||
 		p.RetryAfter > int64((wait+time.Second-1)/time.Second) || !strings.Contains(p.Type, "quota-exceeded") {
 		t.Errorf("raw_body %s (reset in %v)", resp.RawBody, wait)
+	}
+}
+
+// TestQuotaModeMetadata: a quota_mode descriptor over its limit answers OK and is named in
+// dynamic_metadata, as envoyproxy/ratelimit reports it.
+func TestQuotaModeMetadata(t *testing.T) {
+	b := start(t, map[string]string{"test.yaml": conformanceDomain})
+	first := b.ask(t, "test-domain", 0, desc("key2", "m"), desc("quota", "m"))
+	if v := first.DynamicMetadata.GetFields()["quotaModeViolations"].GetListValue().GetValues(); len(v) != 0 ||
+		!first.DynamicMetadata.GetFields()["quotaModeEnabled"].GetBoolValue() {
+		t.Fatalf("within the quota: %v", first.DynamicMetadata)
+	}
+	second := b.ask(t, "test-domain", 0, desc("key2", "m"), desc("quota", "m"))
+	v := second.DynamicMetadata.GetFields()["quotaModeViolations"].GetListValue().GetValues()
+	if second.OverallCode != ok || len(v) != 1 || v[0].GetNumberValue() != 1 {
+		t.Fatalf("over the quota: %v %v", second.OverallCode, second.DynamicMetadata)
+	}
+	if got := testenv.Metric(t, b.reg, "sluice_decisions_total", "rule", "rls:test-domain.quota", "outcome", "shadow"); got != 1 {
+		t.Errorf("quota-mode violation counted as %v shadow decisions, want 1", got)
 	}
 }
 

@@ -6,7 +6,7 @@
 //
 // A [Domains] is a directory of domain files in envoyproxy/ratelimit's YAML format, read as it
 // is (domain, descriptors, key, value, rate_limit with unit, requests_per_unit, unlimited, name
-// and replaces, shadow_mode, detailed_metric, value_to_metric, share_threshold), plus one key of
+// and replaces, shadow_mode, quota_mode, detailed_metric, value_to_metric, share_threshold), plus one key of
 // Sluice's: a descriptor's rule: NAME puts one of the config's rules behind it, so any of
 // limit's algorithms, the rule's shadow and on_store_error apply. A request descriptor is
 // matched as envoyproxy/ratelimit matches it: at each depth "key_value", then the first
@@ -19,7 +19,9 @@
 // Each descriptor is counted under the key domain + its entries (each value of a wildcard or
 // bare key apart, as there); a plain rate_limit is a fixed window of requests_per_unit per unit
 // aligned to the epoch, as there. The cost is the descriptor's hits_addend, else the request's,
-// else 1 (0 is taken as 1: Sluice's limits have no peek). Every charge of one call goes to the
+// else 1; a descriptor's hits_addend of 0 is a check, decided at 1 and given straight back.
+// A quota_mode limit over its limit answers OK and is named in dynamic_metadata, as there.
+// Every charge of one call goes to the
 // store in one round trip. An is_negative_hits descriptor gives units back with
 // limit.Limiter.Adjust, within the limits' refund rules, from the charges this process
 // admitted on that key within the limit's period (the latest first); units it cannot match are

@@ -31,6 +31,7 @@ type (
 		RateLimit      *rawRateLimit   `yaml:"rate_limit"`
 		Descriptors    []rawDescriptor `yaml:"descriptors"`
 		ShadowMode     bool            `yaml:"shadow_mode"`
+		QuotaMode      bool            `yaml:"quota_mode"`
 		DetailedMetric bool            `yaml:"detailed_metric"`
 		ValueToMetric  bool            `yaml:"value_to_metric"`
 		ShareThreshold bool            `yaml:"share_threshold"`
@@ -81,6 +82,7 @@ type policy struct {
 	spec      limit.Limit
 	unlimited bool
 	shadow    bool
+	quota     bool   // quota_mode: over the limit is OK, reported in dynamic_metadata
 	rule      string // a Sluice rule backs it; spec then comes from the current config
 	replaces  []string
 	reqs      int64 // requests_per_unit as written
@@ -205,7 +207,7 @@ func (c *compiler) policy(where string, rd rawDescriptor, path string) *policy {
 			c.fail(where+".rule", "a descriptor takes rule or a rate_limit with unit and requests_per_unit, not both")
 			return nil
 		}
-		p := &policy{rule: rd.Rule, label: rd.Rule, shadow: rd.ShadowMode}
+		p := &policy{rule: rd.Rule, label: rd.Rule, shadow: rd.ShadowMode, quota: rd.QuotaMode}
 		if rl != nil {
 			p.name, p.replaces = rl.Name, replaceNames(rl.Replaces)
 		}
@@ -216,12 +218,9 @@ func (c *compiler) policy(where string, rd rawDescriptor, path string) *policy {
 		return p
 	}
 	if rl == nil {
-		if rd.ShadowMode {
-			c.fail(where+".shadow_mode", "needs a rate_limit or a rule")
-		}
 		return nil
 	}
-	p := &policy{name: rl.Name, label: "rls:" + path, unlimited: rl.Unlimited, shadow: rd.ShadowMode,
+	p := &policy{name: rl.Name, label: "rls:" + path, unlimited: rl.Unlimited, shadow: rd.ShadowMode, quota: rd.QuotaMode,
 		replaces: replaceNames(rl.Replaces), unit: rl.Unit}
 	if rl.Name != "" {
 		p.label = rl.Name

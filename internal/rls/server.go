@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/internal/config"
@@ -111,11 +112,14 @@ type item struct {
 	key      string
 	cost     int64
 	negative bool
+	peek     bool // a descriptor hits_addend of 0: check only, charge nothing
 	shadow   bool
+	quota    bool // quota_mode: over the limit answers OK, reported in dynamic_metadata
 	failOpen bool
 	dec      limit.Decision
 	outcome  string // "" until decided
-	over     bool
+	over     bool   // answered OVER_LIMIT
+	violated bool   // over the limit in quota mode
 }
 
 // ShouldRateLimit decides every descriptor of req: one status each, in order, and the
@@ -154,7 +158,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		desc := req.Descriptors[i]
 		it.cost = int64(max(req.HitsAddend, 1))
 		if h := desc.GetHitsAddend(); h != nil {
-			it.cost = int64(max(h.GetValue(), 1))
+			it.cost, it.peek = int64(max(h.GetValue(), 1)), h.GetValue() == 0
 		}
 		it.negative = desc.GetIsNegativeHits()
 		it.key = counterKey(req.Domain, desc, it.shared)
@@ -182,7 +186,7 @@ func override(p *policy, o *rlcommon.RateLimitDescriptor_RateLimitOverride, doma
 		q = &c
 		// As there: an override is never unlimited or shadowed by the file, has no name and
 		// replaces nothing. (A rule's own shadow still applies: it is the rule's.)
-		q.unlimited, q.shadow, q.name, q.replaces = false, false, "", nil
+		q.unlimited, q.shadow, q.quota, q.name, q.replaces = false, false, false, "", nil
 	}
 	q.overrideLimit, q.overridePeriod = int64(o.GetRequestsPerUnit()), period
 	return q
@@ -198,7 +202,7 @@ var overrideUnits = map[typev3.RateLimitUnit]time.Duration{
 func (s *Server) resolve(it *item, cfg *config.Config) {
 	p := it.pol
 	it.spec = p.spec
-	it.shadow = p.shadow || cfg.Shadow
+	it.shadow, it.quota = p.shadow || cfg.Shadow, p.quota
 	mode := cfg.OnStoreError
 	if p.rule != "" {
 		i := slices.IndexFunc(cfg.Rules, func(r config.Rule) bool { return r.Name == p.rule })
@@ -270,6 +274,7 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, items []item) {
 	decs, err := s.ask(ctx, cfg, s.lim, reqs)
 	if err == nil {
 		s.record(items, idx, decs, false)
+		s.unpeek(ctx, cfg, items, idx)
 		return
 	}
 	s.m.storeErrors.Inc()
@@ -312,19 +317,45 @@ func (s *Server) record(items []item, idx []int, decs []limit.Decision, fellBack
 		it := &items[i]
 		it.dec = decs[j]
 		switch {
+		case it.peek: // a check, not a decision: not counted
 		case fellBack:
 			it.outcome = "fail_open"
 		case it.dec.Allowed:
 			it.outcome = "allowed"
-		case it.shadow:
+		case it.shadow || it.quota:
 			it.outcome = "shadow"
 		default:
 			it.outcome = "rejected"
 		}
-		it.over = !it.dec.Allowed && !it.shadow
-		if it.dec.Allowed && !fellBack {
+		it.over = !it.dec.Allowed && !it.shadow && !it.quota && !it.peek
+		it.violated = !it.dec.Allowed && it.quota && !it.shadow
+		if it.dec.Allowed && !fellBack && !it.peek {
 			s.refunds.add(it.key, it.spec, it.dec)
 		}
+	}
+}
+
+// unpeek gives back the unit that a check-only descriptor (hits_addend 0) was decided with:
+// its status says whether one more would fit, and what remains, without charging anything.
+// envoyproxy/ratelimit adds 0 and answers OK unless the key is already over; Sluice never
+// counts a key past its limit, so a check is always OK.
+func (s *Server) unpeek(ctx context.Context, cfg *config.Config, items []item, idx []int) {
+	for _, i := range idx {
+		it := &items[i]
+		if !it.peek || !it.dec.Allowed {
+			continue
+		}
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if s.fallback != nil {
+			actx, cancel = context.WithTimeout(ctx, cfg.StoreTimeout)
+		}
+		if err := s.lim.Adjust(actx, it.key, it.spec, it.dec, 0); err != nil {
+			s.log.Warn("rls: give back a check's unit", "err", err)
+			s.m.storeErrors.Inc()
+		} else {
+			it.dec.Remaining++
+		}
+		cancel()
 	}
 }
 
@@ -370,10 +401,12 @@ func (s *Server) respond(domain string, items []item, replaced map[string]bool) 
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		resp.Statuses[i] = st
 		switch {
-		case it.pol == nil || (it.pol.name != "" && replaced[it.pol.name]):
+		case it.pol == nil:
 			continue
-		case it.pol.unlimited:
+		case it.pol.unlimited: // as there: an unlimited limit stays so even when replaced
 			st.LimitRemaining = math.MaxUint32
+			continue
+		case it.pol.name != "" && replaced[it.pol.name]:
 			continue
 		}
 		st.CurrentLimit = currentLimit(it.pol.name, it.spec)
@@ -382,6 +415,9 @@ func (s *Server) respond(domain string, items []item, replaced map[string]bool) 
 		if it.over {
 			st.Code, st.LimitRemaining = rlsv3.RateLimitResponse_OVER_LIMIT, 0
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if it.quota {
+			resp.DynamicMetadata = quotaMetadata(resp.DynamicMetadata, i, it.violated)
 		}
 		if it.outcome != "" {
 			s.m.count(it.pol.label, it.outcome)
@@ -428,6 +464,23 @@ func currentLimit(name string, spec limit.Limit) *rlsv3.RateLimitResponse_RateLi
 		}
 	}
 	return rl
+}
+
+// quotaMetadata adds descriptor i of a quota_mode limit to md as envoyproxy/ratelimit reports
+// them in dynamic_metadata: quotaModeEnabled, and the indexes of those over the limit in
+// quotaModeViolations.
+func quotaMetadata(md *structpb.Struct, i int, violated bool) *structpb.Struct {
+	if md == nil {
+		md = &structpb.Struct{Fields: map[string]*structpb.Value{
+			"quotaModeEnabled":    structpb.NewBoolValue(true),
+			"quotaModeViolations": structpb.NewListValue(&structpb.ListValue{}),
+		}}
+	}
+	if violated {
+		l := md.Fields["quotaModeViolations"].GetListValue()
+		l.Values = append(l.Values, structpb.NewNumberValue(float64(i)))
+	}
+	return md
 }
 
 // hv is one header to add.
