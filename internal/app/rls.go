@@ -54,7 +54,17 @@ func (p *ingressProc) closeRLS(context.Context) error {
 }
 
 // rlsStep is the reload step of the rate-limit service: the rules its descriptors name must
-// stay usable.
+// stay usable. Then the domain files are read again too (a SIGHUP reloads them as it reloads
+// the config file); domain files that do not compile keep the domains in force, are logged and
+// counted, and do not refuse the config's reload.
 func (p *ingressProc) rlsStep() reloadStep {
-	return reloadStep{"rls", func(_ context.Context, next *config.Config) error { return p.rls.SetConfig(next) }}
+	return reloadStep{"rls", func(_ context.Context, next *config.Config) error {
+		if err := p.rls.SetConfig(next); err != nil {
+			return err
+		}
+		if p.rls.Reload() != nil {
+			p.adm.ReloadFailed()
+		}
+		return nil
+	}}
 }

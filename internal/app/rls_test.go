@@ -37,21 +37,25 @@ descriptors:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rlsAddr := freeAddr(t)
-	in := start(t, dir, fmt.Sprintf(`listen: %s
+	rlsAddr, listen, admin := freeAddr(t), freeAddr(t), freeAddr(t)
+	cfg := func(rules string) string {
+		return fmt.Sprintf(`listen: %s
 admin_listen: %s
 data_dir: %s
 upstream: http://127.0.0.1:1
 redis: {url: %s}
 rules:
-  - name: per-key
+%s
+rls_listen: %s
+rls: {config_dir: %s}
+`, listen, admin, filepath.Join(dir, "data"), rds.URL(), rules, rlsAddr, domains)
+	}
+	perKey := `  - name: per-key
     match: {path: /never/*}
     algorithm: gcra
     limit: 5
-    period: 1h
-rls_listen: %s
-rls: {config_dir: %s}
-`, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), rds.URL(), rlsAddr, domains))
+    period: 1h`
+	in := start(t, dir, cfg(perKey))
 
 	conn, err := grpc.NewClient(rlsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -85,10 +89,38 @@ rls: {config_dir: %s}
 	if n, err := rds.Client.Keys(context.Background(), "*rls:api*").Result(); err != nil || len(n) == 0 {
 		t.Fatalf("no rls counters in the ingress's Redis: %v %v", n, err)
 	}
-	body := getText(t, "http://"+in.admin+"/metrics")
+	metrics := func() string { return getText(t, "http://"+in.admin+"/metrics") }
+	body := metrics()
 	for _, want := range []string{`sluice_decisions_total{outcome="rejected",rule="per-key"} 1`, `sluice_decisions_total{outcome="rejected",rule="rls:api.remote_address"} 1`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+
+	// The watcher reloads a changed domain file.
+	if err := os.WriteFile(filepath.Join(domains, "api.yaml"), []byte(`domain: api
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: day, requests_per_unit: 7}
+  - key: api_key
+    rule: per-key
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the changed domain file to apply", func() bool {
+		return ask(ip).Statuses[0].CurrentLimit.GetRequestsPerUnit() == 7
+	})
+	// A config reload that drops the rule a descriptor names is refused; the rule stays.
+	if err := os.WriteFile(filepath.Join(dir, "sluice.yaml"), []byte(cfg(`  - name: other
+    algorithm: gcra
+    limit: 5
+    period: 1h`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the refused reload to be counted", func() bool {
+		return strings.Contains(metrics(), "sluice_config_reload_errors_total 1")
+	})
+	if resp := ask(key); resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("after the refused reload: %v", resp)
 	}
 }
