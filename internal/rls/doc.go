@@ -47,7 +47,7 @@
 //
 // # Costs
 //
-// One store round trip per call (DecideAll), plus one per refunded charge; a few allocations
-// per descriptor for the key and the protobuf answer. The refund memory holds at most 64
-// charges per key and 100 000 keys. Figures: BENCHMARKS.md, "rls".
+// One store round trip per call (DecideAll), plus one per refunded charge and per check; a few allocations
+// per descriptor for the key and the protobuf answer. The refund memory holds at most 4
+// charges per key and 65 536 keys. Figures: BENCHMARKS.md, "rls".
 package rls

@@ -11,7 +11,9 @@ import (
 // is_negative_hits descriptor can give back what they charged with limit.Limiter.Adjust,
 // which finds a charge by its decision. A charge is kept for its limit's period (a refund
 // later than that returns nothing under any algorithm's refund rules), at most perKey per key
-// and maxKeys keys; beyond those the oldest are forgotten and a refund of them does nothing.
+// (the latest) and maxKeys keys (beyond that, any one key is forgotten for each new one); a
+// refund of a forgotten charge does nothing. At about 150 bytes a charge, that bounds it to
+// some 40 MB.
 type refunds struct {
 	mu   sync.Mutex
 	now  func() time.Time
@@ -24,8 +26,8 @@ type charge struct {
 }
 
 const (
-	perKey  = 64
-	maxKeys = 100_000
+	perKey  = 4
+	maxKeys = 1 << 16
 )
 
 func newRefunds(now func() time.Time) *refunds {
