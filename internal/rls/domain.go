@@ -203,32 +203,15 @@ func (c *compiler) level(at string, ds []rawDescriptor, path string) *node {
 func (c *compiler) policy(where string, rd rawDescriptor, path string) *policy {
 	rl := rd.RateLimit
 	if rd.Rule != "" {
-		if rl != nil && (rl.Unit != "" || rl.RequestsPerUnit != nil || rl.Unlimited) {
-			c.fail(where+".rule", "a descriptor takes rule or a rate_limit with unit and requests_per_unit, not both")
-			return nil
-		}
-		p := &policy{rule: rd.Rule, label: rd.Rule, shadow: rd.ShadowMode, quota: rd.QuotaMode}
-		if rl != nil {
-			p.name, p.replaces = rl.Name, replaceNames(rl.Replaces)
-		}
-		if err := ruleUsable(c.cfg, rd.Rule); err != nil {
-			c.fail(where+".rule", err.Error())
-		}
-		c.d.rules[rd.Rule] = c.file + ": " + where
-		return p
+		return c.rulePolicy(where, rd)
 	}
 	if rl == nil {
 		return nil
 	}
 	p := &policy{name: rl.Name, label: "rls:" + path, unlimited: rl.Unlimited, shadow: rd.ShadowMode, quota: rd.QuotaMode,
-		replaces: replaceNames(rl.Replaces), unit: rl.Unit}
+		replaces: c.replaces(where, rl), unit: rl.Unit}
 	if rl.Name != "" {
 		p.label = rl.Name
-	}
-	for i, r := range rl.Replaces {
-		if r.Name == "" {
-			c.fail(fmt.Sprintf("%s.rate_limit.replaces[%d].name", where, i), "required")
-		}
 	}
 	if rl.Unlimited {
 		if rl.Unit != "" || rl.RequestsPerUnit != nil {
@@ -255,9 +238,32 @@ func (c *compiler) policy(where string, rd rawDescriptor, path string) *policy {
 	return p
 }
 
-func replaceNames(rs []rawReplace) []string {
+// rulePolicy compiles a descriptor that names one of the config's rules. A rate_limit beside
+// it may give a name and replaces, not a rate.
+func (c *compiler) rulePolicy(where string, rd rawDescriptor) *policy {
+	rl := rd.RateLimit
+	if rl != nil && (rl.Unit != "" || rl.RequestsPerUnit != nil || rl.Unlimited) {
+		c.fail(where+".rule", "a descriptor takes rule or a rate_limit with unit and requests_per_unit, not both")
+		return nil
+	}
+	p := &policy{rule: rd.Rule, label: rd.Rule, shadow: rd.ShadowMode, quota: rd.QuotaMode}
+	if rl != nil {
+		p.name, p.replaces = rl.Name, c.replaces(where, rl)
+	}
+	if err := ruleUsable(c.cfg, rd.Rule); err != nil {
+		c.fail(where+".rule", err.Error())
+	}
+	c.d.rules[rd.Rule] = c.file + ": " + where
+	return p
+}
+
+// replaces returns the names rl replaces, each required.
+func (c *compiler) replaces(where string, rl *rawRateLimit) []string {
 	var out []string
-	for _, r := range rs {
+	for i, r := range rl.Replaces {
+		if r.Name == "" {
+			c.fail(fmt.Sprintf("%s.rate_limit.replaces[%d].name", where, i), "required")
+		}
 		out = append(out, r.Name)
 	}
 	return out
