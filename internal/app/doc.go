@@ -19,7 +19,11 @@
 //     which answers 503 at once until then (and for a queue whose JetStream stops answering,
 //     one trial publish at a time), so the listeners serve while NATS is down;
 //  5. run: the ingress serves its "listener" (ingress.Server: rules, forward, 429, defer) and,
-//     with embedded NATS, "in-process workers"; the worker runs its "workers" (worker.Pool);
+//     with embedded NATS, "in-process workers"; the worker runs its "workers" (worker.Pool).
+//     With rls_listen the ingress also serves Envoy's rate-limit service ("rls": its domain
+//     files loaded and its listener opened; "rls listener", gRPC, internal/rls; "rls watcher",
+//     optional, which reloads the domain files when their directory changes), counting with
+//     the ingress's limiter store and in its sluice_decisions_total;
 //  6. "config watcher": reload on SIGHUP and on file change, by the one reload policy below;
 //  7. when Run's ctx ends, stop every started service in reverse order under one context that
 //     ends shutdown_timeout later (the current config's). The worker pool starts its own
@@ -35,7 +39,8 @@
 // for, also one asked for while it still waited for NATS.
 //
 // One reload policy: an invalid or unreadable file, or a valid one that a step (provision the
-// queues, swap the rules, update the pool; in that order) cannot apply, is refused — logged with
+// queues, check the rules the rate-limit service's descriptors name, swap the rules, update
+// the pool; in that order) cannot apply, is refused — logged with
 // the step, counted in sluice_config_reload_errors_total (the one reload metric), and the
 // current config stays. Steps before a failed one stay applied: provisioning only adds and
 // updates streams, and the swaps fail only for a file Parse accepted that a component cannot run.

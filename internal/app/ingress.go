@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/connect"
 	"github.com/sluice-rl/sluice/internal/demo"
 	"github.com/sluice-rl/sluice/internal/ingress"
+	"github.com/sluice-rl/sluice/internal/rls"
 	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/limit"
@@ -109,6 +110,8 @@ type ingressProc struct {
 	demoLn  net.Listener // nil without demo_upstream
 	adm     *admin.Server
 	history *admin.History // the queues' last hour, sampled by the "history" service
+	rls     *rls.Server    // the Envoy rate-limit service; nil without rls_listen
+	rlsLn   net.Listener
 }
 
 // services are the ingress's services, in the order they start (see the package doc).
@@ -131,6 +134,9 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 	)
 	if cfg.DemoUpstream != "" {
 		s = append(s, lc.run("demo upstream", background{}, p.serveDemo))
+	}
+	if cfg.RLSListen != "" {
+		s = append(s, p.rlsServices(lc)...)
 	}
 	if cfg.NATS == nil {
 		// Nothing outside this process can reach an embedded server's queues.
@@ -415,10 +421,11 @@ func (p *ingressProc) runPool(ctx context.Context) error {
 
 // watch reloads the config on SIGHUP and on file change, by the one reload policy.
 func (p *ingressProc) watch(ctx context.Context) error {
-	steps := []reloadStep{
-		{"provision queues", p.provisionQueues},
-		{"rules", func(_ context.Context, next *config.Config) error { return p.srv.Reload(next) }},
+	steps := []reloadStep{{"provision queues", p.provisionQueues}}
+	if p.rls != nil {
+		steps = append(steps, p.rlsStep())
 	}
+	steps = append(steps, reloadStep{"rules", func(_ context.Context, next *config.Config) error { return p.srv.Reload(next) }})
 	if p.pool != nil {
 		steps = append(steps, reloadStep{"worker pool", func(_ context.Context, next *config.Config) error {
 			return p.pool.Reload(worker.FromConfig(next, p.qs.TenantID))

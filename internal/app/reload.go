@@ -91,6 +91,8 @@ func restartOnly(old, next *config.Config) []string {
 	add(old.ReadTimeout != next.ReadTimeout, "read_timeout")
 	add(old.JobRetention != next.JobRetention, "job_retention")
 	add(old.IDSecret != next.IDSecret, "id_secret")
+	add(old.RLSListen != next.RLSListen, "rls_listen")
+	add((old.RLS == nil) != (next.RLS == nil) || old.RLS != nil && next.RLS != nil && *old.RLS != *next.RLS, "rls")
 	return keys
 }
 

@@ -136,6 +136,12 @@ type Config struct {
 	Queues []Queue
 	// Rules are the rate-limit rules, in file order; names are unique.
 	Rules []Rule
+	// RLSListen is the host:port of the ingress's Envoy rate-limit service, gRPC
+	// envoy.service.ratelimit.v3.RateLimitService (YAML rls_listen). "": not served. It needs
+	// RLS.
+	RLSListen string
+	// RLS configures that service (YAML rls); nil exactly when RLSListen is "".
+	RLS *RLS
 }
 
 // Queue returns the queue named name, and whether there is one. The pointer points into

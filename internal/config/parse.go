@@ -162,6 +162,12 @@ type (
 		IDSecret        *scalar    `yaml:"id_secret"`
 		Queues          []rawQueue `yaml:"queues"`
 		Rules           []rawRule  `yaml:"rules"`
+		RLSListen       *scalar    `yaml:"rls_listen"`
+		RLS             *rawRLS    `yaml:"rls"`
+	}
+	rawRLS struct {
+		ConfigDir  *scalar `yaml:"config_dir"`
+		Reflection *scalar `yaml:"reflection"`
 	}
 	rawRedis struct {
 		URL *scalar `yaml:"url"`

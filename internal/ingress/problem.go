@@ -234,6 +234,19 @@ func setProblemHeaders(h http.Header, hv *problemHeaders, status int, retryAfter
 // Content-Length, Cache-Control, Retry-After.
 type problemHeaders [4]string
 
+// QuotaBody is the problem+json body of a 429 for the rules named violated, to be retried in
+// secs, as the HTTP path writes it: the rate-limit service's raw_body.
+func QuotaBody(violated []string, secs int64) []byte {
+	return (&Problem{
+		Type:             QuotaExceededType,
+		Title:            quotaTitle,
+		Status:           http.StatusTooManyRequests,
+		Detail:           quotaDetail(violated, secs),
+		ViolatedPolicies: violated,
+		RetryAfter:       secs,
+	}).appendJSON(nil)
+}
+
 // appendJSON appends p as JSON to dst, byte for byte what encoding/json's Marshal writes
 // for it (field order, omitempty, HTML-safe string escaping), without reflection.
 func (p *Problem) appendJSON(dst []byte) []byte {

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/httphdr"
 	"github.com/sluice-rl/sluice/jsonw"
 	"github.com/sluice-rl/sluice/limit"
 )
@@ -351,33 +352,11 @@ func quotaBody(name string) (head, mid string) {
 	return head, string(b)
 }
 
-// sfString writes s as a structured-field string (RFC 9651 3.3.3). Bytes outside printable
-// ASCII cannot be written and become "?".
-func sfString(s string) string { return string(appendSFString(make([]byte, 0, len(s)+2), s)) }
-
-// appendSFString appends s as sfString writes it.
-func appendSFString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			dst = append(dst, '?')
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return append(dst, '"')
-}
-
-// ceilSeconds returns d in whole seconds, rounded up; 0 for d <= 0.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
+// sfString, appendSFString and ceilSeconds are httphdr's, which the rate-limit service's
+// headers share.
+func sfString(s string) string                   { return httphdr.SFString(s) }
+func appendSFString(dst []byte, s string) []byte { return httphdr.AppendSFString(dst, s) }
+func ceilSeconds(d time.Duration) int64          { return httphdr.CeilSeconds(d) }
 
 // request is what key extraction reads from one request, parsed at most once.
 type request struct {
