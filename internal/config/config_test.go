@@ -78,6 +78,7 @@ func TestFullExampleLoads(t *testing.T) {
 		JobRetention:    72 * time.Hour,
 		MaxHeaderBytes:  32768,
 		ReadTimeout:     30 * time.Second,
+		ReadAheadBytes:  DefaultReadAheadBytes,
 		IPv6Prefix:      64,
 		Queues: []Queue{{
 			Name: "orders", Rate: Rate{N: 50, Per: time.Second}, Burst: 5, MaxDepth: 5000,
@@ -173,7 +174,7 @@ upstream: http://up
 		Path: "sluice.yaml", Listen: "127.0.0.1:8080", AdminListen: "127.0.0.1:9090", Upstream: "http://up",
 		DataDir: "./data", OnStoreError: StoreErrorAllow, StoreTimeout: 50 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, JobRetention: 24 * time.Hour, MaxHeaderBytes: 64 << 10,
-		ReadTimeout: 30 * time.Second, IPv6Prefix: 64,
+		ReadTimeout: 30 * time.Second, ReadAheadBytes: DefaultReadAheadBytes, IPv6Prefix: 64,
 		Queues: []Queue{{
 			Name: "q", Rate: Rate{1, time.Second}, MaxDepth: 100000, MaxBodyBytes: 1 << 20, MaxBytes: DefaultMaxBytes, MaxAttempts: 8,
 			Backoff: Backoff{time.Second, 5 * time.Minute}, Timeout: 10 * time.Second,

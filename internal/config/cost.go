@@ -25,6 +25,11 @@ const (
 	CostBodyBytes CostKind = "body_bytes"
 )
 
+// MaxReadAhead is the most of one request's body the ingress reads ahead to find a cost in it
+// (cost: json:…, or body_bytes without a Content-Length): a larger body is charged the
+// fallback. It holds MaxReadAhead + 1 bytes at most, to tell a body of exactly this size.
+const MaxReadAhead = 1 << 20
+
 // MaxCost is the largest cost Sluice reads from a request, a job or an answer: larger values
 // are malformed (and take the fallback). It keeps every charge exact in the stores' integer
 // arithmetic.
@@ -149,6 +154,8 @@ func (b *builder) ruleCost(where string, r *Rule, rr rawRule) {
 		return
 	case r.Lease > 0:
 		b.p.add(where, "lease", "lease takes requests ahead one unit each; it does not apply to a rule with a cost")
+	case r.CostFromResponse.IsSet() && r.Algorithm == "sliding_log":
+		b.p.add(where, "cost_from_response", "cost_from_response needs an algorithm that carries debt: sliding_log keeps one entry per unit within one period and would drop what the answer owes beyond it; use sliding_window")
 	}
 	capacity := r.LimitSpec().Capacity()
 	if r.Cost.Kind == CostNumber && r.Cost.N > capacity {

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
@@ -85,6 +86,12 @@ func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := g.limiter.Adjust(ctx, rc.key, rc.rule.spec, rc.dec, used)
 		cancel()
+		if errors.Is(err, limit.ErrDebtCapped) {
+			g.metrics.debtCapped.WithLabelValues(rc.rule.name).Inc()
+			g.log.Warn("ingress: a key owes more than its rule's debt cap; the rest of the true cost is dropped",
+				"rule", rc.rule.name, "debt_capacities", limit.DebtCapacities)
+			err = nil
+		}
 		if err != nil {
 			g.metrics.storeErrors.Inc()
 			g.metrics.unreconciled.WithLabelValues(rc.rule.name).Inc()

@@ -68,6 +68,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.setUpstream(g.rules.Load().upstream)
 	s.writeStall.Store(int64(cfg.ReadTimeout))
+	m.readAhead.bound.Store(cfg.ReadAheadBytes)
 
 	s.writers.New = func() any { return new(forwardWriter) }
 	e := echo.New()
@@ -93,6 +94,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 	s.gate.warn(cfg)
 	s.setUpstream(s.gate.rules.Load().upstream)
 	s.writeStall.Store(int64(cfg.ReadTimeout))
+	s.gate.metrics.readAhead.bound.Store(cfg.ReadAheadBytes)
 	return nil
 }
 
@@ -244,7 +246,8 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 // status. Echo routes the job API only: as a pre-routing middleware this would have echo
 // build the chain anew for every request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body := wrapBody(r)
+	body := wrapBody(w, r, time.Duration(s.writeStall.Load()))
+	defer body.release()
 	c := s.echo.AcquireContext()
 	c.Reset(r, w)
 	var h held
