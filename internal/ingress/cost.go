@@ -8,7 +8,6 @@ import (
 	"github.com/sluice-rl/sluice/internal/cost"
 )
 
-
 // ruleCost is how a rule with a cost charges a request: read from spec, else fallback; at
 // most capacity, the most its limit ever admits at once.
 type ruleCost struct {

@@ -7,8 +7,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const costYAML = `
@@ -224,5 +226,66 @@ rules:
 				}
 			}
 		})
+	}
+}
+
+// The bytes held by cost read-ahead across requests stay within read_ahead_bytes: requests
+// that find the bound held are charged the fallback without their body being read, and each
+// request holds one buffer of 1 MiB + 1 byte at most; all of it is given back once answered.
+func TestReadAheadBounded(t *testing.T) {
+	const each = 1<<20 + 1
+	f := newFixture(t, fmt.Sprintf(`
+read_ahead_bytes: %d
+rules:
+  - name: tokens
+    match: {path: /v1/chat}
+    key: [header:X-Api-Key]
+    algorithm: token_bucket
+    limit: 1000000
+    period: 1h
+    cost: json:/max_tokens
+    cost_fallback: 4096
+`, 3*each), Options{})
+	m := f.srv.gate.metrics
+	const n = 20
+	writers := make([]*io.PipeWriter, n)
+	done := make(chan int, n)
+	for i := range n {
+		pr, pw := io.Pipe()
+		writers[i] = pw
+		go func() {
+			r := httptest.NewRequest("POST", "/v1/chat", pr)
+			r.RemoteAddr = f.peerAddr
+			r.Header.Set("X-Api-Key", fmt.Sprint("k", i))
+			w := httptest.NewRecorder()
+			f.handler.ServeHTTP(w, r)
+			done <- w.Code
+		}()
+		go pw.Write([]byte(`{"max_tokens":1,"messages":"`)) // then the body stalls
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.readAhead.held.Load() != 3*each || testutil.ToFloat64(m.readAheadSkips) != n-3 {
+		if h := m.readAhead.held.Load(); h > 3*each {
+			t.Fatalf("read-ahead holds %d bytes, bound %d", h, 3*each)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read-ahead holds %d bytes (want %d), skipped %v (want %d)",
+				m.readAhead.held.Load(), 3*each, testutil.ToFloat64(m.readAheadSkips), n-3)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, not standing in for one
+	}
+	for _, pw := range writers {
+		go func() {
+			pw.Write([]byte(`"}`))
+			pw.Close()
+		}()
+	}
+	for range n {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("a request answered %d, want 200", code)
+		}
+	}
+	if h := m.readAhead.held.Load(); h != 0 {
+		t.Errorf("after every answer the read-ahead holds %d bytes, want 0", h)
 	}
 }

@@ -56,7 +56,7 @@ type metrics struct {
 	debtCapped     *prometheus.CounterVec
 	readAheadBytes prometheus.GaugeFunc
 	readAheadSkips prometheus.Counter
-	readAhead      readAhead // the bytes held by cost read-ahead, across requests
+	readAhead      readAhead                       // the bytes held by cost read-ahead, across requests
 	memories       atomic.Pointer[[]*limit.Memory] // the in-memory stores the gate decides with
 
 	byCode [600]atomic.Pointer[counter] // children of requests, by status code

@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -68,7 +69,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.setUpstream(g.rules.Load().upstream)
 	s.writeStall.Store(int64(cfg.ReadTimeout))
-	m.readAhead.bound.Store(cfg.ReadAheadBytes)
+	m.readAhead.bound.Store(cmp.Or(cfg.ReadAheadBytes, config.DefaultReadAheadBytes))
 
 	s.writers.New = func() any { return new(forwardWriter) }
 	e := echo.New()
@@ -94,7 +95,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 	s.gate.warn(cfg)
 	s.setUpstream(s.gate.rules.Load().upstream)
 	s.writeStall.Store(int64(cfg.ReadTimeout))
-	s.gate.metrics.readAhead.bound.Store(cfg.ReadAheadBytes)
+	s.gate.metrics.readAhead.bound.Store(cmp.Or(cfg.ReadAheadBytes, config.DefaultReadAheadBytes))
 	return nil
 }
 
