@@ -42,9 +42,9 @@ func FromRequest(c config.Cost, h http.Header, rawQuery string, body []byte) (n 
 	case config.CostBodyBytes:
 		return max(int64(len(body)), 1), true
 	case config.CostHeader:
-		n, ok = number(headerValue(h, c.Name))
+		n, ok = headerNumber(h, c.Name)
 	case config.CostQuery:
-		n, ok = number(queryValue(rawQuery, c.Name))
+		n, ok = queryNumber(rawQuery, c.Name)
 	case config.CostJSON:
 		n, ok = Pointer(body, c.Name)
 	}
@@ -59,23 +59,34 @@ func FromRequest(c config.Cost, h http.Header, rawQuery string, body []byte) (n 
 func FromResponse(c config.Cost, h http.Header, body []byte) (n int64, ok bool) {
 	switch c.Kind {
 	case config.CostHeader:
-		return number(headerValue(h, c.Name))
+		return headerNumber(h, c.Name)
 	case config.CostJSON:
 		return Pointer(body, c.Name)
 	}
 	return 0, false
 }
 
-// headerValue is the first value of the header name (canonical), or "".
-func headerValue(h http.Header, name string) string {
-	if vs := h[name]; len(vs) > 0 {
-		return vs[0]
+// headerNumber reads the header name (canonical) as a number. A header sent several times is
+// ambiguous (servers differ on which value they read: the first, the last, or all joined):
+// it is charged its largest value, and ok is false if any value is malformed.
+func headerNumber(h http.Header, name string) (n int64, ok bool) {
+	vs := h[name]
+	for _, v := range vs {
+		k, good := number(v)
+		if !good {
+			return 0, false
+		}
+		n = max(n, k)
 	}
-	return ""
+	return n, len(vs) > 0
 }
 
-// queryValue is the first value of the query parameter name in rawQuery, unescaped, or "".
-func queryValue(rawQuery, name string) string {
+// queryNumber reads the query parameter name in rawQuery, unescaped, as a number. A parameter
+// given several times (?limit=1&limit=60) is ambiguous (Django, PHP and Rails read the last,
+// Go and Express the first or all): it is charged its largest value, and ok is false if any
+// value is malformed.
+func queryNumber(rawQuery, name string) (n int64, ok bool) {
+	found := false
 	for rawQuery != "" {
 		var kv string
 		kv, rawQuery, _ = strings.Cut(rawQuery, "&")
@@ -85,12 +96,17 @@ func queryValue(rawQuery, name string) string {
 				continue
 			}
 		}
-		if u, err := url.QueryUnescape(v); err == nil {
-			return u
+		u, err := url.QueryUnescape(v)
+		if err != nil {
+			return 0, false
 		}
-		return ""
+		k2, good := number(u)
+		if !good {
+			return 0, false
+		}
+		n, found = max(n, k2), true
 	}
-	return ""
+	return n, found
 }
 
 // number parses a cost written as a decimal number: at least 0, at most config.MaxCost, a

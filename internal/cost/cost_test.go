@@ -30,7 +30,7 @@ func TestPointer(t *testing.T) {
 		{"/frac", 13, true},
 		{"/neg", 0, false},
 		{"/big", 0, false},
-		{"/s", 0, false}, // a string is not a number
+		{"/s", 12, true}, // a number in a string is that number (as pydantic reads it)
 		{"/t", 0, false},
 		{"/n", 0, false},
 		{"/missing", 0, false},
@@ -260,5 +260,39 @@ func BenchmarkFromRequestHeader(b *testing.B) {
 		if n, ok := FromRequest(c, h, "", nil); n != 42 || !ok {
 			b.Fatal(n, ok)
 		}
+	}
+}
+
+// Ambiguous costs are charged their largest candidate, and numbers in strings are read as the
+// upstream reads them: never less than what it counts.
+func TestAmbiguousCostsChargeTheLargest(t *testing.T) {
+	hdr := http.Header{"X-Cost": {"1", "60"}}
+	for _, c := range []struct {
+		name  string
+		spec  string
+		h     http.Header
+		query string
+		body  string
+		want  int64
+		ok    bool
+	}{
+		{name: "repeated query value", spec: "query:limit", query: "limit=1&limit=60", want: 60, ok: true},
+		{name: "repeated query value, escaped name", spec: "query:limit", query: "limit=60&l%69mit=1", want: 60, ok: true},
+		{name: "repeated query value, one malformed", spec: "query:limit", query: "limit=1&limit=x", ok: false},
+		{name: "repeated header value", spec: "header:X-Cost", h: hdr, want: 60, ok: true},
+		{name: "numeric string at the pointer", spec: "json:/max_tokens", body: `{"max_tokens":"16000"}`, want: 16000, ok: true},
+		{name: "numeric string with a fraction", spec: "json:/max_tokens", body: `{"max_tokens":"1.5"}`, want: 2, ok: true},
+		{name: "string that is no number", spec: "json:/max_tokens", body: `{"max_tokens":"many"}`, ok: false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec, err := config.ParseCost(c.spec, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, ok := FromRequest(spec, c.h, c.query, []byte(c.body))
+			if ok != c.ok || ok && n != c.want {
+				t.Errorf("got %d %v, want %d %v", n, ok, c.want, c.ok)
+			}
+		})
 	}
 }

@@ -12,7 +12,7 @@ import (
 const maxDepth = 1000
 
 // Pointer returns the number at the RFC 6901 JSON pointer ptr ("/usage/total_tokens") in the
-// JSON document doc, read as number reads it. ok is false when doc is not JSON up to the value,
+// JSON document doc, read as number reads it; a string holding a number counts as that number. ok is false when doc is not JSON up to the value,
 // the pointer names nothing, or the value is not a number in range.
 func Pointer(doc []byte, ptr string) (int64, bool) {
 	s := scanner{b: doc}
@@ -33,6 +33,19 @@ func Pointer(doc []byte, ptr string) (int64, bool) {
 	}
 	s.space()
 	start := s.i
+	if s.peek() == '"' {
+		// A number in a string ("16000"): pydantic, which vLLM and other OpenAI-compatible
+		// servers use, reads it as the number, so it is charged as that number.
+		n, ok := s.skipStr()
+		if !ok {
+			return 0, false
+		}
+		v, ok := unquote(s.b[start+1 : start+n-1])
+		if !ok {
+			return 0, false
+		}
+		return number(v)
+	}
 	if !s.number() {
 		return 0, false
 	}
