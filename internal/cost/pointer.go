@@ -12,10 +12,19 @@ import (
 const maxDepth = 1000
 
 // Pointer returns the number at the RFC 6901 JSON pointer ptr ("/usage/total_tokens") in the
-// JSON document doc, read as number reads it; a string holding a number counts as that number. ok is false when doc is not JSON up to the value,
-// the pointer names nothing, or the value is not a number in range.
+// JSON document doc, read as number reads it; a string holding a number counts as that number
+// (pydantic, which vLLM and other OpenAI-compatible servers use, reads "16000" as 16000).
+//
+// A member name on the path matches the pointer's token as encoding/json matches a struct
+// field: case folded (so "MAX_TOKENS", and "max_to\u212aens" with the Kelvin sign, are
+// max_tokens too), and a name may appear several times. Where several members match, parsers
+// disagree on which one counts (the first, the last, the exact spelling), so the value is the
+// largest of theirs, and every one of them must hold a number. ok is false when doc is not
+// JSON up to the value, the pointer names nothing, or a value it names is not a number in
+// range.
 func Pointer(doc []byte, ptr string) (int64, bool) {
-	s := scanner{b: doc}
+	var toks [8]string
+	path := toks[:0]
 	for ptr != "" {
 		if ptr[0] != '/' {
 			return 0, false
@@ -27,29 +36,10 @@ func Pointer(doc []byte, ptr string) (int64, bool) {
 		} else {
 			ptr = ""
 		}
-		if !s.enter(unescapeToken(tok)) {
-			return 0, false
-		}
+		path = append(path, unescapeToken(tok))
 	}
-	s.space()
-	start := s.i
-	if s.peek() == '"' {
-		// A number in a string ("16000"): pydantic, which vLLM and other OpenAI-compatible
-		// servers use, reads it as the number, so it is charged as that number.
-		n, ok := s.skipStr()
-		if !ok {
-			return 0, false
-		}
-		v, ok := unquote(s.b[start+1 : start+n-1])
-		if !ok {
-			return 0, false
-		}
-		return number(v)
-	}
-	if !s.number() {
-		return 0, false
-	}
-	return number(string(s.b[start:s.i]))
+	s := scanner{b: doc}
+	return s.value(path)
 }
 
 // unescapeToken undoes a reference token's escapes: ~1 is /, ~0 is ~.
@@ -86,85 +76,117 @@ func (s *scanner) peek() byte {
 	return 0
 }
 
-// enter moves into the member tok of the object, or the element tok of the array, that starts
-// at the scanner, leaving it before that value.
-func (s *scanner) enter(tok string) bool {
+// value reads the value at the scanner and returns the number at path in it (see Pointer),
+// leaving the scanner past the value when ok.
+func (s *scanner) value(path []string) (int64, bool) {
+	if len(path) == 0 {
+		start := s.i
+		switch s.peek() {
+		case '"':
+			start = s.i
+			n, ok := s.skipStr()
+			if !ok {
+				return 0, false
+			}
+			v, ok := unquote(s.b[start+1 : start+n-1])
+			if !ok {
+				return 0, false
+			}
+			return number(v)
+		}
+		start = s.i
+		if !s.number() {
+			return 0, false
+		}
+		return number(string(s.b[start:s.i]))
+	}
 	switch s.peek() {
 	case '{':
-		return s.member(tok)
+		return s.members(path)
 	case '[':
-		return s.element(tok)
+		return s.element(path)
 	}
-	return false
+	return 0, false
 }
 
-// member enters the member tok of the object at the scanner. Every member is read: a name on
-// the path that appears twice is malformed, since parsers disagree on which one counts (most
-// take the last, some the first), and charging the one the upstream ignores would be a way
-// around the limit.
-func (s *scanner) member(tok string) bool {
+// members reads the object at the scanner to its end, and returns the largest of the numbers
+// at path[1:] in the members whose names match path[0] (see Pointer).
+func (s *scanner) members(path []string) (int64, bool) {
 	s.i++
-	at := -1
+	var most int64
+	found := false
 	for first := true; ; first = false {
 		c := s.peek()
 		if c == '}' {
-			s.i = at
-			return at >= 0
+			s.i++
+			return most, found
 		}
 		if !first {
 			if c != ',' {
-				return false
+				return 0, false
 			}
 			s.i++
 			s.space()
 		}
-		match, ok := s.name(tok)
+		match, ok := s.name(path[0])
 		if !ok || s.peek() != ':' {
-			return false
+			return 0, false
 		}
 		s.i++
-		if match {
-			if at >= 0 {
-				return false
+		if !match {
+			if !s.skip(0) {
+				return 0, false
 			}
-			s.space()
-			at = s.i
+			continue
 		}
-		if !s.skip(0) {
-			return false
+		n, ok := s.value(path[1:])
+		if !ok {
+			return 0, false
 		}
+		most, found = max(most, n), true
 	}
 }
 
-// element enters the element tok of the array at the scanner.
-func (s *scanner) element(tok string) bool {
-	n, err := strconv.Atoi(tok)
+// element reads the array at the scanner to its end, and returns the number at path[1:] in
+// its element path[0].
+func (s *scanner) element(path []string) (int64, bool) {
+	tok := path[0]
+	want, err := strconv.Atoi(tok)
 	if err != nil || tok[0] < '0' || tok[0] > '9' || (len(tok) > 1 && tok[0] == '0') {
-		return false
+		return 0, false
 	}
 	s.i++
+	var n int64
+	found := false
 	for k := 0; ; k++ {
 		c := s.peek()
 		if c == ']' {
-			return false
+			s.i++
+			return n, found
 		}
 		if k > 0 {
 			if c != ',' {
-				return false
+				return 0, false
 			}
 			s.i++
 		}
-		if k == n {
-			return true
+		if k == want {
+			var ok bool
+			if n, ok = s.value(path[1:]); !ok {
+				return 0, false
+			}
+			found = true
+			continue
 		}
 		if !s.skip(0) {
-			return false
+			return 0, false
 		}
 	}
 }
 
-// name reads a member name at the scanner and reports whether it is tok; a name with escapes
-// is decoded to compare (the only allocation of a scan).
+// name reads a member name at the scanner and reports whether it is tok, case folded as
+// encoding/json folds them; a name with escapes is decoded to compare (the only allocation of
+// a scan).
 func (s *scanner) name(tok string) (match, ok bool) {
 	if s.i >= len(s.b) || s.b[s.i] != '"' {
 		return false, false
@@ -177,10 +199,10 @@ func (s *scanner) name(tok string) (match, ok bool) {
 			s.i = j + 1
 			raw := s.b[start:j]
 			if !escaped {
-				return string(raw) == tok, true
+				return foldEqual(raw, tok), true
 			}
 			v, ok := unquote(raw)
-			return ok && v == tok, ok
+			return ok && strings.EqualFold(v, tok), ok
 		case c == '\\':
 			escaped = true
 			j++
@@ -189,6 +211,14 @@ func (s *scanner) name(tok string) (match, ok bool) {
 		}
 	}
 	return false, false
+}
+
+// foldEqual is strings.EqualFold(string(raw), tok) without the conversion's allocation.
+func foldEqual(raw []byte, tok string) bool {
+	if len(raw) == len(tok) && string(raw) == tok {
+		return true
+	}
+	return bytes.EqualFold(raw, []byte(tok))
 }
 
 // unquote decodes the escapes of a JSON string's contents.
