@@ -339,3 +339,56 @@ func TestAmbiguousCostsChargeTheLargest(t *testing.T) {
 		})
 	}
 }
+
+// Expressions charge a bound on the truth: a prompt estimate plus the completion bound.
+func TestExpressions(t *testing.T) {
+	chat := func(prompt, rest string) string {
+		return `{"model":"m","messages":[{"role":"user","content":"` + prompt + `"}]` + rest + `}`
+	}
+	const llm = "max(json:/max_completion_tokens, json:/max_tokens, 4096) + prompt_tokens(json:/messages)"
+	msgs := len(`[{"role":"user","content":""}]`)
+	for _, c := range []struct {
+		name, spec, body, query string
+		h                       http.Header
+		want                    int64
+		ok                      bool
+	}{
+		{name: "no bound given: the default", spec: llm, body: chat("hi", ""), want: 4096 + int64(msgs+2+1)/2, ok: true},
+		{name: "max_tokens below the default", spec: llm, body: chat("hi", `,"max_tokens":1`), want: 4096 + int64(msgs+2+1)/2, ok: true},
+		{name: "max_completion_tokens above it", spec: llm, body: chat("hi", `,"max_tokens":1,"max_completion_tokens":9000`), want: 9000 + int64(msgs+2+1)/2, ok: true},
+		{name: "a 64 000-character prompt", spec: llm, body: chat(strings.Repeat("a", 64000), `,"max_tokens":1`), want: 4096 + int64(msgs+64000+1)/2, ok: true},
+		{name: "a numeric string, cased", spec: llm, body: chat("", `,"MAX_TOKENS":"16000"`), want: 16000 + int64(msgs)/2, ok: true},
+		{name: "no messages: no prompt", spec: llm, body: `{"max_tokens":5000}`, want: 5000, ok: true},
+		{name: "not JSON", spec: llm, body: `{"max_tokens":5000,`, ok: false},
+		{name: "one byte a token", spec: "prompt_tokens(json:/p, 1)", body: `{"p":"abcd"}`, want: 6, ok: true},
+		{name: "sum needs every term", spec: "sum(json:/a, header:X-B)", body: `{"a":3}`, ok: false},
+		{name: "sum of two", spec: "json:/a + header:X-B", body: `{"a":3}`, h: http.Header{"X-B": {"4"}}, want: 7, ok: true},
+		{name: "a factor", spec: "3 * query:n", query: "n=5", want: 15, ok: true},
+		{name: "a factor after", spec: "(json:/a + 1) * 2", body: `{"a":3}`, want: 8, ok: true},
+		{name: "max of nothing readable", spec: "max(json:/a, json:/b)", body: `{}`, ok: false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec, err := config.ParseCost(c.spec, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, ok := FromRequest(spec, c.h, c.query, []byte(c.body))
+			if ok != c.ok || ok && n != c.want {
+				t.Errorf("%s: got %d %v, want %d %v", spec, n, ok, c.want, c.ok)
+			}
+		})
+	}
+	// An answer's true cost may be a sum too (Anthropic reports input and output apart).
+	spec, err := config.ParseCost("json:/usage/input_tokens + json:/usage/output_tokens", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := FromResponse(spec, nil, []byte(`{"usage":{"input_tokens":120,"output_tokens":30}}`)); n != 150 || !ok {
+		t.Errorf("a sum from an answer: %d %v, want 150", n, ok)
+	}
+	for _, bad := range []string{"prompt_tokens(json:/messages)", "query:n + json:/a", "max(json:/a"} {
+		if _, err := config.ParseCost(bad, true); err == nil {
+			t.Errorf("cost_from_response %q accepted", bad)
+		}
+	}
+}

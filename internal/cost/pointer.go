@@ -23,11 +23,35 @@ const maxDepth = 1000
 // JSON up to the value, the pointer names nothing, or a value it names is not a number in
 // range.
 func Pointer(doc []byte, ptr string) (int64, bool) {
+	n, st := walk(doc, ptr, false)
+	return n, st == found
+}
+
+// Size returns the size in bytes, as written, of the value at the JSON pointer ptr in doc,
+// the largest where several members match (as Pointer matches them), and 0 when the pointer
+// names nothing. ok is false when doc is not JSON as far as the scan reads it: the whole
+// objects and arrays on the path, and the values it measures.
+func Size(doc []byte, ptr string) (int64, bool) {
+	n, st := walk(doc, ptr, true)
+	return n, st != bad
+}
+
+// status is what a scan found at a pointer.
+type status uint8
+
+const (
+	found   status = iota // a value, well formed
+	missing               // nothing at the pointer, in a document well formed as far as read
+	bad                   // not JSON as far as read, or (numbers) a value that is no number
+)
+
+// walk scans doc for the value at ptr: its number, or with size its size in bytes.
+func walk(doc []byte, ptr string, size bool) (int64, status) {
 	var toks [8]string
 	path := toks[:0]
 	for ptr != "" {
 		if ptr[0] != '/' {
-			return 0, false
+			return 0, bad
 		}
 		ptr = ptr[1:]
 		tok := ptr
@@ -38,7 +62,7 @@ func Pointer(doc []byte, ptr string) (int64, bool) {
 		}
 		path = append(path, unescapeToken(tok))
 	}
-	s := scanner{b: doc}
+	s := scanner{b: doc, size: size}
 	return s.value(path)
 }
 
@@ -52,8 +76,9 @@ func unescapeToken(tok string) string {
 
 // scanner reads a JSON document from b[i:].
 type scanner struct {
-	b []byte
-	i int
+	b    []byte
+	i    int
+	size bool // measure the values at the path, rather than read numbers
 }
 
 func (s *scanner) space() {
@@ -76,29 +101,11 @@ func (s *scanner) peek() byte {
 	return 0
 }
 
-// value reads the value at the scanner and returns the number at path in it (see Pointer),
-// leaving the scanner past the value when ok.
-func (s *scanner) value(path []string) (int64, bool) {
+// value reads the value at the scanner and returns what is at path in it (see Pointer and
+// Size), leaving the scanner past the value unless the status is bad.
+func (s *scanner) value(path []string) (int64, status) {
 	if len(path) == 0 {
-		start := s.i
-		switch s.peek() {
-		case '"':
-			start = s.i
-			n, ok := s.skipStr()
-			if !ok {
-				return 0, false
-			}
-			v, ok := unquote(s.b[start+1 : start+n-1])
-			if !ok {
-				return 0, false
-			}
-			return number(v)
-		}
-		start = s.i
-		if !s.number() {
-			return 0, false
-		}
-		return number(string(s.b[start:s.i]))
+		return s.leaf()
 	}
 	switch s.peek() {
 	case '{':
@@ -106,80 +113,124 @@ func (s *scanner) value(path []string) (int64, bool) {
 	case '[':
 		return s.element(path)
 	}
-	return 0, false
+	if !s.skip(0) {
+		return 0, bad
+	}
+	return 0, missing // a path into a string, a number or a literal
 }
 
-// members reads the object at the scanner to its end, and returns the largest of the numbers
-// at path[1:] in the members whose names match path[0] (see Pointer).
-func (s *scanner) members(path []string) (int64, bool) {
+// leaf reads the value the path names: its number, or its size.
+func (s *scanner) leaf() (int64, status) {
+	start := s.i
+	if s.peek(); s.size {
+		start = s.i
+		if !s.skip(0) {
+			return 0, bad
+		}
+		return int64(s.i - start), found
+	}
+	start = s.i
+	if s.i < len(s.b) && s.b[s.i] == '"' {
+		n, ok := s.skipStr()
+		if !ok {
+			return 0, bad
+		}
+		v, ok := unquote(s.b[start+1 : start+n-1])
+		if !ok {
+			return 0, bad
+		}
+		return numberStatus(v)
+	}
+	if !s.number() {
+		return 0, bad
+	}
+	return numberStatus(string(s.b[start:s.i]))
+}
+
+func numberStatus(v string) (int64, status) {
+	if n, ok := number(v); ok {
+		return n, found
+	}
+	return 0, bad
+}
+
+// members reads the object at the scanner to its end, and returns the largest of what is at
+// path[1:] in the members whose names match path[0] (see Pointer). Reading numbers, a match
+// that holds none makes the whole missing (or bad); measuring, it counts nothing.
+func (s *scanner) members(path []string) (int64, status) {
 	s.i++
 	var most int64
-	found := false
+	st := missing
+	lacks := false
 	for first := true; ; first = false {
 		c := s.peek()
 		if c == '}' {
 			s.i++
-			return most, found
+			if lacks {
+				return 0, missing
+			}
+			return most, st
 		}
 		if !first {
 			if c != ',' {
-				return 0, false
+				return 0, bad
 			}
 			s.i++
 			s.space()
 		}
 		match, ok := s.name(path[0])
 		if !ok || s.peek() != ':' {
-			return 0, false
+			return 0, bad
 		}
 		s.i++
 		if !match {
 			if !s.skip(0) {
-				return 0, false
+				return 0, bad
 			}
 			continue
 		}
-		n, ok := s.value(path[1:])
-		if !ok {
-			return 0, false
+		switch n, got := s.value(path[1:]); got {
+		case bad:
+			return 0, bad
+		case missing:
+			lacks = lacks || !s.size
+		default:
+			most, st = max(most, n), found
 		}
-		most, found = max(most, n), true
 	}
 }
 
-// element reads the array at the scanner to its end, and returns the number at path[1:] in
-// its element path[0].
-func (s *scanner) element(path []string) (int64, bool) {
+// element reads the array at the scanner to its end, and returns what is at path[1:] in its
+// element path[0].
+func (s *scanner) element(path []string) (int64, status) {
 	tok := path[0]
 	want, err := strconv.Atoi(tok)
 	if err != nil || tok[0] < '0' || tok[0] > '9' || (len(tok) > 1 && tok[0] == '0') {
-		return 0, false
+		want = -1 // names no element
 	}
 	s.i++
 	var n int64
-	found := false
+	st := missing
 	for k := 0; ; k++ {
 		c := s.peek()
 		if c == ']' {
 			s.i++
-			return n, found
+			return n, st
 		}
 		if k > 0 {
 			if c != ',' {
-				return 0, false
+				return 0, bad
 			}
 			s.i++
 		}
 		if k == want {
-			var ok bool
-			if n, ok = s.value(path[1:]); !ok {
-				return 0, false
+			if n, st = s.value(path[1:]); st == bad {
+				return 0, bad
 			}
-			found = true
 			continue
 		}
 		if !s.skip(0) {
-			return 0, false
+			return 0, bad
 		}
 	}
 }

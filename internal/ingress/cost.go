@@ -35,6 +35,11 @@ func (r *rule) compileCost(cr config.Rule) {
 // readsBody reports whether the cost needs the body of a request that has Content-Length n
 // (-1: unknown).
 func readsBody(c config.Cost, n int64) bool {
+	if c.IsExpr() {
+		return c.Reads(func(k config.CostKind) bool {
+			return k == config.CostJSON || k == config.CostBodyBytes || k == config.CostPromptTokens
+		})
+	}
 	return c.Kind == config.CostJSON || c.Kind == config.CostBodyBytes && n < 0
 }
 

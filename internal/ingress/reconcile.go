@@ -57,7 +57,7 @@ func (a *answerBody) write(p []byte) {
 // needsBody reports whether reading the true costs of h needs the answer's body.
 func (h *held) needsBody() bool {
 	for _, rc := range h.recon {
-		if rc.rule.cost.from.Kind == config.CostJSON {
+		if rc.rule.cost.from.Reads(func(k config.CostKind) bool { return k == config.CostJSON }) {
 			return true
 		}
 	}

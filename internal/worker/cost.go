@@ -140,7 +140,7 @@ func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 // readsCostBody reports whether deliveries of cfg keep the answer's body: cost_from_response
 // reads a JSON pointer in it.
 func readsCostBody(cfg *QueueConfig) bool {
-	return cfg.CostFromResponse.Kind == config.CostJSON && !cfg.Units.IsZero()
+	return cfg.CostFromResponse.Reads(func(k config.CostKind) bool { return k == config.CostJSON }) && !cfg.Units.IsZero()
 }
 
 // readCostBody reads up to maxCostBody of body.
