@@ -229,8 +229,8 @@ rules:
 	}
 }
 
-// The bytes held by cost read-ahead across requests stay within read_ahead_bytes: requests
-// that find the bound held are charged the fallback without their body being read, and each
+// The bytes held by cost read-ahead across 400 stalled requests stay within read_ahead_bytes:
+// requests that find the bound held are charged the fallback without their body being read, and each
 // request holds one buffer of 1 MiB + 1 byte at most; all of it is given back once answered.
 func TestReadAheadBounded(t *testing.T) {
 	const each = 1<<20 + 1
@@ -247,7 +247,7 @@ rules:
     cost_fallback: 4096
 `, 3*each), Options{})
 	m := f.srv.gate.metrics
-	const n = 20
+	const n = 400
 	writers := make([]*io.PipeWriter, n)
 	done := make(chan int, n)
 	for i := range n {
