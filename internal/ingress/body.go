@@ -42,7 +42,7 @@ type bodyReader struct {
 // readAheadTimeout is how long the ingress waits for the part of a body it reads ahead to find
 // a cost in it, however long read_timeout is: a body that has not arrived by then is cut off
 // (408), so that the read-ahead bound is not held by slow clients.
-const readAheadTimeout = 5 * time.Second
+var readAheadTimeout = 5 * time.Second
 
 // readAhead bounds the bytes held by cost read-ahead across all requests (read_ahead_bytes).
 // It is safe for concurrent use.

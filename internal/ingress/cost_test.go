@@ -289,3 +289,48 @@ rules:
 		t.Errorf("after every answer the read-ahead holds %d bytes, want 0", h)
 	}
 }
+
+// A body read ahead for a cost has its own deadline, shorter than read_timeout: one that stalls
+// is cut off with 408 and gives its share of the read-ahead bound back.
+func TestReadAheadDeadline(t *testing.T) {
+	old := readAheadTimeout
+	readAheadTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { readAheadTimeout = old })
+	f := newFixture(t, `
+read_timeout: 1m
+rules:
+  - name: tokens
+    match: {path: /v1/chat}
+    key: [header:X-Api-Key]
+    algorithm: token_bucket
+    limit: 1000000
+    period: 1h
+    cost: json:/max_tokens
+`, Options{})
+	ing := httptest.NewServer(f.handler)
+	t.Cleanup(ing.Close)
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	go pw.Write([]byte(`{"max_tokens":1,"messages":"`)) // then the body stalls
+	req, _ := http.NewRequest("POST", ing.URL+"/v1/chat", pr)
+	req.Header.Set("X-Api-Key", "k")
+	start := time.Now()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("a stalled body: status %d, want 408", res.StatusCode)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("cut off after %v; the read-ahead deadline is %v (read_timeout 1m)", took, readAheadTimeout)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.srv.gate.metrics.readAhead.held.Load() != 0 { // given back as the handler returns
+		if time.Now().After(deadline) {
+			t.Fatalf("the read-ahead holds %d bytes after the answer, want 0", f.srv.gate.metrics.readAhead.held.Load())
+		}
+		time.Sleep(time.Millisecond) // polling a condition
+	}
+}
