@@ -121,15 +121,14 @@ func (s *scanner) value(path []string) (int64, status) {
 
 // leaf reads the value the path names: its number, or its size.
 func (s *scanner) leaf() (int64, status) {
+	s.space()
 	start := s.i
-	if s.peek(); s.size {
-		start = s.i
+	if s.size {
 		if !s.skip(0) {
 			return 0, bad
 		}
 		return int64(s.i - start), found
 	}
-	start = s.i
 	if s.i < len(s.b) && s.b[s.i] == '"' {
 		n, ok := s.skipStr()
 		if !ok {
