@@ -79,6 +79,7 @@ func TestLLMKeyBudgetHolds(t *testing.T) {
 	t.Cleanup(us.Close)
 	const budget, period = 20000, 2 * time.Second
 	yaml := fmt.Sprintf(`
+store_timeout: 2s  # the machine is shared: an adjustment that times out would leave the estimate standing
 rules:
   - name: tokens
     match: {path: /v1/chat/completions}
