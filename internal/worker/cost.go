@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/cost"
 	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // Unit budgets (QueueConfig.Units): a job of a queue with cost_rate waits for one slot of
@@ -121,6 +122,12 @@ func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 	}
 	if actual == j.charge.Cost {
 		return
+	}
+	// What the answer owes above the charge is paid in full (the unit schedule moves on by
+	// it), up to the cap every debt has: limit.DebtCapacities of the budget's capacity.
+	if most := j.charge.Cost + limit.DebtCapacities*max(cfg.Units.N, cfg.Units.Burst); actual > most {
+		actual = most
+		m.debtCapped.WithLabelValues(name).Inc()
 	}
 	ctx, cancel := context.WithTimeout(u.settling, storeTimeout)
 	defer cancel()
