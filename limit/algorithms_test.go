@@ -297,6 +297,63 @@ func TestAlgorithmsMatchTheirDefinitions(t *testing.T) {
 	}
 }
 
+// TestDebtWaitsExact drives every algorithm that carries debt with random requests and extra
+// charges of up to five times a request's cost (so that keys owe several windows), and checks
+// that RetryAfter and ResetAfter stay exact while a key owes: a request retried at RetryAfter
+// is admitted and one a microsecond earlier is not; the whole capacity is admitted at
+// ResetAfter and not a microsecond earlier.
+func TestDebtWaitsExact(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seedFromEnv(7), 8))
+	for _, a := range []Algorithm{TokenBucket, LeakyBucket, GCRA, FixedWindow, SlidingWindow} {
+		for range 30 {
+			l := randomLimit(rng, a)
+			clk := newClock(base)
+			m := NewMemory(MemoryConfig{Now: clk.Now})
+			decide := func(cost int64) Decision {
+				t.Helper()
+				d, err := m.Decide(ctx, "k", l, cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			for range 150 {
+				clk.Add(randomGap(rng, l.Period))
+				cost := 1 + rng.Int64N(l.Capacity())
+				d := decide(cost)
+				if d.Allowed && rng.IntN(2) == 0 {
+					err := m.Adjust(ctx, "k", l, d, d.Cost+rng.Int64N(5*d.Cost+1))
+					if err != nil && !errors.Is(err, ErrDebtCapped) {
+						t.Fatal(err)
+					}
+					d = decide(cost)
+				}
+				switch {
+				case !d.Allowed:
+					clk.Add(d.RetryAfter - µs)
+					if decide(cost).Allowed {
+						t.Fatalf("%+v: admitted a microsecond before RetryAfter %v", l, d.RetryAfter)
+					}
+					clk.Add(µs)
+					if !decide(cost).Allowed {
+						t.Fatalf("%+v: rejected at RetryAfter %v", l, d.RetryAfter)
+					}
+				case rng.IntN(4) == 0 && d.ResetAfter > 0:
+					clk.Add(d.ResetAfter - µs)
+					if decide(l.Capacity()).Allowed {
+						t.Fatalf("%+v: whole capacity admitted a microsecond before ResetAfter %v", l, d.ResetAfter)
+					}
+					clk.Add(µs)
+					if !decide(l.Capacity()).Allowed {
+						t.Fatalf("%+v: whole capacity rejected at ResetAfter %v", l, d.ResetAfter)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestBucketsAgree checks that a token bucket, a leaky bucket and GCRA of equal capacity make
 // the same decisions: they are three bookkeepings of one rule.
 func TestBucketsAgree(t *testing.T) {
