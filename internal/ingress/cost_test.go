@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -247,6 +249,7 @@ rules:
     cost_fallback: 4096
 `, 3*each), Options{})
 	m := f.srv.gate.metrics
+	rss0 := rss(t)
 	const n = 400
 	writers := make([]*io.PipeWriter, n)
 	done := make(chan int, n)
@@ -273,6 +276,11 @@ rules:
 				m.readAhead.held.Load(), 3*each, testutil.ToFloat64(m.readAheadSkips), n-3)
 		}
 		time.Sleep(time.Millisecond) // polling a condition, not standing in for one
+	}
+	grown := rss(t) - rss0
+	t.Logf("resident memory grew by %d MiB with %d requests stalled (read-ahead bound %d MiB)", grown>>20, n, 3*each>>20)
+	if grown > 3*each+50<<20 {
+		t.Errorf("resident memory grew by %d MiB: more than the read-ahead bound plus 50 MiB", grown>>20)
 	}
 	for _, pw := range writers {
 		go func() {
@@ -333,4 +341,21 @@ rules:
 		}
 		time.Sleep(time.Millisecond) // polling a condition
 	}
+}
+
+// rss is the process's resident memory in bytes (Linux: VmRSS of /proc/self/status).
+func rss(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status:", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	t.Skip("no VmRSS")
+	return 0
 }
