@@ -417,6 +417,8 @@ func TestProblems(t *testing.T) {
 			`sluice.yaml: rules[1] "r": cost: "min(json:/a, 5)": unknown function "min" (want max, sum or prompt_tokens)`},
 		{"prompt_tokens of a header", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 'prompt_tokens(header:x)'}"),
 			`sluice.yaml: rules[1] "r": cost: "prompt_tokens(header:x)": prompt_tokens takes json:<pointer> to the text (json:/messages)`},
+		{"prompt_tokens unknown tokenizer", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 'prompt_tokens(json:/m, llama)'}"),
+			`sluice.yaml: rules[1] "r": cost: "prompt_tokens(json:/m, llama)": prompt_tokens' second argument is bytes per token (a whole number from 1 to 16) or a tokenizer (o200k, cl100k)`},
 		{"cost_from_response with sliding_log", rule("{name: r, algorithm: sliding_log, limit: 10, period: 1s, cost_from_response: 'json:/u'}"),
 			`sluice.yaml: rules[1] "r": cost_from_response needs an algorithm that carries debt: sliding_log keeps one entry per unit within one period and would drop what the answer owes beyond it; use sliding_window`},
 		{"read_ahead_bytes too small", "read_ahead_bytes: 1000\nrules: []\n",

@@ -31,8 +31,10 @@ const (
 	CostScaled CostKind = "scaled"
 	// CostPromptTokens is a bound on the tokens of the text at the JSON pointer Name:
 	// ceil(bytes / N), the size of the value as sent over N bytes per token (default
-	// DefaultBytesPerToken); 0 when the pointer names nothing (prompt_tokens(json:/messages),
-	// prompt_tokens(json:/messages, 1)).
+	// DefaultBytesPerToken); or, with Encoding, the tokens of its strings counted by that
+	// tokenizer (internal/cost says how); 0 when the pointer names nothing
+	// (prompt_tokens(json:/messages), prompt_tokens(json:/messages, 1),
+	// prompt_tokens(json:/messages, o200k)).
 	CostPromptTokens CostKind = "prompt_tokens"
 )
 
@@ -67,7 +69,15 @@ type Cost struct {
 	N int64
 	// Args are the operands of CostMax, CostSum and CostScaled.
 	Args []Cost
+	// Encoding is the tokenizer of CostPromptTokens, "" for the bytes bound: one of
+	// Encodings.
+	Encoding string
 }
+
+// Encodings are the tokenizers prompt_tokens may count with: OpenAI's, as
+// github.com/tiktoken-go/tokenizer embeds them (o200k for GPT-4o, GPT-4.1, GPT-5 and the o
+// series; cl100k for GPT-4 and GPT-3.5).
+var Encodings = []string{"o200k", "cl100k"}
 
 // IsSet reports whether the cost is read from somewhere (or fixed), not the default of 1.
 func (c Cost) IsSet() bool { return c.Kind != "" }
@@ -90,6 +100,9 @@ func (c Cost) String() string {
 	case CostScaled:
 		return strconv.FormatInt(c.N, 10) + " * " + c.Args[0].String()
 	case CostPromptTokens:
+		if c.Encoding != "" {
+			return fmt.Sprintf("prompt_tokens(json:%s, %s)", c.Name, c.Encoding)
+		}
 		return fmt.Sprintf("prompt_tokens(json:%s, %d)", c.Name, c.N)
 	}
 	return string(c.Kind) + ":" + c.Name

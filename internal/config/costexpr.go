@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -13,7 +14,7 @@ import (
 //	term   = atom [ "*" atom ]             one of the two a whole number: a factor
 //	atom   = NUMBER | source | "(" expr ")"
 //	       | "max(" expr { "," expr } ")" | "sum(" expr { "," expr } ")"
-//	       | "prompt_tokens(" "json:" POINTER [ "," NUMBER ] ")"
+//	       | "prompt_tokens(" "json:" POINTER [ "," NUMBER | ENCODING ] ")"
 //	source = header:NAME | query:NAME | json:POINTER | body_bytes
 //
 // Inside an expression a source ends at a space, a comma, a parenthesis, "+" or "*".
@@ -173,7 +174,8 @@ func (p *exprParser) call(kind CostKind) (Cost, error) {
 	return Cost{Kind: kind, Args: args}, nil
 }
 
-// promptTokens reads the arguments of prompt_tokens: json:POINTER [, bytes per token].
+// promptTokens reads the arguments of prompt_tokens: json:POINTER [, bytes per token or an
+// encoding].
 func (p *exprParser) promptTokens() (Cost, error) {
 	if p.response {
 		return Cost{}, fmt.Errorf("%q: prompt_tokens estimates from a request; an answer reports its tokens (json:/usage/…)", p.s)
@@ -187,14 +189,20 @@ func (p *exprParser) promptTokens() (Cost, error) {
 	}
 	c := Cost{Kind: CostPromptTokens, Name: src.Name, N: DefaultBytesPerToken}
 	if p.eat(',') {
-		n, err := p.atom()
-		if err != nil {
-			return Cost{}, err
+		p.space()
+		start := p.i
+		for p.i < len(p.s) && p.s[p.i] != ')' && p.s[p.i] != ' ' {
+			p.i++
 		}
-		if n.Kind != CostNumber || n.N < 1 || n.N > 16 {
-			return Cost{}, fmt.Errorf("%q: prompt_tokens' bytes per token must be a whole number from 1 to 16", p.s)
+		arg := p.s[start:p.i]
+		if slices.Contains(Encodings, arg) {
+			c.Encoding = arg
+		} else if n, err := strconv.ParseInt(arg, 10, 64); err == nil && n >= 1 && n <= 16 {
+			c.N = n
+		} else {
+			return Cost{}, fmt.Errorf("%q: prompt_tokens' second argument is bytes per token (a whole number from 1 to 16) or a tokenizer (%s)",
+				p.s, strings.Join(Encodings, ", "))
 		}
-		c.N = n.N
 	}
 	if !p.eat(')') {
 		return Cost{}, fmt.Errorf("%q: missing ) at %d", p.s, p.i)

@@ -81,6 +81,9 @@ func eval(c config.Cost, h http.Header, rawQuery string, body []byte) (int64, bo
 	case config.CostJSON:
 		return Pointer(body, c.Name)
 	case config.CostPromptTokens:
+		if c.Encoding != "" {
+			return Tokens(body, c.Name, c.Encoding)
+		}
 		n, ok := Size(body, c.Name)
 		if !ok {
 			return 0, false

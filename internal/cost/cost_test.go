@@ -366,6 +366,10 @@ func TestExpressions(t *testing.T) {
 		{name: "a factor", spec: "3 * query:n", query: "n=5", want: 15, ok: true},
 		{name: "a factor after", spec: "(json:/a + 1) * 2", body: `{"a":3}`, want: 8, ok: true},
 		{name: "max of nothing readable", spec: "max(json:/a, json:/b)", body: `{}`, ok: false},
+		// o200k: role, user, content and hello are one token each, each plus one, plus 3.
+		{name: "a real tokenizer", spec: "prompt_tokens(json:/messages, o200k)", body: chat("hello", ""), want: 11, ok: true},
+		{name: "a real tokenizer, no text", spec: "prompt_tokens(json:/messages, cl100k)", body: `{"max_tokens":5}`, want: 1, ok: true},
+		{name: "a real tokenizer, not JSON", spec: "prompt_tokens(json:/messages, o200k)", body: `{"messages":[`, ok: false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec, err := config.ParseCost(c.spec, false)
@@ -385,6 +389,16 @@ func TestExpressions(t *testing.T) {
 	}
 	if n, ok := FromResponse(spec, nil, []byte(`{"usage":{"input_tokens":120,"output_tokens":30}}`)); n != 150 || !ok {
 		t.Errorf("a sum from an answer: %d %v, want 150", n, ok)
+	}
+	// The tokenizer counts at least what the text holds: 64 000 bytes built to tokenize badly
+	// are more tokens than the 2-bytes bound says, and the tokenizer says so.
+	contrived := chat(strings.Repeat("!@#$%^&*()", 6400), "")
+	spec, err = config.ParseCost("prompt_tokens(json:/messages, o200k)", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := FromRequest(spec, nil, "", []byte(contrived)); !ok || n <= 32000 {
+		t.Errorf("o200k counts %d tokens in 64 000 bytes of punctuation, want more than the bytes bound's 32 000", n)
 	}
 	for _, bad := range []string{"prompt_tokens(json:/messages)", "query:n + json:/a", "max(json:/a"} {
 		if _, err := config.ParseCost(bad, true); err == nil {

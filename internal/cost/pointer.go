@@ -23,7 +23,7 @@ const maxDepth = 1000
 // JSON up to the value, the pointer names nothing, or a value it names is not a number in
 // range.
 func Pointer(doc []byte, ptr string) (int64, bool) {
-	n, st := walk(doc, ptr, false)
+	n, st := walk(doc, ptr, nil)
 	return n, st == found
 }
 
@@ -32,7 +32,7 @@ func Pointer(doc []byte, ptr string) (int64, bool) {
 // names nothing. ok is false when doc is not JSON as far as the scan reads it: the whole
 // objects and arrays on the path, and the values it measures.
 func Size(doc []byte, ptr string) (int64, bool) {
-	n, st := walk(doc, ptr, true)
+	n, st := walk(doc, ptr, func(raw []byte) int64 { return int64(len(raw)) })
 	return n, st != bad
 }
 
@@ -45,8 +45,9 @@ const (
 	bad                   // not JSON as far as read, or (numbers) a value that is no number
 )
 
-// walk scans doc for the value at ptr: its number, or with size its size in bytes.
-func walk(doc []byte, ptr string, size bool) (int64, status) {
+// walk scans doc for the value at ptr: its number, or with measure what measure makes of it
+// (as written, whole and well formed).
+func walk(doc []byte, ptr string, measure func(raw []byte) int64) (int64, status) {
 	var toks [8]string
 	path := toks[:0]
 	for ptr != "" {
@@ -62,7 +63,7 @@ func walk(doc []byte, ptr string, size bool) (int64, status) {
 		}
 		path = append(path, unescapeToken(tok))
 	}
-	s := scanner{b: doc, size: size}
+	s := scanner{b: doc, measure: measure}
 	return s.value(path)
 }
 
@@ -78,7 +79,7 @@ func unescapeToken(tok string) string {
 type scanner struct {
 	b    []byte
 	i    int
-	size bool // measure the values at the path, rather than read numbers
+	measure func(raw []byte) int64 // measure the values at the path, rather than read numbers
 }
 
 func (s *scanner) space() {
@@ -123,11 +124,11 @@ func (s *scanner) value(path []string) (int64, status) {
 func (s *scanner) leaf() (int64, status) {
 	s.space()
 	start := s.i
-	if s.size {
+	if s.measure != nil {
 		if !s.skip(0) {
 			return 0, bad
 		}
-		return int64(s.i - start), found
+		return s.measure(s.b[start:s.i]), found
 	}
 	if s.i < len(s.b) && s.b[s.i] == '"' {
 		n, ok := s.skipStr()
@@ -192,7 +193,7 @@ func (s *scanner) members(path []string) (int64, status) {
 		case bad:
 			return 0, bad
 		case missing:
-			lacks = lacks || !s.size
+			lacks = lacks || s.measure == nil
 		default:
 			most, st = max(most, n), found
 		}
