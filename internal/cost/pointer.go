@@ -77,8 +77,8 @@ func unescapeToken(tok string) string {
 
 // scanner reads a JSON document from b[i:].
 type scanner struct {
-	b    []byte
-	i    int
+	b       []byte
+	i       int
 	measure func(raw []byte) int64 // measure the values at the path, rather than read numbers
 }
 
