@@ -34,14 +34,15 @@
 //
 // # Debt
 //
-// An extra charge is debt, owed in full: the buckets and GCRA go below empty (above full),
-// the windows count above Limit and each window that starts counts Limit of what is owed,
-// until it is paid. A key in debt is refused, with the RetryAfter that pays it back, and its
+// An extra charge is debt, owed in full: the token bucket goes below empty, the leaky bucket
+// and GCRA above full, the windows count above Limit and each window that starts counts Limit
+// of what is owed, until it is paid (a limit lowered by a reload turns a window's count above
+// it into debt too). A key in debt is refused, with the RetryAfter that pays it back, and its
 // state lives until then. What a key may owe is bounded by [DebtCapacities] capacities (or what
 // exact arithmetic holds, for limits near 2^52): Adjust records the charge up to that cap and
 // returns [ErrDebtCapped] for the rest, which callers count. SlidingLog carries no debt (its log
 // holds at most Limit entries): an extra charge logs as many entries at now as fit under Limit
-// and reports ErrDebtCapped for the rest; the ingress refuses it with cost_from_response.
+// and reports ErrDebtCapped for the rest; the config refuses it with cost_from_response.
 //
 // The bound, per algorithm, on the units that pass a key: when every request's true cost is
 // charged (at admission or by Adjust) and no debt was capped, the units admitted in any span of
