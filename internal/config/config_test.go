@@ -78,7 +78,7 @@ func TestFullExampleLoads(t *testing.T) {
 		JobRetention:    72 * time.Hour,
 		MaxHeaderBytes:  32768,
 		ReadTimeout:     30 * time.Second,
-		ReadAheadBytes:  DefaultReadAheadBytes,
+		ReadAheadBytes:  32 << 20,
 		IPv6Prefix:      64,
 		Queues: []Queue{{
 			Name: "orders", Rate: Rate{N: 50, Per: time.Second}, Burst: 5, MaxDepth: 5000,
