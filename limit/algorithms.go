@@ -60,16 +60,17 @@ func tokenBucket(s tokenBucketState, p params, cost int64, now time.Time) (token
 	return s, d
 }
 
-// tokenBucketAdjust charges delta more tokens (delta > 0), down to -Capacity at most, or
-// refunds -delta tokens of a charge of charged tokens at at (µs), no more than the bucket has
-// not refilled since (unrepaid) and never beyond a full bucket. It returns the state and the µs
-// until the bucket is full, or false when there is nothing to store: a refund to no state, or
-// to a state kept under another limit, whose units the charge is not in.
-func tokenBucketAdjust(s tokenBucketState, p params, at, charged, delta int64, now time.Time) (tokenBucketState, int64, bool) {
+// tokenBucketAdjust charges delta more tokens (delta > 0), down to -debt at most (capped
+// reports that the rest was dropped), or refunds -delta tokens of a charge of charged tokens at
+// at (µs), no more than the bucket has not refilled since (unrepaid) and never beyond a full
+// bucket. It returns the state and the µs until the bucket is full, or false when there is
+// nothing to store: a refund to no state, or to a state kept under another limit, whose units
+// the charge is not in.
+func tokenBucketAdjust(s tokenBucketState, p params, at, charged, delta int64, now time.Time) (_ tokenBucketState, reset int64, ok, capped bool) {
 	t := micros(now)
 	switch {
 	case delta < 0 && s.Unit != p.unit:
-		return s, 0, false
+		return s, 0, false, false
 	case s.Unit == 0:
 		s = tokenBucketState{Tokens: p.cap, Last: t, Unit: p.unit}
 	case s.Unit != p.unit:
@@ -80,11 +81,13 @@ func tokenBucketAdjust(s tokenBucketState, p params, at, charged, delta int64, n
 	s.Tokens = fill(s.Tokens, p.cap, t-s.Last, p.refill)
 	s.Last = t
 	if delta > 0 {
-		s.Tokens -= min(delta*p.unit, max(0, s.Tokens+p.cap))
+		room := max(0, s.Tokens+p.debt)
+		capped = delta*p.unit > room
+		s.Tokens -= min(delta*p.unit, room)
 	} else {
 		s.Tokens += min(-delta*p.unit, p.cap-s.Tokens, unrepaid(p, at, charged, t))
 	}
-	return s, ceilDiv(p.cap-s.Tokens, p.refill), true
+	return s, ceilDiv(p.cap-s.Tokens, p.refill), true, capped
 }
 
 // leakyBucketState is a leaky bucket used as a meter. The zero value is an empty bucket.
@@ -125,14 +128,14 @@ func leakyBucket(s leakyBucketState, p params, cost int64, now time.Time) (leaky
 	return s, d
 }
 
-// leakyBucketAdjust pours delta more units in (delta > 0), up to 2 × Capacity at most, or takes
+// leakyBucketAdjust pours delta more units in (delta > 0), up to Capacity + debt at most, or takes
 // -delta units of a charge of charged units at at (µs) out, no more than has not leaked since
 // (unrepaid) and never below empty; as tokenBucketAdjust, of which it is the mirror image.
-func leakyBucketAdjust(s leakyBucketState, p params, at, charged, delta int64, now time.Time) (leakyBucketState, int64, bool) {
+func leakyBucketAdjust(s leakyBucketState, p params, at, charged, delta int64, now time.Time) (_ leakyBucketState, reset int64, ok, capped bool) {
 	t := micros(now)
 	switch {
 	case delta < 0 && s.Unit != p.unit:
-		return s, 0, false
+		return s, 0, false, false
 	case s.Unit == 0:
 		s = leakyBucketState{Level: 0, Last: t, Unit: p.unit}
 	case s.Unit != p.unit:
@@ -142,11 +145,13 @@ func leakyBucketAdjust(s leakyBucketState, p params, at, charged, delta int64, n
 	s.Level = drain(s.Level, t-s.Last, p.refill)
 	s.Last = t
 	if delta > 0 {
-		s.Level += min(delta*p.unit, max(0, 2*p.cap-s.Level))
+		room := max(0, p.cap+p.debt-s.Level)
+		capped = delta*p.unit > room
+		s.Level += min(delta*p.unit, room)
 	} else {
 		s.Level -= min(-delta*p.unit, s.Level, unrepaid(p, at, charged, t))
 	}
-	return s, ceilDiv(s.Level, p.refill), true
+	return s, ceilDiv(s.Level, p.refill), true, capped
 }
 
 // gcraState is the theoretical arrival time of the next request, TAT + Frac/refill µs since the
@@ -187,27 +192,29 @@ func gcra(s gcraState, p params, cost int64, now time.Time) (gcraState, Decision
 	return s, d
 }
 
-// gcraAdjust moves the TAT delta emission intervals on (delta > 0), to at most 2 × Capacity
+// gcraAdjust moves the TAT delta emission intervals on (delta > 0), to at most Capacity + debt
 // intervals ahead of now, or back by -delta intervals of a charge of charged at at (µs), no
 // more than the charge has not been repaid since (unrepaid) and never before now; as
 // tokenBucketAdjust, of which it is the third bookkeeping.
-func gcraAdjust(s gcraState, p params, at, charged, delta int64, now time.Time) (gcraState, int64, bool) {
+func gcraAdjust(s gcraState, p params, at, charged, delta int64, now time.Time) (_ gcraState, reset int64, ok, capped bool) {
 	t := micros(now)
 	if s.TAT < t {
 		if delta < 0 {
-			return s, 0, false
+			return s, 0, false, false
 		}
 		s = gcraState{TAT: t}
 	}
 	s.Frac = min(s.Frac, p.refill-1)
 	debt := (s.TAT-t)*p.refill + s.Frac
 	if delta > 0 {
-		debt += min(delta*p.unit, max(0, 2*p.cap-debt))
+		room := max(0, p.cap+p.debt-debt)
+		capped = delta*p.unit > room
+		debt += min(delta*p.unit, room)
 	} else {
 		debt -= min(-delta*p.unit, debt, unrepaid(p, at, charged, t))
 	}
 	s.TAT, s.Frac = t+debt/p.refill, debt%p.refill
-	return s, ceilDiv(debt, p.refill), true
+	return s, ceilDiv(debt, p.refill), true, capped
 }
 
 // unrepaid returns how much of a charge of charged requests at at (µs) a bucket of p has not
@@ -226,52 +233,84 @@ func unrepaid(p params, at, charged, t int64) int64 {
 }
 
 // fixedWindowState counts the requests admitted in one window. The zero value is no window.
+// Count above Limit is debt (after Adjust, or a limit lowered since): each window that starts
+// counts Limit of it, until it is paid.
 type fixedWindowState struct {
 	Start int64 // when the window started, µs since the Unix epoch
 	Count int64
 }
 
+// carry is what a count of c leaves to count after k windows have ended, Limit of it in each.
+func carry(c, k, limit int64) int64 {
+	if c <= 0 || k >= ceilDiv(c, limit) {
+		return 0
+	}
+	return c - k*limit // k < c/limit + 1 <= DebtCapacities + 2
+}
+
+// roll moves s to the window that starts at start, one window on at least (a window of a
+// period changed since may start before start).
+func (s fixedWindowState) roll(start, period, limit int64) fixedWindowState {
+	if start == s.Start {
+		return s
+	}
+	return fixedWindowState{Start: start, Count: carry(s.Count, max(1, (start-s.Start)/period), limit)}
+}
+
+// windowsWait is the µs until a window whose carried count is at most target starts, for a
+// count of c and left µs left in the current window: the current one (0) if c <= target.
+func windowsWait(c, target, limit, period, left int64) int64 {
+	if c <= target {
+		return 0
+	}
+	return left + (max(1, ceilDiv(c-target, limit))-1)*period
+}
+
 // fixedWindow admits a request if the window that holds now has room for cost more.
-// RetryAfter and ResetAfter are the time until the window ends.
+// RetryAfter is the time until a window with that room starts, ResetAfter the time until one
+// with nothing carried into it starts (the end of the window when there is no debt).
 func fixedWindow(s fixedWindowState, p params, cost int64, now time.Time) (fixedWindowState, Decision) {
 	t := max(micros(now), s.Start) // the key's clock never runs backwards
 	start := t - t%p.period
-	if start != s.Start {
-		s = fixedWindowState{Start: start}
-	}
-	d := Decision{Limit: p.limit, ResetAfter: us(start + p.period - t), At: instant(t)}
+	s = s.roll(start, p.period, p.limit)
+	left := start + p.period - t
+	d := Decision{Limit: p.limit, At: instant(t)}
 	if s.Count+cost <= p.limit {
 		d.Allowed, d.Cost = true, cost
 		s.Count += cost
 	} else {
-		d.RetryAfter = d.ResetAfter
+		d.RetryAfter = us(windowsWait(s.Count, p.limit-cost, p.limit, p.period, left))
 	}
+	d.ResetAfter = us(max(left, windowsWait(s.Count, 0, p.limit, p.period, left)))
 	d.Remaining = max(0, p.limit-s.Count)
 	return s, d
 }
 
-// fixedWindowAdjust counts delta more in the current window (delta > 0), up to Limit, or
-// uncounts -delta of a charge at at (µs) if at is in the current window, never below 0. It
-// returns the state and the µs until the window ends, or false when there is nothing to store.
-func fixedWindowAdjust(s fixedWindowState, p params, at, delta int64, now time.Time) (fixedWindowState, int64, bool) {
+// fixedWindowAdjust counts delta more in the current window (delta > 0), up to Limit + debt
+// (capped reports that the rest was dropped), or uncounts -delta of a charge at at (µs) if at
+// is in the current window, never below 0. It returns the state and the µs until it is idle, or
+// false when there is nothing to store.
+func fixedWindowAdjust(s fixedWindowState, p params, at, delta int64, now time.Time) (_ fixedWindowState, reset int64, ok, capped bool) {
 	t := max(micros(now), s.Start)
 	start := t - t%p.period
 	switch {
 	case delta > 0:
-		if start != s.Start {
-			s = fixedWindowState{Start: start}
-		}
-		s.Count += min(delta, max(0, p.limit-s.Count))
+		s = s.roll(start, p.period, p.limit)
+		room := max(0, p.limit+p.debt-s.Count)
+		capped = delta > room
+		s.Count += min(delta, room)
 	case s.Start == start && at-at%p.period == start:
 		s.Count -= min(-delta, s.Count)
 	default:
-		return s, 0, false
+		return s, 0, false, false
 	}
-	return s, start + p.period - t, true
+	left := start + p.period - t
+	return s, max(left, windowsWait(s.Count, 0, p.limit, p.period, left)), true, capped
 }
 
 // slidingWindowState holds the counts of the current window and the one before it. The zero
-// value is no window.
+// value is no window. Cur above Limit is debt (after Adjust, or a limit lowered since): each
+// window that starts counts Limit of it, until it is paid.
 type slidingWindowState struct {
 	Start int64 // when the current window started, µs since the Unix epoch
 	Prev  int64 // admitted in the window before
@@ -285,15 +324,7 @@ type slidingWindowState struct {
 func slidingWindow(s slidingWindowState, p params, cost int64, now time.Time) (slidingWindowState, Decision) {
 	t := max(micros(now), s.Start) // the key's clock never runs backwards
 	start := t - t%p.period
-	switch s.Start {
-	case start:
-	case start - p.period:
-		s.Prev, s.Cur = s.Cur, 0
-	default:
-		s.Prev, s.Cur = 0, 0
-	}
-	s.Start = start
-	s.Prev, s.Cur = min(s.Prev, p.limit), min(s.Cur, p.limit) // the limit may have shrunk
+	s = s.roll(start, p.period, p.limit)
 
 	left := start + p.period - t // in (0, period]
 	estimate := s.Prev*left/p.period + s.Cur
@@ -303,58 +334,74 @@ func slidingWindow(s slidingWindowState, p params, cost int64, now time.Time) (s
 		s.Cur += cost
 		estimate += cost
 	} else {
-		d.RetryAfter = us(slidingWait(s, p.period, left, p.limit-cost))
+		d.RetryAfter = us(slidingWait(s, p.period, left, p.limit-cost, p.limit))
 	}
 	d.Remaining = max(0, p.limit-estimate)
-	d.ResetAfter = us(slidingWait(s, p.period, left, 0))
+	d.ResetAfter = us(slidingWait(s, p.period, left, 0, p.limit))
 	return s, d
 }
 
-// slidingWindowAdjust counts delta more in the current window (delta > 0), up to Limit, or
-// uncounts -delta of a charge at at (µs) from the window it was counted in, if that is the
-// current or the previous one, never below 0. It returns the state and the µs until the
-// estimate is 0, or false when there is nothing to store.
-func slidingWindowAdjust(s slidingWindowState, p params, at, delta int64, now time.Time) (slidingWindowState, int64, bool) {
-	t := max(micros(now), s.Start)
-	start := t - t%p.period
-	switch s.Start {
-	case start:
-	case start - p.period:
-		s.Prev, s.Cur = s.Cur, 0
-	default:
-		s.Prev, s.Cur = 0, 0
+// roll moves s to the window that starts at start, one window on at least (as fixedWindow's):
+// after each window that ended, the previous count is what the current one counted, at most
+// Limit, and the current count is the rest (the debt). A Prev above Limit (the limit was
+// lowered) counts Limit.
+func (s slidingWindowState) roll(start, period, limit int64) slidingWindowState {
+	if start != s.Start {
+		k := max(1, (start-s.Start)/period)
+		s.Prev, s.Cur = min(carry(s.Cur, k-1, limit), limit), carry(s.Cur, k, limit)
 	}
 	s.Start = start
-	s.Prev, s.Cur = min(s.Prev, p.limit), min(s.Cur, p.limit)
+	s.Prev = min(s.Prev, limit)
+	return s
+}
+
+// slidingWindowAdjust counts delta more in the current window (delta > 0), up to Limit + debt
+// (capped reports that the rest was dropped), or uncounts -delta of a charge at at (µs) from
+// the window it was counted in, if that is the current or the previous one, never below 0. It
+// returns the state and the µs until the estimate is 0, or false when there is nothing to
+// store.
+func slidingWindowAdjust(s slidingWindowState, p params, at, delta int64, now time.Time) (_ slidingWindowState, reset int64, ok, capped bool) {
+	t := max(micros(now), s.Start)
+	start := t - t%p.period
+	s = s.roll(start, p.period, p.limit)
 	switch {
 	case delta > 0:
-		s.Cur += min(delta, p.limit-s.Cur)
+		room := max(0, p.limit+p.debt-s.Cur)
+		capped = delta > room
+		s.Cur += min(delta, room)
 	case at-at%p.period == start:
 		s.Cur -= min(-delta, s.Cur)
 	case at-at%p.period == start-p.period:
 		s.Prev -= min(-delta, s.Prev)
 	default:
-		return s, 0, false
+		return s, 0, false, false
 	}
-	return s, slidingWait(s, p.period, start+p.period-t, 0), true
+	return s, slidingWait(s, p.period, start+p.period-t, 0, p.limit), true, capped
 }
 
 // slidingWait returns the µs until the estimate of s is at most target, if nothing more is
-// admitted; left is the µs left in the current window.
+// admitted; left is the µs left in the current window. It looks at the current window and
+// then at each one after it, as roll makes them, until the estimate falls to target in one:
+// at most DebtCapacities + 3 of them.
 //
-// floor(c × x / period) <= m holds exactly when c × x < (m+1) × period, that is for
-// x <= ceil((m+1) × period / c) - 1: the largest share of the window that may be left.
-func slidingWait(s slidingWindowState, period, left, target int64) int64 {
-	if s.Cur <= target { // within this window, as Prev's weight shrinks
-		if s.Prev == 0 {
-			return 0
+// In a window with x µs left, floor(prev × x / period) + cur <= target holds exactly when
+// cur <= target and prev × x < (target-cur+1) × period, that is for
+// x <= ceil((target-cur+1) × period / prev) - 1 = xmax: the largest share of the window that
+// may be left. xmax = 0 is no moment of the window (the next one starts with its own counts).
+func slidingWait(s slidingWindowState, period, left, target, limit int64) int64 {
+	wait := int64(0)
+	for {
+		if s.Cur <= target {
+			if s.Prev == 0 {
+				return wait
+			}
+			if xmax := ceilDiv((target-s.Cur+1)*period, s.Prev) - 1; xmax >= 1 {
+				return wait + max(0, left-xmax)
+			}
 		}
-		xmax := ceilDiv((target-s.Cur+1)*period, s.Prev) - 1
-		return max(0, left-xmax)
+		s.Prev, s.Cur = min(s.Cur, limit), carry(s.Cur, 1, limit)
+		wait, left = wait+left, period
 	}
-	// Not before the next window, in which Cur is the previous count and nothing is current.
-	xmax := ceilDiv((target+1)*period, s.Cur) - 1
-	return left + max(0, period-xmax)
 }
 
 // slidingLogState is the log of one key: the times of the admitted requests of the trailing
@@ -416,10 +463,11 @@ func slidingLog(s *slidingLogState, p params, cost int64, now time.Time) Decisio
 	return d
 }
 
-// slidingLogAdjust logs delta more entries at now (delta > 0), as many as fit under Limit, or
-// removes up to -delta entries of instant at (µs), if they are still in the window. It returns
-// the µs until the log is empty and the instant it adjusted at.
-func slidingLogAdjust(s *slidingLogState, p params, at, delta int64, now time.Time) (reset, t int64) {
+// slidingLogAdjust logs delta more entries at now (delta > 0), as many as fit under Limit
+// (capped reports that the rest was dropped: a log carries no debt), or removes up to -delta
+// entries of instant at (µs), if they are still in the window. It returns the µs until the log
+// is empty and the instant it adjusted at.
+func slidingLogAdjust(s *slidingLogState, p params, at, delta int64, now time.Time) (reset, t int64, capped bool) {
 	t = micros(now)
 	if s.n > 0 {
 		t = max(t, s.at(s.n-1))
@@ -430,7 +478,9 @@ func slidingLogAdjust(s *slidingLogState, p params, at, delta int64, now time.Ti
 	}
 	switch {
 	case delta > 0:
-		if room := p.limit - int64(s.n); room > 0 {
+		room := max(0, p.limit-int64(s.n))
+		capped = delta > room
+		if room > 0 {
 			s.push(t, min(delta, room), p.limit)
 		}
 	case at > t-p.period:
@@ -439,7 +489,7 @@ func slidingLogAdjust(s *slidingLogState, p params, at, delta int64, now time.Ti
 	if s.n > 0 {
 		reset = s.at(s.n-1) + p.period - t
 	}
-	return reset, t
+	return reset, t, capped
 }
 
 // remove removes up to k entries of time at, keeping the log in order.

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -55,13 +56,19 @@ type step struct {
 
 // adjustment is an Adjust step: the decision of step of reconciled with a true cost of used.
 type adjustment struct {
-	of   int
-	used int64
+	of     int
+	used   int64
+	capped bool // Adjust reports ErrDebtCapped
 }
 
 // fix returns an Adjust step at at: step of's decision used used.
 func fix(at time.Duration, of int, used int64) step {
 	return step{at: at, adjust: &adjustment{of: of, used: used}}
+}
+
+// fixCapped is fix for an Adjust that owes more than the key may: it reports ErrDebtCapped.
+func fixCapped(at time.Duration, of int, used int64) step {
+	return step{at: at, adjust: &adjustment{of: of, used: used, capped: true}}
 }
 
 func ok(remaining int64, reset time.Duration) Decision {
@@ -252,7 +259,7 @@ var conformanceCases = []struct {
 		},
 	},
 	{
-		name:  "token_bucket/a refund gives back what has not refilled; a charge goes into debt, one capacity at most",
+		name:  "token_bucket/a refund gives back what has not refilled; a charge goes into debt, paid in full",
 		limit: Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second},
 		steps: []step{
 			{at: 0, cost: 3, want: ok(7, 3*time.Second)},
@@ -261,10 +268,21 @@ var conformanceCases = []struct {
 			// would admit the next request, where charging 0 in the first place would not).
 			fix(2*time.Second, 0, 0),
 			{at: 2 * time.Second, cost: 6, want: no(5, 5*time.Second, time.Second)},
-			// 25 more, but a bucket owes at most one capacity: -10 tokens.
+			// 25 more: -20 tokens, two capacities of debt, paid at the rate before the next.
 			fix(2*time.Second, 1, 30),
-			{at: 2 * time.Second, cost: 1, want: no(0, 20*time.Second, 11*time.Second)},
-			{at: 13 * time.Second, cost: 1, want: ok(0, 10*time.Second)},
+			{at: 2 * time.Second, cost: 1, want: no(0, 30*time.Second, 21*time.Second)},
+			{at: 23*time.Second - µs, cost: 1, want: no(0, 9*time.Second+µs, µs)},
+			{at: 23 * time.Second, cost: 1, want: ok(0, 10*time.Second)},
+		},
+	},
+	{
+		name:  "token_bucket/debt is capped at DebtCapacities capacities",
+		limit: Limit{Algorithm: TokenBucket, Limit: 1, Period: time.Second},
+		steps: []step{
+			{at: 0, want: ok(0, time.Second)},
+			fixCapped(0, 0, 500), // 499 more, 100 owed at most
+			{at: 0, want: no(0, 101*time.Second, 101*time.Second)},
+			{at: 101 * time.Second, want: ok(0, time.Second)},
 		},
 	},
 	{
@@ -279,16 +297,16 @@ var conformanceCases = []struct {
 		},
 	},
 	{
-		name:  "leaky_bucket/cost, refund and a charge up to twice the capacity",
+		name:  "leaky_bucket/cost, refund and a charge carried as debt",
 		limit: Limit{Algorithm: LeakyBucket, Limit: 1, Period: time.Second, Burst: 5},
 		steps: []step{
 			{at: 0, cost: 3, want: ok(2, 3*time.Second)},
 			{at: 0, cost: 3, want: no(2, 3*time.Second, time.Second)},
 			fix(time.Second, 0, 1), // 2 out: the level is 0
 			{at: time.Second, cost: 5, want: ok(0, 5*time.Second)},
-			fix(time.Second, 3, 20), // 15 more, but the bucket holds twice its capacity at most
-			{at: time.Second, cost: 1, want: no(0, 10*time.Second, 6*time.Second)},
-			{at: 7 * time.Second, cost: 1, want: ok(0, 5*time.Second)},
+			fix(time.Second, 3, 20), // 15 more: a level of 20, three capacities of debt
+			{at: time.Second, cost: 1, want: no(0, 20*time.Second, 16*time.Second)},
+			{at: 17 * time.Second, cost: 1, want: ok(0, 5*time.Second)},
 		},
 	},
 	{
@@ -309,18 +327,41 @@ var conformanceCases = []struct {
 		},
 	},
 	{
-		name:  "fixed_window/refund in the window of the charge, charge up to the limit",
+		name:  "gcra/debt of five capacities, paid before the next request",
+		limit: Limit{Algorithm: GCRA, Limit: 10, Period: time.Second},
+		steps: []step{
+			{at: 0, cost: 10, want: ok(0, time.Second)},
+			fix(0, 0, 60), // 50 more: a TAT 6s ahead
+			{at: 0, cost: 1, want: no(0, 6*time.Second, 5100*time.Millisecond)},
+			{at: 5100 * time.Millisecond, cost: 1, want: ok(0, time.Second)},
+		},
+	},
+	{
+		name:  "fixed_window/refund in the window of the charge, charge beyond the limit carried",
 		limit: Limit{Algorithm: FixedWindow, Limit: 10, Period: time.Minute},
 		steps: []step{
 			{at: 10 * time.Second, cost: 7, want: ok(3, 50*time.Second)},
 			{at: 20 * time.Second, cost: 5, want: no(3, 40*time.Second, 40*time.Second)},
 			fix(30*time.Second, 0, 2),
 			{at: 30 * time.Second, cost: 5, want: ok(3, 30*time.Second)},
-			fix(40*time.Second, 3, 9), // 4 more, 3 fit
-			{at: 40 * time.Second, cost: 1, want: no(0, 20*time.Second, 20*time.Second)},
-			{at: 60 * time.Second, cost: 10, want: ok(0, 60*time.Second)},
+			fix(40*time.Second, 3, 9), // 4 more: 11, one more than the window holds
+			{at: 40 * time.Second, cost: 1, want: no(0, 80*time.Second, 20*time.Second)},
+			{at: 60 * time.Second, cost: 10, want: no(9, 60*time.Second, 60*time.Second)}, // 1 carried
+			{at: 60 * time.Second, cost: 9, want: ok(0, 60*time.Second)},
 			fix(61*time.Second, 3, 0), // the charge's window has ended: nothing
 			{at: 61 * time.Second, cost: 1, want: no(0, 59*time.Second, 59*time.Second)},
+		},
+	},
+	{
+		name:  "fixed_window/debt of two and a half windows, paid window after window",
+		limit: Limit{Algorithm: FixedWindow, Limit: 10, Period: time.Minute},
+		steps: []step{
+			{at: 0, cost: 10, want: ok(0, time.Minute)},
+			fix(10*time.Second, 0, 35), // 25 more: 35, counted 10 a window
+			{at: 10 * time.Second, cost: 1, want: no(0, 230*time.Second, 170*time.Second)},
+			{at: 120 * time.Second, cost: 1, want: no(0, 120*time.Second, 60*time.Second)}, // 15 left
+			{at: 180 * time.Second, cost: 6, want: no(5, time.Minute, time.Minute)},        // 5 left
+			{at: 180 * time.Second, cost: 5, want: ok(0, time.Minute)},
 		},
 	},
 	{
@@ -341,6 +382,18 @@ var conformanceCases = []struct {
 		},
 	},
 	{
+		name:  "sliding_window/debt of two windows, paid window after window",
+		limit: Limit{Algorithm: SlidingWindow, Limit: 10, Period: time.Minute},
+		steps: []step{
+			{at: 0, cost: 10, want: ok(0, 114*time.Second+µs)},
+			fix(0, 0, 30), // 20 more: 30 counted, 10 a window
+			{at: 0, cost: 1, want: no(0, 234*time.Second+µs, 180*time.Second+µs)},
+			{at: 120 * time.Second, cost: 1, want: no(0, 114*time.Second+µs, 60*time.Second+µs)},
+			{at: 180 * time.Second, cost: 1, want: no(0, 54*time.Second+µs, µs)},
+			{at: 180*time.Second + µs, cost: 1, want: ok(0, time.Minute)},
+		},
+	},
+	{
 		name:  "sliding_log/refund removes entries of the charge's instant, charge adds entries now up to the limit",
 		limit: Limit{Algorithm: SlidingLog, Limit: 5, Period: time.Minute},
 		steps: []step{
@@ -349,8 +402,8 @@ var conformanceCases = []struct {
 			{at: 20 * time.Second, cost: 1, want: no(0, 50*time.Second, 40*time.Second)},
 			fix(20*time.Second, 0, 1), // log 0, 10, 10
 			{at: 20 * time.Second, cost: 2, want: ok(0, 60*time.Second)},
-			fix(30*time.Second, 1, 0),  // log 0, 20, 20
-			fix(30*time.Second, 4, 10), // 8 more at 30s, 2 fit: 0, 20, 20, 30, 30
+			fix(30*time.Second, 1, 0),        // log 0, 20, 20
+			fixCapped(30*time.Second, 4, 10), // 8 more at 30s, 2 fit: 0, 20, 20, 30, 30
 			{at: 30 * time.Second, cost: 1, want: no(0, 60*time.Second, 30*time.Second)},
 			{at: 60 * time.Second, cost: 1, want: ok(0, 60*time.Second)}, // the entries of 0s have left
 		},
@@ -408,8 +461,9 @@ func testConformance(t *testing.T, newLimiter newLimiter) {
 				for i := 0; i < len(c.steps); {
 					clk.Set(base.Add(c.steps[i].at))
 					if a := c.steps[i].adjust; a != nil {
-						if err := l.Adjust(ctx, reqs[a.of].Key, reqs[a.of].Limit, got[a.of], a.used); err != nil {
-							t.Fatalf("step %d: %v", i, err)
+						err := l.Adjust(ctx, reqs[a.of].Key, reqs[a.of].Limit, got[a.of], a.used)
+						if a.capped && !errors.Is(err, ErrDebtCapped) || !a.capped && err != nil {
+							t.Fatalf("step %d: %v (capped: %v)", i, err, a.capped)
 						}
 						i++
 						continue

@@ -23,24 +23,41 @@
 // A request may cost more than one unit (tokens, bytes): Decide charges cost units, at most
 // [Limit.Capacity], and every algorithm counts units as it counts requests. When the true cost
 // is known only afterwards, [Limiter.Adjust] reconciles it from the admitting Decision (its
-// instant At and its Cost): it charges the difference or refunds it. When each request's true
-// cost is at most its charge and each is reconciled once, the units admitted never exceed the
-// algorithm's bound (Capacity plus the rate times any span for the buckets and GCRA, Limit in
-// any window for the windows and the log), and a refund never leaves a key more permissive
-// than charging the true cost at first:
+// instant At and its Cost): it charges the difference or refunds it. A refund never leaves a
+// key more permissive than charging the true cost at first:
 //   - TokenBucket, LeakyBucket, GCRA: a refund gives back at most what the bucket has not yet
 //     refilled of the charge since At (Cost − rate × elapsed), never beyond a full bucket; a
-//     refund later than Cost/rate returns nothing. An extra charge is debt that later requests
-//     wait for, at most one Capacity; the excess is dropped.
+//     refund later than Cost/rate returns nothing.
 //   - FixedWindow: a refund uncounts from the window of At while it is current, never below
-//     0; an extra charge counts in the current window, up to Limit. SlidingWindow: the same,
-//     and a refund also uncounts from the previous window.
-//   - SlidingLog: a refund removes up to that many entries of instant At still logged; an
-//     extra charge logs entries at now, as many as fit under Limit.
+//     0. SlidingWindow: the same, and a refund also uncounts from the previous window.
+//   - SlidingLog: a refund removes up to that many entries of instant At still logged.
 //
-// An extra charge is where a bound can be passed (the request was admitted at its estimate);
-// its debt makes the requests after it pay. Adjust costs what a decision does, and nothing
-// when used equals Cost. docs/design/limit.md says why the refund rules are conservative.
+// # Debt
+//
+// An extra charge is debt, owed in full: the token bucket goes below empty, the leaky bucket
+// and GCRA above full, the windows count above Limit and each window that starts counts Limit
+// of what is owed, until it is paid (a limit lowered by a reload turns a window's count above
+// it into debt too). A key in debt is refused, with the RetryAfter that pays it back, and its
+// state lives until then. What a key may owe is bounded by [DebtCapacities] capacities (or what
+// exact arithmetic holds, for limits near 2^52): Adjust records the charge up to that cap and
+// returns [ErrDebtCapped] for the rest, which callers count. SlidingLog carries no debt (its log
+// holds at most Limit entries): an extra charge logs as many entries at now as fit under Limit
+// and reports ErrDebtCapped for the rest; the config refuses it with cost_from_response.
+//
+// The bound, per algorithm, on the units that pass a key: when every request's true cost is
+// charged (at admission or by Adjust) and no debt was capped, the units admitted in any span of
+// time s are at most
+//   - TokenBucket, GCRA, LeakyBucket: Capacity + rate × s + E;
+//   - FixedWindow: Limit in any window + E; SlidingWindow: Limit in any window (as its
+//     estimate counts them) + E; SlidingLog (charged its true cost, or refunded): Limit in any
+//     trailing period,
+//
+// where E is the estimate error of the requests admitted before the first of their answers was
+// reconciled: the sum of (true cost − charge) over the requests in flight, which the debt then
+// takes out of the windows after. A client that under-declares gets no more over time; it only
+// moves its use earlier. Adjust costs what a decision does, and nothing when used equals Cost;
+// while a key owes, a sliding window decision looks at most DebtCapacities+3 windows ahead.
+// docs/design/limit.md says why the refund rules are conservative.
 //
 // # Keys
 //

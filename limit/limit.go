@@ -68,6 +68,11 @@ var (
 	ErrKeyTooLong       = errors.New("limit: key too long")
 	// ErrNotAdmitted is returned by Adjust for a decision that charged nothing.
 	ErrNotAdmitted = errors.New("limit: decision did not admit")
+	// ErrDebtCapped is returned by Adjust when the key would owe more than DebtCapacities
+	// capacities: the charge was recorded up to that cap and the rest dropped. It is a report,
+	// not a failure (callers count it); SlidingLog, which carries no debt, returns it for any
+	// extra charge that does not fit its log.
+	ErrDebtCapped = errors.New("limit: debt capped")
 	// ErrOutOfRange means a limit is valid in principle but beyond what the stores compute
 	// exactly: a period that is not a whole number of microseconds, or a capacity × period
 	// product too large for integer arithmetic on Lua's doubles (see [Limit.Validate]).
@@ -191,7 +196,8 @@ type Limiter interface {
 	// when it is lower, within the limits the package doc states; used == d.Cost does
 	// nothing. Each decision is to be adjusted at most once. It returns an error wrapping
 	// ErrNotAdmitted or ErrInvalidCost (used < 0) or a sentinel error of Decide for bad
-	// input, or the store's error when it could not adjust.
+	// input, ErrDebtCapped when the charge was recorded only up to the debt cap (in full
+	// otherwise), or the store's error when it could not adjust.
 	Adjust(ctx context.Context, key string, l Limit, d Decision, used int64) error
 }
 
@@ -216,8 +222,9 @@ func check(key string, l Limit, cost int64) (params, error) {
 }
 
 // checkAdjust validates an Adjust before any store is touched. It returns the limit in integer
-// form and the units to charge (> 0) or refund (< 0), the charge bounded to two capacities
-// (more can never be recorded: see the package doc).
+// form and the units to charge (> 0) or refund (< 0), the charge bounded to DebtCapacities+2
+// capacities (more can never be recorded, and the store still sees that it was more than it
+// can: see the package doc).
 func checkAdjust(key string, l Limit, d Decision, used int64) (params, int64, error) {
 	p, err := check(key, l, max(1, d.Cost))
 	switch {
@@ -228,5 +235,5 @@ func checkAdjust(key string, l Limit, d Decision, used int64) (params, int64, er
 	case used < 0:
 		return params{}, 0, fmt.Errorf("%w: used %d", ErrInvalidCost, used)
 	}
-	return p, min(used-d.Cost, 2*p.capacity), nil
+	return p, min(used-d.Cost, (DebtCapacities+2)*p.capacity), nil
 }

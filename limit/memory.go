@@ -135,7 +135,9 @@ func (m *Memory) Adjust(_ context.Context, key string, l Limit, d Decision, used
 	if delta == 0 {
 		return nil
 	}
-	m.adjust(key, p, micros(d.At), d.Cost, delta, m.now())
+	if m.adjust(key, p, micros(d.At), d.Cost, delta, m.now()) {
+		return fmt.Errorf("limit: adjust %.64q: %w", key, ErrDebtCapped)
+	}
 	return nil
 }
 
@@ -208,7 +210,8 @@ func (m *Memory) decide(key string, p params, cost int64, now time.Time) Decisio
 	return d
 }
 
-func (m *Memory) adjust(key string, p params, at, charged, delta int64, now time.Time) {
+// adjust runs an adjustment and reports whether its charge was capped.
+func (m *Memory) adjust(key string, p params, at, charged, delta int64, now time.Time) (capped bool) {
 	h := maphash.String(m.seeds[p.alg], key)
 	sh := &m.shards[h>>m.shift]
 	id := h&^flagMask | flagUsed
@@ -221,14 +224,15 @@ func (m *Memory) adjust(key string, p params, at, charged, delta int64, now time
 		e = sh.t.get(id, micros(now), p.alg == algSlidingLog, key)
 	}
 	if e != nil {
-		applyAdjust(e, sh.t.logs[id], p, at, charged, delta, now)
+		capped = applyAdjust(e, sh.t.logs[id], p, at, charged, delta, now)
 	}
 	sh.mu.Unlock()
 	if e == nil && delta > 0 {
 		sh, e, log := m.overflowState(key, p)
-		applyAdjust(e, log, p, at, charged, delta, now)
+		capped = applyAdjust(e, log, p, at, charged, delta, now)
 		sh.mu.Unlock()
 	}
+	return capped
 }
 
 // decideOverflow decides a new key that found the store full on its scope's overflow state,
@@ -323,42 +327,43 @@ func apply(e *entry, log *slidingLogState, p params, cost int64, now time.Time) 
 }
 
 // applyAdjust runs the adjustment of p's algorithm on the state in e (and log, for SlidingLog)
-// and sets when the state becomes idle.
-func applyAdjust(e *entry, log *slidingLogState, p params, at, charged, delta int64, now time.Time) {
+// and sets when the state becomes idle. It reports whether the charge was capped.
+func applyAdjust(e *entry, log *slidingLogState, p params, at, charged, delta int64, now time.Time) (capped bool) {
 	var reset, from int64
 	ok := true
 	switch p.alg {
 	case algTokenBucket:
 		var s tokenBucketState
-		if s, reset, ok = tokenBucketAdjust(tokenBucketState{e.s[0], e.s[1], e.s[2]}, p, at, charged, delta, now); ok {
+		if s, reset, ok, capped = tokenBucketAdjust(tokenBucketState{e.s[0], e.s[1], e.s[2]}, p, at, charged, delta, now); ok {
 			e.s, from = [3]int64{s.Tokens, s.Last, s.Unit}, s.Last
 		}
 	case algLeakyBucket:
 		var s leakyBucketState
-		if s, reset, ok = leakyBucketAdjust(leakyBucketState{e.s[0], e.s[1], e.s[2]}, p, at, charged, delta, now); ok {
+		if s, reset, ok, capped = leakyBucketAdjust(leakyBucketState{e.s[0], e.s[1], e.s[2]}, p, at, charged, delta, now); ok {
 			e.s, from = [3]int64{s.Level, s.Last, s.Unit}, s.Last
 		}
 	case algGCRA:
 		var s gcraState
-		if s, reset, ok = gcraAdjust(gcraState{e.s[0], e.s[1]}, p, at, charged, delta, now); ok {
+		if s, reset, ok, capped = gcraAdjust(gcraState{e.s[0], e.s[1]}, p, at, charged, delta, now); ok {
 			e.s, from = [3]int64{s.TAT, s.Frac}, micros(now)
 		}
 	case algFixedWindow:
 		var s fixedWindowState
-		if s, reset, ok = fixedWindowAdjust(fixedWindowState{e.s[0], e.s[1]}, p, at, delta, now); ok {
+		if s, reset, ok, capped = fixedWindowAdjust(fixedWindowState{e.s[0], e.s[1]}, p, at, delta, now); ok {
 			e.s, from = [3]int64{s.Start, s.Count}, max(micros(now), s.Start)
 		}
 	case algSlidingWindow:
 		var s slidingWindowState
-		if s, reset, ok = slidingWindowAdjust(slidingWindowState{e.s[0], e.s[1], e.s[2]}, p, at, delta, now); ok {
+		if s, reset, ok, capped = slidingWindowAdjust(slidingWindowState{e.s[0], e.s[1], e.s[2]}, p, at, delta, now); ok {
 			e.s, from = [3]int64{s.Start, s.Prev, s.Cur}, max(micros(now), s.Start)
 		}
 	case algSlidingLog:
-		reset, from = slidingLogAdjust(log, p, at, delta, now)
+		reset, from, capped = slidingLogAdjust(log, p, at, delta, now)
 	}
 	if ok {
 		e.exp = from + reset
 	}
+	return capped
 }
 
 // shard is one independently locked part of a Memory store.

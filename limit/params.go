@@ -33,6 +33,25 @@ type params struct {
 	unit   int64
 	refill int64
 	cap    int64 // Capacity() × unit
+	// debt is the most a key may owe beyond a full use of its capacity after Adjust charged
+	// more than a decision did, in the algorithm's units (scaled for the buckets and GCRA):
+	// DebtCapacities capacities, or what exact arithmetic holds above the capacity if less.
+	// SlidingLog owes nothing (0): its log holds at most Limit entries.
+	debt int64
+}
+
+// DebtCapacities is how many capacities of debt a key may carry after Adjust charged the
+// true cost of its requests above what they were admitted at: a key that owes more has the
+// rest dropped (Adjust returns ErrDebtCapped). Debt is paid at the limit's rate, across as many
+// windows as it takes, before the key is admitted again.
+const DebtCapacities = 100
+
+// debtFor is DebtCapacities × c, or maxExact - c when that is less.
+func debtFor(c int64) int64 {
+	if c <= maxExact/DebtCapacities {
+		return DebtCapacities * c
+	}
+	return maxExact - c
 }
 
 // index returns a as an algo, and whether it is a known algorithm.
@@ -88,10 +107,14 @@ func (l Limit) params(alg algo) (params, error) {
 				ErrOutOfRange, p.capacity, l.Period)
 		}
 		p.cap = p.capacity * p.unit
+		p.debt = debtFor(p.cap)
 	case algSlidingWindow:
 		if hi, lo := bits.Mul64(uint64(l.Limit+1), uint64(p.period)); hi != 0 || lo > 2*maxExact {
 			return params{}, fmt.Errorf("%w: limit %d × period %v too large for exact arithmetic", ErrOutOfRange, l.Limit, l.Period)
 		}
+		p.debt = debtFor(l.Limit)
+	case algFixedWindow:
+		p.debt = debtFor(l.Limit)
 	case algSlidingLog:
 		if l.Limit > MaxLogLimit {
 			return params{}, fmt.Errorf("%w: sliding_log keeps one timestamp per request and accepts a limit of at most %d; use sliding_window",

@@ -218,6 +218,9 @@ func (r *Redis) Adjust(ctx context.Context, key string, l Limit, d Decision, use
 	if err := cmd.Err(); err != nil {
 		return fmt.Errorf("limit: adjust %.64q: %w", key, err)
 	}
+	if n, _ := cmd.Int64(); n == 2 {
+		return fmt.Errorf("limit: adjust %.64q: %w", key, ErrDebtCapped)
+	}
 	return nil
 }
 
@@ -226,9 +229,9 @@ func (r *Redis) Adjust(ctx context.Context, key string, l Limit, d Decision, use
 func (r *Redis) adjustArgs(p params, at, charged, delta int64) []any {
 	switch p.alg {
 	case algTokenBucket, algLeakyBucket, algGCRA:
-		return []any{r.clock(), p.unit, p.refill, p.cap, at, charged, delta}
+		return []any{r.clock(), p.unit, p.refill, p.cap, at, charged, delta, p.debt}
 	default:
-		return []any{r.clock(), p.period, p.limit, at, delta}
+		return []any{r.clock(), p.period, p.limit, at, delta, p.debt}
 	}
 }
 

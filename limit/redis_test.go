@@ -2,7 +2,9 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -46,10 +48,18 @@ func TestRedisMatchesMemory(t *testing.T) {
 					c := pending[j]
 					pending = slices.Delete(pending, j, j+1)
 					used := rng.Int64N(3 * c.d.Cost)
-					for _, s := range []Limiter{mem, red} {
-						if err := s.Adjust(ctx, c.q.Key, c.q.Limit, c.d, used); err != nil {
+					errm := mem.Adjust(ctx, c.q.Key, c.q.Limit, c.d, used)
+					errr := red.Adjust(ctx, c.q.Key, c.q.Limit, c.d, used)
+					for _, err := range []error{errm, errr} {
+						if err != nil && !errors.Is(err, ErrDebtCapped) {
 							t.Fatal(err)
 						}
+					}
+					if errors.Is(errm, ErrDebtCapped) != errors.Is(errr, ErrDebtCapped) {
+						t.Fatalf("adjust %+v used %d: memory %v, redis %v", c, used, errm, errr)
+					}
+					if os.Getenv("LIMIT_DEBUG") != "" {
+						t.Logf("adjust %s %+v at %v used %d", c.q.Key, c.d, clk.Now().Sub(base), used)
 					}
 				}
 				l0 := limits["a"][0]

@@ -86,6 +86,8 @@ func (b *builder) process(c *Config, raw *rawConfig) {
 	c.MaxHeaderBytes = int(b.integer("", "max_header_bytes", raw.MaxHeaderBytes, DefaultMaxHeaderBytes, strconv.IntSize))
 	b.bound("", "max_header_bytes", int64(c.MaxHeaderBytes), 1, 16<<20)
 	c.ReadTimeout = b.positiveDuration("", "read_timeout", raw.ReadTimeout, DefaultReadTimeout)
+	c.ReadAheadBytes = b.integer("", "read_ahead_bytes", raw.ReadAheadBytes, DefaultReadAheadBytes, 64)
+	b.bound("", "read_ahead_bytes", c.ReadAheadBytes, MaxReadAhead+1, 16<<30)
 	c.IPv6Prefix = int(b.integer("", "ipv6_prefix", raw.IPv6Prefix, DefaultIPv6Prefix, 16))
 	b.bound("", "ipv6_prefix", int64(c.IPv6Prefix), 32, 128)
 	c.AdminToken = b.text("", "admin_token", raw.AdminToken, "")

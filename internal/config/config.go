@@ -25,6 +25,7 @@ const (
 	DefaultMaxHeaderBytes  = 64 << 10
 	DefaultNATSReplicas    = 1
 	DefaultReadTimeout     = 30 * time.Second
+	DefaultReadAheadBytes  = 64 << 20
 	DefaultIPv6Prefix      = 64
 
 	DefaultMaxDepth     = 100000
@@ -117,6 +118,12 @@ type Config struct {
 	// ReadTimeout bounds how long a request's body may take to arrive on the public listener
 	// (YAML read_timeout); a stalled body is cut off. Default 30s.
 	ReadTimeout time.Duration
+	// ReadAheadBytes bounds the bytes of request bodies the ingress holds, across all
+	// requests at once, read ahead to find a rule's cost in them (cost: json:…, or body_bytes
+	// without a Content-Length): each such request holds up to 1 MiB + 1 byte while its rules
+	// decide. A request that finds the bound held is charged its rule's cost fallback without
+	// its body being read (YAML read_ahead_bytes, 1 MiB + 1 to 16 GiB). Default 64 MiB.
+	ReadAheadBytes int64
 	// IPv6Prefix is the prefix length by which an "ip" key part keys IPv6 clients (YAML
 	// ipv6_prefix), 32 to 128: one client usually owns a whole /64. Default 64.
 	IPv6Prefix int

@@ -78,6 +78,7 @@ func TestFullExampleLoads(t *testing.T) {
 		JobRetention:    72 * time.Hour,
 		MaxHeaderBytes:  32768,
 		ReadTimeout:     30 * time.Second,
+		ReadAheadBytes:  32 << 20,
 		IPv6Prefix:      64,
 		Queues: []Queue{{
 			Name: "orders", Rate: Rate{N: 50, Per: time.Second}, Burst: 5, MaxDepth: 5000,
@@ -173,7 +174,7 @@ upstream: http://up
 		Path: "sluice.yaml", Listen: "127.0.0.1:8080", AdminListen: "127.0.0.1:9090", Upstream: "http://up",
 		DataDir: "./data", OnStoreError: StoreErrorAllow, StoreTimeout: 50 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, JobRetention: 24 * time.Hour, MaxHeaderBytes: 64 << 10,
-		ReadTimeout: 30 * time.Second, IPv6Prefix: 64,
+		ReadTimeout: 30 * time.Second, ReadAheadBytes: DefaultReadAheadBytes, IPv6Prefix: 64,
 		Queues: []Queue{{
 			Name: "q", Rate: Rate{1, time.Second}, MaxDepth: 100000, MaxBodyBytes: 1 << 20, MaxBytes: DefaultMaxBytes, MaxAttempts: 8,
 			Backoff: Backoff{time.Second, 5 * time.Minute}, Timeout: 10 * time.Second,
@@ -408,6 +409,20 @@ func TestProblems(t *testing.T) {
 			`sluice.yaml: rules[1] "r": cost needs a limit (algorithm, limit and period) to charge`},
 		{"cost with lease", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, lease: 2, cost: header:x-cost}"),
 			`sluice.yaml: rules[1] "r": lease takes requests ahead one unit each; it does not apply to a rule with a cost`},
+		{"cost expression unclosed", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 'max(json:/a, 5'}"),
+			`sluice.yaml: rules[1] "r": cost: "max(json:/a, 5": want , or ) at 14`},
+		{"cost expression product of sources", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 'json:/a * json:/b'}"),
+			`sluice.yaml: rules[1] "r": cost: "json:/a * json:/b": one side of * must be a whole number (a factor)`},
+		{"cost expression unknown function", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 'min(json:/a, 5)'}"),
+			`sluice.yaml: rules[1] "r": cost: "min(json:/a, 5)": unknown function "min" (want max, sum or prompt_tokens)`},
+		{"prompt_tokens of a header", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 'prompt_tokens(header:x)'}"),
+			`sluice.yaml: rules[1] "r": cost: "prompt_tokens(header:x)": prompt_tokens takes json:<pointer> to the text (json:/messages)`},
+		{"prompt_tokens unknown tokenizer", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost: 'prompt_tokens(json:/m, llama)'}"),
+			`sluice.yaml: rules[1] "r": cost: "prompt_tokens(json:/m, llama)": prompt_tokens' second argument is bytes per token (a whole number from 1 to 16) or a tokenizer (o200k, cl100k)`},
+		{"cost_from_response with sliding_log", rule("{name: r, algorithm: sliding_log, limit: 10, period: 1s, cost_from_response: 'json:/u'}"),
+			`sluice.yaml: rules[1] "r": cost_from_response needs an algorithm that carries debt: sliding_log keeps one entry per unit within one period and would drop what the answer owes beyond it; use sliding_window`},
+		{"read_ahead_bytes too small", "read_ahead_bytes: 1000\nrules: []\n",
+			`sluice.yaml: read_ahead_bytes must be between 1048577 and 17179869184, got 1000`},
 		{"cost_from_response query", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost_from_response: query:n}"),
 			`sluice.yaml: rules[1] "r": cost_from_response: "query:n": want header:NAME or json:<JSON pointer> (what the upstream's answer carries)`},
 		{"cost_from_response number", rule("{name: r, algorithm: gcra, limit: 10, period: 1s, cost_from_response: 5}"),
@@ -867,8 +882,8 @@ rules:
   - {name: counted, algorithm: gcra, limit: 10, period: 1s}
 `)
 	q := c.Queues[0]
-	if q.Cost != (Cost{Kind: CostJSON, Name: "/max_tokens"}) || q.CostRate != (Rate{N: 20000, Per: time.Minute}) ||
-		q.CostBurst != 500 || q.CostFallback != 2000 || q.CostFromResponse != (Cost{Kind: CostJSON, Name: "/usage/total_tokens"}) {
+	if q.Cost.String() != "json:/max_tokens" || q.CostRate != (Rate{N: 20000, Per: time.Minute}) ||
+		q.CostBurst != 500 || q.CostFallback != 2000 || q.CostFromResponse.String() != "json:/usage/total_tokens" {
 		t.Errorf("queue costs = %+v %+v %d %d %+v", q.Cost, q.CostRate, q.CostBurst, q.CostFallback, q.CostFromResponse)
 	}
 	if got := q.CostCapacity(); got != 20000 {

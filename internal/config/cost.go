@@ -23,7 +23,33 @@ const (
 	CostJSON CostKind = "json"
 	// CostBodyBytes is the length of the body in bytes.
 	CostBodyBytes CostKind = "body_bytes"
+	// CostMax is the largest of Args that can be read (max(a, b, …)).
+	CostMax CostKind = "max"
+	// CostSum is the sum of Args, each of which must be read (sum(a, b, …), or a + b).
+	CostSum CostKind = "sum"
+	// CostScaled is N × Args[0] (N * a, or a * N).
+	CostScaled CostKind = "scaled"
+	// CostPromptTokens is a bound on the tokens of the text at the JSON pointer Name:
+	// ceil(bytes / N), the size of the value as sent over N bytes per token (default
+	// DefaultBytesPerToken); or, with Encoding, the tokens of its strings counted by that
+	// tokenizer (internal/cost says how); 0 when the pointer names nothing
+	// (prompt_tokens(json:/messages), prompt_tokens(json:/messages, 1),
+	// prompt_tokens(json:/messages, o200k)).
+	CostPromptTokens CostKind = "prompt_tokens"
 )
+
+// DefaultBytesPerToken is the bytes per token prompt_tokens assumes unless told: 2, half what
+// the common tokenizers average on English and code (about 4 bytes a token for OpenAI's
+// cl100k and o200k, Llama 3's and Mistral's) and no more than they average on CJK text (about
+// 3 bytes a UTF-8 character, at most one token each), counting the JSON around the text too.
+// Contrived text can reach 1 token a byte; prompt_tokens(…, 1) never under-charges a
+// byte-level tokenizer, and reconciliation charges what the answer reports either way.
+const DefaultBytesPerToken = 2
+
+// MaxReadAhead is the most of one request's body the ingress reads ahead to find a cost in it
+// (cost: json:…, or body_bytes without a Content-Length): a larger body is charged the
+// fallback. It holds MaxReadAhead + 1 bytes at most, to tell a body of exactly this size.
+const MaxReadAhead = 1 << 20
 
 // MaxCost is the largest cost Sluice reads from a request, a job or an answer: larger values
 // are malformed (and take the fallback). It keeps every charge exact in the stores' integer
@@ -38,9 +64,20 @@ type Cost struct {
 	// Name is the header or query parameter name (CostHeader, CostQuery; a header's in
 	// canonical form) or the JSON pointer (CostJSON).
 	Name string
-	// N is the cost of CostNumber.
+	// N is the cost of CostNumber, the factor of CostScaled, the bytes per token of
+	// CostPromptTokens.
 	N int64
+	// Args are the operands of CostMax, CostSum and CostScaled.
+	Args []Cost
+	// Encoding is the tokenizer of CostPromptTokens, "" for the bytes bound: one of
+	// Encodings.
+	Encoding string
 }
+
+// Encodings are the tokenizers prompt_tokens may count with: OpenAI's, as
+// github.com/tiktoken-go/tokenizer embeds them (o200k for GPT-4o, GPT-4.1, GPT-5 and the o
+// series; cl100k for GPT-4 and GPT-3.5).
+var Encodings = []string{"o200k", "cl100k"}
 
 // IsSet reports whether the cost is read from somewhere (or fixed), not the default of 1.
 func (c Cost) IsSet() bool { return c.Kind != "" }
@@ -54,15 +91,66 @@ func (c Cost) String() string {
 		return strconv.FormatInt(c.N, 10)
 	case CostBodyBytes:
 		return string(c.Kind)
+	case CostMax, CostSum:
+		args := make([]string, len(c.Args))
+		for i, a := range c.Args {
+			args[i] = a.String()
+		}
+		return string(c.Kind) + "(" + strings.Join(args, ", ") + ")"
+	case CostScaled:
+		return strconv.FormatInt(c.N, 10) + " * " + c.Args[0].String()
+	case CostPromptTokens:
+		if c.Encoding != "" {
+			return fmt.Sprintf("prompt_tokens(json:%s, %s)", c.Name, c.Encoding)
+		}
+		return fmt.Sprintf("prompt_tokens(json:%s, %d)", c.Name, c.N)
 	}
 	return string(c.Kind) + ":" + c.Name
 }
 
+// Reads reports whether c reads any source for which has: the kinds of its leaves.
+func (c Cost) Reads(has func(CostKind) bool) bool {
+	if has(c.Kind) {
+		return true
+	}
+	for _, a := range c.Args {
+		if a.Reads(has) {
+			return true
+		}
+	}
+	return false
+}
+
+// IsExpr reports whether c combines sources (max, sum, a factor, prompt_tokens).
+func (c Cost) IsExpr() bool {
+	switch c.Kind {
+	case CostMax, CostSum, CostScaled, CostPromptTokens:
+		return true
+	}
+	return false
+}
+
 // ParseCost parses a cost as the file writes it: header:NAME, query:NAME, json:<pointer>,
-// body_bytes or a whole number from 1 to MaxCost. response restricts it to what an answer
-// has: header:NAME or json:<pointer>.
+// body_bytes or a whole number from 1 to MaxCost, or an expression of them (parseExpr):
+// max(a, b, …), sum(a, b, …), a + b, N * a, prompt_tokens(json:<pointer>[, bytes per token]).
+// response restricts it to what an answer has: header:NAME or json:<pointer>, and sums,
+// maxima and factors of them.
 func ParseCost(s string, response bool) (Cost, error) {
 	s = strings.TrimSpace(s)
+	if strings.ContainsAny(s, "(+*") {
+		c, err := parseExpr(s, response)
+		if err == nil {
+			return c, nil
+		}
+		if _, serr := parseSource(s, response); serr != nil || strings.ContainsAny(s, " \t") {
+			return Cost{}, err // no source either (a pointer in one word): the expression's error says more
+		}
+	}
+	return parseSource(s, response)
+}
+
+// parseSource parses one source, or a fixed number.
+func parseSource(s string, response bool) (Cost, error) {
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil && !response {
 		if n < 1 || n > MaxCost {
 			return Cost{}, fmt.Errorf("a fixed cost must be between 1 and %d, got %d", int64(MaxCost), n)
@@ -149,6 +237,8 @@ func (b *builder) ruleCost(where string, r *Rule, rr rawRule) {
 		return
 	case r.Lease > 0:
 		b.p.add(where, "lease", "lease takes requests ahead one unit each; it does not apply to a rule with a cost")
+	case r.CostFromResponse.IsSet() && r.Algorithm == "sliding_log":
+		b.p.add(where, "cost_from_response", "cost_from_response needs an algorithm that carries debt: sliding_log keeps one entry per unit within one period and would drop what the answer owes beyond it; use sliding_window")
 	}
 	capacity := r.LimitSpec().Capacity()
 	if r.Cost.Kind == CostNumber && r.Cost.N > capacity {

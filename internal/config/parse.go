@@ -156,6 +156,7 @@ type (
 		JobRetention    *scalar    `yaml:"job_retention"`
 		MaxHeaderBytes  *scalar    `yaml:"max_header_bytes"`
 		ReadTimeout     *scalar    `yaml:"read_timeout"`
+		ReadAheadBytes  *scalar    `yaml:"read_ahead_bytes"`
 		IPv6Prefix      *scalar    `yaml:"ipv6_prefix"`
 		AdminToken      *scalar    `yaml:"admin_token"`
 		AdminHosts      stringList `yaml:"admin_hosts"`

@@ -52,15 +52,19 @@ type Rule struct {
 	// with redis, and never more than the limit itself.
 	Lease int64
 	// Cost is what one request costs in the limit's units (YAML cost); the default costs 1.
-	// Only rules with a limit per period have one; a request whose cost exceeds the limit's
-	// capacity is refused (422), never charged forever.
+	// It is a source or an expression of them (ParseCost: max, sum or +, a whole factor,
+	// prompt_tokens), so that an LLM request can be charged its prompt estimate plus its
+	// completion bound. Only rules with a limit per period have one; a request whose cost
+	// exceeds the limit's capacity is refused (422), never charged forever.
 	Cost Cost
 	// CostFallback is the cost of a request whose cost cannot be read (YAML cost_fallback);
 	// 0: the limit's capacity (see Fallback).
 	CostFallback int64
 	// CostFromResponse reads a forwarded request's true cost from the upstream's answer (YAML
-	// cost_from_response): the difference from the charged cost is charged or refunded to the
-	// request's key. Zero: the charged cost stands.
+	// cost_from_response, header:NAME or json:<pointer>, or sums, maxima and factors of them):
+	// the difference from the charged cost is charged or refunded to the request's key; what
+	// is owed is paid across windows (limit.DebtCapacities). Not with sliding_log, which
+	// carries no debt. Zero: the charged cost stands.
 	CostFromResponse Cost
 }
 

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
+	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
 )
@@ -26,6 +28,52 @@ type bodyReader struct {
 
 	// head is what peek read ahead and Read has not passed on yet.
 	head []byte
+
+	// w is the request's response, whose connection's read deadline peek shortens; until is
+	// the read_timeout deadline it puts back (about the server's own, set as the headers were
+	// read).
+	w     http.ResponseWriter
+	until time.Time
+	// held is what peek took of ahead (the bytes it allocated), given back by release.
+	ahead *readAhead
+	held  int64
+}
+
+// readAheadTimeout is how long the ingress waits for the part of a body it reads ahead to find
+// a cost in it, however long read_timeout is: a body that has not arrived by then is cut off
+// (408), so that the read-ahead bound is not held by slow clients.
+var readAheadTimeout = 5 * time.Second
+
+// readAhead bounds the bytes held by cost read-ahead across all requests (read_ahead_bytes).
+// It is safe for concurrent use.
+type readAhead struct {
+	held  atomic.Int64
+	bound atomic.Int64
+}
+
+// take takes n bytes of the bound, and reports whether they were free.
+func (a *readAhead) take(n int64) bool {
+	for {
+		h := a.held.Load()
+		if h+n > a.bound.Load() {
+			return false
+		}
+		if a.held.CompareAndSwap(h, h+n) {
+			return true
+		}
+	}
+}
+
+// release gives back what peek took of the read-ahead bound. It is safe to call on a nil b and
+// more than once; the server calls it once the request is answered, when its body (and the
+// head read ahead) can no longer be read.
+func (b *bodyReader) release() {
+	if b == nil || b.held == 0 {
+		return
+	}
+	b.ahead.held.Add(-b.held)
+	b.held = 0
+	b.head = nil
 }
 
 func (b *bodyReader) Read(p []byte) (int, error) {
@@ -55,38 +103,51 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 func (b *bodyReader) Close() error { return b.rc.Close() }
 
 // peek reads up to max bytes of the body ahead, for a cost read from it, and keeps them for
-// Read to pass on. whole reports that they are the whole body. An error reading is kept, as
-// Read keeps it, for problem to answer.
-func (b *bodyReader) peek(max int64) (head []byte, whole bool, err error) {
-	buf := make([]byte, 0, min(max+1, 64<<10))
-	for int64(len(buf)) <= max {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := b.rc.Read(buf[len(buf):min(int64(cap(buf)), max+1)])
-		buf = buf[:len(buf)+n]
+// Read to pass on. whole reports that they are the whole body. The buffer is max + 1 bytes
+// (Content-Length + 1 when that is less), taken from a first: when a has not that many free,
+// peek reads nothing and reports skipped. The connection's read deadline is readAheadTimeout
+// meanwhile. An error reading is kept, as Read keeps it, for problem to answer.
+func (b *bodyReader) peek(a *readAhead, max, contentLength int64) (head []byte, whole, skipped bool, err error) {
+	size := max + 1
+	if contentLength >= 0 && contentLength < max {
+		size = contentLength + 1
+	}
+	if !a.take(size) {
+		return nil, false, true, nil
+	}
+	b.ahead, b.held = a, size
+	rc := http.NewResponseController(b.w)
+	if b.w != nil && rc.SetReadDeadline(time.Now().Add(readAheadTimeout)) == nil {
+		defer func() { _ = rc.SetReadDeadline(b.until) }()
+	}
+	buf := make([]byte, size)
+	n := 0
+	for n < len(buf) {
+		k, err := b.rc.Read(buf[n:])
+		n += k
 		if err == io.EOF {
-			b.head = buf
-			return buf, true, nil
+			b.head = buf[:n]
+			return b.head, true, false, nil
 		}
 		if err != nil {
-			b.head = buf
+			b.head = buf[:n]
 			if b.err == nil {
 				b.err = err
 			}
-			return nil, false, err
+			return nil, false, false, err
 		}
 	}
 	b.head = buf
-	return buf, false, nil
+	return buf, false, false, nil
 }
 
 // wrapBody installs a bodyReader on r when it has a body, and returns it (nil: no body).
-func wrapBody(r *http.Request) *bodyReader {
+// readTimeout is the server's read_timeout, which peek puts back after its own deadline.
+func wrapBody(w http.ResponseWriter, r *http.Request, readTimeout time.Duration) *bodyReader {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
-	b := &bodyReader{rc: r.Body}
+	b := &bodyReader{rc: r.Body, w: w, until: time.Now().Add(readTimeout)}
 	r.Body = b
 	return b
 }

@@ -8,10 +8,6 @@ import (
 	"github.com/sluice-rl/sluice/internal/cost"
 )
 
-// maxCostBody is the most of a body the ingress reads ahead to find a cost in it (cost:
-// json:…, or body_bytes without a Content-Length). A larger body is charged the fallback.
-const maxCostBody = 1 << 20
-
 // ruleCost is how a rule with a cost charges a request: read from spec, else fallback; at
 // most capacity, the most its limit ever admits at once.
 type ruleCost struct {
@@ -39,14 +35,19 @@ func (r *rule) compileCost(cr config.Rule) {
 // readsBody reports whether the cost needs the body of a request that has Content-Length n
 // (-1: unknown).
 func readsBody(c config.Cost, n int64) bool {
+	if c.IsExpr() {
+		return c.Reads(func(k config.CostKind) bool {
+			return k == config.CostJSON || k == config.CostBodyBytes || k == config.CostPromptTokens
+		})
+	}
 	return c.Kind == config.CostJSON || c.Kind == config.CostBodyBytes && n < 0
 }
 
 // requestCost reads what a request costs under c, reading the body ahead into k once when c
 // needs it. It returns the problem to answer instead: a body that could not be read, or a cost
 // above capacity, which no wait would ever admit.
-func (k *call) requestCost(r *http.Request, c *ruleCost) (int64, *Problem) {
-	return readCost(r, c.spec, c.fallback, c.capacity, &k.costBody, "rate limit", func(n int64) string {
+func (k *call) requestCost(r *http.Request, c *ruleCost, m *metrics) (int64, *Problem) {
+	return readCost(r, c.spec, c.fallback, c.capacity, &k.costBody, m, "rate limit", func(n int64) string {
 		return fmt.Sprintf("this request costs %d units (%s) and the limit admits at most %d at once", n, c.spec, c.capacity)
 	})
 }
@@ -61,17 +62,23 @@ type costBody struct {
 
 // readCost reads a cost of spec from r, with fallback when it cannot, and refuses one above
 // capacity with 422 (what names the policy in the detail).
-func readCost(r *http.Request, spec config.Cost, fallback, capacity int64, cb *costBody, what string, detail func(int64) string) (int64, *Problem) {
+//
+// The body is read ahead within the read-ahead bound of m (read_ahead_bytes): a request that
+// finds it held by others is charged fallback without its body being read, and counted.
+func readCost(r *http.Request, spec config.Cost, fallback, capacity int64, cb *costBody, m *metrics, what string, detail func(int64) string) (int64, *Problem) {
 	var body []byte
 	if readsBody(spec, r.ContentLength) {
 		if !cb.read {
 			cb.read = true
 			if br, ok := r.Body.(*bodyReader); ok {
-				head, whole, err := br.peek(maxCostBody)
+				head, whole, skipped, err := br.peek(&m.readAhead, config.MaxReadAhead, r.ContentLength)
 				if err != nil {
 					if p := br.problem(); p != nil {
 						return 0, p
 					}
+				}
+				if skipped {
+					m.readAheadSkips.Inc()
 				}
 				cb.b, cb.whole = head, whole
 			} else {

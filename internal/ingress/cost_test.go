@@ -5,10 +5,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const costYAML = `
@@ -225,4 +229,133 @@ rules:
 			}
 		})
 	}
+}
+
+// The bytes held by cost read-ahead across 400 stalled requests stay within read_ahead_bytes:
+// requests that find the bound held are charged the fallback without their body being read, and each
+// request holds one buffer of 1 MiB + 1 byte at most; all of it is given back once answered.
+func TestReadAheadBounded(t *testing.T) {
+	const each = 1<<20 + 1
+	f := newFixture(t, fmt.Sprintf(`
+read_ahead_bytes: %d
+rules:
+  - name: tokens
+    match: {path: /v1/chat}
+    key: [header:X-Api-Key]
+    algorithm: token_bucket
+    limit: 1000000
+    period: 1h
+    cost: json:/max_tokens
+    cost_fallback: 4096
+`, 3*each), Options{})
+	m := f.srv.gate.metrics
+	rss0 := rss(t)
+	const n = 400
+	writers := make([]*io.PipeWriter, n)
+	done := make(chan int, n)
+	for i := range n {
+		pr, pw := io.Pipe()
+		writers[i] = pw
+		go func() {
+			r := httptest.NewRequest("POST", "/v1/chat", pr)
+			r.RemoteAddr = f.peerAddr
+			r.Header.Set("X-Api-Key", fmt.Sprint("k", i))
+			w := httptest.NewRecorder()
+			f.handler.ServeHTTP(w, r)
+			done <- w.Code
+		}()
+		go pw.Write([]byte(`{"max_tokens":1,"messages":"`)) // then the body stalls
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.readAhead.held.Load() != 3*each || testutil.ToFloat64(m.readAheadSkips) != n-3 {
+		if h := m.readAhead.held.Load(); h > 3*each {
+			t.Fatalf("read-ahead holds %d bytes, bound %d", h, 3*each)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read-ahead holds %d bytes (want %d), skipped %v (want %d)",
+				m.readAhead.held.Load(), 3*each, testutil.ToFloat64(m.readAheadSkips), n-3)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, not standing in for one
+	}
+	grown := rss(t) - rss0
+	t.Logf("resident memory grew by %d MiB with %d requests stalled (read-ahead bound %d MiB)", grown>>20, n, 3*each>>20)
+	if grown > 3*each+50<<20 {
+		t.Errorf("resident memory grew by %d MiB: more than the read-ahead bound plus 50 MiB", grown>>20)
+	}
+	for _, pw := range writers {
+		go func() {
+			pw.Write([]byte(`"}`))
+			pw.Close()
+		}()
+	}
+	for range n {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("a request answered %d, want 200", code)
+		}
+	}
+	if h := m.readAhead.held.Load(); h != 0 {
+		t.Errorf("after every answer the read-ahead holds %d bytes, want 0", h)
+	}
+}
+
+// A body read ahead for a cost has its own deadline, shorter than read_timeout: one that stalls
+// is cut off with 408 and gives its share of the read-ahead bound back.
+func TestReadAheadDeadline(t *testing.T) {
+	old := readAheadTimeout
+	readAheadTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { readAheadTimeout = old })
+	f := newFixture(t, `
+read_timeout: 1m
+rules:
+  - name: tokens
+    match: {path: /v1/chat}
+    key: [header:X-Api-Key]
+    algorithm: token_bucket
+    limit: 1000000
+    period: 1h
+    cost: json:/max_tokens
+`, Options{})
+	ing := httptest.NewServer(f.handler)
+	t.Cleanup(ing.Close)
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	go pw.Write([]byte(`{"max_tokens":1,"messages":"`)) // then the body stalls
+	req, _ := http.NewRequest("POST", ing.URL+"/v1/chat", pr)
+	req.Header.Set("X-Api-Key", "k")
+	start := time.Now()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("a stalled body: status %d, want 408", res.StatusCode)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("cut off after %v; the read-ahead deadline is %v (read_timeout 1m)", took, readAheadTimeout)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.srv.gate.metrics.readAhead.held.Load() != 0 { // given back as the handler returns
+		if time.Now().After(deadline) {
+			t.Fatalf("the read-ahead holds %d bytes after the answer, want 0", f.srv.gate.metrics.readAhead.held.Load())
+		}
+		time.Sleep(time.Millisecond) // polling a condition
+	}
+}
+
+// rss is the process's resident memory in bytes (Linux: VmRSS of /proc/self/status).
+func rss(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status:", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	t.Skip("no VmRSS")
+	return 0
 }

@@ -332,7 +332,7 @@ func (g *gate) chargeRules(r *http.Request, rs *ruleSet, k *call) (*Problem, err
 		ch.req = limit.Request{Key: all[start:keyEnds[i]], Limit: ch.rule.spec, Cost: 1}
 		start = keyEnds[i]
 		if c := ch.rule.cost; c != nil {
-			n, p := k.requestCost(r, c)
+			n, p := k.requestCost(r, c, g.metrics)
 			if p != nil {
 				return p, nil
 			}

@@ -53,6 +53,10 @@ type metrics struct {
 	overflows      prometheus.CounterFunc
 	reconciled     *prometheus.CounterVec
 	unreconciled   *prometheus.CounterVec
+	debtCapped     *prometheus.CounterVec
+	readAheadBytes prometheus.GaugeFunc
+	readAheadSkips prometheus.Counter
+	readAhead      readAhead                       // the bytes held by cost read-ahead, across requests
 	memories       atomic.Pointer[[]*limit.Memory] // the in-memory stores the gate decides with
 
 	byCode [600]atomic.Pointer[counter] // children of requests, by status code
@@ -77,6 +81,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_rule_cost_unreconciled_total",
 			Help: "Forwarded requests of rules with cost_from_response whose true cost could not be read from the answer or charged, so the estimate stands.",
 		}, []string{"rule"}),
+		debtCapped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rule_debt_capped_total",
+			Help: "Extra charges of cost_from_response that would have put a key more than limit.DebtCapacities capacities in debt: the rest was dropped.",
+		}, []string{"rule"}),
+		readAheadSkips: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_cost_read_ahead_skipped_total",
+			Help: "Requests charged their rule's cost fallback without reading the body because the read-ahead bound (read_ahead_bytes) was held by others, or the read-ahead deadline passed.",
+		}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total",
 			Help: "Limiter store calls that failed or timed out.",
@@ -106,6 +118,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 		return float64(n)
 	})
+	m.readAheadBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_cost_read_ahead_bytes",
+		Help: "Bytes of request bodies held by cost read-ahead now, across requests (at most read_ahead_bytes).",
+	}, func() float64 { return float64(m.readAhead.held.Load()) })
 	m.cachedRejects = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_cached_rejections_total",
 		Help: "Requests rejected from the ingress's cache of the store's rejections, without asking the store.",
@@ -119,7 +135,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "Requests whose body could not be read, by reason: timeout (cut off after read_timeout, 408) or malformed (400).",
 	}, []string{"reason"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.bodyErrors, m.overflows, m.cachedRejects, m.leased, m.reconciled, m.unreconciled} {
+		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.bodyErrors, m.overflows, m.cachedRejects, m.leased, m.reconciled, m.unreconciled, m.debtCapped, m.readAheadBytes, m.readAheadSkips} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {

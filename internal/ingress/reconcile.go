@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
@@ -56,7 +57,7 @@ func (a *answerBody) write(p []byte) {
 // needsBody reports whether reading the true costs of h needs the answer's body.
 func (h *held) needsBody() bool {
 	for _, rc := range h.recon {
-		if rc.rule.cost.from.Kind == config.CostJSON {
+		if rc.rule.cost.from.Reads(func(k config.CostKind) bool { return k == config.CostJSON }) {
 			return true
 		}
 	}
@@ -85,6 +86,12 @@ func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := g.limiter.Adjust(ctx, rc.key, rc.rule.spec, rc.dec, used)
 		cancel()
+		if errors.Is(err, limit.ErrDebtCapped) {
+			g.metrics.debtCapped.WithLabelValues(rc.rule.name).Inc()
+			g.log.Warn("ingress: a key owes more than its rule's debt cap; the rest of the true cost is dropped",
+				"rule", rc.rule.name, "debt_capacities", limit.DebtCapacities)
+			err = nil
+		}
 		if err != nil {
 			g.metrics.storeErrors.Inc()
 			g.metrics.unreconciled.WithLabelValues(rc.rule.name).Inc()

@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -69,6 +70,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.setUpstream(g.rules.Load().upstream)
 	s.writeStall.Store(int64(cfg.ReadTimeout))
+	m.readAhead.bound.Store(cmp.Or(cfg.ReadAheadBytes, config.DefaultReadAheadBytes))
 
 	s.writers.New = func() any { return new(forwardWriter) }
 	e := echo.New()
@@ -95,6 +97,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 	s.gate.warn(cfg)
 	s.setUpstream(s.gate.rules.Load().upstream)
 	s.writeStall.Store(int64(cfg.ReadTimeout))
+	s.gate.metrics.readAhead.bound.Store(cmp.Or(cfg.ReadAheadBytes, config.DefaultReadAheadBytes))
 	return nil
 }
 
@@ -246,7 +249,8 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 // status. Echo routes the job API only: as a pre-routing middleware this would have echo
 // build the chain anew for every request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body := wrapBody(r)
+	body := wrapBody(w, r, time.Duration(s.writeStall.Load()))
+	defer body.release()
 	c := s.echo.AcquireContext()
 	c.Reset(r, w)
 	var h held

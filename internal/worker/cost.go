@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/cost"
 	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // Unit budgets (QueueConfig.Units): a job of a queue with cost_rate waits for one slot of
@@ -122,6 +123,12 @@ func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 	if actual == j.charge.Cost {
 		return
 	}
+	// What the answer owes above the charge is paid in full (the unit schedule moves on by
+	// it), up to the cap every debt has: limit.DebtCapacities of the budget's capacity.
+	if most := j.charge.Cost + limit.DebtCapacities*max(cfg.Units.N, cfg.Units.Burst); actual > most {
+		actual = most
+		m.debtCapped.WithLabelValues(name).Inc()
+	}
 	ctx, cancel := context.WithTimeout(u.settling, storeTimeout)
 	defer cancel()
 	if err := u.sched.Reconcile(ctx, name, j.charge, actual); err != nil {
@@ -140,7 +147,7 @@ func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 // readsCostBody reports whether deliveries of cfg keep the answer's body: cost_from_response
 // reads a JSON pointer in it.
 func readsCostBody(cfg *QueueConfig) bool {
-	return cfg.CostFromResponse.Kind == config.CostJSON && !cfg.Units.IsZero()
+	return cfg.CostFromResponse.Reads(func(k config.CostKind) bool { return k == config.CostJSON }) && !cfg.Units.IsZero()
 }
 
 // readCostBody reads up to maxCostBody of body.

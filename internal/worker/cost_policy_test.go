@@ -68,12 +68,16 @@ func TestUnitBudgetObserve(t *testing.T) {
 		from                         config.Cost
 		answer                       http.Header
 		charge, refund, unrec, deliv float64
+		capped                       float64
 	}{
-		{"more than the estimate", header, http.Header{"X-Tokens": {"70"}}, 30, 0, 0, 70},
-		{"less than the estimate", header, http.Header{"X-Tokens": {"15"}}, 0, 25, 0, 15},
-		{"as estimated", header, http.Header{"X-Tokens": {"40"}}, 0, 0, 0, 40},
-		{"no true cost", header, http.Header{}, 0, 0, 1, 40},
-		{"not reconciled", config.Cost{}, http.Header{"X-Tokens": {"70"}}, 0, 0, 0, 40},
+		{"more than the estimate", header, http.Header{"X-Tokens": {"70"}}, 30, 0, 0, 70, 0},
+		{"less than the estimate", header, http.Header{"X-Tokens": {"15"}}, 0, 25, 0, 15, 0},
+		{"as estimated", header, http.Header{"X-Tokens": {"40"}}, 0, 0, 0, 40, 0},
+		{"no true cost", header, http.Header{}, 0, 0, 1, 40, 0},
+		{"not reconciled", config.Cost{}, http.Header{"X-Tokens": {"70"}}, 0, 0, 0, 40, 0},
+		// Owed in full over many periods, up to DebtCapacities capacities (100 × 6000).
+		{"many capacities above", header, http.Header{"X-Tokens": {"500000"}}, 499960, 0, 0, 500000, 0},
+		{"above the debt cap", header, http.Header{"X-Tokens": {"900000"}}, 600000, 0, 0, 600040, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := QueueConfig{Name: "q", Rate: leaky.Every(1000, time.Second), Units: leaky.Units{N: 6000, Per: time.Minute},
@@ -91,11 +95,12 @@ func TestUnitBudgetObserve(t *testing.T) {
 				testutil.ToFloat64(m.unitsReconciled.WithLabelValues("q", "refund")),
 				testutil.ToFloat64(m.unreconciled.WithLabelValues("q")),
 				testutil.ToFloat64(m.unitsDelivered.WithLabelValues("q")),
+				testutil.ToFloat64(m.debtCapped.WithLabelValues("q")),
 			}
-			want := []float64{c.charge, c.refund, c.unrec, c.deliv}
+			want := []float64{c.charge, c.refund, c.unrec, c.deliv, c.capped}
 			for i := range got {
 				if got[i] != want[i] {
-					t.Fatalf("charged, refunded, unreconciled, delivered = %v, want %v", got, want)
+					t.Fatalf("charged, refunded, unreconciled, delivered, capped = %v, want %v", got, want)
 				}
 			}
 		})

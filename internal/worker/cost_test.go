@@ -24,7 +24,7 @@ func TestResponseCost(t *testing.T) {
 		{"json zero", js, nil, `{"usage":{"total_tokens":0}}`, 0, true},
 		{"json negative", js, nil, `{"usage":{"total_tokens":-1}}`, 0, false},
 		{"json too large", js, nil, `{"usage":{"total_tokens":1099511627777}}`, 0, false},
-		{"json string", js, nil, `{"usage":{"total_tokens":"12"}}`, 0, false},
+		{"json string", js, nil, `{"usage":{"total_tokens":"12"}}`, 12, true}, // a number in a string is that number
 		{"json missing", js, nil, `{"usage":{}}`, 0, false},
 		{"json not json", js, nil, `usage`, 0, false},
 		{"json truncated", js, nil, `{"usage":{"total_tokens":12`, 0, false},

@@ -27,6 +27,7 @@ type metrics struct {
 	unitsDelivered  *prometheus.CounterVec // queue
 	unitsReconciled *prometheus.CounterVec // queue, direction
 	unreconciled    *prometheus.CounterVec // queue
+	debtCapped      *prometheus.CounterVec // queue
 	drain           *drainRate
 	// answers are the Answers the presence entry carries (answers.go)
 	answers answers
@@ -98,6 +99,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_units_reconciled_total",
 			Help: "Units charged (true cost above the estimate) or refunded (below) on a queue's unit schedule once the answer said the true cost, by queue and direction.",
 		}, []string{"queue", "direction"}),
+		debtCapped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_queue_debt_capped_total",
+			Help: "Answers of a queue whose true cost was more than limit.DebtCapacities of the queue's unit capacities above the estimate: the rest was dropped. By queue.",
+		}, []string{"queue"}),
 		unreconciled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_cost_unreconciled_total",
 			Help: "Answers of a queue with cost_from_response that carried no usable true cost (missing, malformed) or whose reconciliation failed; the estimate stood. By queue.",
@@ -109,7 +114,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.slotWait, m.slotLate, m.pauses,
 		m.deadLetters, m.takeErrors, m.placeWait, m.placeErrors, m.givenUp, m.handedBack, m.skipped, m.inFlight, m.drain,
-		m.unitsDelivered, m.unitsReconciled, m.unreconciled} {
+		m.unitsDelivered, m.unitsReconciled, m.unreconciled, m.debtCapped} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("worker: register metrics"), err)
 		}

@@ -20,16 +20,17 @@ if s then
 end
 local w = fdiv(now, period) * period
 if w ~= start then
-  start, count = w, 0
+  start, count = w, carry(count, window_rolls(start, w, period), limit)
 end
 
-local reset = start + period - now
+local left = start + period - now
 local allowed, retry = 0, 0
 if count + cost <= limit then
   allowed = 1
   count = count + cost
 else
-  retry = reset
+  retry = windows_wait(count, limit - cost, limit, period, left)
 end
+local reset = math.max(left, windows_wait(count, 0, limit, period, left))
 set_state(KEYS[1], reset, start, count)
 return {allowed, math.max(0, limit - count), reset, retry, now}

@@ -7,12 +7,15 @@
 -- ARGV[2]  period in µs
 -- ARGV[3]  limit: requests per window
 -- ARGV[4]  at: the instant of the charge, µs since the Unix epoch
--- ARGV[5]  delta: requests to count in the current window (> 0, up to limit) or to uncount
---          (< 0) if at is in the current window, never below 0
--- Returns  1 when the window was written, 0 when there was nothing to refund to
+-- ARGV[5]  delta: requests to count in the current window (> 0, up to limit + debt: above
+--          limit is debt, counted by the windows after) or to uncount (< 0) if at is in the
+--          current window, never below 0
+-- ARGV[6]  debt: the most the key may owe beyond limit
+-- Returns  1 when the window was written, 2 when it was and the charge was capped at the
+--          debt, 0 when there was nothing to refund to
 local now = clock(ARGV[1])
 local period, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
-local at, delta = tonumber(ARGV[4]), tonumber(ARGV[5])
+local at, delta, maxdebt = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 
 local start, count = 0, 0
 local s = get_state(KEYS[1], 2)
@@ -21,15 +24,21 @@ if s then
   now = math.max(now, start)
 end
 local w = fdiv(now, period) * period
+local capped = 1
 if delta > 0 then
   if w ~= start then
-    start, count = w, 0
+    start, count = w, carry(count, window_rolls(start, w, period), limit)
   end
-  count = count + math.min(delta, math.max(0, limit - count))
+  local room = math.max(0, limit + maxdebt - count)
+  if delta > room then
+    capped = 2
+  end
+  count = count + math.min(delta, room)
 elseif start == w and fdiv(at, period) * period == w then
   count = count - math.min(-delta, count)
 else
   return 0 -- the charge's window has ended
 end
-set_state(KEYS[1], start + period - now, start, count)
-return 1
+local left = start + period - now
+set_state(KEYS[1], math.max(left, windows_wait(count, 0, limit, period, left)), start, count)
+return capped

@@ -7,12 +7,16 @@
 -- ARGV[2]  unit, ARGV[3] refill, ARGV[4] cap: as in gcra.lua
 -- ARGV[5]  at: the instant of the charge, µs since the Unix epoch
 -- ARGV[6]  charged: the cost it charged, in requests
--- ARGV[7]  delta: emission intervals to move the TAT on (> 0, to 2 * cap ahead of now at
+-- ARGV[7]  delta: emission intervals to move the TAT on (> 0, to cap + debt ahead of now at
 --          most) or back (< 0, at most what has not been repaid since at, never before now)
--- Returns  1 when the TAT was written, 0 when there was nothing to refund to
+-- ARGV[8]  debt: the most the key may owe beyond its capacity, scaled as cap
+-- Returns  1 when the TAT was written, 2 when it was and the charge was capped at the debt,
+--          0 when there was nothing to refund to
 local now = clock(ARGV[1])
 local unit, refill, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local at, charged, delta = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local maxdebt = tonumber(ARGV[8])
+local capped = 1
 
 local tat, frac = now, 0
 local s = get_state(KEYS[1], 2)
@@ -24,10 +28,14 @@ end
 
 local debt = (tat - now) * refill + frac
 if delta > 0 then
-  debt = debt + math.min(delta * unit, math.max(0, 2 * cap - debt))
+  local room = math.max(0, cap + maxdebt - debt)
+  if delta * unit > room then
+    capped = 2
+  end
+  debt = debt + math.min(delta * unit, room)
 else
   debt = debt - math.min(-delta * unit, debt, unrepaid(unit, refill, at, charged, now))
 end
 local whole = fdiv(debt, refill)
 set_state(KEYS[1], cdiv(debt, refill), now + whole, debt - whole * refill)
-return 1
+return capped

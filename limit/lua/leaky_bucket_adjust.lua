@@ -7,12 +7,16 @@
 -- ARGV[2]  unit, ARGV[3] refill, ARGV[4] cap: as in leaky_bucket.lua
 -- ARGV[5]  at: the instant of the charge, µs since the Unix epoch
 -- ARGV[6]  charged: the cost it charged, in requests
--- ARGV[7]  delta: requests to pour in (> 0, up to 2 * cap at most) or take out (< 0, at most
+-- ARGV[7]  delta: requests to pour in (> 0, up to cap + debt at most) or take out (< 0, at most
 --          what has not leaked since at, and never below empty)
--- Returns  1 when the bucket was written, 0 when there was nothing to refund to
+-- ARGV[8]  debt: the most the key may owe beyond its capacity, scaled as cap
+-- Returns  1 when the bucket was written, 2 when it was and the charge was capped at the debt,
+--          0 when there was nothing to refund to
 local now = clock(ARGV[1])
 local unit, refill, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local at, charged, delta = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local maxdebt = tonumber(ARGV[8])
+local capped = 1
 
 local level, last = 0, now
 local s = get_state(KEYS[1], 3)
@@ -35,9 +39,13 @@ else
 end
 
 if delta > 0 then
-  level = level + math.min(delta * unit, math.max(0, 2 * cap - level))
+  local room = math.max(0, cap + maxdebt - level)
+  if delta * unit > room then
+    capped = 2
+  end
+  level = level + math.min(delta * unit, room)
 else
   level = level - math.min(-delta * unit, level, unrepaid(unit, refill, at, charged, now))
 end
 set_state(KEYS[1], cdiv(level, refill), level, now, unit)
-return 1
+return capped

@@ -113,6 +113,64 @@ local function unrepaid(unit, refill, at, charged, now)
   return c - (now - at) * refill
 end
 
+-- carry returns what a window count of c leaves to count after k windows have ended, limit of
+-- it in each (carry in limit/algorithms.go): a count above limit is debt.
+local function carry(c, k, limit)
+  if c <= 0 or k >= cdiv(c, limit) then
+    return 0
+  end
+  return c - k * limit
+end
+
+-- windows_wait returns the µs until a window whose carried count is at most target starts,
+-- for a count of c and left µs left in the current window (windowsWait in algorithms.go).
+local function windows_wait(c, target, limit, period, left)
+  if c <= target then
+    return 0
+  end
+  return left + (math.max(1, cdiv(c - target, limit)) - 1) * period
+end
+
+-- window_rolls returns how many windows of period have ended from the one that started at
+-- start to the one that starts at w (~= start): one at least, as a window of a period
+-- changed since may start after w (fixedWindowState.roll in algorithms.go).
+local function window_rolls(start, w, period)
+  if w < start then
+    return 1
+  end
+  return math.max(1, fdiv(w - start, period))
+end
+
+-- slide_roll returns prev and cur after the windows from start to w have ended
+-- (slidingWindowState.roll in algorithms.go).
+local function slide_roll(prev, cur, start, w, period, limit)
+  if w ~= start then
+    local k = window_rolls(start, w, period)
+    prev, cur = math.min(carry(cur, k - 1, limit), limit), carry(cur, k, limit)
+  end
+  return math.min(prev, limit), cur
+end
+
+-- slide_wait returns the µs until the sliding window estimate of prev and cur is at most
+-- target, if nothing more is admitted; left is the µs left in the current window
+-- (slidingWait in algorithms.go: window after window while debt is counted).
+local function slide_wait(prev, cur, period, left, target, limit)
+  local wait = 0
+  while true do
+    if cur <= target then
+      if prev == 0 then
+        return wait
+      end
+      local xmax = cdiv((target - cur + 1) * period, prev) - 1
+      if xmax >= 1 then
+        return wait + math.max(0, left - xmax)
+      end
+    end
+    prev, cur = math.min(cur, limit), carry(cur, 1, limit)
+    wait, left = wait + left, period
+  end
+end
+
 -- store stores a token bucket: tokens, last, unit; and, when tokens is below 0 (debt, after
 -- Adjust), 0 in its place and the debt as a fourth number, since varints are whole numbers
 -- >= 0. Buckets without debt keep the three numbers they always had.

@@ -9,11 +9,12 @@
 -- ARGV[4]  at: the instant of the charge, µs since the Unix epoch
 -- ARGV[5]  delta: entries to log at now (> 0, as many as fit under limit) or to remove of
 --          instant at (< 0), if they are still in the window
--- Returns  1
+-- Returns  1, or 2 when some of delta did not fit under limit (a log carries no debt)
 local now = clock(ARGV[1])
 local period, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local at, delta = tonumber(ARGV[4]), tonumber(ARGV[5])
 local key = KEYS[1]
+local capped = 1
 
 local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if newest[2] then
@@ -24,6 +25,9 @@ redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - period))
 if delta > 0 then
   local n = redis.call('ZCARD', key)
   local add = math.min(delta, limit - n)
+  if delta > add then
+    capped = 2
+  end
   local stamp = string.format('%.0f', now)
   local k = redis.call('ZCOUNT', key, stamp, stamp)
   local args = {}
@@ -54,4 +58,4 @@ local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if last[2] then
   redis.call('PEXPIRE', key, ttl_ms(tonumber(last[2]) + period - now))
 end
-return 1
+return capped

@@ -20,25 +20,8 @@ if s then
   now = math.max(now, start) -- the key's clock never runs backwards
 end
 local w = fdiv(now, period) * period
-if start == w - period then
-  prev, cur = cur, 0
-elseif start ~= w then
-  prev, cur = 0, 0
-end
+prev, cur = slide_roll(prev, cur, start, w, period, limit)
 start = w
-prev, cur = math.min(prev, limit), math.min(cur, limit)
-
--- wait returns the µs until the estimate is at most target, if nothing more is admitted.
--- floor(c * x / period) <= m holds exactly for x <= ceil((m + 1) * period / c) - 1.
-local function wait(left, target)
-  if cur <= target then
-    if prev == 0 then
-      return 0
-    end
-    return math.max(0, left - (cdiv((target - cur + 1) * period, prev) - 1))
-  end
-  return left + math.max(0, period - (cdiv((target + 1) * period, cur) - 1))
-end
 
 local left = start + period - now
 local estimate = fdiv(prev * left, period) + cur
@@ -48,8 +31,8 @@ if estimate + cost <= limit then
   cur = cur + cost
   estimate = estimate + cost
 else
-  retry = wait(left, limit - cost)
+  retry = slide_wait(prev, cur, period, left, limit - cost, limit)
 end
-local reset = wait(left, 0)
+local reset = slide_wait(prev, cur, period, left, 0, limit)
 set_state(KEYS[1], reset, start, prev, cur)
 return {allowed, math.max(0, limit - estimate), reset, retry, now}

@@ -7,13 +7,15 @@
 -- ARGV[2]  period in µs
 -- ARGV[3]  limit: requests per trailing period
 -- ARGV[4]  at: the instant of the charge, µs since the Unix epoch
--- ARGV[5]  delta: requests to count in the current window (> 0, up to limit) or to uncount
---          (< 0) from the window of at, if that is the current or the previous one, never
---          below 0
--- Returns  1 when the counters were written, 0 when there was nothing to refund to
+-- ARGV[5]  delta: requests to count in the current window (> 0, up to limit + debt: above
+--          limit is debt, counted by the windows after) or to uncount (< 0) from the window
+--          of at, if that is the current or the previous one, never below 0
+-- ARGV[6]  debt: the most the key may owe beyond limit
+-- Returns  1 when the counters were written, 2 when they were and the charge was capped at
+--          the debt, 0 when there was nothing to refund to
 local now = clock(ARGV[1])
 local period, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
-local at, delta = tonumber(ARGV[4]), tonumber(ARGV[5])
+local at, delta, maxdebt = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 
 local start, prev, cur = 0, 0, 0
 local s = get_state(KEYS[1], 3)
@@ -22,17 +24,17 @@ if s then
   now = math.max(now, start)
 end
 local w = fdiv(now, period) * period
-if start == w - period then
-  prev, cur = cur, 0
-elseif start ~= w then
-  prev, cur = 0, 0
-end
+prev, cur = slide_roll(prev, cur, start, w, period, limit)
 start = w
-prev, cur = math.min(prev, limit), math.min(cur, limit)
 
 local aw = fdiv(at, period) * period
+local capped = 1
 if delta > 0 then
-  cur = cur + math.min(delta, limit - cur)
+  local room = math.max(0, limit + maxdebt - cur)
+  if delta > room then
+    capped = 2
+  end
+  cur = cur + math.min(delta, room)
 elseif aw == w then
   cur = cur - math.min(-delta, cur)
 elseif aw == w - period then
@@ -41,16 +43,6 @@ else
   return 0 -- the charge no longer weighs in the estimate
 end
 
--- The µs until the estimate is 0 (wait(left, 0) in sliding_window.lua).
-local left = start + period - now
-local reset
-if cur <= 0 then
-  reset = 0
-  if prev > 0 then
-    reset = math.max(0, left - (cdiv(period, prev) - 1))
-  end
-else
-  reset = left + math.max(0, period - (cdiv(period, cur) - 1))
-end
+local reset = slide_wait(prev, cur, period, start + period - now, 0, limit)
 set_state(KEYS[1], reset, start, prev, cur)
-return 1
+return capped

@@ -7,12 +7,16 @@
 -- ARGV[2]  unit, ARGV[3] refill, ARGV[4] cap: as in token_bucket.lua
 -- ARGV[5]  at: the instant of the charge, µs since the Unix epoch
 -- ARGV[6]  charged: the cost it charged, in tokens
--- ARGV[7]  delta: tokens to charge (> 0, down to -cap at most) or refund (< 0, at most what
+-- ARGV[7]  delta: tokens to charge (> 0, down to -debt at most) or refund (< 0, at most what
 --          has not refilled since at, and never beyond a full bucket)
--- Returns  1 when the bucket was written, 0 when there was nothing to refund to
+-- ARGV[8]  debt: the most the key may owe beyond its capacity, scaled as cap
+-- Returns  1 when the bucket was written, 2 when it was and the charge was capped at the debt,
+--          0 when there was nothing to refund to
 local now = clock(ARGV[1])
 local unit, refill, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local at, charged, delta = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local maxdebt = tonumber(ARGV[8])
+local capped = 1
 
 local tokens, last = cap, now
 local s = get_state(KEYS[1], 3, 4)
@@ -36,9 +40,13 @@ else
 end
 
 if delta > 0 then
-  tokens = tokens - math.min(delta * unit, math.max(0, tokens + cap))
+  local room = math.max(0, tokens + maxdebt)
+  if delta * unit > room then
+    capped = 2
+  end
+  tokens = tokens - math.min(delta * unit, room)
 else
   tokens = tokens + math.min(-delta * unit, cap - tokens, unrepaid(unit, refill, at, charged, now))
 end
 store(KEYS[1], cdiv(cap - tokens, refill), tokens, now, unit)
-return 1
+return capped
