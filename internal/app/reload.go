@@ -91,7 +91,15 @@ func restartOnly(old, next *config.Config) []string {
 	add(old.ReadTimeout != next.ReadTimeout, "read_timeout")
 	add(old.JobRetention != next.JobRetention, "job_retention")
 	add(old.IDSecret != next.IDSecret, "id_secret")
+	add(tracingOf(old) != tracingOf(next), "tracing")
 	return keys
+}
+
+func tracingOf(c *config.Config) config.Tracing {
+	if c.Tracing == nil {
+		return config.Tracing{}
+	}
+	return *c.Tracing
 }
 
 func redisURL(c *config.Config) string {
