@@ -47,7 +47,8 @@ func encode(subject string, job *Job) (*nats.Msg, error) {
 
 // envelopeSize estimates the length of job's envelope, to size its buffer in one allocation.
 func envelopeSize(job *Job) int {
-	n := 160 + len(job.ID) + len(job.Queue) + len(job.Method) + len(job.Path) + len(job.IdempotencyKey) + len(job.Tenant) + 40
+	n := 160 + len(job.ID) + len(job.Queue) + len(job.Method) + len(job.Path) + len(job.IdempotencyKey) + len(job.Tenant) + 40 +
+		len(job.Traceparent) + len(job.Tracestate) + 32
 	for k, vs := range job.Header {
 		n += len(k) + 8
 		for _, v := range vs {
@@ -116,6 +117,14 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 	if job.Priority != "" {
 		b = append(b, `,"priority":`...)
 		b = jsonw.AppendString(b, string(job.Priority))
+	}
+	if job.Traceparent != "" {
+		b = append(b, `,"traceparent":`...)
+		b = jsonw.AppendString(b, job.Traceparent)
+	}
+	if job.Tracestate != "" {
+		b = append(b, `,"tracestate":`...)
+		b = jsonw.AppendString(b, job.Tracestate)
 	}
 	if len(job.Header) > 0 && b64 {
 		b = append(b, `,"header_b64":`...)

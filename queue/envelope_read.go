@@ -61,6 +61,12 @@ func (r *envReader) tail(j *Job) bool {
 		}
 		j.Priority = Priority(p)
 	}
+	if r.lit(`,"traceparent":`) && !r.str(&j.Traceparent) {
+		return false
+	}
+	if r.lit(`,"tracestate":`) && !r.str(&j.Tracestate) {
+		return false
+	}
 	return r.lit("}") && r.s == ""
 }
 

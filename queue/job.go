@@ -51,6 +51,11 @@ type Job struct {
 	// Priority orders the job among the waiting jobs of its queue (of a fair queue: among its
 	// tenant's waiting jobs, within the tenant's share); "" is normal.
 	Priority Priority `json:"priority,omitempty"`
+	// Traceparent and Tracestate are the W3C trace context of the span that enqueued the job
+	// (internal/tracing), so that each delivery continues its trace; "" when it was enqueued
+	// without tracing. Jobs stored before these fields existed read as "".
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // State is the lifecycle state of a job, as reported by GET /v1/jobs/{id}.
