@@ -35,10 +35,12 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -58,6 +60,8 @@ const Scope = "github.com/sluice-rl/sluice"
 type Tracer struct {
 	tp *sdktrace.TracerProvider
 	t  trace.Tracer
+	// transport carries the exports; Shutdown closes its idle connections. Nil for NewWith.
+	transport *http.Transport
 }
 
 // New returns the tracer of cfg for a process named service ("sluice-ingress",
@@ -71,12 +75,25 @@ func New(ctx context.Context, cfg *config.Tracing, service string) (*Tracer, err
 	if err != nil {
 		return nil, err
 	}
+	transport := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 5 * time.Second,
+	}
+	opts = append(opts, otlptracehttp.WithHTTPClient(&http.Client{Transport: transport, Timeout: exportTimeout}))
 	exp, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: exporter: %w", err)
 	}
-	return NewWith(sdktrace.NewBatchSpanProcessor(exp), cfg.SampleRatio, service), nil
+	t := NewWith(sdktrace.NewBatchSpanProcessor(exp), cfg.SampleRatio, service)
+	t.transport = transport
+	return t, nil
 }
+
+// exportTimeout bounds one export request.
+const exportTimeout = 10 * time.Second
 
 // NewWith returns a tracer whose spans go to sp, sampled as New's are at ratio (0 to 1) for
 // traces that start here. For tests of the processes' spans.
@@ -127,7 +144,11 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	if t == nil {
 		return nil
 	}
-	return t.tp.Shutdown(ctx)
+	err := t.tp.Shutdown(ctx)
+	if t.transport != nil {
+		t.transport.CloseIdleConnections()
+	}
+	return err
 }
 
 // w3c reads and writes traceparent and tracestate.
