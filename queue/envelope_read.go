@@ -61,11 +61,12 @@ func (r *envReader) tail(j *Job) bool {
 		}
 		j.Priority = Priority(p)
 	}
-	if r.lit(`,"traceparent":`) && !r.str(&j.Traceparent) {
-		return false
-	}
-	if r.lit(`,"tracestate":`) && !r.str(&j.Tracestate) {
-		return false
+	if r.lit(`,"trace":{"traceparent":`) {
+		tc := &TraceContext{}
+		if !r.str(&tc.Traceparent) || r.lit(`,"tracestate":`) && !r.str(&tc.Tracestate) || !r.lit("}") {
+			return false
+		}
+		j.Trace = tc
 	}
 	return r.lit("}") && r.s == ""
 }

@@ -65,7 +65,7 @@ func TestEnvelopeMatchesEncodingJSON(t *testing.T) {
 			Cost:           r.Int64N(2) * r.Int64N(1<<40),
 		}
 		if r.IntN(2) == 0 {
-			job.Traceparent, job.Tracestate = randString(r, false), randString(r, i%5 == 0)
+			job.Trace = &TraceContext{Traceparent: randString(r, false), Tracestate: randString(r, i%5 == 0)}
 		}
 		if n := r.IntN(4); n > 0 {
 			job.Header = http.Header{}

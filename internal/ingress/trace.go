@@ -71,7 +71,9 @@ func (g *gate) traceDecision(ctx context.Context, start time.Time, k *call, rl *
 func (g *gate) startEnqueue(ctx context.Context, job *queue.Job) trace.Span {
 	ctx, span := g.tr.Start(ctx, spanEnqueue, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("sluice.queue", job.Queue)))
-	job.Traceparent, job.Tracestate = tracing.Format(trace.SpanContextFromContext(ctx))
+	if tp, ts := tracing.Format(trace.SpanContextFromContext(ctx)); tp != "" {
+		job.Trace = &queue.TraceContext{Traceparent: tp, Tracestate: ts}
+	}
 	return span
 }
 

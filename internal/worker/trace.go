@@ -15,7 +15,7 @@ import (
 )
 
 // The spans of a job's pass (docs/tracing.md), both children of the span that enqueued the
-// job (queue.Job.Traceparent), so that one trace runs from the client's request through the
+// job (queue.Job.Trace), so that one trace runs from the client's request through the
 // queue to every delivery; a job enqueued without tracing starts a trace of its own. They are
 // made only when Deps.Tracer is on: with tracing off a pass pays a nil check per place.
 const (
@@ -26,7 +26,11 @@ const (
 // jobContext returns ctx carrying, as the remote parent, the span that enqueued j's job, and
 // that span's context (invalid for a job without one).
 func jobContext(ctx context.Context, j *job) (context.Context, trace.SpanContext) {
-	sc := tracing.Parse(j.m.Job.Traceparent, j.m.Job.Tracestate)
+	tc := j.m.Job.Trace
+	if tc == nil {
+		return ctx, trace.SpanContext{}
+	}
+	sc := tracing.Parse(tc.Traceparent, tc.Tracestate)
 	if !sc.IsValid() {
 		return ctx, sc
 	}
