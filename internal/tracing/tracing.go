@@ -113,15 +113,19 @@ func exporterOptions(endpoint string) ([]otlptracehttp.Option, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("tracing: otlp: want an http or https URL, got %q", endpoint)
 	}
-	p := u.Path
-	if !strings.HasSuffix(p, "/v1/traces") {
-		p = path.Join("/", p, "v1/traces")
-	}
-	opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(u.Host), otlptracehttp.WithURLPath(p)}
+	opts := []otlptracehttp.Option{otlptracehttp.WithEndpoint(u.Host), otlptracehttp.WithURLPath(tracesPath(u.Path))}
 	if u.Scheme == "http" {
 		opts = append(opts, otlptracehttp.WithInsecure())
 	}
 	return opts, nil
+}
+
+// tracesPath is where the spans of a collector whose base URL has path p are posted.
+func tracesPath(p string) string {
+	if strings.HasSuffix(p, "/v1/traces") {
+		return p
+	}
+	return path.Join("/", p, "v1/traces")
 }
 
 // On reports whether tracing is on. Callers build attributes and links only when it is.

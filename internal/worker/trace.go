@@ -67,7 +67,7 @@ func (at *admissionTrace) start(ctx context.Context, tr *tracing.Tracer, j *job)
 func (at *admissionTrace) admitted(a admitter, v verdict) {
 	now := time.Now()
 	attrs := []attribute.KeyValue{
-		attribute.String("sluice.admitter", strings.TrimPrefix(fmt.Sprintf("%T", a), "*worker.")),
+		attribute.String("sluice.admitter", strings.TrimPrefix(strings.TrimPrefix(fmt.Sprintf("%T", a), "*"), "worker.")),
 		attribute.String("sluice.verdict", verdictNames[v.kind]),
 		attribute.Float64("sluice.waited_seconds", now.Sub(at.last).Seconds()),
 	}
