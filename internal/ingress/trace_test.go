@@ -53,7 +53,7 @@ func TestTraceOnForwardAndReject(t *testing.T) {
 	if len(byName[spanRequest]) != 2 || len(byName[spanForward]) != 1 || len(byName[spanDecide]) != 2 {
 		t.Fatalf("spans %v, want two requests, two decisions, one forward", byName)
 	}
-	if d := byName[spanDecide][1]; !strings.Contains(d, "sluice.decision=reject") || !strings.Contains(d, "sluice.violated=["tight"]") {
+	if d := byName[spanDecide][1]; !strings.Contains(d, "sluice.decision=reject") || !strings.Contains(d, `sluice.violated=["tight"]`) {
 		t.Errorf("the 429's decision span: %s", d)
 	}
 	if r := byName[spanRequest][1]; !strings.Contains(r, "http.response.status_code=429") {
