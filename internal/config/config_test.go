@@ -61,6 +61,7 @@ func TestFullExampleLoads(t *testing.T) {
 	}
 	want := &Config{
 		Path:        path,
+		Tracing:     &Tracing{OTLP: "https://otel.internal:4318", SampleRatio: 0.5},
 		Listen:      "0.0.0.0:8080",
 		AdminListen: "127.0.0.1:9091",
 		Upstream:    "http://127.0.0.1:9000",
