@@ -43,7 +43,7 @@ func TestTraceOnForwardAndReject(t *testing.T) {
 	for _, s := range rec.Ended() {
 		var attrs []string
 		for _, kv := range s.Attributes() {
-			attrs = append(attrs, string(kv.Key)+"="+kv.Value.Emit())
+			attrs = append(attrs, string(kv.Key)+"="+kv.Value.String())
 		}
 		byName[s.Name()] = append(byName[s.Name()], strings.Join(attrs, " "))
 		if s.Name() == spanForward && !strings.Contains(got, s.SpanContext().SpanID().String()) {

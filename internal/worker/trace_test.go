@@ -45,14 +45,14 @@ func TestAdmissionTraced(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, kv := range held.Events()[1].Attributes {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	if attrs["sluice.admitter"] != "scripted" || attrs["sluice.verdict"] != "hold" || attrs["sluice.reason"] != "paused" {
 		t.Errorf("the hold's event: %v", attrs)
 	}
 	end := map[string]string{}
 	for _, kv := range held.Attributes() {
-		end[string(kv.Key)] = kv.Value.Emit()
+		end[string(kv.Key)] = kv.Value.String()
 	}
 	if end["sluice.admission"] != "hold" || end["sluice.tenant"] != "t1" || end["sluice.job"] != "j1" {
 		t.Errorf("held span's attributes: %v", end)
