@@ -214,14 +214,7 @@ func TestTraceThroughTheQueue(t *testing.T) {
 	listen := freeAddr(t)
 	in := start(t, dir, tracingConfig(listen, freeAddr(t), upURL, rdb.URL(), ns.URL, rc.url))
 	stopWorker := runWorker(t, dir, tracingConfig(listen, freeAddr(t), upURL, rdb.URL(), ns.URL, rc.url))
-	testenv.WaitFor(t, 20*time.Second, "the ingress's queues to open (/readyz)", func() bool {
-		resp, err := http.Get("http://" + in.admin + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	waitReady(t, in)
 
 	const traceID, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	req, _ := http.NewRequest(http.MethodPost, "http://"+in.listen+"/work", strings.NewReader(`{"n":1}`))
@@ -298,6 +291,7 @@ func TestTraceForwarded(t *testing.T) {
 	rc := newOTLPReceiver(t)
 	up, upURL := newTraceUpstream(t, 0)
 	in := start(t, t.TempDir(), tracingConfig(freeAddr(t), freeAddr(t), upURL, rdb.URL(), ns.URL, rc.url))
+	waitReady(t, in) // its queues open in the background: not while NATS shuts down
 
 	const traceID, clientSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 	req, _ := http.NewRequest(http.MethodGet, "http://"+in.listen+"/fwd", nil)
@@ -357,6 +351,19 @@ func runWorker(t *testing.T, dir, cfg string) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// waitReady waits until the ingress's /readyz answers 200: its queues are open.
+func waitReady(t *testing.T, in *running) {
+	t.Helper()
+	testenv.WaitFor(t, 20*time.Second, "the ingress's queues to open (/readyz)", func() bool {
+		resp, err := http.Get("http://" + in.admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }
 
 // waitJobState waits until job id's state (GET /v1/jobs/{id}) is want.
