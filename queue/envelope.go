@@ -125,20 +125,26 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 		b = append(b, `,"priority":`...)
 		b = jsonw.AppendString(b, string(job.Priority))
 	}
-	if tc := job.Trace; tc != nil {
-		b = append(b, `,"trace":{"traceparent":`...)
-		b = jsonw.AppendString(b, tc.Traceparent)
-		if tc.Tracestate != "" {
-			b = append(b, `,"tracestate":`...)
-			b = jsonw.AppendString(b, tc.Tracestate)
-		}
-		b = append(b, '}')
-	}
+	b = appendTrace(b, job.Trace)
 	if len(job.Header) > 0 && b64 {
 		b = append(b, `,"header_b64":`...)
 		b = appendHeader(b, job.Header, true)
 	}
 	return append(b, '}'), nil
+}
+
+// appendTrace appends the trace field of a job with trace context tc; nothing for nil.
+func appendTrace(b []byte, tc *TraceContext) []byte {
+	if tc == nil {
+		return b
+	}
+	b = append(b, `,"trace":{"traceparent":`...)
+	b = jsonw.AppendString(b, tc.Traceparent)
+	if tc.Tracestate != "" {
+		b = append(b, `,"tracestate":`...)
+		b = jsonw.AppendString(b, tc.Tracestate)
+	}
+	return append(b, '}')
 }
 
 // appendHeader appends h as a JSON object of string arrays, names sorted; with b64 each value

@@ -239,10 +239,7 @@ func (g *gate) check(c echo.Context, h *held) (bool, *rateHeaders, error) {
 	if len(k.matched) == 0 {
 		return true, nil, nil
 	}
-	var start time.Time
-	if g.tr.On() {
-		start = time.Now()
-	}
+	start := g.traceStart()
 	if p, err := g.chargeRules(r, rs, k); p != nil || err != nil {
 		if p != nil {
 			writeProblem(c.Response(), p)
@@ -261,9 +258,7 @@ func (g *gate) check(c echo.Context, h *held) (bool, *rateHeaders, error) {
 		rl = decideRuling(k.charges, k.matched, mayDefer, rl.viol)
 	}
 	k.viol = rl.viol
-	if g.tr.On() {
-		g.traceDecision(r.Context(), start, k, &rl)
-	}
+	g.decided(r.Context(), start, k, &rl)
 	var hdrs *rateHeaders
 	if rl.header >= 0 {
 		hdrs = g.headersOf(k, &rl)

@@ -43,6 +43,21 @@ func endRequest(span trace.Span, status int) {
 	span.End()
 }
 
+// traceStart is when the decision starts, when tracing is on; zero when off.
+func (g *gate) traceStart() time.Time {
+	if g.tr.On() {
+		return time.Now()
+	}
+	return time.Time{}
+}
+
+// decided records the decide span when tracing is on (small enough to inline: off, a nil check).
+func (g *gate) decided(ctx context.Context, start time.Time, k *call, rl *ruling) {
+	if g.tr.On() {
+		g.traceDecision(ctx, start, k, rl)
+	}
+}
+
 // traceDecision records the decide span, from start until now, with what rl decided for k.
 func (g *gate) traceDecision(ctx context.Context, start time.Time, k *call, rl *ruling) {
 	_, span := g.tr.Start(ctx, spanDecide, trace.WithTimestamp(start))
