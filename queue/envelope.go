@@ -47,7 +47,8 @@ func encode(subject string, job *Job) (*nats.Msg, error) {
 
 // envelopeSize estimates the length of job's envelope, to size its buffer in one allocation.
 func envelopeSize(job *Job) int {
-	n := 160 + len(job.ID) + len(job.Queue) + len(job.Method) + len(job.Path) + len(job.IdempotencyKey) + len(job.Tenant) + 40
+	n := 160 + len(job.ID) + len(job.Queue) + len(job.Method) + len(job.Path) + len(job.IdempotencyKey) + len(job.Tenant) + 40 +
+		traceSize(job.Trace)
 	for k, vs := range job.Header {
 		n += len(k) + 8
 		for _, v := range vs {
@@ -55,6 +56,13 @@ func envelopeSize(job *Job) int {
 		}
 	}
 	return n + n/8 // escapes; base64 needs a third more, and then append grows once
+}
+
+func traceSize(tc *TraceContext) int {
+	if tc == nil {
+		return 0
+	}
+	return len(tc.Traceparent) + len(tc.Tracestate) + 48
 }
 
 // appendEnvelope appends the JSON of job's envelope to b: the same document encoding/json makes
@@ -117,11 +125,26 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 		b = append(b, `,"priority":`...)
 		b = jsonw.AppendString(b, string(job.Priority))
 	}
+	b = appendTrace(b, job.Trace)
 	if len(job.Header) > 0 && b64 {
 		b = append(b, `,"header_b64":`...)
 		b = appendHeader(b, job.Header, true)
 	}
 	return append(b, '}'), nil
+}
+
+// appendTrace appends the trace field of a job with trace context tc; nothing for nil.
+func appendTrace(b []byte, tc *TraceContext) []byte {
+	if tc == nil {
+		return b
+	}
+	b = append(b, `,"trace":{"traceparent":`...)
+	b = jsonw.AppendString(b, tc.Traceparent)
+	if tc.Tracestate != "" {
+		b = append(b, `,"tracestate":`...)
+		b = jsonw.AppendString(b, tc.Tracestate)
+	}
+	return append(b, '}')
 }
 
 // appendHeader appends h as a JSON object of string arrays, names sorted; with b64 each value

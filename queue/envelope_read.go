@@ -61,6 +61,13 @@ func (r *envReader) tail(j *Job) bool {
 		}
 		j.Priority = Priority(p)
 	}
+	if r.lit(`,"trace":{"traceparent":`) {
+		tc := &TraceContext{}
+		if !r.str(&tc.Traceparent) || r.lit(`,"tracestate":`) && !r.str(&tc.Tracestate) || !r.lit("}") {
+			return false
+		}
+		j.Trace = tc
+	}
 	return r.lit("}") && r.s == ""
 }
 

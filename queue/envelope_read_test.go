@@ -49,6 +49,7 @@ func TestReadEnvelope(t *testing.T) {
 		CreatedAt:      time.Date(2026, 11, 23, 9, 30, 0, 123456789, time.UTC),
 		IdempotencyKey: "order-42", AckBy: time.Date(2026, 11, 23, 9, 30, 5, 0, time.FixedZone("", 3600)),
 		Tenant: "t1", Cost: 1500,
+		Trace: &TraceContext{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tracestate: "vendor=a"},
 	}
 	for _, j := range []*Job{job, {ID: "x", Queue: "q", Direct: true, CreatedAt: time.Unix(0, 0).UTC()}} {
 		meta, err := appendEnvelope(nil, j)
@@ -71,6 +72,9 @@ func TestReadEnvelope(t *testing.T) {
 			Tenant:    randString(r, false), Cost: r.Int64N(3) * r.Int64N(1<<40)}
 		if r.IntN(2) == 0 {
 			j.AckBy = j.CreatedAt.Add(time.Duration(r.Int64N(1e10)))
+		}
+		if r.IntN(2) == 0 {
+			j.Trace = &TraceContext{Traceparent: randString(r, false), Tracestate: randString(r, false)}
 		}
 		if n := r.IntN(4); n > 0 {
 			j.Header = http.Header{}
@@ -101,6 +105,8 @@ func TestReadEnvelope(t *testing.T) {
 		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","cost":-0}`,                   // not as AppendInt writes
 		`{"id":"a","queue":"q","header":{"A":null},"created_at":"2026-11-23T09:30:00Z"}`,         // null values
 		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","header_b64":{"A":["eA=="]}}`, // base64
+		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","trace":null}`,                // null
+		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","trace":{"tracestate":"x"}}`,  // order
 	} {
 		if checkReadEnvelope(t, meta) {
 			t.Fatalf("%s was read by hand", meta)

@@ -51,6 +51,17 @@ type Job struct {
 	// Priority orders the job among the waiting jobs of its queue (of a fair queue: among its
 	// tenant's waiting jobs, within the tenant's share); "" is normal.
 	Priority Priority `json:"priority,omitempty"`
+	// Trace is the W3C trace context of the span that enqueued the job (internal/tracing), so
+	// that each delivery continues its trace; nil when it was enqueued without tracing, as are
+	// the jobs stored before the field existed. A pointer: a Job without one stays as large
+	// as before (BENCHMARKS.md, "tracing").
+	Trace *TraceContext `json:"trace,omitempty"`
+}
+
+// TraceContext is a W3C trace context, as the traceparent and tracestate headers carry it.
+type TraceContext struct {
+	Traceparent string `json:"traceparent"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // State is the lifecycle state of a job, as reported by GET /v1/jobs/{id}.

@@ -7,7 +7,9 @@
 // reverse order, so that each service stops while everything it was started on still runs.
 // Both processes take the same steps in the same order:
 //
-//  1. load the config file (config.Load; an unusable one is a connect.ErrConfig error, exit 2);
+//  1. load the config file (config.Load; an unusable one is a connect.ErrConfig error, exit 2),
+//     and make the "tracing" service's tracer from its tracing section (nil, off, without one):
+//     started first, it stops last and flushes the spans of everything stopped before it;
 //  2. connect the stores: "redis" (limiter state and the leak schedule; memory without a redis
 //     section) and "nats" (the queues; the quickstart's "embedded nats" without a nats section);
 //  3. serve the admin API: health, readiness and metrics; the ingress adds the queue reads and

@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/demo"
 	"github.com/sluice-rl/sluice/internal/ingress"
 	"github.com/sluice-rl/sluice/internal/rls"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/limit"
@@ -112,11 +113,12 @@ type ingressProc struct {
 	history *admin.History // the queues' last hour, sampled by the "history" service
 	rls     *rls.Server    // the Envoy rate-limit service; nil without rls_listen
 	rlsLn   net.Listener
+	tr      *tracing.Tracer // nil: tracing off
 }
 
 // services are the ingress's services, in the order they start (see the package doc).
 func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
-	s := []service{{name: "redis", start: p.startRedis, stop: p.stopRedis}}
+	s := []service{tracingService(&p.tr, cfg, "ingress", p.log), {name: "redis", start: p.startRedis, stop: p.stopRedis}}
 	if cfg.NATS == nil {
 		s = append(s, service{name: "embedded nats", start: p.startEmbedded, stop: p.stopEmbedded})
 	}
@@ -306,7 +308,7 @@ func (p *ingressProc) stopQueues(ctx context.Context) error {
 // startRules builds the front: rules, limits, forwarding and the job API.
 func (p *ingressProc) startRules(context.Context) error {
 	opts := ingress.Options{Limiter: p.lim, Enqueuer: p.late, Registerer: p.reg, Logger: p.log,
-		Drain: drainOf(p.late.Control, p.schedule, p.current.Load)}
+		Drain: drainOf(p.late.Control, p.schedule, p.current.Load), Tracer: p.tr}
 	if p.places != nil { // a nil *inflight.Redis is not a nil Store
 		opts.Places = p.places
 	}
@@ -404,7 +406,7 @@ func (p *ingressProc) newPool(context.Context) error {
 	cfg := p.current.Load()
 	pool, err := worker.New(worker.Deps{
 		Queues: p.qs, Schedule: p.schedule, Places: p.queuePlaces, Registerer: p.reg, Logger: p.log,
-		ShutdownTimeout: cfg.ShutdownTimeout,
+		ShutdownTimeout: cfg.ShutdownTimeout, Tracer: p.tr,
 	}, worker.FromConfig(cfg, p.qs.TenantID))
 	if err != nil {
 		return connect.ConfigError(err)

@@ -93,7 +93,15 @@ func restartOnly(old, next *config.Config) []string {
 	add(old.IDSecret != next.IDSecret, "id_secret")
 	add(old.RLSListen != next.RLSListen, "rls_listen")
 	add((old.RLS == nil) != (next.RLS == nil) || old.RLS != nil && next.RLS != nil && *old.RLS != *next.RLS, "rls")
+	add(tracingOf(old) != tracingOf(next), "tracing")
 	return keys
+}
+
+func tracingOf(c *config.Config) config.Tracing {
+	if c.Tracing == nil {
+		return config.Tracing{}
+	}
+	return *c.Tracing
 }
 
 func redisURL(c *config.Config) string {

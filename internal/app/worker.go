@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/connect"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
@@ -86,6 +87,7 @@ type workerProc struct {
 	adm    *admin.Server
 	qs     *queue.Queues
 	pool   *worker.Pool
+	tr     *tracing.Tracer // nil: tracing off
 }
 
 // services are the worker's services, in the order they start (see the package doc). The
@@ -93,6 +95,7 @@ type workerProc struct {
 // drain yet while NATS is down.
 func (p *workerProc) services(lc *lifecycle) []service {
 	return []service{
+		tracingService(&p.tr, p.current.Load(), "worker", p.log),
 		{name: "redis", start: p.startRedis, stop: func(context.Context) error { p.places.Close(); return p.rdb.Close() }},
 		{name: "nats", start: p.startNATS, stop: func(context.Context) error { p.nc.Close(); return nil }},
 		{name: "admin api", start: p.startAdmin, stop: func(context.Context) error { p.ln.Close(); return nil }},
@@ -178,6 +181,7 @@ func (p *workerProc) newPool(context.Context) error {
 		Registerer:      p.reg,
 		Logger:          p.log,
 		ShutdownTimeout: cfg.ShutdownTimeout,
+		Tracer:          p.tr,
 	}, worker.FromConfig(cfg, p.qs.TenantID))
 	if err != nil {
 		return configErr(err)

@@ -70,14 +70,15 @@ func TestPublicPackagesImportNoInternal(t *testing.T) {
 }
 
 // TestAlgorithmsAndClientStayLight: the algorithm packages (limit, leaky, inflight) never import
-// echo or NATS, and the client SDK imports no server dependency at all.
+// echo, NATS or OpenTelemetry, and the client SDK imports no server dependency at all.
 func TestAlgorithmsAndClientStayLight(t *testing.T) {
+	const otel = "go.opentelemetry.io/" // tracing lives in internal/tracing and the processes
 	banned := map[string][]string{
-		module + "/client":   {"github.com/labstack/echo", "github.com/nats-io/", "github.com/redis/go-redis"},
-		module + "/limit":    {"github.com/labstack/echo", "github.com/nats-io/"},
-		module + "/leaky":    {"github.com/labstack/echo", "github.com/nats-io/"},
-		module + "/inflight": {"github.com/labstack/echo", "github.com/nats-io/"},
-		module + "/retry":    {"github.com/labstack/echo", "github.com/nats-io/", "github.com/redis/go-redis"},
+		module + "/client":   {"github.com/labstack/echo", "github.com/nats-io/", "github.com/redis/go-redis", otel},
+		module + "/limit":    {"github.com/labstack/echo", "github.com/nats-io/", otel},
+		module + "/leaky":    {"github.com/labstack/echo", "github.com/nats-io/", otel},
+		module + "/inflight": {"github.com/labstack/echo", "github.com/nats-io/", otel},
+		module + "/retry":    {"github.com/labstack/echo", "github.com/nats-io/", "github.com/redis/go-redis", otel},
 		module + "/jsonw":    {"github.com/"},
 	}
 	for _, p := range packages(t) {

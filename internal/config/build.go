@@ -27,6 +27,7 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 	b.network(c, raw)
 	b.stores(c, raw)
 	b.process(c, raw)
+	b.tracing(c, raw.Tracing)
 	queueAt := b.queues(c, raw.Queues)
 	b.rules(c, raw.Rules, queueAt)
 	b.rls(c, raw)
@@ -212,4 +213,24 @@ func (b *builder) applyEnv(raw *rawConfig, getenv func(string) string) {
 	set(EnvAdminListen, "admin_listen", &raw.AdminListen)
 	set(EnvAdminToken, "admin_token", &raw.AdminToken)
 	set(EnvIDSecret, "id_secret", &raw.IDSecret)
+}
+
+// tracing reads the tracing section: otlp is required in it, sample_ratio is 0 to 1.
+func (b *builder) tracing(c *Config, raw *rawTracing) {
+	if raw == nil {
+		return
+	}
+	t := &Tracing{OTLP: b.httpURL("", "tracing.otlp", raw.OTLP), SampleRatio: DefaultSampleRatio}
+	if raw.OTLP == nil {
+		b.p.add("", "tracing.otlp", "tracing.otlp is required in a tracing section: the collector's OTLP/HTTP URL, such as http://127.0.0.1:4318")
+	}
+	if s := b.text("", "tracing.sample_ratio", raw.SampleRatio, ""); s != "" {
+		r, err := strconv.ParseFloat(s, 64)
+		if err != nil || r < 0 || r > 1 {
+			b.p.addf("", "tracing.sample_ratio", "tracing.sample_ratio: want a number from 0 to 1, got %q", s)
+		} else {
+			t.SampleRatio = r
+		}
+	}
+	c.Tracing = t
 }

@@ -139,6 +139,10 @@ type Config struct {
 	// IDSecret keys the ids of jobs with an Idempotency-Key (YAML id_secret, env
 	// SLUICE_ID_SECRET), at least 16 bytes. "": a secret generated once and kept in JetStream.
 	IDSecret string
+	// Tracing sends OpenTelemetry traces of requests and deliveries to a collector (YAML
+	// tracing). Nil: tracing is off. Read at start-up; a reload names it among the keys that
+	// apply at the next restart. docs/tracing.md lists the spans.
+	Tracing *Tracing
 	// Queues are the deferred-work queues, in file order; names are unique.
 	Queues []Queue
 	// Rules are the rate-limit rules, in file order; names are unique.
@@ -177,6 +181,21 @@ type Redis struct {
 	// go-redis's ParseURL accepts them. Required.
 	URL string
 }
+
+// Tracing is the tracing section.
+type Tracing struct {
+	// OTLP is the OTLP/HTTP collector's base URL, http or https (YAML tracing.otlp), such as
+	// http://127.0.0.1:4318: spans are posted to its path with /v1/traces appended, unless the
+	// path already ends so. Required in a tracing section.
+	OTLP string
+	// SampleRatio is the share, 0 to 1, of the traces that start at Sluice (requests without a
+	// traceparent) that are sampled (YAML tracing.sample_ratio). A request with a traceparent
+	// follows its sampled flag, and a delivery its job's. Default 1.
+	SampleRatio float64
+}
+
+// DefaultSampleRatio samples every trace that starts at Sluice.
+const DefaultSampleRatio = 1.0
 
 // NATS is an external NATS server or cluster with JetStream.
 type NATS struct {

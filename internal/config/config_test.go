@@ -61,6 +61,7 @@ func TestFullExampleLoads(t *testing.T) {
 	}
 	want := &Config{
 		Path:        path,
+		Tracing:     &Tracing{OTLP: "https://otel.internal:4318", SampleRatio: 0.5},
 		Listen:      "0.0.0.0:8080",
 		AdminListen: "127.0.0.1:9091",
 		Upstream:    "http://127.0.0.1:9000",
@@ -507,6 +508,13 @@ func TestProblems(t *testing.T) {
 		{"upstream fragment", "upstream: http://127.0.0.1:9000/x#frag\n", `sluice.yaml: upstream: want an absolute http or https URL, got "http://127.0.0.1:9000/x#frag"`},
 		{"max_header_bytes", "max_header_bytes: 0\n", `sluice.yaml: max_header_bytes must be between 1 and 16777216, got 0`},
 		{"max_header_bytes syntax", "max_header_bytes: 64KiB\n", `sluice.yaml: max_header_bytes: want an integer, got "64KiB"`},
+		{"tracing without otlp", "tracing: {sample_ratio: 0.5}\n", `sluice.yaml: tracing.otlp is required in a tracing section: the collector's OTLP/HTTP URL, such as http://127.0.0.1:4318`},
+		{"tracing otlp not a URL", "tracing: {otlp: '127.0.0.1:4318'}\n", `sluice.yaml: tracing.otlp: want an absolute http or https URL, got "127.0.0.1:4318"`},
+		{"tracing otlp grpc", "tracing: {otlp: 'grpc://collector:4317'}\n", `sluice.yaml: tracing.otlp: want an absolute http or https URL, got "grpc://collector:4317"`},
+		{"tracing sample_ratio above 1", "tracing: {otlp: 'http://c:4318', sample_ratio: 2}\n", `sluice.yaml: tracing.sample_ratio: want a number from 0 to 1, got "2"`},
+		{"tracing sample_ratio text", "tracing: {otlp: 'http://c:4318', sample_ratio: half}\n", `sluice.yaml: tracing.sample_ratio: want a number from 0 to 1, got "half"`},
+		{"tracing unknown key", "tracing:\n  otlp: 'http://c:4318'\n  endpoint: x\n", `sluice.yaml:3: tracing: unknown field "endpoint"`},
+		{"tracing scalar", "tracing: 'http://c:4318'\n", `sluice.yaml:1: tracing: want a mapping, not a single value`},
 
 		// Decoding, with the line YAML gives.
 		{"syntax", "listen: [a\n", `sluice.yaml:1: did not find expected ',' or ']'`},

@@ -140,31 +140,32 @@ func (p *problems) err() error {
 // pointer means the key is absent or null.
 type (
 	rawConfig struct {
-		Listen          *scalar    `yaml:"listen"`
-		AdminListen     *scalar    `yaml:"admin_listen"`
-		Upstream        *scalar    `yaml:"upstream"`
-		TrustedProxies  stringList `yaml:"trusted_proxies"`
-		DataDir         *scalar    `yaml:"data_dir"`
-		DemoUpstream    *scalar    `yaml:"demo_upstream"`
-		Redis           *rawRedis  `yaml:"redis"`
-		NATS            *rawNATS   `yaml:"nats"`
-		OnStoreError    *scalar    `yaml:"on_store_error"`
-		Shadow          *scalar    `yaml:"shadow"`
-		LogDecisions    *scalar    `yaml:"log_decisions"`
-		StoreTimeout    *scalar    `yaml:"store_timeout"`
-		ShutdownTimeout *scalar    `yaml:"shutdown_timeout"`
-		JobRetention    *scalar    `yaml:"job_retention"`
-		MaxHeaderBytes  *scalar    `yaml:"max_header_bytes"`
-		ReadTimeout     *scalar    `yaml:"read_timeout"`
-		ReadAheadBytes  *scalar    `yaml:"read_ahead_bytes"`
-		IPv6Prefix      *scalar    `yaml:"ipv6_prefix"`
-		AdminToken      *scalar    `yaml:"admin_token"`
-		AdminHosts      stringList `yaml:"admin_hosts"`
-		IDSecret        *scalar    `yaml:"id_secret"`
-		Queues          []rawQueue `yaml:"queues"`
-		Rules           []rawRule  `yaml:"rules"`
-		RLSListen       *scalar    `yaml:"rls_listen"`
-		RLS             *rawRLS    `yaml:"rls"`
+		Listen          *scalar     `yaml:"listen"`
+		AdminListen     *scalar     `yaml:"admin_listen"`
+		Upstream        *scalar     `yaml:"upstream"`
+		TrustedProxies  stringList  `yaml:"trusted_proxies"`
+		DataDir         *scalar     `yaml:"data_dir"`
+		DemoUpstream    *scalar     `yaml:"demo_upstream"`
+		Redis           *rawRedis   `yaml:"redis"`
+		NATS            *rawNATS    `yaml:"nats"`
+		OnStoreError    *scalar     `yaml:"on_store_error"`
+		Shadow          *scalar     `yaml:"shadow"`
+		LogDecisions    *scalar     `yaml:"log_decisions"`
+		StoreTimeout    *scalar     `yaml:"store_timeout"`
+		ShutdownTimeout *scalar     `yaml:"shutdown_timeout"`
+		JobRetention    *scalar     `yaml:"job_retention"`
+		MaxHeaderBytes  *scalar     `yaml:"max_header_bytes"`
+		ReadTimeout     *scalar     `yaml:"read_timeout"`
+		ReadAheadBytes  *scalar     `yaml:"read_ahead_bytes"`
+		IPv6Prefix      *scalar     `yaml:"ipv6_prefix"`
+		AdminToken      *scalar     `yaml:"admin_token"`
+		AdminHosts      stringList  `yaml:"admin_hosts"`
+		IDSecret        *scalar     `yaml:"id_secret"`
+		Tracing         *rawTracing `yaml:"tracing"`
+		Queues          []rawQueue  `yaml:"queues"`
+		Rules           []rawRule   `yaml:"rules"`
+		RLSListen       *scalar     `yaml:"rls_listen"`
+		RLS             *rawRLS     `yaml:"rls"`
 	}
 	rawRLS struct {
 		ConfigDir  *scalar `yaml:"config_dir"`
@@ -172,6 +173,10 @@ type (
 	}
 	rawRedis struct {
 		URL *scalar `yaml:"url"`
+	}
+	rawTracing struct {
+		OTLP        *scalar `yaml:"otlp"`
+		SampleRatio *scalar `yaml:"sample_ratio"`
 	}
 	rawNATS struct {
 		URL      *scalar `yaml:"url"`
@@ -341,6 +346,7 @@ var fieldOf = map[string]struct{ field, want string }{
 	"config.rawRule":    {"", "a mapping"},
 	"config.rawRedis":   {"redis", "a mapping"},
 	"config.rawNATS":    {"nats", "a mapping"},
+	"config.rawTracing": {"tracing", "a mapping"},
 	"config.rawBackoff": {"backoff", "a mapping"},
 	"config.rawMatch":   {"match", "a mapping"},
 }

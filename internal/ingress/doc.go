@@ -49,6 +49,9 @@
 // round trips to a forwarded request, to take and to give back its place. A cost read from the
 // body reads at most 1 MiB ahead; a reconciled rule keeps at most 1 MiB of the answer and
 // costs one round trip after it. A deferral adds one reading of its queue a second
-// (outlook.go). Figures are in BENCHMARKS.md; design history and rejected alternatives in
+// (outlook.go). With Options.Tracer set, a request is a span (the client's traceparent its
+// parent) with spans for its decision, its enqueue (whose context the job keeps) and its
+// forward (whose traceparent the upstream gets), trace.go; without, tracing costs a nil check
+// and a client's traceparent passes through untouched (docs/tracing.md). Figures are in BENCHMARKS.md; design history and rejected alternatives in
 // docs/design/ingress.md.
 package ingress

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/httphdr"
@@ -141,7 +142,14 @@ func (g *gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
 	if err := o.admit(g.now(), q, job.Tenant); err != nil {
 		return err
 	}
+	var span trace.Span
+	if g.tr.On() {
+		span = g.startEnqueue(ctx, job)
+	}
 	rcpt, err := g.enqueuer.Publish(ctx, job)
+	if span != nil {
+		endEnqueue(span, job, rcpt, err)
+	}
 	o.settle(q, job.Tenant, rcpt.Seq) // 0 unless stored
 	switch {
 	case err == nil:

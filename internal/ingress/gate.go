@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-rl/sluice/inflight"
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/limit"
 )
 
@@ -61,6 +62,9 @@ type Options struct {
 	// its jobs; it is read with the queue's backlog, at most once a second per queue. Nil: at
 	// the config file's rate, with no pause known.
 	Drain func(ctx context.Context, queue string) (Drain, error)
+	// Tracer traces requests, decisions, enqueues and forwards (trace.go). Nil: tracing off,
+	// and a client's traceparent passes to the upstream untouched.
+	Tracer *tracing.Tracer
 }
 
 // gate decides each request against the rules of a configuration: it matches the request,
@@ -94,6 +98,7 @@ type gate struct {
 	// outlooks are the queues' last readings of backlog and drain, by queue name.
 	outlooks sync.Map // string -> *outlook
 	drain    func(ctx context.Context, queue string) (Drain, error)
+	tr       *tracing.Tracer // nil: off
 }
 
 // newGate compiles cfg's rules and returns a gate that decides with opts.Limiter and counts
@@ -106,6 +111,7 @@ func newGate(cfg *config.Config, opts Options, m *metrics) (*gate, error) {
 		log:      opts.Logger,
 		now:      opts.Now,
 		drain:    opts.Drain,
+		tr:       opts.Tracer,
 	}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -234,6 +240,7 @@ func (g *gate) check(c echo.Context, h *held) (bool, *rateHeaders, error) {
 	if len(k.matched) == 0 {
 		return true, nil, nil
 	}
+	start := g.traceStart()
 	if p, err := g.chargeRules(r, rs, k); p != nil || err != nil {
 		if p != nil {
 			writeProblem(c.Response(), p)
@@ -252,6 +259,7 @@ func (g *gate) check(c echo.Context, h *held) (bool, *rateHeaders, error) {
 		rl = decideRuling(k.charges, k.matched, mayDefer, rl.viol)
 	}
 	k.viol = rl.viol
+	g.decided(r.Context(), start, k, &rl)
 	var hdrs *rateHeaders
 	if rl.header >= 0 {
 		hdrs = g.headersOf(k, &rl)

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/openapi"
+	"github.com/sluice-rl/sluice/internal/tracing"
 )
 
 // DefaultUpstreamTimeout bounds the wait for an upstream's response headers.
@@ -118,7 +120,12 @@ func (s *Server) setUpstream(u *url.URL) {
 	}
 	target := *u
 	s.proxy.Store(&upstream{url: u.String(), proxy: &httputil.ReverseProxy{
-		Rewrite:      func(pr *httputil.ProxyRequest) { rewrite(pr, &target) },
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			rewrite(pr, &target)
+			if s.gate.tr.On() {
+				tracing.Inject(pr.Out.Context(), pr.Out.Header)
+			}
+		},
 		Transport:    s.transport,
 		BufferPool:   copyBuffers{},
 		ErrorHandler: s.proxyError,
@@ -249,6 +256,10 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 // status. Echo routes the job API only: as a pre-routing middleware this would have echo
 // build the chain anew for every request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var span trace.Span
+	if s.gate.tr.On() {
+		r, span = s.gate.traceRequest(r)
+	}
 	body := wrapBody(w, r, time.Duration(s.writeStall.Load()))
 	defer body.release()
 	c := s.echo.AcquireContext()
@@ -282,6 +293,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.handleError(err, c)
 	}
 	s.gate.metrics.countRequest(c.Response().Status)
+	if span != nil {
+		endRequest(span, c.Response().Status)
+	}
 	s.echo.ReleaseContext(c)
 }
 
@@ -327,7 +341,14 @@ func (s *Server) forwardKeeping(c echo.Context, hdrs *rateHeaders, body *bodyRea
 	fw := s.writers.Get().(*forwardWriter)
 	fw.res, fw.hdrs, fw.body, fw.m, fw.keep = c.Response(), hdrs, body, s.gate.metrics, keep
 	fw.stall = time.Duration(s.writeStall.Load())
+	var span trace.Span
+	if s.gate.tr.On() {
+		r, span = s.gate.traceForward(r, up.url)
+	}
 	up.proxy.ServeHTTP(fw, r)
+	if span != nil {
+		endRequest(span, fw.res.Status)
+	}
 	fw.disarm()
 	*fw = forwardWriter{} // ReverseProxy keeps no reference to it once ServeHTTP returns
 	s.writers.Put(fw)

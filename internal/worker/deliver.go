@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sluice-rl/sluice/internal/httphdr"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -99,6 +100,9 @@ func (r *runner) deliver(ctx context.Context, cfg *QueueConfig, j *queue.Job, at
 	req, err := request(ctx, cfg, j, attempt)
 	if err != nil {
 		return nil, nil, err
+	}
+	if r.p.tr.On() {
+		tracing.Inject(ctx, req.Header) // the delivery span's, over any the job's headers hold
 	}
 	resp, err := r.p.client.Do(req)
 	if err != nil {

@@ -36,7 +36,9 @@
 //   - A unit queue (cost_rate) delivers within its units too, each job charged its estimate
 //     and, with CostFromResponse, reconciled to the answer's true cost.
 //   - Every delivery carries Sluice-Job, Sluice-Attempt and Idempotency-Key (the client's own
-//     key, or the job id).
+//     key, or the job id). With Deps.Tracer set, each admission run and each delivery is a span
+//     in the trace of the request that enqueued the job (queue.Job.Trace), and the delivery
+//     carries its own span's traceparent (trace.go, docs/tracing.md).
 //   - On shutdown the Pool stops fetching, hands back the jobs waiting for slots, lets
 //     deliveries in flight finish within Deps.ShutdownTimeout, cuts the rest short and hands
 //     them back; Run returns within ShutdownTimeout plus one second even when NATS cannot be

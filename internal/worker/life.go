@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-rl/sluice/queue"
 	"github.com/sluice-rl/sluice/retry"
 )
@@ -235,10 +237,18 @@ func (r *runner) send(hard context.Context, cfg *QueueConfig, j *job) outcome {
 	}
 	j.running = r.p.exec.recordRunning(j, attempt, after)
 	start := r.p.now()
-	resp, body, err := r.deliver(hard, cfg, j.m.Job, attempt)
+	ctx := hard
+	var span trace.Span
+	if r.p.tr.On() {
+		ctx, span = startDelivery(hard, r.p.tr, j, attempt, start)
+	}
+	resp, body, err := r.deliver(ctx, cfg, j.m.Job, attempt)
 	r.p.m.latency.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
 	r.p.m.drain.add(r.name)
 	c := classify(resp, err, r.p.now())
+	if span != nil {
+		endDelivery(span, c, err)
+	}
 	a := answer{resp: resp, body: body, class: c.Class}
 	for _, o := range r.pol.observe {
 		o.observe(cfg, j, a)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/queue"
 	"github.com/sluice-rl/sluice/retry"
 )
@@ -87,6 +88,8 @@ func refuse(end passEnd, reason string) verdict {
 // policies are a runner's policies, sorted by the hooks they have; admit keeps the list's
 // order.
 type policies struct {
+	// tr traces each run of admission (trace.go); nil: off.
+	tr      *tracing.Tracer
 	all     []any
 	admit   []admitter
 	observe []observer
@@ -112,12 +115,21 @@ func newPolicies(list ...any) policies {
 
 // admission runs j through the admitters. It returns the releases of what they hold for the
 // delivery, to call (release) once it has ended, or, when one held or refused the job, how
-// the pass ends instead (stop), with everything given back.
+// the pass ends instead (stop), with everything given back. With tracing on, the run is a
+// span, with an event for each admitter's verdict.
 func (ps *policies) admission(ctx context.Context, cfg *QueueConfig, j *job, now func() time.Time) (releases []func(), out outcome, stop bool) {
+	var at admissionTrace
+	if ps.tr.On() {
+		ctx = at.start(ctx, ps.tr, j)
+		defer func() { at.end(out, stop) }()
+	}
 	for {
 		var checks []func() bool
 		for _, a := range ps.admit {
 			v := a.admit(ctx, cfg, j)
+			if at.span != nil {
+				at.admitted(a, v)
+			}
 			switch v.kind {
 			case admitHold:
 				release(releases)

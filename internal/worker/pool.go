@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/inflight"
+	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
 	"github.com/sluice-rl/sluice/retry"
@@ -69,6 +70,8 @@ type Deps struct {
 	// ShutdownTimeout bounds how long Run waits for deliveries in flight once its context is
 	// cancelled. Default DefaultShutdownTimeout (10s).
 	ShutdownTimeout time.Duration
+	// Tracer traces admission and deliveries (trace.go). Nil: tracing off.
+	Tracer *tracing.Tracer
 }
 
 // Pool drains queues: per queue it holds up to Concurrency jobs, each of which waits for its
@@ -101,6 +104,7 @@ type Pool struct {
 	spares   *spares
 	log      *slog.Logger
 	m        *metrics
+	tr       *tracing.Tracer // nil: off
 	shutdown time.Duration
 	now      func() time.Time
 	// runningAfter is how long a first delivery runs before it is recorded as running.
@@ -148,6 +152,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 		client:   deps.HTTP,
 		log:      deps.Logger,
 		m:        m,
+		tr:       deps.Tracer,
 		shutdown: deps.ShutdownTimeout,
 		now:      time.Now,
 		specs:    specs,
@@ -481,6 +486,7 @@ func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 		&mover{env: env, mv: p.q, schedules: &p.schedules, cut: p.pulls.current},
 		newFairScheduler(env, p.q, tenantLearn, tenants.pausedNow),
 	)
+	r.pol.tr = p.tr
 	return r
 }
 

@@ -1,0 +1,24 @@
+package app
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/sluice-rl/sluice/internal/config"
+)
+
+// A reload that adds, changes or removes the tracing section names it among the keys that
+// apply at the next restart: the tracer is made once, at start.
+func TestRestartOnlyNamesTracing(t *testing.T) {
+	off := &config.Config{}
+	on := &config.Config{Tracing: &config.Tracing{OTLP: "http://c:4318", SampleRatio: 1}}
+	half := &config.Config{Tracing: &config.Tracing{OTLP: "http://c:4318", SampleRatio: 0.5}}
+	for _, tc := range []struct {
+		old, next *config.Config
+		want      bool
+	}{{off, on, true}, {on, off, true}, {on, half, true}, {on, on, false}, {off, off, false}} {
+		if got := slices.Contains(restartOnly(tc.old, tc.next), "tracing"); got != tc.want {
+			t.Errorf("%+v -> %+v: tracing named %v, want %v", tc.old.Tracing, tc.next.Tracing, got, tc.want)
+		}
+	}
+}
