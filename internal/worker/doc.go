@@ -33,7 +33,7 @@
 //   - A unit queue (cost_rate) delivers within its units too, each job charged its estimate
 //     and, with CostFromResponse, reconciled to the answer's true cost.
 //   - Every delivery carries Sluice-Job, Sluice-Attempt and Idempotency-Key (the client's own
-//     key, or the job id).
+//     key scoped to the job's tenant, queue.UpstreamKey, or the job id).
 //   - On shutdown the Pool stops fetching, hands back the jobs waiting for slots, lets
 //     deliveries in flight finish within Deps.ShutdownTimeout, cuts the rest short and hands
 //     them back; Run returns within ShutdownTimeout plus one second even when NATS cannot be
