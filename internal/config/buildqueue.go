@@ -101,6 +101,7 @@ func (b *builder) inFlight(where string, q *Queue, r *rawQueue) {
 	b.bound(where, "max_in_flight", q.MaxInFlight, 0, maxInFlight)
 	q.TenantInFlight = b.integer(where, "tenant_in_flight", r.TenantInFlight, 0, 64)
 	b.bound(where, "tenant_in_flight", q.TenantInFlight, 0, maxInFlight)
+	q.pauseScopeSet = r.PauseScope != nil
 	switch s := PauseScope(b.text(where, "pause_scope", r.PauseScope, string(PauseQueue))); s {
 	case PauseQueue, PauseTenant:
 		q.PauseScope = s

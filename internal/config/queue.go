@@ -84,6 +84,9 @@ type Queue struct {
 	// PauseScope is what an upstream 429 or 503 pauses (YAML pause_scope): PauseQueue (the
 	// default) or PauseTenant, the job's tenant only, on a fair queue.
 	PauseScope PauseScope
+	// pauseScopeSet is whether the file set pause_scope (Warnings: a queue with tenants that
+	// leaves it to the default pauses every tenant for one tenant's 429).
+	pauseScopeSet bool
 	// TenantMaxDepth is the most jobs one tenant of a fair queue may hold waiting in its
 	// backlog (YAML tenant_max_depth), 1 to max_depth: beyond it that tenant's new jobs are
 	// refused with 429 while other tenants' are accepted. 0: no bound but MaxDepth.

@@ -22,15 +22,36 @@ rules:
 	if len(w) != 1 || !strings.Contains(w[0], `queues[0] "orders"`) || !strings.Contains(w[0], "set tenant: [header:X-Api-Key]") {
 		t.Fatalf("warnings %q, want one for orders naming the tenant to set", w)
 	}
-	c = mustParse(t, "upstream: http://u\nqueues:\n  - {name: orders, rate: 1/s, tenant: [header:X-API-Key]}\n  - {name: reports, rate: 1/s}\n"+rules)
+	c = mustParse(t, "upstream: http://u\nqueues:\n  - {name: orders, rate: 1/s, tenant: [header:X-API-Key], pause_scope: queue}\n  - {name: reports, rate: 1/s}\n"+rules)
 	if w := c.Warnings(); len(w) != 0 {
 		t.Fatalf("warnings %q with a tenant", w)
 	}
 }
 
+// TestWarnTenantsWithoutPauseScope: a queue with tenants and no pause_scope is told at start
+// what one tenant's 429 will do; pause_scope set either way silences it.
+func TestWarnTenantsWithoutPauseScope(t *testing.T) {
+	for _, tc := range []struct {
+		queue string
+		warns bool
+	}{
+		{"{name: q, rate: 1/s, tenant: [header:X-API-Key]}", true},
+		{"{name: q, rate: 1/s, tenant: [header:X-API-Key], fair: true}", true},
+		{"{name: q, rate: 1/s, tenant: [header:X-API-Key], pause_scope: queue}", false},
+		{"{name: q, rate: 1/s, tenant: [header:X-API-Key], fair: true, pause_scope: tenant}", false},
+		{"{name: q, rate: 1/s}", false},
+	} {
+		w := mustParse(t, "upstream: http://u\nqueues:\n  - "+tc.queue+"\n").Warnings()
+		if got := len(w) == 1 && strings.Contains(w[0], "pauses every tenant of the queue"); got != tc.warns || len(w) > 1 {
+			t.Errorf("%s: warnings %q, want the pause_scope warning: %v", tc.queue, w, tc.warns)
+		}
+	}
+}
+
 // TestShippedExamples checks every config that ships — examples/, the compose deployment's
 // and the Kubernetes ConfigMap's: it loads without warnings, each queue has a tenant, and the
-// job API of each queue with a target is limited by a rule.
+// job API of each queue with a target is limited by a rule; each queue pauses by tenant and
+// bounds what one tenant holds.
 func TestShippedExamples(t *testing.T) {
 	files, _ := filepath.Glob("../../examples/*.yaml")
 	if len(files) < 2 {
@@ -48,6 +69,9 @@ func TestShippedExamples(t *testing.T) {
 		for _, q := range c.Queues {
 			if len(q.Tenant) == 0 {
 				t.Errorf("%s: queue %q has no tenant", f, q.Name)
+			}
+			if q.PauseScope != PauseTenant || q.TenantMaxDepth == 0 {
+				t.Errorf("%s: queue %q: pause_scope %q, tenant_max_depth %d; want tenant and a bound", f, q.Name, q.PauseScope, q.TenantMaxDepth)
 			}
 			if q.Target == nil {
 				continue
