@@ -86,7 +86,7 @@ func TestFullExampleLoads(t *testing.T) {
 			Timeout: 3 * time.Second, DedupeWindow: time.Hour, AckWait: 5 * time.Second, MaxDelay: DefaultMaxDelay, Concurrency: 16, MaxPauseRetries: 3,
 			Tenant: []KeyPart{{Kind: KeyHeader, Name: "X-Api-Key"}}, Adaptive: true, MinRate: Rate{5, time.Second},
 			Fair: true, Weights: map[string]float64{"gold-key": 3, "bronze-key": 0.5}, TenantRate: Rate{20, time.Second},
-			MaxInFlight: 12, TenantInFlight: 3, PauseScope: PauseTenant,
+			MaxInFlight: 12, TenantInFlight: 3, PauseScope: PauseTenant, pauseScopeSet: true,
 			TenantMaxDepth: 1000,
 			TenantSettings: map[string]TenantSettings{"gold-key": {Rate: Rate{40, time.Second}, InFlight: 6}, "bronze-key": {Weight: 0.25}},
 		}, {
