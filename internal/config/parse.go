@@ -224,6 +224,7 @@ type (
 		OnLimit          *scalar    `yaml:"on_limit"`
 		Action           *scalar    `yaml:"action"`
 		Queue            *scalar    `yaml:"queue"`
+		MaxWaitingPerKey *scalar    `yaml:"max_waiting_per_key"`
 		Shadow           *scalar    `yaml:"shadow"`
 		OnStoreError     *scalar    `yaml:"on_store_error"`
 		Lease            *scalar    `yaml:"lease"`
