@@ -29,6 +29,7 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 	b.process(c, raw)
 	queueAt := b.queues(c, raw.Queues)
 	b.rules(c, raw.Rules, queueAt)
+	b.checkPriorityRules(c)
 	if len(c.Rules) > 0 && raw.Upstream == nil {
 		p.add("", "upstream", "upstream is required when rules are defined")
 	}

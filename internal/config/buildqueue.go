@@ -59,7 +59,7 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	q.DedupeWindow = b.positiveDuration(where, "dedupe_window", r.DedupeWindow, DefaultDedupeWindow)
 	q.AckWait = b.positiveDuration(where, "ack_wait", r.AckWait, DefaultAckWait)
 	q.MaxDelay = b.positiveDuration(where, "max_delay", r.MaxDelay, DefaultMaxDelay)
-	q.Priorities = b.boolean(where, "priorities", r.Priorities)
+	b.priorities(where, &q, r.Priorities)
 	for _, d := range []struct {
 		field string
 		v     time.Duration

@@ -202,7 +202,7 @@ type (
 		CostBurst        *scalar                       `yaml:"cost_burst"`
 		CostFromResponse *scalar                       `yaml:"cost_from_response"`
 		MaxDelay         *scalar                       `yaml:"max_delay"`
-		Priorities       *scalar                       `yaml:"priorities"`
+		Priorities       *rawPriorities                `yaml:"priorities"`
 	}
 	rawTenantSettings struct {
 		Weight   *scalar `yaml:"weight"`

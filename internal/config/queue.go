@@ -48,6 +48,11 @@ type Queue struct {
 	// the NATS servers; without it, such a submission is refused with 400. A fair queue
 	// keeps a job's priority without levels.
 	Priorities bool
+	// PriorityClaims, when priorities is a mapping, says who may claim Sluice-Priority: high
+	// (its high list: tenant:VALUE, header:NAME=VALUE, query:NAME=VALUE, rule:NAME) and what
+	// others asking for it get (others: normal, the default, or refuse: 403). nil: priorities
+	// is true or false, and anyone may ask for high (Warnings says so).
+	PriorityClaims *PriorityClaims
 	// Concurrency is how many deliveries of this queue one worker process has in flight.
 	// Default 4.
 	Concurrency int

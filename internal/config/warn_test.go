@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,4 +107,35 @@ func configMapFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestPriorityClaims: priorities as a mapping names who may claim high; bad entries are
+// named by field; priorities: true still works and is warned about.
+func TestPriorityClaims(t *testing.T) {
+	const base = "upstream: http://u\nqueues:\n  - {name: q, rate: 1/s, tenant: [header:X-API-Key], pause_scope: queue, priorities: %s}\nrules:\n  - {name: urgent, key: [ip], action: enqueue, queue: q}\n"
+	c := mustParse(t, fmt.Sprintf(base, "{high: [tenant:gold-key, header:x-tier=gold, rule:urgent], others: refuse}"))
+	pc := c.Queues[0].PriorityClaims
+	if !c.Queues[0].Priorities || pc == nil || pc.Others != PriorityOthersRefuse || len(pc.Tenants) != 1 || pc.Tenants[0] != "gold-key" ||
+		len(pc.Keys) != 1 || pc.Keys[0].Part.Name != "X-Tier" || pc.Keys[0].Value != "gold" || len(pc.Rules) != 1 {
+		t.Fatalf("claims %+v", pc)
+	}
+	if w := c.Warnings(); len(w) != 0 {
+		t.Errorf("warnings %q with named claims", w)
+	}
+	if w := mustParse(t, fmt.Sprintf(base, "true")).Warnings(); len(w) != 1 || !strings.Contains(w[0], "any client") {
+		t.Errorf("priorities: true: warnings %q, want one about any client", w)
+	}
+	for _, tc := range []struct{ value, says string }{
+		{"{high: [gold]}", `priorities.high[0]: want tenant:VALUE`},
+		{"{high: [header:X-Tier]}", `want header:NAME=VALUE`},
+		{"{high: [rule:nope]}", `rule:nope names no rule`},
+		{"{others: drop}", `priorities.others: want normal or refuse`},
+		{"{hi: [tenant:a]}", `unknown field "hi"`},
+		{"[a]", `not a list`},
+	} {
+		_, err := Parse("sluice.yaml", []byte(fmt.Sprintf(base, tc.value)), nil)
+		if err == nil || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), `queues[0] "q"`) {
+			t.Errorf("priorities: %s: %v, want an error naming the queue and %q", tc.value, err, tc.says)
+		}
+	}
 }
