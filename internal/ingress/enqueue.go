@@ -122,6 +122,7 @@ func (g *gate) deferRequest(c echo.Context, rs *ruleSet, ru *rule) error {
 	if job.Cost, err = jobCost(q, r, body); err != nil {
 		return g.respondError(c, err)
 	}
+	job.Priority = rulePriority(q, ru.name)
 	// The rule's deferral budget: one key's waiting requests, at most waitingPerKey.
 	req := request{r: r, trusted: rs.trusted, v6bits: rs.v6bits}
 	job.Budget = &queue.Budget{Name: ru.name, Key: string(ru.appendKey(nil, &req)), PerKey: ru.waitingPerKey}
@@ -376,6 +377,9 @@ func (s *Server) submitJob(c echo.Context) error {
 		return badRequest("priorities not enabled", fmt.Sprintf("queue %q takes no %s; its config needs priorities: true", name, hdrPriority))
 	}
 	if job.Tenant, err = s.gate.tenantOf(rs, q, r); err != nil {
+		return err
+	}
+	if job.Priority, err = s.gate.claimPriority(q, r, job.Tenant, job.Priority); err != nil {
 		return err
 	}
 	body, err := readBody(c, q)
