@@ -92,8 +92,11 @@ func (q *core) ledgerConfig(s Spec, limit func(int64) int64) jetstream.StreamCon
 	}
 }
 
-// provisionLedger creates or updates the ledger stream of queue s. Lowering a bound below
-// what the ledger holds refuses new jobs until enough leave; nothing held is dropped.
+// provisionLedger creates or updates the ledger stream of queue s. Lowering MaxDepth below
+// what the ledger holds refuses new jobs until enough leave (the server trims no DiscardNew
+// stream). Lowering TenantMaxDepth, or setting it, makes the server drop each tenant's oldest
+// tickets beyond it: a tenant over the new bound is then counted short by that many until its
+// jobs leave.
 func (q *core) provisionLedger(ctx context.Context, s Spec, limit func(int64) int64) error {
 	cfg := q.ledgerConfig(s, limit)
 	st, err := q.ensureStream(ctx, cfg)
