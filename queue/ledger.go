@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,8 +37,8 @@ import (
 //
 // A ticket is released after its job's acknowledgement, never before: a process that dies in
 // between leaves a ticket without a job, which counts against the bound (it errs toward
-// refusing) until an operator purges the ledger stream. docs/design/queue.md has the design and
-// what was rejected.
+// refusing) until [Deliveries.SweepLedger], which workers run, finds it. docs/design/queue.md
+// has the design and what was rejected.
 
 // hdrTickets carries a job's tickets: "<stream>:<seq>" joined with ",".
 const hdrTickets = "Sluice-Tickets"
@@ -297,4 +298,58 @@ func parseTickets(v string) []ticket {
 // without a worker's acknowledgement (Cancel).
 func (q *core) releaseMsg(ctx context.Context, h nats.Header) {
 	q.release(ctx, parseTickets(h.Get(hdrTickets)))
+}
+
+// SweepLedger repairs queue name's ledger: it reads up to limit tickets from sequence from on,
+// and deletes those older than olderThan whose job is no longer held (its status final, or
+// no job by that id): tickets left by a process that died between a job's acknowledgement and
+// its ticket's release. olderThan must exceed the longest a publish takes between its ticket
+// and its job (Options.PublishTimeout), or a job being stored could lose its ticket. It
+// returns how many it deleted and the sequence to start the next sweep at (0: from the first,
+// the ledger was read to its young end). Each ticket read costs a status read (up to three).
+func (d Deliveries) SweepLedger(ctx context.Context, name string, from uint64, olderThan time.Duration, limit int) (removed int, next uint64, err error) {
+	ctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
+	defer cancel()
+	st, err := d.ledgerStream(ctx, d.ledgerName(name))
+	if noStream(err) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("queue: sweep the ledger of %q: %w", name, err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if from > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	c, err := st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return 0, 0, fmt.Errorf("queue: sweep the ledger of %q: %w", name, err)
+	}
+	batch, err := c.FetchNoWait(max(limit, 1))
+	if err != nil {
+		return 0, 0, fmt.Errorf("queue: sweep the ledger of %q: %w", name, err)
+	}
+	cutoff, young, read := d.now().Add(-olderThan), false, 0
+	for m := range batch.Messages() {
+		read++
+		md, err := m.Metadata()
+		if err != nil || young {
+			continue
+		}
+		if md.Timestamp.After(cutoff) {
+			young = true // in sequence order: the rest are younger still
+			continue
+		}
+		next = md.Sequence.Stream + 1
+		s, err := Publisher(d).Status(ctx, string(m.Data()))
+		if errors.Is(err, ErrNotFound) || err == nil && s.State.Terminal() {
+			if st.DeleteMsg(ctx, md.Sequence.Stream) == nil {
+				removed++
+			}
+		}
+	}
+	if young || read < limit {
+		next = 0
+	}
+	return removed, next, batch.Error()
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -138,5 +140,37 @@ func TestLedgerScheduledBytes(t *testing.T) {
 	}
 	if accepted != 4 {
 		t.Fatalf("%d scheduled jobs of 1 MB accepted under max_bytes 4 MiB, want 4", accepted)
+	}
+}
+
+// A ticket whose job left without releasing it (its worker died between the ack and the
+// release) is swept; the ticket of a job still waiting is not.
+func TestSweepLedger(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 2})
+	b.publish(&queue.Job{Queue: "q", Direct: true})
+	b.publish(&queue.Job{Queue: "q", Direct: true})
+	// The first job acked behind the queue layer's back: its ticket stays.
+	c, err := b.js.Consumer(b.ctx, b.stream("q"), "workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = b.q.Publish(b.ctx, &queue.Job{Queue: "q", Direct: true})
+	wantErr(t, err, queue.ErrFull)
+	removed, next, err := b.q.SweepLedger(b.ctx, "q", 0, 0, 100)
+	if err != nil || removed != 1 || next != 0 {
+		t.Fatalf("sweep: removed %d, next %d, %v; want the leaked ticket only", removed, next, err)
+	}
+	b.publish(&queue.Job{Queue: "q", Direct: true})
+	if removed, _, err := b.q.SweepLedger(b.ctx, "q", 0, 0, 100); err != nil || removed != 0 {
+		t.Fatalf("second sweep: removed %d, %v; want none (both jobs wait)", removed, err)
 	}
 }
