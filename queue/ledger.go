@@ -93,6 +93,14 @@ func (q *core) ledgerConfig(s Spec, limit func(int64) int64) jetstream.StreamCon
 	}
 }
 
+// noLimitZero maps a bound of 0 (none) to JetStream's -1.
+func noLimitZero(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
 // provisionLedger creates or updates the ledger stream of queue s. Lowering MaxDepth below
 // what the ledger holds refuses new jobs until enough leave (the server trims no DiscardNew
 // stream). Lowering TenantMaxDepth, or setting it, makes the server drop each tenant's oldest
@@ -140,7 +148,14 @@ func (q *core) ensureBudget(ctx context.Context, s Spec, b *Budget) error {
 // then no ticket is held.
 func (q *core) admit(ctx context.Context, spec Spec, job *Job, msgID string) ([]ticket, error) {
 	var owned []ticket
-	t, dup, err := q.take(ctx, q.ledgerName(spec.Name), q.ledgerPrefix(spec.Name)+tenantToken(job.Tenant), msgID, job)
+	subject := q.ledgerPrefix(spec.Name) + tenantToken(job.Tenant)
+	t, dup, err := q.take(ctx, q.ledgerName(spec.Name), subject, msgID, job)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		// The ledger was deleted behind the queue's back: made again, it counts from here.
+		if err = q.provisionLedger(ctx, spec.withDefaults(), noLimitZero); err == nil {
+			t, dup, err = q.take(ctx, q.ledgerName(spec.Name), subject, msgID, job)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -174,3 +174,15 @@ func TestSweepLedger(t *testing.T) {
 		t.Fatalf("second sweep: removed %d, %v; want none (both jobs wait)", removed, err)
 	}
 }
+
+// A ledger deleted behind the queue's back is made again by the next publish, which succeeds.
+func TestLedgerMadeAgain(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 5})
+	if err := b.js.DeleteStream(b.ctx, b.prefix+"_A_q"); err != nil {
+		t.Fatal(err)
+	}
+	b.publish(&queue.Job{Queue: "q", Direct: true})
+	if _, err := b.js.Stream(b.ctx, b.prefix+"_A_q"); err != nil {
+		t.Fatalf("ledger after a publish: %v, want it made again", err)
+	}
+}
