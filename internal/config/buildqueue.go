@@ -198,8 +198,8 @@ func (b *builder) fairness(where string, q *Queue, r *rawQueue) {
 	if r.TenantMaxDepth != nil {
 		q.TenantMaxDepth = b.integer(where, "tenant_max_depth", r.TenantMaxDepth, 0, 64)
 		b.bound(where, "tenant_max_depth", q.TenantMaxDepth, 1, max(q.MaxDepth, 1))
-		if !q.Fair {
-			b.p.add(where, "tenant_max_depth", "tenant_max_depth needs fair: true (a tenant's backlog is a fair queue's)")
+		if len(q.Tenant) == 0 {
+			b.p.add(where, "tenant_max_depth", "tenant_max_depth needs tenant (whose jobs it counts)")
 		}
 	}
 }

@@ -92,9 +92,10 @@ type Queue struct {
 	// pauseScopeSet is whether the file set pause_scope (Warnings: a queue with tenants that
 	// leaves it to the default pauses every tenant for one tenant's 429).
 	pauseScopeSet bool
-	// TenantMaxDepth is the most jobs one tenant of a fair queue may hold waiting in its
-	// backlog (YAML tenant_max_depth), 1 to max_depth: beyond it that tenant's new jobs are
-	// refused with 429 while other tenants' are accepted. 0: no bound but MaxDepth.
+	// TenantMaxDepth is the most jobs one tenant may hold in the queue (YAML
+	// tenant_max_depth), waiting, scheduled and in flight, 1 to max_depth; it needs tenant.
+	// Beyond it that tenant's new jobs are refused with 429 while other tenants' are accepted;
+	// the queue's admission ledger holds it exactly. 0: no bound but MaxDepth.
 	TenantMaxDepth int64
 	// TenantSettings are single tenants' own settings on a fair queue, by the tenant's value
 	// as Weights names it (YAML tenant_settings); an operator's (the admin API's) replace them.
