@@ -2,10 +2,14 @@ package ingress
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/queue"
 )
@@ -87,4 +91,26 @@ func (f *queueFixture) levelOf(name, id string) (queue.Priority, bool) {
 		}
 	}
 	return "", false
+}
+
+// A queue with tenants and no pause_scope is told at start what one tenant's 429 does.
+func TestWarnsTenantsWithoutPauseScope(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(b)
+	}), nil))
+	cfg := parseConfig(t, "http://127.0.0.1:1", "queues:\n  - {name: shared, rate: 1/s, tenant: [header:X-API-Key]}\n")
+	srv, err := New(cfg, Options{Logger: log, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), `pauses every tenant of the queue for its Retry-After`) || !strings.Contains(logs.String(), `\"shared\"`) {
+		t.Fatalf("log %q: want the pause_scope warning about queue shared at start", logs.String())
+	}
 }
