@@ -107,14 +107,15 @@ func (q *core) publishScheduled(ctx context.Context, spec Spec, job *Job) (Recei
 	if err := q.ensureSchedule(ctx, spec); err != nil {
 		return Receipt{}, err
 	}
-	if err := q.checkBytes(ctx, spec, job); err != nil {
+	unreserve, err := q.reserveBytes(ctx, spec, job)
+	if err != nil {
 		return Receipt{}, err
 	}
+	defer unreserve()
 	owned, err := q.admit(ctx, spec, job, msgID)
 	if err != nil {
 		return Receipt{}, err
 	}
-	defer q.schedBytes(spec.Name, int64(len(job.Body)))()
 	subject, stream := q.atSubject(job.Queue, job.ID), q.schedStreamName(job.Queue)
 	ack, err := q.publish(ctx, subject, job, msgID, stream)
 	if err != nil {
@@ -141,40 +142,32 @@ func (q *core) ensureSchedule(ctx context.Context, spec Spec) error {
 	return q.onDemand(ctx, &q.schedules, spec.Name, func(ctx context.Context) error { return q.provisionSchedule(ctx, spec) })
 }
 
-// checkBytes returns ErrFull when job's body would take queue spec's schedule stream past
-// Spec.MaxBytes: the stream's bytes (one read), the bodies this process is storing there now,
-// and job's. The schedule stream cannot discard new messages (a limit would drop the oldest
-// schedules), so this check is its bound: exact for one process, and over by at most the
-// bodies other processes store at the same instant. MaxDepth and TenantMaxDepth count
-// scheduled jobs through the ledger (ledger.go), exactly.
-func (q *core) checkBytes(ctx context.Context, spec Spec, job *Job) error {
+// reserveBytes counts job's body among the bytes this process is storing in queue spec's
+// schedule stream, and returns ErrFull (reserving nothing) when that would take the stream
+// past Spec.MaxBytes: the bodies being stored (read first, this one's included), then the
+// stream's bytes (one read), so that a body stored in between is counted twice, never missed.
+// The schedule stream cannot discard new messages (a limit would drop the oldest schedules),
+// so this is its bound: exact for one process, over by at most the bodies other processes
+// store at the same instant. MaxDepth and TenantMaxDepth count scheduled jobs through the
+// ledger (ledger.go), exactly. Call the returned func once the publish is over.
+func (q *core) reserveBytes(ctx context.Context, spec Spec, job *Job) (unreserve func(), err error) {
 	if spec.MaxBytes <= 0 {
-		return nil
+		return func() {}, nil
 	}
+	v, _ := q.schedBytesInFlight.LoadOrStore(spec.Name, new(atomic.Int64))
+	pending, n := v.(*atomic.Int64), int64(len(job.Body))
+	have := pending.Add(n)
+	unreserve = func() { pending.Add(-n) }
 	st, err := q.js.Stream(ctx, q.schedStreamName(spec.Name))
 	if err != nil {
-		return fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
+		unreserve()
+		return nil, fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
 	}
-	have := int64(st.CachedInfo().State.Bytes) + q.schedPending(spec.Name).Load()
-	if have+int64(len(job.Body)) > spec.MaxBytes {
-		return fmt.Errorf("%w: queue %q holds %d bytes of scheduled jobs, max_bytes %d", ErrFull, spec.Name, have, spec.MaxBytes)
+	if have += int64(st.CachedInfo().State.Bytes); have > spec.MaxBytes {
+		unreserve()
+		return nil, fmt.Errorf("%w: queue %q: %d bytes of scheduled jobs with this one, max_bytes %d", ErrFull, spec.Name, have, spec.MaxBytes)
 	}
-	return nil
-}
-
-// schedPending is the bytes of scheduled jobs this process is storing in queue's schedule
-// stream now.
-func (q *core) schedPending(queue string) *atomic.Int64 {
-	v, _ := q.schedBytesInFlight.LoadOrStore(queue, new(atomic.Int64))
-	return v.(*atomic.Int64)
-}
-
-// schedBytes counts n bytes as being stored in queue's schedule stream until the returned
-// func is called.
-func (q *core) schedBytes(queue string, n int64) func() {
-	c := q.schedPending(queue)
-	c.Add(n)
-	return func() { c.Add(-n) }
+	return unreserve, nil
 }
 
 // scheduled returns how many jobs of queue name wait in its schedule stream: 0 when it has
