@@ -148,7 +148,7 @@ type core struct {
 	budgets  sync.Map
 	releases sync.WaitGroup // background releases of tickets (ledger.go)
 	// schedBytesInFlight is, per queue, the bytes of scheduled jobs being stored now
-	// (*atomic.Int64; checkBytes).
+	// (*atomic.Int64; reserveBytes).
 	schedBytesInFlight sync.Map
 	// schedules and deadLetters hold the names of the queues whose schedule stream or
 	// dead-letter stream this process knows to exist; making is held by the one onDemand

@@ -56,7 +56,7 @@ func (q *core) dueSubject(queue, id string) string { return q.schedPrefix(queue)
 // provisionSchedule creates or updates the schedule stream of queue s and its mover: work
 // queue retention (a due job leaves once moved; a schedule is matched by no consumer, so it
 // stays until it fires or is canceled), no limits of its own (discarding new messages is not
-// possible here: the ledger bounds its jobs, checkBytes its bytes), schedules allowed.
+// possible here: the ledger bounds its jobs, reserveBytes its bytes), schedules allowed.
 func (q *core) provisionSchedule(ctx context.Context, s Spec) error {
 	name := q.schedStreamName(s.Name)
 	_, err := q.ensureStream(ctx, jetstream.StreamConfig{
