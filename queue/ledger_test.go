@@ -23,11 +23,14 @@ func (b *bundle) heldJobs(name string) uint64 {
 	return info.Depth + info.Scheduled
 }
 
-// Every door counts against one bound, exactly: 64 publishers at once, through the plain
+// Every door counts against one bound, exactly: 64 publishers at once, half of them through
+// a second connection (another process, as far as the server can tell), through the plain
 // path, keyed jobs, priorities and schedules, into a queue of max_depth 200 leave it holding
 // exactly 200 (none over, none refused while there was room); an ack gives one place back.
 func TestLedgerHoldsMaxDepthAcrossDoors(t *testing.T) {
-	b := setup(t, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 200, Priorities: true})
+	spec := queue.Spec{Name: "q", MaxDepth: 200, Priorities: true}
+	b := setup(t, queue.Options{}, spec)
+	other := setupURL(t, b.url, b.opts, spec)
 	var accepted, full atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 64 {
@@ -44,7 +47,11 @@ func TestLedgerHoldsMaxDepthAcrossDoors(t *testing.T) {
 				case 3:
 					j.NotBefore = time.Now().Add(time.Hour)
 				}
-				_, err := b.q.Publish(b.ctx, j)
+				q := b.q
+				if w%2 == 1 {
+					q = other.q
+				}
+				_, err := q.Publish(b.ctx, j)
 				switch {
 				case err == nil:
 					accepted.Add(1)
