@@ -34,6 +34,8 @@
 //     and, with CostFromResponse, reconciled to the answer's true cost.
 //   - Every delivery carries Sluice-Job, Sluice-Attempt and Idempotency-Key (the client's own
 //     key scoped to the job's tenant, queue.UpstreamKey, or the job id).
+//   - A job's admission tickets are released after its acknowledgement (package queue); every
+//     worker sweeps its queues' ledgers for tickets whose job left without (ledger.go).
 //   - On shutdown the Pool stops fetching, hands back the jobs waiting for slots, lets
 //     deliveries in flight finish within Deps.ShutdownTimeout, cuts the rest short and hands
 //     them back; Run returns within ShutdownTimeout plus one second even when NATS cannot be
