@@ -126,8 +126,8 @@ func (b *builder) ruleQueue(where string, r *Rule, rr rawRule, queues map[string
 		switch {
 		case r.Queue == "":
 			b.p.add(where, "max_waiting_per_key", "max_waiting_per_key needs a queue (on_limit: enqueue or action: enqueue)")
-		case r.MaxWaitingPerKey < 1:
-			b.p.addf(where, "max_waiting_per_key", "max_waiting_per_key must be at least 1, got %d", r.MaxWaitingPerKey)
+		default:
+			b.bound(where, "max_waiting_per_key", r.MaxWaitingPerKey, 1, maxDepth)
 		}
 	}
 	if r.Queue != "" {

@@ -139,3 +139,30 @@ func TestPriorityClaims(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxWaitingPerKey: a deferring rule's budget, its default from its queue's max_depth,
+// and the errors that name the field.
+func TestMaxWaitingPerKey(t *testing.T) {
+	const base = "upstream: http://u\nqueues:\n  - {name: q, rate: 1/s, max_depth: %d}\nrules:\n  - {name: r, key: [ip], action: enqueue, queue: q%s}\n"
+	for _, tc := range []struct {
+		depth int
+		extra string
+		want  int64
+	}{
+		{100000, "", 1000}, {10000, "", 1000}, {500, "", 50}, {5, "", 1}, {500, ", max_waiting_per_key: 7", 7},
+	} {
+		c := mustParse(t, fmt.Sprintf(base, tc.depth, tc.extra))
+		if got := c.Rules[0].WaitingPerKey(&c.Queues[0]); got != tc.want {
+			t.Errorf("max_depth %d%s: budget %d, want %d", tc.depth, tc.extra, got, tc.want)
+		}
+	}
+	for _, tc := range []struct{ yaml, says string }{
+		{fmt.Sprintf(base, 10, ", max_waiting_per_key: 0"), `rules[0] "r": max_waiting_per_key`},
+		{fmt.Sprintf(base, 10, ", max_waiting_per_key: many"), `rules[0] "r": max_waiting_per_key`},
+		{"upstream: http://u\nrules:\n  - {name: r, key: [ip], algorithm: gcra, limit: 1, period: 1s, max_waiting_per_key: 3}\n", `max_waiting_per_key needs a queue`},
+	} {
+		if _, err := Parse("sluice.yaml", []byte(tc.yaml), nil); err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%q: %v, want an error naming %q", tc.yaml, err, tc.says)
+		}
+	}
+}
