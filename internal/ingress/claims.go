@@ -11,7 +11,8 @@ import (
 // Who may claim priority (config.PriorityClaims). A direct job that asks for high
 // (Sluice-Priority) keeps it when its queue names no claims (priorities: true), or when its
 // tenant, or the value of a header or query parameter it carries, is named; otherwise it is
-// delivered at normal, or refused with 403 (others: refuse). A deferral by a rule that the
+// delivered at normal (its 202 says so: Sluice-Priority: normal), or refused with 403
+// (others: refuse). A deferral by a rule that the
 // queue names is delivered at high. Asking for low is anyone's.
 
 // errPriorityRefused is the answer to a claim of high that the queue refuses.

@@ -68,6 +68,10 @@ rules:
 		if got, ok := f.levelOf(a.Queue, a.ID); !ok || got != row.want {
 			t.Errorf("%s: stored at %q (found %v), want %q", row.name, got, ok, row.want)
 		}
+		downgraded := strings.Contains(strings.Join(row.hdr, " "), "Sluice-Priority high") && row.want == queue.PriorityNormal && !strings.HasPrefix(row.path, "/plain")
+		if h := res.Header.Get("Sluice-Priority"); downgraded != (h == "normal") {
+			t.Errorf("%s: 202 Sluice-Priority %q, want normal only for a claim not granted", row.name, h)
+		}
 	}
 }
 

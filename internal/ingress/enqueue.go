@@ -379,8 +379,12 @@ func (s *Server) submitJob(c echo.Context) error {
 	if job.Tenant, err = s.gate.tenantOf(rs, q, r); err != nil {
 		return err
 	}
+	asked := job.Priority
 	if job.Priority, err = s.gate.claimPriority(q, r, job.Tenant, job.Priority); err != nil {
 		return err
+	}
+	if job.Priority != asked { // a claim of high not granted: say at what level it waits
+		c.Response().Header().Set(hdrPriority, "normal")
 	}
 	body, err := readBody(c, q)
 	if err != nil {
