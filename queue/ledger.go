@@ -325,12 +325,44 @@ func (q *core) releaseMsg(ctx context.Context, h nats.Header) {
 func (d Deliveries) SweepLedger(ctx context.Context, name string, from uint64, olderThan time.Duration, limit int) (removed int, next uint64, err error) {
 	ctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
 	defer cancel()
-	st, err := d.ledgerStream(ctx, d.ledgerName(name))
+	removed, next, err = d.sweep(ctx, d.ledgerName(name), from, olderThan, limit)
+	if err != nil {
+		return removed, 0, fmt.Errorf("queue: sweep the ledger of %q: %w", name, err)
+	}
+	return removed, next, nil
+}
+
+// SweepBudgets is SweepLedger for the deferral budgets' streams (Job.Budget): the first limit
+// tickets of each (one stream listing, then as SweepLedger per stream). It returns how many
+// it deleted in all.
+func (d Deliveries) SweepBudgets(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	ctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
+	defer cancel()
+	var names []string
+	prefix := d.opts.Prefix + "_K_"
+	err := d.listStreams(ctx, d.opts.Prefix+".k.>", prefix, func(tok string, _ jetstream.StreamState) {
+		names = append(names, prefix+tok)
+	})
+	total := 0
+	for _, name := range names {
+		n, _, serr := d.sweep(ctx, name, 0, olderThan, limit)
+		total += n
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
+		return total, fmt.Errorf("queue: sweep the deferral budgets: %w", err)
+	}
+	return total, nil
+}
+
+// sweep is SweepLedger on ledger stream name.
+func (q *core) sweep(ctx context.Context, name string, from uint64, olderThan time.Duration, limit int) (removed int, next uint64, err error) {
+	st, err := q.ledgerStream(ctx, name)
 	if noStream(err) {
 		return 0, 0, nil
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("queue: sweep the ledger of %q: %w", name, err)
+		return 0, 0, err
 	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if from > 0 {
@@ -338,13 +370,13 @@ func (d Deliveries) SweepLedger(ctx context.Context, name string, from uint64, o
 	}
 	c, err := st.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return 0, 0, fmt.Errorf("queue: sweep the ledger of %q: %w", name, err)
+		return 0, 0, err
 	}
 	batch, err := c.FetchNoWait(max(limit, 1))
 	if err != nil {
-		return 0, 0, fmt.Errorf("queue: sweep the ledger of %q: %w", name, err)
+		return 0, 0, err
 	}
-	cutoff, young, read := d.now().Add(-olderThan), false, 0
+	cutoff, young, read := q.now().Add(-olderThan), false, 0
 	for m := range batch.Messages() {
 		read++
 		md, err := m.Metadata()
@@ -356,7 +388,7 @@ func (d Deliveries) SweepLedger(ctx context.Context, name string, from uint64, o
 			continue
 		}
 		next = md.Sequence.Stream + 1
-		s, err := Publisher(d).Status(ctx, string(m.Data()))
+		s, err := Publisher{q}.Status(ctx, string(m.Data()))
 		if errors.Is(err, ErrNotFound) || err == nil && s.State.Terminal() {
 			if st.DeleteMsg(ctx, md.Sequence.Stream) == nil {
 				removed++

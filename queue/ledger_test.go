@@ -127,6 +127,24 @@ func TestLedgerBudgetPerKey(t *testing.T) {
 	if held := b.heldJobs("q"); held != 4 {
 		t.Fatalf("the queue holds %d, want 4 (the refused job takes no place)", held)
 	}
+	// The flooding key's jobs all leave behind the queue layer's back (a worker that died
+	// after each ack): the sweep gives the key its budget back.
+	c, err := b.js.Consumer(b.ctx, b.stream("q"), "workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(4, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		_ = m.DoubleAck(b.ctx)
+	}
+	n, err := b.q.SweepBudgets(b.ctx, 0, 100)
+	if err != nil || n != 4 {
+		t.Fatalf("sweep of the budgets: %d, %v; want the 4 tickets of jobs gone", n, err)
+	}
+	b.publish(&queue.Job{Queue: "q", Method: "POST", Path: "/api/orders", Budget: budget("flood")})
 }
 
 // The schedule stream's bytes are bounded by max_bytes: 1 MB scheduled jobs into 4 MiB stop

@@ -11,7 +11,8 @@ import (
 // its job's acknowledgement; a worker that dies in between leaves a ticket that counts against
 // its queue's max_depth and tenant_max_depth though its job is gone. Every worker sweeps its
 // queues' ledgers now and then, a page of tickets at a time, each sweep resuming where the last
-// one stopped: a leaked ticket comes back within a few sweeps of ledgerSweepEvery.
+// one stopped: a leaked ticket comes back within a few sweeps of ledgerSweepEvery. The rules'
+// deferral budgets are swept too, the first page of each.
 
 const (
 	// ledgerSweepEvery is how often a worker sweeps one page of each queue's ledger.
@@ -26,6 +27,7 @@ const (
 // ledgerSweeper is the queue layer's repair of the ledgers; *queue.Queues has it.
 type ledgerSweeper interface {
 	SweepLedger(ctx context.Context, name string, from uint64, olderThan time.Duration, limit int) (removed int, next uint64, err error)
+	SweepBudgets(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 }
 
 var _ ledgerSweeper = (*queue.Queues)(nil)
@@ -55,6 +57,13 @@ func (p *Pool) sweepLedgers(ctx context.Context) {
 			case removed > 0:
 				p.log.Info("worker: released tickets whose jobs had left", "queue", s.Name, "tickets", removed)
 			}
+		}
+		removed, err := sw.SweepBudgets(ctx, ledgerSweepAge, ledgerSweepPage)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.log.Debug("worker: sweep the deferral budgets", "err", err)
+		case removed > 0:
+			p.log.Info("worker: released deferral budget tickets whose jobs had left", "tickets", removed)
 		}
 	}
 }
