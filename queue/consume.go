@@ -131,7 +131,7 @@ func (c *Consumer) msg(raw jetstream.Msg) (*Msg, error) {
 	}
 	return &Msg{
 		Job: job, Delivered: md.NumDelivered, Seq: md.Sequence.Stream, Timestamp: stored,
-		raw: raw, nc: c.q.nc,
+		raw: raw, nc: c.q.nc, q: c.q,
 	}, nil
 }
 
@@ -179,6 +179,7 @@ type Msg struct {
 
 	raw jetstream.Msg
 	nc  *nats.Conn
+	q   *core // for the release of the job's tickets when it leaves (nil: none)
 
 	mu      sync.Mutex
 	settled bool
@@ -210,6 +211,7 @@ func (m *Msg) Ack(ctx context.Context) error {
 		return fmt.Errorf("queue: ack job %s: %w", m.id(), err)
 	}
 	m.settled = true
+	m.left()
 	return nil
 }
 
@@ -231,6 +233,7 @@ func (m *Msg) AckNoWait() error {
 		return fmt.Errorf("queue: ack job %s: %w", m.id(), err)
 	}
 	m.settled = true
+	m.left()
 	return nil
 }
 
@@ -264,7 +267,21 @@ func (m *Msg) Nak(ctx context.Context) error {
 
 // term terminates the delivery: the job leaves the work-queue stream and is not redelivered.
 func (m *Msg) term(ctx context.Context, reason string) error {
-	return m.settle(ctx, fmt.Appendf(nil, "+TERM %s", reason))
+	if err := m.settle(ctx, fmt.Appendf(nil, "+TERM %s", reason)); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.left()
+	return nil
+}
+
+// left releases the tickets of the job, which has left its queue (ledger.go): after its
+// acknowledgement, never before, so a crash in between errs toward refusing. m.mu is held.
+func (m *Msg) left() {
+	if m.q != nil && m.Job != nil {
+		m.q.releaseLater(m.Job.tickets)
+	}
 }
 
 // settle sends an acknowledgement of kind body and waits for the server's confirmation.

@@ -224,7 +224,9 @@ func (o Operator) Cancel(ctx context.Context, id string) (Status, error) {
 	}
 	if rec, _, err := o.getRecord(ctx, id); err == nil && rec.BacklogSeq != 0 {
 		if backlog, err := o.js.Stream(ctx, o.backlogStreamName(out.Queue)); err == nil {
-			_ = backlog.DeleteMsg(ctx, rec.BacklogSeq) // not there: it was moved on, see below
+			if raw, err := backlog.GetMsg(ctx, rec.BacklogSeq); err == nil && backlog.DeleteMsg(ctx, rec.BacklogSeq) == nil {
+				o.releaseMsg(ctx, raw.Header)
+			} // not there: it was moved on, see below
 		}
 	}
 	o.deleteWaiting(ctx, out.Queue, id)

@@ -271,6 +271,7 @@ func (d Deliveries) Replay(ctx context.Context, queue string, id string) error {
 		return fmt.Errorf("queue: replay %s: %w", id, err)
 	}
 	job.Queue = queue
+	job.tickets = nil // released when it was dead-lettered; a replay takes none (ledger.go)
 	msgID := "replay-" + id + "-" + strconv.FormatUint(raw.Sequence, 10)
 	subject, stream := d.jobSubject(queue, id), d.streamName(queue)
 	if spec.Fair {

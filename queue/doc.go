@@ -17,6 +17,8 @@
 // (Spec.Fair) adds its tenants' backlogs ([FairLayout], scheduled by package queue/fair); a
 // high or low job (Job.Priority) waits in SLUICE_QH_orders or SLUICE_QL_orders; a job with a
 // Job.NotBefore ahead waits as a message schedule in SLUICE_S_orders until MoveDue moves it.
+// SLUICE_A_orders is the queue's admission ledger: one ticket per job it holds, in any of
+// those streams (ledger.go).
 //
 // Queues is safe for concurrent use, by any number of processes on the same streams. It runs
 // goroutines of three kinds: one following the connection's status, the withdrawals of failed
@@ -25,7 +27,10 @@
 // # Guarantees
 //
 // Publish returns nil only after JetStream stored the job (its PubAck); a full queue is
-// [ErrFull]. A publish answered as failed stays failed: a job stored after all is withdrawn in
+// [ErrFull]. Every job takes a ticket in its queue's ledger first, so Spec.MaxDepth and
+// Spec.TenantMaxDepth bound the jobs held in all of its streams together, scheduled ones
+// included, exactly under any concurrency ([ErrTenantFull]); a Job.Budget bounds one key's
+// jobs the same way ([ErrBudgetFull]). A publish answered as failed stays failed: a job stored after all is withdrawn in
 // the background (recorded canceled, then deleted). A job with an Idempotency-Key gets the id
 // [IDs.JobID] (an HMAC under the deployment's secret); a repeat within Spec.DedupeWindow
 // returns the first job with Replayed, a repeat for another request [ErrIdempotencyMismatch];
@@ -38,7 +43,9 @@
 //
 // # Costs
 //
-// A job without an Idempotency-Key is one message and one round trip: its id ([NewJobID])
+// Every publish first stores a ticket (one round trip), and every job's exit deletes it (one
+// request, in the background). A job without an Idempotency-Key is one message and one round
+// trip beside its ticket: its id ([NewJobID])
 // ends with a tag of its queue, so Status finds it in its stream by id, and no status entry is
 // written until a worker records progress. A keyed job costs a status read, the message and a
 // status entry; an unknown id costs Status up to three reads. The server keeps a few hundred

@@ -227,6 +227,7 @@ func decode(h nats.Header, data []byte) (*Job, error) {
 			}
 		}
 	}
+	j.tickets = parseTickets(h.Get(hdrTickets))
 	if j.Body = data; j.Body == nil {
 		j.Body = []byte{}
 	}

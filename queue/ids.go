@@ -113,3 +113,26 @@ func findable(queue, id string) bool {
 	t, ok := idTag(id)
 	return ok && t == queueTag(queue)
 }
+
+// maxUpstreamKey is the longest Idempotency-Key UpstreamKey hands on whole: 255 characters,
+// the limit the ingress accepts from a client and a common one upstream (Stripe's).
+const maxUpstreamKey = 255
+
+// UpstreamKey is the Idempotency-Key the upstream receives for a client's key of tenant, on a
+// forwarded request and on every delivery of the job it became alike: the client's key as it
+// is for the one tenant of a queue without tenants (tenant ""), else "<tenant id>:<key>", or
+// "<tenant id>:#<SHA-256 of key, 64 hex digits>" when that would be longer than 255
+// characters. Two tenants' equal keys so reach the upstream as two keys, and one client's
+// retries, forwarded or deferred, as one. The tenant id is keyed ([IDs.TenantID]): the
+// upstream learns which requests share a tenant, never its key. A pure function, safe for
+// concurrent use.
+func UpstreamKey(tenant, key string) string {
+	if tenant == "" || key == "" {
+		return key
+	}
+	if len(tenant)+1+len(key) <= maxUpstreamKey {
+		return tenant + ":" + key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return tenant + ":#" + hex.EncodeToString(sum[:])
+}

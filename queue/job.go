@@ -51,6 +51,12 @@ type Job struct {
 	// Priority orders the job among the waiting jobs of its queue (of a fair queue: among its
 	// tenant's waiting jobs, within the tenant's share); "" is normal.
 	Priority Priority `json:"priority,omitempty"`
+	// Budget, when set, is the deferral budget the job also takes a ticket of (ledger.go): a
+	// rule's bound on how many of one key's jobs may wait. Publish reads it; it is not stored.
+	Budget *Budget `json:"-"`
+	// tickets are the job's admission tickets (ledger.go), carried in the Sluice-Tickets
+	// header of its message from stream to stream and released when it leaves the queue.
+	tickets []ticket
 	// Trace is the W3C trace context of the span that enqueued the job (internal/tracing), so
 	// that each delivery continues its trace; nil when it was enqueued without tracing, as are
 	// the jobs stored before the field existed. A pointer: a Job without one stays as large
@@ -135,8 +141,14 @@ type Spec struct {
 	// MaxDepth is the most jobs the queue holds (waiting and in flight); beyond it Publish
 	// returns ErrFull. 0 means unlimited.
 	MaxDepth int64
-	// MaxBytes is the most bytes the queue's stream holds; 0 means unlimited.
+	// MaxBytes is the most bytes each of the queue's streams holds (its delivery stream,
+	// priority levels, backlog, and — checked before each scheduled publish — its schedule
+	// stream); 0 means unlimited.
 	MaxBytes int64
+	// TenantMaxDepth is the most jobs one tenant (Job.Tenant) holds in the queue, waiting,
+	// scheduled and in flight, held exactly by the admission ledger (ledger.go); 0: no bound
+	// but MaxDepth.
+	TenantMaxDepth int64
 	// MaxBodyBytes is the largest job body Publish accepts; 0 means no limit of its own (the
 	// NATS server's max_payload still applies, and a body beyond it is ErrTooLarge too).
 	MaxBodyBytes int64
@@ -228,6 +240,11 @@ type DeadLetter struct {
 var (
 	// ErrFull means the queue is at MaxDepth (or MaxBytes) and refused the job.
 	ErrFull = errors.New("queue: full")
+	// ErrTenantFull means the job's tenant holds Spec.TenantMaxDepth jobs in the queue.
+	ErrTenantFull = errors.New("queue: tenant full")
+	// ErrBudgetFull means the job's deferral budget (Job.Budget) has Budget.PerKey jobs of
+	// its key waiting.
+	ErrBudgetFull = errors.New("queue: deferral budget of the key spent")
 	// ErrUnknownQueue means no queue of that name has been provisioned.
 	ErrUnknownQueue = errors.New("queue: unknown queue")
 	// ErrNotFound means there is no job (or dead letter) with that id.

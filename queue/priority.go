@@ -148,7 +148,9 @@ func (q *core) deleteWaiting(ctx context.Context, queue, id string) {
 			continue
 		}
 		if raw, err := st.GetLastMsgForSubject(ctx, q.levelSubject(queue, p, id)); err == nil {
-			_ = st.DeleteMsg(ctx, raw.Sequence) // a worker that holds it sees the status
+			if st.DeleteMsg(ctx, raw.Sequence) == nil { // a worker that holds it sees the status
+				q.releaseMsg(ctx, raw.Header)
+			}
 		}
 	}
 }

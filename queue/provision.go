@@ -125,6 +125,9 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 	if err != nil {
 		return nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
 	}
+	if err := q.provisionLedger(ctx, s, limit); err != nil {
+		return nil, err
+	}
 	if ex.deadLetters[s.Name] {
 		if err := q.provisionDeadLetters(ctx, s.Name); err != nil {
 			return nil, err

@@ -91,11 +91,17 @@ func (p Publisher) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	}
 
 	if job.IdempotencyKey == "" && !spec.Fair && job.Priority == PriorityNormal && findable(job.Queue, job.ID) {
-		ack, err := p.publish(ctx, subject, job, job.ID, stream)
+		owned, err := p.admit(ctx, spec, job, job.ID)
 		if err != nil {
 			return Receipt{}, err
 		}
+		ack, err := p.publish(ctx, subject, job, job.ID, stream)
+		if err != nil {
+			p.releaseLater(owned)
+			return Receipt{}, err
+		}
 		if ack.Duplicate {
+			p.releaseLater(owned)
 			return Receipt{ID: job.ID, Replayed: true}, nil
 		}
 		return Receipt{ID: job.ID, Seq: ack.Sequence}, nil
@@ -112,11 +118,17 @@ func (p Publisher) Publish(ctx context.Context, job *Job) (Receipt, error) {
 	if replayed {
 		return Receipt{ID: job.ID, Replayed: true}, nil
 	}
-	ack, err := p.publish(ctx, subject, job, msgID, stream)
+	owned, err := p.admit(ctx, spec, job, msgID)
 	if err != nil {
 		return Receipt{}, err
 	}
+	ack, err := p.publish(ctx, subject, job, msgID, stream)
+	if err != nil {
+		p.releaseLater(owned)
+		return Receipt{}, err
+	}
 	if ack.Duplicate {
+		p.releaseLater(owned)
 		// Another publish of this key stored its job first, between checkKey and now (or
 		// this is a retry of one that did): it is a replay only if it was for this request.
 		// The winner writes the record, so this one does not.
@@ -270,6 +282,9 @@ func (q *core) publish(ctx context.Context, subject string, job *Job, msgID, str
 	m := &nats.Msg{Subject: subject, Data: job.Body, Header: nats.Header{
 		hdrJob: vals[0:1:1], hdrMsgID: vals[1:2:2], hdrExpectedStream: vals[2:3:3],
 	}}
+	if len(job.tickets) > 0 {
+		m.Header[hdrTickets] = []string{string(appendTickets(nil, job.tickets))}
+	}
 	if !job.NotBefore.IsZero() && stream == q.schedStreamName(job.Queue) {
 		m.Header[hdrSchedule] = []string{scheduleAt(job.NotBefore)}
 		m.Header[hdrScheduleTarget] = []string{q.dueSubject(job.Queue, job.ID)}
@@ -347,7 +362,7 @@ func (q *Queues) Close(ctx context.Context) error {
 	defer q.conn.stop(q.nc)
 	defer q.stopBackground()
 	done := make(chan struct{})
-	go func() { q.retracts.Wait(); q.moves.Wait(); close(done) }()
+	go func() { q.retracts.Wait(); q.moves.Wait(); q.releases.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil

@@ -142,6 +142,14 @@ type core struct {
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)
+	// ledgers are the admission ledgers' streams by name (jetstream.Stream), for releases;
+	// budgets the deferral budgets' streams made, by name and size (ledger.go).
+	ledgers  sync.Map
+	budgets  sync.Map
+	releases sync.WaitGroup // background releases of tickets (ledger.go)
+	// schedBytesInFlight is, per queue, the bytes of scheduled jobs being stored now
+	// (*atomic.Int64; reserveBytes).
+	schedBytesInFlight sync.Map
 	// schedules and deadLetters hold the names of the queues whose schedule stream or
 	// dead-letter stream this process knows to exist; making is held by the one onDemand
 	// making one (ondemand.go).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,8 +55,8 @@ func (q *core) dueSubject(queue, id string) string { return q.schedPrefix(queue)
 
 // provisionSchedule creates or updates the schedule stream of queue s and its mover: work
 // queue retention (a due job leaves once moved; a schedule is matched by no consumer, so it
-// stays until it fires or is canceled), no limits of its own (Publish checks max_depth, as
-// discarding is not possible here), schedules allowed.
+// stays until it fires or is canceled), no limits of its own (discarding new messages is not
+// possible here: the ledger bounds its jobs, reserveBytes its bytes), schedules allowed.
 func (q *core) provisionSchedule(ctx context.Context, s Spec) error {
 	name := q.schedStreamName(s.Name)
 	_, err := q.ensureStream(ctx, jetstream.StreamConfig{
@@ -92,13 +93,10 @@ func (q *core) provisionSchedule(ctx context.Context, s Spec) error {
 // second t falls in; MoveDue holds the job for the rest.
 func scheduleAt(t time.Time) string { return "@at " + t.UTC().Format(time.RFC3339) }
 
-// publishScheduled is Publish for a job whose NotBefore is ahead: it checks the queue's room
-// (jobs waiting and scheduled, against MaxDepth), stores the job's schedule, and records it
-// scheduled.
+// publishScheduled is Publish for a job whose NotBefore is ahead: it checks the schedule
+// stream's bytes, takes the job's tickets (ledger.go: MaxDepth and TenantMaxDepth count it),
+// stores the job's schedule, and records it scheduled.
 func (q *core) publishScheduled(ctx context.Context, spec Spec, job *Job) (Receipt, error) {
-	if err := q.checkRoom(ctx, spec); err != nil {
-		return Receipt{}, err
-	}
 	fp, msgID, replayed, err := q.checkKey(ctx, job)
 	if err != nil {
 		return Receipt{}, err
@@ -109,15 +107,26 @@ func (q *core) publishScheduled(ctx context.Context, spec Spec, job *Job) (Recei
 	if err := q.ensureSchedule(ctx, spec); err != nil {
 		return Receipt{}, err
 	}
+	unreserve, err := q.reserveBytes(ctx, spec, job)
+	if err != nil {
+		return Receipt{}, err
+	}
+	defer unreserve()
+	owned, err := q.admit(ctx, spec, job, msgID)
+	if err != nil {
+		return Receipt{}, err
+	}
 	subject, stream := q.atSubject(job.Queue, job.ID), q.schedStreamName(job.Queue)
 	ack, err := q.publish(ctx, subject, job, msgID, stream)
 	if err != nil {
+		q.releaseLater(owned)
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
 			q.schedules.Delete(job.Queue) // deleted behind our back: the next publish makes it again
 		}
 		return Receipt{}, err
 	}
 	if ack.Duplicate {
+		q.releaseLater(owned)
 		if err := q.checkDuplicate(ctx, job, fp, subject, stream); err != nil {
 			return Receipt{}, err
 		}
@@ -133,25 +142,32 @@ func (q *core) ensureSchedule(ctx context.Context, spec Spec) error {
 	return q.onDemand(ctx, &q.schedules, spec.Name, func(ctx context.Context) error { return q.provisionSchedule(ctx, spec) })
 }
 
-// checkRoom returns ErrFull when queue spec holds MaxDepth jobs, waiting or scheduled: two
-// reads. Concurrent scheduled publishes may pass it together; the jobs they add over the
-// bound wait, when due, until the queue has room (MoveDue).
-func (q *core) checkRoom(ctx context.Context, spec Spec) error {
-	if spec.MaxDepth <= 0 {
-		return nil
+// reserveBytes counts job's body among the bytes this process is storing in queue spec's
+// schedule stream, and returns ErrFull (reserving nothing) when that would take the stream
+// past Spec.MaxBytes: the bodies being stored (read first, this one's included), then the
+// stream's bytes (one read), so that a body stored in between is counted twice, never missed.
+// The schedule stream cannot discard new messages (a limit would drop the oldest schedules),
+// so this is its bound: exact for one process, over by at most the bodies other processes
+// store at the same instant. MaxDepth and TenantMaxDepth count scheduled jobs through the
+// ledger (ledger.go), exactly. Call the returned func once the publish is over.
+func (q *core) reserveBytes(ctx context.Context, spec Spec, job *Job) (unreserve func(), err error) {
+	if spec.MaxBytes <= 0 {
+		return func() {}, nil
 	}
-	n, err := q.scheduled(ctx, spec.Name)
+	v, _ := q.schedBytesInFlight.LoadOrStore(spec.Name, new(atomic.Int64))
+	pending, n := v.(*atomic.Int64), int64(len(job.Body))
+	have := pending.Add(n)
+	unreserve = func() { pending.Add(-n) }
+	st, err := q.js.Stream(ctx, q.schedStreamName(spec.Name))
 	if err != nil {
-		return fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
+		unreserve()
+		return nil, fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
 	}
-	st, err := q.js.Stream(ctx, q.streamName(spec.Name))
-	if err != nil {
-		return fmt.Errorf("queue: publish to %q: %w", spec.Name, err)
+	if have += int64(st.CachedInfo().State.Bytes); have > spec.MaxBytes {
+		unreserve()
+		return nil, fmt.Errorf("%w: queue %q: %d bytes of scheduled jobs with this one, max_bytes %d", ErrFull, spec.Name, have, spec.MaxBytes)
 	}
-	if n += st.CachedInfo().State.Msgs; n >= uint64(spec.MaxDepth) {
-		return fmt.Errorf("%w: queue %q holds %d jobs, waiting and scheduled", ErrFull, spec.Name, n)
-	}
-	return nil
+	return unreserve, nil
 }
 
 // scheduled returns how many jobs of queue name wait in its schedule stream: 0 when it has
@@ -202,8 +218,15 @@ func (q *core) unschedule(ctx context.Context, queue, id string) {
 	if err != nil {
 		return
 	}
-	_ = st.Purge(ctx, jetstream.WithPurgeSubject(q.atSubject(queue, id)))
-	_ = st.Purge(ctx, jetstream.WithPurgeSubject(q.dueSubject(queue, id)))
+	for _, subject := range []string{q.atSubject(queue, id), q.dueSubject(queue, id)} {
+		raw, err := st.GetLastMsgForSubject(ctx, subject)
+		if err != nil {
+			continue
+		}
+		if st.Purge(ctx, jetstream.WithPurgeSubject(subject)) == nil {
+			q.releaseMsg(ctx, raw.Header)
+		}
+	}
 }
 
 // MoveDue moves jobs of queue name whose schedules fired into the queue: it takes up to limit

@@ -174,7 +174,8 @@ func (b *breaker) ready() error {
 func unanswered(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
-	case err == nil, errors.Is(err, queue.ErrFull), errors.Is(err, queue.ErrUnknownQueue), errors.Is(err, queue.ErrTooLarge),
+	case err == nil, errors.Is(err, queue.ErrFull), errors.Is(err, queue.ErrTenantFull), errors.Is(err, queue.ErrBudgetFull),
+		errors.Is(err, queue.ErrUnknownQueue), errors.Is(err, queue.ErrTooLarge),
 		errors.Is(err, queue.ErrIdempotencyMismatch):
 		return false
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):

@@ -94,10 +94,12 @@ func QueueSpecs(cfg *config.Config) []queue.Spec {
 			MaxBodyBytes: q.MaxBodyBytes,
 			MaxBytes:     q.MaxBytes,
 			DedupeWindow: q.DedupeWindow,
-			Replicas:     replicas(cfg),
-			AckWait:      q.AckWait,
-			Fair:         q.Fair,
-			Priorities:   q.Priorities,
+			// The ledger holds tenant_max_depth exactly, scheduled jobs included.
+			TenantMaxDepth: q.TenantMaxDepth,
+			Replicas:       replicas(cfg),
+			AckWait:        q.AckWait,
+			Fair:           q.Fair,
+			Priorities:     q.Priorities,
 		})
 	}
 	return out

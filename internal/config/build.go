@@ -31,6 +31,7 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 	queueAt := b.queues(c, raw.Queues)
 	b.rules(c, raw.Rules, queueAt)
 	b.rls(c, raw)
+	b.checkPriorityRules(c)
 	if len(c.Rules) > 0 && raw.Upstream == nil {
 		p.add("", "upstream", "upstream is required when rules are defined")
 	}

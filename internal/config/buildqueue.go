@@ -59,7 +59,7 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	q.DedupeWindow = b.positiveDuration(where, "dedupe_window", r.DedupeWindow, DefaultDedupeWindow)
 	q.AckWait = b.positiveDuration(where, "ack_wait", r.AckWait, DefaultAckWait)
 	q.MaxDelay = b.positiveDuration(where, "max_delay", r.MaxDelay, DefaultMaxDelay)
-	q.Priorities = b.boolean(where, "priorities", r.Priorities)
+	b.priorities(where, &q, r.Priorities)
 	for _, d := range []struct {
 		field string
 		v     time.Duration
@@ -101,6 +101,7 @@ func (b *builder) inFlight(where string, q *Queue, r *rawQueue) {
 	b.bound(where, "max_in_flight", q.MaxInFlight, 0, maxInFlight)
 	q.TenantInFlight = b.integer(where, "tenant_in_flight", r.TenantInFlight, 0, 64)
 	b.bound(where, "tenant_in_flight", q.TenantInFlight, 0, maxInFlight)
+	q.pauseScopeSet = r.PauseScope != nil
 	switch s := PauseScope(b.text(where, "pause_scope", r.PauseScope, string(PauseQueue))); s {
 	case PauseQueue, PauseTenant:
 		q.PauseScope = s
@@ -197,8 +198,8 @@ func (b *builder) fairness(where string, q *Queue, r *rawQueue) {
 	if r.TenantMaxDepth != nil {
 		q.TenantMaxDepth = b.integer(where, "tenant_max_depth", r.TenantMaxDepth, 0, 64)
 		b.bound(where, "tenant_max_depth", q.TenantMaxDepth, 1, max(q.MaxDepth, 1))
-		if !q.Fair {
-			b.p.add(where, "tenant_max_depth", "tenant_max_depth needs fair: true (a tenant's backlog is a fair queue's)")
+		if len(q.Tenant) == 0 {
+			b.p.add(where, "tenant_max_depth", "tenant_max_depth needs tenant (whose jobs it counts)")
 		}
 	}
 }

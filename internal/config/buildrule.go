@@ -121,6 +121,15 @@ func (b *builder) ruleQueue(where string, r *Rule, rr rawRule, queues map[string
 	if _, ok := queues[r.Queue]; r.Queue != "" && !ok {
 		b.p.addf(where, "queue", "queue: no queue named %q", r.Queue)
 	}
+	if rr.MaxWaitingPerKey != nil {
+		r.MaxWaitingPerKey = b.integer(where, "max_waiting_per_key", rr.MaxWaitingPerKey, 0, 64)
+		switch {
+		case r.Queue == "":
+			b.p.add(where, "max_waiting_per_key", "max_waiting_per_key needs a queue (on_limit: enqueue or action: enqueue)")
+		default:
+			b.bound(where, "max_waiting_per_key", r.MaxWaitingPerKey, 1, maxDepth)
+		}
+	}
 	if r.Queue != "" {
 		return
 	}

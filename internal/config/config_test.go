@@ -88,7 +88,7 @@ func TestFullExampleLoads(t *testing.T) {
 			Timeout: 3 * time.Second, DedupeWindow: time.Hour, AckWait: 5 * time.Second, MaxDelay: DefaultMaxDelay, Concurrency: 16, MaxPauseRetries: 3,
 			Tenant: []KeyPart{{Kind: KeyHeader, Name: "X-Api-Key"}}, Adaptive: true, MinRate: Rate{5, time.Second},
 			Fair: true, Weights: map[string]float64{"gold-key": 3, "bronze-key": 0.5}, TenantRate: Rate{20, time.Second},
-			MaxInFlight: 12, TenantInFlight: 3, PauseScope: PauseTenant,
+			MaxInFlight: 12, TenantInFlight: 3, PauseScope: PauseTenant, pauseScopeSet: true,
 			TenantMaxDepth: 1000,
 			TenantSettings: map[string]TenantSettings{"gold-key": {Rate: Rate{40, time.Second}, InFlight: 6}, "bronze-key": {Weight: 0.25}},
 		}, {
@@ -453,7 +453,7 @@ func TestProblems(t *testing.T) {
 		{"tenant_settings bad rate", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_settings: {a: {rate: fast}}}"), `sluice.yaml: queues[1] "q": tenant_settings.a.rate: invalid rate "fast": want N/s, N/m, N/h or N/<duration>`},
 		{"tenant_settings bad in_flight", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_settings: {a: {in_flight: 0}}}"), `sluice.yaml: queues[1] "q": tenant_settings.a.in_flight must be between 1 and 1000000, got 0`},
 		{"tenant_settings unknown key", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_settings: {a: {burst: 2}}}"), `sluice.yaml:3: queues[1] "q": unknown field "burst"`},
-		{"tenant_max_depth without fair", queue("{name: q, rate: 1/s, tenant: [ip], tenant_max_depth: 100}"), `sluice.yaml: queues[1] "q": tenant_max_depth needs fair: true (a tenant's backlog is a fair queue's)`},
+		{"tenant_max_depth without tenant", queue("{name: q, rate: 1/s, tenant_max_depth: 100}"), `sluice.yaml: queues[1] "q": tenant_max_depth needs tenant (whose jobs it counts)`},
 		{"tenant_max_depth 0", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_max_depth: 0}"), `sluice.yaml: queues[1] "q": tenant_max_depth must be between 1 and 100000, got 0`},
 		{"tenant_max_depth negative", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_max_depth: -5}"), `sluice.yaml: queues[1] "q": tenant_max_depth must be between 1 and 100000, got -5`},
 		{"tenant_max_depth above max_depth", queue("{name: q, rate: 1/s, max_depth: 50, tenant: [ip], fair: true, tenant_max_depth: 51}"), `sluice.yaml: queues[1] "q": tenant_max_depth must be between 1 and 50, got 51`},

@@ -30,13 +30,21 @@ func TestEveryKeyDocumented(t *testing.T) {
 		}
 		want := map[string]bool{}
 		yamlKeys(typ, "", want)
+		sections := map[string]bool{} // a section's own name may be a row too (priorities: true)
+		for k := range want {
+			for i := range k {
+				if k[i] == '.' {
+					sections[k[:i]] = true
+				}
+			}
+		}
 		for k := range want {
 			if !rows[k] {
 				t.Errorf("docs/configuration.md, %s: key %q is not described (add a row: key | type | default | meaning)", section, k)
 			}
 		}
 		for k := range rows {
-			if !want[k] {
+			if !want[k] && !sections[k] {
 				t.Errorf("docs/configuration.md, %s: row %q names no key of the config", section, k)
 			}
 		}
@@ -55,7 +63,11 @@ func yamlKeys(typ reflect.Type, prefix string, into map[string]bool) {
 		ft := f.Type
 		switch {
 		case ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct && ft.Elem() != reflect.TypeOf(scalar{}):
+			n := len(into)
 			yamlKeys(ft.Elem(), prefix+name+".", into) // a section: its keys are the rows
+			if len(into) == n {
+				into[prefix+name] = true // decoded by hand (rawPriorities): one row
+			}
 		case ft.Kind() == reflect.Map && ft.Elem().Kind() == reflect.Pointer && ft.Elem().Elem().Kind() == reflect.Struct:
 			into[prefix+name] = true
 			yamlKeys(ft.Elem().Elem(), prefix+name+".<value>.", into)

@@ -214,7 +214,7 @@ type (
 		CostBurst        *scalar                       `yaml:"cost_burst"`
 		CostFromResponse *scalar                       `yaml:"cost_from_response"`
 		MaxDelay         *scalar                       `yaml:"max_delay"`
-		Priorities       *scalar                       `yaml:"priorities"`
+		Priorities       *rawPriorities                `yaml:"priorities"`
 	}
 	rawTenantSettings struct {
 		Weight   *scalar `yaml:"weight"`
@@ -236,6 +236,7 @@ type (
 		OnLimit          *scalar    `yaml:"on_limit"`
 		Action           *scalar    `yaml:"action"`
 		Queue            *scalar    `yaml:"queue"`
+		MaxWaitingPerKey *scalar    `yaml:"max_waiting_per_key"`
 		Shadow           *scalar    `yaml:"shadow"`
 		OnStoreError     *scalar    `yaml:"on_store_error"`
 		Lease            *scalar    `yaml:"lease"`

@@ -48,6 +48,11 @@ type Queue struct {
 	// the NATS servers; without it, such a submission is refused with 400. A fair queue
 	// keeps a job's priority without levels.
 	Priorities bool
+	// PriorityClaims, when priorities is a mapping, says who may claim Sluice-Priority: high
+	// (its high list: tenant:VALUE, header:NAME=VALUE, query:NAME=VALUE, rule:NAME) and what
+	// others asking for it get (others: normal, the default, or refuse: 403). nil: priorities
+	// is true or false, and anyone may ask for high (Warnings says so).
+	PriorityClaims *PriorityClaims
 	// Concurrency is how many deliveries of this queue one worker process has in flight.
 	// Default 4.
 	Concurrency int
@@ -84,9 +89,13 @@ type Queue struct {
 	// PauseScope is what an upstream 429 or 503 pauses (YAML pause_scope): PauseQueue (the
 	// default) or PauseTenant, the job's tenant only, on a fair queue.
 	PauseScope PauseScope
-	// TenantMaxDepth is the most jobs one tenant of a fair queue may hold waiting in its
-	// backlog (YAML tenant_max_depth), 1 to max_depth: beyond it that tenant's new jobs are
-	// refused with 429 while other tenants' are accepted. 0: no bound but MaxDepth.
+	// pauseScopeSet is whether the file set pause_scope (Warnings: a queue with tenants that
+	// leaves it to the default pauses every tenant for one tenant's 429).
+	pauseScopeSet bool
+	// TenantMaxDepth is the most jobs one tenant may hold in the queue (YAML
+	// tenant_max_depth), waiting, scheduled and in flight, 1 to max_depth; it needs tenant.
+	// Beyond it that tenant's new jobs are refused with 429 while other tenants' are accepted;
+	// the queue's admission ledger holds it exactly. 0: no bound but MaxDepth.
 	TenantMaxDepth int64
 	// TenantSettings are single tenants' own settings on a fair queue, by the tenant's value
 	// as Weights names it (YAML tenant_settings); an operator's (the admin API's) replace them.

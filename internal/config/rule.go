@@ -34,6 +34,12 @@ type Rule struct {
 	// Queue names the queue that OnLimitEnqueue and ActionEnqueue send requests to; it must
 	// name a queue of the config. Required by either of them, "" otherwise.
 	Queue string
+	// MaxWaitingPerKey is the rule's deferral budget (YAML max_waiting_per_key): how many of
+	// one key's requests the rule may have waiting in its queue at once, scheduled and in
+	// flight included; beyond it the key's next deferral is refused with 429 while other keys'
+	// are still deferred, so one key cannot fill a queue. 0: the default, WaitingPerKey's.
+	// Only rules that defer (a queue) have one.
+	MaxWaitingPerKey int64
 	// Shadow makes the rule count and report only, never block or defer.
 	Shadow bool
 	// OnStoreError overrides Config.OnStoreError for this rule (YAML on_store_error).
@@ -66,6 +72,19 @@ type Rule struct {
 	// is owed is paid across windows (limit.DebtCapacities). Not with sliding_log, which
 	// carries no debt. Zero: the charged cost stands.
 	CostFromResponse Cost
+}
+
+// DefaultMaxWaitingPerKey caps the default deferral budget of a rule (WaitingPerKey).
+const DefaultMaxWaitingPerKey = 1000
+
+// WaitingPerKey is the rule's deferral budget into queue q: MaxWaitingPerKey when set, else a
+// tenth of q's max_depth, at least 1 and at most DefaultMaxWaitingPerKey, so that ten keys
+// at least share a queue before any is refused.
+func (r Rule) WaitingPerKey(q *Queue) int64 {
+	if r.MaxWaitingPerKey > 0 {
+		return r.MaxWaitingPerKey
+	}
+	return min(max(q.MaxDepth/10, 1), DefaultMaxWaitingPerKey)
 }
 
 // LimitSpec returns the rule's limit as the limiters take it.

@@ -9,11 +9,25 @@ import "fmt"
 //     action: enqueue or on_limit: enqueue, and that has no tenant: every client of the queue
 //     shares one Idempotency-Key space and sees every job's status, so a key that one client
 //     takes first turns another's request into a 422.
+//   - a queue with priorities: true: any client may claim high priority (priorities as a
+//     mapping names who may).
+//   - a queue with tenants that leaves pause_scope to its default (queue): one tenant's
+//     upstream 429 or 503 pauses every tenant of the queue, for as long as its Retry-After
+//     says (an hour, if the upstream says so). pause_scope: queue, set, silences it: an
+//     upstream whose limit is the account's, not the key's, wants the whole queue paused.
 func (c *Config) Warnings() []string {
 	var out []string
 	for i := range c.Queues {
 		q := &c.Queues[i]
+		if q.Priorities && q.PriorityClaims == nil {
+			out = append(out, fmt.Sprintf("%s: %s: priorities: true lets any client ask for Sluice-Priority: high and go before everyone else; name who may with priorities: {high: [tenant:VALUE, header:NAME=VALUE, rule:NAME]}",
+				c.Path, place("queues", i, q.Name)))
+		}
 		if len(q.Tenant) > 0 {
+			if !q.pauseScopeSet {
+				out = append(out, fmt.Sprintf("%s: %s: has tenants but no pause_scope: an upstream 429 or 503 on one tenant's job pauses every tenant of the queue for its Retry-After; set pause_scope: tenant (with fair: true) to pause that tenant only, or pause_scope: queue to keep this",
+					c.Path, place("queues", i, q.Name)))
+			}
 			continue
 		}
 		for _, r := range c.Rules {

@@ -38,7 +38,12 @@
 //     costs cost_fallback, and a cost no wait could admit gets 422. With cost_from_response the
 //     difference to the true cost is reconciled once the answer is finished (reconcile.go).
 //   - A 202 and a queued job's status carry eta, from a reading of the queue at most a second
-//     old; a fair queue's tenant at its tenant_max_depth gets 429.
+//     old. Every door into a queue (direct, deferred, scheduled, priority) passes its
+//     admission ledger (package queue): max_depth, a tenant's tenant_max_depth and a deferring
+//     rule's max_waiting_per_key per key hold exactly, answered 429 (docs/security.md).
+//   - Sluice-Priority: high is kept only from the tenants and keys a queue's priorities name
+//     (claims.go); a forwarded request's Idempotency-Key is scoped to its tenant as its
+//     deferral's deliveries are (queue.UpstreamKey).
 //
 // # Costs
 //

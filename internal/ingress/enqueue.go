@@ -27,7 +27,8 @@ import (
 // breaker (internal/app).
 type Enqueuer interface {
 	// Publish stores job and returns once the queue acknowledged it. It returns an error
-	// wrapping queue.ErrFull, queue.ErrUnknownQueue or queue.ErrTooLarge when the job is
+	// wrapping queue.ErrFull, queue.ErrTenantFull, queue.ErrBudgetFull, queue.ErrUnknownQueue
+	// or queue.ErrTooLarge when the job is
 	// refused, and any other error when it could not be stored.
 	Publish(ctx context.Context, job *queue.Job) (queue.Receipt, error)
 	// Status returns the status of job id, or an error wrapping queue.ErrNotFound.
@@ -122,6 +123,10 @@ func (g *gate) deferRequest(c echo.Context, rs *ruleSet, ru *rule) error {
 	if job.Cost, err = jobCost(q, r, body); err != nil {
 		return g.respondError(c, err)
 	}
+	job.Priority = rulePriority(q, ru.name)
+	// The rule's deferral budget: one key's waiting requests, at most waitingPerKey.
+	req := request{r: r, trusted: rs.trusted, v6bits: rs.v6bits}
+	job.Budget = &queue.Budget{Name: ru.name, Key: string(ru.appendKey(nil, &req)), PerKey: ru.waitingPerKey}
 	if err := g.publish(c, q, job); err != nil {
 		return g.respondError(c, err)
 	}
@@ -155,6 +160,13 @@ func (g *gate) publish(c echo.Context, q *config.Queue, job *queue.Job) error {
 	case err == nil:
 	case errors.Is(err, queue.ErrFull):
 		return &queueFullError{queue: q.Name, maxDepth: q.MaxDepth, maxBytes: q.MaxBytes, retryAfter: g.drainSeconds(ctx, q)}
+	case errors.Is(err, queue.ErrTenantFull):
+		// The ledger's exact refusal: the tenant's waiting and scheduled jobs together.
+		return &tenantFullError{queue: q.Name, maxDepth: q.TenantMaxDepth,
+			retryAfter: o.waitFor(g.now(), q, job.Tenant, q.TenantMaxDepth)}
+	case errors.Is(err, queue.ErrBudgetFull):
+		return &budgetFullError{rule: job.Budget.Name, queue: q.Name, perKey: job.Budget.PerKey,
+			retryAfter: o.waitFor(g.now(), q, "", job.Budget.PerKey)}
 	case errors.Is(err, queue.ErrUnknownQueue), errors.Is(err, queue.ErrTooLarge), errors.Is(err, queue.ErrIdempotencyMismatch):
 		return err
 	default:
@@ -374,6 +386,13 @@ func (s *Server) submitJob(c echo.Context) error {
 	}
 	if job.Tenant, err = s.gate.tenantOf(rs, q, r); err != nil {
 		return err
+	}
+	asked := job.Priority
+	if job.Priority, err = s.gate.claimPriority(q, r, job.Tenant, job.Priority); err != nil {
+		return err
+	}
+	if job.Priority != asked { // a claim of high not granted: say at what level it waits
+		c.Response().Header().Set(hdrPriority, "normal")
 	}
 	body, err := readBody(c, q)
 	if err != nil {

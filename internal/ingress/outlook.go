@@ -285,6 +285,23 @@ func (o *outlook) tenantRetryAfter(now time.Time, q *config.Queue, tenant string
 	return wholeSeconds(secs)
 }
 
+// waitFor is the Retry-After, in whole seconds, of a refusal by the admission ledger (a tenant
+// at its tenant_max_depth, a key at its max_waiting_per_key): the time n jobs take at tenant's
+// share of q's rate (tenant "": the queue's rate), plus what remains of a pause.
+func (o *outlook) waitFor(now time.Time, q *config.Queue, tenant string, n int64) int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.rate(q)
+	if tenant != "" && q.Fair {
+		r = o.share(q, tenant)
+	}
+	secs := float64(n) / r
+	if p := o.drain.PausedUntil; p.After(now) {
+		secs += p.Sub(now).Seconds()
+	}
+	return wholeSeconds(secs)
+}
+
 // wholeSeconds is secs rounded up, at least 1 and at most 2^31-1.
 func wholeSeconds(secs float64) int64 {
 	if !(secs < math.MaxInt32) { // also NaN

@@ -102,6 +102,18 @@ type tenantFullError struct {
 	retryAfter int64
 }
 
+// budgetFullError is a key of a deferring rule holding its max_waiting_per_key jobs waiting,
+// with the seconds that many jobs take at the queue's rate.
+type budgetFullError struct {
+	rule, queue string
+	perKey      int64
+	retryAfter  int64
+}
+
+func (e *budgetFullError) Error() string {
+	return fmt.Sprintf("the key holds max_waiting_per_key %d jobs of rule %q waiting in queue %q", e.perKey, e.rule, e.queue)
+}
+
 func (e *tenantFullError) Error() string {
 	return fmt.Sprintf("the tenant holds tenant_max_depth %d jobs in queue %q", e.maxDepth, e.queue)
 }
@@ -117,6 +129,7 @@ func problemFor(err error) *Problem {
 		pe     *publishError
 		full   *queueFullError
 		tfull  *tenantFullError
+		bfull  *budgetFullError
 		big    *bodyTooLargeError
 		se     *statusError
 		netErr net.Error
@@ -134,6 +147,12 @@ func problemFor(err error) *Problem {
 			Detail: fmt.Sprintf("this tenant already holds %d jobs waiting in queue %q (its tenant_max_depth); other tenants' jobs are still accepted; retry once its backlog has moved on",
 				tfull.maxDepth, tfull.queue),
 			RetryAfter: tfull.retryAfter}
+	case errors.As(err, &bfull):
+		return &Problem{Type: "about:blank", Title: "Too many deferred requests waiting for this key", Status: http.StatusTooManyRequests,
+			Detail: fmt.Sprintf("this key already has %d requests deferred by rule %q waiting in queue %q (its max_waiting_per_key); other keys' requests are still deferred; retry once they have been delivered",
+				bfull.perKey, bfull.rule, bfull.queue),
+			ViolatedPolicies: []string{bfull.rule},
+			RetryAfter:       bfull.retryAfter}
 	case errors.As(err, &big):
 		return &Problem{Type: "about:blank", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
 			Detail: fmt.Sprintf("the request body is larger than %d bytes, the max_body_bytes of queue %q that this request may be deferred to", big.limit, big.queue)}

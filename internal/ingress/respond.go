@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-rl/sluice/queue"
 )
 
 // respond answers the request under the ruling: 429, 503, or 202 (the deferral), or reports
@@ -47,8 +49,44 @@ func (g *gate) respond(c echo.Context, rs *ruleSet, k *call, rl *ruling, hdrs *r
 			writeProblem(w, p)
 			return false, nil, nil
 		}
+		// Not on the job API's own paths: a submission's key is the client's, scoped there.
+		if err := g.scopeIdempotencyKey(rs, k.matched, c.Request()); err != nil {
+			if hdrs != nil {
+				hdrs.apply(w.Header())
+			}
+			return false, nil, g.respondError(c, err)
+		}
 	}
 	return true, hdrs, nil
+}
+
+// scopeIdempotencyKey rewrites the Idempotency-Key of a request that is forwarded to the key
+// its deferral's deliveries carry (queue.UpstreamKey): scoped to its tenant in the queue of the
+// first matched rule that defers, when that queue has tenants. A client's request forwarded
+// now and, on its retry, deferred so reaches the upstream under one key, and two tenants'
+// equal keys under two. It returns the error to answer when the tenant cannot be told (an
+// ambiguous tenant header: 400; the id secret not loaded yet: 503), as the deferral would.
+func (g *gate) scopeIdempotencyKey(rs *ruleSet, matched []*rule, r *http.Request) error {
+	vs := r.Header["Idempotency-Key"]
+	if len(vs) == 0 {
+		return nil
+	}
+	for _, ru := range matched {
+		if !ru.defers() {
+			continue
+		}
+		q, ok := rs.queues[ru.queue]
+		if !ok || len(q.Tenant) == 0 {
+			return nil
+		}
+		tenant, err := g.tenantOf(rs, q, r)
+		if err != nil {
+			return err
+		}
+		r.Header["Idempotency-Key"] = []string{queue.UpstreamKey(tenant, vs[0])}
+		return nil
+	}
+	return nil
 }
 
 // heldWhole is how much of a body net/http buffers before it must send the header: its

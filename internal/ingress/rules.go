@@ -60,6 +60,9 @@ type rule struct {
 	onLimitEnqueue bool
 	actionEnqueue  bool
 	queue          string
+	// waitingPerKey is the rule's deferral budget (config.Rule.WaitingPerKey): how many of a
+	// key's deferred requests may wait in the queue at once; 0 for a rule that does not defer.
+	waitingPerKey int64
 
 	policy    string // RateLimit-Policy value: `"name";q=10;w=1`
 	item      string // RateLimit item start: `"name"`
@@ -219,8 +222,10 @@ func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Q
 		return nil, err
 	}
 	r.compileCost(cr)
-	if _, ok := queues[cr.Queue]; r.defers() && !ok {
+	if q, ok := queues[cr.Queue]; r.defers() && !ok {
 		return nil, fmt.Errorf("no queue named %q", cr.Queue)
+	} else if r.defers() {
+		r.waitingPerKey = cr.WaitingPerKey(q)
 	}
 	if r.failOpen, err = failsOpen(cr.StoreErrorMode(cfg.OnStoreError)); err != nil {
 		return nil, err

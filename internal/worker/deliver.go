@@ -15,9 +15,10 @@ import (
 
 // The headers every delivery carries.
 const (
-	// HeaderIdempotencyKey carries the client's own Idempotency-Key when its request carried a
-	// valid one, and the job id otherwise, so that the upstream recognises a redelivery, and a
-	// request first forwarded and then, on the client's retry, deferred, under one key.
+	// HeaderIdempotencyKey carries the client's own Idempotency-Key, scoped to the job's tenant
+	// ([queue.UpstreamKey]), when its request carried a valid one, and the job id otherwise, so
+	// that the upstream recognises a redelivery, and a request first forwarded and then, on the
+	// client's retry, deferred, under one key, and never takes two tenants' keys for one.
 	HeaderIdempotencyKey = "Idempotency-Key"
 	// HeaderJob carries the job id.
 	HeaderJob = "Sluice-Job"
@@ -80,7 +81,7 @@ func request(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (
 		return nil, &routeError{"build request: " + err.Error()}
 	}
 	req.Header = header
-	key := j.IdempotencyKey
+	key := queue.UpstreamKey(j.Tenant, j.IdempotencyKey)
 	if key == "" {
 		key = j.ID
 	}

@@ -36,9 +36,12 @@
 //   - A unit queue (cost_rate) delivers within its units too, each job charged its estimate
 //     and, with CostFromResponse, reconciled to the answer's true cost.
 //   - Every delivery carries Sluice-Job, Sluice-Attempt and Idempotency-Key (the client's own
-//     key, or the job id). With Deps.Tracer set, each admission run and each delivery is a span
-//     in the trace of the request that enqueued the job (queue.Job.Trace), and the delivery
-//     carries its own span's traceparent (trace.go, docs/tracing.md).
+//     key scoped to the job's tenant, queue.UpstreamKey, or the job id). With Deps.Tracer set,
+//     each admission run and each delivery is a span in the trace of the request that enqueued
+//     the job (queue.Job.Trace), and the delivery carries its own span's traceparent
+//     (trace.go, docs/tracing.md).
+//   - A job's admission tickets are released after its acknowledgement (package queue); every
+//     worker sweeps its queues' ledgers for tickets whose job left without (ledger.go).
 //   - On shutdown the Pool stops fetching, hands back the jobs waiting for slots, lets
 //     deliveries in flight finish within Deps.ShutdownTimeout, cuts the rest short and hands
 //     them back; Run returns within ShutdownTimeout plus one second even when NATS cannot be

@@ -337,9 +337,10 @@ func (p *Pool) drain(watching <-chan struct{}, cancelHard, cancelSettling contex
 // cannot be reached; the returned channel is closed once it has stopped.
 func (p *Pool) watch(ctx context.Context) (stopped <-chan struct{}) {
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(6)
 	go func() { defer wg.Done(); p.watchPulls(ctx) }()
 	go func() { defer wg.Done(); p.watchSchedules(ctx) }()
+	go func() { defer wg.Done(); p.sweepLedgers(ctx) }()
 	go func() {
 		defer wg.Done()
 		t := time.NewTicker(cancelMemory / 2)
