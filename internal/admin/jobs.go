@@ -24,7 +24,7 @@ var _ JobBrowser = (*queue.Queues)(nil)
 // state picks where the jobs are read (queue.Browse): "" (every job still in the queue),
 // queued, running or retrying from the queue's stream; failed or dead from the dead-letter
 // stream; succeeded, canceled or all (every recorded state) from the status bucket. tenant
-// is a tenant id or a tenant's value. A job's detail is GET /v1/jobs/{id}; cancel and replay
+// is a tenant id or, with the admin token, a tenant's value. A job's detail is GET /v1/jobs/{id}; cancel and replay
 // are DELETE /v1/jobs/{id} and POST /v1/queues/{queue}/dead-letters/replay.
 type Jobs struct {
 	// Q pages through the jobs. Required.
@@ -86,15 +86,11 @@ func (j *Jobs) list(w http.ResponseWriter, r *http.Request) {
 		bq.Limit = n
 	}
 	if t := qv.Get("tenant"); t != "" {
-		if !isTenantID(t) && j.Queues.TenantID != nil {
-			id, err := j.Queues.TenantID([]byte(t))
-			if err != nil {
-				writeProblem(w, http.StatusServiceUnavailable, "Tenant state unavailable", err.Error())
-				return
-			}
-			t = id
+		id, ok := j.Queues.tenantIDOf(w, r, t)
+		if !ok {
+			return
 		}
-		bq.Tenant = t
+		bq.Tenant = id
 	}
 	page, err := j.Q.Browse(r.Context(), name, bq)
 	if err != nil {

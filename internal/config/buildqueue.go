@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // queueName is the form of a queue name: it becomes part of stream and subject names.
@@ -116,7 +118,8 @@ func (b *builder) inFlight(where string, q *Queue, r *rawQueue) {
 	b.tenantSettings(where, q, r)
 }
 
-// tenantSettings reads tenant_settings: per tenant value, any of weight, rate and in_flight.
+// tenantSettings reads tenant_settings: per tenant value, any of label, weight, rate and
+// in_flight.
 func (b *builder) tenantSettings(where string, q *Queue, r *rawQueue) {
 	if len(r.TenantSettings) == 0 {
 		return
@@ -129,8 +132,17 @@ func (b *builder) tenantSettings(where string, q *Queue, r *rawQueue) {
 		field := "tenant_settings." + v
 		rs, ts := r.TenantSettings[v], TenantSettings{}
 		if rs == nil {
-			b.p.addf(where, field, "%s: want a mapping of weight, rate and in_flight", field)
+			b.p.addf(where, field, "%s: want a mapping of label, weight, rate and in_flight", field)
 			continue
+		}
+		if rs.Label != nil {
+			ts.Label = b.text(where, field+".label", rs.Label, "")
+			switch {
+			case len(ts.Label) > 64 || !utf8.ValidString(ts.Label) || strings.IndexFunc(ts.Label, unicode.IsControl) >= 0:
+				b.p.addf(where, field+".label", "%s.label: want up to 64 printable characters", field)
+			case ts.Label == v:
+				b.p.addf(where, field+".label", "%s.label: must not be the tenant's value, which admin reads never show; name the tenant instead (such as \"acme\")", field)
+			}
 		}
 		if rs.Weight != nil {
 			s := b.text(where, field+".weight", rs.Weight, "")

@@ -140,28 +140,29 @@ func (p *problems) err() error {
 // pointer means the key is absent or null.
 type (
 	rawConfig struct {
-		Listen          *scalar    `yaml:"listen"`
-		AdminListen     *scalar    `yaml:"admin_listen"`
-		Upstream        *scalar    `yaml:"upstream"`
-		TrustedProxies  stringList `yaml:"trusted_proxies"`
-		DataDir         *scalar    `yaml:"data_dir"`
-		DemoUpstream    *scalar    `yaml:"demo_upstream"`
-		Redis           *rawRedis  `yaml:"redis"`
-		NATS            *rawNATS   `yaml:"nats"`
-		OnStoreError    *scalar    `yaml:"on_store_error"`
-		Shadow          *scalar    `yaml:"shadow"`
-		LogDecisions    *scalar    `yaml:"log_decisions"`
-		StoreTimeout    *scalar    `yaml:"store_timeout"`
-		ShutdownTimeout *scalar    `yaml:"shutdown_timeout"`
-		JobRetention    *scalar    `yaml:"job_retention"`
-		MaxHeaderBytes  *scalar    `yaml:"max_header_bytes"`
-		ReadTimeout     *scalar    `yaml:"read_timeout"`
-		IPv6Prefix      *scalar    `yaml:"ipv6_prefix"`
-		AdminToken      *scalar    `yaml:"admin_token"`
-		AdminHosts      stringList `yaml:"admin_hosts"`
-		IDSecret        *scalar    `yaml:"id_secret"`
-		Queues          []rawQueue `yaml:"queues"`
-		Rules           []rawRule  `yaml:"rules"`
+		Listen          *scalar     `yaml:"listen"`
+		AdminListen     *scalar     `yaml:"admin_listen"`
+		Upstream        *scalar     `yaml:"upstream"`
+		TrustedProxies  stringList  `yaml:"trusted_proxies"`
+		DataDir         *scalar     `yaml:"data_dir"`
+		DemoUpstream    *scalar     `yaml:"demo_upstream"`
+		Redis           *rawRedis   `yaml:"redis"`
+		NATS            *rawNATS    `yaml:"nats"`
+		OnStoreError    *scalar     `yaml:"on_store_error"`
+		Shadow          *scalar     `yaml:"shadow"`
+		LogDecisions    *scalar     `yaml:"log_decisions"`
+		StoreTimeout    *scalar     `yaml:"store_timeout"`
+		ShutdownTimeout *scalar     `yaml:"shutdown_timeout"`
+		JobRetention    *scalar     `yaml:"job_retention"`
+		MaxHeaderBytes  *scalar     `yaml:"max_header_bytes"`
+		ReadTimeout     *scalar     `yaml:"read_timeout"`
+		IPv6Prefix      *scalar     `yaml:"ipv6_prefix"`
+		AdminToken      *scalar     `yaml:"admin_token"`
+		AdminHosts      stringList  `yaml:"admin_hosts"`
+		FormatSuffixes  *stringList `yaml:"format_suffixes"`
+		IDSecret        *scalar     `yaml:"id_secret"`
+		Queues          []rawQueue  `yaml:"queues"`
+		Rules           []rawRule   `yaml:"rules"`
 	}
 	rawRedis struct {
 		URL *scalar `yaml:"url"`
@@ -205,6 +206,7 @@ type (
 		Priorities       *scalar                       `yaml:"priorities"`
 	}
 	rawTenantSettings struct {
+		Label    *scalar `yaml:"label"`
 		Weight   *scalar `yaml:"weight"`
 		Rate     *scalar `yaml:"rate"`
 		InFlight *scalar `yaml:"in_flight"`
