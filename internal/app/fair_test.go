@@ -91,7 +91,7 @@ queues:
 		TopTenants []struct {
 			Tenant, Label string
 			Weight        float64
-			Depth        uint64
+			Depth         uint64
 		} `json:"top_tenants"`
 	}
 	getJSON(t, admin+"/v1/queues/shared", &qs)
