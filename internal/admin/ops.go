@@ -66,6 +66,9 @@ type QueueOps interface {
 	// SetControl changes the operators' controls of queue (pause, runtime rate) with change
 	// and returns them as stored.
 	SetControl(ctx context.Context, queue string, change func(*queue.Control)) (queue.Control, error)
+	// SetTenantControl changes the settings of one tenant of queue with change and returns
+	// them as stored; queue.ErrTooManyTenants when it would be the max+1th tenant with some.
+	SetTenantControl(ctx context.Context, queue, tenant string, max int, change func(*queue.TenantControl)) (queue.TenantControl, error)
 	// DeadLetters lists up to limit dead letters of queue, oldest first.
 	DeadLetters(ctx context.Context, queue string, limit int) ([]queue.DeadLetter, error)
 	// Replay publishes dead letter id of queue again and removes it from the dead letters.
