@@ -148,7 +148,9 @@ func (l *lateQueues) Controls(ctx context.Context) (map[string]queue.Control, er
 }
 
 func (l *lateQueues) SetTenantControl(ctx context.Context, q, tenant string, max int, change func(*queue.TenantControl)) (queue.TenantControl, error) {
-	return withQueues(l, func(qs *queue.Queues) (queue.TenantControl, error) { return qs.SetTenantControl(ctx, q, tenant, max, change) })
+	return withQueues(l, func(qs *queue.Queues) (queue.TenantControl, error) {
+		return qs.SetTenantControl(ctx, q, tenant, max, change)
+	})
 }
 
 func (l *lateQueues) SetControl(ctx context.Context, q string, change func(*queue.Control)) (queue.Control, error) {
