@@ -15,7 +15,9 @@
 // loopback name, its address, or one of admin_hosts), except for the three probes above; and
 // a write must not come from another site's page (Origin, Sec-Fetch-Site). Either refusal is
 // 403 problem+json. Writes then need the bearer admin_token, or a loopback peer when no token
-// is set (401 otherwise). Bodies are bounded to 1 MiB and 10 s, answers to 30 s.
+// is set (401 otherwise); so do finding a tenant by its value, and seeing check errors and
+// the workers' hosts and pids (Server.SetToken; others see "unavailable" and ids). Tenants
+// are shown by id and label, never by value. Bodies are bounded to 1 MiB and 10 s, answers to 30 s.
 package admin
 
 import (
