@@ -897,3 +897,21 @@ rules:
 		}
 	}
 }
+
+// TestBearerTenantValues: a tenant read from header:Authorization is named in weights and
+// tenant_settings as the ingress reads it, the bearer scheme in any case: "bearer sk-1" in the
+// file is the tenant "Bearer sk-1" (before, its weight applied to no request).
+func TestBearerTenantValues(t *testing.T) {
+	c := mustParse(t, `queues:
+  - name: q
+    rate: 1/s
+    tenant: [header:Authorization, header:X-Region]
+    fair: true
+    weights: { "BEARER  sk-1\u0000eu": 3, plain: 2 }
+    tenant_settings: { "bearer sk-2\u0000us": { label: two } }
+`)
+	q := c.Queues[0]
+	if q.Weights["Bearer sk-1\x00eu"] != 3 || q.Weights["plain"] != 2 || q.TenantSettings["Bearer sk-2\x00us"].Label != "two" {
+		t.Errorf("weights %v, tenant_settings %v: want the bearer scheme written Bearer", q.Weights, q.TenantSettings)
+	}
+}
