@@ -226,3 +226,80 @@ func mustJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
 }
+
+// QueueControls returns the queue-wide control of every queue that has one (pause, runtime
+// rate), without the per-tenant keys: one read of as many entries as queues, whatever the
+// tenants with settings. (Tenants holds what an older version kept in the queue's entry.)
+func (o Operator) QueueControls(ctx context.Context) (map[string]Control, error) {
+	cs, err := o.readControls(ctx, []string{controlPrefix + "*"})
+	if err != nil {
+		return nil, fmt.Errorf("queue: controls: %w", err)
+	}
+	return cs, nil
+}
+
+// TenantControl returns the settings of tenant of queue, and false when it has none: one read
+// of its key (and of the queue's entry when the key is absent, for an older version's).
+func (o Operator) TenantControl(ctx context.Context, queue, tenant string) (TenantControl, bool, error) {
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	e, err := o.meta.Get(ctx, tenantControlKey(queue, tenant))
+	switch {
+	case err == nil:
+		var tc TenantControl
+		if err := json.Unmarshal(e.Value(), &tc); err != nil {
+			return TenantControl{}, false, fmt.Errorf("queue: tenant control %q: %w", queue, err)
+		}
+		return tc, !tc.IsZero(), nil
+	case !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted):
+		return TenantControl{}, false, fmt.Errorf("queue: tenant control %q: %w", queue, err)
+	}
+	cs, err := o.readControls(ctx, []string{controlPrefix + queue})
+	if err != nil {
+		return TenantControl{}, false, fmt.Errorf("queue: tenant control %q: %w", queue, err)
+	}
+	tc, ok := cs[queue].Tenants[tenant]
+	return tc, ok, nil
+}
+
+// TenantCounts returns how many tenants of each queue have settings of their own: one listing
+// of the per-tenant keys (their names, not their values), and the queues' entries for an
+// older version's.
+func (o Operator) TenantCounts(ctx context.Context) (map[string]int, error) {
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	seen := map[string]map[string]bool{}
+	add := func(queue, tenant string) {
+		if seen[queue] == nil {
+			seen[queue] = map[string]bool{}
+		}
+		seen[queue][tenant] = true
+	}
+	l, err := o.meta.ListKeysFiltered(ctx, tenantControlPrefix+"*.*")
+	switch {
+	case errors.Is(err, jetstream.ErrNoKeysFound):
+	case err != nil:
+		return nil, fmt.Errorf("queue: tenant counts: %w", err)
+	default:
+		for k := range l.Keys() {
+			if queue, tenant, ok := parseTenantControlKey(k); ok {
+				add(queue, tenant)
+			}
+		}
+		_ = l.Stop()
+	}
+	qc, err := o.QueueControls(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for queue, c := range qc {
+		for tenant := range c.Tenants {
+			add(queue, tenant)
+		}
+	}
+	out := make(map[string]int, len(seen))
+	for queue, ts := range seen {
+		out[queue] = len(ts)
+	}
+	return out, nil
+}

@@ -32,6 +32,12 @@ func TestTenantControlsOneKeyEach(t *testing.T) {
 	if err != nil || cs["q"].Rate != "9/s" || cs["q"].Tenants[a].Weight != 2 || cs["q"].Tenants[c].Rate != "1/s" {
 		t.Fatalf("the older entry read: %+v %v", cs, err)
 	}
+	if tc, ok, err := b.q.TenantControl(b.ctx, "q", a); err != nil || !ok || tc.Weight != 2 {
+		t.Fatalf("TenantControl of the older entry: %+v %v %v", tc, ok, err)
+	}
+	if n, err := b.q.TenantCounts(b.ctx); err != nil || n["q"] != 2 {
+		t.Fatalf("TenantCounts of the older entry: %v %v, want q: 2", n, err)
+	}
 
 	seen := make(chan queue.Control, 64)
 	ctx, cancel := context.WithCancel(b.ctx)
@@ -70,6 +76,12 @@ func TestTenantControlsOneKeyEach(t *testing.T) {
 	one, err := b.q.Control(b.ctx, "q")
 	if err != nil || len(one.Tenants) != 1 || one.Rate != "9/s" {
 		t.Fatalf("Control(q) = %+v %v", one, err)
+	}
+	if qc, err := b.q.QueueControls(b.ctx); err != nil || qc["q"].Rate != "9/s" || qc["q"].Tenants != nil {
+		t.Fatalf("QueueControls = %+v %v, want q's rate and no tenants", qc, err)
+	}
+	if _, ok, err := b.q.TenantControl(b.ctx, "q", c); err != nil || ok {
+		t.Fatalf("TenantControl of the deleted c: %v %v, want none", ok, err)
 	}
 	var last queue.Control
 	testenv.WaitFor(t, 5*time.Second, "the watch to see c deleted", func() bool {
@@ -143,5 +155,8 @@ func TestTenantControlsOneKeyEach(t *testing.T) {
 	}
 	if _, err := b.q.SetTenantControl(b.ctx, "other", fmt.Sprintf("%032x", many+1), many, func(tc *queue.TenantControl) { tc.Weight = 4 }); !errors.Is(err, queue.ErrTooManyTenants) {
 		t.Errorf("the 10 001st tenant: %v, want ErrTooManyTenants", err)
+	}
+	if n, err := b.q.TenantCounts(b.ctx); err != nil || n["other"] != many || n["q"] != 10 {
+		t.Errorf("TenantCounts = %v %v, want other: %d, q: 10", n, err, many)
 	}
 }

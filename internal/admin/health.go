@@ -157,6 +157,10 @@ func (h *Health) queues(ctx context.Context) []queueHealth {
 	if q.Controls != nil {
 		controls, _ = q.Controls(ctx)
 	}
+	var counts map[string]int
+	if q.TenantCounts != nil {
+		counts, _ = q.TenantCounts(ctx)
+	}
 	now := q.now()
 	cfg := q.Config()
 	out := make([]queueHealth, 0, len(cfg.Queues))
@@ -179,6 +183,9 @@ func (h *Health) queues(ctx context.Context) []queueHealth {
 			}
 		}
 		v.TenantOverrides = len(c.Tenants)
+		if counts != nil {
+			v.TenantOverrides = counts[cq.Name]
+		}
 		if q.PausedTenants != nil {
 			if paused, err := q.PausedTenants(ctx, cq.Name); err == nil && len(paused) > 0 {
 				v.PausedTenants = make(map[string]time.Time, len(paused))

@@ -42,8 +42,16 @@ type Queues struct {
 	PausedUntil func(ctx context.Context, queue string) (time.Time, bool, error)
 	// Now is the clock that decides whether a pause is over. Nil: time.Now.
 	Now func() time.Time
-	// Controls returns the operators' controls of the queues (pause, runtime rate). Optional.
+	// Controls returns the operators' controls of the queues (pause, runtime rate): read on
+	// every queue read, so best the queue-wide ones alone (queue.Operator.QueueControls), whose
+	// Tenants may be partial. Optional.
 	Controls func(ctx context.Context) (map[string]queue.Control, error)
+	// TenantControl reads the settings an operator set for one tenant (queue.Operator.
+	// TenantControl). Optional: nil reads them from Controls.
+	TenantControl func(ctx context.Context, queue, tenant string) (queue.TenantControl, bool, error)
+	// TenantCounts counts each queue's tenants with settings of their own, for /v1/health
+	// (queue.Operator.TenantCounts). Optional: nil counts Controls' Tenants.
+	TenantCounts func(ctx context.Context) (map[string]int, error)
 	// Learned returns the rate the workers learned for an adaptive queue, and false when they
 	// keep none (it is at its ceiling). Optional.
 	Learned func(ctx context.Context, queue string) (float64, bool, error)
@@ -367,13 +375,17 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 
 // setScheduling sets what the tenant view shows of tenant id's pause, places and settings.
 func (q *Queues) setScheduling(ctx context.Context, st *TenantStatus, cq *config.Queue, id string) {
-	var ctl queue.Control
-	if q.Controls != nil {
+	var o queue.TenantControl
+	ok := false
+	switch {
+	case q.TenantControl != nil:
+		o, ok, _ = q.TenantControl(ctx, cq.Name, id)
+	case q.Controls != nil:
 		if cs, err := q.Controls(ctx); err == nil {
-			ctl = cs[cq.Name]
+			o, ok = cs[cq.Name].Tenants[id]
 		}
 	}
-	if o, ok := ctl.Tenants[id]; ok {
+	if ok {
 		st.Override = &o
 		if o.Weight > 0 {
 			st.Weight = o.Weight

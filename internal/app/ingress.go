@@ -352,11 +352,12 @@ func (p *ingressProc) mountAdmin(context.Context) error {
 		Info:        p.late,
 		Config:      p.current.Load,
 		PausedUntil: pausedUntil(p.schedule),
-		Controls:    p.late.Controls,
+		Controls:    p.late.QueueControls,
 		Tenant:      p.late.Tenant,
 		TenantID:    p.late.TenantID,
 		Places:      queuePlaces(p.queuePlaces),
 	}
+	queues.TenantControl, queues.TenantCounts = p.late.TenantControl, p.late.TenantCounts
 	if tp, ok := p.schedule.(leaky.TenantPauses); ok {
 		queues.PausedTenants = tp.PausedTenants
 	}
