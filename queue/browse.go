@@ -17,15 +17,19 @@ import (
 // sequence):
 //
 //   - waiting and in-flight jobs are the messages of the queue's stream, a work queue that
-//     admits no second consumer: a page costs one direct get per job (next message on the
-//     queue's subject from the cursor) and one status read per job, 16 at a time (whose entry
-//     tells running and retrying from queued);
-//   - dead letters are the messages of its dead-letter stream: one direct get per job;
+//     admits no second consumer: a page costs one direct get per message read (next message
+//     on the queue's subject from the cursor), at most MaxGets, and one status read per job
+//     kept, 16 at a time (whose entry tells running and retrying from queued);
+//   - dead letters are the messages of its dead-letter stream: one direct get per message
+//     read, at most MaxGets;
 //   - every other state (succeeded, canceled, and running/retrying/failed as recorded) is in
 //     the status bucket, keyed by job id alone: a page scans the bucket's stream from the
-//     cursor and keeps the entries of the queue, state and tenant asked for. It reads up to
-//     MaxScan entries, so a rare state of a small queue in a large bucket can take several
-//     pages (each returns the cursor to go on from), never one unbounded read.
+//     cursor with an ordered consumer, deleted when the page is done (none is left behind to
+//     expire), and keeps the entries of the queue, state and tenant asked for. It reads up to
+//     MaxScan entries.
+//
+// So a rare state or tenant of a small queue in a large stream can take several pages (each
+// returns the cursor to go on from), never one unbounded read.
 
 // Browse sources.
 const (
@@ -36,6 +40,10 @@ const (
 
 // DefaultMaxScan bounds the status entries one Browse page reads.
 const DefaultMaxScan = 5000
+
+// DefaultMaxGets bounds the direct gets of the messages one Browse page of waiting jobs or
+// dead letters reads: as many as the largest page.
+const DefaultMaxGets = 1000
 
 // BrowseQuery selects a page of a queue's jobs.
 type BrowseQuery struct {
@@ -51,6 +59,9 @@ type BrowseQuery struct {
 	Limit int
 	// MaxScan bounds the status entries read (SourceStatus); 0 means DefaultMaxScan.
 	MaxScan int
+	// MaxGets bounds the messages read by direct get (SourceWaiting, SourceDead); 0 means
+	// DefaultMaxGets.
+	MaxGets int
 }
 
 // Browsed is one job of a page.
@@ -84,6 +95,9 @@ func (q *Queues) Browse(ctx context.Context, queue string, bq BrowseQuery) (Page
 	}
 	if bq.MaxScan <= 0 {
 		bq.MaxScan = DefaultMaxScan
+	}
+	if bq.MaxGets <= 0 {
+		bq.MaxGets = DefaultMaxGets
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
@@ -156,7 +170,8 @@ func (q *core) readStates(ctx context.Context, page *Page, state State) {
 }
 
 // scanDirect reads the messages of stream on subject from bq.Cursor, one direct get each (a
-// work-queue stream admits no second consumer), until bq.Limit are kept or the stream ends.
+// work-queue stream admits no second consumer), until bq.Limit are kept, bq.MaxGets are read
+// or the stream ends.
 func (q *core) scanDirect(ctx context.Context, stream, subject string, bq BrowseQuery,
 	keep func(*jetstream.RawStreamMsg) (Browsed, bool)) (Page, error) {
 	page := Page{Jobs: []Browsed{}}
@@ -169,7 +184,7 @@ func (q *core) scanDirect(ctx context.Context, stream, subject string, bq Browse
 	}
 	last := st.CachedInfo().State.LastSeq
 	seq := max(bq.Cursor, 1)
-	for len(page.Jobs) < bq.Limit && page.Scanned < bq.MaxScan && seq <= last {
+	for len(page.Jobs) < bq.Limit && page.Scanned < bq.MaxGets && seq <= last {
 		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
@@ -183,14 +198,16 @@ func (q *core) scanDirect(ctx context.Context, stream, subject string, bq Browse
 			page.Jobs = append(page.Jobs, b)
 		}
 	}
-	if seq <= last && (len(page.Jobs) > 0 || page.Scanned >= bq.MaxScan) {
+	if seq <= last && (len(page.Jobs) > 0 || page.Scanned >= bq.MaxGets) {
 		page.Next = seq
 	}
 	return page, nil
 }
 
-// scan reads stream from sequence from (at least 1) with an ephemeral consumer and keeps what
-// keep keeps, until limit jobs are kept, budget messages are read or the stream ends.
+// scan reads stream from sequence from (at least 1) with an ordered consumer and keeps what
+// keep keeps, until limit jobs are kept, budget messages are read or the stream ends. The
+// consumer is deleted before scan returns: an ordered consumer makes a new one for each fetch
+// and deletes the one before, so the last would otherwise stay until InactiveThreshold.
 func (q *core) scan(ctx context.Context, stream string, from uint64, limit, budget int,
 	keep func(jetstream.Msg, uint64) (Browsed, bool)) (Page, error) {
 	page := Page{Jobs: []Browsed{}}
@@ -198,7 +215,7 @@ func (q *core) scan(ctx context.Context, stream string, from uint64, limit, budg
 	if err != nil {
 		return page, fmt.Errorf("queue: browse %s: %w", stream, err)
 	}
-	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: time.Minute}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: 15 * time.Second} // a backstop: the page deletes it
 	if from > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}
@@ -206,6 +223,13 @@ func (q *core) scan(ctx context.Context, stream string, from uint64, limit, budg
 	if err != nil {
 		return page, fmt.Errorf("queue: browse %s: %w", stream, err)
 	}
+	defer func() {
+		if ci := c.CachedInfo(); ci != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+			_ = st.DeleteConsumer(dctx, ci.Name) // else it expires at InactiveThreshold
+			cancel()
+		}
+	}()
 	for page.Scanned < budget && len(page.Jobs) < limit {
 		batch, err := c.FetchNoWait(min(limit-len(page.Jobs), budget-page.Scanned, 256))
 		if err != nil {

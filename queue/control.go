@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,7 +27,8 @@ type Control struct {
 	// Rate replaces the config file's rate ("40/s"); "" keeps the file's.
 	Rate string `json:"rate,omitempty"`
 	// Tenants are single tenants' settings of a fair queue, by tenant id, replacing the config
-	// file's for that tenant.
+	// file's for that tenant. They are read from one key each (SetTenantControl); in the
+	// queue's own entry only as an older version wrote them (see tenantcontrol.go).
 	Tenants map[string]TenantControl `json:"tenants,omitempty"`
 }
 
@@ -57,13 +57,18 @@ const controlPrefix = "ctl."
 // being delivered, or already succeeded or failed.
 var ErrConflict = errors.New("queue: conflict")
 
-// SetControl changes queue's control with change, atomically against other operators.
+// SetControl changes queue's control with change, atomically against other operators, and
+// returns the queue's entry as stored. It carries the queue-wide fields (pause, runtime rate);
+// a tenant's settings are SetTenantControl's, in their own keys (change sees none).
 func (o Operator) SetControl(ctx context.Context, queue string, change func(*Control)) (Control, error) {
 	if _, ok := o.spec(queue); !ok {
 		return Control{}, fmt.Errorf("%w: %q", ErrUnknownQueue, queue)
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
+	if err := o.migrateTenants(ctx, queue); err != nil {
+		return Control{}, err
+	}
 	key := controlPrefix + queue
 	for range 20 {
 		var c Control
@@ -93,61 +98,64 @@ func (o Operator) SetControl(ctx context.Context, queue string, change func(*Con
 	return Control{}, fmt.Errorf("queue: control %q: too many concurrent changes", queue)
 }
 
-// Control returns the operators' control of queue name (see Control); the zero Control when
-// there is none. One key-value read.
+// Control returns the operators' control of queue name (see Control), its tenants' settings
+// included; the zero Control when there is none. One read of the queue's entry and one of
+// its tenants' keys (a watch that ends once they are in).
 func (o Operator) Control(ctx context.Context, name string) (Control, error) {
-	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
-	defer cancel()
-	var c Control
-	e, err := o.meta.Get(ctx, controlPrefix+name)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-		return c, nil
-	case err != nil:
-		return c, fmt.Errorf("queue: control %q: %w", name, err)
-	}
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
+	cs, err := o.readControls(ctx, []string{controlPrefix + name, tenantControlPrefix + name + ".*"})
+	if err != nil {
 		return Control{}, fmt.Errorf("queue: control %q: %w", name, err)
 	}
-	return c, nil
+	return cs[name], nil
 }
 
-// Controls returns the control of every queue that has one.
+// Controls returns the control of every queue that has one, with its tenants' settings: one
+// read of the controls' keys (a watch that ends once they are in, whose consumer it deletes),
+// its cost in proportion to the queues and tenants with settings.
 func (o Operator) Controls(ctx context.Context) (map[string]Control, error) {
-	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
-	defer cancel()
-	out := map[string]Control{}
-	keys, err := o.meta.ListKeys(ctx)
+	cs, err := o.readControls(ctx, controlKeys())
 	if err != nil {
 		return nil, fmt.Errorf("queue: controls: %w", err)
 	}
-	for k := range keys.Keys() {
-		name, ok := strings.CutPrefix(k, controlPrefix)
-		if !ok {
-			continue
-		}
-		e, err := o.meta.Get(ctx, k)
-		if err != nil {
-			continue
-		}
-		var c Control
-		if json.Unmarshal(e.Value(), &c) == nil {
-			out[name] = c
+	return cs, nil
+}
+
+// readControls reads the current values of the control keys keys once.
+func (o Operator) readControls(ctx context.Context, keys []string) (map[string]Control, error) {
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	w, err := o.meta.WatchFiltered(ctx, keys, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	v := newControlsView()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("watch closed")
+			}
+			if e == nil { // the current values are all in
+				return v.merged(), nil
+			}
+			v.apply(e)
 		}
 	}
-	return out, nil
 }
 
 // WatchControls calls apply with the controls of every queue now and after each change, until
 // ctx ends; a change reaches every watcher within milliseconds. It returns ctx's error, or the
 // error of starting the watch.
 func (o Operator) WatchControls(ctx context.Context, apply func(map[string]Control)) error {
-	w, err := o.meta.Watch(ctx, controlPrefix+"*")
+	w, err := o.meta.WatchFiltered(ctx, controlKeys())
 	if err != nil {
 		return fmt.Errorf("queue: watch controls: %w", err)
 	}
 	defer w.Stop()
-	cur := map[string]Control{}
+	v := newControlsView()
 	initial := true
 	for {
 		select {
@@ -159,29 +167,14 @@ func (o Operator) WatchControls(ctx context.Context, apply func(map[string]Contr
 			}
 			if e == nil { // the initial values are all in
 				initial = false
-				apply(clone(cur))
+				apply(v.merged())
 				continue
 			}
-			name := strings.TrimPrefix(e.Key(), controlPrefix)
-			var c Control
-			if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &c) == nil {
-				cur[name] = c
-			} else {
-				delete(cur, name)
-			}
-			if !initial {
-				apply(clone(cur))
+			if v.apply(e) && !initial {
+				apply(v.merged())
 			}
 		}
 	}
-}
-
-func clone(m map[string]Control) map[string]Control {
-	out := make(map[string]Control, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // Cancel cancels job id before its delivery: its status becomes canceled (so a worker that

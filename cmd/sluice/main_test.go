@@ -90,7 +90,7 @@ admin_listen: 127.0.0.1:0
 data_dir: DATA
 queues:
   - { name: ops, rate: 50/s, target: "POST %s/ops" }
-  - { name: fairops, rate: 1/h, tenant: "header:X-Tenant", fair: true, weights: { gold: 2 }, target: "POST %s/fair" }
+  - { name: fairops, rate: 1/h, tenant: "header:X-Tenant", fair: true, weights: { gold: 2 }, tenant_settings: { gold: { label: gold-co } }, target: "POST %s/fair" }
 `, rec.URL, rec.URL))
 
 	code, out, _ := sluice(admin, nil, "queues")
@@ -195,11 +195,11 @@ queues:
 		resp.Body.Close()
 	}
 	if code, out, errOut := sluice(admin, nil, "queue", "fairops"); code != 0 || !strings.Contains(out, "TENANTS") ||
-		!strings.Contains(out, "TENANT ") || !strings.Contains(out, "gold") {
+		!strings.Contains(out, "TENANT ") || !strings.Contains(out, "gold-co") {
 		t.Fatalf("queue fairops: %d %s %s", code, out, errOut)
 	}
 	if code, out, errOut := sluice(admin, nil, "tenant", "fairops", "gold"); code != 0 || !strings.Contains(out, "DELIVERED") ||
-		!strings.Contains(out, "gold") || !strings.Contains(out, "  2  ") {
+		!strings.Contains(out, "gold-co") || !strings.Contains(out, "  2  ") {
 		t.Fatalf("tenant fairops gold: %d %s %s", code, out, errOut)
 	}
 

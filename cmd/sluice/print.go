@@ -35,7 +35,7 @@ type queueView struct {
 // top_tenants).
 type tenantView struct {
 	Tenant    string  `json:"tenant"`
-	Name      string  `json:"name"`
+	Label     string  `json:"label"`
 	Weight    float64 `json:"weight"`
 	Depth     uint64  `json:"depth"`
 	Delivered *uint64 `json:"delivered"`
@@ -105,9 +105,9 @@ func printQueues(w io.Writer, qs []queueView) error {
 // printTenants prints tenants of a fair queue, with their delivered counts when known.
 func printTenants(w io.Writer, ts []tenantView) error {
 	t := table(w)
-	fmt.Fprintln(t, "TENANT\tNAME\tWEIGHT\tWAITING\tDELIVERED\tDELIVERING\tPAUSED\tOVERRIDE")
+	fmt.Fprintln(t, "TENANT\tLABEL\tWEIGHT\tWAITING\tDELIVERED\tDELIVERING\tPAUSED\tOVERRIDE")
 	for _, tv := range ts {
-		name, delivered, delivering, paused, override := tv.Name, "-", "-", "no", "-"
+		name, delivered, delivering, paused, override := tv.Label, "-", "-", "no", "-"
 		if name == "" {
 			name = "-"
 		}

@@ -2,6 +2,7 @@
 //
 //	GET /healthz   200 while the process is up
 //	GET /readyz    200 when every check (Redis, NATS) passes, else 503 naming the failures
+//	               (and, to holders of the admin token, their errors)
 //	GET /metrics   Prometheus text format, from the process's registry
 //	GET /openapi.json  the OpenAPI document of what this server has mounted (internal/openapi)
 //
@@ -15,7 +16,9 @@
 // loopback name, its address, or one of admin_hosts), except for the three probes above; and
 // a write must not come from another site's page (Origin, Sec-Fetch-Site). Either refusal is
 // 403 problem+json. Writes then need the bearer admin_token, or a loopback peer when no token
-// is set (401 otherwise). Bodies are bounded to 1 MiB and 10 s, answers to 30 s.
+// is set (401 otherwise); so do finding a tenant by its value, and seeing check errors and
+// the workers' hosts and pids (Server.SetToken; others see "unavailable" and ids). Tenants
+// are shown by id and label, never by value. Bodies are bounded to 1 MiB and 10 s, answers to 30 s.
 package admin
 
 import (
@@ -88,6 +91,32 @@ type Server struct {
 	routes   []string                          // the patterns mounted; see Routes
 	hosts    func() []string                   // admin_hosts; see AllowHosts
 	onRefuse func(r *http.Request, why string) // see OnRefuse
+	token    string                            // admin_token; see SetToken
+}
+
+// SetToken sets the admin token (config admin_token), which the reads that show more than
+// a tenant-free summary need, as writes do: the errors of /readyz's and /v1/health's checks
+// (they name addresses), the workers' host names and process ids, and finding a tenant by
+// its value. "": those go to loopback peers only.
+func (s *Server) SetToken(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.token = token
+}
+
+// holder reports whether r carries the admin token (or, with none set, comes from a
+// loopback peer): whether it may see addresses and host names.
+func (s *Server) holder(r *http.Request) bool {
+	_, ok := s.authorise(r, "reads of addresses")
+	return ok
+}
+
+// authorise is the package's authorise with the server's token.
+func (s *Server) authorise(r *http.Request, what string) (string, bool) {
+	s.mu.Lock()
+	tok := s.token
+	s.mu.Unlock()
+	return authorise(r, tok, what)
 }
 
 // New returns an admin server for addr (host:port) that exports reg's metrics and reports
@@ -200,12 +229,17 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 // readiness is the body of /readyz.
 type readiness struct {
 	Status string            `json:"status"` // "ok" or "unavailable"
-	Checks map[string]string `json:"checks"` // name → "ok" or the error
+	Checks map[string]string `json:"checks"` // name → "ok", or the error (token holders) or "unavailable"
 }
+
+// unavailable is what a check's error reads as to a request without the admin token: errors
+// name addresses and host names ("dial tcp 10.0.0.7:6379: connection refused").
+const unavailable = "unavailable"
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.checkTimeout)
 	defer cancel()
+	holder := s.holder(r)
 	res := readiness{Status: "ok", Checks: make(map[string]string, len(s.checks))}
 	var (
 		mu sync.Mutex
@@ -217,8 +251,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				res.Status = "unavailable"
-				res.Checks[c.Name] = err.Error()
+				res.Status = unavailable
+				res.Checks[c.Name] = unavailable
+				if holder {
+					res.Checks[c.Name] = err.Error()
+				}
 			} else {
 				res.Checks[c.Name] = "ok"
 			}

@@ -43,7 +43,9 @@ func TestMain(m *testing.M) {
 // get serves GET path with h in-process, validated against the admin OpenAPI document.
 func get(t *testing.T, h http.Handler, path string) (*http.Response, []byte) {
 	t.Helper()
-	res, err := api.Handler("admin", h).RoundTrip(httptest.NewRequest("GET", "http://127.0.0.1:9090"+path, nil))
+	req := httptest.NewRequest("GET", "http://127.0.0.1:9090"+path, nil)
+	req.RemoteAddr = "127.0.0.1:1234" // a loopback peer: without an admin token, one that sees addresses
+	res, err := api.Handler("admin", h).RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,8 +281,8 @@ func TestExposed(t *testing.T) {
 }
 
 // TestTenantByValue: GET /v1/queues/{q}/tenants/{value} finds a fair queue's tenant by its
-// value through TenantID (keyed with the id secret), names it when weights do, and finds it by
-// its id too; a tenant id derived under another secret is another tenant, with nothing waiting.
+// value through TenantID (keyed with the id secret), labels it when tenant_settings do (never
+// showing its value), and finds it by its id too; a tenant id derived under another secret is another tenant, with nothing waiting.
 func TestTenantByValue(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -296,7 +298,7 @@ func TestTenantByValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse("t.yaml", []byte("queues:\n  - { name: orders, rate: 5/s, tenant: 'header:X-Tenant', fair: true, weights: { gold-key: 3 } }\n"), nil)
+	cfg, err := config.Parse("t.yaml", []byte("queues:\n  - { name: orders, rate: 5/s, tenant: 'header:X-Tenant', fair: true, weights: { gold-key: 3 }, tenant_settings: { gold-key: { label: gold } } }\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,15 +325,15 @@ func TestTenantByValue(t *testing.T) {
 		return ts
 	}
 	for _, path := range []string{"/v1/queues/orders/tenants/gold-key", "/v1/queues/orders/tenants/" + gold} {
-		if ts := read(path); ts.Tenant != gold || ts.Name != "gold-key" || ts.Weight != 3 || ts.Depth != 2 {
-			t.Errorf("GET %s = %+v, want tenant %s named gold-key, weight 3, depth 2", path, ts, gold)
+		if ts := read(path); ts.Tenant != gold || ts.Label != "gold" || ts.Weight != 3 || ts.Depth != 2 {
+			t.Errorf("GET %s = %+v, want tenant %s labelled gold, weight 3, depth 2", path, ts, gold)
 		}
 	}
 	elsewhere := other.TenantID([]byte("gold-key"))
 	if elsewhere == gold {
 		t.Fatal("two secrets derive one tenant id")
 	}
-	if ts := read("/v1/queues/orders/tenants/" + elsewhere); ts.Depth != 0 || ts.Name != "" {
+	if ts := read("/v1/queues/orders/tenants/" + elsewhere); ts.Depth != 0 || ts.Label != "" {
 		t.Errorf("the id under another secret = %+v, want an unnamed tenant with nothing waiting", ts)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,17 @@ type Worker struct {
 	Answers map[string]Answers `json:"-"`
 }
 
+// anonymous is w without what names its machine: its host name, its process id, and its id
+// but the random suffix that tells it from the others ("web-3-4711-1a2b3c4d" reads
+// "1a2b3c4d"), for readers without the admin token.
+func (w Worker) anonymous() Worker {
+	if i := strings.LastIndexByte(w.ID, '-'); i >= 0 {
+		w.ID = w.ID[i+1:]
+	}
+	w.Host, w.PID = "", 0
+	return w
+}
+
 // Answers are a worker's delivery attempts of one queue since it started, cumulative.
 type Answers struct {
 	// Delivered counts every attempt; R429 and R5xx those answered 429 and 5xx.
@@ -40,9 +52,12 @@ type Answers struct {
 //	 "checks":[{"name","ok","latency_ms","error"}],   Redis, NATS, … timed now
 //	 "workers":[Worker…],                             the processes draining, by last seen
 //	 "queues":[{"name","paused","paused_until","runtime_rate","effective_rate",
-//	            "paused_tenants":{id:until},"tenant_overrides":{id:{weight,rate,in_flight}}}]}
+//	            "paused_tenants":{id:until},"tenant_overrides":N}]}
 //
-// It costs the checks, one read of the presence bucket and of the controls, and the Redis reads
+// Check errors, workers_error and the workers' host, pid and full id are shown to holders of
+// the admin token only (Server.SetToken): they name addresses and machines. tenant_overrides
+// counts the tenants with settings of their own; GET /v1/queues/{queue}/tenants/{id} shows
+// one's. It costs the checks, one read of the presence bucket and of the controls, and the Redis reads
 // of each queue's upstream pause: no stream reads.
 type Health struct {
 	// Server's checks are run and timed. Required.
@@ -64,14 +79,14 @@ type checkView struct {
 }
 
 type queueHealth struct {
-	Name            string                         `json:"name"`
-	Paused          bool                           `json:"paused"`
-	PausedUntil     *time.Time                     `json:"paused_until"`
-	RuntimeRate     *string                        `json:"runtime_rate"`
-	Rate            string                         `json:"rate"`
-	EffectiveRate   float64                        `json:"effective_rate"`
-	PausedTenants   map[string]time.Time           `json:"paused_tenants,omitempty"`
-	TenantOverrides map[string]queue.TenantControl `json:"tenant_overrides,omitempty"`
+	Name            string               `json:"name"`
+	Paused          bool                 `json:"paused"`
+	PausedUntil     *time.Time           `json:"paused_until"`
+	RuntimeRate     *string              `json:"runtime_rate"`
+	Rate            string               `json:"rate"`
+	EffectiveRate   float64              `json:"effective_rate"`
+	PausedTenants   map[string]time.Time `json:"paused_tenants,omitempty"`
+	TenantOverrides int                  `json:"tenant_overrides,omitempty"`
 }
 
 type healthView struct {
@@ -85,18 +100,30 @@ type healthView struct {
 func (h *Health) serve(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.Server.checkTimeout)
 	defer cancel()
+	holder := h.Server.holder(r)
 	out := healthView{Status: "ok", Checks: h.checks(ctx), Workers: []Worker{}, Queues: []queueHealth{}}
-	for _, c := range out.Checks {
+	for i, c := range out.Checks {
 		if !c.OK {
 			out.Status = "degraded"
+			if !holder {
+				out.Checks[i].Error = unavailable
+			}
 		}
 	}
 	if h.Workers != nil {
 		ws, err := h.Workers(ctx)
 		if err != nil {
-			out.WorkerError = err.Error()
+			out.WorkerError = unavailable
+			if holder {
+				out.WorkerError = err.Error()
+			}
 		} else {
 			sort.Slice(ws, func(i, j int) bool { return ws[i].LastSeen.After(ws[j].LastSeen) })
+			if !holder {
+				for i := range ws {
+					ws[i] = ws[i].anonymous()
+				}
+			}
 			out.Workers = ws
 		}
 	}
@@ -130,6 +157,10 @@ func (h *Health) queues(ctx context.Context) []queueHealth {
 	if q.Controls != nil {
 		controls, _ = q.Controls(ctx)
 	}
+	var counts map[string]int
+	if q.TenantCounts != nil {
+		counts, _ = q.TenantCounts(ctx)
+	}
 	now := q.now()
 	cfg := q.Config()
 	out := make([]queueHealth, 0, len(cfg.Queues))
@@ -151,8 +182,9 @@ func (h *Health) queues(ctx context.Context) []queueHealth {
 				v.PausedUntil = &u
 			}
 		}
-		if len(c.Tenants) > 0 {
-			v.TenantOverrides = c.Tenants
+		v.TenantOverrides = len(c.Tenants)
+		if counts != nil {
+			v.TenantOverrides = counts[cq.Name]
 		}
 		if q.PausedTenants != nil {
 			if paused, err := q.PausedTenants(ctx, cq.Name); err == nil && len(paused) > 0 {

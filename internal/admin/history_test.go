@@ -39,6 +39,8 @@ type historyEnv struct {
 	cfg   atomic.Pointer[config.Config]
 	clock *clock
 	h     *History
+	js    jetstream.JetStream
+	name  string // the queues' prefix
 }
 
 func newHistoryEnv(t *testing.T, extra string) *historyEnv {
@@ -49,8 +51,8 @@ func newHistoryEnv(t *testing.T, extra string) *historyEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &historyEnv{reg: prometheus.NewRegistry(), clock: newClock(time.Now().Add(-2 * time.Hour))}
-	if e.qs, err = queue.New(ctx, js, queue.Options{Prefix: testenv.Name(t)}); err != nil {
+	e := &historyEnv{reg: prometheus.NewRegistry(), clock: newClock(time.Now().Add(-2 * time.Hour)), js: js, name: testenv.Name(t)}
+	if e.qs, err = queue.New(ctx, js, queue.Options{Prefix: e.name}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Parse("t.yaml", []byte("queues:\n  - { name: orders, rate: 5/s, max_in_flight: 8, concurrency: 2 }\n  - { name: reports, rate: 2/s }\n"+extra), nil)

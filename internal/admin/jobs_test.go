@@ -2,10 +2,12 @@ package admin
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -59,6 +61,70 @@ func TestJobsAPI(t *testing.T) {
 	getJSON(t, e.addr, "/v1/queues/reports/jobs?state=succeeded", &p)
 	if len(p.Jobs) != 0 || p.Scanned < 3 {
 		t.Errorf("another queue's succeeded jobs: %+v, want none after scanning the 3 entries", p)
+	}
+}
+
+// TestJobsCostBounded: what a page of the job browser costs NATS is bounded (issue 41, item
+// 7). Pages of ?state=all leave no consumer behind (before, each left one for 60 s); a
+// tenant-filtered page over a deep queue reads at most queue.DefaultMaxGets messages and says
+// where to go on (before, up to 5 000); pages beyond the browser's rate get 429 with a
+// Retry-After.
+func TestJobsCostBounded(t *testing.T) {
+	e := newHistoryEnv(t, "")
+	ctx := context.Background()
+	const deep = queue.DefaultMaxGets + 100
+	for range deep {
+		if _, err := e.qs.Publish(ctx, &queue.Job{Queue: "orders", Direct: true, Tenant: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv, err := e.js.Stream(ctx, "KV_"+e.name+"_STATUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		n := 0
+		for range kv.ConsumerNames(ctx).Name() {
+			n++
+		}
+		return n
+	}
+	for range 8 {
+		var p jobsPage
+		getJSON(t, e.addr, "/v1/queues/orders/jobs?state=all&limit=5", &p)
+	}
+	// The page deletes its consumer before it answers; the ones an ordered consumer replaced
+	// on the way are deleted in the background, within milliseconds.
+	testenv.WaitFor(t, 5*time.Second, "no browsing consumer left on the status bucket", func() bool { return consumers() == 0 })
+
+	var p jobsPage
+	getJSON(t, e.addr, "/v1/queues/orders/jobs?tenant=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", &p)
+	if len(p.Jobs) != 0 || p.Scanned != queue.DefaultMaxGets || p.Next == 0 {
+		t.Errorf("another tenant's page over %d jobs: %d jobs, scanned %d, next %d; want none, %d scanned, a cursor to go on from",
+			deep, len(p.Jobs), p.Scanned, p.Next, queue.DefaultMaxGets)
+	}
+	getJSON(t, e.addr, "/v1/queues/orders/jobs?tenant=bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb&cursor="+itoa(p.Next), &p)
+	if len(p.Jobs) != 0 || p.Scanned != 100 || p.Next != 0 {
+		t.Errorf("the next page: %d jobs, scanned %d, next %d; want the last 100 scanned and the end", len(p.Jobs), p.Scanned, p.Next)
+	}
+
+	refused := 0
+	for range 2*DefaultPagesPerSecond + 5 {
+		res, err := http.Get("http://" + e.addr + "/v1/queues/orders/jobs?limit=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode == http.StatusTooManyRequests {
+			refused++
+			if ra, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || ra < 1 ||
+				res.Header.Get("Content-Type") != "application/problem+json" {
+				t.Errorf("429 with Retry-After %q, Content-Type %q", res.Header.Get("Retry-After"), res.Header.Get("Content-Type"))
+			}
+		}
+	}
+	if refused == 0 {
+		t.Errorf("%d pages at once: none refused, want the ones past the burst of %d", 2*DefaultPagesPerSecond+5, 2*DefaultPagesPerSecond)
 	}
 }
 

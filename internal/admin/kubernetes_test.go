@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 
@@ -50,6 +51,7 @@ func TestKubernetesManifests(t *testing.T) {
 	deployments := map[string]*appsv1.Deployment{}
 	pdbs := map[string]*policyv1.PodDisruptionBudget{}
 	var scaled []scaledObject
+	var m manifests
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
@@ -69,16 +71,24 @@ func TestKubernetesManifests(t *testing.T) {
 			var d appsv1.Deployment
 			strict(&d)
 			deployments[d.Name] = &d
+			m.deployments = append(m.deployments, &d)
 		case "v1 Service":
 			var s corev1.Service
 			strict(&s)
+			m.services = append(m.services, &s)
+		case "networking.k8s.io/v1 NetworkPolicy":
+			var np networkingv1.NetworkPolicy
+			strict(&np)
+			m.policies = append(m.policies, &np)
 		case "v1 ConfigMap":
 			var cm corev1.ConfigMap
 			strict(&cm)
 			env := map[string]string{config.EnvAdminToken: "0123456789abcdef0123456789abcdef"}
-			if _, err := config.Parse(f+": sluice.yaml", []byte(cm.Data["sluice.yaml"]), func(k string) string { return env[k] }); err != nil {
+			cfg, err := config.Parse(f+": sluice.yaml", []byte(cm.Data["sluice.yaml"]), func(k string) string { return env[k] })
+			if err != nil {
 				t.Errorf("the ConfigMap's sluice.yaml: %v", err)
 			}
+			m.config = cfg
 		case "policy/v1 PodDisruptionBudget":
 			var p policyv1.PodDisruptionBudget
 			strict(&p)
@@ -108,6 +118,9 @@ func TestKubernetesManifests(t *testing.T) {
 		if pdbs[d.Spec.Selector.MatchLabels["app.kubernetes.io/component"]] == nil {
 			t.Errorf("%s: no PodDisruptionBudget selects it", name)
 		}
+	}
+	for _, p := range m.posture() {
+		t.Error(p)
 	}
 	var d appsv1.Deployment
 	if err := yaml.UnmarshalStrict([]byte("apiVersion: apps/v1\nkind: Deployment\nspec: { replicaz: 2 }\n"), &d); err == nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/httphdr"
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -65,6 +66,9 @@ type QueueOps interface {
 	// SetControl changes the operators' controls of queue (pause, runtime rate) with change
 	// and returns them as stored.
 	SetControl(ctx context.Context, queue string, change func(*queue.Control)) (queue.Control, error)
+	// SetTenantControl changes the settings of one tenant of queue with change and returns
+	// them as stored; queue.ErrTooManyTenants when it would be the max+1th tenant with some.
+	SetTenantControl(ctx context.Context, queue, tenant string, max int, change func(*queue.TenantControl)) (queue.TenantControl, error)
 	// DeadLetters lists up to limit dead letters of queue, oldest first.
 	DeadLetters(ctx context.Context, queue string, limit int) ([]queue.DeadLetter, error)
 	// Replay publishes dead letter id of queue again and removes it from the dead letters.
@@ -128,8 +132,7 @@ func (o *Ops) write(action string, h func(w http.ResponseWriter, r *http.Request
 		if !ok {
 			o.writes.WithLabelValues(action, "refused").Inc()
 			o.Logger.Warn("admin: write refused", "action", action, "path", r.URL.Path, "peer", r.RemoteAddr, "why", how)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-admin"`)
-			writeProblem(w, http.StatusUnauthorized, "Unauthorized", how)
+			refuse(w, how)
 			return
 		}
 		if err := h(w, r); err != nil {
@@ -143,19 +146,30 @@ func (o *Ops) write(action string, h func(w http.ResponseWriter, r *http.Request
 }
 
 // authorise reports how r is authorised to write, or why not.
-func (o *Ops) authorise(r *http.Request) (string, bool) {
-	if o.Token != "" {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(o.Token)) == 1 {
+func (o *Ops) authorise(r *http.Request) (string, bool) { return authorise(r, o.Token, "writes") }
+
+// authorise reports how r is authorised for what needs the admin token (what: "writes",
+// "lookups by value"), or why not: the bearer token (the scheme's name in any case) when
+// token is set, else a loopback peer.
+func authorise(r *http.Request, token, what string) (string, bool) {
+	if token != "" {
+		got, ok := httphdr.CutBearer(r.Header.Get("Authorization"))
+		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
 			return "token", true
 		}
-		return "writes need Authorization: Bearer <admin_token>", false
+		return what + " need Authorization: Bearer <admin_token>", false
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if a, perr := netip.ParseAddr(host); err == nil && perr == nil && a.Unmap().IsLoopback() {
 		return "loopback", true
 	}
-	return "no admin_token is configured, so writes are accepted from loopback peers only", false
+	return "no admin_token is configured, so " + what + " are accepted from loopback peers only", false
+}
+
+// refuse writes the 401 of a request authorise refused, why being its reason.
+func refuse(w http.ResponseWriter, why string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="sluice-admin"`)
+	writeProblem(w, http.StatusUnauthorized, "Unauthorized", why)
 }
 
 // fail writes the problem for err and returns it.

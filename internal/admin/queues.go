@@ -44,8 +44,16 @@ type Queues struct {
 	PausedUntil func(ctx context.Context, queue string) (time.Time, bool, error)
 	// Now is the clock that decides whether a pause is over. Nil: time.Now.
 	Now func() time.Time
-	// Controls returns the operators' controls of the queues (pause, runtime rate). Optional.
+	// Controls returns the operators' controls of the queues (pause, runtime rate): read on
+	// every queue read, so best the queue-wide ones alone (queue.Operator.QueueControls), whose
+	// Tenants may be partial. Optional.
 	Controls func(ctx context.Context) (map[string]queue.Control, error)
+	// TenantControl reads the settings an operator set for one tenant (queue.Operator.
+	// TenantControl). Optional: nil reads them from Controls.
+	TenantControl func(ctx context.Context, queue, tenant string) (queue.TenantControl, bool, error)
+	// TenantCounts counts each queue's tenants with settings of their own, for /v1/health
+	// (queue.Operator.TenantCounts). Optional: nil counts Controls' Tenants.
+	TenantCounts func(ctx context.Context) (map[string]int, error)
 	// Learned returns the rate the workers learned for an adaptive queue, and false when they
 	// keep none (it is at its ceiling). Optional.
 	Learned func(ctx context.Context, queue string) (float64, bool, error)
@@ -59,9 +67,12 @@ type Queues struct {
 	// paused, with the time left of each. Optional: nil shows none.
 	PausedTenants func(ctx context.Context, queue string) (map[string]time.Duration, error)
 	// TenantID derives the tenant id of a tenant's value (*queue.IDs.TenantID, keyed with
-	// the deployment's id secret), to find a tenant by its value and to name the tenants that
-	// weights name. Optional: nil finds tenants by id only and names none.
+	// the deployment's id secret), to find a tenant by its value (with the admin token) and
+	// to label the tenants tenant_settings label. Optional: nil finds tenants by id only and
+	// labels none.
 	TenantID func(key []byte) (string, error)
+
+	srv *Server // set by Mount: the admin token of lookups by value
 }
 
 // TenantStatus is the admin view of one tenant of a fair queue.
@@ -69,8 +80,9 @@ type TenantStatus struct {
 	// Tenant is the tenant's id: its key parts' values keyed with the id secret
 	// (queue.IDs.TenantID), as jobs carry it.
 	Tenant string `json:"tenant"`
-	// Name is the tenant's value when the queue's weights name it, else "".
-	Name string `json:"name,omitempty"`
+	// Label is the tenant's label (tenant_settings.<value>.label), else "". Its value, an
+	// API key often, is never shown.
+	Label string `json:"label,omitempty"`
 	// Weight is its weight in the round robin.
 	Weight float64 `json:"weight"`
 	// Depth is how many of its jobs wait in its backlog.
@@ -147,6 +159,7 @@ type QueueStatus struct {
 // Mount mounts the queue endpoints on s, and has s answer the Host names of the current
 // config's admin_hosts (Server.AllowHosts).
 func (q *Queues) Mount(s *Server) {
+	q.srv = s
 	s.AllowHosts(func() []string { return q.Config().AdminHosts })
 	s.Handle("GET /v1/queues", http.HandlerFunc(q.list))
 	s.Handle("GET /v1/queues/{queue}", http.HandlerFunc(q.one))
@@ -154,7 +167,8 @@ func (q *Queues) Mount(s *Server) {
 }
 
 // tenant serves GET /v1/queues/{queue}/tenants/{tenant}: {tenant} is a tenant id (32 hex
-// digits, as TopTenants lists them) or a tenant's value, whose id TenantID derives.
+// digits, as TopTenants lists them) or, with the admin token, a tenant's value, whose id
+// TenantID derives (without it, anyone could confirm who is a customer).
 func (q *Queues) tenant(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("queue")
 	cq, ok := q.Config().Queue(name)
@@ -162,17 +176,9 @@ func (q *Queues) tenant(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "Unknown queue", "no fair queue named "+strconv.Quote(name))
 		return
 	}
-	id := r.PathValue("tenant")
-	if !isTenantID(id) {
-		if q.TenantID == nil {
-			writeProblem(w, http.StatusNotFound, "Unknown tenant", "tenants are found by id (32 hex digits) here")
-			return
-		}
-		var err error
-		if id, err = q.TenantID([]byte(id)); err != nil {
-			writeProblem(w, http.StatusServiceUnavailable, "Tenant state unavailable", err.Error())
-			return
-		}
+	id, ok := q.tenantIDOf(w, r, r.PathValue("tenant"))
+	if !ok {
+		return
 	}
 	ti, err := q.Tenant(r.Context(), name, id)
 	switch {
@@ -181,11 +187,36 @@ func (q *Queues) tenant(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeProblem(w, http.StatusServiceUnavailable, "Tenant state unavailable", err.Error())
 	default:
-		st := tenantStatus(q.tenantNames(cq), cq, id, ti.Depth)
+		st := tenantStatus(q.fileTenants(cq), id, ti.Depth)
 		st.Delivered = &ti.Delivered
 		q.setScheduling(r.Context(), &st, cq, id)
 		writeJSON(w, http.StatusOK, st)
 	}
+}
+
+// tenantIDOf returns the tenant id that t names: t itself when it is an id, else the id of
+// the value t, which needs the admin token. It answers the request itself and returns false
+// when it cannot.
+func (q *Queues) tenantIDOf(w http.ResponseWriter, r *http.Request, t string) (string, bool) {
+	if isTenantID(t) {
+		return t, true
+	}
+	if q.TenantID == nil {
+		writeProblem(w, http.StatusNotFound, "Unknown tenant", "tenants are found by id (32 hex digits) here")
+		return "", false
+	}
+	if q.srv != nil {
+		if why, ok := q.srv.authorise(r, "lookups of tenants by value"); !ok {
+			refuse(w, why+"; find a tenant by its id (32 hex digits) without it")
+			return "", false
+		}
+	}
+	id, err := q.TenantID([]byte(t))
+	if err != nil {
+		writeProblem(w, http.StatusServiceUnavailable, "Tenant state unavailable", err.Error())
+		return "", false
+	}
+	return id, true
 }
 
 // isTenantID reports whether s has the form of a tenant id: 32 lower-case hex digits.
@@ -201,30 +232,58 @@ func isTenantID(s string) bool {
 	return true
 }
 
-// tenantStatus is tenant id of cq with depth, named when cq's weights name it.
-func tenantStatus(names map[string]string, cq *config.Queue, id string, depth uint64) TenantStatus {
+// fileTenant is what the config file says of one tenant: its label and weight.
+type fileTenant struct {
+	label  string
+	weight float64
+}
+
+// tenantStatus is tenant id of cq with depth, labelled and weighted as the file says.
+func tenantStatus(named map[string]fileTenant, id string, depth uint64) TenantStatus {
 	st := TenantStatus{Tenant: id, Weight: 1, Depth: depth}
-	if v, ok := names[id]; ok {
-		st.Name, st.Weight = v, cq.Weights[v]
+	if ft, ok := named[id]; ok {
+		st.Label, st.Weight = ft.label, ft.weight
 	}
 	return st
 }
 
-// tenantNames maps the ids of the tenants cq's weights name to their values; empty when ids
-// cannot be derived (no TenantID, or the queues are not open yet).
-func (q *Queues) tenantNames(cq *config.Queue) map[string]string {
-	names := make(map[string]string, len(cq.Weights))
+// fileTenants maps the ids of the tenants cq's weights and tenant_settings name to their
+// labels and weights (tenant_settings' weight over weights'); empty when ids cannot be
+// derived (no TenantID, or the queues are not open yet). The values themselves stay here.
+func (q *Queues) fileTenants(cq *config.Queue) map[string]fileTenant {
+	named := make(map[string]fileTenant, len(cq.Weights)+len(cq.TenantSettings))
 	if q.TenantID == nil {
-		return names
+		return named
 	}
-	for v := range cq.Weights {
+	add := func(v string, set func(*fileTenant)) bool {
 		id, err := q.TenantID([]byte(v))
 		if err != nil {
-			return map[string]string{}
+			return false
 		}
-		names[id] = v
+		ft, ok := named[id]
+		if !ok {
+			ft.weight = 1
+		}
+		set(&ft)
+		named[id] = ft
+		return true
 	}
-	return names
+	for v, w := range cq.Weights {
+		if !add(v, func(ft *fileTenant) { ft.weight = w }) {
+			return map[string]fileTenant{}
+		}
+	}
+	for v, ts := range cq.TenantSettings {
+		if !add(v, func(ft *fileTenant) {
+			ft.label = ts.Label
+			if ts.Weight > 0 {
+				ft.weight = ts.Weight
+			}
+		}) {
+			return map[string]fileTenant{}
+		}
+	}
+	return named
 }
 
 func (q *Queues) list(w http.ResponseWriter, r *http.Request) {
@@ -281,7 +340,7 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 	if err != nil {
 		return st, err
 	}
-	st.setInfo(info, cq, q.tenantNames)
+	st.setInfo(info, cq, q.fileTenants)
 	now := time.Now
 	if q.Now != nil {
 		now = q.Now
@@ -318,13 +377,17 @@ func (q *Queues) status(ctx context.Context, cq *config.Queue) (QueueStatus, err
 
 // setScheduling sets what the tenant view shows of tenant id's pause, places and settings.
 func (q *Queues) setScheduling(ctx context.Context, st *TenantStatus, cq *config.Queue, id string) {
-	var ctl queue.Control
-	if q.Controls != nil {
+	var o queue.TenantControl
+	ok := false
+	switch {
+	case q.TenantControl != nil:
+		o, ok, _ = q.TenantControl(ctx, cq.Name, id)
+	case q.Controls != nil:
 		if cs, err := q.Controls(ctx); err == nil {
-			ctl = cs[cq.Name]
+			o, ok = cs[cq.Name].Tenants[id]
 		}
 	}
-	if o, ok := ctl.Tenants[id]; ok {
+	if ok {
 		st.Override = &o
 		if o.Weight > 0 {
 			st.Weight = o.Weight
@@ -379,7 +442,7 @@ func (q *Queues) now() time.Time {
 
 // setInfo sets what info says of configured queue cq: its counts and, when it is fair, its
 // tenants.
-func (st *QueueStatus) setInfo(info queue.Info, cq *config.Queue, tenantNames func(*config.Queue) map[string]string) {
+func (st *QueueStatus) setInfo(info queue.Info, cq *config.Queue, fileTenants func(*config.Queue) map[string]fileTenant) {
 	st.Depth, st.Pending, st.InFlight, st.Scheduled = info.Depth, info.Pending, info.InFlight, info.Scheduled
 	st.Consumers, st.DeadLetters, st.Left = info.Consumers, info.DeadLetters, info.Left
 	if !info.Fair {
@@ -387,9 +450,9 @@ func (st *QueueStatus) setInfo(info queue.Info, cq *config.Queue, tenantNames fu
 	}
 	st.Fair, st.Backlog, st.Tenants = true, info.Backlog, info.Tenants
 	st.TopTenants = make([]TenantStatus, 0, len(info.TopTenants))
-	names := tenantNames(cq)
+	named := fileTenants(cq)
 	for _, td := range info.TopTenants {
-		st.TopTenants = append(st.TopTenants, tenantStatus(names, cq, td.Tenant, td.Depth))
+		st.TopTenants = append(st.TopTenants, tenantStatus(named, td.Tenant, td.Depth))
 	}
 }
 

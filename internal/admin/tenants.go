@@ -19,15 +19,17 @@ type tenantSettingsView struct {
 	Override queue.TenantControl `json:"override"`
 }
 
-// maxTenantOverrides bounds the tenants of one queue with settings of their own: they are kept
-// in the queue's control entry, which every worker reads.
+// maxTenantOverrides bounds the tenants of one queue with settings of their own: each is one
+// key of the meta bucket, which every worker watches.
 const maxTenantOverrides = 10_000
 
 // tenantSettings serves PATCH /v1/queues/{queue}/tenants/{tenant} on a fair queue: a JSON
 // object with any of weight (a number > 0 and <= 1000), rate (a rate such as "5/s") and
 // in_flight (an integer >= 1), each null to go back to the config file's. {tenant} is a tenant
-// id or a tenant's value, as for GET. The settings are kept in the queue's control (JetStream),
-// so every worker applies them within a second and they survive restarts.
+// id or a tenant's value, as for GET. The settings are kept in one key of their own
+// (queue.Operator.SetTenantControl: a PATCH writes one small entry, and up to
+// maxTenantOverrides tenants per queue), so every worker applies them within a second and they
+// survive restarts.
 func (o *Ops) tenantSettings(w http.ResponseWriter, r *http.Request) error {
 	cq, err := o.queueOf(r)
 	if err != nil {
@@ -49,30 +51,14 @@ func (o *Ops) tenantSettings(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fail(w, err)
 	}
-	var tooMany bool
-	c, err := o.Q.SetControl(r.Context(), cq.Name, func(c *queue.Control) {
-		cur := c.Tenants[id]
-		change(&cur)
-		if _, had := c.Tenants[id]; !had && !cur.IsZero() && len(c.Tenants) >= maxTenantOverrides {
-			tooMany = true
-			return
-		}
-		if cur.IsZero() {
-			delete(c.Tenants, id)
-			return
-		}
-		if c.Tenants == nil {
-			c.Tenants = map[string]queue.TenantControl{}
-		}
-		c.Tenants[id] = cur
-	})
+	tc, err := o.Q.SetTenantControl(r.Context(), cq.Name, id, maxTenantOverrides, change)
 	switch {
+	case errors.Is(err, queue.ErrTooManyTenants):
+		return fail(w, badRequest("queue %q has settings for %d tenants already, the most it keeps", cq.Name, maxTenantOverrides))
 	case err != nil:
 		return fail(w, err)
-	case tooMany:
-		return fail(w, badRequest("queue %q has settings for %d tenants already, the most it keeps", cq.Name, maxTenantOverrides))
 	}
-	writeJSON(w, http.StatusOK, tenantSettingsView{Queue: cq.Name, Tenant: id, Override: c.Tenants[id]})
+	writeJSON(w, http.StatusOK, tenantSettingsView{Queue: cq.Name, Tenant: id, Override: tc})
 	return nil
 }
 

@@ -147,6 +147,32 @@ func (l *lateQueues) Controls(ctx context.Context) (map[string]queue.Control, er
 	return withQueues(l, func(qs *queue.Queues) (map[string]queue.Control, error) { return qs.Controls(ctx) })
 }
 
+func (l *lateQueues) QueueControls(ctx context.Context) (map[string]queue.Control, error) {
+	return withQueues(l, func(qs *queue.Queues) (map[string]queue.Control, error) { return qs.QueueControls(ctx) })
+}
+
+func (l *lateQueues) TenantCounts(ctx context.Context) (map[string]int, error) {
+	return withQueues(l, func(qs *queue.Queues) (map[string]int, error) { return qs.TenantCounts(ctx) })
+}
+
+func (l *lateQueues) TenantControl(ctx context.Context, q, tenant string) (queue.TenantControl, bool, error) {
+	type found struct {
+		tc queue.TenantControl
+		ok bool
+	}
+	f, err := withQueues(l, func(qs *queue.Queues) (found, error) {
+		tc, ok, err := qs.TenantControl(ctx, q, tenant)
+		return found{tc, ok}, err
+	})
+	return f.tc, f.ok, err
+}
+
+func (l *lateQueues) SetTenantControl(ctx context.Context, q, tenant string, max int, change func(*queue.TenantControl)) (queue.TenantControl, error) {
+	return withQueues(l, func(qs *queue.Queues) (queue.TenantControl, error) {
+		return qs.SetTenantControl(ctx, q, tenant, max, change)
+	})
+}
+
 func (l *lateQueues) SetControl(ctx context.Context, q string, change func(*queue.Control)) (queue.Control, error) {
 	return withQueues(l, func(qs *queue.Queues) (queue.Control, error) { return qs.SetControl(ctx, q, change) })
 }

@@ -38,6 +38,7 @@ queues:
     tenant: header:X-Tenant
     fair: true
     weights: { gold: 3 }
+    tenant_settings: { gold: { label: gold-co } }
     target: POST %s/jobs
 `, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), rec.URL, rec.URL))
 
@@ -88,9 +89,9 @@ queues:
 		Fair       bool   `json:"fair"`
 		Tenants    int    `json:"tenants"`
 		TopTenants []struct {
-			Tenant, Name string
-			Weight       float64
-			Depth        uint64
+			Tenant, Label string
+			Weight        float64
+			Depth         uint64
 		} `json:"top_tenants"`
 	}
 	getJSON(t, admin+"/v1/queues/shared", &qs)
@@ -103,7 +104,7 @@ queues:
 	// once the scheduler has written them (once a second).
 	type tenantStatus struct {
 		Tenant    string  `json:"tenant"`
-		Name      string  `json:"name"`
+		Label     string  `json:"label"`
 		Depth     uint64  `json:"depth"`
 		Delivered *uint64 `json:"delivered"`
 	}
@@ -132,18 +133,18 @@ queues:
 	if ids["gold"] == ids["plain"] {
 		t.Fatalf("two tenants share the id %s", ids["gold"])
 	}
-	// The value and the id find the same tenant, and the weights name it by its value.
+	// The value and the id find the same tenant, shown by its label, never by its value.
 	var byID tenantStatus
 	getJSON(t, admin+"/v1/queues/shared/tenants/"+ids["gold"], &byID)
-	if byID.Tenant != ids["gold"] || byID.Name != "gold" {
-		t.Errorf("gold by id: %+v, want tenant %s named gold", byID, ids["gold"])
+	if byID.Tenant != ids["gold"] || byID.Label != "gold-co" {
+		t.Errorf("gold by id: %+v, want tenant %s labelled gold-co", byID, ids["gold"])
 	}
 	found := false
 	for _, tt := range qs.TopTenants {
 		if tt.Tenant == ids["gold"] {
 			found = true
-			if tt.Name != "gold" || tt.Weight != 3 {
-				t.Errorf("gold listed as %+v, want its name and weight 3", tt)
+			if tt.Label != "gold-co" || tt.Weight != 3 {
+				t.Errorf("gold listed as %+v, want its label and weight 3", tt)
 			}
 		}
 	}

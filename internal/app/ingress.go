@@ -362,15 +362,17 @@ func (p *ingressProc) mountAdmin(context.Context) error {
 		p.log.Warn("ingress: admin_listen is reachable from other hosts and no admin_token is set: anyone who reaches it reads queue state and metrics; set admin_token (or SLUICE_ADMIN_TOKEN) or bind it to 127.0.0.1", "admin_listen", cfg.AdminListen)
 	}
 	p.adm = admin.New(cfg.AdminListen, p.reg, p.checks...)
+	p.adm.SetToken(cfg.AdminToken)
 	queues := &admin.Queues{
 		Info:        p.late,
 		Config:      p.current.Load,
 		PausedUntil: pausedUntil(p.schedule),
-		Controls:    p.late.Controls,
+		Controls:    p.late.QueueControls,
 		Tenant:      p.late.Tenant,
 		TenantID:    p.late.TenantID,
 		Places:      queuePlaces(p.queuePlaces),
 	}
+	queues.TenantControl, queues.TenantCounts = p.late.TenantControl, p.late.TenantCounts
 	if tp, ok := p.schedule.(leaky.TenantPauses); ok {
 		queues.PausedTenants = tp.PausedTenants
 	}

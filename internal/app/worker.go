@@ -156,6 +156,7 @@ func (p *workerProc) startAdmin(context.Context) error {
 			return p.pool.Ready()
 		}},
 		admin.RedisCheck(p.rdb), admin.NATSCheck(p.nc), jetStreamCheck(p.js, nil))
+	p.adm.SetToken(cfg.AdminToken)
 	var err error
 	if p.ln, err = net.Listen("tcp", cfg.AdminListen); err != nil {
 		return err

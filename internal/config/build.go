@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,6 +102,7 @@ func (b *builder) process(c *Config, raw *rawConfig) {
 			b.p.addf("", fmt.Sprintf("admin_hosts[%d]", i), "admin_hosts[%d]: want a host name or IP, optionally with :port, got %q", i, s)
 		}
 	}
+	b.formatSuffixes(c, raw.FormatSuffixes)
 	c.IDSecret = b.text("", "id_secret", raw.IDSecret, "")
 	if c.IDSecret != "" && len(c.IDSecret) < 16 {
 		b.p.add("", "id_secret", "id_secret must be at least 16 bytes long")
@@ -112,6 +114,39 @@ func (b *builder) process(c *Config, raw *rawConfig) {
 		{"job_retention", c.JobRetention}, {"read_timeout", c.ReadTimeout}} {
 		b.boundDuration("", d.field, d.v, maxDuration)
 	}
+}
+
+// DefaultFormatSuffixes are the format suffixes a rule's path also matches when the file
+// sets no format_suffixes.
+var DefaultFormatSuffixes = []string{".json", ".xml"}
+
+// formatSuffixes reads format_suffixes: absent is DefaultFormatSuffixes, [] none.
+func (b *builder) formatSuffixes(c *Config, l *stringList) {
+	if l == nil {
+		c.FormatSuffixes = slices.Clone(DefaultFormatSuffixes)
+		return
+	}
+	c.FormatSuffixes = []string{}
+	for i, s := range b.list("", "format_suffixes", *l) {
+		if !validSuffix(s) {
+			b.p.addf("", fmt.Sprintf("format_suffixes[%d]", i), `format_suffixes[%d]: want "." and 1 to 15 letters or digits, such as ".json", got %q`, i, s)
+			continue
+		}
+		c.FormatSuffixes = append(c.FormatSuffixes, s)
+	}
+}
+
+// validSuffix reports whether s is "." and 1 to 15 ASCII letters or digits.
+func validSuffix(s string) bool {
+	if len(s) < 2 || len(s) > 16 || s[0] != '.' {
+		return false
+	}
+	for _, c := range []byte(s[1:]) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // minAdminToken is the shortest admin token accepted, in characters.

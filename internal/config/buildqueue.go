@@ -7,6 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/sluice-rl/sluice/internal/httphdr"
 )
 
 // queueName is the form of a queue name: it becomes part of stream and subject names.
@@ -92,7 +96,42 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	b.fairness(where, &q, &r)
 	b.inFlight(where, &q, &r)
 	b.queueCost(where, &q, &r)
+	q.canonicalTenantValues()
 	return q
+}
+
+// canonicalTenantValues writes the tenant values weights and tenant_settings name as the
+// ingress reads them: the part read from header:Authorization with its bearer scheme as
+// "Bearer <token>", in whatever case the file writes it (the ingress reads the scheme without
+// regard to case, so "bearer t" and "Bearer t" are one tenant).
+func (q *Queue) canonicalTenantValues() {
+	at := slices.IndexFunc(q.Tenant, func(p KeyPart) bool { return p.Kind == KeyHeader && strings.EqualFold(p.Name, "Authorization") })
+	if at < 0 {
+		return
+	}
+	canon := func(v string) string {
+		parts := strings.Split(v, "\x00")
+		if at < len(parts) {
+			if tok, ok := httphdr.CutBearer(parts[at]); ok {
+				parts[at] = "Bearer " + tok
+			}
+		}
+		return strings.Join(parts, "\x00")
+	}
+	if len(q.Weights) > 0 {
+		weights := make(map[string]float64, len(q.Weights))
+		for v, w := range q.Weights {
+			weights[canon(v)] = w
+		}
+		q.Weights = weights
+	}
+	if len(q.TenantSettings) > 0 {
+		settings := make(map[string]TenantSettings, len(q.TenantSettings))
+		for v, ts := range q.TenantSettings {
+			settings[canon(v)] = ts
+		}
+		q.TenantSettings = settings
+	}
 }
 
 // inFlight reads max_in_flight, tenant_in_flight and pause_scope; the last two need fair.
@@ -117,7 +156,8 @@ func (b *builder) inFlight(where string, q *Queue, r *rawQueue) {
 	b.tenantSettings(where, q, r)
 }
 
-// tenantSettings reads tenant_settings: per tenant value, any of weight, rate and in_flight.
+// tenantSettings reads tenant_settings: per tenant value, any of label, weight, rate and
+// in_flight.
 func (b *builder) tenantSettings(where string, q *Queue, r *rawQueue) {
 	if len(r.TenantSettings) == 0 {
 		return
@@ -130,8 +170,17 @@ func (b *builder) tenantSettings(where string, q *Queue, r *rawQueue) {
 		field := "tenant_settings." + v
 		rs, ts := r.TenantSettings[v], TenantSettings{}
 		if rs == nil {
-			b.p.addf(where, field, "%s: want a mapping of weight, rate and in_flight", field)
+			b.p.addf(where, field, "%s: want a mapping of label, weight, rate and in_flight", field)
 			continue
+		}
+		if rs.Label != nil {
+			ts.Label = b.text(where, field+".label", rs.Label, "")
+			switch {
+			case len(ts.Label) > 64 || !utf8.ValidString(ts.Label) || strings.IndexFunc(ts.Label, unicode.IsControl) >= 0:
+				b.p.addf(where, field+".label", "%s.label: want up to 64 printable characters", field)
+			case ts.Label == v:
+				b.p.addf(where, field+".label", "%s.label: must not be the tenant's value, which admin reads never show; name the tenant instead (such as \"acme\")", field)
+			}
 		}
 		if rs.Weight != nil {
 			s := b.text(where, field+".weight", rs.Weight, "")

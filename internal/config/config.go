@@ -136,6 +136,12 @@ type Config struct {
 	// port, or "host:port"), lowercased, IPv6 hosts in brackets. A request for any other Host
 	// is refused, so that a DNS-rebinding page cannot reach the admin API. Empty: none.
 	AdminHosts []string
+	// FormatSuffixes are the format suffixes of a path that an upstream routes as the path
+	// itself (YAML format_suffixes, such as ".json"): a rule on "/api/orders" also matches
+	// "/api/orders.json", and one on "/api/*" also "/api.json", so a client cannot step around
+	// a rule by naming its format. Default DefaultFormatSuffixes; [] turns it off. Each starts
+	// with "." followed by 1 to 15 letters or digits.
+	FormatSuffixes []string
 	// IDSecret keys the ids of jobs with an Idempotency-Key (YAML id_secret, env
 	// SLUICE_ID_SECRET), at least 16 bytes. "": a secret generated once and kept in JetStream.
 	IDSecret string

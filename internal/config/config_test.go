@@ -81,6 +81,7 @@ func TestFullExampleLoads(t *testing.T) {
 		ReadTimeout:     30 * time.Second,
 		ReadAheadBytes:  32 << 20,
 		IPv6Prefix:      64,
+		FormatSuffixes:  DefaultFormatSuffixes,
 		Queues: []Queue{{
 			Name: "orders", Rate: Rate{N: 50, Per: time.Second}, Burst: 5, MaxDepth: 5000,
 			MaxBodyBytes: 65536, MaxBytes: 64 << 20, Target: &Target{Method: "PUT", URL: "https://orders.internal/api/orders"},
@@ -175,7 +176,7 @@ upstream: http://up
 		Path: "sluice.yaml", Listen: "127.0.0.1:8080", AdminListen: "127.0.0.1:9090", Upstream: "http://up",
 		DataDir: "./data", OnStoreError: StoreErrorAllow, StoreTimeout: 50 * time.Millisecond,
 		ShutdownTimeout: 10 * time.Second, JobRetention: 24 * time.Hour, MaxHeaderBytes: 64 << 10,
-		ReadTimeout: 30 * time.Second, ReadAheadBytes: DefaultReadAheadBytes, IPv6Prefix: 64,
+		ReadTimeout: 30 * time.Second, ReadAheadBytes: DefaultReadAheadBytes, IPv6Prefix: 64, FormatSuffixes: DefaultFormatSuffixes,
 		Queues: []Queue{{
 			Name: "q", Rate: Rate{1, time.Second}, MaxDepth: 100000, MaxBodyBytes: 1 << 20, MaxBytes: DefaultMaxBytes, MaxAttempts: 8,
 			Backoff: Backoff{time.Second, 5 * time.Minute}, Timeout: 10 * time.Second,
@@ -452,6 +453,8 @@ func TestProblems(t *testing.T) {
 		{"tenant_settings bad weight", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_settings: {a: {weight: 0}}}"), `sluice.yaml: queues[1] "q": tenant_settings.a.weight: want a number > 0 and <= 1000, got "0"`},
 		{"tenant_settings bad rate", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_settings: {a: {rate: fast}}}"), `sluice.yaml: queues[1] "q": tenant_settings.a.rate: invalid rate "fast": want N/s, N/m, N/h or N/<duration>`},
 		{"tenant_settings bad in_flight", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_settings: {a: {in_flight: 0}}}"), `sluice.yaml: queues[1] "q": tenant_settings.a.in_flight must be between 1 and 1000000, got 0`},
+		{"tenant_settings label is the value", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_settings: {sk-live-1: {label: sk-live-1}}}"), `sluice.yaml: queues[1] "q": tenant_settings.sk-live-1.label: must not be the tenant's value, which admin reads never show; name the tenant instead (such as "acme")`},
+		{"tenant_settings label too long", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_settings: {a: {label: " + strings.Repeat("x", 65) + "}}}"), `sluice.yaml: queues[1] "q": tenant_settings.a.label: want up to 64 printable characters`},
 		{"tenant_settings unknown key", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_settings: {a: {burst: 2}}}"), `sluice.yaml:3: queues[1] "q": unknown field "burst"`},
 		{"tenant_max_depth without tenant", queue("{name: q, rate: 1/s, tenant_max_depth: 100}"), `sluice.yaml: queues[1] "q": tenant_max_depth needs tenant (whose jobs it counts)`},
 		{"tenant_max_depth 0", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, tenant_max_depth: 0}"), `sluice.yaml: queues[1] "q": tenant_max_depth must be between 1 and 100000, got 0`},
@@ -504,6 +507,9 @@ func TestProblems(t *testing.T) {
 			"sluice.yaml: admin_token: \"Change-Me-0123456789\" is a placeholder; set a random token of at least 16 characters (such as `openssl rand -hex 16`)"},
 		{"admin_hosts url", "admin_hosts: ['http://admin.example']\n", `sluice.yaml: admin_hosts[0]: want a host name or IP, optionally with :port, got "http://admin.example"`},
 		{"admin_hosts port", "admin_hosts: [ops, 'ops:99999']\n", `sluice.yaml: admin_hosts[1]: want a host name or IP, optionally with :port, got "ops:99999"`},
+		{"format_suffixes no dot", "format_suffixes: [json]\n", `sluice.yaml: format_suffixes[0]: want "." and 1 to 15 letters or digits, such as ".json", got "json"`},
+		{"format_suffixes path", "format_suffixes: ['.json', '.x/y']\n", `sluice.yaml: format_suffixes[1]: want "." and 1 to 15 letters or digits, such as ".json", got ".x/y"`},
+		{"format_suffixes mapping", "format_suffixes: {json: 1}\n", `sluice.yaml: format_suffixes: want a list, not a mapping`},
 		{"admin_hosts mapping", "admin_hosts: {ops: 1}\n", `sluice.yaml: admin_hosts: want a list, not a mapping`},
 		{"upstream fragment", "upstream: http://127.0.0.1:9000/x#frag\n", `sluice.yaml: upstream: want an absolute http or https URL, got "http://127.0.0.1:9000/x#frag"`},
 		{"max_header_bytes", "max_header_bytes: 0\n", `sluice.yaml: max_header_bytes must be between 1 and 16777216, got 0`},
@@ -912,5 +918,23 @@ rules:
 		if got := Fallback(r.CostFallback, r.LimitSpec().Capacity()); got != w.fallback {
 			t.Errorf("rules[%d]: fallback %d, want %d", i, got, w.fallback)
 		}
+	}
+}
+
+// TestBearerTenantValues: a tenant read from header:Authorization is named in weights and
+// tenant_settings as the ingress reads it, the bearer scheme in any case: "bearer sk-1" in the
+// file is the tenant "Bearer sk-1" (before, its weight applied to no request).
+func TestBearerTenantValues(t *testing.T) {
+	c := mustParse(t, `queues:
+  - name: q
+    rate: 1/s
+    tenant: [header:Authorization, header:X-Region]
+    fair: true
+    weights: { "BEARER  sk-1\u0000eu": 3, plain: 2 }
+    tenant_settings: { "bearer sk-2\u0000us": { label: two } }
+`)
+	q := c.Queues[0]
+	if q.Weights["Bearer sk-1\x00eu"] != 3 || q.Weights["plain"] != 2 || q.TenantSettings["Bearer sk-2\x00us"].Label != "two" {
+		t.Errorf("weights %v, tenant_settings %v: want the bearer scheme written Bearer", q.Weights, q.TenantSettings)
 	}
 }

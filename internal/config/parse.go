@@ -160,6 +160,7 @@ type (
 		IPv6Prefix      *scalar     `yaml:"ipv6_prefix"`
 		AdminToken      *scalar     `yaml:"admin_token"`
 		AdminHosts      stringList  `yaml:"admin_hosts"`
+		FormatSuffixes  *stringList `yaml:"format_suffixes"`
 		IDSecret        *scalar     `yaml:"id_secret"`
 		Tracing         *rawTracing `yaml:"tracing"`
 		Queues          []rawQueue  `yaml:"queues"`
@@ -217,6 +218,7 @@ type (
 		Priorities       *rawPriorities                `yaml:"priorities"`
 	}
 	rawTenantSettings struct {
+		Label    *scalar `yaml:"label"`
 		Weight   *scalar `yaml:"weight"`
 		Rate     *scalar `yaml:"rate"`
 		InFlight *scalar `yaml:"in_flight"`

@@ -120,6 +120,10 @@ type Queue struct {
 
 // TenantSettings are one tenant's own settings; a zero field keeps the queue's.
 type TenantSettings struct {
+	// Label is what admin reads show of the tenant beside its id (YAML label), such as
+	// "acme": its value (an API key, often) is never shown. Up to 64 printable characters,
+	// not the value itself. "": the id alone.
+	Label string
 	// Weight is its weight in the round robin, > 0 and <= 1000 (as Weights).
 	Weight float64
 	// Rate caps its deliveries, in place of tenant_rate.

@@ -71,3 +71,15 @@ func ConnectionNames(h http.Header) []string {
 	}
 	return names
 }
+
+// CutBearer returns the token of an Authorization value of the bearer scheme, whose name is
+// matched without regard to case and may be followed by several spaces (RFC 9110 11.1, 11.4),
+// and false for any other value.
+func CutBearer(v string) (string, bool) {
+	const scheme = "bearer"
+	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) || v[len(scheme)] != ' ' {
+		return "", false
+	}
+	tok := strings.TrimLeft(v[len(scheme):], " ")
+	return tok, tok != ""
+}

@@ -33,7 +33,11 @@
 //     with the same limits; rules that fail closed answer 503.
 //   - A Reload is atomic: a request is decided and forwarded entirely under one config.
 //   - Forwarding drops hop-by-hop headers (internal/httphdr), appends to X-Forwarded-For and
-//     Forwarded, streams bodies both ways, and passes content coding, 1xx and upgrades through.
+//     Forwarded, replaces X-Forwarded-Host and -Proto, drops a client's X-Real-IP and
+//     True-Client-IP (and underscore spellings of all of them), streams bodies both ways, and
+//     passes content coding, 1xx and upgrades through.
+//   - A rule on a path also matches its format-suffix twins (format_suffixes: "/api/orders.json"
+//     under "/api/orders"), and an Authorization key part reads the bearer scheme in any case.
 //   - A rule with a cost charges what the request says it costs (cost.go); what cannot be read
 //     costs cost_fallback, and a cost no wait could admit gets 422. With cost_from_response the
 //     difference to the true cost is reconciled once the answer is finished (reconcile.go).

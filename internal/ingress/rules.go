@@ -87,10 +87,14 @@ type matcher struct {
 	exact   string // the path without a trailing slash, when the pattern is not a prefix
 	prefix  string // "/api" of "/api/*"; "" when exact
 	under   string // "/api/" of "/api/*"
+	// suffixes are the format suffixes (config.Config.FormatSuffixes) whose twins the rule
+	// also matches: "/api/orders.json" under a rule on "/api/orders", "/api.json" under one
+	// on "/api/*".
+	suffixes []string
 }
 
-func compileMatch(m config.Match) matcher {
-	mt := matcher{methods: m.Methods, fold: m.CaseInsensitive}
+func compileMatch(m config.Match, suffixes []string) matcher {
+	mt := matcher{methods: m.Methods, fold: m.CaseInsensitive, suffixes: suffixes}
 	prefix, ok := strings.CutSuffix(m.Path, "/*")
 	switch {
 	case m.Path == "", ok && prefix == "":
@@ -115,16 +119,36 @@ func (m *matcher) matches(method, path string) bool {
 	case m.anyPath:
 		return true
 	case m.prefix == "":
-		if m.fold {
-			return strings.EqualFold(trimSlash(path), m.exact)
-		}
-		return trimSlash(path) == m.exact
+		return m.same(trimSlash(path), m.exact) || m.twin(trimSlash(path), m.exact)
 	case m.fold:
-		return strings.EqualFold(path, m.prefix) ||
+		return strings.EqualFold(path, m.prefix) || m.twin(path, m.prefix) ||
 			len(path) >= len(m.under) && strings.EqualFold(path[:len(m.under)], m.under)
 	default:
-		return path == m.prefix || strings.HasPrefix(path, m.under)
+		return path == m.prefix || strings.HasPrefix(path, m.under) || m.twin(path, m.prefix)
 	}
+}
+
+// same compares two paths as the rule does: exactly, or without regard to ASCII case.
+func (m *matcher) same(a, b string) bool {
+	if m.fold {
+		return strings.EqualFold(a, b)
+	}
+	return a == b
+}
+
+// twin reports whether path is base with one of the format suffixes ("/api/orders.json" of
+// "/api/orders"). The suffix is compared without regard to case: servers that route by
+// format read ".JSON" as ".json".
+func (m *matcher) twin(path, base string) bool {
+	if len(path) <= len(base) || path[len(base)] != '.' || !m.same(path[:len(base)], base) {
+		return false
+	}
+	for _, s := range m.suffixes {
+		if strings.EqualFold(path[len(base):], s) {
+			return true
+		}
+	}
+	return false
 }
 
 // trimSlash returns p without its trailing slash, "/" as it is.
@@ -210,7 +234,7 @@ func compileRule(cfg *config.Config, cr config.Rule, queues map[string]*config.Q
 	r := &rule{
 		rejects: newRejectCache(),
 		name:    cr.Name,
-		match:   compileMatch(cr.Match),
+		match:   compileMatch(cr.Match, cfg.FormatSuffixes),
 		key:     key,
 		shadow:  cr.Shadow || cfg.Shadow,
 		queue:   cr.Queue,
@@ -494,7 +518,11 @@ func appendParts(dst []byte, parts []config.KeyPart, q *request) []byte {
 func part(p config.KeyPart, q *request) string {
 	switch p.Kind {
 	case config.KeyHeader:
-		return q.single("header ", p.Name, q.r.Header[p.Name]) // p.Name is canonical
+		v := q.single("header ", p.Name, q.r.Header[p.Name]) // p.Name is canonical
+		if p.Name == "Authorization" {
+			return canonicalBearer(v)
+		}
+		return v
 	case config.KeyQuery:
 		return q.queryValue(p.Name)
 	case config.KeyMethod:
@@ -505,6 +533,19 @@ func part(p config.KeyPart, q *request) string {
 		return p.Name
 	}
 	return ""
+}
+
+// canonicalBearer writes an Authorization value of the bearer scheme as "Bearer <token>":
+// the scheme is case-insensitive and may be followed by several spaces (RFC 9110 11.4), so
+// "bearer t" and "BEARER  t" are the same credential as "Bearer t" and key the same bucket
+// and tenant. Other values are returned as they are. It allocates only for a value not
+// already in that form.
+func canonicalBearer(v string) string {
+	tok, ok := httphdr.CutBearer(v)
+	if !ok || len(v) == len("Bearer ")+len(tok) && v[:6] == "Bearer" {
+		return v
+	}
+	return "Bearer " + tok
 }
 
 func hasControl(s string) bool {

@@ -22,7 +22,7 @@ func TestMatcher(t *testing.T) {
 		for _, ms := range methodSets {
 			for _, fold := range []bool{false, true} {
 				m := config.Match{Methods: ms, Path: pat, CaseInsensitive: fold}
-				mt := compileMatch(m)
+				mt := compileMatch(m, nil)
 				for _, path := range paths {
 					for _, method := range []string{"GET", "HEAD", "POST", "get", "DELETE"} {
 						if got, want := mt.matches(method, path), m.Matches(method, path); got != want {

@@ -17,6 +17,12 @@ import (
 // with underscores_in_headers) read them as the real one. The client's own Idempotency-Key is
 // kept: the worker delivers it on purpose.
 //
+// The forwarding headers are the ingress's to write for its hop (setForwarding): a client's
+// X-Forwarded-For is kept as the chain this hop appends to, its X-Forwarded-Host,
+// X-Forwarded-Proto and Forwarded replaced, and its X-Real-IP and True-Client-IP (which
+// nginx's realip and Cloudflare set, and upstreams believe as the client's address) dropped,
+// as are the underscore spellings of all of them (X_Real_IP reads as HTTP_X_REAL_IP).
+//
 // A header that spells a key header of a rule or a queue's tenant with underscores instead of
 // hyphens (X_API_Key beside X-API-Key) is refused with 400, as a key header repeated with two
 // values is: Sluice keys by X-Api-Key, an upstream of that kind may believe X_API_Key, and
@@ -113,6 +119,16 @@ func scrubHeaders(h http.Header, keys map[string]string, under, submit bool) *Pr
 				"the header "+name+" is another spelling of the key header "+canon+
 					", which servers may read as the same header; send "+canon+" only")
 		}
+		if forwardingHeader(folded) && strings.IndexByte(name, '_') >= 0 {
+			delete(h, name)
+		}
 	}
 	return nil
+}
+
+// forwardingHeader reports whether folded (foldHeaderName) names a header that tells an
+// upstream who the client is or which host it asked for: the ingress writes these itself.
+func forwardingHeader(folded string) bool {
+	return folded == "forwarded" || folded == "x-real-ip" || folded == "true-client-ip" ||
+		strings.HasPrefix(folded, "x-forwarded-")
 }

@@ -143,7 +143,10 @@ func rewrite(pr *httputil.ProxyRequest, target *url.URL) {
 }
 
 // setForwarding sets in h the forwarding headers of a request in that this hop passes on.
+// A client's X-Real-IP and True-Client-IP are dropped (see scrub.go).
 func setForwarding(h http.Header, in *http.Request) {
+	delete(h, "X-Real-Ip")
+	delete(h, "True-Client-Ip")
 	vals := make([]string, 4)
 	if host, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
 		if prior := in.Header["X-Forwarded-For"]; len(prior) > 0 {

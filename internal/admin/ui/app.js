@@ -44,7 +44,14 @@ async function api(method, path, body) {
   const headers = {};
   if (tokenInput.value) headers["Authorization"] = "Bearer " + tokenInput.value;
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const res = await fetch(path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
+  const send = () => fetch(path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
+  let res = await send();
+  // A read beyond the admin API's pace (the job browser's pages per second) waits its Retry-After.
+  for (let i = 0; i < 3 && res.status === 429 && method === "GET"; i++) {
+    const wait = Math.min(5, Number(res.headers.get("Retry-After")) || 1);
+    await new Promise(r => setTimeout(r, wait * 1000));
+    res = await send();
+  }
   const data = await res.json().catch(() => ({}));
   if (!res.ok) throw new Error(res.status + " " + (data.title || "") + (data.detail ? ": " + data.detail : ""));
   return data;

@@ -183,7 +183,7 @@ async function renderHealth() {
   for (const q of h.queues) {
     if (q.paused) notes.append(el("li", q.name + ": paused " + (q.paused_until ? "until " + new Date(q.paused_until).toLocaleTimeString() : "until resumed"), "paused"));
     for (const [id, until] of Object.entries(q.paused_tenants || {})) notes.append(el("li", q.name + ": tenant " + id + " paused until " + new Date(until).toLocaleTimeString(), "paused"));
-    for (const [id, o] of Object.entries(q.tenant_overrides || {})) notes.append(el("li", q.name + ": tenant " + id + " override " + JSON.stringify(o)));
+    if (q.tenant_overrides) notes.append(el("li", q.name + ": " + q.tenant_overrides + (q.tenant_overrides === 1 ? " tenant has" : " tenants have") + " settings of their own"));
   }
   box.append(notes);
 }
