@@ -71,6 +71,9 @@ rules:
 		for k, v := range hdr {
 			req.Header[k] = []string{v} // as written: the tests send non-canonical spellings
 		}
+		if strings.HasPrefix(body, "{") {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
