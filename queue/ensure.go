@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,7 +25,24 @@ func (q *core) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (je
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, err
 	}
-	return q.js.CreateOrUpdateStream(ctx, cfg)
+	st, err = q.js.CreateOrUpdateStream(ctx, cfg)
+	return st, classify(err)
+}
+
+// classify wraps the JetStream errors of a creation that retrying will not mend soon in this
+// package's sentinels: ErrNoCluster, ErrNoStore.
+func classify(err error) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return err
+	}
+	switch apiErr.ErrorCode {
+	case 10074: // JSStreamReplicasNotSupportedErr: replicas > 1 not supported in non-clustered mode
+		return fmt.Errorf("%w: %w", ErrNoCluster, err)
+	case 10047: // JSStorageResourcesExceededErr: insufficient storage resources available
+		return fmt.Errorf("%w: %w", ErrNoStore, err)
+	}
+	return err
 }
 
 // sameStream reports whether have holds every setting want sets (the server fills in the
@@ -61,7 +79,7 @@ func (q *core) ensureConsumer(ctx context.Context, stream string, cfg jetstream.
 		return err
 	}
 	_, err = q.js.CreateOrUpdateConsumer(ctx, stream, cfg)
-	return err
+	return classify(err)
 }
 
 // ensureKeyValue is ensureStream for a key-value bucket.
@@ -80,5 +98,5 @@ func (q *core) ensureKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig)
 		return err
 	}
 	_, err = q.js.CreateOrUpdateKeyValue(ctx, cfg)
-	return err
+	return classify(err)
 }

@@ -185,6 +185,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 	kv, err := js.KeyValue(ctx, q.bucketName())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, q.bucketConfig(opts.StatusTTL))
+		err = classify(err)
 		if errors.Is(err, jetstream.ErrBucketExists) { // another process won the race
 			kv, err = js.KeyValue(ctx, q.bucketName())
 		}

@@ -168,7 +168,8 @@ type (
 	}
 	rawNATS struct {
 		URL      *scalar `yaml:"url"`
-		Replicas *scalar `yaml:"replicas"`
+		Replicas    *scalar `yaml:"replicas"`
+		StoreBudget *scalar `yaml:"store_budget"`
 	}
 	rawQueue struct {
 		Name             *scalar                       `yaml:"name"`
