@@ -16,7 +16,8 @@ import (
 // config reload: changed limits (MaxDepth, MaxBytes, AckWait, ...) are applied to the existing
 // streams without losing jobs. A queue left out of specs is not deleted (its jobs still need
 // draining); it only becomes unknown to Publish. The status bucket's TTL is set to
-// max(StatusTTL, every DedupeWindow). It returns every problem found, joined.
+// max(StatusTTL, every DedupeWindow). It returns every problem found, joined: a
+// *ProvisionError for each queue that failed (the others are provisioned and known to Publish).
 func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	ctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
 	defer cancel()
@@ -70,7 +71,7 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				errs = append(errs, err)
+				errs = append(errs, &ProvisionError{Queue: s.Name, Err: err})
 				return
 			}
 			provisioned[s.Name], streams[s.Name] = s, st
@@ -83,6 +84,17 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	q.mu.Unlock()
 	return errors.Join(errs...)
 }
+
+// ProvisionError is one queue that Provision could not provision; Provision joins one per such
+// queue (errors.As finds the first; unwrap the join for all). Err says why, and wraps
+// ErrNoCluster or ErrNoStore when that is the cause.
+type ProvisionError struct {
+	Queue string
+	Err   error
+}
+
+func (e *ProvisionError) Error() string { return e.Err.Error() }
+func (e *ProvisionError) Unwrap() error { return e.Err }
 
 // provisionParallel is how many queues Provision provisions at once.
 const provisionParallel = 32

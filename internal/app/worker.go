@@ -76,7 +76,8 @@ type workerProc struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	current  atomic.Pointer[config.Config]
-	draining atomic.Bool // the pool runs: /readyz's "worker" check
+	draining atomic.Bool            // the pool runs: /readyz's "worker" check
+	waiting  atomic.Pointer[string] // why the queues are not open yet, for that check
 
 	rdb    redis.UniversalClient
 	places *inflight.Redis // the concurrency places, on rdb
@@ -147,6 +148,9 @@ func (p *workerProc) startAdmin(context.Context) error {
 	p.adm = admin.New(cfg.AdminListen, p.reg,
 		admin.Check{Name: "worker", Func: func(context.Context) error {
 			if !p.draining.Load() {
+				if why := p.waiting.Load(); why != nil {
+					return fmt.Errorf("not draining: %s", *why)
+				}
 				return errors.New("not draining")
 			}
 			// Set before draining was: the leak schedule's health, as the pool sees it.
@@ -164,7 +168,10 @@ func (p *workerProc) startAdmin(context.Context) error {
 // startQueues opens and provisions the queues, once NATS answers.
 func (p *workerProc) startQueues(ctx context.Context) error {
 	var err error
-	p.qs, err = openQueues(ctx, "worker", p.nc, p.current.Load().NATS.URL, p.current.Load, p.log, nil)
+	p.qs, err = openQueues(ctx, "worker", p.nc, p.current.Load().NATS.URL, p.current.Load, p.log, func(err error) {
+		why := "queues unavailable: " + err.Error()
+		p.waiting.Store(&why)
+	})
 	return err
 }
 

@@ -167,7 +167,7 @@ type (
 		URL *scalar `yaml:"url"`
 	}
 	rawNATS struct {
-		URL      *scalar `yaml:"url"`
+		URL         *scalar `yaml:"url"`
 		Replicas    *scalar `yaml:"replicas"`
 		StoreBudget *scalar `yaml:"store_budget"`
 	}
