@@ -65,21 +65,21 @@ func unlimited(n int64) int64 {
 	return n
 }
 
-// ensureConsumer is ensureStream for a durable consumer of stream.
-func (q *core) ensureConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+// ensureConsumer is ensureStream for a durable consumer of stream. It returns the consumer.
+func (q *core) ensureConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	c, err := q.js.Consumer(ctx, stream, cfg.Durable)
 	if err == nil {
 		have := c.CachedInfo().Config
 		if have.Description == cfg.Description && have.AckPolicy == cfg.AckPolicy &&
 			have.AckWait == cfg.AckWait && have.MaxDeliver == cfg.MaxDeliver &&
 			have.MaxAckPending == cfg.MaxAckPending && have.DeliverPolicy == cfg.DeliverPolicy {
-			return nil
+			return c, nil
 		}
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return err
+		return nil, err
 	}
-	_, err = q.js.CreateOrUpdateConsumer(ctx, stream, cfg)
-	return classify(err)
+	c, err = q.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	return c, classify(err)
 }
 
 // ensureKeyValue is ensureStream for a key-value bucket.

@@ -55,7 +55,7 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	}
 	// The queues are provisioned provisionParallel at a time: each is a few round trips to
 	// NATS (its streams' and consumer's info, and creations or updates where they differ).
-	provisioned, streams := map[string]Spec{}, map[string]jetstream.Stream{}
+	provisioned, streams, consumers := map[string]Spec{}, map[string]jetstream.Stream{}, map[string]jetstream.Consumer{}
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
@@ -67,20 +67,20 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			st, err := q.provision(ctx, s, ex)
+			st, cons, err := q.provision(ctx, s, ex)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, &ProvisionError{Queue: s.Name, Err: err})
 				return
 			}
-			provisioned[s.Name], streams[s.Name] = s, st
+			provisioned[s.Name], streams[s.Name], consumers[s.Name] = s, st, cons
 		}()
 	}
 	wg.Wait()
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	q.mu.Lock()
-	q.specs, q.streams = provisioned, streams
+	q.specs, q.streams, q.consumers = provisioned, streams, consumers
 	q.mu.Unlock()
 	return errors.Join(errs...)
 }
@@ -101,7 +101,7 @@ const provisionParallel = 32
 
 // provision creates or updates the streams and consumers of queue s; its schedule and
 // dead-letter streams only where ex says they exist.
-func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.Stream, error) {
+func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.Stream, jetstream.Consumer, error) {
 	limit := func(n int64) int64 {
 		if n == 0 {
 			return -1
@@ -123,9 +123,9 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 		Duplicates:  s.StreamDuplicates,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: %q: stream %s: %w", s.Name, q.streamName(s.Name), err)
+		return nil, nil, fmt.Errorf("queue: %q: stream %s: %w", s.Name, q.streamName(s.Name), err)
 	}
-	err = q.ensureConsumer(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
+	cons, err := q.ensureConsumer(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
 		Durable:       consumerName,
 		Description:   "Sluice workers of queue " + s.Name,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -135,30 +135,30 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
+		return nil, nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
 	}
 	if ex.deadLetters[s.Name] {
 		if err := q.provisionDeadLetters(ctx, s.Name); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if s.Fair {
 		if err := q.provisionBacklog(ctx, s, limit); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if ex.schedules[s.Name] {
 		if err := q.provisionSchedule(ctx, s); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		q.schedules.Store(s.Name, struct{}{})
 	}
 	if s.Priorities && !s.Fair {
 		if err := q.provisionLevels(ctx, s, limit); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return stream, nil
+	return stream, cons, nil
 }
 
 // ResetConsumers deletes the shared consumer of each named queue that exists, so that the next

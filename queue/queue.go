@@ -139,6 +139,9 @@ type core struct {
 	mu      sync.RWMutex
 	specs   map[string]Spec             // provisioned queues, defaults applied
 	streams map[string]jetstream.Stream // their streams, for reading jobs by subject
+	// consumers are their shared consumers as Provision found or made them, so that a worker
+	// starting on many queues asks the server for none of them again.
+	consumers map[string]jetstream.Consumer
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)
