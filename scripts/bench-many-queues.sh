@@ -99,5 +99,6 @@ for c in $CONFIGS; do
   kill "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null || true
   kill "$NATS" "$REDIS" 2>/dev/null; wait "$NATS" "$REDIS" 2>/dev/null || true
   if grep -q "10047\|cannot be provisioned" "$R"/*.log; then echo "  (some queues could not be provisioned: see the logs)"; fi
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP/$c"; cp "$R"/*.log "$KEEP/$c/"; fi
   rm -rf "$R/js"
 done
