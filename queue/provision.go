@@ -18,9 +18,11 @@ import (
 // draining); it only becomes unknown to Publish. The status bucket's TTL is set to
 // max(StatusTTL, every DedupeWindow). It returns every problem found, joined: a
 // *ProvisionError for each queue that failed (the others are provisioned and known to Publish).
+//
+// A deadline in ctx bounds the whole call. Without one, each step has its own — the bucket and
+// the listing opTimeout each, each queue 4*opTimeout from when its turn comes — so that
+// thousands of queues on a slow server are not cut off by a bound made for a few.
 func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
-	ctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
-	defer cancel()
 	var errs []error
 	seen := map[string]bool{}
 	ttl := q.opts.StatusTTL
@@ -44,12 +46,16 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		return errors.Join(errs...)
 	}
 
-	if err := q.ensureKeyValue(ctx, q.bucketConfig(ttl)); err != nil {
+	bctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	if err := q.ensureKeyValue(bctx, q.bucketConfig(ttl)); err != nil {
 		errs = append(errs, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err))
 	}
 	// Schedule and dead-letter streams are made on demand; those that exist are kept up to
 	// date here.
-	ex, err := q.listExisting(ctx)
+	lctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	ex, err := q.listExisting(lctx)
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("queue: provision: %w", err))...)
 	}
@@ -67,7 +73,9 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			st, cons, err := q.provision(ctx, s, ex)
+			qctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
+			defer cancel()
+			st, cons, err := q.provision(qctx, s, ex)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

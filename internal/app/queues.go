@@ -113,15 +113,18 @@ func quoteSome(names []string, n int) string {
 }
 
 // openQueuesOnce is one attempt of openQueues. A reload applied while it provisioned is
-// provisioned too, so that the queues opened are the current config's.
-func openQueuesOnce(ctx context.Context, js jetstream.JetStream, current func() *config.Config) (*queue.Queues, error) {
-	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+// provisioned too, so that the queues opened are the current config's. Provision bounds each
+// queue's steps by itself: one bound for the whole of thousands of queues would cut a slow
+// server's start short and start over.
+func openQueuesOnce(pctx context.Context, js jetstream.JetStream, current func() *config.Config) (*queue.Queues, error) {
+	ctx, cancel := context.WithTimeout(pctx, openTimeout)
 	defer cancel()
 	cfg := current()
 	qs, err := queue.New(ctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas(cfg), IDSecret: cfg.IDSecretBytes()})
 	if err != nil {
 		return nil, err
 	}
+	ctx = pctx
 	if cfg.NATS == nil {
 		// The quickstart: this process is the only consumer. The jobs its pool handed back at
 		// the last shutdown are pending in the consumer's stored state until their ack wait

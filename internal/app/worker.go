@@ -60,6 +60,14 @@ func (m Worker) Run(ctx context.Context) error {
 	if err := lc.start(ctx, p.services(lc)...); err != nil {
 		return startErr(ctx, err)
 	}
+	// Ready once every queue's runner has its consumer: a job published now is fetched.
+	select {
+	case <-p.pool.Started():
+	case <-ctx.Done():
+		return nil
+	case err := <-lc.failed:
+		return err
+	}
 	p.draining.Store(true)
 	p.log.Info("worker: draining", "queues", len(cfg.Queues), "nats", cfg.NATS.URL)
 	if m.Ready != nil {

@@ -120,6 +120,7 @@ type Pool struct {
 	mu      sync.Mutex
 	specs   []QueueConfig      // the current queues, in order
 	runners map[string]*runner // while running, by queue name
+	started startSignal        // every runner has its consumer (ready.go)
 	ctx     context.Context    // Run's context while running; nil before and after
 	hard    context.Context    // cancelled when the shutdown timeout has passed
 	wg      sync.WaitGroup     // the runners
@@ -257,6 +258,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	for _, s := range p.specs {
 		p.startLocked(s)
 	}
+	p.checkStartedLocked()
 	p.mu.Unlock()
 
 	<-ctx.Done()

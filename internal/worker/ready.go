@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Ready reports whether the Pool can deliver a job of every queue it drains: nil once each
@@ -44,4 +45,41 @@ func quoteSome(names []string, n int) string {
 		s += fmt.Sprintf(" and %d more", len(names)-n)
 	}
 	return s
+}
+
+// Started returns a channel that is closed once every runner of the Pool has its queue's
+// consumer: from then on Ready reports nil unless the leak schedule is down. A process
+// reports itself ready on it.
+func (p *Pool) Started() <-chan struct{} { return p.started.ch() }
+
+// startSignal is closed once, lazily made.
+type startSignal struct {
+	once, closed sync.Once
+	c            chan struct{}
+}
+
+func (s *startSignal) ch() chan struct{} {
+	s.once.Do(func() { s.c = make(chan struct{}) })
+	return s.c
+}
+
+func (s *startSignal) close() { s.closed.Do(func() { close(s.ch()) }) }
+
+// checkStarted closes p.started when every runner has its consumer.
+func (p *Pool) checkStarted() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.checkStartedLocked()
+}
+
+func (p *Pool) checkStartedLocked() {
+	if p.ctx == nil { // not running (yet, or any more)
+		return
+	}
+	for _, r := range p.runners {
+		if !r.fetching.Load() {
+			return
+		}
+	}
+	p.started.close()
 }

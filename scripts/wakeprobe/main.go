@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -67,7 +68,8 @@ func main() {
 			time.Sleep(gap)
 		}
 		slices.Sort(ms)
-		pick := func(p float64) float64 { return ms[min(len(ms)-1, int(p*float64(len(ms))))] }
+		// nearest rank: the smallest latency at least p of the samples do not exceed
+		pick := func(p float64) float64 { return ms[max(0, int(math.Ceil(p*float64(len(ms))))-1)] }
 		fmt.Fprintf(w, "%.1f %.1f %.1f\n", pick(0.5), pick(0.99), ms[len(ms)-1])
 	})
 	log.Fatal(http.ListenAndServe(*listen, mux))
