@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -67,8 +68,11 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		wg  sync.WaitGroup
 		sem = make(chan struct{}, provisionParallel)
 	)
-	for _, s := range specs {
-		s = s.withDefaults()
+	// In an order of its own: the processes of a deployment that start together on a fresh
+	// server then mostly create different queues and find the others made, instead of all
+	// sending the same creations at once (the server serializes them).
+	for _, i := range rand.Perm(len(specs)) {
+		s := specs[i].withDefaults()
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {

@@ -5,7 +5,9 @@
 # (cmd/ingress, cmd/worker) on a config of N queues of rate 10/s with no max_bytes, all started
 # at once. It prints, per configuration:
 #
-#   ready      time from the start of the processes to /readyz 200, the ingress and each worker
+#   ready      time from the start of the processes to /readyz 200: the ingress's, and the
+#              slowest of all (the workers'), on the fresh server and again on restarting the
+#              processes with the server warm (streams and consumers made)
 #   first      how long the first job, posted the moment every process is ready, takes to reach
 #              its upstream (a random queue)
 #   idle CPU   % of a core over the IDLE seconds that follow ready: nats-server, the ingress,
@@ -40,14 +42,33 @@ wait_up() { for _ in $(seq 1 400); do curl -s -o /dev/null "$1" && return 0; sle
 # ready_at <url> <t0> <file>: writes the ms from t0 to the first 200 of url
 ready_at() { until curl -sf -o /dev/null "$1"; do sleep 0.025; done; echo $(($(now_ms) - $2)) > "$3"; }
 
+# start_procs: the ingress and NW workers on $R's configs, at once; returns when all are ready,
+# each one's time to ready (ms from the start) in $R/ready-*
+start_procs() {
+  local t0 i
+  t0=$(now_ms)
+  "$W/ingress" -config "$R/ingress.yaml" 2>>"$R/ingress.log" &
+  PIDS=($!)
+  for i in $(seq 1 "$NW"); do
+    SLUICE_ADMIN_LISTEN=127.0.0.1:$((19710 + i)) "$W/worker" -config "$R/worker.yaml" 2>>"$R/worker$i.log" &
+    PIDS+=($!)
+  done
+  ready_at "http://$ADM/readyz" "$t0" "$R/ready-ingress" &
+  WAITERS=($!)
+  for i in $(seq 1 "$NW"); do ready_at "http://127.0.0.1:$((19710 + i))/readyz" "$t0" "$R/ready-worker$i" & WAITERS+=($!); done
+  wait "${WAITERS[@]}"
+}
+# max_ready: the slowest of the processes' times to ready, ingress included
+max_ready() { cat "$R"/ready-* | sort -n | tail -1; }
+
 "$W/wakeprobe" -listen "$UP" -ingress "http://$PUB" &
 wait_up "http://$UP/q/"
 
 echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3), commit $(git rev-parse --short HEAD)"
 echo "# stock nats-server -js -sd DIR (default limits), queues of rate 10/s without max_bytes, idle ${IDLE}s from ready, wake over $SAMPLES jobs"
 echo
-echo '| queues × workers | ingress ready | workers ready (slowest) | first job | idle CPU nats / ingress / worker (max) | RSS MiB nats / ingress / worker (max) | wake p50 / p99 / max |'
-echo '|---|---:|---:|---:|---|---|---|'
+echo '| queues × workers | ingress ready | all ready (slowest) | all ready, warm restart | first job | idle CPU nats / ingress / worker (max) | RSS MiB nats / ingress / worker (max) | wake p50 / p99 / max |'
+echo '|---|---:|---:|---:|---:|---|---|---|'
 for c in $CONFIGS; do
   N=${c%x*} NW=${c#*x}
   R="$W/run-$c"
@@ -67,37 +88,32 @@ for c in $CONFIGS; do
   { echo "listen: $PUB"; echo "admin_listen: $ADM"; cat "$R/common.yaml"; } > "$R/ingress.yaml"
   cp "$R/common.yaml" "$R/worker.yaml"
 
-  t0=$(now_ms)
-  "$W/ingress" -config "$R/ingress.yaml" 2>"$R/ingress.log" &
-  PIDS=($!)
-  for i in $(seq 1 "$NW"); do
-    SLUICE_ADMIN_LISTEN=127.0.0.1:$((19710 + i)) "$W/worker" -config "$R/worker.yaml" 2>"$R/worker$i.log" &
-    PIDS+=($!)
-  done
-  ready_at "http://$ADM/readyz" "$t0" "$R/ready-ingress" &
-  WAITERS=($!)
-  for i in $(seq 1 "$NW"); do ready_at "http://127.0.0.1:$((19710 + i))/readyz" "$t0" "$R/ready-worker$i" & WAITERS+=($!); done
-  wait "${WAITERS[@]}"
+  start_procs
   first=$(curl -sf "http://$UP/run?samples=1&gap=0s&queues=$N" | awk '{print $1}')
 
   declare -A T0=()
   for p in "$NATS" "${PIDS[@]}"; do T0[$p]=$(ticks "$p"); done
   sleep "$IDLE"
   cpu() { awk -v t=$(($(ticks "$1") - T0[$1])) -v hz="$(getconf CLK_TCK)" -v d="$IDLE" 'BEGIN {printf "%.1f", t / hz / d * 100}'; }
-  wcpu=0 wrss=0 wready=0
+  wcpu=0 wrss=0 wready=$(max_ready)
   for i in $(seq 1 "$NW"); do
     p=${PIDS[$i]}
     wcpu=$(awk -v a="$wcpu" -v b="$(cpu "$p")" 'BEGIN {print (b > a ? b : a)}')
     r=$(rss_mib "$p"); [ "$r" -gt "$wrss" ] && wrss=$r
-    t=$(cat "$R/ready-worker$i"); [ "$t" -gt "$wready" ] && wready=$t
   done
   idle="$(cpu "$NATS")% / $(cpu "${PIDS[0]}")% / ${wcpu}%"
   rss="$(rss_mib "$NATS") / $(rss_mib "${PIDS[0]}") / $wrss"
   wake=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
-  printf '| %d × %d | %d ms | %d ms | %s ms | %s | %s | %s |\n' "$N" "$NW" "$(cat "$R/ready-ingress")" "$wready" "$first" "$idle" "$rss" "$wake"
+  iready=$(cat "$R/ready-ingress")
 
+  # The same processes again on the warm server: the streams and consumers exist.
+  kill "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null || true
+  rm -f "$R"/ready-*
+  start_procs
+  warm=$(max_ready)
   kill "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null || true
   kill "$NATS" "$REDIS" 2>/dev/null; wait "$NATS" "$REDIS" 2>/dev/null || true
+  printf '| %d × %d | %d ms | %d ms | %d ms | %s ms | %s | %s | %s |\n' "$N" "$NW" "$iready" "$wready" "$warm" "$first" "$idle" "$rss" "$wake"
   if grep -q "10047\|cannot be provisioned" "$R"/*.log; then echo "  (some queues could not be provisioned: see the logs)"; fi
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP/$c"; cp "$R"/*.log "$KEEP/$c/"; fi
   rm -rf "$R/js"
