@@ -25,6 +25,14 @@ func (q *core) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (je
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, err
 	}
+	if err != nil {
+		// Not found: create it in one request (CreateOrUpdateStream would try an update
+		// first). Another process may have made it meanwhile, with other settings: update.
+		st, err = q.js.CreateStream(ctx, cfg)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return st, classify(err)
+		}
+	}
 	st, err = q.js.CreateOrUpdateStream(ctx, cfg)
 	return st, classify(err)
 }
