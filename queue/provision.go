@@ -92,7 +92,12 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	wg.Wait()
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	q.mu.Lock()
-	q.specs, q.streams, q.consumers = provisioned, streams, consumers
+	for name, s := range provisioned {
+		if s.Fair {
+			ex.backlogs[name] = true
+		}
+	}
+	q.specs, q.streams, q.consumers, q.hasBacklog = provisioned, streams, consumers, ex.backlogs
 	q.mu.Unlock()
 	return errors.Join(errs...)
 }

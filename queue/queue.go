@@ -142,6 +142,9 @@ type core struct {
 	// consumers are their shared consumers as Provision found or made them, so that a worker
 	// starting on many queues asks the server for none of them again.
 	consumers map[string]jetstream.Consumer
+	// hasBacklog are the queues with a tenants' backlog stream at the last Provision: the fair
+	// ones, and those that were fair once and may hold leftovers.
+	hasBacklog map[string]bool
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)
