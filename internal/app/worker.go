@@ -84,8 +84,9 @@ type workerProc struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	current  atomic.Pointer[config.Config]
-	draining atomic.Bool            // the pool runs: /readyz's "worker" check
-	waiting  atomic.Pointer[string] // why the queues are not open yet, for that check
+	draining atomic.Bool                 // the pool runs: /readyz's "worker" check
+	waiting  atomic.Pointer[string]      // why the queues are not open yet, for that check
+	pooled   atomic.Pointer[worker.Pool] // pool, for that check before draining is set
 
 	rdb    redis.UniversalClient
 	places *inflight.Redis // the concurrency places, on rdb
@@ -159,6 +160,11 @@ func (p *workerProc) startAdmin(context.Context) error {
 				if why := p.waiting.Load(); why != nil {
 					return fmt.Errorf("not draining: %s", *why)
 				}
+				if pl := p.pooled.Load(); pl != nil {
+					if err := pl.Ready(); err != nil {
+						return fmt.Errorf("not draining yet: %w", err)
+					}
+				}
 				return errors.New("not draining")
 			}
 			// Set before draining was: the leak schedule's health, as the pool sees it.
@@ -198,6 +204,7 @@ func (p *workerProc) newPool(context.Context) error {
 		return configErr(err)
 	}
 	p.pool = pool
+	p.pooled.Store(pool)
 	return nil
 }
 
