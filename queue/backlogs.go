@@ -225,6 +225,9 @@ type FairLayout struct {
 	// (BacklogSubject), work-queue retention, direct gets allowed. It does not exist while the queue was never
 	// fair.
 	Backlog string
+	// HasBacklog is whether the Backlog stream existed at the last Provision (or the queue is
+	// fair): a queue without one has no leftovers to drain.
+	HasBacklog bool
 	// Delivery is the stream the workers take jobs from, through the durable pull Consumer.
 	Delivery string
 	Consumer string
@@ -247,7 +250,11 @@ func (q *Queues) FairLayout(name string) (FairLayout, error) {
 	if !ok {
 		return FairLayout{}, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
-	return q.layout(name, s.Fair), nil
+	l := q.layout(name, s.Fair)
+	q.mu.RLock()
+	l.HasBacklog = q.hasBacklog[name]
+	q.mu.RUnlock()
+	return l, nil
 }
 
 func (q *core) layout(name string, fair bool) FairLayout {

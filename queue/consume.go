@@ -34,6 +34,12 @@ func (d Deliveries) Consumer(ctx context.Context, name string) (*Consumer, error
 	if _, ok := d.spec(name); !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
+	d.mu.RLock()
+	c, ok := d.consumers[name]
+	d.mu.RUnlock()
+	if ok {
+		return &Consumer{q: d.core, queue: name, c: c}, nil
+	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 	c, err := d.js.Consumer(ctx, d.streamName(name), consumerName)

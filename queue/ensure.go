@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,7 +25,32 @@ func (q *core) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (je
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, err
 	}
-	return q.js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		// Not found: create it in one request (CreateOrUpdateStream would try an update
+		// first). Another process may have made it meanwhile, with other settings: update.
+		st, err = q.js.CreateStream(ctx, cfg)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return st, classify(err)
+		}
+	}
+	st, err = q.js.CreateOrUpdateStream(ctx, cfg)
+	return st, classify(err)
+}
+
+// classify wraps the JetStream errors of a creation that retrying will not mend soon in this
+// package's sentinels: ErrNoCluster, ErrNoStore.
+func classify(err error) error {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return err
+	}
+	switch apiErr.ErrorCode {
+	case 10074: // JSStreamReplicasNotSupportedErr: replicas > 1 not supported in non-clustered mode
+		return fmt.Errorf("%w: %w", ErrNoCluster, err)
+	case 10047: // JSStorageResourcesExceededErr: insufficient storage resources available
+		return fmt.Errorf("%w: %w", ErrNoStore, err)
+	}
+	return err
 }
 
 // sameStream reports whether have holds every setting want sets (the server fills in the
@@ -47,21 +73,21 @@ func unlimited(n int64) int64 {
 	return n
 }
 
-// ensureConsumer is ensureStream for a durable consumer of stream.
-func (q *core) ensureConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+// ensureConsumer is ensureStream for a durable consumer of stream. It returns the consumer.
+func (q *core) ensureConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	c, err := q.js.Consumer(ctx, stream, cfg.Durable)
 	if err == nil {
 		have := c.CachedInfo().Config
 		if have.Description == cfg.Description && have.AckPolicy == cfg.AckPolicy &&
 			have.AckWait == cfg.AckWait && have.MaxDeliver == cfg.MaxDeliver &&
 			have.MaxAckPending == cfg.MaxAckPending && have.DeliverPolicy == cfg.DeliverPolicy {
-			return nil
+			return c, nil
 		}
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return err
+		return nil, err
 	}
-	_, err = q.js.CreateOrUpdateConsumer(ctx, stream, cfg)
-	return err
+	c, err = q.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	return c, classify(err)
 }
 
 // ensureKeyValue is ensureStream for a key-value bucket.
@@ -80,5 +106,5 @@ func (q *core) ensureKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig)
 		return err
 	}
 	_, err = q.js.CreateOrUpdateKeyValue(ctx, cfg)
-	return err
+	return classify(err)
 }

@@ -260,4 +260,12 @@ var (
 	// ErrNoSchedule is returned by MoveDue for a queue without a schedule stream and mover:
 	// none was made yet (the queue's first scheduled publish makes them), or they are being made.
 	ErrNoSchedule = errors.New("queue: no schedule stream")
+	// ErrNoCluster is returned by New and Provision when Replicas > 1 is asked of a NATS
+	// server that runs JetStream without a cluster (JetStream's err 10074): permanent until the
+	// replicas or the servers change, so not worth retrying.
+	ErrNoCluster = errors.New("queue: replicas > 1 need a JetStream cluster")
+	// ErrNoStore is returned by Provision when the NATS server cannot reserve a stream's
+	// MaxBytes on its store (JetStream's err 10047: the streams' MaxBytes together exceed its
+	// max_file_store). It lasts until a reservation is released or the store grows.
+	ErrNoStore = errors.New("queue: the NATS server's store cannot reserve the stream's max bytes")
 )

@@ -45,11 +45,12 @@ func (q *core) onDemand(ctx context.Context, known *sync.Map, name string, make 
 
 // existing is what Provision finds made on demand: the queues that have a schedule stream
 // and those that have a dead-letter stream, by name.
-type existing struct{ schedules, deadLetters map[string]bool }
+type existing struct{ schedules, deadLetters, backlogs map[string]bool }
 
-// listExisting lists the schedule and dead-letter streams of this prefix: two paged listings.
+// listExisting lists the schedule, dead-letter and backlog streams of this prefix: three paged
+// listings.
 func (q *core) listExisting(ctx context.Context) (existing, error) {
-	ex := existing{schedules: map[string]bool{}, deadLetters: map[string]bool{}}
+	ex := existing{schedules: map[string]bool{}, deadLetters: map[string]bool{}, backlogs: map[string]bool{}}
 	err := q.listStreams(ctx, q.opts.Prefix+".s.>", q.schedStreamPrefix(), func(name string, _ jetstream.StreamState) {
 		ex.schedules[name] = true
 	})
@@ -58,6 +59,12 @@ func (q *core) listExisting(ctx context.Context) (existing, error) {
 	}
 	err = q.listStreams(ctx, q.opts.Prefix+".dlq.>", q.dlqStreamName(""), func(name string, _ jetstream.StreamState) {
 		ex.deadLetters[name] = true
+	})
+	if err != nil {
+		return ex, err
+	}
+	err = q.listStreams(ctx, q.opts.Prefix+".t.>", q.opts.Prefix+"_T_", func(name string, _ jetstream.StreamState) {
+		ex.backlogs[name] = true
 	})
 	return ex, err
 }

@@ -91,7 +91,7 @@ func (q *core) provisionLevels(ctx context.Context, s Spec, limit func(int64) in
 		if err != nil {
 			return fmt.Errorf("queue: %q: stream %s: %w", s.Name, name, err)
 		}
-		err = q.ensureConsumer(ctx, name, jetstream.ConsumerConfig{
+		_, err = q.ensureConsumer(ctx, name, jetstream.ConsumerConfig{
 			Durable:       consumerName,
 			Description:   "Sluice workers of queue " + s.Name + ", priority " + string(p),
 			AckPolicy:     jetstream.AckExplicitPolicy,

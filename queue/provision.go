@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -16,10 +17,13 @@ import (
 // config reload: changed limits (MaxDepth, MaxBytes, AckWait, ...) are applied to the existing
 // streams without losing jobs. A queue left out of specs is not deleted (its jobs still need
 // draining); it only becomes unknown to Publish. The status bucket's TTL is set to
-// max(StatusTTL, every DedupeWindow). It returns every problem found, joined.
+// max(StatusTTL, every DedupeWindow). It returns every problem found, joined: a
+// *ProvisionError for each queue that failed (the others are provisioned and known to Publish).
+//
+// A deadline in ctx bounds the whole call. Without one, each step has its own — the bucket and
+// the listing opTimeout each, each queue 4*opTimeout from when its turn comes — so that
+// thousands of queues on a slow server are not cut off by a bound made for a few.
 func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
-	ctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
-	defer cancel()
 	var errs []error
 	seen := map[string]bool{}
 	ttl := q.opts.StatusTTL
@@ -43,53 +47,78 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		return errors.Join(errs...)
 	}
 
-	if err := q.ensureKeyValue(ctx, q.bucketConfig(ttl)); err != nil {
+	bctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	if err := q.ensureKeyValue(bctx, q.bucketConfig(ttl)); err != nil {
 		errs = append(errs, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err))
 	}
 	// Schedule and dead-letter streams are made on demand; those that exist are kept up to
 	// date here.
-	ex, err := q.listExisting(ctx)
+	lctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	ex, err := q.listExisting(lctx)
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("queue: provision: %w", err))...)
 	}
 	// The queues are provisioned provisionParallel at a time: each is a few round trips to
 	// NATS (its streams' and consumer's info, and creations or updates where they differ).
-	provisioned, streams := map[string]Spec{}, map[string]jetstream.Stream{}
+	provisioned, streams, consumers := map[string]Spec{}, map[string]jetstream.Stream{}, map[string]jetstream.Consumer{}
 	var (
 		mu  sync.Mutex
 		wg  sync.WaitGroup
 		sem = make(chan struct{}, provisionParallel)
 	)
-	for _, s := range specs {
-		s = s.withDefaults()
+	// In an order of its own: the processes of a deployment that start together on a fresh
+	// server then mostly create different queues and find the others made, instead of all
+	// sending the same creations at once (the server serializes them).
+	for _, i := range rand.Perm(len(specs)) {
+		s := specs[i].withDefaults()
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			st, err := q.provision(ctx, s, ex)
+			qctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
+			defer cancel()
+			st, cons, err := q.provision(qctx, s, ex)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				errs = append(errs, err)
+				errs = append(errs, &ProvisionError{Queue: s.Name, Err: err})
 				return
 			}
-			provisioned[s.Name], streams[s.Name] = s, st
+			provisioned[s.Name], streams[s.Name], consumers[s.Name] = s, st, cons
 		}()
 	}
 	wg.Wait()
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	q.mu.Lock()
-	q.specs, q.streams = provisioned, streams
+	for name, s := range provisioned {
+		if s.Fair {
+			ex.backlogs[name] = true
+		}
+	}
+	q.specs, q.streams, q.consumers, q.hasBacklog = provisioned, streams, consumers, ex.backlogs
 	q.mu.Unlock()
 	return errors.Join(errs...)
 }
+
+// ProvisionError is one queue that Provision could not provision; Provision joins one per such
+// queue (errors.As finds the first; unwrap the join for all). Err says why, and wraps
+// ErrNoCluster or ErrNoStore when that is the cause.
+type ProvisionError struct {
+	Queue string
+	Err   error
+}
+
+func (e *ProvisionError) Error() string { return e.Err.Error() }
+func (e *ProvisionError) Unwrap() error { return e.Err }
 
 // provisionParallel is how many queues Provision provisions at once.
 const provisionParallel = 32
 
 // provision creates or updates the streams and consumers of queue s; its schedule and
 // dead-letter streams only where ex says they exist.
-func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.Stream, error) {
+func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.Stream, jetstream.Consumer, error) {
 	limit := func(n int64) int64 {
 		if n == 0 {
 			return -1
@@ -111,9 +140,9 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 		Duplicates:  s.StreamDuplicates,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: %q: stream %s: %w", s.Name, q.streamName(s.Name), err)
+		return nil, nil, fmt.Errorf("queue: %q: stream %s: %w", s.Name, q.streamName(s.Name), err)
 	}
-	err = q.ensureConsumer(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
+	cons, err := q.ensureConsumer(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
 		Durable:       consumerName,
 		Description:   "Sluice workers of queue " + s.Name,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -123,33 +152,33 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
+		return nil, nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
 	}
 	if err := q.provisionLedger(ctx, s, limit); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ex.deadLetters[s.Name] {
 		if err := q.provisionDeadLetters(ctx, s.Name); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if s.Fair {
 		if err := q.provisionBacklog(ctx, s, limit); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if ex.schedules[s.Name] {
 		if err := q.provisionSchedule(ctx, s); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		q.schedules.Store(s.Name, struct{}{})
 	}
 	if s.Priorities && !s.Fair {
 		if err := q.provisionLevels(ctx, s, limit); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return stream, nil
+	return stream, cons, nil
 }
 
 // ResetConsumers deletes the shared consumer of each named queue that exists, so that the next

@@ -139,6 +139,12 @@ type core struct {
 	mu      sync.RWMutex
 	specs   map[string]Spec             // provisioned queues, defaults applied
 	streams map[string]jetstream.Stream // their streams, for reading jobs by subject
+	// consumers are their shared consumers as Provision found or made them, so that a worker
+	// starting on many queues asks the server for none of them again.
+	consumers map[string]jetstream.Consumer
+	// hasBacklog are the queues with a tenants' backlog stream at the last Provision: the fair
+	// ones, and those that were fair once and may hold leftovers.
+	hasBacklog map[string]bool
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)
@@ -193,6 +199,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 	kv, err := js.KeyValue(ctx, q.bucketName())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, q.bucketConfig(opts.StatusTTL))
+		err = classify(err)
 		if errors.Is(err, jetstream.ErrBucketExists) { // another process won the race
 			kv, err = js.KeyValue(ctx, q.bucketName())
 		}

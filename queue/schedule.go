@@ -73,7 +73,7 @@ func (q *core) provisionSchedule(ctx context.Context, s Spec) error {
 	if err != nil {
 		return fmt.Errorf("queue: %q: schedule stream %s: %w", s.Name, name, err)
 	}
-	err = q.ensureConsumer(ctx, name, jetstream.ConsumerConfig{
+	_, err = q.ensureConsumer(ctx, name, jetstream.ConsumerConfig{
 		Durable:       moverName,
 		Description:   "Sluice movers of due jobs of queue " + s.Name,
 		FilterSubject: q.schedPrefix(s.Name) + "due.*",

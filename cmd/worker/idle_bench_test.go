@@ -85,7 +85,7 @@ func measureIdle(b *testing.B, workerBin, ingressBin string, queues, workers int
 	names := make([]string, queues)
 	for i := range names {
 		names[i] = fmt.Sprintf("idle%04d", i)
-		y.WriteString(c.queueYAML(names[i], "100/s", "max_bytes: 1048576")) // 1 000 × the 256 MiB default would not fit the store
+		y.WriteString(c.queueYAML(names[i], "100/s", "max_bytes: 1048576")) // reserved on the store: 1 GiB for 1 000 (without it nothing is reserved)
 	}
 	path := filepath.Join(c.dir, "sluice.yaml")
 	c.writeConfig(path, y.String())

@@ -116,7 +116,7 @@ queues:
   - name: orders
     rate: 1/h
     target: POST %s/jobs
-    max_bytes: 4194304 # JetStream reserves it on a 16 MiB disk; the 256 MiB default would not fit
+    max_bytes: 4194304 # JetStream reserves it on a 16 MiB disk
 `, up.URL, ns.URL, up.URL), 10*time.Second)
 	testenv.WaitFor(t, 20*time.Second, "the queues to open", func() bool {
 		return do(t, "GET", "http://"+r.admin+"/readyz", "").code == http.StatusOK

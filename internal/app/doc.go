@@ -19,9 +19,13 @@
 //     retry.Policy), then provisions the streams — the one connect policy. The worker waits
 //     for it; the ingress with a nats section opens them in the background behind lateQueues,
 //     which answers 503 at once until then (and for a queue whose JetStream stops answering,
-//     one trial publish at a time), so the listeners serve while NATS is down;
+//     one trial publish at a time), so the listeners serve while NATS is down. A queue that
+//     cannot be provisioned keeps /readyz of both at 503, naming it and the fix, while the
+//     attempts go on; a misconfiguration no attempt can mend (nats.replicas above 1 against a
+//     server without a JetStream cluster) stops the process with a config error at once;
 //  5. run: the ingress serves its "listener" (ingress.Server: rules, forward, 429, defer) and,
-//     with embedded NATS, "in-process workers"; the worker runs its "workers" (worker.Pool).
+//     with embedded NATS, "in-process workers"; the worker runs its "workers" (worker.Pool),
+//     and reports ready once every queue's runner has its consumer (worker.Pool.Started);
 //     With rls_listen the ingress also serves Envoy's rate-limit service ("rls": its domain
 //     files loaded and its listener opened; "rls listener", gRPC, internal/rls; "rls watcher",
 //     optional, which reloads the domain files when their directory changes), counting with

@@ -60,6 +60,7 @@ func (m Ingress) Run(ctx context.Context) error {
 	p.late = newLateQueues(p.log)
 	p.current.Store(cfg)
 	lc := newLifecycle("ingress", p.log)
+	p.lc = lc
 	defer func() { lc.stop(p.current.Load().ShutdownTimeout); p.log.Info("ingress: stopped") }()
 	if err := lc.start(ctx, p.services(lc, cfg)...); err != nil {
 		return startErr(ctx, err)
@@ -83,6 +84,7 @@ type ingressProc struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	current atomic.Pointer[config.Config]
+	lc      *lifecycle // stops the process when the queues can never open (startQueues)
 
 	rdb      redis.UniversalClient
 	lim      limit.Limiter   // nil: in-process memory (ingress.New's default)
@@ -260,7 +262,11 @@ func (p *ingressProc) startQueues(ctx context.Context) error {
 		defer close(p.opening)
 		qs, err := openQueues(octx, "ingress", p.nc, cfg.NATS.URL, p.current.Load, p.log, p.late.failed)
 		if err != nil {
-			return // stopped before NATS answered
+			if octx.Err() == nil { // a permanent misconfiguration (explainOpen): stop, saying so
+				p.late.failed(err)
+				p.lc.fail("queues", err)
+			}
+			return // or stopped before NATS answered
 		}
 		p.provMu.Lock()
 		defer p.provMu.Unlock()

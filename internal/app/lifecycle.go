@@ -47,6 +47,15 @@ func (l *lifecycle) start(ctx context.Context, services ...service) error {
 	return nil
 }
 
+// fail stops the process with err of service name, as a background service that ends on its
+// own does: wait returns it (the first such error only). Safe from any goroutine.
+func (l *lifecycle) fail(name string, err error) {
+	select {
+	case l.failed <- fmt.Errorf("%s: %s: %w", l.proc, name, err):
+	default:
+	}
+}
+
 // wait blocks until ctx ends (nil) or a background service fails (its error).
 func (l *lifecycle) wait(ctx context.Context) error {
 	select {
@@ -112,10 +121,7 @@ func (l *lifecycle) run(name string, b background, f func(ctx context.Context) e
 				}
 				l.log.Error(l.proc+": "+name, "err", err)
 				if !b.optional && rctx.Err() == nil {
-					select {
-					case l.failed <- fmt.Errorf("%s: %s: %w", l.proc, name, err):
-					default:
-					}
+					l.fail(name, err)
 				}
 			}()
 			return nil

@@ -2,8 +2,11 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,6 +44,10 @@ func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, cur
 			if qs, err = openQueuesOnce(ctx, js, current); err == nil {
 				return qs, nil
 			}
+			var permanent bool
+			if err, permanent = explainOpen(current(), err); permanent {
+				return nil, err
+			}
 		}
 		if failed != nil {
 			failed(err)
@@ -53,16 +60,71 @@ func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, cur
 	}
 }
 
+// explainOpen turns a failed opening of the queues into what the log and /readyz say: the
+// queues that could not be provisioned, the cause and its fix. permanent says that retrying
+// cannot help (replicas above what the NATS servers run): the process stops with a config
+// error rather than report not ready for ever.
+func explainOpen(cfg *config.Config, err error) (_ error, permanent bool) {
+	if errors.Is(err, queue.ErrNoCluster) {
+		return configErrf("%s: nats.replicas is %d, but the NATS server runs JetStream without a cluster: "+
+			"set nats.replicas: 1 or run a cluster of at least %d servers (%s)", cfg.Path, replicas(cfg), replicas(cfg), firstCause(err)), true
+	}
+	var failed []string
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if pe := (*queue.ProvisionError)(nil); errors.As(e, &pe) {
+				failed = append(failed, pe.Queue)
+			}
+		}
+	}
+	if len(failed) == 0 {
+		return err, false
+	}
+	fix := ""
+	if errors.Is(err, queue.ErrNoStore) {
+		fix = ": the NATS server's store cannot reserve their max_bytes (JetStream reserves a stream's " +
+			"max_bytes when it creates it): lower their max_bytes or nats.store_budget, or leave both unset " +
+			"(a queue without max_bytes reserves nothing), or give nats-server a larger store " +
+			"(jetstream { max_file_store })"
+	}
+	return fmt.Errorf("%d of %d queues cannot be provisioned (%s)%s; first: %s",
+		len(failed), len(cfg.Queues), quoteSome(failed, 5), fix, firstCause(err)), false
+}
+
+// firstCause is the first error of a join, whole.
+func firstCause(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 0 {
+		return j.Unwrap()[0]
+	}
+	return err
+}
+
+// quoteSome is up to n of names, quoted, and how many more there are.
+func quoteSome(names []string, n int) string {
+	q := make([]string, 0, min(n, len(names)))
+	for _, name := range names[:min(n, len(names))] {
+		q = append(q, strconv.Quote(name))
+	}
+	s := strings.Join(q, ", ")
+	if len(names) > n {
+		s += fmt.Sprintf(" and %d more", len(names)-n)
+	}
+	return s
+}
+
 // openQueuesOnce is one attempt of openQueues. A reload applied while it provisioned is
-// provisioned too, so that the queues opened are the current config's.
-func openQueuesOnce(ctx context.Context, js jetstream.JetStream, current func() *config.Config) (*queue.Queues, error) {
-	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+// provisioned too, so that the queues opened are the current config's. Provision bounds each
+// queue's steps by itself: one bound for the whole of thousands of queues would cut a slow
+// server's start short and start over.
+func openQueuesOnce(pctx context.Context, js jetstream.JetStream, current func() *config.Config) (*queue.Queues, error) {
+	ctx, cancel := context.WithTimeout(pctx, openTimeout)
 	defer cancel()
 	cfg := current()
 	qs, err := queue.New(ctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas(cfg), IDSecret: cfg.IDSecretBytes()})
 	if err != nil {
 		return nil, err
 	}
+	ctx = pctx
 	if cfg.NATS == nil {
 		// The quickstart: this process is the only consumer. The jobs its pool handed back at
 		// the last shutdown are pending in the consumer's stored state until their ack wait

@@ -61,6 +61,14 @@ func (m Worker) Run(ctx context.Context) error {
 	if err := lc.start(ctx, p.services(lc)...); err != nil {
 		return startErr(ctx, err)
 	}
+	// Ready once every queue's runner has its consumer: a job published now is fetched.
+	select {
+	case <-p.pool.Started():
+	case <-ctx.Done():
+		return nil
+	case err := <-lc.failed:
+		return err
+	}
 	p.draining.Store(true)
 	p.log.Info("worker: draining", "queues", len(cfg.Queues), "nats", cfg.NATS.URL)
 	if m.Ready != nil {
@@ -77,7 +85,9 @@ type workerProc struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	current  atomic.Pointer[config.Config]
-	draining atomic.Bool // the pool runs: /readyz's "worker" check
+	draining atomic.Bool                 // the pool runs: /readyz's "worker" check
+	waiting  atomic.Pointer[string]      // why the queues are not open yet, for that check
+	pooled   atomic.Pointer[worker.Pool] // pool, for that check before draining is set
 
 	rdb    redis.UniversalClient
 	places *inflight.Redis // the concurrency places, on rdb
@@ -150,6 +160,14 @@ func (p *workerProc) startAdmin(context.Context) error {
 	p.adm = admin.New(cfg.AdminListen, p.reg,
 		admin.Check{Name: "worker", Func: func(context.Context) error {
 			if !p.draining.Load() {
+				if why := p.waiting.Load(); why != nil {
+					return fmt.Errorf("not draining: %s", *why)
+				}
+				if pl := p.pooled.Load(); pl != nil {
+					if err := pl.Ready(); err != nil {
+						return fmt.Errorf("not draining yet: %w", err)
+					}
+				}
 				return errors.New("not draining")
 			}
 			// Set before draining was: the leak schedule's health, as the pool sees it.
@@ -168,7 +186,10 @@ func (p *workerProc) startAdmin(context.Context) error {
 // startQueues opens and provisions the queues, once NATS answers.
 func (p *workerProc) startQueues(ctx context.Context) error {
 	var err error
-	p.qs, err = openQueues(ctx, "worker", p.nc, p.current.Load().NATS.URL, p.current.Load, p.log, nil)
+	p.qs, err = openQueues(ctx, "worker", p.nc, p.current.Load().NATS.URL, p.current.Load, p.log, func(err error) {
+		why := "queues unavailable: " + err.Error()
+		p.waiting.Store(&why)
+	})
 	return err
 }
 
@@ -188,6 +209,7 @@ func (p *workerProc) newPool(context.Context) error {
 		return configErr(err)
 	}
 	p.pool = pool
+	p.pooled.Store(pool)
 	return nil
 }
 

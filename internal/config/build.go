@@ -74,6 +74,8 @@ func (b *builder) stores(c *Config, raw *rawConfig) {
 		if c.NATS.Replicas < 1 || c.NATS.Replicas > 5 {
 			b.p.add("", "nats.replicas", "nats.replicas must be between 1 and 5")
 		}
+		c.NATS.StoreBudget = b.integer("", "nats.store_budget", raw.NATS.StoreBudget, 0, 64)
+		b.bound("", "nats.store_budget", c.NATS.StoreBudget, 0, 1<<50)
 	}
 }
 
@@ -208,7 +210,45 @@ func (b *builder) queues(c *Config, raws []rawQueue) map[string]int {
 		}
 		c.Queues = append(c.Queues, q)
 	}
+	if c.NATS != nil && c.NATS.StoreBudget > 0 {
+		b.storeBudget(c, raws)
+	}
 	return queueAt
+}
+
+// storeBudget shares nats.store_budget among the queues without their own max_bytes: what the
+// queues with one reserve is taken first, the rest split equally among the streams of the
+// others. A budget too small for that is a problem of nats.store_budget, or of the queue whose
+// share would hold no body of max_body_bytes.
+func (b *builder) storeBudget(c *Config, raws []rawQueue) {
+	budget := c.NATS.StoreBudget
+	var own, shared int64 // bytes reserved by max_bytes of the file; streams that share the rest
+	for i := range c.Queues {
+		if raws[i].MaxBytes != nil {
+			own += c.Queues[i].MaxBytes * c.Queues[i].Streams()
+		} else {
+			shared += c.Queues[i].Streams()
+		}
+	}
+	if own > budget {
+		b.p.addf("", "nats.store_budget", "nats.store_budget: the queues' own max_bytes reserve %d bytes, more than the budget's %d; raise store_budget or lower their max_bytes", own, budget)
+		return
+	}
+	if shared == 0 {
+		return
+	}
+	share := (budget - own) / shared
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		if raws[i].MaxBytes != nil {
+			continue
+		}
+		if share < q.MaxBodyBytes {
+			b.p.addf(place("queues", i, q.Name), "max_bytes", "max_bytes: nats.store_budget %d shared among %d queue streams leaves %d bytes each, less than this queue's max_body_bytes %d; raise store_budget or set this queue's max_bytes", budget, shared, share, q.MaxBodyBytes)
+			continue
+		}
+		q.MaxBytes = share
+	}
 }
 
 // rules reads the rules, whose queues must be among queueAt.

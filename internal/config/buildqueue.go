@@ -42,8 +42,11 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	b.bound(where, "max_depth", q.MaxDepth, 1, maxDepth)
 	q.MaxBodyBytes = b.integer(where, "max_body_bytes", r.MaxBodyBytes, DefaultMaxBodyBytes, 64)
 	b.bound(where, "max_body_bytes", q.MaxBodyBytes, 1, maxBodyBytes)
-	q.MaxBytes = b.integer(where, "max_bytes", r.MaxBytes, max(DefaultMaxBytes, q.MaxBodyBytes), 64)
-	b.bound(where, "max_bytes", q.MaxBytes, max(q.MaxBodyBytes, 1), 1<<50)
+	q.MaxBytes = DefaultMaxBytes // or a share of nats.store_budget (storeBudget)
+	if r.MaxBytes != nil {
+		q.MaxBytes = b.integer(where, "max_bytes", r.MaxBytes, DefaultMaxBytes, 64)
+		b.bound(where, "max_bytes", q.MaxBytes, max(q.MaxBodyBytes, 1), 1<<50)
+	}
 	if r.Target != nil && r.Target.shape == "" {
 		q.Target = b.target(where, r.Target.text)
 	} else {

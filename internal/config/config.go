@@ -30,10 +30,13 @@ const (
 
 	DefaultMaxDepth     = 100000
 	DefaultMaxBodyBytes = 1 << 20
-	// DefaultMaxBytes bounds a queue's stream: 256 MiB. JetStream reserves it on the server's
-	// store when the stream is created, so the queues' max_bytes together (times
-	// nats.replicas) must fit in what the NATS servers may store.
-	DefaultMaxBytes     = 256 << 20
+	// DefaultMaxBytes is a queue's max_bytes when neither the queue nor nats.store_budget
+	// sets one: 0, no bound of the stream's own. JetStream reserves a stream's MaxBytes on the
+	// server's store when the stream is created (only when it is set), so a default of 256 MiB
+	// fitted ~300 queues on a stock server; unset, a queue reserves nothing and is bounded by
+	// max_depth and by the server's store limit, which refuses every write once the streams
+	// together reach it (docs/scaling.md).
+	DefaultMaxBytes     = 0
 	DefaultTargetMethod = "POST"
 	DefaultMaxAttempts  = 8
 	// A queue's delivery backoff. The worker always passes these (or the file's) to retry;
@@ -208,8 +211,15 @@ type NATS struct {
 	// URL is one server URL or several separated by commas (nats://, tls://, ws://, wss://,
 	// or a bare host:port). Required.
 	URL string
-	// Replicas is the replica count of the streams Sluice creates, 1 to 5. Default 1.
+	// Replicas is the replica count of the streams Sluice creates, 1 to 5. Default 1. Above 1
+	// the NATS servers must run JetStream as a cluster of at least that many.
 	Replicas int
+	// StoreBudget (YAML store_budget, bytes) is what the queues' streams may reserve together
+	// on a NATS server's store: every queue without its own max_bytes gets an equal share of
+	// what the queues with one leave (a fair queue's backlog and a priority queue's levels are
+	// streams of their own, each with the queue's max_bytes). 0, the default: no budget, and
+	// such queues reserve nothing (DefaultMaxBytes).
+	StoreBudget int64
 }
 
 // StoreErrorMode says what a rule decides when the limiter store cannot be reached.

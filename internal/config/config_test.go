@@ -72,7 +72,7 @@ func TestFullExampleLoads(t *testing.T) {
 		DataDir:         "/var/lib/sluice",
 		DemoUpstream:    "127.0.0.1:9000",
 		Redis:           &Redis{URL: "redis://:secret@127.0.0.1:6379/2"},
-		NATS:            &NATS{URL: "nats://10.0.0.1:4222, nats://10.0.0.2:4222", Replicas: 3},
+		NATS:            &NATS{URL: "nats://10.0.0.1:4222, nats://10.0.0.2:4222", Replicas: 3, StoreBudget: 1 << 30},
 		OnStoreError:    StoreErrorDeny,
 		StoreTimeout:    75 * time.Millisecond,
 		ShutdownTimeout: 30 * time.Second,
@@ -94,7 +94,7 @@ func TestFullExampleLoads(t *testing.T) {
 			TenantSettings: map[string]TenantSettings{"gold-key": {Rate: Rate{40, time.Second}, InFlight: 6}, "bronze-key": {Weight: 0.25}},
 		}, {
 			Name: "reports", Rate: Rate{N: 5, Per: 2 * time.Second}, MaxDepth: DefaultMaxDepth,
-			MaxBodyBytes: DefaultMaxBodyBytes, MaxBytes: DefaultMaxBytes, Target: &Target{Method: "POST", URL: "http://reports.internal/run"},
+			MaxBodyBytes: DefaultMaxBodyBytes, MaxBytes: 896 << 20, Target: &Target{Method: "POST", URL: "http://reports.internal/run"},
 			MaxAttempts: DefaultMaxAttempts, Backoff: Backoff{Initial: time.Second, Max: 5 * time.Minute},
 			Timeout: DefaultTimeout, DedupeWindow: DefaultDedupeWindow, AckWait: DefaultAckWait, MaxDelay: DefaultMaxDelay, Concurrency: DefaultConcurrency,
 			MaxPauseRetries: DefaultMaxPauseRetries, MinRate: Rate{1, time.Second}, PauseScope: PauseQueue,

@@ -180,8 +180,9 @@ type (
 		SampleRatio *scalar `yaml:"sample_ratio"`
 	}
 	rawNATS struct {
-		URL      *scalar `yaml:"url"`
-		Replicas *scalar `yaml:"replicas"`
+		URL         *scalar `yaml:"url"`
+		Replicas    *scalar `yaml:"replicas"`
+		StoreBudget *scalar `yaml:"store_budget"`
 	}
 	rawQueue struct {
 		Name             *scalar                       `yaml:"name"`

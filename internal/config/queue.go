@@ -18,7 +18,9 @@ type Queue struct {
 	MaxBodyBytes int64
 	// MaxBytes bounds the bytes the queue's stream holds, JetStream's own MaxBytes (YAML
 	// max_bytes), >= MaxBodyBytes; beyond it new jobs are refused with 429, as beyond
-	// MaxDepth. Default 256 MiB.
+	// MaxDepth. The NATS server reserves it on its store when the stream is created. Default
+	// 0: no bound of its own and nothing reserved (the server's store limit still refuses
+	// writes once reached), or, with nats.store_budget, an equal share of the budget.
 	MaxBytes int64
 	// Target is where directly submitted jobs are delivered (YAML "POST http://host/path";
 	// the method is optional and defaults to POST). Nil: the queue has no target of its own
@@ -172,4 +174,16 @@ type Backoff struct {
 	Initial time.Duration
 	// Max caps the delay, >= Initial. Default 5m.
 	Max time.Duration
+}
+
+// Streams is how many JetStream streams queue q is made of, each with its MaxBytes: its own,
+// a fair queue's tenants' backlog, a priority queue's high and low levels.
+func (q *Queue) Streams() int64 {
+	switch {
+	case q.Fair:
+		return 2
+	case q.Priorities:
+		return 3
+	}
+	return 1
 }

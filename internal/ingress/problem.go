@@ -138,9 +138,13 @@ func problemFor(err error) *Problem {
 	case errors.As(err, &p):
 		return p
 	case errors.As(err, &full):
+		bytes := fmt.Sprintf("max_bytes %d bytes", full.maxBytes)
+		if full.maxBytes == 0 {
+			bytes = "no max_bytes: the NATS servers' store limit, shared by every queue"
+		}
 		return &Problem{Type: "about:blank", Title: "Queue is full", Status: http.StatusTooManyRequests,
-			Detail: fmt.Sprintf("queue %q holds as many jobs as it may (max_depth %d jobs, max_bytes %d bytes); retry once its backlog has drained",
-				full.queue, full.maxDepth, full.maxBytes),
+			Detail: fmt.Sprintf("queue %q holds as many jobs as it may (max_depth %d jobs, %s); retry once its backlog has drained",
+				full.queue, full.maxDepth, bytes),
 			RetryAfter: full.retryAfter}
 	case errors.As(err, &tfull):
 		return &Problem{Type: "about:blank", Title: "Too many jobs waiting for this tenant", Status: http.StatusTooManyRequests,

@@ -27,11 +27,22 @@ type NATSServer struct {
 	Server *server.Server
 }
 
+// NATSOption changes the options NATS starts its server with.
+type NATSOption func(*server.Options)
+
+// StockStore leaves the JetStream store limit to the server, as `nats-server -js -sd DIR` does:
+// 75% of the free disk under the store directory, against which every stream's MaxBytes is
+// reserved. Without it NATS sets 1 TiB, so that a test's many queues fit on a small disk.
+func StockStore() NATSOption { return func(o *server.Options) { o.JetStreamMaxStore = 0 } }
+
+// MaxStore sets the JetStream store limit to n bytes (jetstream { max_file_store: n }).
+func MaxStore(n int64) NATSOption { return func(o *server.Options) { o.JetStreamMaxStore = n } }
+
 // NATS starts an embedded NATS server with JetStream on a free loopback port, storing streams in
-// a temporary directory, and shuts it down when the test ends.
-func NATS(t testing.TB) *NATSServer {
+// a temporary directory, and shuts it down when the test ends. opts change its options.
+func NATS(t testing.TB, opts ...NATSOption) *NATSServer {
 	t.Helper()
-	opts := &server.Options{
+	o := &server.Options{
 		Host:      "127.0.0.1",
 		Port:      server.RANDOM_PORT,
 		JetStream: true,
@@ -42,7 +53,10 @@ func NATS(t testing.TB) *NATSServer {
 		// queues must not fail on a machine with little free disk.
 		JetStreamMaxStore: 1 << 40,
 	}
-	s, err := server.NewServer(opts)
+	for _, f := range opts {
+		f(o)
+	}
+	s, err := server.NewServer(o)
 	if err != nil {
 		t.Fatalf("testenv: nats server: %v", err)
 	}

@@ -40,6 +40,8 @@ func (r *runner) run(ctx, hard context.Context) {
 	if cons == nil {
 		return
 	}
+	r.fetching.Store(true)
+	r.p.checkStarted()
 	log := r.p.log.With("queue", r.name)
 	fetchWait, probeWait := fetchBackoff.Backoff(nil), probeBackoff.Backoff(nil)
 	idle := make(chan *queue.Msg) // handlers done with a job, waiting for the next

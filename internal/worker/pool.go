@@ -124,6 +124,7 @@ type Pool struct {
 	mu      sync.Mutex
 	specs   []QueueConfig      // the current queues, in order
 	runners map[string]*runner // while running, by queue name
+	started startSignal        // every runner has its consumer (ready.go)
 	ctx     context.Context    // Run's context while running; nil before and after
 	hard    context.Context    // cancelled when the shutdown timeout has passed
 	wg      sync.WaitGroup     // the runners
@@ -225,12 +226,6 @@ func defaultClient() (*http.Client, *spares) {
 	}, sp
 }
 
-// Ready reports whether the Pool can deliver: nil, or an error wrapping ErrScheduleDown while
-// its leak schedule (Redis) cannot be reached, saying since when and why. While it cannot, the
-// Pool hands back the jobs it holds and fetches none, so that workers that can reach the
-// schedule deliver them; it probes the schedule and resumes by itself once it answers.
-func (p *Pool) Ready() error { return p.health.err() }
-
 // Queues returns the configs the Pool drains, with defaults filled in.
 func (p *Pool) Queues() []QueueConfig {
 	p.mu.Lock()
@@ -271,6 +266,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	for _, s := range p.specs {
 		p.startLocked(s)
 	}
+	p.checkStartedLocked()
 	p.mu.Unlock()
 
 	<-ctx.Done()
@@ -548,6 +544,9 @@ type runner struct {
 	// config changed; changed is closed (and replaced) when the config changes.
 	wake    chan struct{}
 	changed atomic.Pointer[chan struct{}]
+	// fetching is set once the runner has its queue's consumer: a job published from then on
+	// reaches its fetch (Pool.Ready).
+	fetching atomic.Bool
 }
 
 // fetchState is the fetch loop's state of a runner; only that loop uses it.

@@ -102,6 +102,10 @@ func New(src Source, name string, opts Options) (*Scheduler, error) {
 	if err == nil && !l.Fair && !opts.Drain {
 		err = fmt.Errorf("%w: %q (not a fair queue)", queue.ErrUnknownQueue, name)
 	}
+	if err == nil && !l.Fair && !l.HasBacklog {
+		// Nothing a fair configuration could have left: no lease, no round, no request.
+		err = fmt.Errorf("%w: %q (no backlog stream to drain)", queue.ErrUnknownQueue, name)
+	}
 	if err != nil {
 		return nil, err
 	}
