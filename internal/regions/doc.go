@@ -6,7 +6,7 @@
 // expiry. Any worker of the region renews it ahead of expiry (every renew period) by reading
 // the queue's Record, applying the rule (Renew) and writing it back on the revision it read
 // (compare-and-set); a lost race reads again. Shares follow demand (the region's backlog
-// drained over the lease period) by max-min fair division with a minimum per region
+// drained within one renew period) by max-min fair division with a minimum per region
 // (Divide). A region that cannot renew uses its lease until it expires, then its safe share.
 //
 // Guarantees, with every writer following Renew and clocks within the Lingers slack:

@@ -26,8 +26,11 @@ type Lease struct {
 	// Share is the deliveries per second the region may send until Expires.
 	Share   float64   `json:"share"`
 	Expires time.Time `json:"expires"`
-	// Demand is the rate the region last asked for: its backlog drained over the horizon.
-	Demand float64 `json:"demand"`
+	// Demand is the rate the region last asked for (its backlog drained within a renew
+	// period), and Renewed when: a region that renewed within a lease period takes part in the
+	// division, even with no share yet (a record's hold, a budget others still hold).
+	Demand  float64   `json:"demand"`
+	Renewed time.Time `json:"renewed"`
 	// Was is a larger share the region held before its last renewal lowered it, counted as
 	// held until WasUntil: the region's other workers apply the lower share only at their
 	// next read, so the freed budget is handed out once none of them can still use it.
@@ -74,7 +77,7 @@ func Fresh(t Terms, now time.Time) Record {
 // to rec, and returns the record to write back and the region's lease in it. The rule:
 //
 //   - the target shares are Divide(budget, demands, minimum) over the regions whose lease has
-//     not expired, with region's new demand;
+//     not expired or who renewed within a lease period, with region's new demand;
 //   - region's new share is its target, but never more than the budget less what every other
 //     region holds now (held: its unexpired share, or a lowered share's former value while
 //     it may linger): so the sum of the shares of unexpired leases never exceeds the budget;
@@ -94,7 +97,7 @@ func Renew(rec Record, region string, demand float64, t Terms, now time.Time) (R
 		demand = 0
 	}
 	if now.Before(rec.HoldUntil) {
-		l := Lease{Expires: now, Demand: demand}
+		l := Lease{Expires: now, Demand: demand, Renewed: now}
 		l.Was, l.WasUntil = lingering(old, 0, now, old.Expires)
 		out.Leases[region] = l
 		return out, l
@@ -106,13 +109,13 @@ func Renew(rec Record, region string, demand float64, t Terms, now time.Time) (R
 			continue
 		}
 		others += l.held(now)
-		if now.Before(l.Expires) {
+		if now.Before(l.Expires) || now.Before(l.Renewed.Add(t.Lease)) {
 			demands[r] = l.Demand
 		}
 	}
 	target := Divide(t.Budget, demands, t.Minimum)[region]
 	share := max(0, min(target, t.Budget-others))
-	l := Lease{Share: share, Expires: now.Add(t.Lease), Demand: demand}
+	l := Lease{Share: share, Expires: now.Add(t.Lease), Demand: demand, Renewed: now}
 	l.Was, l.WasUntil = lingering(old, share, now, now.Add(t.Renew+t.Lingers))
 	out.Leases[region] = l
 	return out, l

@@ -66,6 +66,9 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Logger receives the worker's logs. Nil: discarded.
 	Logger *slog.Logger
+	// Regions is this deployment's part in global budgets: the coordinator of the leases of
+	// the queues with QueueConfig.Global. Nil: one region.
+	Regions *Regions
 	// ShutdownTimeout bounds how long Run waits for deliveries in flight once its context is
 	// cancelled. Default DefaultShutdownTimeout (10s).
 	ShutdownTimeout time.Duration
@@ -86,6 +89,7 @@ type Pool struct {
 	consumer func(ctx context.Context, name string, p queue.Priority) (consumer, error)
 	settler  func(*queue.Msg) message
 	sched    leaky.Schedule
+	regions  *Regions // nil: one region
 	// takes is sched with the slot takes of a queue that overlap in time sharing one call
 	// (leaky.Coalesce): an unthrottled drain takes several slots per round trip to Redis.
 	takes leaky.Schedule
@@ -144,6 +148,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	p := &Pool{
 		q:        deps.Queues,
 		sched:    deps.Schedule,
+		regions:  deps.Regions,
 		takes:    leaky.Coalesce(deps.Schedule),
 		client:   deps.HTTP,
 		log:      deps.Logger,
@@ -463,14 +468,17 @@ func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 	unitLearn := &unitLearner{now: p.now}
 	tenants := &tenantPause{env: env, store: p.tenantPauses()}
 	operator := &operatorPause{env: env}
+	lease := &regionalLease{env: env, reg: p.regions}
+	lease.backlog, _ = p.q.(backlogReader)
 	slot := &leakSlot{env: env, takes: p.takes, health: &p.health, paused: operator.pausedNow,
-		learned: learn.rate, waiters: &r.slotWaiters, poke: r.poke}
+		learned: lowest(learn.rate, lease.rate), waiters: &r.slotWaiters, poke: r.poke}
 	if p.spares != nil {
 		slot.warm = p.spares.warm
 	}
 	r.pol = newPolicies(
 		tenants,
 		operator,
+		lease,
 		&places{env: env, store: p.places, settling: p.exec.ctx},
 		newUnitBudget(env, p.sched, slot, unitLearn, p.exec.ctx),
 		slot,
