@@ -140,28 +140,30 @@ func (p *problems) err() error {
 // pointer means the key is absent or null.
 type (
 	rawConfig struct {
-		Listen          *scalar    `yaml:"listen"`
-		AdminListen     *scalar    `yaml:"admin_listen"`
-		Upstream        *scalar    `yaml:"upstream"`
-		TrustedProxies  stringList `yaml:"trusted_proxies"`
-		DataDir         *scalar    `yaml:"data_dir"`
-		DemoUpstream    *scalar    `yaml:"demo_upstream"`
-		Redis           *rawRedis  `yaml:"redis"`
-		NATS            *rawNATS   `yaml:"nats"`
-		OnStoreError    *scalar    `yaml:"on_store_error"`
-		Shadow          *scalar    `yaml:"shadow"`
-		LogDecisions    *scalar    `yaml:"log_decisions"`
-		StoreTimeout    *scalar    `yaml:"store_timeout"`
-		ShutdownTimeout *scalar    `yaml:"shutdown_timeout"`
-		JobRetention    *scalar    `yaml:"job_retention"`
-		MaxHeaderBytes  *scalar    `yaml:"max_header_bytes"`
-		ReadTimeout     *scalar    `yaml:"read_timeout"`
-		IPv6Prefix      *scalar    `yaml:"ipv6_prefix"`
-		AdminToken      *scalar    `yaml:"admin_token"`
-		AdminHosts      stringList `yaml:"admin_hosts"`
-		IDSecret        *scalar    `yaml:"id_secret"`
-		Queues          []rawQueue `yaml:"queues"`
-		Rules           []rawRule  `yaml:"rules"`
+		Listen          *scalar     `yaml:"listen"`
+		AdminListen     *scalar     `yaml:"admin_listen"`
+		Upstream        *scalar     `yaml:"upstream"`
+		TrustedProxies  stringList  `yaml:"trusted_proxies"`
+		DataDir         *scalar     `yaml:"data_dir"`
+		DemoUpstream    *scalar     `yaml:"demo_upstream"`
+		Redis           *rawRedis   `yaml:"redis"`
+		NATS            *rawNATS    `yaml:"nats"`
+		OnStoreError    *scalar     `yaml:"on_store_error"`
+		Shadow          *scalar     `yaml:"shadow"`
+		LogDecisions    *scalar     `yaml:"log_decisions"`
+		StoreTimeout    *scalar     `yaml:"store_timeout"`
+		ShutdownTimeout *scalar     `yaml:"shutdown_timeout"`
+		JobRetention    *scalar     `yaml:"job_retention"`
+		MaxHeaderBytes  *scalar     `yaml:"max_header_bytes"`
+		ReadTimeout     *scalar     `yaml:"read_timeout"`
+		IPv6Prefix      *scalar     `yaml:"ipv6_prefix"`
+		AdminToken      *scalar     `yaml:"admin_token"`
+		AdminHosts      stringList  `yaml:"admin_hosts"`
+		IDSecret        *scalar     `yaml:"id_secret"`
+		Region          *scalar     `yaml:"region"`
+		Regions         *rawRegions `yaml:"regions"`
+		Queues          []rawQueue  `yaml:"queues"`
+		Rules           []rawRule   `yaml:"rules"`
 	}
 	rawRedis struct {
 		URL *scalar `yaml:"url"`
@@ -203,6 +205,7 @@ type (
 		CostFromResponse *scalar                       `yaml:"cost_from_response"`
 		MaxDelay         *scalar                       `yaml:"max_delay"`
 		Priorities       *scalar                       `yaml:"priorities"`
+		Global           *scalar                       `yaml:"global"`
 	}
 	rawTenantSettings struct {
 		Weight   *scalar `yaml:"weight"`
@@ -334,6 +337,7 @@ var fieldOf = map[string]struct{ field, want string }{
 	"config.rawRule":    {"", "a mapping"},
 	"config.rawRedis":   {"redis", "a mapping"},
 	"config.rawNATS":    {"nats", "a mapping"},
+	"config.rawRegions": {"regions", "a mapping"},
 	"config.rawBackoff": {"backoff", "a mapping"},
 	"config.rawMatch":   {"match", "a mapping"},
 }
