@@ -205,6 +205,7 @@ func FromConfig(cfg *config.Config, tenantID func(key []byte) string) []QueueCon
 			MaxPauseRetries: q.MaxPauseRetries,
 			DefaultPause:    config.DefaultPause,
 			Adaptive:        q.Adaptive,
+			Global:          q.Global,
 			MinRate:         q.MinRate.PerSecond(),
 			Fair:            q.Fair,
 			Priorities:      q.Priorities,
