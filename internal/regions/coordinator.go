@@ -37,9 +37,6 @@ func NewCoordinator(js jetstream.JetStream, region string, now func() time.Time)
 	return &Coordinator{js: js, region: region, now: now}
 }
 
-// Region is the name of the region the coordinator renews for.
-func (c *Coordinator) Region() string { return c.region }
-
 // Renew renews the region's lease of queue's global budget with demand (deliveries per
 // second) under the terms t, and returns the lease and the record it was written in. It
 // returns an error when the coordinator cannot be reached or the record cannot be written

@@ -139,9 +139,6 @@ func lingering(old Lease, share float64, now, until time.Time) (float64, time.Ti
 	return was, wasUntil
 }
 
-// Regions is how many regions take part in the record (every region that ever renewed).
-func (r Record) Regions() int { return len(r.Leases) }
-
 // Held is the sum of what every region holds at now: never more than the budget while every
 // writer follows Renew.
 func (r Record) Held(now time.Time) float64 {
