@@ -451,9 +451,9 @@ func (p *Pool) startLocked(s QueueConfig) {
 }
 
 // newRunner returns the runner of queue s with its policies, in admission order: its tenant
-// not paused, the queue not paused by an operator, its concurrency places, its unit budget,
-// its leak slot, no operator's cancel meanwhile; then the learners, the mover and the fair
-// scheduler, which only observe or run.
+// not paused, the queue not paused by an operator, its region's share of a global rate, its
+// concurrency places, its unit budget, its leak slot, no operator's cancel meanwhile; then the
+// learners, the mover and the fair scheduler, which only observe or run.
 func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1)}
 	r.cfg.Store(&s)

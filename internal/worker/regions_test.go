@@ -76,8 +76,8 @@ func (r *region) run(t *testing.T, h *harness, budget int, safe float64) {
 	})
 }
 
-// perSecond returns the arrivals of ats (sorted) in the 1 s window starting at each arrival
-// from from on: the most, and the window's counts over [from, to).
+// maxWindow returns the most arrivals of ats (sorted) in a 1 s window that starts at an
+// arrival in [from, to).
 func maxWindow(ats []time.Time, from, to time.Time) int {
 	most := 0
 	for i, a := range ats {
@@ -204,4 +204,3 @@ func TestRegionsPartition(t *testing.T) {
 		t.Errorf("a delivered %.1f/s once b's lease expired; want the budget, 50/s", aRate)
 	}
 }
-
