@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -112,6 +113,15 @@ func arrivalTimes(up *workertest.Recorder, ids map[string]bool) []time.Time {
 	return ats
 }
 
+// timeline is the arrivals of a and b in each second from from to to, as "a/b a/b ...".
+func timeline(a, b []time.Time, from, to time.Time) string {
+	var out []byte
+	for w := from; w.Before(to); w = w.Add(time.Second) {
+		out = fmt.Appendf(out, "%.0f/%.0f ", rateIn(a, w, w.Add(time.Second)), rateIn(b, w, w.Add(time.Second)))
+	}
+	return string(out)
+}
+
 func idSet(ids []string) map[string]bool {
 	m := map[string]bool{}
 	for _, id := range ids {
@@ -160,6 +170,7 @@ func TestRegionsShareOneBudget(t *testing.T) {
 	t.Logf("budget 50/s: most in any 1 s window %d; both backlogged %.1f/s (%.0f%%) over %.1fs; "+
 		"b empty at +%.1fs, a alone at 90%% %.1fs later; %d delivered",
 		most, both, both*2, bDone.Sub(first).Seconds()-1.5, bDone.Sub(start).Seconds(), aAt.Sub(bDone).Seconds(), len(all))
+	t.Logf("per second a/b: %s", timeline(arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs), first, time.Now()))
 	if most > 50+connectedBound {
 		t.Errorf("the upstream saw %d in a 1 s window; budget 50 + bound %d", most, connectedBound)
 	}
@@ -194,6 +205,7 @@ func TestRegionsPartition(t *testing.T) {
 	t.Logf("budget 50/s, b cut off: most in any 1 s window %d connected, %d cut off (partition bound %d); "+
 		"after b's lease: b %.1f/s on its safe share, a %.1f/s",
 		before, most, 75+connectedBound, bRate, aRate)
+	t.Logf("per second a/b from the cut: %s", timeline(arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs), cut, end))
 	if most > 75+connectedBound {
 		t.Errorf("the upstream saw %d in a 1 s window with b cut off; partition bound %d", most, 75+connectedBound)
 	}
