@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,9 +15,10 @@ import (
 // global queue, keyed by the queue's name.
 const Bucket = "sluice_regions"
 
-// casTries bounds the compare-and-set retries of one renewal: each retry means another writer
-// renewed in between, so a handful is plenty for a few regions of a few workers.
-const casTries = 8
+// casTries bounds the compare-and-set tries of one renewal: each retry means another writer
+// renewed in between. Retries wait a random few milliseconds, growing, so that writers that
+// collided spread out.
+const casTries = 16
 
 // Coordinator renews one region's leases on the coordinator's bucket. Every worker of the
 // region may hold one and renew: writes are compare-and-set on the revision read, so
@@ -46,7 +48,15 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 	if err != nil {
 		return Lease{}, Record{}, err
 	}
-	for range casTries {
+	for try := range casTries {
+		if try > 0 {
+			wait := time.Duration(rand.Int64N(int64(try) * int64(2*time.Millisecond)))
+			select {
+			case <-ctx.Done():
+				return Lease{}, Record{}, ctx.Err()
+			case <-time.After(wait):
+			}
+		}
 		var rec Record
 		var rev uint64
 		e, err := kv.Get(ctx, queue)
