@@ -182,16 +182,25 @@ func TestRegionsShareOneBudget(t *testing.T) {
 // TestRegionsPartition: region b loses the coordinator. It runs on its lease until it expires,
 // then on its even safe share (25/s), while a, whose renewals count b's lease until it expired,
 // takes the whole budget: the upstream sees at most budget × (1 + 1/2) + the bound.
-func TestRegionsPartition(t *testing.T) {
+func TestRegionsPartition(t *testing.T) { partition(t, -1, 75, 25) }
+
+// TestRegionsPartitionStrict: the same with safe_share 0: b delivers nothing once its lease
+// expired, and the upstream never sees more than the budget + the bound.
+func TestRegionsPartitionStrict(t *testing.T) { partition(t, 0, 50, 0) }
+
+// partition cuts region b off the coordinator once both run on leases, with safe share safe,
+// and checks the partition bound (budget + the slot terms) and b's and a's rates after b's
+// lease expired: wantB and the budget.
+func partition(t *testing.T, safe float64, budget int, wantB float64) {
 	h := newHarness(t)
 	coord := testenv.NATS(t)
 	a, b := newRegion(t, h.ctx, "a", coord.URL), newRegion(t, h.ctx, "b", coord.URL)
 	aIDs := idSet(workertest.Publish(t, a.qs, "llm", 600, false))
 	bIDs := idSet(workertest.Publish(t, b.qs, "llm", 300, false))
-	a.run(t, h, 50, -1)
-	b.run(t, h, 50, -1)
+	a.run(t, h, 50, safe)
+	b.run(t, h, 50, safe)
 	// Past the fresh coordinator's hold (one lease) and a renewal: both on their leases.
-	h.up.WaitCount(t, 10*time.Second, "3 s of deliveries", func(n int) bool { return n >= 150 })
+	h.up.WaitCount(t, 12*time.Second, "deliveries on leases", func(n int) bool { return n >= 150 })
 	cut := time.Now()
 	b.close()
 	expired := cut.Add(2*time.Second + 500*time.Millisecond) // b's lease, renewed at most a renewal ago
@@ -204,13 +213,13 @@ func TestRegionsPartition(t *testing.T) {
 	before := maxWindow(all, all[0], cut)
 	t.Logf("budget 50/s, b cut off: most in any 1 s window %d connected, %d cut off (partition bound %d); "+
 		"after b's lease: b %.1f/s on its safe share, a %.1f/s",
-		before, most, 75+connectedBound, bRate, aRate)
+		before, most, budget+connectedBound, bRate, aRate)
 	t.Logf("per second a/b from the cut: %s", timeline(arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs), cut, end))
-	if most > 75+connectedBound {
-		t.Errorf("the upstream saw %d in a 1 s window with b cut off; partition bound %d", most, 75+connectedBound)
+	if most > budget+connectedBound {
+		t.Errorf("the upstream saw %d in a 1 s window with b cut off; partition bound %d", most, budget+connectedBound)
 	}
-	if bRate < 0.8*25 {
-		t.Errorf("b cut off delivered %.1f/s after its lease; want its safe share, 25/s", bRate)
+	if bRate < 0.8*wantB || bRate > wantB+1 {
+		t.Errorf("b cut off delivered %.1f/s after its lease; want its safe share, %.0f/s", bRate, wantB)
 	}
 	if aRate < 0.8*50 {
 		t.Errorf("a delivered %.1f/s once b's lease expired; want the budget, 50/s", aRate)
