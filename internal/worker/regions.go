@@ -55,7 +55,8 @@ type regionalLease struct {
 
 	mu       sync.Mutex
 	lease    regions.Lease // the last lease renewed; zero: none yet
-	onSafe   bool          // the last share read was the safe share (logged once per change)
+	onSafe   bool          // the last share read was the safe share
+	warned   bool          // the region's expired lease was logged, and its return not yet
 	failures int           // renewals failed in a row
 }
 
@@ -85,17 +86,28 @@ func (rl *regionalLease) share() (float64, bool) {
 	return safe, true
 }
 
-// safe records whether the region runs on its safe share, and logs a change; rl.mu is held.
+// safe records whether the region runs on its safe share (the metric), and logs a change from
+// a lease that expired unrenewed and the return to a lease; rl.mu is held.
 func (rl *regionalLease) safe(on bool, share float64) {
 	if on == rl.onSafe {
 		return
 	}
 	rl.onSafe = on
-	if on {
+	g := rl.env.m.regionOnSafe.WithLabelValues(rl.env.name)
+	switch {
+	case !on:
+		g.Set(0)
+		if rl.warned {
+			rl.warned = false
+			rl.env.log.Info("worker: region runs on its lease of a global queue again", "queue", rl.env.name)
+		}
+	case rl.lease.Expires.IsZero():
+		g.Set(1) // no lease yet: the start, or a coordinator waiting out a lost state's leases
+	default:
+		g.Set(1)
+		rl.warned = true
 		rl.env.log.Warn("worker: region runs on its safe share of a global queue: its lease expired unrenewed",
 			"queue", rl.env.name, "share_per_second", strconv.FormatFloat(share, 'f', 2, 64))
-	} else {
-		rl.env.log.Info("worker: region runs on its lease of a global queue again", "queue", rl.env.name)
 	}
 }
 
@@ -136,9 +148,15 @@ func (rl *regionalLease) renew(ctx context.Context) {
 	t := regions.Terms{Budget: budget, Minimum: rl.reg.MinShare, Lease: rl.reg.Lease, Renew: rl.reg.Renew,
 		Lingers: leaseLingers}
 	l, _, err := rl.reg.Coordinator.Renew(ctx, rl.env.name, demand, t)
+	defer func() {
+		if s, ok := rl.share(); ok {
+			rl.env.m.regionShare.WithLabelValues(rl.env.name).Set(s)
+		}
+	}()
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if err != nil {
+		rl.env.m.regionFailure.WithLabelValues(rl.env.name).Inc()
 		if rl.failures++; rl.failures == 1 {
 			rl.env.log.Warn("worker: cannot renew the region's lease of a global queue; using it until it expires",
 				"queue", rl.env.name, "expires", rl.lease.Expires, "err", err)
@@ -151,6 +169,7 @@ func (rl *regionalLease) renew(ctx context.Context) {
 	rl.failures = 0
 	if l.Expires.After(rl.env.now()) { // else the coordinator is waiting out a lost state's leases
 		rl.lease = l
+		rl.env.m.regionExpiry.WithLabelValues(rl.env.name).Set(float64(l.Expires.UnixMilli()) / 1000)
 	}
 }
 

@@ -50,14 +50,16 @@ func newRegion(t *testing.T, ctx context.Context, name, coordURL string) *region
 	return &region{name: name, qs: qs, coord: cjs, close: nc.Close}
 }
 
-// run starts the region's pool on a global queue llm at budget per second.
-func (r *region) run(t *testing.T, h *harness, budget int, safe float64) {
+// run starts the region's pool on a global queue llm at budget per second, and returns its
+// metrics.
+func (r *region) run(t *testing.T, h *harness, budget int, safe float64) *prometheus.Registry {
 	t.Helper()
 	rs := testenv.Redis(t)
 	sched := leaky.NewRedis(rs.Client, leaky.RedisConfig{Prefix: testenv.Name(t) + ":"})
 	spec := h.spec("llm", budget)
 	spec.Global = true
-	deps := worker.Deps{Queues: r.qs, Schedule: sched, Registerer: prometheus.NewRegistry(),
+	reg := prometheus.NewRegistry()
+	deps := worker.Deps{Queues: r.qs, Schedule: sched, Registerer: reg,
 		Regions: &worker.Regions{Coordinator: regions.NewCoordinator(r.coord, r.name, nil), Regions: 2,
 			SafeShare: safe, Lease: 2 * time.Second, Renew: 500 * time.Millisecond}}
 	p, err := worker.New(deps, []worker.QueueConfig{spec})
@@ -75,6 +77,7 @@ func (r *region) run(t *testing.T, h *harness, budget int, safe float64) {
 			t.Error("Run did not return within 20s of cancel")
 		}
 	})
+	return reg
 }
 
 // maxWindow returns the most arrivals of ats (sorted) in a 1 s window that starts at an
@@ -197,8 +200,8 @@ func partition(t *testing.T, safe float64, budget int, wantB float64) {
 	a, b := newRegion(t, h.ctx, "a", coord.URL), newRegion(t, h.ctx, "b", coord.URL)
 	aIDs := idSet(workertest.Publish(t, a.qs, "llm", 600, false))
 	bIDs := idSet(workertest.Publish(t, b.qs, "llm", 300, false))
-	a.run(t, h, 50, safe)
-	b.run(t, h, 50, safe)
+	aReg := a.run(t, h, 50, safe)
+	bReg := b.run(t, h, 50, safe)
 	// Past the fresh coordinator's hold (one lease) and a renewal: both on their leases.
 	h.up.WaitCount(t, 12*time.Second, "deliveries on leases", func(n int) bool { return n >= 150 })
 	cut := time.Now()
@@ -223,5 +226,14 @@ func partition(t *testing.T, safe float64, budget int, wantB float64) {
 	}
 	if aRate < 0.8*50 {
 		t.Errorf("a delivered %.1f/s once b's lease expired; want the budget, 50/s", aRate)
+	}
+	if on := metric(t, bReg, "sluice_region_on_safe_share", "queue", "llm"); on != 1 {
+		t.Errorf("b's sluice_region_on_safe_share = %v, want 1", on)
+	}
+	if s := metric(t, bReg, "sluice_region_share", "queue", "llm"); s != wantB {
+		t.Errorf("b's sluice_region_share = %v, want %v", s, wantB)
+	}
+	if on, s := metric(t, aReg, "sluice_region_on_safe_share", "queue", "llm"), metric(t, aReg, "sluice_region_share", "queue", "llm"); on != 0 || s != 50 {
+		t.Errorf("a's sluice_region_on_safe_share = %v, sluice_region_share %v; want 0 and 50", on, s)
 	}
 }
