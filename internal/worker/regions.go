@@ -122,7 +122,7 @@ func (rl *regionalLease) rate() float64 {
 
 // admit holds a global queue's job while the region's share is too small for one delivery per
 // renew period (a leak slot at that rate would be reserved beyond the next renewal), until then.
-func (rl *regionalLease) admit(_ context.Context, cfg *QueueConfig, _ *job) verdict {
+func (rl *regionalLease) admit(context.Context, *QueueConfig, *job) verdict {
 	s, ok := rl.share()
 	if !ok || s*rl.reg.Renew.Seconds() >= 1 {
 		return pass()
