@@ -81,10 +81,12 @@ func (m Ingress) Run(ctx context.Context) error {
 // ingressProc is one run of the ingress: what its services share.
 type ingressProc struct {
 	Ingress
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	current atomic.Pointer[config.Config]
-	lc      *lifecycle // stops the process when the queues can never open (startQueues)
+	log *slog.Logger
+	reg *prometheus.Registry
+	// coordinator is the connection to the regions' coordinator; nil without regions.
+	coordinator *nats.Conn
+	current     atomic.Pointer[config.Config]
+	lc          *lifecycle // stops the process when the queues can never open (startQueues)
 
 	rdb      redis.UniversalClient
 	lim      limit.Limiter   // nil: in-process memory (ingress.New's default)
@@ -144,7 +146,7 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 	}
 	if cfg.NATS == nil {
 		// Nothing outside this process can reach an embedded server's queues.
-		s = append(s, service{name: "worker pool", start: p.newPool},
+		s = append(s, service{name: "worker pool", start: p.newPool, stop: p.closeCoordinator},
 			lc.run("in-process workers", background{drainsFirst: true}, p.runPool))
 	}
 	return append(s,
@@ -412,8 +414,14 @@ func (p *ingressProc) serveDemo(ctx context.Context) error {
 // newPool builds the in-process worker pool of the embedded server's queues.
 func (p *ingressProc) newPool(context.Context) error {
 	cfg := p.current.Load()
+	reg, coord, err := regionsDeps(cfg, p.log)
+	if err != nil {
+		return err
+	}
+	p.coordinator = coord
 	pool, err := worker.New(worker.Deps{
-		Queues: p.qs, Schedule: p.schedule, Places: p.queuePlaces, Registerer: p.reg, Logger: p.log,
+		Regions: reg,
+		Queues:  p.qs, Schedule: p.schedule, Places: p.queuePlaces, Registerer: p.reg, Logger: p.log,
 		ShutdownTimeout: cfg.ShutdownTimeout, Tracer: p.tr,
 	}, worker.FromConfig(cfg, p.qs.TenantID))
 	if err != nil {

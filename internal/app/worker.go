@@ -82,12 +82,14 @@ func (m Worker) Run(ctx context.Context) error {
 // workerProc is one run of the worker: what its services share.
 type workerProc struct {
 	Worker
-	log      *slog.Logger
-	reg      *prometheus.Registry
-	current  atomic.Pointer[config.Config]
-	draining atomic.Bool                 // the pool runs: /readyz's "worker" check
-	waiting  atomic.Pointer[string]      // why the queues are not open yet, for that check
-	pooled   atomic.Pointer[worker.Pool] // pool, for that check before draining is set
+	log *slog.Logger
+	reg *prometheus.Registry
+	// coordinator is the connection to the regions' coordinator; nil without regions.
+	coordinator *nats.Conn
+	current     atomic.Pointer[config.Config]
+	draining    atomic.Bool                 // the pool runs: /readyz's "worker" check
+	waiting     atomic.Pointer[string]      // why the queues are not open yet, for that check
+	pooled      atomic.Pointer[worker.Pool] // pool, for that check before draining is set
 
 	rdb    redis.UniversalClient
 	places *inflight.Redis // the concurrency places, on rdb
@@ -111,7 +113,7 @@ func (p *workerProc) services(lc *lifecycle) []service {
 		{name: "admin api", start: p.startAdmin, stop: func(context.Context) error { p.ln.Close(); return nil }},
 		lc.run("admin listener", background{}, func(ctx context.Context) error { return p.adm.Serve(ctx, p.ln) }),
 		{name: "queues", start: p.startQueues, stop: func(ctx context.Context) error { return p.qs.Close(ctx) }},
-		{name: "worker pool", start: p.newPool},
+		{name: "worker pool", start: p.newPool, stop: p.closeCoordinator},
 		lc.run("workers", background{drainsFirst: true}, func(ctx context.Context) error { return p.pool.Run(ctx) }),
 		lc.run("presence", background{optional: true}, func(ctx context.Context) error {
 			return presence(ctx, p.js, p.current.Load, p.pool.Answers, p.log)
@@ -196,7 +198,13 @@ func (p *workerProc) startQueues(ctx context.Context) error {
 // newPool builds the pool that drains the queues, on the leak schedule in Redis.
 func (p *workerProc) newPool(context.Context) error {
 	cfg := p.current.Load()
+	reg, coord, err := regionsDeps(cfg, p.log)
+	if err != nil {
+		return err
+	}
+	p.coordinator = coord
 	pool, err := worker.New(worker.Deps{
+		Regions:         reg,
 		Queues:          p.qs,
 		Schedule:        leaky.NewRedis(p.rdb, leaky.RedisConfig{}),
 		Places:          p.places,

@@ -33,6 +33,7 @@ func build(p *problems, path string, raw *rawConfig, getenv func(string) string)
 	b.rules(c, raw.Rules, queueAt)
 	b.rls(c, raw)
 	b.checkPriorityRules(c)
+	b.regions(c, raw)
 	if len(c.Rules) > 0 && raw.Upstream == nil {
 		p.add("", "upstream", "upstream is required when rules are defined")
 	}
@@ -68,7 +69,7 @@ func (b *builder) stores(c *Config, raw *rawConfig) {
 	}
 	if raw.NATS != nil {
 		c.NATS = &NATS{
-			URL:      b.natsURL(raw.NATS.URL),
+			URL:      b.natsURL("nats.url", raw.NATS.URL),
 			Replicas: int(b.integer("", "nats.replicas", raw.NATS.Replicas, DefaultNATSReplicas, strconv.IntSize)),
 		}
 		if c.NATS.Replicas < 1 || c.NATS.Replicas > 5 {

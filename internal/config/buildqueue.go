@@ -82,6 +82,7 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	q.MaxPauseRetries = int(b.integer(where, "max_pause_retries", r.MaxPauseRetries, DefaultMaxPauseRetries, 32))
 	b.bound(where, "max_pause_retries", int64(q.MaxPauseRetries), 0, maxPauseRetries)
 	q.Adaptive = b.boolean(where, "adaptive", r.Adaptive)
+	q.Global = b.boolean(where, "global", r.Global)
 	if r.MinRate != nil {
 		if s := b.text(where, "min_rate", r.MinRate, ""); r.MinRate.shape == "" {
 			if rate, err := ParseRate(s); err != nil {

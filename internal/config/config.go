@@ -98,6 +98,10 @@ type Config struct {
 	// Redis is where limiter state and leak schedules are shared between processes. Nil: in
 	// memory, for a single process only. SLUICE_REDIS_URL creates or overrides it.
 	Redis *Redis
+	// Region names this deployment's region (YAML region); "" (the default): one region.
+	Region string
+	// Regions is how the regions share global budgets (YAML regions); nil with Region "".
+	Regions *Regions
 	// NATS is the JetStream cluster that holds the queues. Nil: an embedded server.
 	// SLUICE_NATS_URL creates or overrides it.
 	NATS *NATS

@@ -163,6 +163,8 @@ type (
 		FormatSuffixes  *stringList `yaml:"format_suffixes"`
 		IDSecret        *scalar     `yaml:"id_secret"`
 		Tracing         *rawTracing `yaml:"tracing"`
+		Region          *scalar     `yaml:"region"`
+		Regions         *rawRegions `yaml:"regions"`
 		Queues          []rawQueue  `yaml:"queues"`
 		Rules           []rawRule   `yaml:"rules"`
 		RLSListen       *scalar     `yaml:"rls_listen"`
@@ -217,6 +219,7 @@ type (
 		CostFromResponse *scalar                       `yaml:"cost_from_response"`
 		MaxDelay         *scalar                       `yaml:"max_delay"`
 		Priorities       *rawPriorities                `yaml:"priorities"`
+		Global           *scalar                       `yaml:"global"`
 	}
 	rawTenantSettings struct {
 		Label    *scalar `yaml:"label"`
@@ -351,6 +354,7 @@ var fieldOf = map[string]struct{ field, want string }{
 	"config.rawRedis":   {"redis", "a mapping"},
 	"config.rawNATS":    {"nats", "a mapping"},
 	"config.rawTracing": {"tracing", "a mapping"},
+	"config.rawRegions": {"regions", "a mapping"},
 	"config.rawBackoff": {"backoff", "a mapping"},
 	"config.rawMatch":   {"match", "a mapping"},
 }

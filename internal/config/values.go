@@ -196,13 +196,13 @@ func (b *builder) redisURL(v *scalar) string {
 	return s
 }
 
-// natsURL checks a comma-separated list of NATS servers, each a URL or a bare host:port.
+// natsURL checks the key name (nats.url, regions.coordinator): a comma-separated list of NATS servers, each a URL or a bare host:port.
 // Their text is never repeated in a message: it may hold a password or token.
-func (b *builder) natsURL(v *scalar) string {
-	field := b.label("nats.url")
-	s := b.text("", "nats.url", v, "")
+func (b *builder) natsURL(name string, v *scalar) string {
+	field := b.label(name)
+	s := b.text("", name, v, "")
 	if strings.TrimSpace(s) == "" {
-		b.p.add("", "nats.url", "nats.url is required")
+		b.p.add("", name, name+" is required")
 		return s
 	}
 	servers := strings.Split(s, ",")
@@ -213,7 +213,7 @@ func (b *builder) natsURL(v *scalar) string {
 		}
 		srv = strings.TrimSpace(srv)
 		if srv == "" {
-			b.p.addf("", "nats.url", "%s: empty server", at)
+			b.p.addf("", name, "%s: empty server", at)
 			continue
 		}
 		if !strings.Contains(srv, "://") {
@@ -222,11 +222,11 @@ func (b *builder) natsURL(v *scalar) string {
 		u, err := url.Parse(srv)
 		switch {
 		case err != nil:
-			b.p.addf("", "nats.url", "%s: invalid URL: %v", at, urlErr(err))
+			b.p.addf("", name, "%s: invalid URL: %v", at, urlErr(err))
 		case u.Scheme != "nats" && u.Scheme != "tls" && u.Scheme != "ws" && u.Scheme != "wss":
-			b.p.addf("", "nats.url", "%s: scheme %q is not nats, tls, ws or wss", at, u.Scheme)
+			b.p.addf("", name, "%s: scheme %q is not nats, tls, ws or wss", at, u.Scheme)
 		case u.Hostname() == "":
-			b.p.addf("", "nats.url", "%s: missing host", at)
+			b.p.addf("", name, "%s: missing host", at)
 		}
 	}
 	return s

@@ -53,6 +53,9 @@ type QueueConfig struct {
 	// AckWait is the queue consumer's AckWait, > 0; a job held longer than AckWait/3 (waiting
 	// for its slot, or being delivered) is kept alive with InProgress every AckWait/3.
 	AckWait time.Duration
+	// Global shares Rate with the other regions (Deps.Regions): this region delivers at its
+	// lease's share of it (regions.go). Without Deps.Regions it has no effect.
+	Global bool
 	// Adaptive makes Rate a ceiling: the workers learn the rate the upstream takes (see
 	// adaptive.go), never below MinRate deliveries per second (> 0 when Adaptive).
 	Adaptive bool
@@ -202,6 +205,7 @@ func FromConfig(cfg *config.Config, tenantID func(key []byte) string) []QueueCon
 			MaxPauseRetries: q.MaxPauseRetries,
 			DefaultPause:    config.DefaultPause,
 			Adaptive:        q.Adaptive,
+			Global:          q.Global,
 			MinRate:         q.MinRate.PerSecond(),
 			Fair:            q.Fair,
 			Priorities:      q.Priorities,

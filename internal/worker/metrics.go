@@ -29,6 +29,11 @@ type metrics struct {
 	unreconciled    *prometheus.CounterVec // queue
 	debtCapped      *prometheus.CounterVec // queue
 	drain           *drainRate
+	// a global queue's regional lease (regions.go)
+	regionShare   *prometheus.GaugeVec   // queue
+	regionExpiry  *prometheus.GaugeVec   // queue
+	regionOnSafe  *prometheus.GaugeVec   // queue
+	regionFailure *prometheus.CounterVec // queue
 	// answers are the Answers the presence entry carries (answers.go)
 	answers answers
 }
@@ -108,13 +113,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Answers of a queue with cost_from_response that carried no usable true cost (missing, malformed) or whose reconciliation failed; the estimate stood. By queue.",
 		}, []string{"queue"}),
 		drain: newDrainRate(time.Now),
+		regionShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_region_share",
+			Help: "Deliveries per second this worker's region may use of a global queue's rate now: its lease's share, or its safe share once the lease expired unrenewed. By queue.",
+		}, []string{"queue"}),
+		regionExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_region_lease_expiry_timestamp_seconds",
+			Help: "When the region's lease of a global queue's rate, as this worker last renewed it, expires (Unix seconds). By queue.",
+		}, []string{"queue"}),
+		regionOnSafe: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_region_on_safe_share",
+			Help: "1 while this worker's region runs on its safe share of a global queue (its lease expired unrenewed: the coordinator is out of reach), else 0. Alert on it. By queue.",
+		}, []string{"queue"}),
+		regionFailure: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_region_renewal_failures_total",
+			Help: "Renewals of the region's lease of a global queue that failed (coordinator unreachable, or too many concurrent renewals). By queue.",
+		}, []string{"queue"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.slotWait, m.slotLate, m.pauses,
 		m.deadLetters, m.takeErrors, m.placeWait, m.placeErrors, m.givenUp, m.handedBack, m.skipped, m.inFlight, m.drain,
-		m.unitsDelivered, m.unitsReconciled, m.unreconciled, m.debtCapped} {
+		m.unitsDelivered, m.unitsReconciled, m.unreconciled, m.debtCapped, m.regionShare, m.regionExpiry, m.regionOnSafe,
+		m.regionFailure} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("worker: register metrics"), err)
 		}

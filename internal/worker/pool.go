@@ -67,6 +67,9 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Logger receives the worker's logs. Nil: discarded.
 	Logger *slog.Logger
+	// Regions is this deployment's part in global budgets: the coordinator of the leases of
+	// the queues with QueueConfig.Global. Nil: one region.
+	Regions *Regions
 	// ShutdownTimeout bounds how long Run waits for deliveries in flight once its context is
 	// cancelled. Default DefaultShutdownTimeout (10s).
 	ShutdownTimeout time.Duration
@@ -89,6 +92,7 @@ type Pool struct {
 	consumer func(ctx context.Context, name string, p queue.Priority) (consumer, error)
 	settler  func(*queue.Msg) message
 	sched    leaky.Schedule
+	regions  *Regions // nil: one region
 	// takes is sched with the slot takes of a queue that overlap in time sharing one call
 	// (leaky.Coalesce): an unthrottled drain takes several slots per round trip to Redis.
 	takes leaky.Schedule
@@ -149,6 +153,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	p := &Pool{
 		q:        deps.Queues,
 		sched:    deps.Schedule,
+		regions:  deps.Regions,
 		takes:    leaky.Coalesce(deps.Schedule),
 		client:   deps.HTTP,
 		log:      deps.Logger,
@@ -448,9 +453,9 @@ func (p *Pool) startLocked(s QueueConfig) {
 }
 
 // newRunner returns the runner of queue s with its policies, in admission order: its tenant
-// not paused, the queue not paused by an operator, its concurrency places, its unit budget,
-// its leak slot, no operator's cancel meanwhile; then the learners, the mover and the fair
-// scheduler, which only observe or run.
+// not paused, the queue not paused by an operator, its region's share of a global rate, its
+// concurrency places, its unit budget, its leak slot, no operator's cancel meanwhile; then the
+// learners, the mover and the fair scheduler, which only observe or run.
 func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1)}
 	r.cfg.Store(&s)
@@ -465,14 +470,17 @@ func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 	unitLearn := &unitLearner{now: p.now}
 	tenants := &tenantPause{env: env, store: p.tenantPauses()}
 	operator := &operatorPause{env: env}
+	lease := &regionalLease{env: env, reg: p.regions}
+	lease.backlog, _ = p.q.(backlogReader)
 	slot := &leakSlot{env: env, takes: p.takes, health: &p.health, paused: operator.pausedNow,
-		learned: learn.rate, waiters: &r.slotWaiters, poke: r.poke}
+		learned: lowest(learn.rate, lease.rate), waiters: &r.slotWaiters, poke: r.poke}
 	if p.spares != nil {
 		slot.warm = p.spares.warm
 	}
 	r.pol = newPolicies(
 		tenants,
 		operator,
+		lease,
 		&places{env: env, store: p.places, settling: p.exec.ctx},
 		newUnitBudget(env, p.sched, slot, unitLearn, p.exec.ctx),
 		slot,

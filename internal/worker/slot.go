@@ -216,6 +216,20 @@ func (s *leakSlot) rate() leaky.Rate {
 	return rate
 }
 
+// lowest returns the lowest of the rates, in deliveries per second, that are above 0; 0 when
+// none is: the leak slot's lower rates (the learned rate, a region's share).
+func lowest(rates ...func() float64) func() float64 {
+	return func() float64 {
+		low := 0.0
+		for _, r := range rates {
+			if v := r(); v > 0 && (low == 0 || v < low) {
+				low = v
+			}
+		}
+		return low
+	}
+}
+
 // reserveAhead bounds how far ahead of now a runner reserves leak slots while its queue is
 // throttled: a job in hand takes its slot only once the runner's latest reservation is at most
 // reserveAhead away. A worker that stalls (a GC pause, a starved CPU, SIGSTOP) gives up the

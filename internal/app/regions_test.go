@@ -1,0 +1,91 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/internal/regions"
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// A worker whose config names its region renews the lease of its global queue on the
+// coordinator named in regions, and delivers; on cancel it closes that connection too
+// (goleak checks at the end).
+func TestWorkerRegionLease(t *testing.T) {
+	rs, ns, coord := testenv.Redis(t), testenv.NATS(t), testenv.NATS(t)
+	up := workertest.NewRecorder(t)
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	yaml := fmt.Sprintf(`region: eu
+regions: {names: [eu, us], coordinator: %q, lease: 1s, renew: 250ms}
+admin_listen: 127.0.0.1:%d
+redis: { url: %q }
+nats: { url: %q }
+shutdown_timeout: 2s
+queues:
+  - {name: main, rate: 100/s, global: true, target: POST %s/main}
+`, coord.URL, testenv.FreePort(t), rs.URL(), ns.URL, up.URL)
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Worker{ConfigPath: path}.Run(ctx) }()
+
+	js, err := jetstream.New(testenv.Connect(t, ns.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := queue.New(context.Background(), js, queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qs.Provision(context.Background(), []queue.Spec{{Name: "main"}}); err != nil {
+		t.Fatal(err)
+	}
+	ids := workertest.Publish(t, qs, "main", 20, true)
+	up.WaitCount(t, 15*time.Second, "the jobs", func(n int) bool { return n >= len(ids) })
+
+	cjs, err := jetstream.New(testenv.Connect(t, coord.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lease regions.Lease
+	testenv.WaitFor(t, 10*time.Second, "eu's lease of main on the coordinator", func() bool {
+		kv, err := cjs.KeyValue(context.Background(), regions.Bucket)
+		if err != nil {
+			return false
+		}
+		e, err := kv.Get(context.Background(), "main")
+		if err != nil {
+			return false
+		}
+		var rec regions.Record
+		if json.Unmarshal(e.Value(), &rec) != nil {
+			return false
+		}
+		lease = rec.Leases["eu"]
+		return lease.Share > 0 && rec.Budget == 100
+	})
+	if lease.Share > 100 || !lease.Expires.After(time.Now().Add(-time.Second)) {
+		t.Errorf("eu's lease %+v; want a share of at most the budget, renewed", lease)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after cancel = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of cancel")
+	}
+}

@@ -1,0 +1,112 @@
+package regions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bucket is the JetStream key-value bucket on the coordinator's NATS that holds one Record per
+// global queue, keyed by the queue's name.
+const Bucket = "sluice_regions"
+
+// casTries bounds the compare-and-set tries of one renewal: each retry means another writer
+// renewed in between. Retries wait a random few milliseconds, growing, so that writers that
+// collided spread out.
+const casTries = 16
+
+// Coordinator renews one region's leases on the coordinator's bucket. Every worker of the
+// region may hold one and renew: writes are compare-and-set on the revision read, so
+// concurrent renewals never lose one another. It is safe for concurrent use.
+type Coordinator struct {
+	js     jetstream.JetStream
+	region string
+	now    func() time.Time
+}
+
+// NewCoordinator returns region's coordinator over js, a JetStream context on the
+// coordinator's NATS; now is the clock (nil: time.Now). The bucket is made at the first
+// renewal, and again if the coordinator lost it.
+func NewCoordinator(js jetstream.JetStream, region string, now func() time.Time) *Coordinator {
+	if now == nil {
+		now = time.Now
+	}
+	return &Coordinator{js: js, region: region, now: now}
+}
+
+// Renew renews the region's lease of queue's global budget with demand (deliveries per
+// second) under the terms t, and returns the lease and the record it was written in. It
+// returns an error when the coordinator cannot be reached or the record cannot be written
+// within casTries; the region then goes on with the lease it holds.
+func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t Terms) (Lease, Record, error) {
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return Lease{}, Record{}, err
+	}
+	for try := range casTries {
+		if try > 0 {
+			wait := time.Duration(rand.Int64N(int64(try) * int64(2*time.Millisecond)))
+			select {
+			case <-ctx.Done():
+				return Lease{}, Record{}, ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		var rec Record
+		var rev uint64
+		e, err := kv.Get(ctx, queue)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			// No state: the coordinator is new or lost what it had; wait out the longest lease.
+			rec = Fresh(t, c.now())
+		case err != nil:
+			return Lease{}, Record{}, fmt.Errorf("regions: read %q: %w", queue, err)
+		default:
+			rev = e.Revision()
+			if err := json.Unmarshal(e.Value(), &rec); err != nil {
+				return Lease{}, Record{}, fmt.Errorf("regions: record %q: %w", queue, err)
+			}
+		}
+		next, lease := Renew(rec, c.region, demand, t, c.now())
+		b, err := json.Marshal(next)
+		if err != nil {
+			return Lease{}, Record{}, err
+		}
+		if rev == 0 {
+			_, err = kv.Create(ctx, queue, b)
+		} else {
+			_, err = kv.Update(ctx, queue, b, rev)
+		}
+		if err == nil {
+			return lease, next, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongRevision(err) {
+			return Lease{}, Record{}, fmt.Errorf("regions: write %q: %w", queue, err)
+		}
+	}
+	return Lease{}, Record{}, fmt.Errorf("regions: write %q: %d concurrent renewals in a row", queue, casTries)
+}
+
+// isWrongRevision reports whether err is a compare-and-set that lost to another writer.
+func isWrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// bucket returns the coordinator's bucket, made when missing.
+func (c *Coordinator) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := c.js.KeyValue(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket, History: 1,
+			Description: "sluice: regional leases of global budgets"})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("regions: coordinator bucket: %w", err)
+	}
+	return kv, nil
+}

@@ -1,0 +1,80 @@
+package regions
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+)
+
+// TestCoordinatorConcurrentRenewals: workers of two regions renew at once on a real JetStream
+// key-value bucket; compare-and-set loses none of their writes, and the record never holds
+// more than the budget. A bucket that lost its state starts a hold again.
+func TestCoordinatorConcurrentRenewals(t *testing.T) {
+	srv := testenv.NATS(t)
+	js, err := jetstream.New(testenv.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	terms := Terms{Budget: 50, Lease: 300 * time.Millisecond, Renew: 50 * time.Millisecond, Lingers: 20 * time.Millisecond}
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for _, region := range []string{"a", "a", "b", "b"} { // two workers per region
+		c := NewCoordinator(js, region, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				if _, _, err := c.Renew(ctx, "llm", 100, terms); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, "llm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if e.Revision() != 80 || len(rec.Leases) != 2 {
+		t.Fatalf("revision %d with leases %v; want 80 writes (4 workers × 20) of two regions", e.Revision(), rec.Leases)
+	}
+	if h := rec.Held(time.Now()); h > terms.Budget {
+		t.Fatalf("held %v > budget", h)
+	}
+	// Both regions share once the fresh record's hold is over.
+	a, b := NewCoordinator(js, "a", nil), NewCoordinator(js, "b", nil)
+	testenv.WaitFor(t, 5*time.Second, "both regions at 25", func() bool {
+		la, _, err1 := a.Renew(ctx, "llm", 100, terms)
+		lb, _, err2 := b.Renew(ctx, "llm", 100, terms)
+		return err1 == nil && err2 == nil && la.Share == 25 && lb.Share == 25
+	})
+	// The coordinator loses its state: the next renewal makes a fresh record, held for a lease.
+	if err := js.DeleteKeyValue(ctx, Bucket); err != nil {
+		t.Fatal(err)
+	}
+	l, rec, err := a.Renew(ctx, "llm", 100, terms)
+	if err != nil || l.Share != 0 || !rec.HoldUntil.After(time.Now()) {
+		t.Fatalf("after the bucket was lost: %+v, hold until %v, %v; want no share while held", l, rec.HoldUntil, err)
+	}
+}

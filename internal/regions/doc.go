@@ -1,0 +1,22 @@
+// Package regions splits a queue's global rate between several regions, each its own Sluice
+// deployment (its own Redis and JetStream), through leases kept on a coordinator: a JetStream
+// key-value bucket on a NATS server every region can reach (Bucket), one key per global queue.
+//
+// Model. A region holds a lease: a share of the budget (deliveries per second) until an
+// expiry. Any worker of the region renews it ahead of expiry (every renew period) by reading
+// the queue's Record, applying the rule (Renew) and writing it back on the revision it read
+// (compare-and-set); a lost race reads again. Shares follow demand (the region's backlog
+// drained within one renew period) by max-min fair division with a minimum per region
+// (Divide). A region that cannot renew uses its lease until it expires, then its safe share.
+//
+// Guarantees, with every writer following Renew and clocks within the Lingers slack:
+//   - the sum of what the regions hold (unexpired shares, and a lowered share's former value
+//     until the region's other workers have read the lower one) never exceeds the budget;
+//   - a coordinator without state (a new or emptied bucket) hands out nothing for one lease
+//     period, so leases of a state it lost have expired before it hands out again;
+//   - a silent region's lease counts as held until it expires.
+//
+// Costs: one read and one compare-and-set write on the coordinator per worker, global queue
+// and renew period; none on the path of a job. docs/design/regions.md derives the bound the
+// upstream sees.
+package regions

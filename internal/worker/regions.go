@@ -1,0 +1,190 @@
+package worker
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/regions"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// Regions is this deployment's part in global budgets (Deps.Regions): a queue with
+// QueueConfig.Global shares its rate with the other regions through leases renewed on the
+// coordinator (internal/regions). Nil: no regions; Global is ignored.
+type Regions struct {
+	// Coordinator renews this region's leases (a *regions.Coordinator).
+	Coordinator LeaseRenewer
+	// Regions is how many regions share the budgets: an even safe share is the budget ÷ it.
+	Regions int
+	// SafeShare is what the region may use, in deliveries per second, once its lease expired
+	// while it cannot renew; < 0: even (the budget ÷ Regions); 0: nothing (a strict budget).
+	SafeShare float64
+	// MinShare is the least share the coordinator gives a region with a lease, per second.
+	MinShare float64
+	// Lease is how long a lease lasts; Renew, how often each worker renews it (< Lease).
+	Lease, Renew time.Duration
+}
+
+// LeaseRenewer renews a region's lease of a queue's global budget; *regions.Coordinator is one.
+type LeaseRenewer interface {
+	Renew(ctx context.Context, queue string, demand float64, t regions.Terms) (regions.Lease, regions.Record, error)
+}
+
+// leaseLingers is the slack beyond a renew period before a region's lowered share is handed to
+// others: the slots its workers reserved ahead (reserveAhead) and the renewal's own time.
+const leaseLingers = 500 * time.Millisecond
+
+// backlogReader reads a queue's depth, for the region's demand; *queue.Queues is one.
+type backlogReader interface {
+	Info(ctx context.Context, name string) (queue.Info, error)
+}
+
+// regionalLease is the policy of a global queue's regional lease: its share of the global rate
+// lowers the leak slot's rate (rate, through leakSlot.learned), a share too small for one
+// delivery per renew period holds jobs until the next renewal (admit), and run renews the lease
+// every Renew with the region's demand: its backlog drained within one renew period. When
+// renewals fail the region uses its lease until it expires, then its safe share. Safe for
+// concurrent use.
+type regionalLease struct {
+	env     queueEnv
+	reg     *Regions      // nil: no regions
+	backlog backlogReader // nil: demand is the whole budget
+
+	mu       sync.Mutex
+	lease    regions.Lease // the last lease renewed; zero: none yet
+	onSafe   bool          // the last share read was the safe share
+	warned   bool          // the region's expired lease was logged, and its return not yet
+	failures int           // renewals failed in a row
+}
+
+// on reports whether the queue of cfg is global in a deployment with regions.
+func (rl *regionalLease) on(cfg *QueueConfig) bool { return rl.reg != nil && cfg.Global }
+
+// share is the rate the region may use now, in deliveries per second, and whether the queue is
+// global: its lease's share until it expires, then its safe share.
+func (rl *regionalLease) share() (float64, bool) {
+	cfg := rl.env.cfg()
+	if !rl.on(cfg) {
+		return 0, false
+	}
+	now := rl.env.now()
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if now.Before(rl.lease.Expires) {
+		rl.safe(false, 0)
+		return rl.lease.Share, true
+	}
+	budget := perSecond(cfg.Rate)
+	safe := min(rl.reg.SafeShare, budget)
+	if rl.reg.SafeShare < 0 {
+		safe = budget / float64(max(rl.reg.Regions, 1))
+	}
+	rl.safe(true, safe)
+	return safe, true
+}
+
+// safe records whether the region runs on its safe share (the metric), and logs a change from
+// a lease that expired unrenewed and the return to a lease; rl.mu is held.
+func (rl *regionalLease) safe(on bool, share float64) {
+	if on == rl.onSafe {
+		return
+	}
+	rl.onSafe = on
+	g := rl.env.m.regionOnSafe.WithLabelValues(rl.env.name)
+	switch {
+	case !on:
+		g.Set(0)
+		if rl.warned {
+			rl.warned = false
+			rl.env.log.Info("worker: region runs on its lease of a global queue again", "queue", rl.env.name)
+		}
+	case rl.lease.Expires.IsZero():
+		g.Set(1) // no lease yet: the start, or a coordinator waiting out a lost state's leases
+	default:
+		g.Set(1)
+		rl.warned = true
+		rl.env.log.Warn("worker: region runs on its safe share of a global queue: its lease expired unrenewed",
+			"queue", rl.env.name, "share_per_second", strconv.FormatFloat(share, 'f', 2, 64))
+	}
+}
+
+// rate is the region's share for the leak slot: > 0 lowers the queue's rate to it; 0 leaves it.
+func (rl *regionalLease) rate() float64 {
+	s, ok := rl.share()
+	if !ok {
+		return 0
+	}
+	return s
+}
+
+// admit holds a global queue's job while the region's share is too small for one delivery per
+// renew period (a leak slot at that rate would be reserved beyond the next renewal), until then.
+func (rl *regionalLease) admit(context.Context, *QueueConfig, *job) verdict {
+	s, ok := rl.share()
+	if !ok || s*rl.reg.Renew.Seconds() >= 1 {
+		return pass()
+	}
+	return holdUntil(rl.env.now().Add(rl.reg.Renew), "the region's share of the global rate is too small")
+}
+
+// run renews the lease every Renew while the queue is global.
+func (rl *regionalLease) run(ctx context.Context) {
+	if rl.reg == nil {
+		return
+	}
+	rl.env.every(ctx, rl.reg.Renew, rl.on, nil, rl.renew)
+}
+
+// renew renews the lease once, with the region's demand.
+func (rl *regionalLease) renew(ctx context.Context) {
+	cfg := rl.env.cfg()
+	budget := perSecond(cfg.Rate)
+	demand := rl.demand(ctx, budget)
+	ctx, cancel := context.WithTimeout(ctx, rl.reg.Renew)
+	defer cancel()
+	t := regions.Terms{Budget: budget, Minimum: rl.reg.MinShare, Lease: rl.reg.Lease, Renew: rl.reg.Renew,
+		Lingers: leaseLingers}
+	l, _, err := rl.reg.Coordinator.Renew(ctx, rl.env.name, demand, t)
+	defer func() {
+		if s, ok := rl.share(); ok {
+			rl.env.m.regionShare.WithLabelValues(rl.env.name).Set(s)
+		}
+	}()
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if err != nil {
+		rl.env.m.regionFailure.WithLabelValues(rl.env.name).Inc()
+		if rl.failures++; rl.failures == 1 {
+			rl.env.log.Warn("worker: cannot renew the region's lease of a global queue; using it until it expires",
+				"queue", rl.env.name, "expires", rl.lease.Expires, "err", err)
+		}
+		return
+	}
+	if rl.failures > 0 {
+		rl.env.log.Info("worker: the region's lease of a global queue renews again", "queue", rl.env.name)
+	}
+	rl.failures = 0
+	if l.Expires.After(rl.env.now()) { // else the coordinator is waiting out a lost state's leases
+		rl.lease = l
+		rl.env.m.regionExpiry.WithLabelValues(rl.env.name).Set(float64(l.Expires.UnixMilli()) / 1000)
+	}
+}
+
+// demand is the region's demand for the queue's global rate: its backlog drained within one
+// renew period, so that a region keeps its share until its backlog is nearly gone; the whole
+// budget when the backlog cannot be read.
+func (rl *regionalLease) demand(ctx context.Context, budget float64) float64 {
+	if rl.backlog == nil {
+		return budget
+	}
+	ctx, cancel := context.WithTimeout(ctx, rl.reg.Renew)
+	defer cancel()
+	info, err := rl.backlog.Info(ctx, rl.env.name)
+	if err != nil {
+		return budget
+	}
+	return math.Max(0, float64(info.Depth)/rl.reg.Renew.Seconds())
+}

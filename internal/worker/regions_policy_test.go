@@ -1,0 +1,67 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/regions"
+	"github.com/sluice-rl/sluice/leaky"
+)
+
+// renewer is a coordinator that answers with lease, or err.
+type renewer struct {
+	lease regions.Lease
+	err   error
+}
+
+func (r *renewer) Renew(context.Context, string, float64, regions.Terms) (regions.Lease, regions.Record, error) {
+	return r.lease, regions.Record{}, r.err
+}
+
+// TestRegionalLease: the share is the lease's until it expires, then the safe share; a renewal
+// that fails keeps the lease; a share below one delivery per renew period holds the job.
+func TestRegionalLease(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		safe      float64
+		share     float64 // the lease renewed
+		after     time.Duration
+		wantShare float64
+		wantHold  bool
+	}{
+		{"on its lease", -1, 20, time.Second, 20, false},
+		{"expired, even safe share", -1, 20, 3 * time.Second, 25, false},
+		{"expired, strict", 0, 20, 3 * time.Second, 0, true},
+		{"expired, fixed safe share above the budget", 80, 20, 3 * time.Second, 50, false},
+		{"a share too small to use before the next renewal", -1, 1, time.Second, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newFakeClock()
+			cfg := &QueueConfig{Name: "q", Rate: leaky.Every(50, time.Second), Global: true}
+			env := testEnv("q", func() *QueueConfig { return cfg })
+			env.now = clock.now
+			c := &renewer{lease: regions.Lease{Share: tc.share, Expires: clock.now().Add(2 * time.Second)}}
+			rl := &regionalLease{env: env, reg: &Regions{Coordinator: c, Regions: 2, SafeShare: tc.safe,
+				Lease: 2 * time.Second, Renew: 500 * time.Millisecond}}
+			rl.renew(context.Background())
+			c.err = errors.New("coordinator unreachable")
+			rl.renew(context.Background()) // a failed renewal keeps the lease
+			clock.advance(tc.after)
+			if s, ok := rl.share(); !ok || s != tc.wantShare {
+				t.Errorf("share %v %v, want %v", s, ok, tc.wantShare)
+			}
+			if v := rl.admit(context.Background(), cfg, testJob("j", "")); (v.kind == admitHold) != tc.wantHold {
+				t.Errorf("verdict %+v, want hold %v", v, tc.wantHold)
+			}
+		})
+	}
+	t.Run("not global", func(t *testing.T) {
+		cfg := &QueueConfig{Name: "q", Rate: leaky.Every(50, time.Second)}
+		rl := &regionalLease{env: testEnv("q", func() *QueueConfig { return cfg }), reg: &Regions{Renew: time.Second}}
+		if s, ok := rl.share(); ok || rl.rate() != 0 {
+			t.Errorf("a queue without global has share %v", s)
+		}
+	})
+}

@@ -1,0 +1,239 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-rl/sluice/internal/regions"
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// region is one test "region": its own NATS (the queues), its own redis-server (the leak
+// schedule) and one worker pool, delivering to the shared upstream, with its own connection
+// to the coordinator.
+type region struct {
+	name  string
+	qs    *queue.Queues
+	coord jetstream.JetStream
+	close func() // closes the connection to the coordinator: the region is cut off from it
+}
+
+func newRegion(t *testing.T, ctx context.Context, name, coordURL string) *region {
+	t.Helper()
+	srv := testenv.NATS(t)
+	js, err := jetstream.New(testenv.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := queue.New(ctx, js, queue.Options{Prefix: testenv.Name(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qs.Provision(ctx, []queue.Spec{{Name: "llm"}}); err != nil {
+		t.Fatal(err)
+	}
+	nc := testenv.Connect(t, coordURL)
+	cjs, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &region{name: name, qs: qs, coord: cjs, close: nc.Close}
+}
+
+// run starts the region's pool on a global queue llm at budget per second, and returns its
+// metrics.
+func (r *region) run(t *testing.T, h *harness, budget int, safe float64) *prometheus.Registry {
+	t.Helper()
+	rs := testenv.Redis(t)
+	sched := leaky.NewRedis(rs.Client, leaky.RedisConfig{Prefix: testenv.Name(t) + ":"})
+	spec := h.spec("llm", budget)
+	spec.Global = true
+	reg := prometheus.NewRegistry()
+	deps := worker.Deps{Queues: r.qs, Schedule: sched, Registerer: reg,
+		Regions: &worker.Regions{Coordinator: regions.NewCoordinator(r.coord, r.name, nil), Regions: 2,
+			SafeShare: safe, Lease: 2 * time.Second, Renew: 500 * time.Millisecond}}
+	p, err := worker.New(deps, []worker.QueueConfig{spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("Run did not return within 20s of cancel")
+		}
+	})
+	return reg
+}
+
+// maxWindow returns the most arrivals of ats (sorted) in a 1 s window that starts at an
+// arrival in [from, to).
+func maxWindow(ats []time.Time, from, to time.Time) int {
+	most := 0
+	for i, a := range ats {
+		if a.Before(from) || !a.Before(to) {
+			continue
+		}
+		j := sort.Search(len(ats), func(k int) bool { return !ats[k].Before(a.Add(time.Second)) })
+		most = max(most, j-i)
+	}
+	return most
+}
+
+// rateIn is the arrivals per second of ats in [from, to).
+func rateIn(ats []time.Time, from, to time.Time) float64 {
+	n := 0
+	for _, a := range ats {
+		if !a.Before(from) && a.Before(to) {
+			n++
+		}
+	}
+	return float64(n) / to.Sub(from).Seconds()
+}
+
+func arrivalTimes(up *workertest.Recorder, ids map[string]bool) []time.Time {
+	var ats []time.Time
+	for _, a := range up.Arrivals() {
+		if ids == nil || ids[a.ID] {
+			ats = append(ats, a.At)
+		}
+	}
+	sort.Slice(ats, func(i, j int) bool { return ats[i].Before(ats[j]) })
+	return ats
+}
+
+// timeline is the arrivals of a and b in each second from from to to, as "a/b a/b ...".
+func timeline(a, b []time.Time, from, to time.Time) string {
+	var out []byte
+	for w := from; w.Before(to); w = w.Add(time.Second) {
+		out = fmt.Appendf(out, "%.0f/%.0f ", rateIn(a, w, w.Add(time.Second)), rateIn(b, w, w.Add(time.Second)))
+	}
+	return string(out)
+}
+
+func idSet(ids []string) map[string]bool {
+	m := map[string]bool{}
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+// connectedBound is what the upstream may see above the budget in any 1 s window while the
+// regions are connected: one slot per region at each end of the window (docs/design/regions.md).
+const connectedBound = 2 * 2
+
+// TestRegionsShareOneBudget: two regions, each its own NATS and Redis, a coordinator on a third
+// NATS, one upstream, a global rate of 50/s. While both have backlog the upstream sees at most
+// 50 + the bound in any 1 s window and at least 90% of the budget; once B's backlog is gone, A
+// alone reaches 90% of the budget within a few renewals.
+func TestRegionsShareOneBudget(t *testing.T) {
+	h := newHarness(t)
+	coord := testenv.NATS(t)
+	a, b := newRegion(t, h.ctx, "a", coord.URL), newRegion(t, h.ctx, "b", coord.URL)
+	aIDs := idSet(workertest.Publish(t, a.qs, "llm", 700, false))
+	bIDs := idSet(workertest.Publish(t, b.qs, "llm", 150, false))
+	start := time.Now()
+	a.run(t, h, 50, -1)
+	b.run(t, h, 50, -1)
+	h.up.WaitCount(t, 15*time.Second, "region b's backlog delivered", func(int) bool {
+		return len(arrivalTimes(h.up, bIDs)) >= len(bIDs)
+	})
+	bDone := arrivalTimes(h.up, bIDs)[len(bIDs)-1]
+	// A alone: wait for a second at ≥ 90% of the budget, at most 8 renewals after B emptied.
+	var aAt time.Time
+	testenv.WaitFor(t, 8*time.Second, "region a alone at 90% of the budget", func() bool {
+		ats := arrivalTimes(h.up, aIDs)
+		for w := bDone; !w.Add(time.Second).After(time.Now()); w = w.Add(100 * time.Millisecond) {
+			if rateIn(ats, w, w.Add(time.Second)) >= 45 {
+				aAt = w.Add(time.Second)
+				return true
+			}
+		}
+		return false
+	})
+	all := arrivalTimes(h.up, nil)
+	first := all[0]
+	most := maxWindow(all, first, time.Now())
+	both := rateIn(all, first.Add(time.Second), bDone.Add(-500*time.Millisecond))
+	t.Logf("budget 50/s: most in any 1 s window %d; both backlogged %.1f/s (%.0f%%) over %.1fs; "+
+		"b empty at +%.1fs, a alone at 90%% %.1fs later; %d delivered",
+		most, both, both*2, bDone.Sub(first).Seconds()-1.5, bDone.Sub(start).Seconds(), aAt.Sub(bDone).Seconds(), len(all))
+	t.Logf("per second a/b: %s", timeline(arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs), first, time.Now()))
+	if most > 50+connectedBound {
+		t.Errorf("the upstream saw %d in a 1 s window; budget 50 + bound %d", most, connectedBound)
+	}
+	if both < 45 {
+		t.Errorf("both regions backlogged delivered %.1f/s together; want ≥ 45", both)
+	}
+}
+
+// TestRegionsPartition: region b loses the coordinator. It runs on its lease until it expires,
+// then on its even safe share (25/s), while a, whose renewals count b's lease until it expired,
+// takes the whole budget: the upstream sees at most budget × (1 + 1/2) + the bound.
+func TestRegionsPartition(t *testing.T) { partition(t, -1, 75, 25) }
+
+// TestRegionsPartitionStrict: the same with safe_share 0: b delivers nothing once its lease
+// expired, and the upstream never sees more than the budget + the bound.
+func TestRegionsPartitionStrict(t *testing.T) { partition(t, 0, 50, 0) }
+
+// partition cuts region b off the coordinator once both run on leases, with safe share safe,
+// and checks the partition bound (budget + the slot terms) and b's and a's rates after b's
+// lease expired: wantB and the budget.
+func partition(t *testing.T, safe float64, budget int, wantB float64) {
+	h := newHarness(t)
+	coord := testenv.NATS(t)
+	a, b := newRegion(t, h.ctx, "a", coord.URL), newRegion(t, h.ctx, "b", coord.URL)
+	aIDs := idSet(workertest.Publish(t, a.qs, "llm", 600, false))
+	bIDs := idSet(workertest.Publish(t, b.qs, "llm", 300, false))
+	aReg := a.run(t, h, 50, safe)
+	bReg := b.run(t, h, 50, safe)
+	// Past the fresh coordinator's hold (one lease) and a renewal: both on their leases.
+	h.up.WaitCount(t, 12*time.Second, "deliveries on leases", func(n int) bool { return n >= 150 })
+	cut := time.Now()
+	b.close()
+	expired := cut.Add(2*time.Second + 500*time.Millisecond) // b's lease, renewed at most a renewal ago
+	testenv.WaitFor(t, 10*time.Second, "3 s past b's lease", func() bool { return time.Now().After(expired.Add(3 * time.Second)) })
+	end := time.Now()
+	all := arrivalTimes(h.up, nil)
+	most := maxWindow(all, cut, end)
+	bRate := rateIn(arrivalTimes(h.up, bIDs), expired, end)
+	aRate := rateIn(arrivalTimes(h.up, aIDs), expired.Add(time.Second), end)
+	before := maxWindow(all, all[0], cut)
+	t.Logf("budget 50/s, b cut off: most in any 1 s window %d connected, %d cut off (partition bound %d); "+
+		"after b's lease: b %.1f/s on its safe share, a %.1f/s",
+		before, most, budget+connectedBound, bRate, aRate)
+	t.Logf("per second a/b from the cut: %s", timeline(arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs), cut, end))
+	if most > budget+connectedBound {
+		t.Errorf("the upstream saw %d in a 1 s window with b cut off; partition bound %d", most, budget+connectedBound)
+	}
+	if bRate < 0.8*wantB || bRate > wantB+1 {
+		t.Errorf("b cut off delivered %.1f/s after its lease; want its safe share, %.0f/s", bRate, wantB)
+	}
+	if aRate < 0.8*50 {
+		t.Errorf("a delivered %.1f/s once b's lease expired; want the budget, 50/s", aRate)
+	}
+	if on := metric(t, bReg, "sluice_region_on_safe_share", "queue", "llm"); on != 1 {
+		t.Errorf("b's sluice_region_on_safe_share = %v, want 1", on)
+	}
+	if s := metric(t, bReg, "sluice_region_share", "queue", "llm"); s != wantB {
+		t.Errorf("b's sluice_region_share = %v, want %v", s, wantB)
+	}
+	if on, s := metric(t, aReg, "sluice_region_on_safe_share", "queue", "llm"), metric(t, aReg, "sluice_region_share", "queue", "llm"); on != 0 || s != 50 {
+		t.Errorf("a's sluice_region_on_safe_share = %v, sluice_region_share %v; want 0 and 50", on, s)
+	}
+}
