@@ -79,16 +79,7 @@ func (p Publisher) Publish(ctx context.Context, job *Job) (Receipt, error) {
 		defer stop()
 		return p.publishScheduled(ctx, spec, job)
 	}
-	subject, stream := p.jobSubject(job.Queue, job.ID), p.streamName(job.Queue)
-	if job.Priority != PriorityNormal && !spec.Fair {
-		subject, stream = p.levelSubject(job.Queue, job.Priority, job.ID), p.levelStreamName(job.Queue, job.Priority)
-	}
-	if spec.Fair {
-		// The job waits in its tenant's backlog, where it cannot be read by id: it gets a
-		// status entry, as a job with an Idempotency-Key does, which also keeps its place in
-		// the backlog for Cancel.
-		subject, stream = p.backlogSubject(job.Queue, job.Tenant, job.Priority), p.backlogStreamName(job.Queue)
-	}
+	subject, stream := p.destination(spec, job)
 
 	if job.IdempotencyKey == "" && !spec.Fair && job.Priority == PriorityNormal && findable(job.Queue, job.ID) {
 		owned, err := p.admit(ctx, spec, job, job.ID)
@@ -451,4 +442,18 @@ func publishError(job *Job, err error) error {
 		return fmt.Errorf("%w: queue %q: %w", ErrTooLarge, job.Queue, err)
 	}
 	return fmt.Errorf("queue: publish %s to %q: %w", job.ID, job.Queue, err)
+}
+
+// destination is the subject and stream job is stored in: its queue's, its priority level's,
+// or, on a fair queue, its tenant's backlog — where it cannot be read by id: it gets a status
+// entry, as a job with an Idempotency-Key does, which also keeps its place in the backlog for
+// Cancel.
+func (p Publisher) destination(spec Spec, job *Job) (subject, stream string) {
+	switch {
+	case spec.Fair:
+		return p.backlogSubject(job.Queue, job.Tenant, job.Priority), p.backlogStreamName(job.Queue)
+	case job.Priority != PriorityNormal:
+		return p.levelSubject(job.Queue, job.Priority, job.ID), p.levelStreamName(job.Queue, job.Priority)
+	}
+	return p.jobSubject(job.Queue, job.ID), p.streamName(job.Queue)
 }

@@ -52,6 +52,22 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	} else {
 		b.text(where, "target", r.Target, "")
 	}
+	b.delivery(where, &q, &r)
+	q.Adaptive = b.boolean(where, "adaptive", r.Adaptive)
+	q.Global = b.boolean(where, "global", r.Global)
+	b.minRate(where, &q, &r)
+	q.Tenant = b.keyParts(where, "tenant", r.Tenant)
+	b.fairness(where, &q, &r)
+	b.inFlight(where, &q, &r)
+	b.queueCost(where, &q, &r)
+	q.canonicalTenantValues()
+	return q
+}
+
+// delivery reads how queue q's jobs are delivered: attempts, backoff, timeouts, windows and
+// concurrency, each bounded.
+func (b *builder) delivery(where string, q *Queue, r *rawQueue) {
+	p := b.p
 	q.MaxAttempts = int(b.integer(where, "max_attempts", r.MaxAttempts, DefaultMaxAttempts, 32))
 	b.bound(where, "max_attempts", int64(q.MaxAttempts), 1, maxAttempts)
 	q.Backoff = Backoff{Initial: DefaultBackoffInitial, Max: DefaultBackoffMax}
@@ -66,7 +82,7 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	q.DedupeWindow = b.positiveDuration(where, "dedupe_window", r.DedupeWindow, DefaultDedupeWindow)
 	q.AckWait = b.positiveDuration(where, "ack_wait", r.AckWait, DefaultAckWait)
 	q.MaxDelay = b.positiveDuration(where, "max_delay", r.MaxDelay, DefaultMaxDelay)
-	b.priorities(where, &q, r.Priorities)
+	b.priorities(where, q, r.Priorities)
 	for _, d := range []struct {
 		field string
 		v     time.Duration
@@ -81,8 +97,11 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	b.bound(where, "concurrency", int64(q.Concurrency), 1, maxConcurrency)
 	q.MaxPauseRetries = int(b.integer(where, "max_pause_retries", r.MaxPauseRetries, DefaultMaxPauseRetries, 32))
 	b.bound(where, "max_pause_retries", int64(q.MaxPauseRetries), 0, maxPauseRetries)
-	q.Adaptive = b.boolean(where, "adaptive", r.Adaptive)
-	q.Global = b.boolean(where, "global", r.Global)
+}
+
+// minRate reads an adaptive queue's floor: at most its rate; by default DefaultMinRate.
+func (b *builder) minRate(where string, q *Queue, r *rawQueue) {
+	p := b.p
 	if r.MinRate != nil {
 		if s := b.text(where, "min_rate", r.MinRate, ""); r.MinRate.shape == "" {
 			if rate, err := ParseRate(s); err != nil {
@@ -96,12 +115,6 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	} else if q.Rate.N > 0 {
 		q.MinRate = DefaultMinRate(q.Rate)
 	}
-	q.Tenant = b.keyParts(where, "tenant", r.Tenant)
-	b.fairness(where, &q, &r)
-	b.inFlight(where, &q, &r)
-	b.queueCost(where, &q, &r)
-	q.canonicalTenantValues()
-	return q
 }
 
 // canonicalTenantValues writes the tenant values weights and tenant_settings name as the

@@ -118,25 +118,15 @@ func (e *tenantFullError) Error() string {
 	return fmt.Sprintf("the tenant holds tenant_max_depth %d jobs in queue %q", e.maxDepth, e.queue)
 }
 
-// problemFor maps an error to the problem the client is sent. It is the one place that turns
-// errors into HTTP statuses.
-func problemFor(err error) *Problem {
+// admissionProblem is the 429 of a job the queue's admission refused (its depth or bytes, its
+// tenant's depth, its key's deferral budget), or nil for any other error.
+func admissionProblem(err error) *Problem {
 	var (
-		p      *Problem
-		he     *echo.HTTPError
-		mbe    *http.MaxBytesError
-		ue     *upstreamError
-		pe     *publishError
-		full   *queueFullError
-		tfull  *tenantFullError
-		bfull  *budgetFullError
-		big    *bodyTooLargeError
-		se     *statusError
-		netErr net.Error
+		full  *queueFullError
+		tfull *tenantFullError
+		bfull *budgetFullError
 	)
 	switch {
-	case errors.As(err, &p):
-		return p
 	case errors.As(err, &full):
 		bytes := fmt.Sprintf("max_bytes %d bytes", full.maxBytes)
 		if full.maxBytes == 0 {
@@ -157,6 +147,29 @@ func problemFor(err error) *Problem {
 				bfull.perKey, bfull.rule, bfull.queue),
 			ViolatedPolicies: []string{bfull.rule},
 			RetryAfter:       bfull.retryAfter}
+	}
+	return nil
+}
+
+// problemFor maps an error to the problem the client is sent. It is the one place that turns
+// errors into HTTP statuses.
+func problemFor(err error) *Problem {
+	var (
+		p      *Problem
+		he     *echo.HTTPError
+		mbe    *http.MaxBytesError
+		ue     *upstreamError
+		pe     *publishError
+		big    *bodyTooLargeError
+		se     *statusError
+		netErr net.Error
+	)
+	if ap := admissionProblem(err); ap != nil {
+		return ap
+	}
+	switch {
+	case errors.As(err, &p):
+		return p
 	case errors.As(err, &big):
 		return &Problem{Type: "about:blank", Title: "Request body too large", Status: http.StatusRequestEntityTooLarge,
 			Detail: fmt.Sprintf("the request body is larger than %d bytes, the max_body_bytes of queue %q that this request may be deferred to", big.limit, big.queue)}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -106,6 +107,17 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 		return endNotSent, true
 	}
 	return 0, false
+}
+
+// recallMemo is what recall knows across a runner's jobs: the window in which first deliveries
+// read their record (suspectUntil, Unix ns; suspect), the broker's reconnect count when the
+// runner last looked and when it saw it change (reconnectedAt, Unix ns), and the records read
+// ahead with their fetch (readRecords).
+type recallMemo struct {
+	suspectUntil  atomic.Int64
+	reconnectedAt atomic.Int64
+	reconnects    atomic.Uint64
+	recalled      sync.Map // *queue.Msg → recalled
 }
 
 // recalled is a job's record as readRecords read it: err is queue.ErrNotFound for none.

@@ -563,17 +563,6 @@ type fetchState struct {
 	idle bool    // the last long pull expired empty
 }
 
-// recallMemo is what recall knows across a runner's jobs: the window in which first deliveries
-// read their record (suspectUntil, Unix ns; suspect), the broker's reconnect count when the
-// runner last looked and when it saw it change (reconnectedAt, Unix ns), and the records read
-// ahead with their fetch (readRecords).
-type recallMemo struct {
-	suspectUntil  atomic.Int64
-	reconnectedAt atomic.Int64
-	reconnects    atomic.Uint64
-	recalled      sync.Map // *queue.Msg → recalled
-}
-
 // reconfigured tells the runner's loops that its config changed.
 func (r *runner) reconfigured() {
 	ch := make(chan struct{})
