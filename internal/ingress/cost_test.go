@@ -279,8 +279,15 @@ rules:
 	}
 	grown := rss(t) - rss0
 	t.Logf("resident memory grew by %d MiB with %d requests stalled (read-ahead bound %d MiB)", grown>>20, n, 3*each>>20)
-	if grown > 3*each+50<<20 {
-		t.Errorf("resident memory grew by %d MiB: more than the read-ahead bound plus 50 MiB", grown>>20)
+	// 400 stalled requests cost goroutines, pipes and recorders besides the read-ahead: 50 MiB,
+	// or 300 under the race detector (85 to 130 measured there); a buffer per request of the old
+	// doubling growth (2 MiB each) would be 800.
+	slack := int64(50 << 20)
+	if raceBuild {
+		slack = 300 << 20
+	}
+	if grown > 3*each+slack {
+		t.Errorf("resident memory grew by %d MiB: more than the read-ahead bound plus %d MiB", grown>>20, slack>>20)
 	}
 	for _, pw := range writers {
 		go func() {
