@@ -76,12 +76,14 @@ compose:
 	docker-compose -f deploy/compose.yaml config -q
 
 # cmd/worker's process tests measure drain rates against the clock, so they run on their own
-# after the rest rather than beside another package's tests on a 2-core machine.
+# after the rest rather than beside another package's tests on a 2-core machine. Inside it, the
+# few long tests that pace slow drains on queues of their own (t.Parallel) run together, four at
+# once, after the others: they wait far more than they compute.
 TIMED := github.com/sluice-rl/sluice/cmd/worker
 unit:
 	rc=0; \
 	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)') || rc=1; \
-	$(GO) test -race -count=1 -timeout 13m $(TIMED) || rc=1; \
+	$(GO) test -race -count=1 -parallel 4 -timeout 13m $(TIMED) || rc=1; \
 	exit $$rc
 
 # A short run of every fuzz target, on top of the committed seed corpora that `unit` already ran.

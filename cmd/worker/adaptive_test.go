@@ -20,6 +20,7 @@ import (
 // pauses the queue for its Retry-After and the full rate runs into the next one);
 // SLUICE_ADAPTIVE_TRACE=1 logs the successes and 429s of every second.
 func TestAdaptiveDrainLearnsTheUpstream(t *testing.T) {
+	t.Parallel() // long, slow-paced, sharing no rate: runs beside the other such tests (see Makefile, TIMED)
 	c := newCluster(t)
 	up := startUpstream(t)
 	extra := []string{"concurrency: 16", "adaptive: true"}

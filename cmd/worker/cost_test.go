@@ -182,6 +182,7 @@ func llmDrain(t *testing.T, c *cluster, name string, window time.Duration, jobs 
 // token budget after the first window. The same drain at rate 60/10s alone is printed beside
 // it, and must do worse. SLUICE_COST_WINDOW=1m runs it at full scale (3 minutes each).
 func TestCostBudgetDrain(t *testing.T) {
+	t.Parallel() // long, slow-paced, sharing no rate: runs beside the other such tests (see Makefile, TIMED)
 	window := 10 * time.Second
 	if s := os.Getenv("SLUICE_COST_WINDOW"); s != "" {
 		var err error

@@ -118,6 +118,7 @@ func firstAfter(ts []time.Time) time.Time {
 // last 20 s of a 60 s drain, A >= 4.25/s and B >= 17/s successes, and at most 3% of the
 // deliveries answered 429. A run that misses is repeated once, as the accuracy tests are.
 func TestAdaptivePerTenant(t *testing.T) {
+	t.Parallel() // long, slow-paced, sharing no rate: runs beside the other such tests (see Makefile, TIMED)
 	c := newCluster(t)
 	up := startUpstream(t)
 	for try := 1; try <= 2; try++ {

@@ -143,6 +143,7 @@ func scheduledLateness(t testing.TB, n int, horizon time.Duration) []time.Durati
 // 100/s queue, two worker processes: the queue drains at its rate (within 1%) with no gap
 // while the scheduled jobs wait, and no scheduled job arrives before its time.
 func TestScheduledBesideBacklog(t *testing.T) {
+	t.Parallel() // long, slow-paced, sharing no rate: runs beside the other such tests (see Makefile, TIMED)
 	const (
 		backlog   = 3000
 		scheduled = 500
