@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,7 +15,8 @@ import (
 )
 
 // refuseEviction refuses to start on a Redis that may evict Sluice's keys: limiter state
-// forgotten under memory pressure lets an exhausted key through again (connect.CheckEviction).
+// forgotten under memory pressure lets an exhausted key through again (connect.CheckEviction);
+// and on one that will not run Lua (refuseNoLua).
 // A Redis that does not answer yet, or will not tell, is left to the readiness check.
 func refuseEviction(ctx context.Context, rdb redis.UniversalClient, path string, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -25,6 +27,17 @@ func refuseEviction(ctx context.Context, rdb redis.UniversalClient, path string,
 	}
 	if errors.Is(err, connect.ErrEvicts) {
 		return connect.ConfigError(fmt.Errorf("%s: redis: %w", path, err))
+	}
+	return refuseNoLua(ctx, rdb, path)
+}
+
+// refuseNoLua refuses to start on a Redis that will not run Lua scripts (EVAL renamed or
+// disabled, as some managed services do): every limiter decision, leak slot and place is one,
+// and each would fail at run time. A Redis that does not answer is left to the readiness check.
+func refuseNoLua(ctx context.Context, rdb redis.UniversalClient, path string) error {
+	err := rdb.Eval(ctx, "return 1", nil).Err()
+	if err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+		return connect.ConfigError(fmt.Errorf("%s: redis: the server does not run Lua scripts (%v): Sluice needs EVAL and EVALSHA, as every limiter decision and leak slot is one script; use a Redis that allows them", path, err))
 	}
 	return nil
 }

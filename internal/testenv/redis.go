@@ -39,11 +39,17 @@ type RedisServer struct {
 // the test ends. It skips the test (fails in strict mode) when redis-server is not installed.
 func Redis(t testing.TB) *RedisServer {
 	t.Helper()
+	return RedisWith(t)
+}
+
+// RedisWith is Redis with more redis-server arguments (for example a renamed command).
+func RedisWith(t testing.TB, args ...string) *RedisServer {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		unavailable(t, "redis-server not found in PATH (install: apt-get install -y redis-server)")
 	}
-	s := &RedisServer{t: t, bin: bin, dir: t.TempDir()}
+	s := &RedisServer{t: t, bin: bin, dir: t.TempDir(), args: args}
 	var lastErr error
 	for range 5 { // a port found free can be taken before redis binds it; try another
 		s.Addr = "127.0.0.1:" + itoa(FreePort(t))
