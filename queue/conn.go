@@ -32,11 +32,12 @@ func (q *Queues) WatchLeaders(ctx context.Context, fn func()) error {
 }
 
 // connWatch holds a context that ends when the connection to NATS is lost, and a new one for
-// each connection after it. A publish runs under it (whileConnected): a request in flight when
-// the server crashed has lost its reply with the connection, and waiting for its deadline
-// (Options.PublishTimeout, 2 s) would only delay the answer that nothing was stored. nats.go
-// fails pending async publishes on a reconnect by itself, but not requests (a keyed job's
-// idempotency check, a status write).
+// each connection after it. Publishes, status reads and writes and confirmed acks run under it
+// (whileConnected): a request in flight when the server crashed has lost its reply with the
+// connection, and waiting for its deadline (Options.PublishTimeout, 2 s; 5 s for the others)
+// would only delay the answer that nothing was stored, or keep a worker's status record out of
+// its outbox while another worker reads the job's record. nats.go fails pending async
+// publishes on a reconnect by itself, but not requests.
 type connWatch struct {
 	mu     sync.Mutex
 	ctx    context.Context

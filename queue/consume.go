@@ -185,7 +185,7 @@ type Msg struct {
 
 	raw jetstream.Msg
 	nc  *nats.Conn
-	q   *core // for the release of the job's tickets when it leaves (nil: none)
+	q   *core // for the release of the job's tickets when it leaves, and the connection's state (nil: none)
 
 	mu      sync.Mutex
 	settled bool
@@ -210,6 +210,11 @@ func (m *Msg) Ack(ctx context.Context) error {
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
+	if m.q != nil {
+		var stop context.CancelFunc
+		ctx, stop = m.q.whileConnected(ctx)
+		defer stop()
+	}
 	if err := m.raw.DoubleAck(ctx); err != nil {
 		if errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 			return fmt.Errorf("queue: ack job %s: %w", m.id(), ErrSettled)

@@ -105,6 +105,8 @@ func (p Publisher) Status(ctx context.Context, id string) (Status, error) {
 func (p Publisher) Record(ctx context.Context, id string) (Status, error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
+	ctx, stop := p.whileConnected(ctx)
+	defer stop()
 	r, _, err := p.getRecord(ctx, id)
 	if err != nil {
 		return Status{}, err
@@ -164,6 +166,11 @@ func (p Publisher) SetStatus(ctx context.Context, st Status) error {
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
+	// A write in flight when the connection is lost fails then, not at its deadline: the
+	// worker's outbox keeps it and writes it first thing after the reconnection, before another
+	// worker can read the job's record (the worker's outbox.go).
+	ctx, stop := p.whileConnected(ctx)
+	defer stop()
 	if done, err := p.createFirst(ctx, st); done || err != nil {
 		return err
 	}
@@ -171,26 +178,61 @@ func (p Publisher) SetStatus(ctx context.Context, st Status) error {
 		if cur != nil && cur.State == StateSucceeded && st.State != StateSucceeded {
 			return nil
 		}
-		next := record{Status: st, Tenant: st.Tenant, Delivered: st.Delivered, Held: st.Held}
-		if cur == nil && (next.CreatedAt.IsZero() || next.Queue == "" || next.Tenant == "") {
-			if w, _, err := p.waiting(ctx, st.ID); err == nil {
-				cur = &record{Status: w, Tenant: w.Tenant}
-			}
-		}
-		if cur != nil {
-			next.Fingerprint = cur.Fingerprint
-			if next.Tenant == "" {
-				next.Tenant = cur.Tenant
-			}
-			if next.CreatedAt.IsZero() {
-				next.CreatedAt = cur.CreatedAt
-			}
-			if next.Queue == "" {
-				next.Queue = cur.Queue
-			}
-		}
-		return &next
+		return p.nextRecord(ctx, cur, st)
 	})
+}
+
+// ErrClaimed is ClaimAttempt's answer when the job's record counts the attempt already, or is
+// final: another delivery of the job claimed it first.
+var ErrClaimed = errors.New("queue: the attempt was claimed by another delivery")
+
+// ClaimAttempt records st, a running record of attempt st.Attempts, unless the job's record
+// already counts that attempt or a later one, or is final: then ErrClaimed. It is a
+// compare-and-set, so of two deliveries of one job at once (a restarted server may hand an
+// unacknowledged job to two workers, each as its first delivery) at most one claims an attempt.
+func (p Publisher) ClaimAttempt(ctx context.Context, st Status) error {
+	if !validID(st.ID) {
+		return fmt.Errorf("queue: claim attempt: invalid job id %q", st.ID)
+	}
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	ctx, stop := p.whileConnected(ctx)
+	defer stop()
+	claimed := false
+	err := p.updateStatus(ctx, st.ID, func(cur *record) *record {
+		if cur != nil && (cur.State.Terminal() || cur.Attempts >= st.Attempts) {
+			claimed = true
+			return nil
+		}
+		return p.nextRecord(ctx, cur, st)
+	})
+	if err == nil && claimed {
+		return fmt.Errorf("%w: %s", ErrClaimed, st.ID)
+	}
+	return err
+}
+
+// nextRecord is the record that st makes of cur (nil: none yet), keeping what st does not say.
+func (q *core) nextRecord(ctx context.Context, cur *record, st Status) *record {
+	next := record{Status: st, Tenant: st.Tenant, Delivered: st.Delivered, Held: st.Held}
+	if cur == nil && (next.CreatedAt.IsZero() || next.Queue == "" || next.Tenant == "") {
+		if w, _, err := q.waiting(ctx, st.ID); err == nil {
+			cur = &record{Status: w, Tenant: w.Tenant}
+		}
+	}
+	if cur != nil {
+		next.Fingerprint = cur.Fingerprint
+		if next.Tenant == "" {
+			next.Tenant = cur.Tenant
+		}
+		if next.CreatedAt.IsZero() {
+			next.CreatedAt = cur.CreatedAt
+		}
+		if next.Queue == "" {
+			next.Queue = cur.Queue
+		}
+	}
+	return &next
 }
 
 // createFirst creates the entry of st when it is most likely the job's first (see

@@ -230,3 +230,41 @@ func TestProvisionUpgradesQueueStream(t *testing.T) {
 		t.Fatalf("delivered %v", seen)
 	}
 }
+
+// Of deliveries that claim one attempt of a job at once, exactly one succeeds; a later attempt
+// can be claimed, and a final record cannot be claimed over.
+func TestClaimAttemptOnce(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q"})
+	r := b.publish(&queue.Job{Queue: "q"})
+	const claimers = 8
+	errs := make(chan error, claimers)
+	for range claimers {
+		go func() {
+			errs <- b.q.ClaimAttempt(b.ctx, queue.Status{ID: r.ID, Queue: "q", State: queue.StateRunning, Attempts: 1, Delivered: 1})
+		}()
+	}
+	won := 0
+	for range claimers {
+		switch err := <-errs; {
+		case err == nil:
+			won++
+		case !errors.Is(err, queue.ErrClaimed):
+			t.Fatalf("claim: %v", err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d of %d concurrent claims of attempt 1 won, want 1", won, claimers)
+	}
+	if err := b.q.ClaimAttempt(b.ctx, queue.Status{ID: r.ID, State: queue.StateRunning, Attempts: 2}); err != nil {
+		t.Fatalf("claim of attempt 2: %v", err)
+	}
+	if st, err := b.q.Status(b.ctx, r.ID); err != nil || st.Attempts != 2 || st.State != queue.StateRunning {
+		t.Fatalf("after claiming attempt 2: %+v, %v", st, err)
+	}
+	if err := b.q.SetStatus(b.ctx, queue.Status{ID: r.ID, State: queue.StateSucceeded, Attempts: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.q.ClaimAttempt(b.ctx, queue.Status{ID: r.ID, State: queue.StateRunning, Attempts: 3}); !errors.Is(err, queue.ErrClaimed) {
+		t.Fatalf("claim over a final record: %v, want ErrClaimed", err)
+	}
+}

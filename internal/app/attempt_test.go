@@ -18,7 +18,8 @@ import (
 // queue and starts it again: no job is lost, and every job the upstream saw again carries a
 // higher Sluice-Attempt than before, although the status writes of the deliveries in flight at
 // the crash failed with it (the workers' outboxes keep them, and nobody delivers before they
-// land).
+// land), and the restarted server may hand one job to both workers at once (each claims its
+// attempt before sending it).
 func TestAttemptTrueAfterNATSCrash(t *testing.T) {
 	np := testenv.NATSProc(t)
 	rs := testenv.Redis(t)

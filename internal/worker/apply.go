@@ -166,6 +166,32 @@ func (e *executor) status(j *job) (queue.Status, error) {
 func (e *executor) write(j *job, rec *record) bool {
 	ctx, cancel := e.op(opTimeout)
 	defer cancel()
+	st := e.statusOf(j, rec)
+	if err := e.store.SetStatus(ctx, st); err != nil {
+		e.logger(j).Warn("worker: record job status failed; kept to write again before the job goes out again", "state", rec.state, "err", err)
+		e.outbox.keep(st, e.log)
+		return false
+	}
+	e.outbox.written(st)
+	return true
+}
+
+// claim records j as running attempt before it is sent, unless another delivery of j recorded
+// that attempt first (queue.ErrClaimed). Any error means: do not send.
+func (e *executor) claim(j *job, attempt int) error {
+	ctx, cancel := e.op(opTimeout)
+	defer cancel()
+	prev := j.state.prev
+	st := e.statusOf(j, &record{state: queue.StateRunning, attempts: attempt, lastErr: prev.LastError, response: prev.Response})
+	if err := e.store.ClaimAttempt(ctx, st); err != nil {
+		return err
+	}
+	e.outbox.written(st)
+	return nil
+}
+
+// statusOf is the status record rec makes of j now.
+func (e *executor) statusOf(j *job, rec *record) queue.Status {
 	created := j.m.Job.CreatedAt
 	if !j.state.prev.CreatedAt.IsZero() {
 		created = j.state.prev.CreatedAt
@@ -188,13 +214,7 @@ func (e *executor) write(j *job, rec *record) bool {
 		next := now.Add(rec.next)
 		st.NextAttemptAt = &next
 	}
-	if err := e.store.SetStatus(ctx, st); err != nil {
-		e.logger(j).Warn("worker: record job status failed; kept to write again before the job goes out again", "state", rec.state, "err", err)
-		e.outbox.keep(st, e.log)
-		return false
-	}
-	e.outbox.written(st)
-	return true
+	return st
 }
 
 // ack acks a job whose outcome is final. When recorded says the final status is in the status

@@ -65,6 +65,11 @@ func (s *fakeStore) SetStatus(ctx context.Context, st queue.Status) error {
 	return s.wait(ctx)
 }
 
+func (s *fakeStore) ClaimAttempt(ctx context.Context, st queue.Status) error {
+	s.add("claim %d", st.Attempts)
+	return s.wait(ctx)
+}
+
 func (s *fakeStore) DeadLetter(ctx context.Context, m *queue.Msg, reason string, lastStatus, attempts int) error {
 	s.add("dead-letter %q %d %d", reason, lastStatus, attempts)
 	return s.wait(ctx)

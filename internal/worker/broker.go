@@ -46,6 +46,9 @@ type jobStore interface {
 	Record(ctx context.Context, id string) (queue.Status, error)
 	// SetStatus writes a job's status record.
 	SetStatus(ctx context.Context, st queue.Status) error
+	// ClaimAttempt writes a job's running record of attempt st.Attempts unless its record
+	// counts that attempt already (queue.ErrClaimed).
+	ClaimAttempt(ctx context.Context, st queue.Status) error
 	// DeadLetter moves the job of m to its queue's dead-letter stream and records it failed.
 	DeadLetter(ctx context.Context, m *queue.Msg, reason string, lastStatus, attempts int) error
 }

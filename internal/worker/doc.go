@@ -51,7 +51,8 @@
 // with the overlapping takes of the queue's other jobs), one status write and an unconfirmed
 // ack; a redelivery or a longer delivery writes its running status too, and a redelivery reads
 // the job's record first — so do first deliveries within max(2×AckWait, 30s) of a start or a
-// reconnect to NATS, one batched read per fetch. A job frees its place among Concurrency once
+// reconnect to NATS, one batched read per fetch; in that window after a reconnect a first
+// delivery also claims its attempt (a compare-and-set write) before it is sent. A job frees its place among Concurrency once
 // the upstream answered; a queue paced at 200/s or more writes its statuses at 10 ms ticks of
 // the wall clock. A unit queue's job costs a unit take and, with CostFromResponse, a
 // reconciliation; a capped queue's place costs two Redis scripts per second or so while the

@@ -66,7 +66,7 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 		err error
 	)
 	r.noticeReconnect(cfg) // here, not at the fetch: a fetch may have begun before a reconnect
-	switch waited, ok := r.awaitOutboxes(ctx); {
+	switch waited, ok := r.awaitOutboxes(ctx, j); {
 	case !ok:
 		r.memo.recalled.Delete(m)
 		return endNotSent, true
@@ -111,11 +111,14 @@ func (r *runner) recall(ctx context.Context, cfg *QueueConfig, j *job) (passEnd,
 
 // recallMemo is what recall knows across a runner's jobs: the window in which first deliveries
 // read their record (suspectUntil, Unix ns; suspect), the broker's reconnect count when the
-// runner last looked and when it saw it change (reconnectedAt, Unix ns), and the records read
-// ahead with their fetch (readRecords).
+// runner last looked and when it saw it change (reconnectedAt, Unix ns), when the job store
+// first answered after that (answeredAt, Unix ns), and the records read ahead with their fetch
+// (readRecords).
 type recallMemo struct {
 	suspectUntil  atomic.Int64
 	reconnectedAt atomic.Int64
+	answeredAt    atomic.Int64
+	claimUntil    atomic.Int64 // Unix ns: until then first deliveries claim their attempt (claims)
 	reconnects    atomic.Uint64
 	recalled      sync.Map // *queue.Msg → recalled
 }
@@ -200,6 +203,7 @@ func (r *runner) noticeReconnect(cfg *QueueConfig) {
 	if n := r.p.q.Reconnects(); n != r.memo.reconnects.Swap(n) {
 		// The window opens once the outboxes had their grace (awaitOutboxes).
 		r.memo.suspectUntil.Store(r.p.now().Add(outboxGrace + r.p.suspicion(cfg)).UnixNano())
+		r.memo.claimUntil.Store(r.p.now().Add(outboxGrace + r.p.suspicion(cfg)).UnixNano())
 		r.memo.reconnectedAt.Store(r.p.now().UnixNano())
 		r.p.exec.outbox.wake()
 	}
@@ -217,20 +221,46 @@ func (r *runner) awaitConnected(ctx context.Context) bool {
 	return true
 }
 
-// awaitOutboxes holds a delivery until outboxGrace after the latest reconnection to NATS this
-// runner saw, so that the records other workers kept through the outage are written before
-// its record is read (outbox.go). It reports whether it waited, and false in ok when ctx
-// ended first.
-func (r *runner) awaitOutboxes(ctx context.Context) (waited, ok bool) {
+// awaitOutboxes holds a delivery until outboxGrace after the job store first answered following
+// the latest reconnection to NATS this runner saw, so that the records other workers kept
+// through the outage are written before its record is read (outbox.go). It counts from the
+// store's answer, not from the reconnection: a restarted server takes a while to recover its
+// streams, and the outboxes cannot land before. It reports whether it waited, and false in ok
+// when ctx ended first.
+func (r *runner) awaitOutboxes(ctx context.Context, j *job) (waited, ok bool) {
 	at := r.memo.reconnectedAt.Load()
 	if at == 0 {
 		return false, true
 	}
-	d := time.Unix(0, at).Add(outboxGrace).Sub(r.p.now())
+	answered := r.memo.answeredAt.Load()
+	for answered < at {
+		if _, err := r.p.exec.status(j); err == nil || errors.Is(err, queue.ErrNotFound) {
+			if now := r.p.now().UnixNano(); !r.memo.answeredAt.CompareAndSwap(answered, now) {
+				answered = r.memo.answeredAt.Load() // another job's probe was first
+			} else {
+				answered = now
+			}
+			break
+		}
+		waited = true
+		if retry.Sleep(ctx, nil, 100*time.Millisecond) != nil {
+			return true, false
+		}
+		at, answered = r.memo.reconnectedAt.Load(), r.memo.answeredAt.Load()
+	}
+	d := time.Unix(0, answered).Add(outboxGrace).Sub(r.p.now())
 	if d <= 0 {
-		return false, true
+		return waited, true
 	}
 	return true, retry.Sleep(ctx, nil, d) == nil
+}
+
+// claims reports whether j's first delivery must claim its attempt before it is sent
+// (executor.claim): in the window after a reconnection to NATS, when a restarted server that
+// lost its consumer's state may hand one job to two workers at once, each as a first delivery.
+// Outside it a first delivery's running record is written on the way (recordRunning).
+func (r *runner) claims(j *job) bool {
+	return j.m.Delivered == 1 && r.p.now().UnixNano() < r.memo.claimUntil.Load()
 }
 
 // suspicion is how long after a (re)start first deliveries read their record: twice AckWait,
@@ -247,7 +277,16 @@ func (r *runner) send(hard context.Context, cfg *QueueConfig, j *job) outcome {
 	if j.m.Delivered == 1 {
 		after = r.p.runningAfter
 	}
-	j.running = r.p.exec.recordRunning(j, attempt, after)
+	if r.claims(j) {
+		if err := r.p.exec.claim(j, attempt); err != nil {
+			// Another worker holds this very delivery (ErrClaimed), or the claim could not be
+			// written: either way not sent, and read again in a second.
+			r.p.exec.logger(j).Info("worker: attempt not claimed; handing the job back", "attempt", attempt, "err", err)
+			return outcome{end: endUnread}
+		}
+	} else {
+		j.running = r.p.exec.recordRunning(j, attempt, after)
+	}
 	start := r.p.now()
 	ctx := hard
 	var span trace.Span

@@ -18,11 +18,12 @@ import (
 //     outboxRetry, and at once when the connection to NATS comes back;
 //   - this process's next delivery of the job reads the outbox before the record (recall);
 //   - after a reconnection to NATS (a restarted server may hand every unacked job out again at
-//     once, to any worker) no process delivers a first delivery for outboxGrace, in which
-//     every worker's outbox lands what it kept: the other worker that takes the job reads it.
+//     once, to any worker) no process delivers a first delivery until the job store answers
+//     again and then for outboxGrace, in which every worker's outbox lands what it kept: the
+//     other worker that takes the job reads it.
 //
-// The bound: a record whose write keeps failing beyond outboxGrace after the reconnection (a
-// second outage) may still be missed by another worker. The outbox holds one record per job,
+// The bound: a record whose write keeps failing beyond outboxGrace after the store answered
+// again (a second outage) may still be missed by another worker. The outbox holds one record per job,
 // the latest, and at most outboxMax; it is lost with the process.
 
 // outboxRetry is how often the outbox writes what it keeps again.

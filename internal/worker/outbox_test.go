@@ -32,6 +32,10 @@ func (s *downStore) Record(_ context.Context, id string) (queue.Status, error) {
 	return st, nil
 }
 
+func (s *downStore) ClaimAttempt(ctx context.Context, st queue.Status) error {
+	return s.SetStatus(ctx, st)
+}
+
 func (s *downStore) SetStatus(_ context.Context, st queue.Status) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -39,6 +39,16 @@ func (b *fakeBroker) Record(_ context.Context, id string) (queue.Status, error) 
 	return st, nil
 }
 
+func (b *fakeBroker) ClaimAttempt(_ context.Context, st queue.Status) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur, ok := b.records[st.ID]; ok && (cur.State.Terminal() || cur.Attempts >= st.Attempts) {
+		return queue.ErrClaimed
+	}
+	b.records[st.ID] = st
+	return nil
+}
+
 func (b *fakeBroker) SetStatus(_ context.Context, st queue.Status) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
