@@ -118,3 +118,13 @@ func TestBudgetProblems(t *testing.T) {
 		})
 	}
 }
+
+// mustCost parses a cost for a test's expectations.
+func mustCost(t *testing.T, s string, response bool) Cost {
+	t.Helper()
+	c, err := ParseCost(s, response)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
