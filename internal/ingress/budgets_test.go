@@ -185,3 +185,42 @@ func TestOwedChargeMadeAfterStoreReturns(t *testing.T) {
 		t.Fatalf("after payment: status %d %s, want 429 (the owed 500 charged)", res.StatusCode, b)
 	}
 }
+
+// For every algorithm (in memory, at a fixed instant): a request that the second budget
+// refuses leaves nothing on the first. The first has 9 of 10 units left; a request of 9 is
+// refused by the second budget, and once the second has refilled, a request of 9 is admitted
+// by the first, which it would not be had the refused request kept its charge.
+func TestBudgetRefundEveryAlgorithm(t *testing.T) {
+	for _, alg := range limit.Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			f := newFixture(t, fmt.Sprintf(`
+rules:
+  - name: llm
+    key: [header:Authorization]
+    budgets:
+      - {name: a, algorithm: %s, limit: 10, period: 1000h, burst: 10, cost: 'header:X-A'}
+      - {name: b, algorithm: token_bucket, limit: 5, period: 1s, cost: 'header:X-B'}
+`, alg), Options{})
+			send := func(a, b int) *http.Response {
+				res := f.do("GET", "/x", nil, "Authorization", "Bearer k", "X-A", strconv.Itoa(a), "X-B", strconv.Itoa(b))
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				return res
+			}
+			if res := send(1, 5); res.StatusCode != http.StatusOK {
+				t.Fatalf("first: status %d", res.StatusCode)
+			}
+			res := send(9, 5)
+			if res.StatusCode != http.StatusTooManyRequests {
+				t.Fatalf("second: status %d, want 429 from b", res.StatusCode)
+			}
+			if pol := readPolicy(t, res.Header); pol.name != "llm/b" {
+				t.Errorf("second: policy %q, want llm/b", pol.name)
+			}
+			f.clock.Advance(time.Second) // b is full again; a refills 10 per 1000h: nothing to speak of
+			if res := send(9, 5); res.StatusCode != http.StatusOK {
+				t.Fatalf("third: status %d, want 200 (a's 9 given back when b refused)", res.StatusCode)
+			}
+		})
+	}
+}
