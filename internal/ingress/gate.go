@@ -302,7 +302,10 @@ func (g *gate) logDecisions(r *http.Request, k *call, rl *ruling) {
 		ch := &k.charges[i]
 		o, ok := decisionOutcome(ch, rl)
 		outcome := o.String()
-		if !ok {
+		switch {
+		case ch.src == notCharged: // another rule's cached rejection, or a budget refunded
+			outcome = "not_charged"
+		case !ok:
 			outcome = "enqueued"
 		}
 		sum := sha256.Sum256([]byte(ch.req.Key))
