@@ -104,7 +104,9 @@ func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody
 			g.metrics.unreconciled.WithLabelValues(rc.rule.name).Inc()
 			g.log.Debug("ingress: a request's true cost could not be charged or refunded; an extra charge is kept to make again (owed.go)",
 				"rule", rc.rule.name, "err", err)
-			g.owe(rc, used)
+			if !isBadInput(err) {
+				g.owe(rc, used)
+			}
 			continue
 		}
 		paid = true
