@@ -264,6 +264,7 @@ func (b *builder) rules(c *Config, raws []rawRule, queueAt map[string]int) {
 		}
 		c.Rules = append(c.Rules, r)
 	}
+	b.budgetNames(c, ruleAt)
 }
 
 // applyEnv writes the environment's overrides into raw.

@@ -30,12 +30,18 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 	r.Key = b.keyParts(where, "key", rr.Key)
 	r.Key = r.KeyParts()
 	b.ruleAction(where, &r, rr)
-	b.ruleLimit(where, &r, rr)
+	if rr.Budgets != nil {
+		b.ruleBudgets(where, &r, rr)
+	} else {
+		b.ruleLimit(where, &r, rr)
+	}
 	b.ruleQueue(where, &r, rr, queues)
 	r.Shadow = b.boolean(where, "shadow", rr.Shadow)
 	r.OnStoreError = b.storeErrorMode(where, rr.OnStoreError, "")
-	r.Lease = b.lease(where, &r, rr.Lease)
-	b.ruleCost(where, &r, rr)
+	if rr.Budgets == nil {
+		r.Lease = b.lease(where, &r, rr.Lease)
+		b.ruleCost(where, &r, rr)
+	}
 	if r.Concurrency() {
 		r.Timeout = b.positiveDuration(where, "timeout", rr.Timeout, DefaultRuleTimeout)
 		b.boundDuration(where, "timeout", r.Timeout, maxRuleTimeout)

@@ -125,6 +125,16 @@ func TestFullExampleLoads(t *testing.T) {
 			Name: "conns-per-key", Match: Match{Path: "/*"}, Key: []KeyPart{{KeyHeader, "X-Api-Key"}},
 			Algorithm: AlgorithmConcurrency, Limit: 4, Timeout: 2 * time.Minute, OnLimit: OnLimitReject, Action: ActionLimit,
 		}, {
+			Name: "llm-tokens", Match: Match{Methods: []string{"POST"}, Path: "/v1/messages"},
+			Key: []KeyPart{{KeyHeader, "X-Api-Key"}}, OnLimit: OnLimitReject, Action: ActionLimit,
+			Budgets: []Budget{{
+				Name: "input", Algorithm: limit.SlidingWindow, Limit: 400000, Period: time.Minute,
+				Cost: mustCost(t, "json:/n", false), CostFallback: 30000, CostFromResponse: mustCost(t, "json:/usage/input_tokens", true),
+			}, {
+				Name: "output", Algorithm: limit.TokenBucket, Limit: 80000, Period: time.Minute, Burst: 8000,
+				Cost: mustCost(t, "json:/max_tokens", false), CostFromResponse: mustCost(t, "json:/usage/output_tokens", true),
+			}},
+		}, {
 			Name: "reports-deferred", Match: Match{Methods: []string{"POST"}, Path: "/reports"},
 			Key: []KeyPart{{KeyIP, ""}}, OnLimit: OnLimitReject, Action: ActionEnqueue, Queue: "reports",
 		}},

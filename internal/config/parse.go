@@ -232,24 +232,35 @@ type (
 		Max     *scalar `yaml:"max"`
 	}
 	rawRule struct {
-		Name             *scalar    `yaml:"name"`
-		Match            *rawMatch  `yaml:"match"`
-		Key              stringList `yaml:"key"`
-		Algorithm        *scalar    `yaml:"algorithm"`
-		Limit            *scalar    `yaml:"limit"`
-		Period           *scalar    `yaml:"period"`
-		Burst            *scalar    `yaml:"burst"`
-		OnLimit          *scalar    `yaml:"on_limit"`
-		Action           *scalar    `yaml:"action"`
-		Queue            *scalar    `yaml:"queue"`
-		MaxWaitingPerKey *scalar    `yaml:"max_waiting_per_key"`
-		Shadow           *scalar    `yaml:"shadow"`
-		OnStoreError     *scalar    `yaml:"on_store_error"`
-		Lease            *scalar    `yaml:"lease"`
-		Timeout          *scalar    `yaml:"timeout"`
-		Cost             *scalar    `yaml:"cost"`
-		CostFallback     *scalar    `yaml:"cost_fallback"`
-		CostFromResponse *scalar    `yaml:"cost_from_response"`
+		Name             *scalar     `yaml:"name"`
+		Match            *rawMatch   `yaml:"match"`
+		Key              stringList  `yaml:"key"`
+		Algorithm        *scalar     `yaml:"algorithm"`
+		Limit            *scalar     `yaml:"limit"`
+		Period           *scalar     `yaml:"period"`
+		Burst            *scalar     `yaml:"burst"`
+		OnLimit          *scalar     `yaml:"on_limit"`
+		Action           *scalar     `yaml:"action"`
+		Queue            *scalar     `yaml:"queue"`
+		MaxWaitingPerKey *scalar     `yaml:"max_waiting_per_key"`
+		Shadow           *scalar     `yaml:"shadow"`
+		OnStoreError     *scalar     `yaml:"on_store_error"`
+		Lease            *scalar     `yaml:"lease"`
+		Timeout          *scalar     `yaml:"timeout"`
+		Cost             *scalar     `yaml:"cost"`
+		CostFallback     *scalar     `yaml:"cost_fallback"`
+		CostFromResponse *scalar     `yaml:"cost_from_response"`
+		Budgets          []rawBudget `yaml:"budgets"`
+	}
+	rawBudget struct {
+		Name             *scalar `yaml:"name"`
+		Algorithm        *scalar `yaml:"algorithm"`
+		Limit            *scalar `yaml:"limit"`
+		Period           *scalar `yaml:"period"`
+		Burst            *scalar `yaml:"burst"`
+		Cost             *scalar `yaml:"cost"`
+		CostFallback     *scalar `yaml:"cost_fallback"`
+		CostFromResponse *scalar `yaml:"cost_from_response"`
 	}
 	rawMatch struct {
 		Methods         stringList `yaml:"methods"`

@@ -72,6 +72,13 @@ type Rule struct {
 	// is owed is paid across windows (limit.DebtCapacities). Not with sliding_log, which
 	// carries no debt. Zero: the charged cost stands.
 	CostFromResponse Cost
+	// Budgets are the rule's unit budgets (YAML budgets), for upstreams that limit input and
+	// output tokens separately: each a limit with its own cost and reconciliation. A request
+	// passes the rule only when every budget admits it. A rule with budgets has no Limit,
+	// Period, Burst, Cost, CostFallback, CostFromResponse or Lease of its own, its Algorithm
+	// is "" (the file's algorithm is the budgets' default), and it neither defers nor leases.
+	// Empty: the rule is its own one limit.
+	Budgets []Budget
 }
 
 // DefaultMaxWaitingPerKey caps the default deferral budget of a rule (WaitingPerKey).

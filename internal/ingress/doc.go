@@ -40,7 +40,11 @@
 //     under "/api/orders"), and an Authorization key part reads the bearer scheme in any case.
 //   - A rule with a cost charges what the request says it costs (cost.go); what cannot be read
 //     costs cost_fallback, and a cost no wait could admit gets 422. With cost_from_response the
-//     difference to the true cost is reconciled once the answer is finished (reconcile.go).
+//     difference to the true cost is reconciled once the answer is finished (reconcile.go);
+//     an extra charge the store fails is kept (at most 4096) and made after the next
+//     reconciliation that succeeds (owed.go). A rule's budgets (input and output tokens) pass a
+//     request only together: when one refuses, the others' charges are given back at once,
+//     one more round trip (budgets.go).
 //   - A 202 and a queued job's status carry eta, from a reading of the queue at most a second
 //     old. Every door into a queue (direct, deferred, scheduled, priority) passes its
 //     admission ledger (package queue): max_depth, a tenant's tenant_max_depth and a deferring

@@ -99,6 +99,7 @@ type gate struct {
 	outlooks sync.Map // string -> *outlook
 	drain    func(ctx context.Context, queue string) (Drain, error)
 	tr       *tracing.Tracer // nil: off
+	owed     owedCharges     // extra charges the store failed, to make again (owed.go)
 }
 
 // newGate compiles cfg's rules and returns a gate that decides with opts.Limiter and counts
@@ -301,7 +302,10 @@ func (g *gate) logDecisions(r *http.Request, k *call, rl *ruling) {
 		ch := &k.charges[i]
 		o, ok := decisionOutcome(ch, rl)
 		outcome := o.String()
-		if !ok {
+		switch {
+		case ch.src == notCharged: // another rule's cached rejection, or a budget refunded
+			outcome = "not_charged"
+		case !ok:
 			outcome = "enqueued"
 		}
 		sum := sha256.Sum256([]byte(ch.req.Key))
@@ -351,7 +355,11 @@ func (g *gate) chargeRules(r *http.Request, rs *ruleSet, k *call) (*Problem, err
 	if len(k.charges) == 0 {
 		return nil, nil
 	}
-	return nil, g.decide(r.Context(), rs, k)
+	if err := g.decide(r.Context(), rs, k); err != nil {
+		return nil, err
+	}
+	g.refundBudgets(r.Context(), rs.storeTimeout, k)
+	return nil, nil
 }
 
 // splitConcurrency moves the charges of concurrency rules from k.charges to k.conc, keeping

@@ -54,6 +54,9 @@ type metrics struct {
 	reconciled     *prometheus.CounterVec
 	unreconciled   *prometheus.CounterVec
 	debtCapped     *prometheus.CounterVec
+	budgetRefunds  *prometheus.CounterVec // units given back to budgets a sibling refused (budgets.go)
+	owed           prometheus.Gauge       // extra charges kept after the store failed them (owed.go)
+	owedCharges    *prometheus.CounterVec // those charges by what became of them
 	readAheadBytes prometheus.GaugeFunc
 	readAheadSkips prometheus.Counter
 	readAhead      readAhead                       // the bytes held by cost read-ahead, across requests
@@ -85,6 +88,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_rule_debt_capped_total",
 			Help: "Extra charges of cost_from_response that would have put a key more than limit.DebtCapacities capacities in debt: the rest was dropped.",
 		}, []string{"rule"}),
+		budgetRefunds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_budget_refunds_total",
+			Help: "Units given back to a rule's budgets that admitted a request another budget of the same rule refused (budgets:), by budget (<rule>/<budget>); result failed counts refunds the store could not make.",
+		}, []string{"rule", "result"}),
+		owed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_rule_owed_charges",
+			Help: "Extra charges of cost_from_response that the store failed and that are kept to be charged again (at most 4096).",
+		}),
+		owedCharges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rule_owed_charges_total",
+			Help: "Extra charges of cost_from_response that the store failed, by result: kept (to charge again), paid (charged later), dropped (the bound was full, or they waited longer than 100 periods of their limit).",
+		}, []string{"result"}),
 		readAheadSkips: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_cost_read_ahead_skipped_total",
 			Help: "Requests charged their rule's cost fallback without reading the body because the read-ahead bound (read_ahead_bytes) was held by others, or the read-ahead deadline passed.",
@@ -135,7 +150,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "Requests whose body could not be read, by reason: timeout (cut off after read_timeout, 408) or malformed (400).",
 	}, []string{"reason"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.bodyErrors, m.overflows, m.cachedRejects, m.leased, m.reconciled, m.unreconciled, m.debtCapped, m.readAheadBytes, m.readAheadSkips} {
+		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.bodyErrors, m.overflows, m.cachedRejects, m.leased, m.reconciled, m.unreconciled, m.debtCapped, m.budgetRefunds, m.owed, m.owedCharges, m.readAheadBytes, m.readAheadSkips} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {

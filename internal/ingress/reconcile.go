@@ -67,8 +67,15 @@ func (h *held) needsBody() bool {
 // settleCosts reads each reconciled charge's true cost from the answer (its header, and the
 // kept body, nil when not kept or too long) and charges or refunds the difference. It runs
 // after the answer has been passed on, so the client never waits for it. A true cost that
-// cannot be read leaves the charge as it was.
+// cannot be read leaves the charge as it was; an extra charge the store fails is kept and made
+// again after a later Adjust succeeds (owed.go).
 func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody, timeout time.Duration) {
+	paid := false // an Adjust succeeded: the store answers, and owed charges can be made
+	defer func() {
+		if paid {
+			g.payOwed(timeout)
+		}
+	}()
 	for _, rc := range h.recon {
 		c := rc.rule.cost
 		var b []byte
@@ -95,10 +102,14 @@ func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody
 		if err != nil {
 			g.metrics.storeErrors.Inc()
 			g.metrics.unreconciled.WithLabelValues(rc.rule.name).Inc()
-			g.log.Debug("ingress: a request's true cost could not be charged or refunded; the estimate stands",
+			g.log.Debug("ingress: a request's true cost could not be charged or refunded; an extra charge is kept to make again (owed.go)",
 				"rule", rc.rule.name, "err", err)
+			if !isBadInput(err) {
+				g.owe(rc, used)
+			}
 			continue
 		}
+		paid = true
 		if used > rc.dec.Cost {
 			g.metrics.reconciled.WithLabelValues(rc.rule.name, "charge").Add(float64(used - rc.dec.Cost))
 		} else {

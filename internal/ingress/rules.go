@@ -76,6 +76,8 @@ type rule struct {
 	rejects  *rejectCache // rejections remembered from the shared store
 
 	cost *ruleCost // nil: every request costs 1
+
+	group *budgetGroup // the budgets of one rule (budgets.go); nil for a rule of its own
 }
 
 // matcher is a config.Match made ready for requests: it answers as Match.Matches does,
@@ -201,19 +203,31 @@ func compile(cfg *config.Config, m *metrics) (*ruleSet, error) {
 	}
 	seen := make(map[string]bool, len(cfg.Rules))
 	for i, cr := range cfg.Rules {
-		r, err := compileRule(cfg, cr, rs.queues)
-		if err == nil && seen[cr.Name] {
-			err = errors.New("duplicate rule name")
+		var rules []*rule
+		var err error
+		if len(cr.Budgets) > 0 {
+			rules, err = compileBudgets(cfg, cr, rs.queues)
+		} else {
+			var r *rule
+			r, err = compileRule(cfg, cr, rs.queues)
+			rules = []*rule{r}
+		}
+		for _, r := range rules {
+			if err == nil && seen[r.name] {
+				err = fmt.Errorf("duplicate rule name %q", r.name)
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ingress: rules[%d] %q: %w", i, cr.Name, err))
 			continue
 		}
-		seen[cr.Name] = true
-		for o := range numOutcomes {
-			r.counters[o] = m.decisions.WithLabelValues(r.name, o.String())
+		for _, r := range rules {
+			seen[r.name] = true
+			for o := range numOutcomes {
+				r.counters[o] = m.decisions.WithLabelValues(r.name, o.String())
+			}
+			rs.rules = append(rs.rules, r)
 		}
-		rs.rules = append(rs.rules, r)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -275,6 +275,8 @@ func ruleUsable(cfg *config.Config, name string) error {
 	switch {
 	case i < 0:
 		return fmt.Errorf("no rule %q in %s", name, cfg.Path)
+	case len(cfg.Rules[i].Budgets) > 0:
+		return fmt.Errorf("rule %q has budgets, which ShouldRateLimit does not charge separately", name)
 	case cfg.Rules[i].Concurrency():
 		return fmt.Errorf("rule %q caps requests in flight (algorithm: concurrency), which ShouldRateLimit cannot release", name)
 	case !cfg.Rules[i].HasLimit():
