@@ -59,10 +59,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 // without workers; each idle worker costs its stack.
 const streamWorkers = 64
 
-// serverOptions are the gRPC server's: stream workers, and one write buffer shared by the
-// connections rather than one kept per connection.
+// serverOptions are the gRPC server's: the stream workers. (Connections already share their
+// write buffers: gRPC's default.)
 func serverOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers), grpc.SharedWriteBuffer(true)}
+	return []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}
 }
 
 // Watch reloads the domain files whenever the config directory changes, until ctx ends: a set
