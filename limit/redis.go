@@ -112,6 +112,14 @@ var (
 	adjustSources = luaSources("_adjust")
 	scripts       = newScripts(sources)
 	adjustScripts = newScripts(adjustSources)
+	// scriptSHAs are the decision scripts' hashes as EVALSHA arguments, converted to any once
+	// rather than once per decision.
+	scriptSHAs = func() (a [numAlgos]any) {
+		for i, s := range scripts {
+			a[i] = s.Hash()
+		}
+		return a
+	}()
 )
 
 func luaSources(suffix string) (s [numAlgos]string) {
@@ -344,7 +352,7 @@ func (r *Redis) key(key string, a algo) string {
 // with one slice of arguments.
 func (r *Redis) evalSha(key string, p params, cost int64, now string) *redis.Cmd {
 	k := r.key(key, p.alg)
-	sha := scripts[p.alg].Hash()
+	sha := scriptSHAs[p.alg]
 	switch p.alg {
 	case algTokenBucket, algLeakyBucket, algGCRA:
 		return redis.NewCmd(context.Background(), "evalsha", sha, 1, k, now, p.unit, p.refill, p.cap, cost)

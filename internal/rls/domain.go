@@ -10,11 +10,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/httphdr"
 	"github.com/sluice-rl/sluice/limit"
 )
 
@@ -79,6 +81,7 @@ type node struct {
 type policy struct {
 	name      string // rate_limit.name: what replaces refers to; "" without one
 	label     string // the rule label of the metrics
+	sfLabel   string // label as a structured-field string, for the RateLimit headers
 	spec      limit.Limit
 	unlimited bool
 	shadow    bool
@@ -91,6 +94,18 @@ type policy struct {
 	// overridePeriod is 0 without one.
 	overrideLimit  int64
 	overridePeriod time.Duration
+	// cl holds the current_limit answered for the latest spec (currentLimit); nil: built
+	// for each answer (an override's policy, which lives for one call).
+	cl *limitCache
+}
+
+// limitCache is a policy's current_limit, shared by the copies of the policy.
+type limitCache struct{ atomic.Pointer[cachedLimit] }
+
+// newPolicy returns p with its label's structured-field form and a current_limit cache.
+func newPolicy(p *policy) *policy {
+	p.sfLabel, p.cl = httphdr.SFString(p.label), &limitCache{}
+	return p
 }
 
 // LoadDir reads every *.yaml and *.yml file of dir (not subdirectories) and compiles them,
@@ -213,6 +228,7 @@ func (c *compiler) policy(where string, rd rawDescriptor, path string) *policy {
 	if rl.Name != "" {
 		p.label = rl.Name
 	}
+	newPolicy(p)
 	if rl.Unlimited {
 		if rl.Unit != "" || rl.RequestsPerUnit != nil {
 			c.fail(where+".rate_limit.unlimited", "an unlimited rate_limit takes no unit or requests_per_unit")
@@ -246,7 +262,7 @@ func (c *compiler) rulePolicy(where string, rd rawDescriptor) *policy {
 		c.fail(where+".rule", "a descriptor takes rule or a rate_limit with unit and requests_per_unit, not both")
 		return nil
 	}
-	p := &policy{rule: rd.Rule, label: rd.Rule, shadow: rd.ShadowMode, quota: rd.QuotaMode}
+	p := newPolicy(&policy{rule: rd.Rule, label: rd.Rule, shadow: rd.ShadowMode, quota: rd.QuotaMode})
 	if rl != nil {
 		p.name, p.replaces = rl.Name, c.replaces(where, rl)
 	}

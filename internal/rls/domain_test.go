@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,9 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
@@ -198,5 +201,36 @@ descriptors:
 		if got := testenv.Metric(t, b.reg, "sluice_decisions_total", "rule", rule, "outcome", outcome); got < 1 {
 			t.Errorf("sluice_decisions_total{rule=%s,outcome=%s} = %v", rule, outcome, got)
 		}
+	}
+}
+
+// TestCurrentLimitFollowsTheRule: the current_limit an answer states is built once per policy
+// and reused, so it must follow a reload that changes the rule behind a descriptor, and a
+// descriptor's own limit (override, no name) must not leak into the policy's answers.
+func TestCurrentLimitFollowsTheRule(t *testing.T) {
+	b := start(t, map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - key: k\n    rule: tokens-per-key\n    rate_limit: {name: named}\n"})
+	limitOf := func(ds *rlcommon.RateLimitDescriptor) *rlsv3.RateLimitResponse_RateLimit {
+		return b.ask(t, "d", 0, ds).Statuses[0].CurrentLimit
+	}
+	if got := limitOf(desc("k", "a")); got.GetRequestsPerUnit() != 10 || got.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || got.GetName() != "named" {
+		t.Fatalf("current_limit %v, want 10 per minute named", got)
+	}
+	o := desc("k", "a")
+	o.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_HOUR}
+	if got := limitOf(o); got.GetRequestsPerUnit() != 3 || got.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR || got.GetName() != "" {
+		t.Fatalf("override: current_limit %v, want 3 per hour, no name", got)
+	}
+	if got := limitOf(desc("k", "a")); got.GetRequestsPerUnit() != 10 || got.GetName() != "named" {
+		t.Fatalf("after an override: current_limit %v, want 10 named", got)
+	}
+	next := *b.srv.cfg.Load()
+	next.Rules = slices.Clone(next.Rules)
+	i := slices.IndexFunc(next.Rules, func(r config.Rule) bool { return r.Name == "tokens-per-key" })
+	next.Rules[i].Limit, next.Rules[i].Period = 20, 2*time.Hour
+	if err := b.srv.SetConfig(&next); err != nil {
+		t.Fatal(err)
+	}
+	if got := limitOf(desc("k", "a")); got.GetRequestsPerUnit() != 20 || got.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR || got.GetUnitMultiplier().GetValue() != 2 {
+		t.Fatalf("after the rule changed: current_limit %v, want 20 per 2 hours", got)
 	}
 }

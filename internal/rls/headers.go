@@ -21,20 +21,28 @@ import (
 //	Content-Type: application/problem+json    (OVER_LIMIT only)
 func headers(items []item, tight int) ([]*corev3.HeaderValue, []byte) {
 	it := &items[tight]
-	item := httphdr.SFString(it.pol.label)
+	item := it.pol.sfLabel
+	if item == "" {
+		item = httphdr.SFString(it.pol.label)
+	}
 	rem := strconv.FormatInt(max(it.dec.Remaining, 0), 10)
 	if it.over {
 		rem = "0"
 	}
 	reset := strconv.FormatInt(httphdr.CeilSeconds(it.dec.ResetAfter), 10)
 	lim := strconv.FormatInt(it.spec.Limit, 10)
-	h := []*corev3.HeaderValue{
-		hv("RateLimit-Policy", item+";q="+lim+";w="+strconv.FormatInt(httphdr.CeilSeconds(it.spec.Period), 10)),
-		hv("RateLimit", item+";r="+rem+";t="+reset),
-		hv("X-RateLimit-Limit", lim),
-		hv("X-RateLimit-Remaining", rem),
-		hv("X-RateLimit-Reset", reset),
+	// The headers' messages in one allocation, room for the two of OVER_LIMIT included.
+	vs := make([]corev3.HeaderValue, 7)
+	set := func(i int, k, v string) *corev3.HeaderValue {
+		vs[i].Key, vs[i].Value = k, v
+		return &vs[i]
 	}
+	h := make([]*corev3.HeaderValue, 5, 7)
+	h[0] = set(0, "RateLimit-Policy", item+";q="+lim+";w="+strconv.FormatInt(httphdr.CeilSeconds(it.spec.Period), 10))
+	h[1] = set(1, "RateLimit", item+";r="+rem+";t="+reset)
+	h[2] = set(2, "X-RateLimit-Limit", lim)
+	h[3] = set(3, "X-RateLimit-Remaining", rem)
+	h[4] = set(4, "X-RateLimit-Reset", reset)
 	if !it.over {
 		return h, nil
 	}
@@ -45,6 +53,6 @@ func headers(items []item, tight int) ([]*corev3.HeaderValue, []byte) {
 			violated = append(violated, items[i].pol.label)
 		}
 	}
-	h = append(h, hv("Retry-After", strconv.FormatInt(secs, 10)), hv("Content-Type", ingress.ProblemContentType))
+	h = append(h, set(5, "Retry-After", strconv.FormatInt(secs, 10)), set(6, "Content-Type", ingress.ProblemContentType))
 	return h, ingress.QuotaBody(violated, secs)
 }

@@ -19,10 +19,12 @@ func (d *Domains) match(domain string, desc *rlcommon.RateLimitDescriptor) (foun
 		return nil, nil
 	}
 	entries := desc.GetEntries()
+	var buf [128]byte // "key_value" is built here: a map lookup of string(bytes) does not copy
 	for i, e := range entries {
-		k := e.GetKey() + "_" + e.GetValue()
-		next := n.children[k]
-		if next == nil {
+		kb := append(append(append(buf[:0], e.GetKey()...), '_'), e.GetValue()...)
+		next := n.children[string(kb)]
+		if next == nil && len(n.wildcards) > 0 {
+			k := string(kb)
 			for _, w := range n.wildcards {
 				if strings.HasPrefix(k, strings.TrimSuffix(w, "*")) {
 					next = n.children[w]

@@ -2,7 +2,10 @@ package rls
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -17,7 +20,18 @@ type metrics struct {
 	refunded    prometheus.Counter
 	unrefunded  prometheus.Counter
 	reloads     *prometheus.CounterVec
+
+	// bound caches the decisions counters by rule label and outcome, so a call counts without
+	// hashing and checking its labels (WithLabelValues) each time. Labels come from the
+	// domain files and the config, so the map stays as small as they are; it is copied on
+	// the rare write and read without a lock.
+	bound   atomic.Pointer[map[labelPair]prometheus.Counter]
+	boundMu sync.Mutex // serialises the copies
+	// ok and over are sluice_rls_responses_total's two series, bound once.
+	ok, over prometheus.Counter
 }
+
+type labelPair struct{ rule, outcome string }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -51,6 +65,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Reloads of the rate-limit service's domain files, by result (ok, error: the old domains stay).",
 		}, []string{"result"}),
 	}
+	m.ok = m.responses.WithLabelValues(rlsv3.RateLimitResponse_OK.String())
+	m.over = m.responses.WithLabelValues(rlsv3.RateLimitResponse_OVER_LIMIT.String())
 	if reg == nil {
 		return m, nil
 	}
@@ -73,4 +89,38 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) count(rule, outcome string) { m.decisions.WithLabelValues(rule, outcome).Inc() }
+// count counts one decision of rule with outcome.
+func (m *metrics) count(rule, outcome string) {
+	k := labelPair{rule, outcome}
+	if p := m.bound.Load(); p != nil {
+		if c, ok := (*p)[k]; ok {
+			c.Inc()
+			return
+		}
+	}
+	m.boundMu.Lock()
+	defer m.boundMu.Unlock()
+	old := m.bound.Load()
+	next := make(map[labelPair]prometheus.Counter, 1)
+	if old != nil {
+		for k, c := range *old {
+			next[k] = c
+		}
+	}
+	c, ok := next[k]
+	if !ok {
+		c = m.decisions.WithLabelValues(rule, outcome)
+		next[k] = c
+	}
+	m.bound.Store(&next)
+	c.Inc()
+}
+
+// respond counts one answer by its overall code.
+func (m *metrics) respond(over bool) {
+	if over {
+		m.over.Inc()
+	} else {
+		m.ok.Inc()
+	}
+}

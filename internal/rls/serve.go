@@ -19,7 +19,7 @@ import (
 // on ln until ctx ends. Then it reports NOT_SERVING, lets calls in flight finish within grace
 // and cuts the rest off. It returns nil after ctx ended, else the error that stopped it.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(serverOptions()...)
 	rlsv3.RegisterRateLimitServiceServer(gs, s)
 	hs := health.NewServer()
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -50,6 +50,19 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	}
 	gs.Stop()
 	return err
+}
+
+// streamWorkers is how many goroutines serve calls (grpc.NumStreamWorkers). A worker keeps
+// the stack a call grew to (gRPC's decoding, the handler, go-redis's reply), so calls do not
+// pay to grow a fresh goroutine's stack each time, which was a tenth of the CPU under load
+// (BENCHMARKS.md, "rls"). Calls beyond that many in flight at once get a goroutine each, as
+// without workers; each idle worker costs its stack.
+const streamWorkers = 64
+
+// serverOptions are the gRPC server's: the stream workers. (Connections already share their
+// write buffers: gRPC's default.)
+func serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.NumStreamWorkers(streamWorkers)}
 }
 
 // Watch reloads the domain files whenever the config directory changes, until ctx ends: a set

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/httphdr"
 	"github.com/sluice-rl/sluice/limit"
 )
 
@@ -136,8 +136,13 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	start := time.Now()
 	defer func() { s.m.duration.Observe(time.Since(start).Seconds()) }()
 	doms, cfg := s.domains.Load(), s.cfg.Load()
-	items := make([]item, len(req.Descriptors))
-	replaced := map[string]bool{}
+	var buf [4]item // most calls have a few descriptors: no allocation for them
+	items := buf[:0]
+	if len(req.Descriptors) > len(buf) {
+		items = make([]item, 0, len(req.Descriptors))
+	}
+	items = items[:len(req.Descriptors)]
+	var replaced map[string]bool // nil (and read as empty) until a limit replaces another
 	for i, desc := range req.Descriptors {
 		it := &items[i]
 		it.pol, it.shared = doms.match(req.Domain, desc)
@@ -146,6 +151,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		if it.pol != nil {
 			for _, r := range it.pol.replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
 				replaced[r] = true
 			}
 		}
@@ -180,13 +188,15 @@ func override(p *policy, o *rlcommon.RateLimitDescriptor_RateLimitOverride, doma
 	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 0 {
 		period *= time.Duration(m.GetValue())
 	}
-	q := &policy{label: "rls:" + domain + ":override", spec: limit.Limit{Algorithm: limit.FixedWindow}}
+	label := "rls:" + domain + ":override"
+	q := &policy{label: label, sfLabel: httphdr.SFString(label), spec: limit.Limit{Algorithm: limit.FixedWindow}}
 	if p != nil {
 		c := *p
 		q = &c
 		// As there: an override is never unlimited or shadowed by the file, has no name and
 		// replaces nothing. (A rule's own shadow still applies: it is the rule's.)
 		q.unlimited, q.shadow, q.quota, q.name, q.replaces = false, false, false, "", nil
+		q.cl = nil // its current_limit is its own: not the cache of p's
 	}
 	q.overrideLimit, q.overridePeriod = int64(o.GetRequestsPerUnit()), period
 	return q
@@ -227,7 +237,12 @@ func (s *Server) resolve(it *item, cfg *config.Config) {
 // envoyproxy/ratelimit keys its counters (a wildcard or a bare key counts each value apart,
 // unless shared names the wildcard's value for it); hashed when longer than a store takes.
 func counterKey(domain string, desc *rlcommon.RateLimitDescriptor, shared []string) string {
+	n := len("rls:") + len(domain)
+	for _, e := range desc.GetEntries() {
+		n += 2 + len(e.GetKey()) + len(e.GetValue())
+	}
 	var b strings.Builder
+	b.Grow(n) // the one allocation of the key (a shared value is no longer than "prefix*")
 	b.WriteString("rls:")
 	b.WriteString(domain)
 	for i, e := range desc.GetEntries() {
@@ -250,8 +265,8 @@ func counterKey(domain string, desc *rlcommon.RateLimitDescriptor, shared []stri
 
 // decide charges (or refunds) every counted item: one store round trip for the charges.
 func (s *Server) decide(ctx context.Context, cfg *config.Config, items []item) {
-	var reqs []limit.Request
-	var idx []int
+	reqs := make([]limit.Request, 0, len(items))
+	idx := make([]int, 0, len(items))
 	for i := range items {
 		it := &items[i]
 		switch {
@@ -395,10 +410,14 @@ func (s *Server) refund(ctx context.Context, cfg *config.Config, it *item) {
 // respond builds the answer to the items.
 func (s *Server) respond(domain string, items []item, replaced map[string]bool) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(items))}
+	// The statuses and their durations each in one allocation rather than one per descriptor.
+	sts := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(items))
+	durs := make([]durationpb.Duration, len(items))
 	tight := -1
 	for i := range items {
 		it := &items[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &sts[i]
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		switch {
 		case it.pol == nil:
@@ -409,9 +428,9 @@ func (s *Server) respond(domain string, items []item, replaced map[string]bool) 
 		case it.pol.name != "" && replaced[it.pol.name]:
 			continue
 		}
-		st.CurrentLimit = currentLimit(it.pol.name, it.spec)
+		st.CurrentLimit = it.pol.currentLimit(it.spec)
 		st.LimitRemaining = uint32(min(max(it.dec.Remaining, 0), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(it.dec.ResetAfter)
+		st.DurationUntilReset = setDuration(&durs[i], it.dec.ResetAfter)
 		if it.over {
 			st.Code, st.LimitRemaining = rlsv3.RateLimitResponse_OVER_LIMIT, 0
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -429,8 +448,15 @@ func (s *Server) respond(domain string, items []item, replaced map[string]bool) 
 	if tight >= 0 {
 		resp.ResponseHeadersToAdd, resp.RawBody = headers(items, tight)
 	}
-	s.m.responses.WithLabelValues(resp.OverallCode.String()).Inc()
+	s.m.respond(resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	return resp
+}
+
+// setDuration sets d to dur as durationpb.New would build it, and returns d.
+func setDuration(d *durationpb.Duration, dur time.Duration) *durationpb.Duration {
+	nanos := dur.Nanoseconds()
+	d.Seconds, d.Nanos = nanos/1e9, int32(nanos%1e9)
+	return d
 }
 
 // tighter reports whether a is closer to exhaustion than b: over the limit, then the longer
@@ -443,6 +469,27 @@ func tighter(a, b *item) bool {
 		return a.dec.RetryAfter > b.dec.RetryAfter
 	}
 	return a.dec.Remaining < b.dec.Remaining
+}
+
+// currentLimit is currentLimit(p.name, spec), built once per policy and spec and then shared
+// by the answers (a message only read, as gRPC's marshalling does, may be shared). A policy
+// backed by a rule keeps the latest spec: a reload that changes the rule builds it again.
+func (p *policy) currentLimit(spec limit.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	if p.cl == nil {
+		return currentLimit(p.name, spec)
+	}
+	if c := p.cl.Load(); c != nil && c.spec == spec {
+		return c.rl
+	}
+	c := &cachedLimit{spec: spec, rl: currentLimit(p.name, spec)}
+	p.cl.Store(c)
+	return c.rl
+}
+
+// cachedLimit is a policy's current_limit for one spec.
+type cachedLimit struct {
+	spec limit.Limit
+	rl   *rlsv3.RateLimitResponse_RateLimit
 }
 
 // currentLimit is spec as the protocol states a limit: the largest unit the period is a whole
@@ -482,8 +529,5 @@ func quotaMetadata(md *structpb.Struct, i int, violated bool) *structpb.Struct {
 	}
 	return md
 }
-
-// hv is one header to add.
-func hv(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, Value: v} }
 
 func wrapU32(v uint32) *wrapperspb.UInt32Value { return wrapperspb.UInt32(v) }
