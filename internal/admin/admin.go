@@ -96,7 +96,7 @@ type Server struct {
 	checkEvery, checkStall time.Duration
 	watching               atomic.Bool
 	firstRound             startSignal // closed once every check answered once
-	reloadErrors prometheus.Counter
+	reloadErrors           prometheus.Counter
 	// readTimeout and writeTimeout are the listener's (Default*Timeout); tests shorten them.
 	readTimeout, writeTimeout time.Duration
 
