@@ -5,12 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,18 +32,13 @@ const (
 // its /readyz gave no answer within 1s for about 12 s. It needs root and iptables; it is
 // skipped, saying which is missing, otherwise.
 func TestPartitionedWorkerHandsBack(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to add an iptables rule that black-holes one worker's packets to Redis")
-	}
-	if _, err := exec.LookPath("iptables"); err != nil {
-		t.Skip("needs iptables, to black-hole one worker's packets to Redis: " + err.Error())
-	}
-	rs := testenv.RedisWith(t, "--bind", "127.0.0.1", "127.0.0.2")
+	testenv.NeedBlackHole(t)
+	rs := testenv.RedisWith(t, "--bind", "127.0.0.1", testenv.PartitionAddr)
 	c := newClusterOn(t, rs)
 	const name, rate, concurrency, jobs = "cut", 100, 4, 700
 	pathB := c.config(c.queueYAML(name, fmt.Sprintf("%d/s", rate), fmt.Sprintf("concurrency: %d", concurrency)))
 	_, port, _ := net.SplitHostPort(rs.Addr)
-	c.redisURL = "redis://127.0.0.2:" + port + "/0"
+	c.redisURL = "redis://" + testenv.PartitionAddr + ":" + port + "/0"
 	pathA := filepath.Join(c.dir, "a.yaml")
 	c.writeConfig(pathA, c.queueYAML(name, fmt.Sprintf("%d/s", rate), fmt.Sprintf("concurrency: %d", concurrency)))
 
@@ -60,8 +51,8 @@ func TestPartitionedWorkerHandsBack(t *testing.T) {
 		t.Fatalf("worker A delivered nothing before the cut:\n%s", a.metrics())
 	}
 
-	polls := pollReadyz(t, a.admin)
-	cut, restore := blackHole(t, "127.0.0.2", port)
+	polls := testenv.PollGet(t, "http://"+a.admin+"/readyz")
+	cut, restore := testenv.BlackHole(t, testenv.PartitionAddr, port)
 	time.Sleep(partitionBound + 500*time.Millisecond) // the partition itself: the stimulus
 	restored := time.Now()
 	restore()
@@ -101,19 +92,19 @@ func TestPartitionedWorkerHandsBack(t *testing.T) {
 	// A's /readyz: every answer within readyzBound; 503 from the bound on, until the rule went.
 	var first503, slowestAnswer time.Duration = -1, 0
 	for _, p := range answers {
-		if p.at.Before(cut) || p.at.After(restored) {
+		if p.At.Before(cut) || p.At.After(restored) {
 			continue
 		}
-		slowestAnswer = max(slowestAnswer, p.took)
-		if p.took > readyzBound || p.err != nil {
+		slowestAnswer = max(slowestAnswer, p.Took)
+		if p.Took > readyzBound || p.Err != nil {
 			t.Errorf("/readyz at cut+%v: %d after %v (%v), want an answer within %v",
-				p.at.Sub(cut).Round(time.Millisecond), p.code, p.took, p.err, readyzBound)
+				p.At.Sub(cut).Round(time.Millisecond), p.Code, p.Took, p.Err, readyzBound)
 		}
-		if p.code == http.StatusServiceUnavailable && first503 < 0 {
-			first503 = p.at.Add(p.took).Sub(cut)
+		if p.Code == http.StatusServiceUnavailable && first503 < 0 {
+			first503 = p.At.Add(p.Took).Sub(cut)
 		}
-		if p.at.Sub(cut) >= partitionBound && p.code != http.StatusServiceUnavailable {
-			t.Errorf("/readyz at cut+%v: %d, want 503 while the worker cannot reach Redis", p.at.Sub(cut).Round(time.Millisecond), p.code)
+		if p.At.Sub(cut) >= partitionBound && p.Code != http.StatusServiceUnavailable {
+			t.Errorf("/readyz at cut+%v: %d, want 503 while the worker cannot reach Redis", p.At.Sub(cut).Round(time.Millisecond), p.Code)
 		}
 	}
 	t.Logf("cut for %v: the %d jobs held at the cut arrived within %v of it (bound %v); worker A handed back %.0f; "+
@@ -152,68 +143,4 @@ func publishInOrder(t *testing.T, c *cluster, name string, n int) []string {
 		ids[i] = r.ID
 	}
 	return ids
-}
-
-// blackHole drops every TCP packet this host sends to addr:port, as a partition would, and
-// returns when the rule went in (taken before the command ran: the cut is no later) and a
-// function that removes it; the test's cleanup removes it too.
-func blackHole(t *testing.T, addr, port string) (cut time.Time, restore func()) {
-	t.Helper()
-	rule := []string{"OUTPUT", "-d", addr, "-p", "tcp", "--dport", port, "-j", "DROP"}
-	cut = time.Now()
-	if out, err := exec.Command("iptables", append([]string{"-A"}, rule...)...).CombinedOutput(); err != nil {
-		t.Fatalf("iptables -A %s: %v\n%s", strings.Join(rule, " "), err, out)
-	}
-	var once sync.Once
-	restore = func() {
-		once.Do(func() {
-			if out, err := exec.Command("iptables", append([]string{"-D"}, rule...)...).CombinedOutput(); err != nil {
-				t.Errorf("iptables -D %s: %v\n%s", strings.Join(rule, " "), err, out)
-			}
-		})
-	}
-	t.Cleanup(restore)
-	return cut, restore
-}
-
-// readyzPoll is one GET /readyz: when it was sent, how long its answer took, and what it was.
-type readyzPoll struct {
-	at   time.Time
-	took time.Duration
-	code int
-	err  error
-}
-
-// pollReadyz GETs /readyz of the admin listener at addr every 25ms until the returned function
-// is called, which returns every poll.
-func pollReadyz(t *testing.T, addr string) func() []readyzPoll {
-	t.Helper()
-	client := &http.Client{Timeout: 2 * time.Second}
-	done, exited := make(chan struct{}), make(chan struct{})
-	var polls []readyzPoll
-	go func() {
-		defer close(exited)
-		tick := time.NewTicker(25 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			start := time.Now()
-			p := readyzPoll{at: start}
-			resp, err := client.Get("http://" + addr + "/readyz")
-			p.took, p.err = time.Since(start), err
-			if err == nil {
-				p.code = resp.StatusCode
-				resp.Body.Close()
-			}
-			polls = append(polls, p)
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	var once sync.Once
-	stop := func() { once.Do(func() { close(done); <-exited; client.CloseIdleConnections() }) }
-	t.Cleanup(stop)
-	return func() []readyzPoll { stop(); return slices.Clone(polls) }
 }
