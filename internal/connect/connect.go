@@ -1,6 +1,6 @@
 // Package connect holds what the two Sluice processes (ingress and worker) share about being a
 // process: a go-redis client for the config's redis section (one server or a Redis Cluster),
-// with its logs routed to the process's logger, and the check that the Redis will not evict
+// each of whose commands ends within CallTimeout, with its logs routed to the process's logger, and the check that the Redis will not evict
 // Sluice's keys ([CheckEviction]); a NATS connection for its nats section, with the timeouts
 // and reconnect behaviour both want; the exit-status convention for configuration errors
 // ([ConfigError], [ExitCode]); and the health probe of the container images ([Probe]).
