@@ -31,8 +31,11 @@ var (
 // otherwise.
 const DefaultPrefix = "sluice:inflight:"
 
-// subscribeTimeout bounds the wait for Redis to confirm a Redis store's subscription.
-const subscribeTimeout = 5 * time.Second
+// subscribeTimeout bounds the wait for Redis to confirm a Redis store's subscription: a
+// second, as a command's round trip is bounded (package connect), so that the first Wait of a
+// store cut off from Redis fails as soon as a command would, not after seconds. A Wait that
+// fails to subscribe fails; the next subscribes again.
+const subscribeTimeout = time.Second
 
 // RedisOption configures a Redis store.
 type RedisOption func(*Redis)

@@ -79,9 +79,15 @@ type cluster struct {
 
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
+	return newClusterOn(t, testenv.Redis(t))
+}
+
+// newClusterOn is newCluster with the redis-server rs.
+func newClusterOn(t testing.TB, rs *testenv.RedisServer) *cluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	c := &cluster{t: t, ctx: ctx, redis: testenv.Redis(t), nats: testenv.NATSProc(t),
+	c := &cluster{t: t, ctx: ctx, redis: rs, nats: testenv.NATSProc(t),
 		up: workertest.NewRecorder(t), dir: t.TempDir()}
 	js, err := jetstream.New(testenv.Connect(t, c.nats.URL))
 	if err != nil {

@@ -2,7 +2,9 @@
 //
 //	GET /healthz   200 while the process is up
 //	GET /readyz    200 when every check (Redis, NATS) passes, else 503 naming the failures
-//	               (and, to holders of the admin token, their errors)
+//	               (and, to holders of the admin token, their errors); it answers from the
+//	               checks' latest results, kept in the background (ready.go), never by a
+//	               call of its own
 //	GET /metrics   Prometheus text format, from the process's registry
 //	GET /openapi.json  the OpenAPI document of what this server has mounted (internal/openapi)
 //
@@ -30,6 +32,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,7 +45,7 @@ import (
 
 // Defaults.
 const (
-	// DefaultCheckTimeout bounds each readiness check.
+	// DefaultCheckTimeout bounds each run of a readiness check.
 	DefaultCheckTimeout = 2 * time.Second
 	// DefaultShutdownTimeout bounds the graceful shutdown of ListenAndServe.
 	DefaultShutdownTimeout = 5 * time.Second
@@ -55,10 +58,14 @@ const (
 )
 
 // Check is one named readiness check, such as "redis" or "nats". Func returns nil when the
-// dependency is usable; it must return soon after ctx is done.
+// dependency is usable; it must return soon after ctx is done. It runs in the background
+// (ready.go), unless Local.
 type Check struct {
 	Name string
 	Func func(ctx context.Context) error
+	// Local marks a check that reads only the process's memory, at no cost: /readyz runs it
+	// at each request, so it is never out of date.
+	Local bool
 }
 
 // RedisCheck checks that rdb answers PING.
@@ -83,7 +90,13 @@ type Server struct {
 	mux          *http.ServeMux
 	checks       []Check
 	checkTimeout time.Duration
-	reloadErrors prometheus.Counter
+	// states are the checks' latest results (ready.go), kept by Watch; checkEvery and
+	// checkStall are DefaultCheckEvery and DefaultCheckStall, which tests shorten.
+	states                 []*checkState
+	checkEvery, checkStall time.Duration
+	watching               atomic.Bool
+	firstRound             startSignal // closed once every check answered once
+	reloadErrors           prometheus.Counter
 	// readTimeout and writeTimeout are the listener's (Default*Timeout); tests shorten them.
 	readTimeout, writeTimeout time.Duration
 
@@ -124,7 +137,11 @@ func (s *Server) authorise(r *http.Request, what string) (string, bool) {
 // (reusing the counter if reg already has it); nil reg serves an empty /metrics.
 func New(addr string, reg *prometheus.Registry, checks ...Check) *Server {
 	s := &Server{addr: addr, mux: http.NewServeMux(), checks: checks, checkTimeout: DefaultCheckTimeout,
+		checkEvery: DefaultCheckEvery, checkStall: DefaultCheckStall,
 		readTimeout: DefaultReadTimeout, writeTimeout: DefaultWriteTimeout}
+	for range checks {
+		s.states = append(s.states, &checkState{})
+	}
 	s.reloadErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_config_reload_errors_total",
 		Help: "Config reloads that failed (an invalid file, or one that could not be read); the process kept its config.",
@@ -196,8 +213,17 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve is ListenAndServe on a listener the caller opened; it closes ln.
+// Serve is ListenAndServe on a listener the caller opened; it closes ln. The readiness checks
+// run in the background (Watch) while it serves.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); s.Watch(wctx) }()
+	defer func() { stopWatch(); <-watched }()
+	select { // a process asked at once after its start answers from real results
+	case <-s.firstRound.ch():
+	case <-time.After(firstRoundWait):
+	}
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -236,32 +262,21 @@ type readiness struct {
 // name addresses and host names ("dial tcp 10.0.0.7:6379: connection refused").
 const unavailable = "unavailable"
 
+// readyz answers from the checks' latest results (ready.go): it makes no call itself.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.checkTimeout)
-	defer cancel()
 	holder := s.holder(r)
 	res := readiness{Status: "ok", Checks: make(map[string]string, len(s.checks))}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	for _, c := range s.checks {
-		wg.Go(func() {
-			err := c.Func(ctx)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				res.Status = unavailable
-				res.Checks[c.Name] = unavailable
-				if holder {
-					res.Checks[c.Name] = err.Error()
-				}
-			} else {
-				res.Checks[c.Name] = "ok"
+	for name, err := range s.ready() {
+		if err != nil {
+			res.Status = unavailable
+			res.Checks[name] = unavailable
+			if holder {
+				res.Checks[name] = err.Error()
 			}
-		})
+		} else {
+			res.Checks[name] = "ok"
+		}
 	}
-	wg.Wait()
 	code := http.StatusOK
 	if res.Status != "ok" {
 		code = http.StatusServiceUnavailable
@@ -299,3 +314,16 @@ func Exposed(addr, token string) bool {
 	ip, err := netip.ParseAddr(host)
 	return err != nil || !ip.IsLoopback()
 }
+
+// startSignal is a channel closed once, lazily made.
+type startSignal struct {
+	once, closed sync.Once
+	c            chan struct{}
+}
+
+func (s *startSignal) ch() chan struct{} {
+	s.once.Do(func() { s.c = make(chan struct{}) })
+	return s.c
+}
+
+func (s *startSignal) close() { s.closed.Do(func() { close(s.ch()) }) }

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +54,16 @@ func get(t *testing.T, h http.Handler, path string) (*http.Response, []byte) {
 	return res, body
 }
 
+// watch runs s's checks in the background, every 20ms, until the test ends.
+func watch(t *testing.T, s *Server) {
+	t.Helper()
+	s.checkEvery = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Watch(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // TestReadyz checks /healthz, and /readyz against a real redis-server and NATS server: ready
 // while both answer, 503 naming the one that does not once it is down.
 func TestReadyz(t *testing.T) {
@@ -61,20 +72,29 @@ func TestReadyz(t *testing.T) {
 	nc := testenv.Connect(t, ns.URL)
 	s := New("127.0.0.1:0", prometheus.NewRegistry(), RedisCheck(rs.NewClient()), NATSCheck(nc))
 	s.checkTimeout = 500 * time.Millisecond
+	watch(t, s)
 
 	if res, body := get(t, s.Handler(), "/healthz"); res.StatusCode != 200 || !strings.Contains(string(body), `"ok"`) {
 		t.Fatalf("healthz: %d %s", res.StatusCode, body)
 	}
-	res, body := get(t, s.Handler(), "/readyz")
-	var r readiness
-	if err := json.Unmarshal(body, &r); err != nil || res.StatusCode != 200 || r.Status != "ok" || r.Checks["redis"] != "ok" || r.Checks["nats"] != "ok" {
-		t.Fatalf("readyz with both up: %d %s", res.StatusCode, body)
-	}
+	var (
+		res  *http.Response
+		body []byte
+		r    readiness
+	)
+	testenv.WaitFor(t, 5*time.Second, "readyz with both up", func() bool {
+		res, body = get(t, s.Handler(), "/readyz")
+		r = readiness{}
+		return json.Unmarshal(body, &r) == nil && res.StatusCode == 200 && r.Status == "ok" && r.Checks["redis"] == "ok" && r.Checks["nats"] == "ok"
+	})
 
 	rs.Stop()
-	res, body = get(t, s.Handler(), "/readyz")
-	r = readiness{}
-	if err := json.Unmarshal(body, &r); err != nil || res.StatusCode != 503 || r.Status != "unavailable" || r.Checks["redis"] == "ok" || r.Checks["nats"] != "ok" {
+	testenv.WaitFor(t, 5*time.Second, "readyz with redis down", func() bool {
+		res, body = get(t, s.Handler(), "/readyz")
+		r = readiness{}
+		return json.Unmarshal(body, &r) == nil && res.StatusCode == 503
+	})
+	if r.Status != "unavailable" || r.Checks["redis"] == "ok" || r.Checks["nats"] != "ok" {
 		t.Fatalf("readyz with redis down: %d %s", res.StatusCode, body)
 	}
 	// /healthz does not depend on the checks.
@@ -88,17 +108,64 @@ func TestReadyz(t *testing.T) {
 	})
 }
 
-// TestReadyzTimeout checks that a check that hangs makes /readyz fail after the timeout
-// instead of hanging too.
-func TestReadyzTimeout(t *testing.T) {
-	s := New("127.0.0.1:0", nil, Check{Name: "slow", Func: func(ctx context.Context) error {
-		<-ctx.Done()
-		return ctx.Err()
-	}})
-	s.checkTimeout = 20 * time.Millisecond
-	res, body := get(t, s.Handler(), "/readyz")
-	if res.StatusCode != 503 || !strings.Contains(string(body), "deadline") {
-		t.Fatalf("readyz: %d %s", res.StatusCode, body)
+// TestReadyzAnswersWhileACheckHangs: /readyz answers from the checks' latest results, never
+// waiting on a check: before its first answer it says "not checked yet", and a check that has
+// not answered for checkStall counts as failed, while every answer comes within milliseconds.
+// A check that ends in error (its timeout) is named with its error; a Local check is run by
+// /readyz itself, so its change shows at once.
+func TestReadyzAnswersWhileACheckHangs(t *testing.T) {
+	var hang, local atomic.Bool
+	release := make(chan struct{})
+	s := New("127.0.0.1:0", nil,
+		Check{Name: "slow", Func: func(ctx context.Context) error {
+			if !hang.Load() {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-release:
+				return errors.New("gave up waiting")
+			}
+		}},
+		Check{Name: "local", Local: true, Func: func(context.Context) error {
+			if local.Load() {
+				return errors.New("local state says no")
+			}
+			return nil
+		}})
+	s.checkStall = 100 * time.Millisecond
+	readyz := func() (int, string, time.Duration) {
+		start := time.Now()
+		res, body := get(t, s.Handler(), "/readyz")
+		return res.StatusCode, string(body), time.Since(start)
+	}
+	if code, body, _ := readyz(); code != 503 || !strings.Contains(body, "not checked yet") {
+		t.Fatalf("readyz before the first check: %d %s", code, body)
+	}
+	watch(t, s)
+	testenv.WaitFor(t, 5*time.Second, "readyz ok", func() bool { code, _, _ := readyz(); return code == 200 })
+	local.Store(true)
+	if code, body, _ := readyz(); code != 503 || !strings.Contains(body, "local state says no") {
+		t.Fatalf("readyz once the local check fails: %d %s", code, body)
+	}
+	local.Store(false)
+
+	hang.Store(true) // the next run hangs until released
+	var slowest time.Duration
+	testenv.WaitFor(t, 5*time.Second, "readyz to say the check does not answer", func() bool {
+		code, body, took := readyz()
+		slowest = max(slowest, took)
+		return code == 503 && strings.Contains(body, "no answer for")
+	})
+	close(release) // the run ends in error, and so do the next ones
+	testenv.WaitFor(t, 5*time.Second, "readyz to name the check's error", func() bool {
+		code, body, took := readyz()
+		slowest = max(slowest, took)
+		return code == 503 && strings.Contains(body, "gave up waiting")
+	})
+	if slowest > 50*time.Millisecond {
+		t.Errorf("the slowest /readyz took %v while a check hung, want it answered at once", slowest)
 	}
 }
 

@@ -174,7 +174,7 @@ func (p *workerProc) startAdmin(context.Context) error {
 			}
 			// Set before draining was: the leak schedule's health, as the pool sees it.
 			return p.pool.Ready()
-		}},
+		}, Local: true}, // the pool's own state, read at each request
 		admin.RedisCheck(p.rdb), admin.NATSCheck(p.nc), jetStreamCheck(p.js, nil))
 	p.adm.SetToken(cfg.AdminToken)
 	var err error

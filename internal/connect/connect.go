@@ -1,6 +1,6 @@
 // Package connect holds what the two Sluice processes (ingress and worker) share about being a
 // process: a go-redis client for the config's redis section (one server or a Redis Cluster),
-// with its logs routed to the process's logger, and the check that the Redis will not evict
+// each of whose commands ends within CallTimeout, with its logs routed to the process's logger, and the check that the Redis will not evict
 // Sluice's keys ([CheckEviction]); a NATS connection for its nats section, with the timeouts
 // and reconnect behaviour both want; the exit-status convention for configuration errors
 // ([ConfigError], [ExitCode]); and the health probe of the container images ([Probe]).
@@ -23,9 +23,15 @@ import (
 
 // Redis returns a client for a redis:// or rediss:// URL (user, password and db included), or,
 // for a URL that lists several host:port seeds separated by commas, a Redis Cluster client.
-// Every command is bounded by its context (ContextTimeoutEnabled) and by one-second socket
-// timeouts when the caller set no deadline, so a dead Redis cannot hang a request. It does not
-// dial: the first command does.
+// It does not dial: the first command does.
+//
+// Every command (or pipeline) ends within CallTimeout, or by its context's deadline when that
+// is sooner: the bound covers the wait for a pooled connection, the dial and go-redis's own
+// retries, not each of them. A Redis that stopped answering (black-holed packets, a SIGSTOPped
+// server) thus costs a call CallTimeout, never the several seconds go-redis's dial retries
+// (DialerRetries, 5 by default, each of DialTimeout) and command retries (MaxRetries) add up to
+// without a deadline; a dial is tried once per command attempt (DialerRetries 1), and the
+// command's retries — a connection the server closed — fit inside the bound.
 func Redis(url string) (redis.UniversalClient, error) {
 	seeds, cluster, err := config.ParseRedisSeeds(url)
 	if err != nil {
@@ -34,29 +40,75 @@ func Redis(url string) (redis.UniversalClient, error) {
 	if cluster {
 		opts := &redis.ClusterOptions{
 			Addrs: seeds.Addrs, Username: seeds.User, Password: seeds.Password,
-			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-			ContextTimeoutEnabled: true,
+			DialTimeout: CallTimeout, ReadTimeout: CallTimeout, WriteTimeout: CallTimeout,
+			PoolTimeout: CallTimeout, DialerRetries: 1, ContextTimeoutEnabled: true,
 		}
 		if seeds.TLS {
 			opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
-		return redis.NewClusterClient(opts), nil
+		c := redis.NewClusterClient(opts)
+		c.AddHook(boundCalls{CallTimeout})
+		return c, nil
 	}
 	opts, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
 	}
 	if opts.DialTimeout == 0 {
-		opts.DialTimeout = time.Second
+		opts.DialTimeout = CallTimeout
 	}
 	if opts.ReadTimeout == 0 {
-		opts.ReadTimeout = time.Second
+		opts.ReadTimeout = CallTimeout
 	}
 	if opts.WriteTimeout == 0 {
-		opts.WriteTimeout = time.Second
+		opts.WriteTimeout = CallTimeout
+	}
+	if opts.PoolTimeout == 0 {
+		opts.PoolTimeout = CallTimeout
+	}
+	if opts.DialerRetries == 0 {
+		opts.DialerRetries = 1
 	}
 	opts.ContextTimeoutEnabled = true
-	return redis.NewClient(opts), nil
+	c := redis.NewClient(opts)
+	c.AddHook(boundCalls{CallTimeout})
+	return c, nil
+}
+
+// CallTimeout is the longest a Redis command of a client of [Redis] takes, retries included,
+// when its context allows longer: well above a round trip, and half the two seconds a worker
+// waits for an unreachable Redis before it hands its jobs back (package worker), so that a
+// black-holed call is noticed in time for that bound.
+const CallTimeout = time.Second
+
+// boundCalls is a go-redis hook that ends each command and pipeline within d, or by its
+// context's deadline when that is sooner.
+type boundCalls struct{ d time.Duration }
+
+func (b boundCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (b boundCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		ctx, cancel := b.bound(ctx)
+		defer cancel()
+		return next(ctx, cmd)
+	}
+}
+
+func (b boundCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		ctx, cancel := b.bound(ctx)
+		defer cancel()
+		return next(ctx, cmds)
+	}
+}
+
+// bound is ctx with a deadline at most d away.
+func (b boundCalls) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= b.d {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b.d)
 }
 
 // NATS connects to url (comma-separated servers) as name. The connection retries in the

@@ -30,6 +30,11 @@
 //     (NATS down) is kept in the worker's outbox and written when NATS answers again; nothing
 //     is delivered while the connection is down, within a second of its return (the outboxes
 //     land first), or when the record of a job that must be read cannot be (outbox.go).
+//   - A worker cut off from Redis (its leak schedule and places) hands back every job waiting
+//     for a slot or a place storeGiveUp (2s) after the first failed call began, and fetches none
+//     until Redis answers a probe; each Redis call ends within a second (internal/connect), so
+//     the bound holds against a black hole, not only a refused connection (docs/operating.md,
+//     "Partitions").
 //   - A scheduled job is never delivered before its due time on the worker's clock, nor once
 //     canceled. While lower-priority jobs wait, at least one of every 8 jobs a runner takes is
 //     of the lower level.

@@ -74,6 +74,10 @@ type places struct {
 	store placeStore // the Pool's inflight.Reuser
 	// settling bounds the calls that give places back: it ends a grace after shutdown.
 	settling context.Context
+	// health is the Pool's view of its Redis, shared with the leak slot: a store that fails
+	// for storeGiveUp marks it down (the Pool hands its jobs back and fetches none until it
+	// answers), and a take ends at once when another job found it down.
+	health *scheduleHealth
 }
 
 // admit waits for a place of every cap the job's delivery must hold (caps); the pass ends,
@@ -132,7 +136,9 @@ func (p *places) caps(cfg *QueueConfig, tenant string) []inflight.Cap {
 }
 
 // take waits for a place of every cap and returns their lease and when it was asked for, or
-// an error: ctx's, or the store's once it has failed for storeGiveUp.
+// an error: ctx's, or the store's once it has failed for storeGiveUp (counted from the start
+// of the first failed call, failedSince), or ErrScheduleDown as soon as the Pool found its
+// Redis down.
 func (p *places) take(ctx context.Context, caps []inflight.Cap, hold time.Duration) (lease inflight.Lease, acquired time.Time, err error) {
 	var (
 		b            *retry.Backoff // made at the first failure
@@ -140,7 +146,10 @@ func (p *places) take(ctx context.Context, caps []inflight.Cap, hold time.Durati
 	)
 	for {
 		start := p.env.now()
-		res, err := p.store.Wait(ctx, caps, hold)
+		wctx, unbind := p.bind(ctx)
+		res, err := p.store.Wait(wctx, caps, hold)
+		down := err != nil && context.Cause(wctx) == ErrScheduleDown
+		unbind()
 		if err == nil {
 			p.env.m.placeWait.WithLabelValues(p.env.name).Observe(p.env.now().Sub(start).Seconds())
 			return res.Lease, start, nil
@@ -148,13 +157,20 @@ func (p *places) take(ctx context.Context, caps []inflight.Cap, hold time.Durati
 		if ctx.Err() != nil {
 			return inflight.Lease{}, time.Time{}, ctx.Err()
 		}
+		if down {
+			return inflight.Lease{}, time.Time{}, ErrScheduleDown
+		}
 		if failingSince.IsZero() {
-			failingSince = start
+			failingSince = failedSince(start, p.env.now())
 		}
 		p.env.m.placeErrors.WithLabelValues(p.env.name).Inc()
 		p.env.log.Debug("worker: concurrency places unavailable", "queue", p.env.name, "err", err)
-		if errors.Is(err, inflight.ErrCrossSlot) || p.env.now().Sub(failingSince) >= storeGiveUp {
+		cross := errors.Is(err, inflight.ErrCrossSlot)
+		if cross || p.env.now().Sub(failingSince) >= storeGiveUp || p.health != nil && p.health.err() != nil {
 			p.env.log.Warn("worker: cannot take a concurrency place; handing the job back", "queue", p.env.name, "err", err)
+			if p.health != nil && !cross {
+				p.health.down(p.env.log, failingSince, err)
+			}
 			return inflight.Lease{}, time.Time{}, err
 		}
 		if b == nil {
@@ -164,6 +180,14 @@ func (p *places) take(ctx context.Context, caps []inflight.Cap, hold time.Durati
 			return inflight.Lease{}, time.Time{}, err
 		}
 	}
+}
+
+// bind is health.bind, or ctx as it is without a health.
+func (p *places) bind(ctx context.Context) (context.Context, func()) {
+	if p.health == nil {
+		return ctx, func() {}
+	}
+	return p.health.bind(ctx)
 }
 
 // release gives a delivery's places back. Should the store fail (Redis stalled or away), it

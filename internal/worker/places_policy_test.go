@@ -156,3 +156,85 @@ func TestPlacesReleaseRetried(t *testing.T) {
 		t.Fatalf("after the retried release: %+v, want the place again", again)
 	}
 }
+
+// TestPlacesFollowTheStoreHealth: a job waiting for a place of a full cap goes back as soon as
+// another job found the Pool's Redis down, without a failed call of its own; a job whose place
+// store fails for storeGiveUp (each read of the clock here passing 500ms) goes back and marks
+// the Pool down, so that it fetches no more.
+func TestPlacesFollowTheStoreHealth(t *testing.T) {
+	cfg := &QueueConfig{Name: "q", MaxInFlight: 1, Timeout: time.Second}
+	env := testEnv("q", func() *QueueConfig { return cfg })
+	health := &scheduleHealth{}
+	p := &places{env: env, store: inflight.NewMemory(), settling: context.Background(), health: health}
+	first := p.admit(context.Background(), cfg, testJob("a", ""))
+	if first.kind != admitGo {
+		t.Fatalf("first job: %+v, want go", first)
+	}
+	defer first.release()
+	waited := make(chan verdict, 1)
+	go func() { waited <- p.admit(context.Background(), cfg, testJob("b", "")) }()
+	select {
+	case v := <-waited:
+		t.Fatalf("a job went with the cap full: %+v", v)
+	case <-time.After(50 * time.Millisecond): // it waits for a place, as it should
+	}
+	health.down(env.log, time.Now(), errors.New("i/o timeout"))
+	select {
+	case v := <-waited:
+		if v.kind != admitRefuse || v.end != endNotSent {
+			t.Fatalf("the waiting job once the Pool found Redis down: %+v, want refused, not sent", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting job still waits after the Pool found Redis down")
+	}
+	health.up(env.log)
+
+	clock := newFakeClock()
+	env.now = func() time.Time { clock.advance(500 * time.Millisecond); return clock.now() }
+	failing := &places{env: env, store: failingPlaces{}, settling: context.Background(), health: health}
+	if v := failing.admit(context.Background(), cfg, testJob("c", "")); v.kind != admitRefuse || v.end != endNotSent {
+		t.Fatalf("a failing place store: %+v, want refused, not sent", v)
+	}
+	if health.err() == nil {
+		t.Fatal("a place store failing for storeGiveUp left the Pool up")
+	}
+}
+
+// failingPlaces is a place store whose every call fails.
+type failingPlaces struct{}
+
+func (failingPlaces) Wait(context.Context, []inflight.Cap, time.Duration) (inflight.Result, error) {
+	return inflight.Result{}, errors.New("i/o timeout")
+}
+func (failingPlaces) Release(context.Context, inflight.Lease) error { return errors.New("i/o timeout") }
+func (failingPlaces) Renew(context.Context, inflight.Lease, time.Duration) (bool, error) {
+	return false, errors.New("i/o timeout")
+}
+
+// TestScheduleHealthBind: a bound context ends, with cause ErrScheduleDown, when the schedule
+// is found down; one bound while it is down is not cut; after it answers again, binds hold.
+func TestScheduleHealthBind(t *testing.T) {
+	var h scheduleHealth
+	log := testEnv("q", nil).log
+	ctx, unbind := h.bind(context.Background())
+	defer unbind()
+	h.down(log, time.Now(), errors.New("i/o timeout"))
+	select { // the cut runs in a goroutine of its own (context.AfterFunc)
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+	}
+	if context.Cause(ctx) != ErrScheduleDown {
+		t.Fatalf("bound context after down: %v, want cause %v", context.Cause(ctx), ErrScheduleDown)
+	}
+	during, unbind2 := h.bind(context.Background())
+	defer unbind2()
+	h.up(log)
+	after, unbind3 := h.bind(context.Background())
+	if during.Err() != nil || after.Err() != nil {
+		t.Fatalf("bound while down: %v; after up: %v; want neither cut", during.Err(), after.Err())
+	}
+	unbind3()
+	if context.Cause(after) == ErrScheduleDown {
+		t.Fatal("unbind ended the context with ErrScheduleDown")
+	}
+}

@@ -481,7 +481,7 @@ func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 		tenants,
 		operator,
 		lease,
-		&places{env: env, store: p.places, settling: p.exec.ctx},
+		&places{env: env, store: p.places, settling: p.exec.ctx, health: &p.health},
 		newUnitBudget(env, p.sched, slot, unitLearn, p.exec.ctx),
 		slot,
 		&uncanceled{env: env, canceled: &p.canceled},

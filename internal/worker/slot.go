@@ -75,7 +75,9 @@ func (s *leakSlot) take(ctx context.Context, h leaky.Hooks) error {
 // deliver: it counts the error and tries again after a backoff (takeBackoff), so delivery
 // resumes within a fraction of a second of the store's return. The rate is read afresh on
 // every try, so a reload applies at once. It returns ctx's error when ctx ends first, and
-// ErrScheduleDown once the schedule has failed for storeGiveUp without a break.
+// ErrScheduleDown once the schedule has failed for storeGiveUp without a break (counted from
+// the start of the first failed call: see failedSince), or as soon as another job of the Pool
+// found it down.
 func (s *leakSlot) wait(ctx context.Context, cfg *QueueConfig, j *job, take func(context.Context, leaky.Hooks) error) error {
 	if s.warm != nil {
 		target := cfg.Upstream
@@ -113,7 +115,11 @@ func (s *leakSlot) retryTake(ctx context.Context, take func(context.Context, lea
 		if err := waitResumed(ctx, s.paused); err != nil {
 			return err
 		}
-		err := take(ctx, hooks)
+		tried := s.env.now()
+		tctx, unbind := s.health.bind(ctx)
+		err := take(tctx, hooks)
+		down := err != nil && context.Cause(tctx) == ErrScheduleDown
+		unbind()
 		if err == nil {
 			m.slotWait.WithLabelValues(name).Observe(s.env.now().Sub(start).Seconds())
 			s.health.up(s.env.log)
@@ -121,6 +127,9 @@ func (s *leakSlot) retryTake(ctx context.Context, take func(context.Context, lea
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if down {
+			return ErrScheduleDown // another job found it down: this one goes back too
 		}
 		if errors.Is(err, leaky.ErrPaused) {
 			continue
@@ -133,7 +142,7 @@ func (s *leakSlot) retryTake(ctx context.Context, take func(context.Context, lea
 			s.env.log.Debug("worker: leak schedule unavailable", "queue", name, "err", err)
 		}
 		if failingSince.IsZero() {
-			failingSince = s.env.now()
+			failingSince = failedSince(tried, s.env.now())
 		}
 		if (s.health.err() != nil || s.env.now().Sub(failingSince) >= storeGiveUp) && !errors.Is(err, leaky.ErrInvalidRate) {
 			s.health.down(s.env.log, failingSince, err)
@@ -148,16 +157,57 @@ func (s *leakSlot) retryTake(ctx context.Context, take func(context.Context, lea
 	}
 }
 
-// storeGiveUp is how long a job waits for an unreachable leak schedule before it is handed back.
+// storeGiveUp is how long a job waits for an unreachable leak schedule (or place store) before
+// it is handed back, counted from the start of the first call that failed. Every Redis call
+// ends within connect.CallTimeout, half of it, so a black-holed Redis is given up after two
+// failed calls, about storeGiveUp after the first began: a worker cut off from Redis hands its
+// jobs back within storeGiveUp (and a backoff's 10ms) of the cut, plus the wait of a job that
+// was asleep until its slot then (reserveAhead), not after seconds of dial retries.
 const storeGiveUp = 2 * time.Second
+
+// failedSince is when the failing that a call tried at tried and failed at failed shows began:
+// when the call that failed was sent. A try may have slept first (until its slot, for a place)
+// but the call that failed began at most storeTimeout (connect.CallTimeout, the bound of every
+// Redis call) before it failed.
+func failedSince(tried, failed time.Time) time.Time {
+	if at := failed.Add(-storeTimeout); at.After(tried) {
+		return at
+	}
+	return tried
+}
 
 // ErrScheduleDown is what Pool.Ready returns (wrapped) while the leak schedule cannot be reached:
 // the Pool then hands back its jobs and fetches none until the schedule answers again.
 var ErrScheduleDown = errors.New("worker: leak schedule unreachable")
 
-// scheduleHealth is whether the Pool's leak schedule answers. It is safe for concurrent use.
+// scheduleHealth is whether the Pool's leak schedule (and place store: the same Redis)
+// answers. It is safe for concurrent use; the zero value answers.
 type scheduleHealth struct {
 	fault atomic.Pointer[scheduleFault] // nil: it answers
+	// gone is cancelled, with cause ErrScheduleDown, when the schedule is found down, and
+	// replaced when it answers again (nil until needed); see bind.
+	mu     sync.Mutex
+	gone   context.Context
+	cancel context.CancelCauseFunc
+}
+
+// bind returns ctx, cancelled too, with cause ErrScheduleDown, once a job of the Pool finds
+// the schedule down (down): the other jobs' waits for a slot or a place then end at once and
+// they go back with it, instead of each waiting out its own failed calls. A ctx bound while the
+// schedule is already down is not cut: its own call decides. unbind releases it.
+func (h *scheduleHealth) bind(ctx context.Context) (_ context.Context, unbind func()) {
+	h.mu.Lock()
+	if h.gone == nil {
+		h.gone, h.cancel = context.WithCancelCause(context.Background())
+	}
+	gone := h.gone
+	h.mu.Unlock()
+	if gone.Err() != nil {
+		return ctx, func() {}
+	}
+	bctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(gone, func() { cancel(ErrScheduleDown) })
+	return bctx, func() { stop(); cancel(context.Canceled) }
 }
 
 type scheduleFault struct {
@@ -168,6 +218,11 @@ type scheduleFault struct {
 // down records that the schedule has failed since since, with err; it logs the first time.
 func (h *scheduleHealth) down(log *slog.Logger, since time.Time, err error) {
 	if h.fault.CompareAndSwap(nil, &scheduleFault{since: since, err: err}) {
+		h.mu.Lock()
+		if h.cancel != nil {
+			h.cancel(ErrScheduleDown)
+		}
+		h.mu.Unlock()
 		log.Warn("worker: leak schedule unreachable; handing jobs back and fetching none until it answers",
 			"since", since, "err", err)
 	}
@@ -176,6 +231,11 @@ func (h *scheduleHealth) down(log *slog.Logger, since time.Time, err error) {
 // up records that the schedule answered; it logs when it had not.
 func (h *scheduleHealth) up(log *slog.Logger) {
 	if f := h.fault.Swap(nil); f != nil {
+		h.mu.Lock()
+		if h.gone != nil && h.gone.Err() != nil {
+			h.gone, h.cancel = context.WithCancelCause(context.Background())
+		}
+		h.mu.Unlock()
 		log.Info("worker: leak schedule answers again; fetching", "down_for", time.Since(f.since).Round(time.Millisecond))
 	}
 }

@@ -67,15 +67,16 @@ func (f *failingSchedule) Take(context.Context, string, leaky.Rate) (leaky.Slot,
 	return leaky.Slot{}, errors.New("connection refused")
 }
 
-// TestLeakSlotScheduleDown: a schedule that fails for storeGiveUp refuses the job (handed back,
-// for a worker that can reach it) and marks the Pool's schedule down; a later job is refused
-// at its first failure, and a take that succeeds marks it up again.
+// TestLeakSlotScheduleDown: a schedule that fails for storeGiveUp (each read of the clock here
+// passing 500ms) refuses the job (handed back, for a worker that can reach it) and marks the
+// Pool's schedule down; a later job is refused at its first failure, and a take that succeeds
+// marks it up again.
 func TestLeakSlotScheduleDown(t *testing.T) {
 	clock := newFakeClock()
 	cfg := &QueueConfig{Name: "q", Rate: leaky.Every(200, time.Second)}
 	failing := &failingSchedule{Schedule: leaky.NewMemory(nil)}
 	s, _ := newTestSlot(cfg, failing)
-	s.env.now = func() time.Time { clock.advance(time.Second); return clock.now() }
+	s.env.now = func() time.Time { clock.advance(500 * time.Millisecond); return clock.now() }
 	v := s.admit(context.Background(), cfg, testJob("j", ""))
 	if v.kind != admitRefuse || v.end != endNotSent || !strings.Contains(v.reason, ErrScheduleDown.Error()) {
 		t.Fatalf("admit on a failing schedule = %+v, want refused: %v", v, ErrScheduleDown)
