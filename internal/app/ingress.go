@@ -134,6 +134,7 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 		service{name: "rules", start: p.startRules, stop: p.stopRules},
 		// Listeners before anything serves, so that a taken port is reported first.
 		service{name: "listen", start: p.listen, stop: p.closeListeners},
+		service{name: "regions coordinator", start: p.connectCoordinator, stop: p.closeCoordinator},
 		service{name: "admin api", start: p.mountAdmin},
 		lc.run("admin listener", background{}, func(ctx context.Context) error { return p.adm.Serve(ctx, p.adminLn) }),
 		lc.run("history", background{optional: true}, func(ctx context.Context) error { return p.history.Run(ctx) }),
@@ -146,7 +147,7 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 	}
 	if cfg.NATS == nil {
 		// Nothing outside this process can reach an embedded server's queues.
-		s = append(s, service{name: "worker pool", start: p.newPool, stop: p.closeCoordinator},
+		s = append(s, service{name: "worker pool", start: p.newPool},
 			lc.run("in-process workers", background{drainsFirst: true}, p.runPool))
 	}
 	return append(s,
@@ -388,6 +389,7 @@ func (p *ingressProc) mountAdmin(context.Context) error {
 		queues.Learned = ad.Learned
 	}
 	queues.Mount(p.adm)
+	(&admin.Regions{Config: p.current.Load, Read: p.readRegions}).Mount(p.adm)
 	cm := &consumersMetric{
 		js: func() jetstream.JetStream {
 			if p.late.qs.Load() == nil {
@@ -414,11 +416,10 @@ func (p *ingressProc) serveDemo(ctx context.Context) error {
 // newPool builds the in-process worker pool of the embedded server's queues.
 func (p *ingressProc) newPool(context.Context) error {
 	cfg := p.current.Load()
-	reg, coord, err := regionsDeps(cfg, p.log)
+	reg, err := leaseDeps(cfg, p.coordinator)
 	if err != nil {
 		return err
 	}
-	p.coordinator = coord
 	pool, err := worker.New(worker.Deps{
 		Regions: reg,
 		Queues:  p.qs, Schedule: p.schedule, Places: p.queuePlaces, Registerer: p.reg, Logger: p.log,

@@ -18,25 +18,69 @@ import (
 // regions. The connection retries in the background: a coordinator down at start leaves the
 // region on its safe share until it answers. A change of the regions section takes a restart.
 func regionsDeps(cfg *config.Config, log *slog.Logger) (*worker.Regions, *nats.Conn, error) {
-	rs := cfg.Regions
-	if rs == nil || cfg.Region == "" {
-		return nil, nil, nil
+	nc, err := coordinatorConn(cfg, log)
+	if nc == nil || err != nil {
+		return nil, nil, err
 	}
-	nc, err := connect.NATS(rs.Coordinator, "sluice-regions-"+cfg.Region, log.With("nats", "regions.coordinator"))
-	if err != nil {
-		return nil, nil, connect.ConfigError(err)
-	}
-	js, err := jetstream.New(nc)
+	w, err := leaseDeps(cfg, nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
+	}
+	return w, nc, nil
+}
+
+// coordinatorConn connects to the coordinator of cfg's regions; nil without regions. The
+// connection retries in the background.
+func coordinatorConn(cfg *config.Config, log *slog.Logger) (*nats.Conn, error) {
+	rs := cfg.Regions
+	if rs == nil || cfg.Region == "" {
+		return nil, nil
+	}
+	nc, err := connect.NATS(rs.Coordinator, "sluice-regions-"+cfg.Region, log.With("nats", "regions.coordinator"))
+	if err != nil {
+		return nil, connect.ConfigError(err)
+	}
+	return nc, nil
+}
+
+// leaseDeps is the worker pool's part in cfg's global budgets, renewing over nc, a connection
+// to the coordinator; nil with nc nil.
+func leaseDeps(cfg *config.Config, nc *nats.Conn) (*worker.Regions, error) {
+	if nc == nil {
+		return nil, nil
+	}
+	rs := cfg.Regions
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
 	}
 	w := &worker.Regions{Coordinator: regions.NewCoordinator(js, cfg.Region, nil), Regions: len(rs.Names),
 		SafeShare: rs.SafeRate.PerSecond(), MinShare: rs.MinShare.PerSecond(), Lease: rs.Lease, Renew: rs.Renew}
 	if rs.SafeEven {
 		w.SafeShare = -1
 	}
-	return w, nc, nil
+	return w, nil
+}
+
+// connectCoordinator connects the ingress to the regions' coordinator: the admin API reads the
+// leases there (GET /v1/regions), and the in-process workers renew them; none without regions.
+func (p *ingressProc) connectCoordinator(context.Context) error {
+	nc, err := coordinatorConn(p.current.Load(), p.log)
+	p.coordinator = nc
+	return err
+}
+
+// readRegions reads a global queue's record on the coordinator, for GET /v1/regions.
+func (p *ingressProc) readRegions(ctx context.Context, queue string) (regions.Record, bool, error) {
+	if p.coordinator == nil {
+		return regions.Record{}, false, nil
+	}
+	js, err := jetstream.New(p.coordinator)
+	if err != nil {
+		return regions.Record{}, false, err
+	}
+	return regions.Read(ctx, js, queue)
 }
 
 // closeCoordinator closes the connection to the regions' coordinator, if any.

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/regions"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
@@ -78,6 +81,23 @@ queues:
 	})
 	if lease.Share > 100 || !lease.Expires.After(time.Now().Add(-time.Second)) {
 		t.Errorf("eu's lease %+v; want a share of at most the budget, renewed", lease)
+	}
+	// The region's ingress shows the lease on its admin listener: GET /v1/regions.
+	ing := start(t, t.TempDir(), strings.Replace(yaml, "admin_listen:", "listen: "+freeAddr(t)+"\nadmin_listen: "+freeAddr(t)+"\n#", 1))
+	var st admin.RegionsStatus
+	testenv.WaitFor(t, 10*time.Second, "eu's lease in GET /v1/regions", func() bool {
+		res, err := http.Get("http://" + ing.admin + "/v1/regions")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		st = admin.RegionsStatus{}
+		return json.NewDecoder(res.Body).Decode(&st) == nil && len(st.Queues) == 1 && len(st.Queues[0].Leases) == 2 &&
+			st.Queues[0].Leases[0].Share > 0
+	})
+	if q := st.Queues[0]; st.Region != "eu" || st.Coordinator != "ok" || q.Queue != "main" || q.Budget != 100 || q.SafeShare != 50 ||
+		q.Leases[0].Region != "eu" || q.Leases[0].OnSafeShare || q.Leases[1].Region != "us" || !q.Leases[1].OnSafeShare {
+		t.Errorf("GET /v1/regions: %+v", st)
 	}
 	cancel()
 	select {
