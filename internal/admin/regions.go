@@ -21,7 +21,8 @@ import (
 //
 // A region is on_safe_share while it holds no unexpired lease (its workers use the safe
 // share once the lease they last renewed expired), and lost once that has lasted longer than
-// a lease and a renew period, as the workers' sluice_region_lease_lost. Every region of
+// a lease and a renew period, as the workers' sluice_region_lease_lost (a region that never
+// renewed is not lost: it has no renewed time). Every region of
 // regions.names is listed, in that order, with or without a lease. Without regions the
 // answer is {"region":"","regions":[],"queues":[]}. When the coordinator cannot be read,
 // coordinator says why (to holders of the admin token; others read "unavailable") and the
@@ -74,8 +75,8 @@ type RegionLease struct {
 	// second), at Renewed.
 	Demand  float64    `json:"demand"`
 	Renewed *time.Time `json:"renewed,omitempty"`
-	// OnSafeShare: the region holds no unexpired lease; Lost: for longer than a lease and a
-	// renew period.
+	// OnSafeShare: the region holds no unexpired lease; Lost: its lease expired longer than a
+	// lease and a renew period ago.
 	OnSafeShare bool `json:"on_safe_share"`
 	Lost        bool `json:"lost"`
 }
@@ -157,7 +158,7 @@ func (rg *Regions) status(ctx context.Context, holder bool) RegionsStatus {
 				if !l.Renewed.IsZero() {
 					rl.Renewed = new(l.Renewed)
 				}
-				rl.Lost = rl.OnSafeShare && (l.Expires.IsZero() || t.Sub(l.Expires) > lostAfter)
+				rl.Lost = rl.OnSafeShare && !l.Renewed.IsZero() && t.Sub(l.Expires) > lostAfter
 				gb.Leases = append(gb.Leases, rl)
 			}
 		}

@@ -30,7 +30,8 @@ func TestRegionsAPI(t *testing.T) {
 		Queues: []config.Queue{{Name: "plain", Rate: config.Rate{N: 10, Per: time.Second}},
 			{Name: "llm", Rate: config.Rate{N: 60, Per: time.Second}, Global: true}}}
 	s := New("127.0.0.1:0", prometheus.NewRegistry())
-	(&Regions{Config: func() *config.Config { return cfg },
+	var later time.Duration // how far the API's clock runs ahead
+	(&Regions{Config: func() *config.Config { return cfg }, Now: func() time.Time { return time.Now().Add(later) },
 		Read: func(ctx context.Context, q string) (regions.Record, bool, error) { return regions.Read(ctx, js, q) }}).Mount(s)
 	read := func() RegionsStatus {
 		t.Helper()
@@ -68,12 +69,20 @@ func TestRegionsAPI(t *testing.T) {
 	if lb.Region != "b" || lb.Share != 5 || lb.Demand != 5 || lb.OnSafeShare {
 		t.Errorf("b's lease: %+v", lb)
 	}
-	if lc.Region != "c" || !lc.OnSafeShare || !lc.Lost || lc.Share != 0 {
+	if lc.Region != "c" || !lc.OnSafeShare || lc.Lost || lc.Renewed != nil || lc.Share != 0 {
 		t.Errorf("c, which never renewed: %+v", lc)
 	}
 	if q.Held > q.Budget || q.Held < la.Share+lb.Share {
 		t.Errorf("held %v of %v with shares %v and %v", q.Held, q.Budget, la.Share, lb.Share)
 	}
+	// Seen a lease and a renew period after both leases expired: both regions lost.
+	later = 2*time.Second + 2500*time.Millisecond + 100*time.Millisecond
+	for _, l := range read().Queues[0].Leases[:2] {
+		if !l.OnSafeShare || !l.Lost || l.Held != 0 {
+			t.Errorf("%s, a lease and a renewal past its lease: %+v", l.Region, l)
+		}
+	}
+	later = 0
 	// The coordinator is gone: the answer says so, at once, and lists the queue without leases.
 	coord.Server.Shutdown()
 	coord.Server.WaitForShutdown()

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+)
+
+// TestRegionsThroughTheCLI: `sluice regions` against a one-process ingress of region a, whose
+// in-process workers renew the lease of a global queue on a real coordinator: a's row shows
+// its lease, b's (which never renewed) its safe share, lost; and an ingress without regions
+// says so.
+func TestRegionsThroughTheCLI(t *testing.T) {
+	coord := testenv.NATS(t)
+	rec := workertest.NewRecorder(t)
+	_, admin := ingress(t, fmt.Sprintf(`listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+data_dir: DATA
+region: a
+regions: {names: [a, b], coordinator: %q, lease: 1s, renew: 250ms}
+queues:
+  - { name: llm, rate: 40/s, global: true, target: "POST %s/llm" }
+  - { name: local, rate: 5/s, target: "POST %s/local" }
+`, coord.URL, rec.URL, rec.URL))
+	var out string
+	testenv.WaitFor(t, 10*time.Second, "a's lease in `sluice regions`", func() bool {
+		var code int
+		code, out, _ = sluice(admin, nil, "regions")
+		return code == 0 && lineWith(out, "llm", " a ", "on its lease")
+	})
+	t.Logf("\n%s", out)
+	if !strings.Contains(out, "region a of a, b; coordinator ok") || !lineWith(out, "llm", " b ", "never renewed: safe share 20/s") ||
+		strings.Contains(out, "local") {
+		t.Errorf("sluice regions:\n%s", out)
+	}
+	if code, out, _ := sluice(admin, nil, "regions", "--json"); code != 0 || !strings.Contains(out, `"region": "a"`) {
+		t.Errorf("sluice regions --json: %d %s", code, out)
+	}
+	_, plain := ingress(t, `listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+data_dir: DATA
+queues:
+  - { name: local, rate: 5/s, target: "POST http://127.0.0.1:9/" }
+`)
+	if code, out, _ := sluice(plain, nil, "regions"); code != 0 || !strings.HasPrefix(out, "no regions") {
+		t.Errorf("without regions: %d %s", code, out)
+	}
+}
+
+// lineWith reports whether a line of out holds every one of parts.
+func lineWith(out string, parts ...string) bool {
+	for line := range strings.Lines(out) {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
