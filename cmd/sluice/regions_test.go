@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 )
@@ -63,4 +65,39 @@ func lineWith(out string, parts ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestDashboardRegionsInBrowser: in real headless chromium, the dashboard's queues table shows
+// a global queue's lease of its region beside its name ("a 40/s"), and nothing beside a queue
+// that is not global.
+func TestDashboardRegionsInBrowser(t *testing.T) {
+	ctx := browser(t)
+	coord := testenv.NATS(t)
+	rec := workertest.NewRecorder(t)
+	_, admin := ingress(t, fmt.Sprintf(`listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+data_dir: DATA
+region: a
+regions: {names: [a, b], coordinator: %q, lease: 1s, renew: 250ms}
+queues:
+  - { name: llm, rate: 40/s, global: true, target: "POST %s/llm" }
+  - { name: local, rate: 5/s, target: "POST %s/local" }
+`, coord.URL, rec.URL, rec.URL))
+	var badge, local, title string
+	err := chromedp.Run(ctx,
+		chromedp.Navigate("http://"+admin+"/ui/"),
+		chromedp.WaitVisible(`body[data-loaded="1"]`),
+		// The first renewals pass the fresh coordinator's hold (one lease): then a's lease shows.
+		chromedp.Poll(`document.querySelector('tr[data-queue="llm"] td.name .region')?.textContent === "a 40/s"`, nil,
+			chromedp.WithPollingTimeout(15*time.Second)),
+		chromedp.Text(`tr[data-queue="llm"] td.name .region`, &badge),
+		chromedp.AttributeValue(`tr[data-queue="llm"] td.name .region`, "title", &title, nil),
+		chromedp.Text(`tr[data-queue="local"] td.name`, &local),
+	)
+	if err != nil {
+		t.Fatalf("the dashboard's region badge: %v", err)
+	}
+	if badge != "a 40/s" || local != "local" || !strings.Contains(title, "shared by a, b") {
+		t.Errorf("badge %q (title %q), plain queue's name cell %q", badge, title, local)
+	}
 }
