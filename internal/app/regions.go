@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,6 +71,47 @@ func (p *ingressProc) connectCoordinator(context.Context) error {
 	p.coordinator = nc
 	return err
 }
+
+// ruleLeases is the ingress's holder of its region's leases of the global rules' limits, or nil
+// without regions: every rule with global: true is decided against the region's part of its
+// limit (ingress.Options.RegionalShare). The coordinator's connection must be open.
+func (p *ingressProc) ruleLeases() *regions.Holder {
+	cfg := p.current.Load()
+	if p.coordinator == nil {
+		return nil
+	}
+	js, err := jetstream.New(p.coordinator)
+	if err != nil {
+		return nil
+	}
+	rs := cfg.Regions
+	safe := func(budget float64) float64 {
+		if rs.SafeEven {
+			return budget / float64(max(len(rs.Names), 1))
+		}
+		return min(rs.SafeRate.PerSecond(), budget)
+	}
+	h := regions.NewHolder(regions.NewCoordinator(js, cfg.Region, nil), regions.Terms{Minimum: rs.MinShare.PerSecond(),
+		Lease: rs.Lease, Renew: rs.Renew, Lingers: 500 * time.Millisecond}, safe, p.log.With("rules", "global"))
+	h.Set(ruleBudgets(cfg))
+	return h
+}
+
+// ruleBudgets are cfg's global rules' limits per key, per second, keyed as the coordinator
+// keeps their records: ruleKey.
+func ruleBudgets(cfg *config.Config) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range cfg.Rules {
+		if r.Global && r.Period > 0 {
+			out[ruleKey(r.Name)] = float64(r.Limit) / r.Period.Seconds()
+		}
+	}
+	return out
+}
+
+// ruleKey is the key of a global rule's record on the coordinator: "rule." and its name (a
+// queue's name, its record's key, holds no dot).
+func ruleKey(rule string) string { return "rule." + rule }
 
 // readRegions reads a global queue's record on the coordinator, for GET /v1/regions.
 func (p *ingressProc) readRegions(ctx context.Context, queue string) (regions.Record, bool, error) {
