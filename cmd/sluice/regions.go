@@ -10,31 +10,36 @@ import (
 
 // regionsView is GET /v1/regions: each global queue's regional leases on the coordinator.
 type regionsView struct {
-	Region       string   `json:"region"`
-	Regions      []string `json:"regions"`
-	Coordinator  string   `json:"coordinator"`
-	LeaseSeconds float64  `json:"lease_seconds"`
-	RenewSeconds float64  `json:"renew_seconds"`
-	Queues       []struct {
-		Queue     string     `json:"queue"`
-		Budget    float64    `json:"budget"`
-		Held      float64    `json:"held"`
-		SafeShare float64    `json:"safe_share"`
-		HoldUntil *time.Time `json:"hold_until"`
-		Leases    []struct {
-			Region      string     `json:"region"`
-			Share       float64    `json:"share"`
-			Expires     *time.Time `json:"expires"`
-			Held        float64    `json:"held"`
-			Demand      float64    `json:"demand"`
-			Renewed     *time.Time `json:"renewed"`
-			OnSafeShare bool       `json:"on_safe_share"`
-			Lost        bool       `json:"lost"`
-		} `json:"leases"`
-	} `json:"queues"`
+	Region       string             `json:"region"`
+	Regions      []string           `json:"regions"`
+	Coordinator  string             `json:"coordinator"`
+	LeaseSeconds float64            `json:"lease_seconds"`
+	RenewSeconds float64            `json:"renew_seconds"`
+	Queues       []globalBudgetView `json:"queues"`
+	Rules        []globalBudgetView `json:"rules"`
 }
 
-// regions prints each global queue's regional leases: `sluice regions`.
+// globalBudgetView is one global queue's or rule's budget and leases.
+type globalBudgetView struct {
+	Queue     string     `json:"queue"`
+	Rule      string     `json:"rule"`
+	Budget    float64    `json:"budget"`
+	Held      float64    `json:"held"`
+	SafeShare float64    `json:"safe_share"`
+	HoldUntil *time.Time `json:"hold_until"`
+	Leases    []struct {
+		Region      string     `json:"region"`
+		Share       float64    `json:"share"`
+		Expires     *time.Time `json:"expires"`
+		Held        float64    `json:"held"`
+		Demand      float64    `json:"demand"`
+		Renewed     *time.Time `json:"renewed"`
+		OnSafeShare bool       `json:"on_safe_share"`
+		Lost        bool       `json:"lost"`
+	} `json:"leases"`
+}
+
+// regions prints each global queue's and rule's regional leases: `sluice regions`.
 func (c *cli) regions(ctx context.Context, args []string) error {
 	if err := exactly("regions", args); err != nil {
 		return err
@@ -57,10 +62,14 @@ func printRegions(w io.Writer, v regionsView, now time.Time) error {
 	fmt.Fprintf(w, "region %s of %s; coordinator %s; lease %gs, renewed every %gs\n", v.Region, strings.Join(v.Regions, ", "),
 		v.Coordinator, v.LeaseSeconds, v.RenewSeconds)
 	t := table(w)
-	fmt.Fprintln(t, "QUEUE\tBUDGET\tREGION\tSHARE\tEXPIRES IN\tDEMAND\tRENEWED\tSTATE")
-	for _, q := range v.Queues {
+	fmt.Fprintln(t, "SHARED\tBUDGET\tREGION\tSHARE\tEXPIRES IN\tDEMAND\tRENEWED\tSTATE")
+	for _, q := range append(v.Queues, v.Rules...) {
+		name := "queue " + q.Queue
+		if q.Rule != "" {
+			name = "rule " + q.Rule // its budget is its limit per key, per second
+		}
 		if len(q.Leases) == 0 {
-			fmt.Fprintf(t, "%s\t%s\t-\t-\t-\t-\t-\tunknown (coordinator unreadable)\n", q.Queue, perSecond(q.Budget))
+			fmt.Fprintf(t, "%s\t%s\t-\t-\t-\t-\t-\tunknown (coordinator unreadable)\n", name, perSecond(q.Budget))
 		}
 		for _, l := range q.Leases {
 			expires, renewed := "-", "-"
@@ -82,7 +91,7 @@ func printRegions(w io.Writer, v regionsView, now time.Time) error {
 			if q.HoldUntil != nil {
 				state += fmt.Sprintf(" (coordinator holds for %s)", q.HoldUntil.Sub(now).Round(100*time.Millisecond))
 			}
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Queue, perSecond(q.Budget), l.Region, perSecond(l.Share), expires,
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, perSecond(q.Budget), l.Region, perSecond(l.Share), expires,
 				perSecond(l.Demand), renewed, state)
 		}
 	}

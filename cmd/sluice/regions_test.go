@@ -24,18 +24,22 @@ admin_listen: 127.0.0.1:0
 data_dir: DATA
 region: a
 regions: {names: [a, b], coordinator: %q, lease: 1s, renew: 250ms}
+upstream: %[2]s
 queues:
-  - { name: llm, rate: 40/s, global: true, target: "POST %s/llm" }
-  - { name: local, rate: 5/s, target: "POST %s/local" }
-`, coord.URL, rec.URL, rec.URL))
+  - { name: llm, rate: 40/s, global: true, target: "POST %[2]s/llm" }
+  - { name: local, rate: 5/s, target: "POST %[2]s/local" }
+rules:
+  - { name: per-key, key: [header:X-Key], algorithm: gcra, limit: 120, period: 1m, global: true }
+`, coord.URL, rec.URL))
 	var out string
 	testenv.WaitFor(t, 10*time.Second, "a's lease in `sluice regions`", func() bool {
 		var code int
 		code, out, _ = sluice(admin, nil, "regions")
-		return code == 0 && lineWith(out, "llm", " a ", "on its lease")
+		return code == 0 && lineWith(out, "queue llm", " a ", "on its lease")
 	})
 	t.Logf("\n%s", out)
-	if !strings.Contains(out, "region a of a, b; coordinator ok") || !lineWith(out, "llm", " b ", "never renewed: safe share 20/s") ||
+	if !strings.Contains(out, "region a of a, b; coordinator ok") || !lineWith(out, "queue llm", " b ", "never renewed: safe share 20/s") ||
+		!lineWith(out, "rule per-key", "2/s", " a ", "on its lease") ||
 		strings.Contains(out, "local") {
 		t.Errorf("sluice regions:\n%s", out)
 	}

@@ -28,7 +28,8 @@ func TestRegionsAPI(t *testing.T) {
 	cfg := &config.Config{Region: "a", Regions: &config.Regions{Names: []string{"a", "b", "c"}, SafeEven: true,
 		Lease: 2 * time.Second, Renew: 500 * time.Millisecond},
 		Queues: []config.Queue{{Name: "plain", Rate: config.Rate{N: 10, Per: time.Second}},
-			{Name: "llm", Rate: config.Rate{N: 60, Per: time.Second}, Global: true}}}
+			{Name: "llm", Rate: config.Rate{N: 60, Per: time.Second}, Global: true}},
+		Rules: []config.Rule{{Name: "per-key", Limit: 600, Period: time.Minute, Global: true}, {Name: "local", Limit: 5, Period: time.Second}}}
 	s := New("127.0.0.1:0", prometheus.NewRegistry())
 	var later time.Duration // how far the API's clock runs ahead
 	(&Regions{Config: func() *config.Config { return cfg }, Now: func() time.Time { return time.Now().Add(later) },
@@ -75,6 +76,14 @@ func TestRegionsAPI(t *testing.T) {
 	if q.Held > q.Budget || q.Held < la.Share+lb.Share {
 		t.Errorf("held %v of %v with shares %v and %v", q.Held, q.Budget, la.Share, lb.Share)
 	}
+	// A global rule's budget: its limit per key per second, its own record.
+	if _, _, err := a.Renew(ctx, "rule.per-key", 3, regions.Terms{Budget: 10, Lease: 2 * time.Second, Renew: 500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if rs := read().Rules; len(rs) != 1 || rs[0].Rule != "per-key" || rs[0].Queue != "" || rs[0].Budget != 10 || len(rs[0].Leases) != 3 ||
+		rs[0].Leases[0].Demand != 3 {
+		t.Errorf("global rules: %+v", rs)
+	}
 	// Seen a lease and a renew period after both leases expired: both regions lost.
 	later = 2*time.Second + 2500*time.Millisecond + 100*time.Millisecond
 	for _, l := range read().Queues[0].Leases[:2] {
@@ -88,7 +97,7 @@ func TestRegionsAPI(t *testing.T) {
 	coord.Server.WaitForShutdown()
 	start := time.Now()
 	st = read()
-	if st.Coordinator == "ok" || st.Coordinator == "" || len(st.Queues) != 1 || len(st.Queues[0].Leases) != 0 ||
+	if st.Coordinator == "ok" || st.Coordinator == "" || len(st.Queues) != 1 || len(st.Queues[0].Leases) != 0 || len(st.Rules) != 1 ||
 		time.Since(start) > DefaultCheckTimeout+time.Second {
 		t.Errorf("coordinator down: %+v after %v", st, time.Since(start))
 	}
