@@ -116,21 +116,21 @@ func (rg *Regions) status(ctx context.Context, holder bool) RegionsStatus {
 	for _, q := range cfg.Queues {
 		if q.Global {
 			gb := GlobalBudget{Queue: q.Name, Budget: q.Rate.PerSecond()}
-			out.Queues = append(out.Queues, rg.budget(ctx, &out, rs, gb, q.Name, holder, now()))
+			out.Queues = append(out.Queues, rg.budget(ctx, &out, rs, gb, q.Name, holder, now))
 		}
 	}
 	for _, r := range cfg.Rules {
 		if r.Global && r.Period > 0 {
 			gb := GlobalBudget{Rule: r.Name, Budget: float64(r.Limit) / r.Period.Seconds()}
-			out.Rules = append(out.Rules, rg.budget(ctx, &out, rs, gb, "rule."+r.Name, holder, now()))
+			out.Rules = append(out.Rules, rg.budget(ctx, &out, rs, gb, "rule."+r.Name, holder, now))
 		}
 	}
 	return out
 }
 
 // budget fills in gb (its budget set) from the record at key, read unless a read failed
-// before; a failed read sets out.Coordinator.
-func (rg *Regions) budget(ctx context.Context, out *RegionsStatus, rs *config.Regions, gb GlobalBudget, key string, holder bool, t time.Time) GlobalBudget {
+// before, as of now() after the read; a failed read sets out.Coordinator.
+func (rg *Regions) budget(ctx context.Context, out *RegionsStatus, rs *config.Regions, gb GlobalBudget, key string, holder bool, now func() time.Time) GlobalBudget {
 	gb.Leases = []RegionLease{}
 	if rs.SafeEven {
 		gb.SafeShare = gb.Budget / float64(max(len(rs.Names), 1))
@@ -150,6 +150,7 @@ func (rg *Regions) budget(ctx context.Context, out *RegionsStatus, rs *config.Re
 		}
 		return gb
 	}
+	t := now() // after the read: a renewal during it must not look unexpired
 	gb.Held = rec.Held(t)
 	if t.Before(rec.HoldUntil) {
 		gb.HoldUntil = new(rec.HoldUntil)
