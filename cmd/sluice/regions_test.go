@@ -73,7 +73,7 @@ func lineWith(out string, parts ...string) bool {
 
 // TestDashboardRegionsInBrowser: in real headless chromium, the dashboard's queues table shows
 // a global queue's lease of its region beside its name ("a 40/s"), and nothing beside a queue
-// that is not global.
+// that is not global; the rules table the same for a global rule (its limit per key, per second).
 func TestDashboardRegionsInBrowser(t *testing.T) {
 	ctx := browser(t)
 	coord := testenv.NATS(t)
@@ -83,11 +83,14 @@ admin_listen: 127.0.0.1:0
 data_dir: DATA
 region: a
 regions: {names: [a, b], coordinator: %q, lease: 1s, renew: 250ms}
+upstream: %[2]s
 queues:
-  - { name: llm, rate: 40/s, global: true, target: "POST %s/llm" }
-  - { name: local, rate: 5/s, target: "POST %s/local" }
-`, coord.URL, rec.URL, rec.URL))
-	var badge, local, title string
+  - { name: llm, rate: 40/s, global: true, target: "POST %[2]s/llm" }
+  - { name: local, rate: 5/s, target: "POST %[2]s/local" }
+rules:
+  - { name: per-key, key: [header:X-Key], algorithm: gcra, limit: 120, period: 1m, global: true }
+`, coord.URL, rec.URL))
+	var badge, local, title, rule string
 	err := chromedp.Run(ctx,
 		chromedp.Navigate("http://"+admin+"/ui/"),
 		chromedp.WaitVisible(`body[data-loaded="1"]`),
@@ -97,11 +100,14 @@ queues:
 		chromedp.Text(`tr[data-queue="llm"] td.name .region`, &badge),
 		chromedp.AttributeValue(`tr[data-queue="llm"] td.name .region`, "title", &title, nil),
 		chromedp.Text(`tr[data-queue="local"] td.name`, &local),
+		chromedp.Poll(`document.querySelector('tr[data-rule="per-key"] td.name .region')?.textContent === "a 2/s"`, nil,
+			chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Text(`tr[data-rule="per-key"] td.name`, &rule),
 	)
 	if err != nil {
 		t.Fatalf("the dashboard's region badge: %v", err)
 	}
-	if badge != "a 40/s" || local != "local" || !strings.Contains(title, "shared by a, b") {
-		t.Errorf("badge %q (title %q), plain queue's name cell %q", badge, title, local)
+	if badge != "a 40/s" || local != "local" || !strings.Contains(title, "shared by a, b") || rule != "per-key a 2/s" {
+		t.Errorf("badge %q (title %q), plain queue's name cell %q, global rule's %q", badge, title, local, rule)
 	}
 }

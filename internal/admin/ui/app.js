@@ -73,10 +73,11 @@ async function write(method, path, body) {
   refresh();
 }
 
-// regionBadge is a global queue's lease of its region (GET /v1/regions), for its name cell:
-// "a 25/s", or "a safe share 25/s" (highlighted) while the region holds no lease.
-function regionBadge(regions, name) {
-  const q = (regions.queues || []).find(g => g.queue === name);
+// regionBadge is a global queue's (or, with rule set, a global rule's) lease of its region
+// (GET /v1/regions), for its name cell: "a 25/s", or "a safe share 25/s" (highlighted) while
+// the region holds no lease. A rule's figures are its limit per key, per second.
+function regionBadge(regions, name, rule) {
+  const q = ((rule ? regions.rules : regions.queues) || []).find(g => (rule ? g.rule : g.queue) === name);
   const l = q && q.leases.find(l => l.region === regions.region);
   if (!q) return null;
   const b = el("span", undefined, "region");
@@ -128,13 +129,17 @@ function renderQueues(queues, regions) {
   if (chosen) select.value = chosen;
 }
 
-function renderRules(rules) {
+function renderRules(rules, regions) {
   const body = document.querySelector("#rules tbody");
   body.replaceChildren();
   for (const r of rules) {
     const d = r.decisions;
     const tr = el("tr");
-    tr.append(el("td", r.name + (r.shadow ? " (shadow)" : "")),
+    const name = el("td", r.name + (r.shadow ? " (shadow)" : ""), "name");
+    const badge = regionBadge(regions, r.name, true);
+    if (badge) name.append(" ", badge);
+    tr.dataset.rule = r.name;
+    tr.append(name,
       el("td", r.limit ? r.limit + " / " + r.period + " " + r.algorithm : r.action + " → " + r.queue));
     for (const o of ["allowed", "rejected", "enqueued", "shadow", "fail_open", "fail_closed"]) {
       tr.append(el("td", num(Math.round(d[o] || 0))));
@@ -172,7 +177,7 @@ async function refresh() {
     const [qs, rs, regions] = await Promise.all([api("GET", "/v1/queues"), api("GET", "/v1/rules"),
       api("GET", "/v1/regions").catch(() => ({queues: []}))]);
     renderQueues(qs.queues, regions);
-    renderRules(rs.rules);
+    renderRules(rs.rules, regions);
     await renderDeadLetters();
     document.body.dataset.loaded = "1";
   } catch (e) {
