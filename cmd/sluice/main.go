@@ -17,6 +17,7 @@
 //	job get ID             a job's state
 //	job cancel ID          cancel a job that has not been delivered
 //	jobs Q [--state S] …   a page of Q's jobs by state
+//	regions                each global queue's regional leases (share, expiry, demand)
 //	top [--every 2s]       the queues, refreshed in the terminal
 //	check -config FILE     validate a config file offline and against its Redis and NATS
 //

@@ -36,6 +36,7 @@ commands:
   jobs Q [--state S] [--tenant T] [--limit N] [--cursor C] [--all]
                          list Q's jobs by state (queued, running, retrying, failed,
                          succeeded, canceled, all), a page at a time
+  regions                each global queue's regional leases: share, expiry, demand
   top [--every 2s] [--frames N]
                          the queues, refreshed in the terminal (N frames, 0: until ^C)
   check -config FILE [-offline]
@@ -169,6 +170,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.job(ctx, rest)
 	case "jobs":
 		return c.jobs(ctx, rest)
+	case "regions":
+		return c.regions(ctx, rest)
 	case "help":
 		fmt.Fprint(c.out, usage)
 		return nil

@@ -10,8 +10,9 @@
 //
 // and whatever the process mounts with Handle. The ingress mounts the queue reads of [Queues]
 // (GET /v1/queues, /v1/queues/{queue}, its tenants and history), the operating API of [Ops]
-// (pause, resume, runtime rate, tenant settings, dead letters, job cancel) and the dashboard
-// (/ui/, embedded, no external assets); a worker serves the three probes and metrics only.
+// (pause, resume, runtime rate, tenant settings, dead letters, job cancel), the regions' leases
+// of [Regions] (GET /v1/regions) and the dashboard (/ui/, embedded, no external assets); a
+// worker serves the three probes and metrics only.
 // It is built on net/http, not echo.
 //
 // Every request passes two rules first (guard.go): its Host must name the listener (a

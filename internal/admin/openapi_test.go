@@ -23,6 +23,7 @@ func TestOpenAPIDescribesRoutes(t *testing.T) {
 	(&History{Queues: queues}).Mount(full)
 	(&Health{Server: full, Queues: queues}).Mount(full)
 	(&Jobs{Queues: queues}).Mount(full)
+	(&Regions{}).Mount(full)
 
 	all, err := openapi.Operations(openapi.Admin())
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/connect"
 	"github.com/sluice-rl/sluice/internal/demo"
 	"github.com/sluice-rl/sluice/internal/ingress"
+	"github.com/sluice-rl/sluice/internal/regions"
 	"github.com/sluice-rl/sluice/internal/rls"
 	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/internal/worker"
@@ -85,6 +86,7 @@ type ingressProc struct {
 	reg *prometheus.Registry
 	// coordinator is the connection to the regions' coordinator; nil without regions.
 	coordinator *nats.Conn
+	holder      *regions.Holder // the region's leases of the global rules; nil without regions
 	current     atomic.Pointer[config.Config]
 	lc          *lifecycle // stops the process when the queues can never open (startQueues)
 
@@ -131,6 +133,7 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 		// With a nats section the queues open in the background: the listeners serve (forward,
 		// 429, and 503 for deferrals) while NATS does not answer.
 		service{name: "queues", start: p.startQueues, stop: p.stopQueues},
+		service{name: "regions coordinator", start: p.connectCoordinator, stop: p.closeCoordinator},
 		service{name: "rules", start: p.startRules, stop: p.stopRules},
 		// Listeners before anything serves, so that a taken port is reported first.
 		service{name: "listen", start: p.listen, stop: p.closeListeners},
@@ -141,12 +144,21 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 	if cfg.DemoUpstream != "" {
 		s = append(s, lc.run("demo upstream", background{}, p.serveDemo))
 	}
+	if cfg.Regions != nil && cfg.Region != "" {
+		s = append(s, lc.run("rule leases", background{optional: true}, func(ctx context.Context) error {
+			if p.holder == nil {
+				<-ctx.Done()
+				return nil
+			}
+			return p.holder.Run(ctx)
+		}))
+	}
 	if cfg.RLSListen != "" {
 		s = append(s, p.rlsServices(lc)...)
 	}
 	if cfg.NATS == nil {
 		// Nothing outside this process can reach an embedded server's queues.
-		s = append(s, service{name: "worker pool", start: p.newPool, stop: p.closeCoordinator},
+		s = append(s, service{name: "worker pool", start: p.newPool},
 			lc.run("in-process workers", background{drainsFirst: true}, p.runPool))
 	}
 	return append(s,
@@ -320,6 +332,9 @@ func (p *ingressProc) startRules(context.Context) error {
 	if p.places != nil { // a nil *inflight.Redis is not a nil Store
 		opts.Places = p.places
 	}
+	if p.holder = p.ruleLeases(); p.holder != nil {
+		opts.RegionalShare = func(rule string) float64 { return p.holder.Fraction(ruleKey(rule)) }
+	}
 	srv, err := ingress.New(p.current.Load(), opts)
 	if err != nil {
 		return connect.ConfigError(err)
@@ -388,6 +403,7 @@ func (p *ingressProc) mountAdmin(context.Context) error {
 		queues.Learned = ad.Learned
 	}
 	queues.Mount(p.adm)
+	(&admin.Regions{Config: p.current.Load, Read: p.readRegions}).Mount(p.adm)
 	cm := &consumersMetric{
 		js: func() jetstream.JetStream {
 			if p.late.qs.Load() == nil {
@@ -414,11 +430,10 @@ func (p *ingressProc) serveDemo(ctx context.Context) error {
 // newPool builds the in-process worker pool of the embedded server's queues.
 func (p *ingressProc) newPool(context.Context) error {
 	cfg := p.current.Load()
-	reg, coord, err := regionsDeps(cfg, p.log)
+	reg, err := leaseDeps(cfg, p.coordinator)
 	if err != nil {
 		return err
 	}
-	p.coordinator = coord
 	pool, err := worker.New(worker.Deps{
 		Regions: reg,
 		Queues:  p.qs, Schedule: p.schedule, Places: p.queuePlaces, Registerer: p.reg, Logger: p.log,
@@ -444,6 +459,12 @@ func (p *ingressProc) watch(ctx context.Context) error {
 		steps = append(steps, p.rlsStep())
 	}
 	steps = append(steps, reloadStep{"rules", func(_ context.Context, next *config.Config) error { return p.srv.Reload(next) }})
+	if p.holder != nil {
+		steps = append(steps, reloadStep{"rule leases", func(_ context.Context, next *config.Config) error {
+			p.holder.Set(ruleBudgets(next))
+			return nil
+		}})
+	}
 	if p.pool != nil {
 		steps = append(steps, reloadStep{"worker pool", func(_ context.Context, next *config.Config) error {
 			return p.pool.Reload(worker.FromConfig(next, p.qs.TenantID))

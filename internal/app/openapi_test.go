@@ -172,6 +172,7 @@ queues:
 		{"GET", "/v1/history", ""},
 		{"GET", "/v1/health", ""},
 		{"GET", "/v1/rules", ""},
+		{"GET", "/v1/regions", ""},
 		{"GET", "/healthz", ""},
 		{"GET", "/readyz", ""},
 		{"GET", "/metrics", ""},

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,25 +19,110 @@ import (
 // regions. The connection retries in the background: a coordinator down at start leaves the
 // region on its safe share until it answers. A change of the regions section takes a restart.
 func regionsDeps(cfg *config.Config, log *slog.Logger) (*worker.Regions, *nats.Conn, error) {
-	rs := cfg.Regions
-	if rs == nil || cfg.Region == "" {
-		return nil, nil, nil
+	nc, err := coordinatorConn(cfg, log)
+	if nc == nil || err != nil {
+		return nil, nil, err
 	}
-	nc, err := connect.NATS(rs.Coordinator, "sluice-regions-"+cfg.Region, log.With("nats", "regions.coordinator"))
-	if err != nil {
-		return nil, nil, connect.ConfigError(err)
-	}
-	js, err := jetstream.New(nc)
+	w, err := leaseDeps(cfg, nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
+	}
+	return w, nc, nil
+}
+
+// coordinatorConn connects to the coordinator of cfg's regions; nil without regions. The
+// connection retries in the background.
+func coordinatorConn(cfg *config.Config, log *slog.Logger) (*nats.Conn, error) {
+	rs := cfg.Regions
+	if rs == nil || cfg.Region == "" {
+		return nil, nil
+	}
+	nc, err := connect.NATS(rs.Coordinator, "sluice-regions-"+cfg.Region, log.With("nats", "regions.coordinator"))
+	if err != nil {
+		return nil, connect.ConfigError(err)
+	}
+	return nc, nil
+}
+
+// leaseDeps is the worker pool's part in cfg's global budgets, renewing over nc, a connection
+// to the coordinator; nil with nc nil.
+func leaseDeps(cfg *config.Config, nc *nats.Conn) (*worker.Regions, error) {
+	if nc == nil {
+		return nil, nil
+	}
+	rs := cfg.Regions
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
 	}
 	w := &worker.Regions{Coordinator: regions.NewCoordinator(js, cfg.Region, nil), Regions: len(rs.Names),
 		SafeShare: rs.SafeRate.PerSecond(), MinShare: rs.MinShare.PerSecond(), Lease: rs.Lease, Renew: rs.Renew}
 	if rs.SafeEven {
 		w.SafeShare = -1
 	}
-	return w, nc, nil
+	return w, nil
+}
+
+// connectCoordinator connects the ingress to the regions' coordinator: the admin API reads the
+// leases there (GET /v1/regions), and the in-process workers renew them; none without regions.
+func (p *ingressProc) connectCoordinator(context.Context) error {
+	nc, err := coordinatorConn(p.current.Load(), p.log)
+	p.coordinator = nc
+	return err
+}
+
+// ruleLeases is the ingress's holder of its region's leases of the global rules' limits, or nil
+// without regions: every rule with global: true is decided against the region's part of its
+// limit (ingress.Options.RegionalShare). The coordinator's connection must be open.
+func (p *ingressProc) ruleLeases() *regions.Holder {
+	cfg := p.current.Load()
+	if p.coordinator == nil {
+		return nil
+	}
+	js, err := jetstream.New(p.coordinator)
+	if err != nil {
+		return nil
+	}
+	rs := cfg.Regions
+	safe := func(budget float64) float64 {
+		if rs.SafeEven {
+			return budget / float64(max(len(rs.Names), 1))
+		}
+		return min(rs.SafeRate.PerSecond(), budget)
+	}
+	h := regions.NewHolder(regions.NewCoordinator(js, cfg.Region, nil), regions.Terms{Minimum: rs.MinShare.PerSecond(),
+		Lease: rs.Lease, Renew: rs.Renew, Lingers: 500 * time.Millisecond}, safe, p.log.With("rules", "global"))
+	h.Set(ruleBudgets(cfg))
+	return h
+}
+
+// ruleBudgets are cfg's global rules' limits per key, per second, keyed as the coordinator
+// keeps their records: ruleKey.
+func ruleBudgets(cfg *config.Config) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range cfg.Rules {
+		if r.Global && r.Period > 0 {
+			out[ruleKey(r.Name)] = float64(r.Limit) / r.Period.Seconds()
+		}
+	}
+	return out
+}
+
+// ruleKey is the key of a global rule's record on the coordinator: "rule." and its name (a
+// queue's name, its record's key, holds no dot).
+func ruleKey(rule string) string { return "rule." + rule }
+
+// readRegions reads a global queue's record on the coordinator, for GET /v1/regions.
+func (p *ingressProc) readRegions(ctx context.Context, queue string) (regions.Record, bool, error) {
+	if p.coordinator == nil {
+		return regions.Record{}, false, nil
+	}
+	js, err := jetstream.New(p.coordinator)
+	if err != nil {
+		return regions.Record{}, false, err
+	}
+	return regions.Read(ctx, js, queue)
 }
 
 // closeCoordinator closes the connection to the regions' coordinator, if any.

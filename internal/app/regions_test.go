@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/regions"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
@@ -79,6 +82,23 @@ queues:
 	if lease.Share > 100 || !lease.Expires.After(time.Now().Add(-time.Second)) {
 		t.Errorf("eu's lease %+v; want a share of at most the budget, renewed", lease)
 	}
+	// The region's ingress shows the lease on its admin listener: GET /v1/regions.
+	ing := start(t, t.TempDir(), strings.Replace(yaml, "admin_listen:", "listen: "+freeAddr(t)+"\nadmin_listen: "+freeAddr(t)+"\n#", 1))
+	var st admin.RegionsStatus
+	testenv.WaitFor(t, 10*time.Second, "eu's lease in GET /v1/regions", func() bool {
+		res, err := http.Get("http://" + ing.admin + "/v1/regions")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		st = admin.RegionsStatus{}
+		return json.NewDecoder(res.Body).Decode(&st) == nil && len(st.Queues) == 1 && len(st.Queues[0].Leases) == 2 &&
+			st.Queues[0].Leases[0].Share > 0
+	})
+	if q := st.Queues[0]; st.Region != "eu" || st.Coordinator != "ok" || q.Queue != "main" || q.Budget != 100 || q.SafeShare != 50 ||
+		q.Leases[0].Region != "eu" || q.Leases[0].OnSafeShare || q.Leases[1].Region != "us" || !q.Leases[1].OnSafeShare {
+		t.Errorf("GET /v1/regions: %+v", st)
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -87,5 +107,95 @@ queues:
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return within 10s of cancel")
+	}
+}
+
+// TestIngressGlobalRule: an ingress of region a with a rule whose limit is global (20 per
+// second per key) decides each key against its region's share of the limit: while region b
+// (a coordinator renewing for it, with more demand than the budget) holds its half, a's
+// ingress admits 10 of a burst of one key's requests and says X-RateLimit-Limit: 10; once b
+// stops renewing and its lease expired, a takes the whole limit again.
+func TestIngressGlobalRule(t *testing.T) {
+	coord := testenv.NATS(t)
+	up := workertest.NewRecorder(t)
+	dir := t.TempDir()
+	r := start(t, dir, fmt.Sprintf(`listen: %s
+admin_listen: %s
+data_dir: %s
+upstream: %s
+region: a
+regions: {names: [a, b], coordinator: %q, lease: 1s, renew: 250ms}
+rules:
+  - {name: per-key, key: [header:X-Key], algorithm: token_bucket, limit: 20, period: 1s, global: true}
+`, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), up.URL, coord.URL))
+	cjs, err := jetstream.New(testenv.Connect(t, coord.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Region b renews with a demand above the budget until told to stop.
+	bctx, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	b := regions.NewCoordinator(cjs, "b", nil)
+	terms := regions.Terms{Budget: 20, Lease: time.Second, Renew: 250 * time.Millisecond, Lingers: 500 * time.Millisecond}
+	bDone := make(chan struct{})
+	go func() {
+		defer close(bDone)
+		for bctx.Err() == nil {
+			_, _, _ = b.Renew(bctx, "rule.per-key", 1000, terms)
+			select {
+			case <-bctx.Done():
+			case <-time.After(terms.Renew):
+			}
+		}
+	}()
+	// burst sends n requests of one key at once and returns how many were admitted, and the
+	// X-RateLimit-Limit of the last answer.
+	key := 0
+	burst := func(n int) (int, string) {
+		key++
+		admitted, limit := 0, ""
+		for range n {
+			req, _ := http.NewRequest("GET", "http://"+r.listen+"/api", nil)
+			req.Header.Set("X-Key", fmt.Sprint("k", key))
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				admitted++
+			}
+			limit = res.Header.Get("X-Ratelimit-Limit")
+		}
+		return admitted, limit
+	}
+	share := func(region string) float64 {
+		rec, _, err := regions.Read(context.Background(), cjs, "rule.per-key")
+		if err != nil {
+			return -1
+		}
+		if !time.Now().Before(rec.Leases[region].Expires) {
+			return -1
+		}
+		return rec.Leases[region].Share
+	}
+	// Past the fresh record's hold: a's ingress, with requests (demand), and b at 10 each.
+	testenv.WaitFor(t, 10*time.Second, "a and b at 10 each", func() bool {
+		burst(1)
+		return share("a") == 10 && share("b") == 10
+	})
+	admitted, limit := burst(30)
+	t.Logf("b holding its half: %d of 30 admitted, X-RateLimit-Limit %s", admitted, limit)
+	if admitted < 10 || admitted > 11 || limit != "10" {
+		t.Errorf("with b holding half the limit: %d of 30 admitted, X-RateLimit-Limit %q; want 10 (and one refilled at most), 10", admitted, limit)
+	}
+	stopB()
+	<-bDone
+	testenv.WaitFor(t, 10*time.Second, "a at the whole limit", func() bool {
+		_, limit := burst(1)
+		return limit == "20"
+	})
+	if admitted, _ := burst(30); admitted < 20 || admitted > 21 {
+		t.Errorf("a alone: %d of 30 admitted; want 20", admitted)
 	}
 }

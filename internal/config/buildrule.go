@@ -37,6 +37,7 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 	}
 	b.ruleQueue(where, &r, rr, queues)
 	r.Shadow = b.boolean(where, "shadow", rr.Shadow)
+	r.Global = b.boolean(where, "global", rr.Global)
 	r.OnStoreError = b.storeErrorMode(where, rr.OnStoreError, "")
 	if rr.Budgets == nil {
 		r.Lease = b.lease(where, &r, rr.Lease)

@@ -244,6 +244,7 @@ type (
 		Queue            *scalar     `yaml:"queue"`
 		MaxWaitingPerKey *scalar     `yaml:"max_waiting_per_key"`
 		Shadow           *scalar     `yaml:"shadow"`
+		Global           *scalar     `yaml:"global"`
 		OnStoreError     *scalar     `yaml:"on_store_error"`
 		Lease            *scalar     `yaml:"lease"`
 		Timeout          *scalar     `yaml:"timeout"`

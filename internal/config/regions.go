@@ -67,6 +67,23 @@ func (b *builder) regions(c *Config, raw *rawConfig) {
 				"global: true shares the queue's rate with other regions: set region: NAME and regions: {names: [...], coordinator: nats://...} at the top level, or remove global")
 		}
 	}
+	for i, r := range c.Rules {
+		if !r.Global {
+			continue
+		}
+		where := place("rules", i, r.Name)
+		switch {
+		case c.Region == "" || c.Regions == nil:
+			b.p.add(where, "global",
+				"global: true shares the rule's limit with other regions: set region: NAME and regions: {names: [...], coordinator: nats://...} at the top level, or remove global")
+		case len(r.Budgets) > 0:
+			b.p.add(where, "global", "global: true shares one limit per key; a rule with budgets has several: remove global or the budgets")
+		case r.Concurrency() || r.Algorithm == "":
+			b.p.add(where, "global", "global: true shares a limit per period: the rule needs algorithm, limit and period (not concurrency)")
+		case !queueName.MatchString(r.Name):
+			b.p.addf(where, "global", "global: true names the rule's lease on the coordinator by the rule's name: want 1 to 64 of A-Z, a-z, 0-9, _ and -, got %q", r.Name)
+		}
+	}
 }
 
 func (b *builder) regionsSection(r *rawRegions, region string) *Regions {

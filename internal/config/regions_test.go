@@ -25,7 +25,16 @@ func TestRegionsConfig(t *testing.T) {
 	if _, err := Parse("a.yaml", []byte(recipe), func(string) string { return "" }); err != nil {
 		t.Fatalf("the recipe's a.yaml: %v", err)
 	}
+	// A global rule.
+	rule := "upstream: http://127.0.0.1:9/\nrules:\n  - {name: per-key, key: [header:X-Key], algorithm: gcra, limit: 1000, period: 1m, global: true}\n"
+	if c, err := Parse("sluice.yaml", []byte(ok+rule), func(string) string { return "" }); err != nil || !c.Rules[0].Global {
+		t.Fatalf("a global rule: %v", err)
+	}
 	for _, tc := range []struct{ name, yaml, want string }{
+		{"global rule without regions", rule, `rules[0] "per-key": global: true shares the rule's limit with other regions`},
+		{"global concurrency rule", ok + "upstream: http://127.0.0.1:9/\nrules:\n  - {name: c, algorithm: concurrency, limit: 5, global: true}\n",
+			`rules[0] "c": global: true shares a limit per period`},
+		{"global rule's name", ok + strings.Replace(rule, "per-key", "per key", 1), `global: true names the rule's lease on the coordinator`},
 		{"global without regions", queue, `queues[0] "llm": global: true shares the queue's rate with other regions: set region: NAME`},
 		{"region without regions", "region: eu\n", "region and regions go together"},
 		{"bad safe share", "region: eu\nregions: {names: [eu], coordinator: nats://h:4222, safe_share: half}\n", `regions.safe_share: want even, 0 or a rate such as 10/s, got "half"`},

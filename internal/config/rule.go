@@ -42,6 +42,11 @@ type Rule struct {
 	MaxWaitingPerKey int64
 	// Shadow makes the rule count and report only, never block or defer.
 	Shadow bool
+	// Global shares the rule's limit (per key) with the other regions (YAML global): this
+	// region's ingress decides each key against its lease's share of Limit and Burst. Needs
+	// Config.Region and Config.Regions, a limit with a period (not concurrency), and a name
+	// of A-Z, a-z, 0-9, _ and -. Default false.
+	Global bool
 	// OnStoreError overrides Config.OnStoreError for this rule (YAML on_store_error).
 	// "": inherit the global mode; see StoreErrorMode.
 	OnStoreError StoreErrorMode

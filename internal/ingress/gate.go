@@ -65,6 +65,12 @@ type Options struct {
 	// Tracer traces requests, decisions, enqueues and forwards (trace.go). Nil: tracing off,
 	// and a client's traceparent passes to the upstream untouched.
 	Tracer *tracing.Tracer
+	// RegionalShare is the part, in [0, 1], of a global rule's limit (config.Rule.Global) this
+	// region may use now: each request such a rule decides is decided against that part of the
+	// rule's limit and burst (at least 1). It is called once per request a global rule decides,
+	// so that it may count them as the region's demand (*regions.Holder.Fraction does). Nil:
+	// the whole limit.
+	RegionalShare func(rule string) float64
 }
 
 // gate decides each request against the rules of a configuration: it matches the request,
@@ -100,6 +106,8 @@ type gate struct {
 	drain    func(ctx context.Context, queue string) (Drain, error)
 	tr       *tracing.Tracer // nil: off
 	owed     owedCharges     // extra charges the store failed, to make again (owed.go)
+	// regionalShare is the part of a global rule's limit this region may use; nil: all.
+	regionalShare func(rule string) float64
 }
 
 // newGate compiles cfg's rules and returns a gate that decides with opts.Limiter and counts
@@ -113,6 +121,8 @@ func newGate(cfg *config.Config, opts Options, m *metrics) (*gate, error) {
 		now:      opts.Now,
 		drain:    opts.Drain,
 		tr:       opts.Tracer,
+
+		regionalShare: opts.RegionalShare,
 	}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -342,6 +352,9 @@ func (g *gate) chargeRules(r *http.Request, rs *ruleSet, k *call) (*Problem, err
 	for i := range k.charges {
 		ch := &k.charges[i]
 		ch.req = limit.Request{Key: all[start:keyEnds[i]], Limit: ch.rule.spec, Cost: 1}
+		if ch.rule.global && g.regionalShare != nil {
+			ch.req.Limit = regionalSpec(ch.req.Limit, g.regionalShare(ch.rule.name))
+		}
 		start = keyEnds[i]
 		if c := ch.rule.cost; c != nil {
 			n, p := k.requestCost(r, c, g.metrics)

@@ -110,3 +110,32 @@ func (c *Coordinator) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	}
 	return kv, nil
 }
+
+// Read returns queue's record as the coordinator holds it over js, and false when it holds
+// none (the bucket or the key is missing: no region renewed yet, or the coordinator lost its
+// state). It writes nothing; the admin API shows what it returns.
+func Read(ctx context.Context, js jetstream.JetStream, queue string) (Record, bool, error) {
+	kv, err := js.KeyValue(ctx, Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("regions: coordinator bucket: %w", err)
+	}
+	e, err := kv.Get(ctx, queue)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("regions: read %q: %w", queue, err)
+	}
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return Record{}, false, fmt.Errorf("regions: record %q: %w", queue, err)
+	}
+	return rec, true, nil
+}
+
+// Holds reports the share region's lease counts for at now (0 once expired; a lowered share's
+// former value while it lingers), as Renew counts it.
+func (r Record) Holds(region string, now time.Time) float64 { return r.Leases[region].held(now) }

@@ -16,7 +16,12 @@
 //     period, so leases of a state it lost have expired before it hands out again;
 //   - a silent region's lease counts as held until it expires.
 //
-// Costs: one read and one compare-and-set write on the coordinator per worker, global queue
-// and renew period; none on the path of a job. docs/design/regions.md derives the bound the
+// A rule's limit is shared the same way (its record keyed "rule." and its name, its budget the
+// limit per key, per second): the ingress keeps its region's leases of them in a Holder, which
+// renews them with the decisions it counted and tells each decision its region's fraction.
+//
+// Costs: one read and one compare-and-set write on the coordinator per worker (or ingress),
+// global queue (or rule) and renew period; none on the path of a job; a read lock and an
+// atomic add per decision of a global rule. docs/design/regions.md derives the bound the
 // upstream sees.
 package regions

@@ -33,6 +33,7 @@ type metrics struct {
 	regionShare   *prometheus.GaugeVec   // queue
 	regionExpiry  *prometheus.GaugeVec   // queue
 	regionOnSafe  *prometheus.GaugeVec   // queue
+	regionLost    *prometheus.GaugeVec   // queue
 	regionFailure *prometheus.CounterVec // queue
 	// answers are the Answers the presence entry carries (answers.go)
 	answers answers
@@ -123,7 +124,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"queue"}),
 		regionOnSafe: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_region_on_safe_share",
-			Help: "1 while this worker's region runs on its safe share of a global queue (its lease expired unrenewed: the coordinator is out of reach), else 0. Alert on it. By queue.",
+			Help: "1 while this worker's region runs on its safe share of a global queue (no lease yet, or its lease expired unrenewed: the coordinator is out of reach), else 0. sluice_region_lease_lost is the alert. By queue.",
+		}, []string{"queue"}),
+		regionLost: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_region_lease_lost",
+			Help: "1 while this worker's region has held no lease of a global queue's rate (it runs on its safe share) for longer than a lease and a renew period, else 0: the alert. By queue.",
 		}, []string{"queue"}),
 		regionFailure: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_region_renewal_failures_total",
@@ -136,7 +141,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.slotWait, m.slotLate, m.pauses,
 		m.deadLetters, m.takeErrors, m.placeWait, m.placeErrors, m.givenUp, m.handedBack, m.skipped, m.inFlight, m.drain,
 		m.unitsDelivered, m.unitsReconciled, m.unreconciled, m.debtCapped, m.regionShare, m.regionExpiry, m.regionOnSafe,
-		m.regionFailure} {
+		m.regionLost, m.regionFailure} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("worker: register metrics"), err)
 		}

@@ -57,6 +57,8 @@ type regionalLease struct {
 	lease    regions.Lease // the last lease renewed; zero: none yet
 	onSafe   bool          // the last share read was the safe share
 	warned   bool          // the region's expired lease was logged, and its return not yet
+	since    time.Time     // when the region began to run without a lease (onSafe)
+	lost     bool          // the region has run without a lease for longer than lostAfter
 	failures int           // renewals failed in a row
 }
 
@@ -74,7 +76,7 @@ func (rl *regionalLease) share() (float64, bool) {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if now.Before(rl.lease.Expires) {
-		rl.safe(false, 0)
+		rl.safe(false, 0, now)
 		return rl.lease.Share, true
 	}
 	budget := perSecond(cfg.Rate)
@@ -82,17 +84,17 @@ func (rl *regionalLease) share() (float64, bool) {
 	if rl.reg.SafeShare < 0 {
 		safe = budget / float64(max(rl.reg.Regions, 1))
 	}
-	rl.safe(true, safe)
+	rl.safe(true, safe, now)
 	return safe, true
 }
 
 // safe records whether the region runs on its safe share (the metric), and logs a change from
 // a lease that expired unrenewed and the return to a lease; rl.mu is held.
-func (rl *regionalLease) safe(on bool, share float64) {
+func (rl *regionalLease) safe(on bool, share float64, now time.Time) {
 	if on == rl.onSafe {
 		return
 	}
-	rl.onSafe = on
+	rl.onSafe, rl.since = on, now
 	g := rl.env.m.regionOnSafe.WithLabelValues(rl.env.name)
 	switch {
 	case !on:
@@ -109,6 +111,32 @@ func (rl *regionalLease) safe(on bool, share float64) {
 		rl.env.log.Warn("worker: region runs on its safe share of a global queue: its lease expired unrenewed",
 			"queue", rl.env.name, "share_per_second", strconv.FormatFloat(share, 'f', 2, 64))
 	}
+}
+
+// lostAfter is how long a region may run without a lease before it counts as lost (the alert,
+// sluice_region_lease_lost): a lease and a renew period, since a region that starts while the
+// coordinator is new waits one lease (the record's hold) and up to one renewal for its first.
+func (rl *regionalLease) lostAfter() time.Duration { return rl.reg.Lease + rl.reg.Renew }
+
+// checkLost raises the alert once the region has run without a lease for longer than
+// lostAfter, with one log line per episode, and lowers it when a lease comes back.
+func (rl *regionalLease) checkLost() {
+	now := rl.env.now()
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	lost := rl.onSafe && now.Sub(rl.since) > rl.lostAfter()
+	g := rl.env.m.regionLost.WithLabelValues(rl.env.name) // shown as 0 from the first renewal
+	if lost == rl.lost {
+		return
+	}
+	rl.lost = lost
+	if !lost {
+		g.Set(0)
+		return
+	}
+	g.Set(1)
+	rl.env.log.Error("worker: region has held no lease of a global queue for longer than a lease; it runs on its safe share",
+		"queue", rl.env.name, "since", rl.since, "expired", rl.lease.Expires, "renewal_failures", rl.failures)
 }
 
 // rate is the region's share for the leak slot: > 0 lowers the queue's rate to it; 0 leaves it.
@@ -151,6 +179,7 @@ func (rl *regionalLease) renew(ctx context.Context) {
 	defer func() {
 		if s, ok := rl.share(); ok {
 			rl.env.m.regionShare.WithLabelValues(rl.env.name).Set(s)
+			rl.checkLost()
 		}
 	}()
 	rl.mu.Lock()

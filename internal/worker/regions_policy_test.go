@@ -1,10 +1,15 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-rl/sluice/internal/regions"
 	"github.com/sluice-rl/sluice/leaky"
@@ -64,4 +69,40 @@ func TestRegionalLease(t *testing.T) {
 			t.Errorf("a queue without global has share %v", s)
 		}
 	})
+}
+
+// TestRegionalLeaseLost: a region that has held no lease for longer than a lease and a renew
+// period raises sluice_region_lease_lost and logs it once; a lease that comes back lowers it.
+func TestRegionalLeaseLost(t *testing.T) {
+	clock := newFakeClock()
+	cfg := &QueueConfig{Name: "q", Rate: leaky.Every(50, time.Second), Global: true}
+	env := testEnv("q", func() *QueueConfig { return cfg })
+	env.now = clock.now
+	var logged bytes.Buffer
+	env.log = slog.New(slog.NewTextHandler(&logged, nil))
+	c := &renewer{lease: regions.Lease{Share: 20, Expires: clock.now().Add(2 * time.Second)}}
+	rl := &regionalLease{env: env, reg: &Regions{Coordinator: c, Regions: 2, SafeShare: -1,
+		Lease: 2 * time.Second, Renew: 500 * time.Millisecond}}
+	lost := func() float64 { return testutil.ToFloat64(env.m.regionLost.WithLabelValues("q")) }
+	rl.renew(context.Background())
+	c.err = errors.New("coordinator unreachable")
+	clock.advance(2100 * time.Millisecond) // the lease expired: the safe share from here
+	for _, step := range []struct {
+		advance time.Duration
+		want    float64
+	}{{0, 0}, {2500 * time.Millisecond, 0}, {100 * time.Millisecond, 1}, {time.Second, 1}} {
+		clock.advance(step.advance)
+		rl.renew(context.Background())
+		if got := lost(); got != step.want {
+			t.Fatalf("%v into the safe share: sluice_region_lease_lost = %v, want %v", clock.now().Sub(c.lease.Expires), got, step.want)
+		}
+	}
+	if n := strings.Count(logged.String(), "has held no lease"); n != 1 {
+		t.Errorf("the episode was logged %d times, want once:\n%s", n, logged.String())
+	}
+	c.err, c.lease.Expires = nil, clock.now().Add(2*time.Second)
+	rl.renew(context.Background())
+	if got := lost(); got != 0 {
+		t.Errorf("with a lease again: sluice_region_lease_lost = %v, want 0", got)
+	}
 }

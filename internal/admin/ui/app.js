@@ -73,7 +73,29 @@ async function write(method, path, body) {
   refresh();
 }
 
-function renderQueues(queues) {
+// regionBadge is a global queue's (or, with rule set, a global rule's) lease of its region
+// (GET /v1/regions), for its name cell: "a 25/s", or "a safe share 25/s" (highlighted) while
+// the region holds no lease. A rule's figures are its limit per key, per second.
+function regionBadge(regions, name, rule) {
+  const q = ((rule ? regions.rules : regions.queues) || []).find(g => (rule ? g.rule : g.queue) === name);
+  const l = q && q.leases.find(l => l.region === regions.region);
+  if (!q) return null;
+  const b = el("span", undefined, "region");
+  if (!l) {
+    b.textContent = regions.region + " ?";
+    b.title = "the coordinator could not be read: " + (regions.coordinator || "");
+    return b;
+  }
+  const left = l.expires ? (new Date(l.expires) - Date.now()) / 1000 : 0;
+  b.textContent = regions.region + (l.on_safe_share ? " safe share " + num(q.safe_share) : " " + num(l.share)) + "/s";
+  if (l.on_safe_share) b.classList.add(l.lost ? "lost" : "safe");
+  b.title = "global budget " + num(q.budget) + "/s shared by " + regions.regions.join(", ") + "; region " + regions.region +
+    (l.on_safe_share ? " holds no lease" + (l.lost ? " for longer than a lease" : "") + ": it runs on its safe share"
+      : " holds " + num(l.share) + "/s for " + duration(left)) + "; demand " + num(l.demand) + "/s";
+  return b;
+}
+
+function renderQueues(queues, regions) {
   const body = document.querySelector("#queues tbody");
   body.replaceChildren();
   const select = document.getElementById("dlqQueue");
@@ -82,7 +104,10 @@ function renderQueues(queues) {
   for (const q of queues) {
     const tr = el("tr");
     tr.dataset.queue = q.name;
-    tr.append(el("td", q.name), el("td", q.runtime_rate ? q.runtime_rate + " (runtime)" : q.rate),
+    const name = el("td", q.name, "name");
+    const badge = regionBadge(regions, q.name);
+    if (badge) name.append(" ", badge);
+    tr.append(name, el("td", q.runtime_rate ? q.runtime_rate + " (runtime)" : q.rate),
       el("td", num(q.effective_rate) + "/s", "allowed"), el("td", num(q.depth)), el("td", num(q.scheduled || 0), "scheduled"), el("td", num(q.in_flight)),
       el("td", q.delivering == null ? "-" : q.delivering + "/" + q.max_in_flight, "delivering"),
       el("td", num(q.dead_letters)), el("td", q.paused ? "paused" : "no", q.paused ? "paused" : ""),
@@ -104,13 +129,17 @@ function renderQueues(queues) {
   if (chosen) select.value = chosen;
 }
 
-function renderRules(rules) {
+function renderRules(rules, regions) {
   const body = document.querySelector("#rules tbody");
   body.replaceChildren();
   for (const r of rules) {
     const d = r.decisions;
     const tr = el("tr");
-    tr.append(el("td", r.name + (r.shadow ? " (shadow)" : "")),
+    const name = el("td", r.name + (r.shadow ? " (shadow)" : ""), "name");
+    const badge = regionBadge(regions, r.name, true);
+    if (badge) name.append(" ", badge);
+    tr.dataset.rule = r.name;
+    tr.append(name,
       el("td", r.limit ? r.limit + " / " + r.period + " " + r.algorithm : r.action + " → " + r.queue));
     for (const o of ["allowed", "rejected", "enqueued", "shadow", "fail_open", "fail_closed"]) {
       tr.append(el("td", num(Math.round(d[o] || 0))));
@@ -145,9 +174,10 @@ document.getElementById("dlqQueue").addEventListener("change", renderDeadLetters
 
 async function refresh() {
   try {
-    const [qs, rs] = await Promise.all([api("GET", "/v1/queues"), api("GET", "/v1/rules")]);
-    renderQueues(qs.queues);
-    renderRules(rs.rules);
+    const [qs, rs, regions] = await Promise.all([api("GET", "/v1/queues"), api("GET", "/v1/rules"),
+      api("GET", "/v1/regions").catch(() => ({queues: []}))]);
+    renderQueues(qs.queues, regions);
+    renderRules(rs.rules, regions);
     await renderDeadLetters();
     document.body.dataset.loaded = "1";
   } catch (e) {
