@@ -18,7 +18,7 @@ type picker struct {
 	nextDue time.Time
 	// byUnits makes a turn count units (the jobs' costs) instead of jobs.
 	byUnits bool
-	// quantum is the largest cost known of a job of a tenant in the ring, at least 1: by
+	// quantum is the largest cost known of a job of a tenant in the ring, 0 if none is: by
 	// units, what a visit adds to a tenant's deficit per unit of its weight, so that any tenant
 	// of weight 1 gives at least one job a visit; the estimate of a tenant whose cost is not
 	// known yet.
@@ -90,7 +90,7 @@ func (p *picker) update(depths map[string]uint64, weights map[string]float64) {
 		p.byID[id] = t
 		p.ring = append(p.ring, t)
 	}
-	p.quantum = 1
+	p.quantum = 0
 	for _, t := range p.ring {
 		t.weight = 1
 		if w, ok := weights[t.id]; ok && w > 0 {
@@ -145,12 +145,18 @@ func (p *picker) charge(id string, units float64, costs []int64) {
 }
 
 // estimate is what tenant t's next job is expected to cost: its last one's cost, else the
-// largest known (a new tenant is assumed to cost the most until its first job is read).
-func (p *picker) estimate(t *tenant) float64 {
-	if t.cost > 0 {
+// largest known, else all of room (a new tenant is assumed to cost the most until its first
+// job is read; with none known, as much as may be moved), at least 1.
+func (p *picker) estimate(t *tenant, room float64) float64 {
+	switch {
+	case t.cost > 0:
 		return t.cost
+	case p.quantum > 0:
+		return p.quantum
+	case !math.IsInf(room, 1):
+		return max(room, 1)
 	}
-	return max(p.quantum, 1)
+	return 1
 }
 
 // len is how many tenants have waiting jobs, as far as the picker knows.
@@ -175,10 +181,10 @@ func (p *picker) pick(b budget, rate float64, now time.Time, caps ...tenantCaps)
 	idle := 0 // visits in a row that gave nothing: a whole round of them ends the call
 	for b.jobs > 0 && b.units > 0 && len(p.ring) > 0 && idle <= len(p.ring) {
 		t := p.ring[p.pos]
-		est := p.estimate(t)
+		est := p.estimate(t, b.units)
 		per, gain := 1.0, t.weight // what a job takes of the deficit, and a visit adds
 		if p.byUnits {
-			per, gain = est, t.weight*max(p.quantum, 1)
+			per, gain = est, t.weight*max(p.quantum, est)
 		}
 		if !t.visit {
 			t.deficit += gain
@@ -187,6 +193,9 @@ func (p *picker) pick(b budget, rate float64, now time.Time, caps ...tenantCaps)
 		k := max(0, min(int(t.deficit/per), b.jobs, int(min(t.depth, uint64(b.jobs)))))
 		if !math.IsInf(b.units, 1) {
 			k = min(k, int(math.Ceil(b.units/est)))
+		}
+		if p.byUnits && t.cost == 0 {
+			k = min(k, 1) // one job until its cost is known
 		}
 		capped := false // the cap holds the tenant back now
 		r := c.rate(t.id, rate)

@@ -257,40 +257,35 @@ func weightOf(weights map[string]float64, id string) float64 {
 }
 
 // By units, a visit adds the quantum (the largest cost known) per unit of weight; a tenant is
-// estimated at its last job's cost, a new one at the quantum; a job whose true cost was above
-// its estimate leaves the tenant owing until later visits pay it; a pick stops once its units
-// are spent, the last job allowed to cost more than was left. By jobs, a units bound still
-// holds a pick (the lookahead in units), at each tenant's estimate.
+// estimated at its last job's cost, a new one at the quantum (with none known, at what is left
+// of the pick) and gives one job until its cost is known; a job whose true cost was above its
+// estimate leaves the tenant owing until later visits pay it; a pick stops once its units are
+// spent, the last job allowed to cost more than was left. By jobs, a units bound still holds a
+// pick (the lookahead in units), at each tenant's estimate.
 func TestPickUnits(t *testing.T) {
 	now := time.Unix(0, 0)
 	var p picker
 	p.setByUnits(true)
 	p.update(map[string]uint64{"a": 100, "b": 100}, nil)
-	// Nothing known: each is estimated at 1, the quantum.
-	if got := picks(p.pick(budget{jobs: 2, units: 10}, 0, now)); got != "a1 b1" {
-		t.Fatalf("first pick = %q, want a1 b1", got)
+	step := func(i int, b budget, want string) {
+		t.Helper()
+		if got := picks(p.pick(b, 0, now)); got != want {
+			t.Fatalf("pick %d (%d jobs, %v units) = %q, want %q", i, b.jobs, b.units, got, want)
+		}
 	}
-	p.charge("a", 1, []int64{100}) // a owes 99
-	p.charge("b", 1, []int64{10})  // b owes 9
+	step(1, budget{2, 10}, "a1")    // nothing known: a's job is taken to cost all 10
+	p.charge("a", 10, []int64{100}) // a owes 90
 	if p.quantum != 100 {
 		t.Fatalf("quantum %v, want 100 (a's cost)", p.quantum)
 	}
-	// a: -99+100 = 1 < 100, nothing this visit; b: -9+100 = 91: 9 jobs of 10; the pick stops
-	// at 9 of its 10 jobs.
-	if got := picks(p.pick(budget{jobs: 9, units: 1000}, 0, now)); got != "b9" {
-		t.Fatalf("second pick = %q, want b9 (a still owes)", got)
-	}
+	step(2, budget{1, 1000}, "b1") // b unknown: estimated at 100, one job
+	p.charge("b", 100, []int64{10})
+	step(3, budget{9, 1000}, "b9") // a: -90+100 < 100, nothing; b: 90+100 at 10 each, cut at 9
 	p.charge("b", 90, []int64{10, 10, 10, 10, 10, 10, 10, 10, 10})
-	// b has 1 unit left of its visit (< 10): next comes a, 1+100 = 101: one job of 100.
-	if got := picks(p.pick(budget{jobs: 10, units: 150}, 0, now)); got != "a1 b5" {
-		t.Fatalf("third pick = %q, want a1 b5 (150 units: a's 100, then b's 10 up to 150)", got)
-	}
-	// A units bound stops the pick within one job: 1 unit left still lets a 100-unit job go.
+	step(4, budget{20, 150}, "b10 a1") // b's visit goes on to its end; a: 10+100, one job
+	p.charge("b", 100, []int64{10, 10, 10, 10, 10, 10, 10, 10, 10, 10})
 	p.charge("a", 100, []int64{100})
-	p.charge("b", 50, []int64{10, 10, 10, 10, 10})
-	if got := picks(p.pick(budget{jobs: 10, units: 1}, 0, now)); got != "b1" {
-		t.Fatalf("fourth pick = %q, want b1", got)
-	}
+	step(5, budget{10, 1}, "b1") // 1 unit left still lets a job go
 
 	// By jobs, the units bound takes each tenant at its estimate.
 	var q picker

@@ -283,7 +283,7 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	jobs, units := s.ahead.waiting(ci.Delivered.Stream, ci.NumPending, s.now(), s.picks.quantum)
+	jobs, units := s.ahead.waiting(ci.Delivered.Stream, ci.NumPending, s.now(), max(s.picks.quantum, 1))
 	b := budget{jobs: opts.Target - jobs, units: math.Inf(1)}
 	if opts.TargetUnits > 0 {
 		b.units = float64(opts.TargetUnits) - units
