@@ -35,8 +35,8 @@ type leakSlot struct {
 	waiters   *atomic.Int64
 	waitUnits *atomic.Int64
 	poke      func()
-	turn    turnGate
-	horizon atomic.Int64 // Unix ns of the latest slot the runner reserved
+	turn      turnGate
+	horizon   atomic.Int64 // Unix ns of the latest slot the runner reserved
 }
 
 // admit waits for the job's leak slot; the pass ends, not sent, when ctx ends first or the
