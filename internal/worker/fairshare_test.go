@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -62,15 +63,24 @@ func (h *harness) fairSpec(name, yaml string) worker.QueueConfig {
 
 // TestFairShareByUnits (issue 40): on a fair queue with cost_rate and fair_by: units, tenant
 // a's jobs cost 10x b's, equal weights: while both have jobs waiting each gets 50% ±5% of the
-// units delivered. Scaled to run in seconds: 600 units/s, a's jobs 100 and b's 10 (so a
-// delivers 3 jobs/s and b 30), over the first 3 000 units (5s); the 60s run at the issue's
-// scale is BenchmarkFairShareByUnits, in make soak. By jobs, a would get 10/11 of the units.
+// units delivered. At 600 units/s, a's jobs cost 100 and b's 10 (so a delivers 3 jobs/s and
+// b 30), over the first 5s of units (3 000); SLUICE_FAIR_DRAIN=60s runs it over the issue's
+// 60s (make soak). By jobs, a's jobs went out one for one with b's: in one run a's whole
+// backlog (22 jobs, 73% of the first 3 000 units) before b had 800.
 func TestFairShareByUnits(t *testing.T) {
-	const name = "units"
+	drain := 5 * time.Second
+	if s := os.Getenv("SLUICE_FAIR_DRAIN"); s != "" {
+		var err error
+		if drain, err = time.ParseDuration(s); err != nil {
+			t.Fatalf("SLUICE_FAIR_DRAIN: %v", err)
+		}
+	}
+	const name, costRate = "units", 600
 	h := newHarness(t, queue.Spec{Name: name, Fair: true})
-	got := fairUnitShares(t, h, name, 600, 3000)
-	t.Logf("fair_by: units, a's jobs cost 100 and b's 10: of %d units a got %d (%.1f%%), b %d (%.1f%%)",
-		got.total, got.a, got.share(), got.total-got.a, 100-got.share())
+	start := time.Now()
+	got := fairUnitShares(t, h, name, costRate, int64(drain.Seconds()*costRate))
+	t.Logf("fair_by: units, a's jobs cost 100 and b's 10: of %d units (%v of cost_rate) a got %d (%.1f%%), b %d (%.1f%%); test took %v",
+		got.total, drain, got.a, got.share(), got.total-got.a, 100-got.share(), time.Since(start).Round(100*time.Millisecond))
 	if s := got.share(); s < 45 || s > 55 {
 		t.Errorf("a got %.1f%% of the units, want 50%% ±5%%", s)
 	}
