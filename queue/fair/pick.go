@@ -52,9 +52,6 @@ type budget struct {
 	units float64
 }
 
-// jobs is a budget of n jobs and no bound in units.
-func jobs(n int) budget { return budget{jobs: n, units: math.Inf(1)} }
-
 // update sets the tenants with waiting jobs to those of depths (jobs per tenant) and their
 // weights: tenants not in depths leave the ring, the others keep their place, deficit, cap
 // and cost estimate and take their new depth, and new tenants join at the ring's end in sorted
@@ -182,32 +179,8 @@ func (p *picker) pick(b budget, rate float64, now time.Time, caps ...tenantCaps)
 	for b.jobs > 0 && b.units > 0 && len(p.ring) > 0 && idle <= len(p.ring) {
 		t := p.ring[p.pos]
 		est := p.estimate(t, b.units)
-		per, gain := 1.0, t.weight // what a job takes of the deficit, and a visit adds
-		if p.byUnits {
-			per, gain = est, t.weight*max(p.quantum, est)
-		}
-		if !t.visit {
-			t.deficit += gain
-			t.visit = true
-		}
-		k := max(0, min(int(t.deficit/per), b.jobs, int(min(t.depth, uint64(b.jobs)))))
-		if !math.IsInf(b.units, 1) {
-			k = min(k, int(math.Ceil(b.units/est)))
-		}
-		if p.byUnits && t.cost == 0 {
-			k = min(k, 1) // one job until its cost is known
-		}
-		capped := false // the cap holds the tenant back now
-		r := c.rate(t.id, rate)
-		if k > 0 && c.held != nil && c.held(t.id) {
-			k, capped = 0, true
-		} else if k > 0 && r > 0 {
-			if a := p.allowed(t, r, now); a == 0 {
-				k, capped = 0, true
-			} else {
-				k = min(k, a)
-			}
-		}
+		per := p.visit(t, est)
+		k, capped := p.capped(t, p.affords(t, per, est, b), c, rate, now)
 		if k > 0 {
 			t.deficit -= float64(k) * per
 			t.depth -= uint64(k)
@@ -228,6 +201,53 @@ func (p *picker) pick(b budget, rate float64, now time.Time, caps ...tenantCaps)
 		p.pos = (p.pos + 1) % len(p.ring)
 	}
 	return out
+}
+
+// visit begins tenant t's visit, unless it goes on, and returns what one of its jobs takes of
+// its deficit: 1, or by units its estimate est.
+func (p *picker) visit(t *tenant, est float64) (per float64) {
+	per, gain := 1.0, t.weight // what a job takes, and a visit adds
+	if p.byUnits {
+		per, gain = est, t.weight*max(p.quantum, est)
+	}
+	if !t.visit {
+		t.deficit += gain
+		t.visit = true
+	}
+	return per
+}
+
+// affords is how many jobs tenant t may give within b: those its deficit pays for at per each,
+// no more than wait, nor than b allows (in units at est each, the last one allowed to take
+// more than is left); by units, one while its cost is not known.
+func (p *picker) affords(t *tenant, per, est float64, b budget) int {
+	k := max(0, min(int(t.deficit/per), b.jobs, int(min(t.depth, uint64(b.jobs)))))
+	if !math.IsInf(b.units, 1) {
+		k = min(k, int(math.Ceil(b.units/est)))
+	}
+	if p.byUnits && t.cost == 0 {
+		k = min(k, 1)
+	}
+	return k
+}
+
+// capped bounds k jobs of tenant t by its caps at now (a hold, its rate or rate), and reports
+// whether they hold it back altogether.
+func (p *picker) capped(t *tenant, k int, c tenantCaps, rate float64, now time.Time) (int, bool) {
+	if k == 0 {
+		return 0, false
+	}
+	if c.held != nil && c.held(t.id) {
+		return 0, true
+	}
+	if r := c.rate(t.id, rate); r > 0 {
+		a := p.allowed(t, r, now)
+		if a == 0 {
+			return 0, true
+		}
+		return min(k, a), false
+	}
+	return k, false
 }
 
 // allowed is how many jobs tenant t may give now under a cap of rate per second, spaced 1/rate

@@ -2,6 +2,7 @@ package fair
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -103,6 +104,9 @@ func TestPick(t *testing.T) {
 		})
 	}
 }
+
+// jobs is a budget of n jobs and no bound in units.
+func jobs(n int) budget { return budget{jobs: n, units: math.Inf(1)} }
 
 func picks(ps []pickN) string {
 	s := make([]string, len(ps))
