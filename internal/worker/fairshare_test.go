@@ -16,14 +16,14 @@ import (
 )
 
 // publishTenant publishes n direct jobs of tenant to queue name, each costing cost units
-// (0: none given), 8 at a time, and returns their ids and when the last was accepted.
+// (0: none given), 16 at a time, and returns their ids and when the last was accepted.
 func publishTenant(t testing.TB, qs *queue.Queues, name, tenant string, n int, cost int64) (map[string]bool, time.Time) {
 	t.Helper()
 	ids := make(map[string]bool, n)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
-	sem := make(chan struct{}, 8)
+	sem := make(chan struct{}, 16)
 	for i := range n {
 		wg.Add(1)
 		sem <- struct{}{}
