@@ -16,7 +16,7 @@ type picker struct {
 	pos  int                // the ring's next tenant
 	// nextDue is, after a pick, when the first tenant its cap held back is due; zero if none.
 	nextDue time.Time
-	// byUnits makes a turn count units (the jobs' costs) instead of jobs.
+	// byUnits makes a visit count units (the jobs' costs) instead of jobs.
 	byUnits bool
 	// quantum is the largest cost known of a job of a tenant in the ring, 0 if none is: by
 	// units, what a visit adds to a tenant's deficit per unit of its weight, so that any tenant
@@ -164,10 +164,11 @@ func (p *picker) len() int { return len(p.ring) }
 // units: each estimated cost) of it, so over a full round tenants give jobs (units) in
 // proportion to their weights. A tenant whose visit b cuts short keeps its position and
 // deficit for the next call; an empty tenant, or one its cap holds back, does not save up
-// visits (by units, it keeps what it owes). With rate > 0 a tenant gives at most one job per 1/rate
-// seconds (GCRA, burst 1). It returns the jobs per tenant, in the order first chosen. caps may
-// hold tenants back besides: a rate of their own, or a hold (a paused tenant gives nothing, as
-// one its cap holds back).
+// visits (by units, it keeps what it owes). With rate > 0 a tenant gives at most one job per
+// 1/rate seconds (GCRA, burst 1). It returns the jobs per tenant, in the order first chosen,
+// each with the units it was charged at (charge corrects them). caps may hold tenants back
+// besides: a rate of their own, or a hold (a paused tenant gives nothing, as one its cap holds
+// back).
 func (p *picker) pick(b budget, rate float64, now time.Time, caps ...tenantCaps) []pickN {
 	p.nextDue = time.Time{}
 	var c tenantCaps
