@@ -53,7 +53,7 @@ type budget struct {
 }
 
 // update sets the tenants with waiting jobs to those of depths (jobs per tenant) and their
-// weights: tenants not in depths leave the ring, the others keep their place, deficit, cap
+// weights: tenants not in depths leave the ring, the others keep their position, deficit, cap
 // and cost estimate and take their new depth, and new tenants join at the ring's end in sorted
 // order, so that each update treats them alike.
 func (p *picker) update(depths map[string]uint64, weights map[string]float64) {
