@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -335,6 +336,20 @@ func (l FairLayout) Forward(raw *jetstream.RawStreamMsg) *nats.Msg {
 	m.Header.Set(hdrExpectedStream, l.Delivery)
 	m.Data = raw.Data
 	return m
+}
+
+// Cost is the cost of raw's job in its queue's units, as the queue read it when the job was
+// accepted (Job.Cost): at least 1, the cost of a job of a queue without cost_rate and of a
+// message whose job cannot be read. It reads the job's envelope, not its body.
+func (l FairLayout) Cost(raw *jetstream.RawStreamMsg) int64 {
+	var j Job
+	if meta := raw.Header.Get(hdrJob); !readEnvelope(meta, &j) {
+		j = Job{}
+		if json.Unmarshal([]byte(meta), &envelope{Job: &j}) != nil {
+			return 1
+		}
+	}
+	return max(j.Cost, 1)
 }
 
 // jobIDOf is the job id of a backlog message's id: the message id, less the suffix a

@@ -7,6 +7,9 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // jsonEnvelope decodes meta as decode did before readEnvelope: with encoding/json alone.
@@ -192,4 +195,26 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkFairCost is what a fair queue's scheduler spends per job moved to read its cost, by
+// units (FairLayout.Cost): the envelope decoded by hand, its body not read.
+func BenchmarkFairCost(b *testing.B) {
+	job := &Job{
+		ID: NewJobID("llm"), Queue: "llm", Method: "POST", Path: "/v1/chat/completions",
+		Header:    http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer x"}},
+		CreatedAt: time.Now().UTC(), AckBy: time.Now().Add(5 * time.Second).UTC(), Tenant: "0123456789abcdef", Cost: 2048,
+	}
+	meta, err := appendEnvelope(nil, job)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := &jetstream.RawStreamMsg{Header: nats.Header{hdrJob: {string(meta)}}}
+	var l FairLayout
+	b.ReportAllocs()
+	for b.Loop() {
+		if c := l.Cost(raw); c != 2048 {
+			b.Fatal(c)
+		}
+	}
 }

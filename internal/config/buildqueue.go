@@ -60,6 +60,7 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	b.fairness(where, &q, &r)
 	b.inFlight(where, &q, &r)
 	b.queueCost(where, &q, &r)
+	b.fairBy(where, &q, &r)
 	q.canonicalTenantValues()
 	return q
 }
@@ -267,6 +268,26 @@ func (b *builder) fairness(where string, q *Queue, r *rawQueue) {
 		if len(q.Tenant) == 0 {
 			b.p.add(where, "tenant_max_depth", "tenant_max_depth needs tenant (whose jobs it counts)")
 		}
+	}
+}
+
+// fairBy reads fair_by, which needs fair and, to count units, cost_rate.
+func (b *builder) fairBy(where string, q *Queue, r *rawQueue) {
+	if r.FairBy == nil {
+		return
+	}
+	switch s := FairBy(b.text(where, "fair_by", r.FairBy, "")); s {
+	case FairByJobs, FairByUnits:
+		q.FairBy = s
+	default:
+		b.p.addf(where, "fair_by", "fair_by: want jobs or units, got %q", string(s))
+		return
+	}
+	switch {
+	case !q.Fair:
+		b.p.add(where, "fair_by", "fair_by needs fair: true")
+	case q.FairBy == FairByUnits && q.CostRate.N == 0:
+		b.p.add(where, "fair_by", "fair_by: units needs cost_rate, the units the tenants share")
 	}
 }
 

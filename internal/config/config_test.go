@@ -457,6 +457,10 @@ func TestProblems(t *testing.T) {
 		{"tenant_in_flight without fair", queue("{name: q, rate: 1/s, tenant: [ip], tenant_in_flight: 2}"), `sluice.yaml: queues[1] "q": tenant_in_flight and pause_scope: tenant need fair: true`},
 		{"pause_scope tenant without fair", queue("{name: q, rate: 1/s, pause_scope: tenant}"), `sluice.yaml: queues[1] "q": tenant_in_flight and pause_scope: tenant need fair: true`},
 		{"bad pause_scope", queue("{name: q, rate: 1/s, pause_scope: key}"), `sluice.yaml: queues[1] "q": pause_scope: want queue or tenant, got "key"`},
+		{"bad fair_by", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, cost_rate: 100/s, fair_by: tokens}"), `sluice.yaml: queues[1] "q": fair_by: want jobs or units, got "tokens"`},
+		{"fair_by without fair", queue("{name: q, rate: 1/s, tenant: [ip], cost_rate: 100/s, fair_by: units}"), `sluice.yaml: queues[1] "q": fair_by needs fair: true`},
+		{"fair_by jobs without fair", queue("{name: q, rate: 1/s, fair_by: jobs}"), `sluice.yaml: queues[1] "q": fair_by needs fair: true`},
+		{"fair_by units without cost_rate", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, fair_by: units}"), `sluice.yaml: queues[1] "q": fair_by: units needs cost_rate, the units the tenants share`},
 		{"negative max_in_flight", queue("{name: q, rate: 1/s, max_in_flight: -1}"), `sluice.yaml: queues[1] "q": max_in_flight must be between 0 and 1000000, got -1`},
 		{"tenant_in_flight above max_in_flight", queue("{name: q, rate: 1/s, tenant: [ip], fair: true, max_in_flight: 2, tenant_in_flight: 3}"), `sluice.yaml: queues[1] "q": tenant_in_flight 3 must not exceed max_in_flight 2`},
 		{"tenant_settings without fair", queue("{name: q, rate: 1/s, tenant: [ip], tenant_settings: {a: {weight: 2}}}"), `sluice.yaml: queues[1] "q": tenant_settings need fair: true`},
@@ -946,5 +950,26 @@ func TestBearerTenantValues(t *testing.T) {
 	q := c.Queues[0]
 	if q.Weights["Bearer sk-1\x00eu"] != 3 || q.Weights["plain"] != 2 || q.TenantSettings["Bearer sk-2\x00us"].Label != "two" {
 		t.Errorf("weights %v, tenant_settings %v: want the bearer scheme written Bearer", q.Weights, q.TenantSettings)
+	}
+}
+
+// fair_by: units is kept on a fair queue with cost_rate; without fair_by the queue shares by
+// jobs.
+func TestFairBy(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want FairBy
+	}{
+		{"{name: q, rate: 1/s, tenant: [ip], fair: true, cost_rate: 100/s, fair_by: units}", FairByUnits},
+		{"{name: q, rate: 1/s, tenant: [ip], fair: true, fair_by: jobs}", FairByJobs},
+		{"{name: q, rate: 1/s, tenant: [ip], fair: true, cost_rate: 100/s}", ""},
+	} {
+		cfg, err := Parse("sluice.yaml", []byte("upstream: http://u\nqueues: ["+c.yaml+"]\n"), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c.yaml, err)
+		}
+		if got := cfg.Queues[0].FairBy; got != c.want {
+			t.Errorf("%s: FairBy %q, want %q", c.yaml, got, c.want)
+		}
 	}
 }

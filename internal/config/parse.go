@@ -205,6 +205,7 @@ type (
 		Adaptive         *scalar                       `yaml:"adaptive"`
 		MinRate          *scalar                       `yaml:"min_rate"`
 		Fair             *scalar                       `yaml:"fair"`
+		FairBy           *scalar                       `yaml:"fair_by"`
 		Weights          scalarMap                     `yaml:"weights"`
 		TenantRate       *scalar                       `yaml:"tenant_rate"`
 		MaxInFlight      *scalar                       `yaml:"max_in_flight"`

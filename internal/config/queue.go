@@ -78,6 +78,10 @@ type Queue struct {
 	// Fair shares the queue's rate among the tenants that have jobs waiting, in weighted
 	// round robin, instead of delivering in arrival order (YAML fair). Needs Tenant.
 	Fair bool
+	// FairBy is what a fair queue's round robin shares among its tenants (YAML fair_by): its
+	// jobs (FairByJobs; "" as well, the default) or, on a queue with CostRate, their units
+	// (FairByUnits).
+	FairBy FairBy
 	// Weights maps a tenant's value (its key parts' values, joined by NUL bytes when there
 	// are several) to its weight in the round robin, > 0 and <= 1000; default 1.
 	Weights map[string]float64
@@ -136,6 +140,19 @@ type TenantSettings struct {
 	// InFlight caps its deliveries in flight, in place of tenant_in_flight.
 	InFlight int64
 }
+
+// FairBy is what a fair queue shares among its tenants by weight.
+type FairBy string
+
+// The shares of a fair queue.
+const (
+	// FairByJobs counts jobs: each tenant gets deliveries in proportion to its weight,
+	// whatever they cost.
+	FairByJobs FairBy = "jobs"
+	// FairByUnits counts units (cost_rate's): each tenant gets units in proportion to its
+	// weight, each job counted at its cost as the queue read it when it was accepted.
+	FairByUnits FairBy = "units"
+)
 
 // PauseScope is what an upstream's 429 or 503 (and its Retry-After) pauses.
 type PauseScope string

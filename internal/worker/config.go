@@ -67,6 +67,10 @@ type QueueConfig struct {
 	// Priorities: the queue has priority levels (queue.Spec.Priorities); its runner takes
 	// high jobs before normal before low (priority.go).
 	Priorities bool
+	// FairByUnits makes a fair queue share its Units among its tenants by weight, each job
+	// counted at its Job.Cost, instead of its deliveries (config fair_by: units). Needs Fair
+	// and Units.
+	FairByUnits bool
 	// Weights are the tenants' weights in a fair queue, by tenant (Job.Tenant); default 1.
 	Weights map[string]float64
 	// TenantRate caps the deliveries per second of one tenant of a fair queue; 0: none.
@@ -175,6 +179,9 @@ func (c QueueConfig) validateScheduling() []error {
 	if !c.Units.IsZero() && (c.Units.N <= 0 || c.Units.Per < time.Microsecond || c.Units.Burst < 0) {
 		errs = append(errs, fmt.Errorf("unit budget %v must have N > 0, a period of at least 1µs and burst >= 0", c.Units))
 	}
+	if c.FairByUnits && (!c.Fair || c.Units.IsZero()) {
+		errs = append(errs, errors.New("a fair share by units needs a fair queue with a unit budget"))
+	}
 	if c.Adaptive && !(c.MinRate > 0) {
 		errs = append(errs, errors.New("an adaptive queue needs a min rate > 0"))
 	}
@@ -218,6 +225,7 @@ func FromConfig(cfg *config.Config, tenantID func(key []byte) string) []QueueCon
 		if q.CostRate.N > 0 {
 			qc.Units = leaky.Units{N: q.CostRate.N, Per: q.CostRate.Per, Burst: q.CostBurst}
 			qc.CostCapacity, qc.CostFromResponse = q.CostCapacity(), q.CostFromResponse
+			qc.FairByUnits = q.Fair && q.FairBy == config.FairByUnits
 		}
 		if q.Target != nil {
 			qc.Target = &Target{Method: q.Target.Method, URL: q.Target.URL}

@@ -59,9 +59,9 @@ func TestScheduleLoopFollowsTheConfig(t *testing.T) {
 	fs := newFairScheduler(env, qs, &tenantLearners{env: env}, func(string) bool { return false })
 	cfg := &QueueConfig{Name: "f", Fair: true, Rate: leaky.Every(20, time.Second)}
 	current.Store(cfg)
-	target := fs.options(cfg).Target // 200ms at 20/s
-	if target != 4 {
-		t.Fatalf("target at 20/s = %d, want 4", target)
+	target := fs.options(cfg).Target // 250ms at 20/s
+	if target != 5 {
+		t.Fatalf("target at 20/s = %d, want 5", target)
 	}
 	lctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})

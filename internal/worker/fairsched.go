@@ -132,14 +132,19 @@ func runFair(ctx context.Context, f *fair.Scheduler) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// options are the scheduler options of config cfg.
+// options are the scheduler options of config cfg. Its lookahead is fairTarget of the
+// queue's rate (1 to fairTargetMax jobs) and, with a unit budget, of its units.
 func (fs *fairScheduler) options(cfg *QueueConfig) fair.Options {
 	target := math.Ceil(fairTarget.Seconds() / cfg.Rate.Interval.Seconds())
 	o := fair.Options{
 		Weights:    cfg.Weights,
 		TenantRate: cfg.TenantRate,
-		Target:     int(min(max(target, 2), fairTargetMax)),
+		Target:     int(min(max(target, 1), fairTargetMax)),
+		ByUnits:    cfg.FairByUnits,
 		Logger:     fs.env.log,
+	}
+	if u := cfg.Units; !u.IsZero() {
+		o.TargetUnits = max(1, int64(math.Ceil(fairTarget.Seconds()*float64(u.N)/u.Per.Seconds())))
 	}
 	// Single tenants' caps: an operator's, else the file's; then, on a queue that learns per
 	// tenant, what the tenant's upstream takes, as learned (never above its cap).

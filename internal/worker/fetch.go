@@ -59,7 +59,7 @@ func (r *runner) run(ctx, hard context.Context) {
 		n := cfg.Concurrency - int(r.inHand.Load())
 		if cfg.Fair {
 			// Jobs in hand are served before whatever the scheduler chooses next.
-			n = min(n, fairLookahead(cfg)-int(r.slotWaiters.Load()))
+			n = min(n, r.fairLookahead(cfg))
 		}
 		if n <= 0 || (!cfg.Fair && n < fetchBatch(cfg.Concurrency) && r.slotWaiters.Load() > 0) {
 			select {
@@ -81,6 +81,9 @@ func (r *runner) run(ctx, hard context.Context) {
 		fetchWait.Reset()
 		r.readRecords(ctx, cfg, msgs)
 		for _, m := range msgs {
+			if m.Job != nil {
+				r.fs.lastCost = max(m.Job.Cost, 1)
+			}
 			r.inHand.Add(1)
 			r.p.m.inFlight.WithLabelValues(r.name).Inc()
 			if m.Job != nil {
@@ -136,11 +139,23 @@ func (r *runner) handleOne(ctx, hard context.Context, m *queue.Msg) {
 	free()
 }
 
-// fairLookahead is how many jobs of a fair queue a runner holds waiting for their slots: the
-// jobs of a twentieth of a second at the queue's rate, at least 1 — enough for the slots to
-// follow each other, few enough that a newly arrived tenant waits behind little.
-func fairLookahead(cfg *QueueConfig) int {
-	return max(1, int(math.Ceil(fairAhead.Seconds()/cfg.Rate.Interval.Seconds())))
+// fairLookahead is how many more jobs of a fair queue the runner may fetch to wait for their
+// slots: up to the jobs of fairAhead (a twentieth of a second) at the queue's rate, at least 1
+// — enough for the slots to follow each other, few enough that a newly arrived tenant waits
+// behind little. With a unit budget, the units waiting are bounded the same way: jobs while
+// fewer units wait than cost_rate delivers in fairAhead, each estimated at the last job
+// fetched's cost (the last may take more than is left), and one when none waits.
+func (r *runner) fairLookahead(cfg *QueueConfig) int {
+	n := max(1, int(math.Ceil(fairAhead.Seconds()/cfg.Rate.Interval.Seconds()))) - int(r.slotWaiters.Load())
+	if u := cfg.Units; !u.IsZero() && n > 0 {
+		waiting := r.slotUnits.Load()
+		room := fairAhead.Seconds()*float64(u.N)/u.Per.Seconds() - float64(waiting)
+		if waiting > 0 && room <= 0 {
+			return 0
+		}
+		n = min(n, max(1, int(math.Ceil(room/float64(max(r.fs.lastCost, 1))))))
+	}
+	return n
 }
 
 // fetchBatch is the fewest free places in hand a runner fetches for, at concurrency c: a

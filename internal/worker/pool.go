@@ -38,9 +38,10 @@ const (
 	runningAfter = 100 * time.Millisecond
 	// fairAhead is how far ahead of its slots a fair queue's runner holds jobs (see
 	// fairLookahead); fairTarget, how far ahead of the workers the scheduler keeps jobs in the
-	// delivery stream, as the queue's rate goes, between 2 and fairTargetMax jobs.
+	// delivery stream (its lookahead), as the queue's rate and cost_rate go: 1 to
+	// fairTargetMax jobs, and as many units as cost_rate delivers in fairTarget.
 	fairAhead     = 50 * time.Millisecond
-	fairTarget    = 200 * time.Millisecond
+	fairTarget    = 250 * time.Millisecond
 	fairTargetMax = 512
 )
 
@@ -473,7 +474,7 @@ func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 	lease := &regionalLease{env: env, reg: p.regions}
 	lease.backlog, _ = p.q.(backlogReader)
 	slot := &leakSlot{env: env, takes: p.takes, health: &p.health, paused: operator.pausedNow,
-		learned: lowest(learn.rate, lease.rate), waiters: &r.slotWaiters, poke: r.poke}
+		learned: lowest(learn.rate, lease.rate), waiters: &r.slotWaiters, waitUnits: &r.slotUnits, poke: r.poke}
 	if p.spares != nil {
 		slot.warm = p.spares.warm
 	}
@@ -541,10 +542,12 @@ type runner struct {
 	cfg    atomic.Pointer[QueueConfig]
 	cancel context.CancelFunc
 	// inHand counts the jobs in hand; settling, those whose place was freed while their plan
-	// is carried out (handle); slotWaiters, those in hand waiting for their leak slot.
+	// is carried out (handle); slotWaiters, those in hand waiting for their leak slot, and
+	// slotUnits their units (Job.Cost, at least 1).
 	inHand      atomic.Int64
 	settling    atomic.Int64
 	slotWaiters atomic.Int64
+	slotUnits   atomic.Int64
 	pol         policies   // in admission order (newRunner)
 	fs          fetchState // the fetch loop's own state
 	memo        recallMemo // what recall knows across jobs
@@ -559,8 +562,9 @@ type runner struct {
 
 // fetchState is the fetch loop's state of a runner; only that loop uses it.
 type fetchState struct {
-	lv   *levels // its queue's priority levels, once looked up (fetch)
-	idle bool    // the last long pull expired empty
+	lv       *levels // its queue's priority levels, once looked up (fetch)
+	idle     bool    // the last long pull expired empty
+	lastCost int64   // the cost of the last job fetched (fairLookahead's estimate of the next)
 }
 
 // reconfigured tells the runner's loops that its config changed.

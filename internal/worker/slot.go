@@ -30,11 +30,13 @@ type leakSlot struct {
 	learned func() float64
 	// warm dials a connection to the upstream ahead of the slot; nil: none.
 	warm func(target string)
-	// waiters counts the runner's jobs waiting for a slot; poke wakes its fetch loop.
-	waiters *atomic.Int64
-	poke    func()
-	turn    turnGate
-	horizon atomic.Int64 // Unix ns of the latest slot the runner reserved
+	// waiters counts the runner's jobs waiting for a slot, and waitUnits their units (nil:
+	// not counted); poke wakes its fetch loop.
+	waiters   *atomic.Int64
+	waitUnits *atomic.Int64
+	poke      func()
+	turn      turnGate
+	horizon   atomic.Int64 // Unix ns of the latest slot the runner reserved
 }
 
 // admit waits for the job's leak slot; the pass ends, not sent, when ctx ends first or the
@@ -86,8 +88,15 @@ func (s *leakSlot) wait(ctx context.Context, cfg *QueueConfig, j *job, take func
 		}
 		s.warm(target)
 	}
+	units := max(j.m.Job.Cost, 1)
+	if s.waitUnits != nil {
+		s.waitUnits.Add(units)
+	}
 	s.waiters.Add(1)
 	err := s.retryTake(ctx, take)
+	if s.waitUnits != nil {
+		s.waitUnits.Add(-units)
+	}
 	if s.waiters.Add(-1) == 0 || s.env.cfg().Fair {
 		s.poke() // the fetch loop may be holding back for the slot waiters
 	}

@@ -7,39 +7,47 @@
 // backlog stream (queue.FairLayout names them). A [Scheduler] moves jobs from the backlogs to
 // the delivery stream, where workers take them through the queue's one consumer exactly as from
 // a FIFO queue, so acks, retries, pauses, dead letters, cancels and the leak rate work
-// unchanged. It keeps only Options.Target jobs waiting there and picks the next ones by deficit
-// round robin over the tenants with waiting jobs: a tenant's turn adds its weight to its
-// deficit, and it gives a job per whole unit. Within a tenant's share its high jobs
-// (queue.PriorityHigh, a subject of their own beside the tenant's) go before its normal before
-// its low, but that while a lower level waits at least one of every 8 of the tenant's jobs from
-// it and above is of it. Options.TenantRate spaces one tenant's moves 1/TenantRate apart. A
-// tenant with 10 jobs behind another's 300 waits for about Target jobs and the jobs the
-// workers hold, not for the 300. The jobs waiting in the delivery stream are what its consumer
-// counts pending or, when more, those the scheduler moved in the last 100ms that the consumer
-// has not delivered yet (the server counts a stored job a moment after acknowledging it).
+// unchanged. It keeps only a lookahead waiting there, Options.Target jobs and TargetUnits
+// units (the worker: 250ms of the queue's rate and cost_rate), and picks the next jobs by
+// deficit round robin over the tenants with waiting jobs: a tenant's visit adds its weight to
+// its deficit, and it gives a job per whole unit. With Options.ByUnits a visit adds its weight
+// times the quantum (the largest job cost known) and a job takes its cost: its Job.Cost, read
+// only as it is moved, so the pick estimates it at the tenant's last job's cost and the
+// deficit takes the true cost once read. Within a tenant's share its high jobs
+// (queue.PriorityHigh) go before its normal before its low, but that while a lower level waits
+// at least one of every 8 of the tenant's jobs from it and above is of it.
 //
 // # Guarantees
 //
 // Fairness changes which job comes next, never how many go out: the rate is the workers' and
-// the leak schedule's. Any number of processes run a Scheduler for a queue; a lease (the meta
-// bucket's entry fair.<queue>, renewed every 500ms, taken over when it has not moved for 2s on
-// the taker's clock, by compare-and-set) lets one of them work. A job leaves its backlog only
-// after the delivery stream acknowledged its copy, which carries the job's message id: a
-// scheduler that dies in between leaves the job in both, and the next leader's copy is dropped
-// as a duplicate within Spec.StreamDuplicates. So a crash of any process loses no job, and
-// moves none twice if the takeover comes within StreamDuplicates; a scheduler that is stopped
-// finishes the moves it started. Two schedulers that both believe they lead (one stopped past
-// its lease and resumed) only move jobs in another order. When the leader dies, deliveries go
-// on from what the delivery stream holds, and stop until another takes over, at most 2s later.
+// the leak schedule's. While tenants i and j both have waiting jobs and no cap holds either,
+// the jobs (by units: the units) moved of each, over its weight, differ by at most about three
+// quanta (by jobs a quantum is one job), plus by units the error of one pick's estimates of a
+// tenant whose costs vary, which its next visits pay back. Caps hold in both modes:
+// Options.TenantRate and TenantRates space a tenant's moves 1/rate apart (GCRA, burst 1) and a
+// held tenant moves nothing, without saving up visits. Starvation is bounded: a tenant with
+// waiting jobs and no cap holding it moves a job within one round of the others (weight w < 1:
+// 1/w rounds; by units, one that owes pays within owed/(w × quantum) visits), and a round moves
+// at most ⌈w⌉ jobs of a tenant of weight w (by units: w × quantum units and one job more). A
+// newly arrived tenant, seen within 500ms (the backlogs' counts are reread that often), waits
+// behind the lookahead (at most Target jobs, and TargetUnits units plus one job's cost) and the
+// jobs workers hold, not behind others' backlogs.
+//
+// Any number of processes run a Scheduler for a queue; a lease (the meta bucket's entry
+// fair.<queue>, renewed every 500ms, taken over when it has not moved for 2s, by
+// compare-and-set) lets one of them work. A job leaves its backlog only after the delivery
+// stream acknowledged its copy, which carries the job's message id: a crash of any process loses
+// no job, and moves none twice if the takeover comes within Spec.StreamDuplicates.
 //
 // # Costs
 //
 // On top of a FIFO queue, each job is stored twice (backlog, then delivery stream) and has a
 // status entry. A tenant's share of a round is read with one batched direct get and removed
-// with one purge (one job: one get, one delete), so many tenants of one job each cost the most.
-// Every 500ms the leader reads the backlog's per-subject counts, one entry per tenant with
-// waiting jobs. Per tenant: a subject while it has waiting jobs, ~100 bytes of the leader's
-// state, and a delivered count in the tenants bucket that expires 24h after its last change;
-// no consumer and no Redis key. docs/design/fair.md has the design, its rejected alternatives
-// and the figures.
+// with one purge, so many tenants of one job each cost the most. By units, each job moved has
+// its envelope (not its body) decoded for its cost. Every 500ms the leader reads the backlog's
+// per-subject counts, one entry per tenant with waiting jobs. Per tenant: a subject while it has
+// waiting jobs, ~100 bytes of the leader's state, and a delivered count in the tenants bucket
+// that expires 24h after its last change; no consumer and no Redis key. docs/design/fair.md has
+// the design and its rejected alternatives, docs/fairness.md the user's view, BENCHMARKS.md the
+// figures.
 package fair

@@ -2,6 +2,8 @@ package fair
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +89,7 @@ func TestPick(t *testing.T) {
 				if s.empty != "" {
 					p.empty(s.empty)
 				}
-				got := picks(p.pick(s.n, s.rate, t0.Add(s.at)))
+				got := picks(p.pick(jobs(s.n), s.rate, t0.Add(s.at)))
 				if got != s.want {
 					t.Errorf("step %d: pick(%d) = %q, want %q", i, s.n, got, s.want)
 				}
@@ -102,6 +104,9 @@ func TestPick(t *testing.T) {
 		})
 	}
 }
+
+// jobs is a budget of n jobs and no bound in units.
+func jobs(n int) budget { return budget{jobs: n, units: math.Inf(1)} }
 
 func picks(ps []pickN) string {
 	s := make([]string, len(ps))
@@ -130,7 +135,7 @@ func TestPickShares(t *testing.T) {
 			now := time.Unix(0, 0)
 			for range 400 {
 				now = now.Add(time.Millisecond)
-				for _, pn := range p.pick(3, c.cap, now) {
+				for _, pn := range p.pick(jobs(3), c.cap, now) {
 					got[pn.tenant] += pn.n
 				}
 			}
@@ -152,7 +157,7 @@ func TestPickFractionalWeightUnderCap(t *testing.T) {
 	now := time.Unix(0, 0)
 	for range 300 {
 		now = now.Add(10 * time.Millisecond) // a cap of 1000/s never holds a tenant back here
-		for _, pn := range p.pick(1, 1000, now) {
+		for _, pn := range p.pick(jobs(1), 1000, now) {
 			got[pn.tenant] += pn.n
 		}
 	}
@@ -172,7 +177,7 @@ func TestPickTenantCaps(t *testing.T) {
 	now := time.Unix(0, 0)
 	for range 100 { // 1s at 10ms: b uncapped, c at 10/s
 		now = now.Add(10 * time.Millisecond)
-		for _, pn := range p.pick(3, 0, now, caps) {
+		for _, pn := range p.pick(jobs(3), 0, now, caps) {
 			got[pn.tenant] += pn.n
 		}
 	}
@@ -183,12 +188,144 @@ func TestPickTenantCaps(t *testing.T) {
 	clear(got)
 	for range 100 {
 		now = now.Add(10 * time.Millisecond)
-		for _, pn := range p.pick(3, 0, now, caps) {
+		for _, pn := range p.pick(jobs(3), 0, now, caps) {
 			got[pn.tenant] += pn.n
 		}
 	}
 	// a did not save up turns while held: it gets an even share with b, not a catch-up.
 	if d := got["a"] - got["b"]; d < -2 || d > 2 {
 		t.Fatalf("after a's hold ended: %v, want a and b even", got)
+	}
+}
+
+// By units, tenants share units by weight whatever their jobs cost: the picker estimates a
+// tenant's next job at its last one's cost and charge corrects its deficit with the true
+// costs, random ones included. Each case moves jobs in picks of at most 8 jobs and 400 units
+// (a lookahead) until 1 000 000 units have gone, and each tenant's units are its weight's share
+// within 1%.
+func TestPickUnitShares(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	fixed := func(c int64) func() int64 { return func() int64 { return c } }
+	for _, c := range []struct {
+		name    string
+		costs   map[string]func() int64
+		weights map[string]float64
+	}{
+		{"10x the cost, equal weights", map[string]func() int64{"a": fixed(100), "b": fixed(10)}, nil},
+		{"weights 3:1, a's jobs 20x b's", map[string]func() int64{"a": fixed(2000), "b": fixed(100)}, map[string]float64{"a": 3}},
+		{"random costs 30-100% of 2000 beside fixed 20", map[string]func() int64{
+			"a": func() int64 { return 600 + rng.Int64N(1401) }, "b": fixed(20), "c": fixed(200)}, nil},
+		{"a weight under 1", map[string]func() int64{"a": fixed(50), "b": fixed(5)}, map[string]float64{"a": 0.5}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var p picker
+			p.setByUnits(true)
+			depths := map[string]uint64{}
+			for id := range c.costs {
+				depths[id] = 1 << 30
+			}
+			p.update(depths, c.weights)
+			got, total := map[string]float64{}, 0.0
+			now := time.Unix(0, 0)
+			for total < 1_000_000 {
+				now = now.Add(time.Millisecond)
+				for _, pn := range p.pick(budget{jobs: 8, units: 400}, 0, now) {
+					costs := make([]int64, pn.n)
+					for i := range costs {
+						costs[i] = c.costs[pn.tenant]()
+						got[pn.tenant] += float64(costs[i])
+						total += float64(costs[i])
+					}
+					p.charge(pn.tenant, pn.units, costs)
+				}
+			}
+			var sum float64
+			for id := range c.costs {
+				sum += weightOf(c.weights, id)
+			}
+			for id := range c.costs {
+				want := total * weightOf(c.weights, id) / sum
+				if d := got[id] - want; d < -0.01*total || d > 0.01*total {
+					t.Errorf("tenant %s got %.0f of %.0f units, want %.0f (±1%%)", id, got[id], total, want)
+				}
+			}
+		})
+	}
+}
+
+func weightOf(weights map[string]float64, id string) float64 {
+	if w, ok := weights[id]; ok {
+		return w
+	}
+	return 1
+}
+
+// By units, a visit adds the quantum (the largest cost known) per unit of weight; a tenant is
+// estimated at its last job's cost, a new one at the quantum (with none known, at what is left
+// of the pick) and gives one job until its cost is known; a job whose true cost was above its
+// estimate leaves the tenant owing until later visits pay it; a pick stops once its units are
+// spent, the last job allowed to cost more than was left. By jobs, a units bound still holds a
+// pick (the lookahead in units), at each tenant's estimate.
+func TestPickUnits(t *testing.T) {
+	now := time.Unix(0, 0)
+	var p picker
+	p.setByUnits(true)
+	p.update(map[string]uint64{"a": 100, "b": 100}, nil)
+	step := func(i int, b budget, want string) {
+		t.Helper()
+		if got := picks(p.pick(b, 0, now)); got != want {
+			t.Fatalf("pick %d (%d jobs, %v units) = %q, want %q", i, b.jobs, b.units, got, want)
+		}
+	}
+	step(1, budget{2, 10}, "a1")    // nothing known: a's job is taken to cost all 10
+	p.charge("a", 10, []int64{100}) // a owes 90
+	if p.quantum != 100 {
+		t.Fatalf("quantum %v, want 100 (a's cost)", p.quantum)
+	}
+	step(2, budget{1, 1000}, "b1") // b unknown: estimated at 100, one job
+	p.charge("b", 100, []int64{10})
+	step(3, budget{9, 1000}, "b9") // a: -90+100 < 100, nothing; b: 90+100 at 10 each, cut at 9
+	p.charge("b", 90, []int64{10, 10, 10, 10, 10, 10, 10, 10, 10})
+	step(4, budget{20, 150}, "b10 a1") // b's visit goes on to its end; a: 10+100, one job
+	p.charge("b", 100, []int64{10, 10, 10, 10, 10, 10, 10, 10, 10, 10})
+	p.charge("a", 100, []int64{100})
+	step(5, budget{10, 1}, "b1") // 1 unit left still lets a job go
+
+	// By jobs, the units bound takes each tenant at its estimate.
+	var q picker
+	q.update(map[string]uint64{"a": 100, "b": 100}, map[string]float64{"a": 5, "b": 5})
+	q.charge("a", 0, []int64{100})
+	q.charge("b", 0, []int64{10})
+	if got := picks(q.pick(budget{jobs: 100, units: 250}, 0, now)); got != "a3" {
+		t.Fatalf("by jobs, 250 units: %q, want a3 (a's 100 each, the last over the bound)", got)
+	}
+	for i, want := range []string{"a1", "a1", "b3"} { // a's visit of 5 goes on, then b's
+		if got := picks(q.pick(budget{jobs: 100, units: 25}, 0, now)); got != want {
+			t.Fatalf("by jobs, 25 units, pick %d: %q, want %s", i, got, want)
+		}
+	}
+}
+
+// By units, the tenant rate and holds still cap a tenant: it gives at most one job per
+// 1/rate, whatever its deficit.
+func TestPickUnitsCapped(t *testing.T) {
+	var p picker
+	p.setByUnits(true)
+	p.update(map[string]uint64{"a": 1 << 20, "b": 1 << 20}, nil)
+	got := map[string]int{}
+	now := time.Unix(0, 0)
+	for range 100 { // 1s at 10ms, a capped at 5/s
+		now = now.Add(10 * time.Millisecond)
+		for _, pn := range p.pick(budget{jobs: 4, units: 1000}, 0, now, tenantCaps{rates: map[string]float64{"a": 5}}) {
+			got[pn.tenant] += pn.n
+			costs := make([]int64, pn.n)
+			for i := range costs {
+				costs[i] = map[string]int64{"a": 10, "b": 100}[pn.tenant]
+			}
+			p.charge(pn.tenant, pn.units, costs)
+		}
+	}
+	if got["a"] < 4 || got["a"] > 6 || got["b"] < 300 {
+		t.Fatalf("1s with a capped at 5/s: %v, want a 5 (±1) and b the rest", got)
 	}
 }

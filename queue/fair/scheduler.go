@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -57,10 +58,18 @@ type Options struct {
 	// them is released while it is. Nil: none is. Called from Run's goroutine, often: it
 	// must not block.
 	Held func(tenant string) bool
-	// Target is how many jobs the scheduler keeps waiting in the delivery stream, ahead of the
-	// workers; >= 1. Jobs there are served in order, so Target over the queue's rate is
-	// the most a newly arrived tenant waits behind others' jobs. Default 1.
-	Target int
+	// Target and TargetUnits bound the lookahead: the jobs the scheduler keeps waiting in the
+	// delivery stream, ahead of the workers. Jobs there are served in order, so the time the
+	// queue takes to deliver them is the most a newly arrived tenant waits behind others'
+	// jobs: set them to a time's worth of the queue's rate and cost_rate (the worker: 250ms).
+	// Target is in jobs, >= 1, default 1. TargetUnits is in units (Job.Cost), 0: no bound; a
+	// job is moved while fewer units than it wait, so at most TargetUnits plus one job's cost
+	// wait.
+	Target      int
+	TargetUnits int64
+	// ByUnits makes the round robin count units instead of jobs: each tenant gets units in
+	// proportion to its weight, a job counted at its Job.Cost (0 counts 1).
+	ByUnits bool
 	// Logger receives the scheduler's logs (leadership changes, failures). Nil: discarded.
 	Logger *slog.Logger
 	// Drain makes Run return once the backlogs are empty, or when the queue has none: for a
@@ -86,7 +95,7 @@ type Scheduler struct {
 	levels    map[string]*levels   // per tenant, its jobs by priority and its starvation guard
 	cursor    map[string][3]uint64 // per tenant and level, the backlog sequence its next job is at or after
 	counts    counts
-	unseen    unseen // jobs just moved, maybe not counted by the consumer yet
+	ahead     ahead // jobs moved and not delivered yet, as far as the leader knows
 	refreshed time.Time
 	lastFlush time.Time
 	backlog   jetstream.Stream
@@ -223,7 +232,7 @@ func (s *Scheduler) renew(ctx context.Context) {
 func (s *Scheduler) forget() {
 	s.picks, s.refreshed = picker{}, time.Time{}
 	s.levels, s.cursor = map[string]*levels{}, map[string][3]uint64{}
-	s.unseen = unseen{}
+	s.ahead = ahead{}
 }
 
 // stepDown gives the lease up, so that another process takes over at once.
@@ -250,9 +259,10 @@ func (s *Scheduler) open(ctx context.Context) error {
 	return err
 }
 
-// round tops the delivery stream up to Target and returns how many jobs it moved. It counts
-// as waiting there the consumer's pending count or, when larger, the jobs it moved that the
-// consumer has not delivered yet (unseen): the count can lag the moves by a moment.
+// round tops the delivery stream up to Target jobs and TargetUnits units, and returns how
+// many jobs it moved. It counts as waiting there the consumer's pending count or, when larger,
+// the jobs it moved that the consumer has not delivered yet (ahead): the count can lag the
+// moves by a moment.
 func (s *Scheduler) round(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -260,6 +270,7 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	opts := s.Options()
+	s.picks.setByUnits(opts.ByUnits)
 	if since := s.now().Sub(s.refreshed); since >= refreshEvery || (s.picks.len() == 0 && since >= refreshIdle) {
 		if err := s.refresh(ctx, opts); err != nil {
 			return 0, err
@@ -272,11 +283,15 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	need := opts.Target - max(int(ci.NumPending), s.unseen.waiting(ci.Delivered.Stream, s.now()))
-	if need <= 0 {
+	jobs, units := s.ahead.waiting(ci.Delivered.Stream, ci.NumPending, s.now(), max(s.picks.quantum, 1))
+	b := budget{jobs: opts.Target - jobs, units: math.Inf(1)}
+	if opts.TargetUnits > 0 {
+		b.units = float64(opts.TargetUnits) - units
+	}
+	if b.jobs <= 0 || b.units <= 0 {
 		return 0, nil
 	}
-	return s.move(ctx, s.picks.pick(need, opts.TenantRate, s.now(), tenantCaps{rates: opts.TenantRates, held: opts.Held})), nil
+	return s.move(ctx, s.picks.pick(b, opts.TenantRate, s.now(), tenantCaps{rates: opts.TenantRates, held: opts.Held})), nil
 }
 
 // refresh rereads which tenants have waiting jobs, and how many of each priority.
@@ -310,6 +325,7 @@ func (s *Scheduler) refresh(ctx context.Context, opts Options) error {
 type moved struct {
 	n     int
 	seqs  []uint64  // the delivery-stream sequences of the jobs moved
+	costs []int64   // their costs (Job.Cost, at least 1), as seqs
 	upTo  [3]uint64 // per level, the tenant's backlog is purged below it; 0: nothing was
 	empty [3]bool   // per level, fewer jobs were there than asked for
 	err   error
@@ -343,14 +359,16 @@ func (s *Scheduler) move(ctx context.Context, picks []pickN) int {
 		if r.err != nil && ctx.Err() == nil {
 			s.Options().Logger.Warn("fair: scheduler: move", "queue", s.l.Queue, "tenant", picks[i].tenant, "err", r.err)
 		}
-		s.moved(picks[i].tenant, r)
-		s.unseen.add(r.seqs, s.now())
+		s.moved(picks[i], r)
+		s.ahead.add(r.seqs, r.costs, s.now())
 	}
 	return total
 }
 
-// moved records what moving tenant's share did.
-func (s *Scheduler) moved(id string, r moved) {
+// moved records what moving a tenant's share p did.
+func (s *Scheduler) moved(p pickN, r moved) {
+	id := p.tenant
+	s.picks.charge(id, p.units, r.costs)
 	lv := s.levels[id]
 	if lv == nil {
 		s.picks.empty(id)
@@ -384,6 +402,7 @@ func (s *Scheduler) moveTenant(ctx context.Context, tenant string, from [3]uint6
 		r := s.moveLevel(ctx, s.l.BacklogSubject(tenant, p), from[i], split[i])
 		out.n += r.n
 		out.seqs = append(out.seqs, r.seqs...)
+		out.costs = append(out.costs, r.costs...)
 		out.upTo[i], out.empty[i] = r.upTo, r.empty
 		if r.err != nil {
 			out.err = r.err
@@ -397,6 +416,7 @@ func (s *Scheduler) moveTenant(ctx context.Context, tenant string, from [3]uint6
 type levelMoved struct {
 	n     int
 	seqs  []uint64 // the delivery-stream sequences of the n jobs moved
+	costs []int64  // their costs, as seqs
 	upTo  uint64   // the subject is purged below it; 0: nothing was
 	empty bool     // fewer jobs were there than asked for
 	err   error
@@ -421,6 +441,10 @@ func (s *Scheduler) moveLevel(ctx context.Context, subj string, from uint64, n i
 	out.seqs, perr = acked(fctx, futs)
 	out.n = len(out.seqs)
 	out.err = cmp.Or(err, perr)
+	out.costs = make([]int64, out.n)
+	for i, raw := range raws[:out.n] {
+		out.costs[i] = s.l.Cost(raw)
+	}
 	if out.n > 0 {
 		if err := s.remove(fctx, subj, raws[:out.n]); err != nil {
 			out.err = cmp.Or(out.err, err) // moved again by a later round, and dropped as duplicates
