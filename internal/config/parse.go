@@ -250,6 +250,7 @@ type (
 		Cost             *scalar    `yaml:"cost"`
 		CostFallback     *scalar    `yaml:"cost_fallback"`
 		CostFromResponse *scalar    `yaml:"cost_from_response"`
+		CostOnCut        *scalar    `yaml:"cost_on_cut"`
 	}
 	rawMatch struct {
 		Methods         stringList `yaml:"methods"`

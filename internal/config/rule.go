@@ -72,7 +72,23 @@ type Rule struct {
 	// is owed is paid across windows (limit.DebtCapacities). Not with sliding_log, which
 	// carries no debt. Zero: the charged cost stands.
 	CostFromResponse Cost
+	// CostOnCut is what a streamed answer cut short (the client gone, the upstream reset, the
+	// rule's timeout) is charged (YAML cost_on_cut): CutEstimate (the default) leaves the entry
+	// charge standing; CutDeltas charges what its events said so far (cost.Stream.Seen). Only
+	// with CostFromResponse.
+	CostOnCut CutCharge
 }
+
+// CutCharge says what a streamed answer cut short is charged (cost_on_cut).
+type CutCharge string
+
+const (
+	// CutEstimate leaves the entry charge standing.
+	CutEstimate CutCharge = "estimate"
+	// CutDeltas charges the usage values read so far (a leaf never read counting 0) plus one
+	// unit per event that carried none.
+	CutDeltas CutCharge = "deltas"
+)
 
 // DefaultMaxWaitingPerKey caps the default deferral budget of a rule (WaitingPerKey).
 const DefaultMaxWaitingPerKey = 1000

@@ -15,6 +15,7 @@ type ruleCost struct {
 	fallback int64
 	capacity int64
 	from     config.Cost // cost_from_response; zero: the charge stands
+	onCut    config.CutCharge
 }
 
 // compileCost sets the rule's cost, when it has one. A rule whose cost varies by request, or
@@ -26,7 +27,7 @@ func (r *rule) compileCost(cr config.Rule) {
 	}
 	capacity := r.spec.Capacity()
 	r.cost = &ruleCost{spec: cr.Cost, fallback: config.Fallback(cr.CostFallback, capacity), capacity: capacity,
-		from: cr.CostFromResponse}
+		from: cr.CostFromResponse, onCut: cr.CostOnCut}
 	if cr.Cost.Kind != config.CostNumber || cr.CostFromResponse.IsSet() {
 		r.rejects = nil
 	}

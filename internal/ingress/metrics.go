@@ -54,6 +54,7 @@ type metrics struct {
 	reconciled     *prometheus.CounterVec
 	unreconciled   *prometheus.CounterVec
 	debtCapped     *prometheus.CounterVec
+	streamsCut     *prometheus.CounterVec
 	readAheadBytes prometheus.GaugeFunc
 	readAheadSkips prometheus.Counter
 	readAhead      readAhead                       // the bytes held by cost read-ahead, across requests
@@ -85,6 +86,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_rule_debt_capped_total",
 			Help: "Extra charges of cost_from_response that would have put a key more than limit.DebtCapacities capacities in debt: the rest was dropped.",
 		}, []string{"rule"}),
+		streamsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rule_streams_cut_total",
+			Help: "Streamed answers of rules with cost_from_response cut short (the client gone, the upstream reset, the rule's timeout), by what they were charged (cost_on_cut: estimate or deltas).",
+		}, []string{"rule", "charged"}),
 		readAheadSkips: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_cost_read_ahead_skipped_total",
 			Help: "Requests charged their rule's cost fallback without reading the body because the read-ahead bound (read_ahead_bytes) was held by others, or the read-ahead deadline passed.",
@@ -135,7 +140,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "Requests whose body could not be read, by reason: timeout (cut off after read_timeout, 408) or malformed (400).",
 	}, []string{"reason"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.bodyErrors, m.overflows, m.cachedRejects, m.leased, m.reconciled, m.unreconciled, m.debtCapped, m.readAheadBytes, m.readAheadSkips} {
+		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.bodyErrors, m.overflows, m.cachedRejects, m.leased, m.reconciled, m.unreconciled, m.debtCapped, m.streamsCut, m.readAheadBytes, m.readAheadSkips} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {

@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
@@ -37,14 +38,38 @@ func (k *call) reconciles(h *held) {
 	}
 }
 
-// answerBody keeps the start of an upstream's answer for reading its true cost.
+// answerBody keeps the start of an upstream's answer for reading its true cost, or, when the
+// answer is streamed (cost.IsStream), reads its events as they pass and keeps none of them.
 type answerBody struct {
-	b    []byte
-	over bool // the answer was longer than maxCostAnswer
+	b      []byte
+	over   bool         // the answer was longer than maxCostAnswer
+	keep   bool         // the true costs read the body (needsBody)
+	stream *cost.Stream // the answer is streamed: its events, read as they pass; nil: not
+	recon  []reconcile  // the charges whose costs the events are read for
+}
+
+// header looks at the answer's header, before its body: a streamed answer is read event by
+// event.
+func (a *answerBody) header(h http.Header) {
+	ct := h["Content-Type"]
+	if len(ct) == 0 {
+		return
+	}
+	if ok, sse := cost.IsStream(ct[0]); ok {
+		costs := make([]config.Cost, len(a.recon))
+		for i, rc := range a.recon {
+			costs[i] = rc.rule.cost.from
+		}
+		a.stream = cost.NewStream(sse, costs...)
+	}
 }
 
 func (a *answerBody) write(p []byte) {
-	if a.over {
+	if a.stream != nil {
+		a.stream.Write(p)
+		return
+	}
+	if a.over || !a.keep {
 		return
 	}
 	if len(a.b)+len(p) > maxCostAnswer {
@@ -65,17 +90,38 @@ func (h *held) needsBody() bool {
 }
 
 // settleCosts reads each reconciled charge's true cost from the answer (its header, and the
-// kept body, nil when not kept or too long) and charges or refunds the difference. It runs
-// after the answer has been passed on, so the client never waits for it. A true cost that
-// cannot be read leaves the charge as it was.
-func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody, timeout time.Duration) {
+// kept body, nil when not kept or too long; or the events of a streamed answer) and charges or
+// refunds the difference. It runs after the answer has been passed on, so the client never
+// waits for it. A true cost that cannot be read leaves the charge as it was. A streamed answer
+// that did not finish (cut: the client gone, the upstream reset, the rule's timeout) is
+// charged as its rule's cost_on_cut says: its estimate (the charge stands), or what its events
+// said so far.
+func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody, finished bool, timeout time.Duration) {
+	if body != nil && body.stream != nil {
+		body.stream.End()
+	}
 	for _, rc := range h.recon {
 		c := rc.rule.cost
-		var b []byte
-		if body != nil && !body.over {
-			b = body.b
+		var (
+			used int64
+			ok   bool
+		)
+		switch {
+		case body != nil && body.stream != nil && !finished:
+			g.metrics.streamsCut.WithLabelValues(rc.rule.name, string(c.onCut)).Inc()
+			if c.onCut != config.CutDeltas {
+				continue
+			}
+			used, ok = body.stream.Seen(c.from, header), true
+		case body != nil && body.stream != nil:
+			used, ok = body.stream.Cost(c.from, header)
+		default:
+			var b []byte
+			if body != nil && body.keep && !body.over {
+				b = body.b
+			}
+			used, ok = cost.FromResponse(c.from, header, b)
 		}
-		used, ok := cost.FromResponse(c.from, header, b)
 		if !ok {
 			g.metrics.unreconciled.WithLabelValues(rc.rule.name).Inc()
 			continue

@@ -312,17 +312,20 @@ func (s *Server) forward(c echo.Context, hdrs *rateHeaders, body *bodyReader) er
 }
 
 // forwardReconciling forwards the request of c and then settles the costs of h with what the
-// upstream's answer says they were.
+// upstream's answer says they were. It settles in a defer: the proxy ends a copy that failed
+// (the client gone, the upstream reset, the timeout of forwardHolding) with a panic
+// (http.ErrAbortHandler), and a streamed answer cut so is charged all the same (cost_on_cut).
 func (s *Server) forwardReconciling(c echo.Context, hdrs *rateHeaders, body *bodyReader, h *held) error {
-	var ab *answerBody
-	if h.needsBody() {
-		ab = &answerBody{}
-	}
+	ab := &answerBody{keep: h.needsBody(), recon: h.recon}
+	finished := false
+	defer func() {
+		if c.Response().Committed {
+			s.gate.settleCosts(h, c.Response().Header(), ab, finished, s.gate.rules.Load().storeTimeout)
+		}
+		h.recon = nil
+	}()
 	err := s.forwardKeeping(c, hdrs, body, ab)
-	if c.Response().Committed {
-		s.gate.settleCosts(h, c.Response().Header(), ab, s.gate.rules.Load().storeTimeout)
-	}
-	h.recon = nil
+	finished = c.Request().Context().Err() == nil
 	return err
 }
 
@@ -394,6 +397,9 @@ func (fw *forwardWriter) WriteHeader(code int) {
 	}
 	if fw.hdrs != nil && !fw.res.Committed {
 		fw.hdrs.apply(fw.res.Header())
+	}
+	if fw.keep != nil && !fw.res.Committed {
+		fw.keep.header(fw.res.Header())
 	}
 	fw.res.WriteHeader(code)
 }
