@@ -256,11 +256,14 @@ func (b *builder) ruleCost(where string, r *Rule, rr rawRule) {
 // cutCharge reads cost_on_cut: estimate (the default) or deltas, and only with
 // cost_from_response (fromResponse).
 func (b *builder) cutCharge(where string, v *scalar, fromResponse bool) CutCharge {
+	if v == nil {
+		return ""
+	}
 	m := CutCharge(b.text(where, "cost_on_cut", v, string(CutEstimate)))
 	switch {
 	case m != CutEstimate && m != CutDeltas:
 		b.p.addf(where, "cost_on_cut", "cost_on_cut: invalid value %q: want estimate or deltas", m)
-	case v != nil && !fromResponse:
+	case !fromResponse:
 		b.p.add(where, "cost_on_cut", "cost_on_cut says what a streamed answer cut short is charged: it needs cost_from_response")
 	}
 	return m

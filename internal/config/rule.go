@@ -73,7 +73,7 @@ type Rule struct {
 	// carries no debt. Zero: the charged cost stands.
 	CostFromResponse Cost
 	// CostOnCut is what a streamed answer cut short (the client gone, the upstream reset, the
-	// rule's timeout) is charged (YAML cost_on_cut): CutEstimate (the default) leaves the entry
+	// rule's timeout) is charged (YAML cost_on_cut): CutEstimate (the default, also "") leaves the entry
 	// charge standing; CutDeltas charges what its events said so far (cost.Stream.Seen). Only
 	// with CostFromResponse.
 	CostOnCut CutCharge

@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 
@@ -27,7 +28,7 @@ func (r *rule) compileCost(cr config.Rule) {
 	}
 	capacity := r.spec.Capacity()
 	r.cost = &ruleCost{spec: cr.Cost, fallback: config.Fallback(cr.CostFallback, capacity), capacity: capacity,
-		from: cr.CostFromResponse, onCut: cr.CostOnCut}
+		from: cr.CostFromResponse, onCut: cmp.Or(cr.CostOnCut, config.CutEstimate)}
 	if cr.Cost.Kind != config.CostNumber || cr.CostFromResponse.IsSet() {
 		r.rejects = nil
 	}
