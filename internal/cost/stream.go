@@ -49,6 +49,7 @@ func IsStream(contentType string) (stream, sse bool) {
 type Stream struct {
 	sse   bool
 	ptrs  []string         // the json leaves of the costs read
+	msg   []string         // each of ptrs under /message (Anthropic's message_start)
 	vals  map[string]int64 // the last value read at each pointer
 	data  []byte           // the SSE event being read: its data lines
 	line  []byte           // a line not ended yet
@@ -66,7 +67,7 @@ func NewStream(sse bool, costs ...config.Cost) *Stream {
 	add = func(c config.Cost) {
 		if c.Kind == config.CostJSON && !seen[c.Name] {
 			seen[c.Name] = true
-			s.ptrs = append(s.ptrs, c.Name)
+			s.ptrs, s.msg = append(s.ptrs, c.Name), append(s.msg, "/message"+c.Name)
 		}
 		for _, a := range c.Args {
 			add(a)
@@ -157,10 +158,10 @@ func (s *Stream) event(doc []byte) {
 		return // [DONE], a keep-alive: only an object carries usage
 	}
 	read := false
-	for _, p := range s.ptrs {
+	for i, p := range s.ptrs {
 		n, ok := Pointer(doc, p)
 		if !ok {
-			n, ok = Pointer(doc, "/message"+p)
+			n, ok = Pointer(doc, s.msg[i])
 		}
 		if ok {
 			s.vals[p], read = n, true

@@ -351,6 +351,7 @@ func (s *Server) forwardKeeping(c echo.Context, hdrs *rateHeaders, body *bodyRea
 	if s.gate.tr.On() {
 		r, span = s.gate.traceForward(r, up.url)
 	}
+	fullDuplex(fw.res.Writer)
 	up.proxy.ServeHTTP(fw, r)
 	if span != nil {
 		endRequest(span, fw.res.Status)
@@ -421,6 +422,20 @@ func (fw *forwardWriter) Write(b []byte) (int, error) {
 		_ = fw.dl.SetWriteDeadline(time.Now().Add(fw.stall)) // ErrNotSupported: no bound
 	}
 	return fw.res.Write(b)
+}
+
+// fullDuplex lets the forwarded request's body be read after the answer's header is written.
+// Without it, net/http's HTTP/1 server drains and closes the body as the header goes out, and
+// the transport's last read of it (for the EOF after Content-Length bytes) then fails, which
+// makes it close the upstream connection: an answer streamed back before the transport saw
+// the end of the body it sent (an upstream that reads the request and streams at once) was
+// cut off mid-stream, "use of closed network connection".
+func fullDuplex(w http.ResponseWriter) {
+	if d, ok := w.(interface{ EnableFullDuplex() error }); ok {
+		_ = d.EnableFullDuplex()
+		return
+	}
+	_ = http.NewResponseController(w).EnableFullDuplex() // ErrNotSupported (HTTP/2): not needed there
 }
 
 // deadliner is what net/http's own ResponseWriter does for http.ResponseController.
