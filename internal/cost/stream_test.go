@@ -116,3 +116,25 @@ func TestIsStream(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStream is the ingress's and the worker's cost of reading a streamed answer for its
+// usage: 256 OpenAI-style chunks and the include_usage chunk, written as they would arrive
+// (one event a write).
+func BenchmarkStream(b *testing.B) {
+	chunk := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"token"}}],"usage":null}` + "\n\n")
+	usage := []byte(`data: {"id":"chatcmpl-1","choices":[],"usage":{"prompt_tokens":40,"completion_tokens":256,"total_tokens":296}}` + "\n\ndata: [DONE]\n\n")
+	c, _ := config.ParseCost("json:/usage/total_tokens", true)
+	b.SetBytes(int64(256*len(chunk) + len(usage)))
+	b.ReportAllocs()
+	for b.Loop() {
+		s := NewStream(true, c)
+		for range 256 {
+			s.Write(chunk)
+		}
+		s.Write(usage)
+		s.End()
+		if n, ok := s.Cost(c, nil); !ok || n != 296 {
+			b.Fatal(n, ok)
+		}
+	}
+}
