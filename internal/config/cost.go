@@ -226,6 +226,13 @@ func (b *builder) ruleCost(where string, r *Rule, rr rawRule) {
 	r.CostFromResponse = b.cost(where, "cost_from_response", rr.CostFromResponse, true)
 	r.CostFallback = b.integer(where, "cost_fallback", rr.CostFallback, 0, 64)
 	r.CostOnCut = b.cutCharge(where, rr.CostOnCut, r.CostFromResponse.IsSet())
+	r.CutOnDebt = b.integer(where, "cut_on_debt", rr.CutOnDebt, 0, 64)
+	if rr.CutOnDebt != nil {
+		b.bound(where, "cut_on_debt", r.CutOnDebt, 1, MaxCost)
+		if !r.CostFromResponse.IsSet() {
+			b.p.add(where, "cut_on_debt", "cut_on_debt ends a streamed answer that owes more than it was charged: it needs cost_from_response")
+		}
+	}
 	if !r.Cost.IsSet() && !r.CostFromResponse.IsSet() && rr.CostFallback == nil {
 		return
 	}

@@ -251,6 +251,7 @@ type (
 		CostFallback     *scalar    `yaml:"cost_fallback"`
 		CostFromResponse *scalar    `yaml:"cost_from_response"`
 		CostOnCut        *scalar    `yaml:"cost_on_cut"`
+		CutOnDebt        *scalar    `yaml:"cut_on_debt"`
 	}
 	rawMatch struct {
 		Methods         stringList `yaml:"methods"`

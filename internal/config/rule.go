@@ -77,6 +77,10 @@ type Rule struct {
 	// charge standing; CutDeltas charges what its events said so far (cost.Stream.Seen). Only
 	// with CostFromResponse.
 	CostOnCut CutCharge
+	// CutOnDebt ends a streamed answer cleanly once what its events have said so far
+	// (cost.Stream.Seen) is more than CutOnDebt units above its entry charge (YAML
+	// cut_on_debt); 0: never. Only with CostFromResponse.
+	CutOnDebt int64
 }
 
 // CutCharge says what a streamed answer cut short is charged (cost_on_cut).

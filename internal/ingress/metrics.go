@@ -88,7 +88,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"rule"}),
 		streamsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rule_streams_cut_total",
-			Help: "Streamed answers of rules with cost_from_response cut short (the client gone, the upstream reset, the rule's timeout), by what they were charged (cost_on_cut: estimate or deltas).",
+			Help: "Streamed answers of rules with cost_from_response cut short (the client gone, the upstream reset, the rule's timeout), by what they were charged (cost_on_cut: estimate or deltas), or ended by cut_on_debt (debt).",
 		}, []string{"rule", "charged"}),
 		readAheadSkips: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_cost_read_ahead_skipped_total",

@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
@@ -46,6 +47,61 @@ type answerBody struct {
 	keep   bool         // the true costs read the body (needsBody)
 	stream *cost.Stream // the answer is streamed: its events, read as they pass; nil: not
 	recon  []reconcile  // the charges whose costs the events are read for
+	cut    bool         // a rule's cut_on_debt ended the stream (debtCut)
+}
+
+// cuts reports whether a rule of recon ends its streams on debt (cut_on_debt).
+func cuts(recon []reconcile) bool {
+	for _, rc := range recon {
+		if rc.rule.cost.cutDebt > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// overDebt reports whether what the stream's events said so far is more than a rule's
+// cut_on_debt above its charge.
+func (a *answerBody) overDebt(h http.Header) bool {
+	for _, rc := range a.recon {
+		if d := rc.rule.cost.cutDebt; d > 0 && a.stream.Seen(rc.rule.cost.from, h) > rc.dec.Cost+d {
+			return true
+		}
+	}
+	return false
+}
+
+// answerKey is the context key of the answerBody of a request whose rules end streams on
+// debt: the proxy's ModifyResponse finds it there (debtCutter).
+type answerKey struct{}
+
+// debtCut is the body of a streamed answer whose rule has cut_on_debt: once the events passed
+// on owe more than the bound, it ends (io.EOF) before the next read, so the client's answer
+// ends cleanly after the last whole read (the upstream's flushes are event boundaries) and
+// the upstream's connection is closed.
+type debtCut struct {
+	io.ReadCloser
+	a *answerBody
+	h http.Header
+}
+
+func (d *debtCut) Read(p []byte) (int, error) {
+	if d.a.stream != nil && !d.a.cut && d.a.overDebt(d.h) {
+		d.a.cut = true
+	}
+	if d.a.cut {
+		return 0, io.EOF
+	}
+	return d.ReadCloser.Read(p)
+}
+
+// debtCutter is the proxy's ModifyResponse: the body of an answer to a request whose rules
+// end streams on debt reads through debtCut.
+func debtCutter(res *http.Response) error {
+	if a, ok := res.Request.Context().Value(answerKey{}).(*answerBody); ok {
+		res.Body = &debtCut{ReadCloser: res.Body, a: a, h: res.Header}
+	}
+	return nil
 }
 
 // header looks at the answer's header, before its body: a streamed answer is read event by
@@ -107,6 +163,9 @@ func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody
 			ok   bool
 		)
 		switch {
+		case body != nil && body.cut:
+			g.metrics.streamsCut.WithLabelValues(rc.rule.name, "debt").Inc()
+			used, ok = body.stream.Seen(c.from, header), true
 		case body != nil && body.stream != nil && !finished:
 			g.metrics.streamsCut.WithLabelValues(rc.rule.name, string(c.onCut)).Inc()
 			if c.onCut != config.CutDeltas {

@@ -126,10 +126,11 @@ func (s *Server) setUpstream(u *url.URL) {
 				tracing.Inject(pr.Out.Context(), pr.Out.Header)
 			}
 		},
-		Transport:    s.transport,
-		BufferPool:   copyBuffers{},
-		ErrorHandler: s.proxyError,
-		ErrorLog:     nil,
+		Transport:      s.transport,
+		BufferPool:     copyBuffers{},
+		ModifyResponse: debtCutter,
+		ErrorHandler:   s.proxyError,
+		ErrorLog:       nil,
 	}})
 }
 
@@ -317,6 +318,9 @@ func (s *Server) forward(c echo.Context, hdrs *rateHeaders, body *bodyReader) er
 // (http.ErrAbortHandler), and a streamed answer cut so is charged all the same (cost_on_cut).
 func (s *Server) forwardReconciling(c echo.Context, hdrs *rateHeaders, body *bodyReader, h *held) error {
 	ab := &answerBody{keep: h.needsBody(), recon: h.recon}
+	if cuts(h.recon) {
+		c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), answerKey{}, ab)))
+	}
 	finished := false
 	defer func() {
 		if c.Response().Committed {

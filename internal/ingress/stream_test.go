@@ -317,3 +317,61 @@ func TestStreamCut(t *testing.T) {
 		})
 	}
 }
+
+// A stream whose events go more than cut_on_debt units above its charge is ended cleanly: the
+// client's answer ends without error after the last whole event passed on, the upstream is
+// let go, and the key is charged what the events passed on said (one unit a delta).
+func TestStreamCutOnDebt(t *testing.T) {
+	const deltas, maxTokens, bound = 50, 10, 5
+	up := &streamUpstream{deltas: deltas}
+	up.cut.Store(true) // it never sends its usage: only the cut ends the stream
+	rg := newStreamRig(t, up, `
+store_timeout: 2s
+rules:
+  - name: openai
+    match: {path: /v1/chat/completions}
+    key: [header:Authorization]
+    algorithm: fixed_window
+    limit: 1000000
+    period: 24h
+    cost: json:/max_tokens
+    cost_from_response: json:/usage/total_tokens
+    cut_on_debt: 5
+`)
+	body, _ := chatBody(maxTokens, 100)
+	res := rg.open(t, "/v1/chat/completions", body)
+	done := make(chan struct{})
+	var (
+		b   []byte
+		err error
+	)
+	go func() {
+		defer close(done)
+		b, err = io.ReadAll(res.Body)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		res.Body.Close()
+		t.Fatal("the stream was not ended 5 units above its charge")
+	}
+	res.Body.Close()
+	if err != nil {
+		t.Fatalf("the stream did not end cleanly: %v", err)
+	}
+	passed := int64(bytes.Count(b, []byte(`"delta"`)))
+	if passed <= maxTokens+bound || passed > deltas {
+		t.Errorf("%d deltas passed on; want more than %d (charge %d + cut_on_debt %d) and fewer than the %d sent", passed, maxTokens+bound, maxTokens, bound, deltas)
+	}
+	rg.waitMetric(t, 1, "sluice_rule_streams_cut_total", "rule", "openai", "charged", "debt")
+	rg.waitMetric(t, float64(passed-maxTokens), "sluice_rule_units_reconciled_total", "rule", "openai", "direction", "charge")
+	up.cut.Store(false)
+	body, _ = chatBody(100, 300) // charged its max_tokens, 100
+	probe := rg.open(t, "/v1/chat/completions", body)
+	io.Copy(io.Discard, probe.Body)
+	probe.Body.Close()
+	if left, _ := strconv.ParseInt(probe.Header.Get("X-RateLimit-Remaining"), 10, 64); 1000000-left-100 != passed {
+		t.Errorf("the key was charged %d for a stream cut on debt after %d deltas", 1000000-left-100, passed)
+	}
+	t.Logf("cut on debt after %d deltas (charge %d, cut_on_debt %d)", passed, maxTokens, bound)
+}
