@@ -435,11 +435,17 @@ func (fw *forwardWriter) Write(b []byte) (int, error) {
 // the end of the body it sent (an upstream that reads the request and streams at once) was
 // cut off mid-stream, "use of closed network connection".
 func fullDuplex(w http.ResponseWriter) {
-	if d, ok := w.(interface{ EnableFullDuplex() error }); ok {
-		_ = d.EnableFullDuplex()
-		return
+	for { // as http.ResponseController finds it, without allocating one
+		switch t := w.(type) {
+		case interface{ EnableFullDuplex() error }:
+			_ = t.EnableFullDuplex()
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return // not needed where it is not supported (HTTP/2)
+		}
 	}
-	_ = http.NewResponseController(w).EnableFullDuplex() // ErrNotSupported (HTTP/2): not needed there
 }
 
 // deadliner is what net/http's own ResponseWriter does for http.ResponseController.
