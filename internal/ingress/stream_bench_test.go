@@ -2,7 +2,6 @@ package ingress
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -79,7 +78,7 @@ rules:
 				m, _ := io.CopyBuffer(io.Discard, res.Body, buf)
 				res.Body.Close()
 				if int64(n)+m != size {
-					b.Fatal(fmt.Sprintf("read %d bytes, want %d", int64(n)+m, size))
+					b.Fatalf("read %d bytes, want %d", int64(n)+m, size)
 				}
 			}
 			b.ReportMetric(float64(ttfb.Microseconds())/float64(b.N), "ttfb-µs")
