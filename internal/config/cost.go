@@ -225,6 +225,14 @@ func (b *builder) ruleCost(where string, r *Rule, rr rawRule) {
 	r.Cost = b.cost(where, "cost", rr.Cost, false)
 	r.CostFromResponse = b.cost(where, "cost_from_response", rr.CostFromResponse, true)
 	r.CostFallback = b.integer(where, "cost_fallback", rr.CostFallback, 0, 64)
+	r.CostOnCut = b.cutCharge(where, rr.CostOnCut, r.CostFromResponse.IsSet())
+	r.CutOnDebt = b.integer(where, "cut_on_debt", rr.CutOnDebt, 0, 64)
+	if rr.CutOnDebt != nil {
+		b.bound(where, "cut_on_debt", r.CutOnDebt, 1, MaxCost)
+		if !r.CostFromResponse.IsSet() {
+			b.p.add(where, "cut_on_debt", "cut_on_debt ends a streamed answer that owes more than it was charged: it needs cost_from_response")
+		}
+	}
 	if !r.Cost.IsSet() && !r.CostFromResponse.IsSet() && rr.CostFallback == nil {
 		return
 	}
@@ -250,6 +258,22 @@ func (b *builder) ruleCost(where string, r *Rule, rr rawRule) {
 			b.p.add(where, "cost_fallback", "cost_fallback applies to a cost read from the request (header, query, json or body_bytes)")
 		}
 	}
+}
+
+// cutCharge reads cost_on_cut: estimate (the default) or deltas, and only with
+// cost_from_response (fromResponse).
+func (b *builder) cutCharge(where string, v *scalar, fromResponse bool) CutCharge {
+	if v == nil {
+		return ""
+	}
+	m := CutCharge(b.text(where, "cost_on_cut", v, string(CutEstimate)))
+	switch {
+	case m != CutEstimate && m != CutDeltas:
+		b.p.addf(where, "cost_on_cut", "cost_on_cut: invalid value %q: want estimate or deltas", m)
+	case !fromResponse:
+		b.p.add(where, "cost_on_cut", "cost_on_cut says what a streamed answer cut short is charged: it needs cost_from_response")
+	}
+	return m
 }
 
 // queueCost reads a queue's cost, cost_fallback, cost_rate, cost_burst and cost_from_response:

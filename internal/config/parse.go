@@ -252,6 +252,8 @@ type (
 		Cost             *scalar     `yaml:"cost"`
 		CostFallback     *scalar     `yaml:"cost_fallback"`
 		CostFromResponse *scalar     `yaml:"cost_from_response"`
+		CostOnCut        *scalar     `yaml:"cost_on_cut"`
+		CutOnDebt        *scalar     `yaml:"cut_on_debt"`
 		Budgets          []rawBudget `yaml:"budgets"`
 	}
 	rawBudget struct {

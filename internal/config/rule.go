@@ -84,7 +84,27 @@ type Rule struct {
 	// is "" (the file's algorithm is the budgets' default), and it neither defers nor leases.
 	// Empty: the rule is its own one limit.
 	Budgets []Budget
+	// CostOnCut is what a streamed answer cut short (the client gone, the upstream reset, the
+	// rule's timeout) is charged (YAML cost_on_cut): CutEstimate (the default, also "") leaves the entry
+	// charge standing; CutDeltas charges what its events said so far (cost.Stream.Seen). Only
+	// with CostFromResponse.
+	CostOnCut CutCharge
+	// CutOnDebt ends a streamed answer cleanly once what its events have said so far
+	// (cost.Stream.Seen) is more than CutOnDebt units above its entry charge (YAML
+	// cut_on_debt); 0: never. Only with CostFromResponse.
+	CutOnDebt int64
 }
+
+// CutCharge says what a streamed answer cut short is charged (cost_on_cut).
+type CutCharge string
+
+const (
+	// CutEstimate leaves the entry charge standing.
+	CutEstimate CutCharge = "estimate"
+	// CutDeltas charges the usage values read so far (a leaf never read counting 0) plus one
+	// unit per event that carried none.
+	CutDeltas CutCharge = "deltas"
+)
 
 // DefaultMaxWaitingPerKey caps the default deferral budget of a rule (WaitingPerKey).
 const DefaultMaxWaitingPerKey = 1000

@@ -65,15 +65,16 @@ func (a *readAhead) take(n int64) bool {
 }
 
 // release gives back what peek took of the read-ahead bound. It is safe to call on a nil b and
-// more than once; the server calls it once the request is answered, when its body (and the
-// head read ahead) can no longer be read.
+// more than once; the server calls it once the request is answered. It leaves head alone: the
+// transport may still be reading the forwarded body then (a forwarded request is full duplex,
+// and a stream cut short ends the handler while the transport's writer runs), so head goes
+// with the bodyReader once neither holds it.
 func (b *bodyReader) release() {
 	if b == nil || b.held == 0 {
 		return
 	}
 	b.ahead.held.Add(-b.held)
 	b.held = 0
-	b.head = nil
 }
 
 func (b *bodyReader) Read(p []byte) (int, error) {

@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 
@@ -15,6 +16,8 @@ type ruleCost struct {
 	fallback int64
 	capacity int64
 	from     config.Cost // cost_from_response; zero: the charge stands
+	onCut    config.CutCharge
+	cutDebt  int64 // cut_on_debt: end a stream this far above its charge; 0: never
 }
 
 // compileCost sets the rule's cost, when it has one. A rule whose cost varies by request, or
@@ -26,7 +29,7 @@ func (r *rule) compileCost(cr config.Rule) {
 	}
 	capacity := r.spec.Capacity()
 	r.cost = &ruleCost{spec: cr.Cost, fallback: config.Fallback(cr.CostFallback, capacity), capacity: capacity,
-		from: cr.CostFromResponse}
+		from: cr.CostFromResponse, onCut: cmp.Or(cr.CostOnCut, config.CutEstimate), cutDebt: cr.CutOnDebt}
 	if cr.Cost.Kind != config.CostNumber || cr.CostFromResponse.IsSet() {
 		r.rejects = nil
 	}

@@ -57,6 +57,7 @@ type metrics struct {
 	budgetRefunds  *prometheus.CounterVec // units given back to budgets a sibling refused (budgets.go)
 	owed           prometheus.Gauge       // extra charges kept after the store failed them (owed.go)
 	owedCharges    *prometheus.CounterVec // those charges by what became of them
+	streamsCut     *prometheus.CounterVec
 	readAheadBytes prometheus.GaugeFunc
 	readAheadSkips prometheus.Counter
 	readAhead      readAhead                       // the bytes held by cost read-ahead, across requests
@@ -100,6 +101,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_rule_owed_charges_total",
 			Help: "Extra charges of cost_from_response that the store failed, by result: kept (to charge again), paid (charged later), dropped (the bound was full, or they waited longer than 100 periods of their limit).",
 		}, []string{"result"}),
+		streamsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rule_streams_cut_total",
+			Help: "Streamed answers of rules with cost_from_response cut short (the client gone, the upstream reset, the rule's timeout), by what they were charged (cost_on_cut: estimate or deltas), or ended by cut_on_debt (debt).",
+		}, []string{"rule", "charged"}),
 		readAheadSkips: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_cost_read_ahead_skipped_total",
 			Help: "Requests charged their rule's cost fallback without reading the body because the read-ahead bound (read_ahead_bytes) was held by others, or the read-ahead deadline passed.",
@@ -150,7 +155,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "Requests whose body could not be read, by reason: timeout (cut off after read_timeout, 408) or malformed (400).",
 	}, []string{"reason"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.bodyErrors, m.overflows, m.cachedRejects, m.leased, m.reconciled, m.unreconciled, m.debtCapped, m.budgetRefunds, m.owed, m.owedCharges, m.readAheadBytes, m.readAheadSkips} {
+		for _, c := range []prometheus.Collector{m.decisions, m.duration, m.storeErrors, m.breakerState, m.requests, m.upstreamErrors, m.bodyErrors, m.overflows, m.cachedRejects, m.leased, m.reconciled, m.unreconciled, m.debtCapped, m.budgetRefunds, m.owed, m.owedCharges, m.streamsCut, m.readAheadBytes, m.readAheadSkips} {
 			if err := reg.Register(c); err != nil {
 				var are prometheus.AlreadyRegisteredError
 				if errors.As(err, &are) {

@@ -3,6 +3,8 @@ package ingress
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
@@ -37,14 +39,93 @@ func (k *call) reconciles(h *held) {
 	}
 }
 
-// answerBody keeps the start of an upstream's answer for reading its true cost.
+// answerBody keeps the start of an upstream's answer for reading its true cost, or, when the
+// answer is streamed (cost.IsStream), reads its events as they pass and keeps none of them.
 type answerBody struct {
-	b    []byte
-	over bool // the answer was longer than maxCostAnswer
+	b      []byte
+	over   bool         // the answer was longer than maxCostAnswer
+	keep   bool         // the true costs read the body (needsBody)
+	stream *cost.Stream // the answer is streamed: its events, read as they pass; nil: not
+	recon  []reconcile  // the charges whose costs the events are read for
+	cut    bool         // a rule's cut_on_debt ended the stream (debtCut)
+}
+
+// cuts reports whether a rule of recon ends its streams on debt (cut_on_debt).
+func cuts(recon []reconcile) bool {
+	for _, rc := range recon {
+		if rc.rule.cost.cutDebt > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// overDebt reports whether what the stream's events said so far is more than a rule's
+// cut_on_debt above its charge.
+func (a *answerBody) overDebt(h http.Header) bool {
+	for _, rc := range a.recon {
+		if d := rc.rule.cost.cutDebt; d > 0 && a.stream.Seen(rc.rule.cost.from, h) > rc.dec.Cost+d {
+			return true
+		}
+	}
+	return false
+}
+
+// answerKey is the context key of the answerBody of a request whose rules end streams on
+// debt: the proxy's ModifyResponse finds it there (debtCutter).
+type answerKey struct{}
+
+// debtCut is the body of a streamed answer whose rule has cut_on_debt: once the events passed
+// on owe more than the bound, it ends (io.EOF) before the next read, so the client's answer
+// ends cleanly after the last whole read (the upstream's flushes are event boundaries) and
+// the upstream's connection is closed.
+type debtCut struct {
+	io.ReadCloser
+	a *answerBody
+	h http.Header
+}
+
+func (d *debtCut) Read(p []byte) (int, error) {
+	if d.a.stream != nil && !d.a.cut && d.a.overDebt(d.h) {
+		d.a.cut = true
+	}
+	if d.a.cut {
+		return 0, io.EOF
+	}
+	return d.ReadCloser.Read(p)
+}
+
+// debtCutter is the proxy's ModifyResponse: the body of an answer to a request whose rules
+// end streams on debt reads through debtCut.
+func debtCutter(res *http.Response) error {
+	if a, ok := res.Request.Context().Value(answerKey{}).(*answerBody); ok {
+		res.Body = &debtCut{ReadCloser: res.Body, a: a, h: res.Header}
+	}
+	return nil
+}
+
+// header looks at the answer's header, before its body: a streamed answer is read event by
+// event.
+func (a *answerBody) header(h http.Header) {
+	ct := h["Content-Type"]
+	if len(ct) == 0 {
+		return
+	}
+	if ok, sse := cost.IsStream(ct[0]); ok {
+		costs := make([]config.Cost, len(a.recon))
+		for i, rc := range a.recon {
+			costs[i] = rc.rule.cost.from
+		}
+		a.stream = cost.NewStream(sse, costs...)
+	}
 }
 
 func (a *answerBody) write(p []byte) {
-	if a.over {
+	if a.stream != nil {
+		a.stream.Write(p)
+		return
+	}
+	if a.over || !a.keep {
 		return
 	}
 	if len(a.b)+len(p) > maxCostAnswer {
@@ -65,11 +146,17 @@ func (h *held) needsBody() bool {
 }
 
 // settleCosts reads each reconciled charge's true cost from the answer (its header, and the
-// kept body, nil when not kept or too long) and charges or refunds the difference. It runs
-// after the answer has been passed on, so the client never waits for it. A true cost that
-// cannot be read leaves the charge as it was; an extra charge the store fails is kept and made
-// again after a later Adjust succeeds (owed.go).
-func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody, timeout time.Duration) {
+// kept body, nil when not kept or too long; or the events of a streamed answer) and charges or
+// refunds the difference. It runs after the answer has been passed on, so the client never
+// waits for it. A true cost that cannot be read leaves the charge as it was; an extra charge
+// the store fails is kept and made again after a later Adjust succeeds (owed.go). A streamed
+// answer that did not finish (cut: the client gone, the upstream reset, the rule's timeout) is
+// charged as its rule's cost_on_cut says: its estimate (the charge stands), or what its events
+// said so far.
+func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody, finished bool, timeout time.Duration) {
+	if body != nil && body.stream != nil {
+		body.stream.End()
+	}
 	paid := false // an Adjust succeeded: the store answers, and owed charges can be made
 	defer func() {
 		if paid {
@@ -78,11 +165,29 @@ func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody
 	}()
 	for _, rc := range h.recon {
 		c := rc.rule.cost
-		var b []byte
-		if body != nil && !body.over {
-			b = body.b
+		var (
+			used int64
+			ok   bool
+		)
+		switch {
+		case body != nil && body.cut:
+			g.metrics.streamsCut.WithLabelValues(rc.rule.name, "debt").Inc()
+			used, ok = body.stream.Seen(c.from, header), true
+		case body != nil && body.stream != nil && !finished:
+			g.metrics.streamsCut.WithLabelValues(rc.rule.name, string(c.onCut)).Inc()
+			if c.onCut != config.CutDeltas {
+				continue
+			}
+			used, ok = body.stream.Seen(c.from, header), true
+		case body != nil && body.stream != nil:
+			used, ok = body.stream.Cost(c.from, header)
+		default:
+			var b []byte
+			if body != nil && body.keep && !body.over {
+				b = body.b
+			}
+			used, ok = cost.FromResponse(c.from, header, b)
 		}
-		used, ok := cost.FromResponse(c.from, header, b)
 		if !ok {
 			g.metrics.unreconciled.WithLabelValues(rc.rule.name).Inc()
 			continue

@@ -126,10 +126,11 @@ func (s *Server) setUpstream(u *url.URL) {
 				tracing.Inject(pr.Out.Context(), pr.Out.Header)
 			}
 		},
-		Transport:    s.transport,
-		BufferPool:   copyBuffers{},
-		ErrorHandler: s.proxyError,
-		ErrorLog:     nil,
+		Transport:      s.transport,
+		BufferPool:     copyBuffers{},
+		ModifyResponse: debtCutter,
+		ErrorHandler:   s.proxyError,
+		ErrorLog:       nil,
 	}})
 }
 
@@ -312,17 +313,23 @@ func (s *Server) forward(c echo.Context, hdrs *rateHeaders, body *bodyReader) er
 }
 
 // forwardReconciling forwards the request of c and then settles the costs of h with what the
-// upstream's answer says they were.
+// upstream's answer says they were. It settles in a defer: the proxy ends a copy that failed
+// (the client gone, the upstream reset, the timeout of forwardHolding) with a panic
+// (http.ErrAbortHandler), and a streamed answer cut so is charged all the same (cost_on_cut).
 func (s *Server) forwardReconciling(c echo.Context, hdrs *rateHeaders, body *bodyReader, h *held) error {
-	var ab *answerBody
-	if h.needsBody() {
-		ab = &answerBody{}
+	ab := &answerBody{keep: h.needsBody(), recon: h.recon}
+	if cuts(h.recon) {
+		c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), answerKey{}, ab)))
 	}
+	finished := false
+	defer func() {
+		if c.Response().Committed {
+			s.gate.settleCosts(h, c.Response().Header(), ab, finished, s.gate.rules.Load().storeTimeout)
+		}
+		h.recon = nil
+	}()
 	err := s.forwardKeeping(c, hdrs, body, ab)
-	if c.Response().Committed {
-		s.gate.settleCosts(h, c.Response().Header(), ab, s.gate.rules.Load().storeTimeout)
-	}
-	h.recon = nil
+	finished = c.Request().Context().Err() == nil
 	return err
 }
 
@@ -348,6 +355,7 @@ func (s *Server) forwardKeeping(c echo.Context, hdrs *rateHeaders, body *bodyRea
 	if s.gate.tr.On() {
 		r, span = s.gate.traceForward(r, up.url)
 	}
+	fullDuplex(fw.res.Writer)
 	up.proxy.ServeHTTP(fw, r)
 	if span != nil {
 		endRequest(span, fw.res.Status)
@@ -395,6 +403,9 @@ func (fw *forwardWriter) WriteHeader(code int) {
 	if fw.hdrs != nil && !fw.res.Committed {
 		fw.hdrs.apply(fw.res.Header())
 	}
+	if fw.keep != nil && !fw.res.Committed {
+		fw.keep.header(fw.res.Header())
+	}
 	fw.res.WriteHeader(code)
 }
 
@@ -415,6 +426,26 @@ func (fw *forwardWriter) Write(b []byte) (int, error) {
 		_ = fw.dl.SetWriteDeadline(time.Now().Add(fw.stall)) // ErrNotSupported: no bound
 	}
 	return fw.res.Write(b)
+}
+
+// fullDuplex lets the forwarded request's body be read after the answer's header is written.
+// Without it, net/http's HTTP/1 server drains and closes the body as the header goes out, and
+// the transport's last read of it (for the EOF after Content-Length bytes) then fails, which
+// makes it close the upstream connection: an answer streamed back before the transport saw
+// the end of the body it sent (an upstream that reads the request and streams at once) was
+// cut off mid-stream, "use of closed network connection".
+func fullDuplex(w http.ResponseWriter) {
+	for { // as http.ResponseController finds it, without allocating one
+		switch t := w.(type) {
+		case interface{ EnableFullDuplex() error }:
+			_ = t.EnableFullDuplex()
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = t.Unwrap()
+		default:
+			return // not needed where it is not supported (HTTP/2)
+		}
+	}
 }
 
 // deadliner is what net/http's own ResponseWriter does for http.ResponseController.

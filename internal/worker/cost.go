@@ -32,6 +32,9 @@ const (
 	unitPoll  = 20 * time.Millisecond
 	// maxCostBody is how much of an answer's body is read for cost_from_response: json.
 	maxCostBody = 1 << 20
+	// maxStreamAnswer is how much of a streamed answer is read for its usage events: read as
+	// it arrives and not kept (cost.Stream), so only the delivery's time bounds it otherwise.
+	maxStreamAnswer = 256 << 20
 )
 
 // unitBudget is the policy of a queue's unit budget (cost_rate): a job waits for one slot
@@ -113,7 +116,15 @@ func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 	if !cfg.CostFromResponse.IsSet() || a.resp == nil {
 		return
 	}
-	actual, ok := cost.FromResponse(cfg.CostFromResponse, a.resp.Header, a.body)
+	var (
+		actual int64
+		ok     bool
+	)
+	if a.stream != nil {
+		actual, ok = a.stream.Cost(cfg.CostFromResponse, a.resp.Header)
+	} else {
+		actual, ok = cost.FromResponse(cfg.CostFromResponse, a.resp.Header, a.body)
+	}
 	if !ok {
 		m.unreconciled.WithLabelValues(name).Inc()
 		u.env.log.Debug("worker: no true cost in the answer; the estimate stands", "queue", name,
@@ -150,11 +161,30 @@ func readsCostBody(cfg *QueueConfig) bool {
 	return cfg.CostFromResponse.Reads(func(k config.CostKind) bool { return k == config.CostJSON }) && !cfg.Units.IsZero()
 }
 
-// readCostBody reads up to maxCostBody of body.
-func readCostBody(body io.Reader) ([]byte, error) {
+// readCostBody reads up to maxCostBody of resp's body; or, when the answer is streamed
+// (cost.IsStream), all of it (up to maxStreamAnswer) through a cost.Stream that reads its usage
+// events and keeps none of it. A stream that ended in an error (reset, timeout) is cut: st is
+// nil then, and the charge stands.
+func readCostBody(cfg *QueueConfig, resp *http.Response) (body []byte, st *cost.Stream, err error) {
+	if ok, sse := cost.IsStream(resp.Header.Get("Content-Type")); ok {
+		s := cost.NewStream(sse, cfg.CostFromResponse)
+		if _, err = io.Copy(streamWriter{s}, io.LimitReader(resp.Body, maxStreamAnswer)); err != nil {
+			return nil, nil, err
+		}
+		s.End()
+		return nil, s, nil
+	}
 	var b bytes.Buffer
-	_, err := b.ReadFrom(io.LimitReader(body, maxCostBody))
-	return b.Bytes(), err
+	_, err = b.ReadFrom(io.LimitReader(resp.Body, maxCostBody))
+	return b.Bytes(), nil, err
+}
+
+// streamWriter feeds a cost.Stream as an io.Writer.
+type streamWriter struct{ s *cost.Stream }
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	w.s.Write(p)
+	return len(p), nil
 }
 
 // unitReset is how long until an upstream's exhausted token budget comes back, from an answer

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluice-rl/sluice/internal/cost"
 	"github.com/sluice-rl/sluice/internal/httphdr"
 	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/queue"
@@ -93,24 +94,25 @@ func request(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (
 
 // deliver makes one delivery attempt, bounded by cfg.Timeout and by ctx, and returns the
 // response with its body already read (up to maxDrain) and closed. For a queue that reads
-// its true cost from a JSON answer (readsCostBody) it returns up to maxCostBody of the body;
-// otherwise body is nil and nothing is kept.
-func (r *runner) deliver(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (_ *http.Response, body []byte, _ error) {
+// its true cost from a JSON answer (readsCostBody) it returns up to maxCostBody of the body,
+// or, for a streamed answer, the Stream that read its usage events (readCostBody);
+// otherwise body and st are nil and nothing is kept.
+func (r *runner) deliver(ctx context.Context, cfg *QueueConfig, j *queue.Job, attempt int) (_ *http.Response, body []byte, st *cost.Stream, _ error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	req, err := request(ctx, cfg, j, attempt)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if r.p.tr.On() {
 		tracing.Inject(ctx, req.Header) // the delivery span's, over any the job's headers hold
 	}
 	resp, err := r.p.client.Do(req)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if readsCostBody(cfg) {
-		body, err = readCostBody(resp.Body)
+		body, st, err = readCostBody(cfg, resp)
 		if err == nil {
 			_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 		}
@@ -120,7 +122,7 @@ func (r *runner) deliver(ctx context.Context, cfg *QueueConfig, j *queue.Job, at
 	resp.Body.Close()
 	if err != nil && ctx.Err() != nil {
 		// The status arrived, but the body did not in time: a timeout all the same.
-		return nil, nil, ctx.Err()
+		return nil, nil, nil, ctx.Err()
 	}
-	return resp, body, nil
+	return resp, body, st, nil
 }

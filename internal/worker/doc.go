@@ -39,7 +39,9 @@
 //     canceled. While lower-priority jobs wait, at least one of every 8 jobs a runner takes is
 //     of the lower level.
 //   - A unit queue (cost_rate) delivers within its units too, each job charged its estimate
-//     and, with CostFromResponse, reconciled to the answer's true cost.
+//     and, with CostFromResponse, reconciled to the answer's true cost; a streamed answer
+//     (text/event-stream, JSON lines) is read to its end for its usage events and keeps none
+//     of it (cost.Stream); one cut short leaves its estimate standing.
 //   - Every delivery carries Sluice-Job, Sluice-Attempt and Idempotency-Key (the client's own
 //     key scoped to the job's tenant, queue.UpstreamKey, or the job id). With Deps.Tracer set,
 //     each admission run and each delivery is a span in the trace of the request that enqueued

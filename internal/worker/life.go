@@ -293,14 +293,14 @@ func (r *runner) send(hard context.Context, cfg *QueueConfig, j *job) outcome {
 	if r.p.tr.On() {
 		ctx, span = startDelivery(hard, r.p.tr, j, attempt, start)
 	}
-	resp, body, err := r.deliver(ctx, cfg, j.m.Job, attempt)
+	resp, body, st, err := r.deliver(ctx, cfg, j.m.Job, attempt)
 	r.p.m.latency.WithLabelValues(r.name).Observe(r.p.now().Sub(start).Seconds())
 	r.p.m.drain.add(r.name)
 	c := classify(resp, err, r.p.now())
 	if span != nil {
 		endDelivery(span, c, err)
 	}
-	a := answer{resp: resp, body: body, class: c.Class}
+	a := answer{resp: resp, body: body, stream: st, class: c.Class}
 	for _, o := range r.pol.observe {
 		o.observe(cfg, j, a)
 	}

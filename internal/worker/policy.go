@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sluice-rl/sluice/internal/cost"
 	"github.com/sluice-rl/sluice/internal/tracing"
 	"github.com/sluice-rl/sluice/queue"
 	"github.com/sluice-rl/sluice/retry"
@@ -42,9 +43,12 @@ type looper interface {
 
 // answer is what a delivery brought back, for the observers.
 type answer struct {
-	resp  *http.Response // nil when no answer came
-	body  []byte         // the body, when the queue keeps it (readsCostBody)
-	class retry.Class
+	resp *http.Response // nil when no answer came
+	body []byte         // the body, when the queue keeps it (readsCostBody)
+	// stream read a streamed answer's usage events (readCostBody); nil when not streamed, or
+	// cut short, which leaves the charge standing.
+	stream *cost.Stream
+	class  retry.Class
 }
 
 // verdict is an admitter's decision on one job.
