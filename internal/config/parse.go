@@ -245,6 +245,7 @@ type (
 		MaxWaitingPerKey *scalar    `yaml:"max_waiting_per_key"`
 		Shadow           *scalar    `yaml:"shadow"`
 		OnStoreError     *scalar    `yaml:"on_store_error"`
+		OnStoreReset     *scalar    `yaml:"on_store_reset"`
 		Lease            *scalar    `yaml:"lease"`
 		Timeout          *scalar    `yaml:"timeout"`
 		Cost             *scalar    `yaml:"cost"`
