@@ -351,7 +351,7 @@ func (r *Redis) epochArgs(k string, l Limit, p params) (string, int64) {
 	g, _ := r.epochs.group(r.prefix, k)
 	hold := int64(0)
 	if l.OnReset == ResetConservative {
-		hold = p.hold()
+		hold = p.resetHold()
 	}
 	return r.epochs.args(g, hold)
 }

@@ -18,7 +18,7 @@ import (
 // slot), made at first use and never expiring (a hash of ~100 bytes; at most 16 384 of them on
 // a cluster). A store that knew an epoch and finds none, or another, has learned of a loss:
 // the script records when (the key's "lost" field, seen by every process), and limits with
-// OnReset ResetConservative refuse every request for their hold after it. RedisConfig.OnLoss
+// OnReset ResetConservative refuse every request for their reset hold after it. RedisConfig.OnLoss
 // reports each loss a store learns of. docs/store-reset.md says what each algorithm admits.
 
 // ResetMode is what a limit decided by the Redis store admits after the store learned that
@@ -31,7 +31,7 @@ const (
 	// whole capacity again at once.
 	ResetFresh ResetMode = "fresh"
 	// ResetConservative refuses every request of the limit (RetryAfter: the rest of the
-	// hold) until the limit's hold has passed since the loss was learned: the time the limit
+	// reset hold) until the reset hold has passed since the loss was learned: the time the limit
 	// takes to become whole from empty, Period for the window algorithms and
 	// Capacity × Period / Limit for the buckets and GCRA. A key then starts afresh, as it
 	// would have been whole by then anyway unless it owed debt.
@@ -41,10 +41,10 @@ const (
 // Valid reports whether m is a known mode ("" is ResetFresh).
 func (m ResetMode) Valid() bool { return m == "" || m == ResetFresh || m == ResetConservative }
 
-// Hold is how long after a loss of the store's state l refuses every request: 0 unless
+// ResetHold is how long after a loss of the store's state l refuses every request: 0 unless
 // l.OnReset is ResetConservative, else the time l takes to become whole from empty, rounded up
 // to the µs (0 for an invalid limit).
-func (l Limit) Hold() int64 {
+func (l Limit) ResetHold() int64 {
 	if l.OnReset != ResetConservative {
 		return 0
 	}
@@ -52,11 +52,11 @@ func (l Limit) Hold() int64 {
 	if err != nil {
 		return 0
 	}
-	return p.hold()
+	return p.resetHold()
 }
 
-// hold is the µs a limit of p takes to become whole from empty.
-func (p params) hold() int64 {
+// resetHold is the µs a limit of p takes to become whole from empty.
+func (p params) resetHold() int64 {
 	switch p.alg {
 	case algTokenBucket, algLeakyBucket, algGCRA:
 		return cdiv(p.cap, p.refill)
@@ -80,7 +80,7 @@ func newEpochs(rdb RedisClient, onLoss func(string)) *epochs {
 	e := &epochs{onLoss: onLoss}
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		e.cluster = true
-		e.known = make([]atomic.Int64, slots)
+		e.known = make([]atomic.Int64, hashSlots)
 	} else {
 		e.known = make([]atomic.Int64, 1)
 	}
@@ -92,11 +92,11 @@ func (e *epochs) group(prefix, key string) (int, string) {
 	if !e.cluster {
 		return 0, prefix + "epoch"
 	}
-	s := slot(key)
-	return s, prefix + "{" + slotTag(s) + "}:epoch"
+	s := hashSlot(key)
+	return s, prefix + "{" + hashSlotTag(s) + "}:epoch"
 }
 
-// args returns the script's last two ARGV: the epoch known of group g and the hold.
+// args returns the script's last two ARGV: the epoch known of group g and the reset hold (µs).
 func (e *epochs) args(g int, hold int64) (string, int64) {
 	return strconv.FormatInt(e.known[g].Load(), 10), hold
 }
@@ -114,11 +114,11 @@ func (e *epochs) saw(g int, known string, id int64, key string) {
 	}
 }
 
-// slots is the number of hash slots of a Redis Cluster.
-const slots = 16384
+// hashSlots is the number of hash slots of a Redis Cluster.
+const hashSlots = 16384
 
 // slot returns the Redis Cluster hash slot of key (CRC16 of its hash tag, or of key).
-func slot(key string) int {
+func hashSlot(key string) int {
 	if s := strings.IndexByte(key, '{'); s >= 0 {
 		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
 			key = key[s+1 : s+1+e]
@@ -135,25 +135,25 @@ func slot(key string) int {
 			}
 		}
 	}
-	return int(crc % slots)
+	return int(crc % hashSlots)
 }
 
 var (
-	slotTagsOnce sync.Once
-	slotTags     []string // slotTags[s] is a short hash tag in slot s
+	hashSlotTagsOnce sync.Once
+	hashSlotTags     []string // hashSlotTags[s] is a short hash tag in slot s
 )
 
-// slotTag returns a short hash tag whose slot is s: the first decimal number in it, found for
+// hashSlotTag returns a short hash tag whose slot is s: the first decimal number in it, found for
 // every slot at once (about 170 000 CRCs, a few ms) the first time a cluster store needs one.
-func slotTag(s int) string {
-	slotTagsOnce.Do(func() {
-		slotTags = make([]string, slots)
-		for left, n := slots, 0; left > 0; n++ {
+func hashSlotTag(s int) string {
+	hashSlotTagsOnce.Do(func() {
+		hashSlotTags = make([]string, hashSlots)
+		for left, n := hashSlots, 0; left > 0; n++ {
 			t := strconv.Itoa(n)
-			if i := slot(t); slotTags[i] == "" {
-				slotTags[i], left = t, left-1
+			if i := hashSlot(t); hashSlotTags[i] == "" {
+				hashSlotTags[i], left = t, left-1
 			}
 		}
 	})
-	return slotTags[s]
+	return hashSlotTags[s]
 }

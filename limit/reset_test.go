@@ -106,7 +106,7 @@ func TestResetModeValidate(t *testing.T) {
 			t.Errorf("OnReset %q: %v", m, err)
 		}
 	}
-	if h := (Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Burst: 20, OnReset: ResetConservative}).Hold(); h != 2_000_000 {
+	if h := (Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Burst: 20, OnReset: ResetConservative}).ResetHold(); h != 2_000_000 {
 		t.Errorf("the hold of a GCRA of 10/s, burst 20: %dµs, want 2s", h)
 	}
 }

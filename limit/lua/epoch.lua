@@ -6,13 +6,13 @@
 --   id    the epoch: µs of the server's TIME when the key was made
 --   born  when it was made, on the decision's clock
 --   lost  when a loss of state was learned, on the decision's clock; absent: never
--- ARGV[#ARGV-1] is the epoch the caller knows ('0' for none), ARGV[#ARGV] the hold of the
+-- ARGV[#ARGV-1] is the epoch the caller knows ('0' for none), ARGV[#ARGV] the reset hold of the
 -- caller's limit in µs: 0 for on_store_reset fresh, else how long after a loss the limit
 -- refuses every request (the time it takes to become whole from empty). A caller that knew
 -- an epoch and finds none, or an older one (a restart without persistence, a FLUSHALL, a
 -- failover or a restore that lost writes), has learned of a loss: lost is set to now, or to
 -- the new epoch's birth when a caller that knew nothing made it first.
--- Returns the algorithm's reply with the epoch id appended, or, within hold of lost, a
+-- Returns the algorithm's reply with the epoch id appended, or, within the reset hold of lost, a
 -- refusal that charges nothing: {0, 0, wait, wait, now, id}.
 local function epoch_check(key, known, now)
   local e = redis.call('HMGET', key, 'id', 'born', 'lost')
