@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -16,6 +17,9 @@ var ErrPermission = errors.New("queue: the NATS user lacks a permission Sluice n
 // PermissionsFix is what an operator grants a NATS user for Sluice (with the default prefix),
 // as nats-server's authorization block writes it.
 const PermissionsFix = `permissions: { publish: ["$JS.API.>", "$JS.ACK.>", "$KV.>", "SLUICE.>"], subscribe: ["_INBOX.>", "SLUICE.>", "$JS.EVENT.ADVISORY.CONSUMER.>"] }`
+
+// probeTimeout bounds CheckPermissions's wait for the server when ctx has no deadline.
+const probeTimeout = 5 * time.Second
 
 // probeSeq is the last sequence a probe tells JetStream to expect: no stream has it, so a probe
 // that may publish is refused by the stream (wrong last sequence) and stores nothing.
@@ -30,7 +34,7 @@ const probeSeq = "1000000000000000000"
 // subject; one flush then waits for the server to have judged them all: nats-server answers a
 // subject the user may not use with a permissions violation before it answers the flush. It
 // returns an error wrapping ErrPermission that names the most basic subject refused and the fix, the
-// flush's error when the server does not answer within ctx, or nil.
+// flush's error when the server does not answer within ctx (5s when ctx has no deadline), or nil.
 //
 // A violation the connection saw before the call counts too: it is as permanent.
 func CheckPermissions(ctx context.Context, nc *nats.Conn, queues []string) error {
@@ -65,6 +69,11 @@ func CheckPermissions(ctx context.Context, nc *nats.Conn, queues []string) error
 		if err := nc.Publish(s, nil); err != nil {
 			return fmt.Errorf("queue: permission probe %s: %w", s, err)
 		}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
 	}
 	if err := nc.FlushWithContext(ctx); err != nil {
 		return fmt.Errorf("queue: permission probe: the NATS server did not answer: %w", err)

@@ -96,12 +96,27 @@ queues:
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
-	for _, name := range []string{"SLUICE_Q_q", "KV_SLUICE_STATUS"} {
-		var st jetstream.Stream
+	names := []string{"SLUICE_Q_q", "KV_SLUICE_STATUS"}
+	for _, name := range names {
 		testenv.WaitFor(t, 10*time.Second, "the ingress as enough to provision "+name, func() bool {
-			st, err = js.Stream(ctx, name)
+			_, err := js.Stream(ctx, name)
 			return err == nil
 		})
+	}
+	// Probe again now that the streams exist: their subjects' probes are refused by them.
+	enough, err := nats.Connect(strings.Replace(ns.URL, "nats://", "nats://enough:p@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enough.Close()
+	if err := queue.CheckPermissions(ctx, enough, []string{"q"}); err != nil {
+		t.Fatalf("probe as enough: %v", err)
+	}
+	for _, name := range names {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if n := st.CachedInfo().State.Msgs; n != 0 {
 			t.Errorf("stream %s holds %d messages after the permission probe, want 0", name, n)
 		}
