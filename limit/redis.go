@@ -90,10 +90,11 @@ type Redis struct {
 
 // NewRedis returns a Redis store over rdb. It does not contact the server.
 func NewRedis(rdb RedisClient, cfg RedisConfig) *Redis {
-	r := &Redis{rdb: rdb, prefix: cfg.Prefix, now: cfg.Now, epochs: newEpochs(rdb, cfg.OnLoss)}
+	r := &Redis{rdb: rdb, prefix: cfg.Prefix, now: cfg.Now, }
 	if r.prefix == "" {
 		r.prefix = "sluice:"
 	}
+	r.epochs = newEpochs(rdb, r.prefix, cfg.OnLoss)
 	if cfg.MaxBatch >= 0 {
 		b := &batcher{rdb: rdb, maxBatch: cfg.MaxBatch, maxFlight: cfg.Pipelines}
 		if b.maxBatch == 0 {
@@ -335,8 +336,8 @@ func (r *Redis) clock() string {
 // lua/epoch.lua document them.
 func (r *Redis) call(key string, l Limit, p params, cost int64, now string) ([]string, []any) {
 	k := r.key(key, p.alg)
-	_, ek := r.epochs.group(r.prefix, k)
-	known, hold := r.epochArgs(k, l, p)
+	_, ek, known := r.epochs.group(k)
+	hold := resetHold(l, p)
 	keys := []string{k, ek}
 	switch p.alg {
 	case algTokenBucket, algLeakyBucket, algGCRA:
@@ -346,14 +347,12 @@ func (r *Redis) call(key string, l Limit, p params, cost int64, now string) ([]s
 	}
 }
 
-// epochArgs returns the epoch the store knows of the Redis key k's group and l's hold.
-func (r *Redis) epochArgs(k string, l Limit, p params) (string, int64) {
-	g, _ := r.epochs.group(r.prefix, k)
-	hold := int64(0)
-	if l.OnReset == ResetConservative {
-		hold = p.resetHold()
+// resetHold is the reset hold of l (of params p) in µs, 0 unless l is conservative.
+func resetHold(l Limit, p params) int64 {
+	if l.OnReset != ResetConservative {
+		return 0
 	}
-	return r.epochs.args(g, hold)
+	return p.resetHold()
 }
 
 // key returns the Redis key of key's state under algorithm a.
@@ -365,8 +364,8 @@ func (r *Redis) key(key string, a algo) string {
 // with one slice of arguments.
 func (r *Redis) evalSha(key string, l Limit, p params, cost int64, now string) *redis.Cmd {
 	k := r.key(key, p.alg)
-	_, ek := r.epochs.group(r.prefix, k)
-	known, hold := r.epochArgs(k, l, p)
+	_, ek, known := r.epochs.group(k)
+	hold := resetHold(l, p)
 	sha := scripts[p.alg].Hash()
 	switch p.alg {
 	case algTokenBucket, algLeakyBucket, algGCRA:
@@ -387,8 +386,11 @@ func (r *Redis) decision(key string, p params, cost int64, cmd *redis.Cmd) (Deci
 		return Decision{}, fmt.Errorf("limit: script returned %d values, want 6", len(v))
 	}
 	args := cmd.Args()
-	known, _ := args[len(args)-2].(string)
-	g, _ := r.epochs.group(r.prefix, r.key(key, p.alg))
+	known, _ := args[len(args)-2].(int64)
+	g := 0
+	if r.epochs.cluster {
+		g = hashSlot(r.key(key, p.alg))
+	}
 	r.epochs.saw(g, known, v[5], key)
 	d := Decision{
 		Allowed:    v[0] == 1,

@@ -72,12 +72,14 @@ func cdiv(a, b int64) int64 { return (a + b - 1) / b }
 // concurrent use.
 type epochs struct {
 	cluster bool
+	prefix  string
+	single  string         // the epoch key on a single Redis: prefix + "epoch"
 	known   []atomic.Int64 // by group: 1 on a single Redis, a hash slot's on a cluster
 	onLoss  func(key string)
 }
 
-func newEpochs(rdb RedisClient, onLoss func(string)) *epochs {
-	e := &epochs{onLoss: onLoss}
+func newEpochs(rdb RedisClient, prefix string, onLoss func(string)) *epochs {
+	e := &epochs{prefix: prefix, single: prefix + "epoch", onLoss: onLoss}
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		e.cluster = true
 		e.known = make([]atomic.Int64, hashSlots)
@@ -87,29 +89,24 @@ func newEpochs(rdb RedisClient, onLoss func(string)) *epochs {
 	return e
 }
 
-// group returns the group of the Redis key key and its epoch key.
-func (e *epochs) group(prefix, key string) (int, string) {
+// group returns the group of the Redis key k, its epoch key and the epoch known of it (0:
+// none), the script's last ARGV but one.
+func (e *epochs) group(k string) (int, string, int64) {
 	if !e.cluster {
-		return 0, prefix + "epoch"
+		return 0, e.single, e.known[0].Load()
 	}
-	s := hashSlot(key)
-	return s, prefix + "{" + hashSlotTag(s) + "}:epoch"
-}
-
-// args returns the script's last two ARGV: the epoch known of group g and the reset hold (µs).
-func (e *epochs) args(g int, hold int64) (string, int64) {
-	return strconv.FormatInt(e.known[g].Load(), 10), hold
+	s := hashSlot(k)
+	return s, e.prefix + "{" + hashSlotTag(s) + "}:epoch", e.known[s].Load()
 }
 
 // saw records that a script called with the epoch known of group g, about key, answered id;
 // a store that knew an epoch learns of a loss when the answer is another one. Each loss is
 // reported once per store and group.
-func (e *epochs) saw(g int, known string, id int64, key string) {
-	k, _ := strconv.ParseInt(known, 10, 64)
-	if id == 0 || id == k || !e.known[g].CompareAndSwap(k, id) {
+func (e *epochs) saw(g int, known, id int64, key string) {
+	if id == 0 || id == known || !e.known[g].CompareAndSwap(known, id) {
 		return
 	}
-	if k != 0 && e.onLoss != nil {
+	if known != 0 && e.onLoss != nil {
 		e.onLoss(key)
 	}
 }
