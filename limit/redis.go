@@ -90,7 +90,7 @@ type Redis struct {
 
 // NewRedis returns a Redis store over rdb. It does not contact the server.
 func NewRedis(rdb RedisClient, cfg RedisConfig) *Redis {
-	r := &Redis{rdb: rdb, prefix: cfg.Prefix, now: cfg.Now, }
+	r := &Redis{rdb: rdb, prefix: cfg.Prefix, now: cfg.Now}
 	if r.prefix == "" {
 		r.prefix = "sluice:"
 	}
