@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-rl/sluice/internal/testenv"
 )
 
@@ -108,5 +110,39 @@ func TestResetModeValidate(t *testing.T) {
 	}
 	if h := (Limit{Algorithm: GCRA, Limit: 10, Period: time.Second, Burst: 20, OnReset: ResetConservative}).ResetHold(); h != 2_000_000 {
 		t.Errorf("the hold of a GCRA of 10/s, burst 20: %dµs, want 2s", h)
+	}
+}
+
+// TestStoreResetOnCluster: on a real three-node Redis Cluster, a FLUSHALL of every master is
+// learned per hash slot: two conservative keys in different slots are each refused after it,
+// and the loss is reported once per slot.
+func TestStoreResetOnCluster(t *testing.T) {
+	c := testenv.RedisCluster(t)
+	ctx := context.Background()
+	var losses atomic.Int32
+	r := NewRedis(c.Client, RedisConfig{Prefix: testenv.Prefix(t), OnLoss: func(string) { losses.Add(1) }})
+	l := Limit{Algorithm: FixedWindow, Limit: 1, Period: time.Minute, OnReset: ResetConservative}
+	keys := []string{"a", "b"}
+	if hashSlot(r.key(keys[0], algFixedWindow)) == hashSlot(r.key(keys[1], algFixedWindow)) {
+		t.Fatal("the two keys share a slot")
+	}
+	for _, k := range keys {
+		if d, err := r.Decide(ctx, k, l, 1); err != nil || !d.Allowed {
+			t.Fatalf("%s before the flush: %+v, %v", k, d, err)
+		}
+	}
+	if err := c.Client.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		return m.FlushAll(ctx).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		d, err := r.Decide(ctx, k, l, 1)
+		if err != nil || d.Allowed || d.RetryAfter <= 55*time.Second {
+			t.Errorf("%s after the flush: %+v, %v; want refused for about a minute", k, d, err)
+		}
+	}
+	if n := losses.Load(); n != 2 {
+		t.Errorf("losses reported %d times, want once per slot (2)", n)
 	}
 }
