@@ -41,9 +41,9 @@ const (
 // Valid reports whether m is a known mode ("" is ResetFresh).
 func (m ResetMode) Valid() bool { return m == "" || m == ResetFresh || m == ResetConservative }
 
-// ResetHold is how long after a loss of the store's state l refuses every request: 0 unless
-// l.OnReset is ResetConservative, else the time l takes to become whole from empty, rounded up
-// to the µs (0 for an invalid limit).
+// ResetHold is how long after a loss of the store's state l refuses every request, in µs: 0
+// unless l.OnReset is ResetConservative, else the time l takes to become whole from empty,
+// rounded up (0 for an invalid limit).
 func (l Limit) ResetHold() int64 {
 	if l.OnReset != ResetConservative {
 		return 0

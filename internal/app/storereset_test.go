@@ -22,8 +22,10 @@ func TestStoreResetThroughIngress(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(up.Close)
 	const period = 2 * time.Second
-	in := start(t, t.TempDir(), `listen: 127.0.0.1:0
+	dir := t.TempDir()
+	in := start(t, dir, `listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
+data_dir: `+dir+` # no nats section: the embedded server's store
 upstream: `+up.URL+`
 redis: { url: `+rs.URL()+` }
 store_timeout: 1s
