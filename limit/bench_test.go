@@ -192,7 +192,7 @@ func BenchmarkRedis(b *testing.B) {
 				b.Fatal(err)
 			}
 			run(b, func(key string) error {
-				k, args := r.call(key, p, 1, "")
+				k, args := r.call(key, Limit{}, p, 1, "")
 				return rdb.EvalSha(ctx, script.Hash(), k, args...).Err()
 			})
 		})
@@ -468,7 +468,7 @@ func BenchmarkInterleaved(b *testing.B) {
 					return err
 				},
 				func(i int) error {
-					k, args := r.call(keys[i%len(keys)], p, 1, "")
+					k, args := r.call(keys[i%len(keys)], Limit{}, p, 1, "")
 					return rdb.EvalSha(ctx, script.Hash(), k, args...).Err()
 				})
 		}
@@ -542,7 +542,7 @@ func BenchmarkRedisDecide(b *testing.B) {
 		return func(i int) error {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			k, args := raw.call(keys[i%len(keys)], p, 1, "")
+			k, args := raw.call(keys[i%len(keys)], Limit{}, p, 1, "")
 			return c.EvalSha(ctx, script.Hash(), k, args...).Err()
 		}
 	}

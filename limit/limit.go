@@ -77,6 +77,8 @@ var (
 	// exactly: a period that is not a whole number of microseconds, or a capacity × period
 	// product too large for integer arithmetic on Lua's doubles (see [Limit.Validate]).
 	ErrOutOfRange = errors.New("limit: out of range")
+	// ErrInvalidReset means OnReset names no ResetMode.
+	ErrInvalidReset = errors.New("limit: on reset must be fresh or conservative")
 )
 
 // Limit is one rate limit: Limit requests per Period, decided by Algorithm. Burst is the bucket
@@ -87,11 +89,15 @@ var (
 // TokenBucket, LeakyBucket and GCRA of equal capacity make the same decisions: they are three
 // bookkeepings (tokens left, level poured, theoretical arrival time) of one rule. They differ in
 // their default capacity — Limit for the token bucket and GCRA, 1 for the leaky bucket.
+//
+// OnReset is what the limit admits after the Redis store learned that Redis lost its state
+// (see [ResetMode]; "" is ResetFresh). Memory ignores it: its state lives as long as the process.
 type Limit struct {
 	Algorithm Algorithm
 	Limit     int64
 	Period    time.Duration
 	Burst     int64
+	OnReset   ResetMode
 }
 
 // Validate reports why l cannot be used, or nil. The error wraps one or more of
@@ -112,7 +118,7 @@ func (l Limit) Validate() error {
 // validate is Validate that also returns the limit in the form the algorithms compute with.
 func (l Limit) validate() (params, error) {
 	alg, known := l.Algorithm.index()
-	if known && l.Limit > 0 && l.Period > 0 && l.Burst >= 0 {
+	if known && l.Limit > 0 && l.Period > 0 && l.Burst >= 0 && l.OnReset.Valid() {
 		return l.params(alg) // the hot path: no error to build
 	}
 	var errs []error
@@ -127,6 +133,9 @@ func (l Limit) validate() (params, error) {
 	}
 	if l.Burst < 0 {
 		errs = append(errs, ErrInvalidBurst)
+	}
+	if !l.OnReset.Valid() {
+		errs = append(errs, fmt.Errorf("%w: %q", ErrInvalidReset, string(l.OnReset)))
 	}
 	return params{}, errors.Join(errs...)
 }

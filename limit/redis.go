@@ -46,6 +46,12 @@ type RedisConfig struct {
 	// the default is where, on a 2-core machine, coalescing stopped costing anything at low
 	// concurrency (BENCHMARKS.md). It is ignored when MaxBatch is negative.
 	Pipelines int
+
+	// OnLoss, when set, is called once per loss of Redis's state the store learns of (per
+	// group: the store on a single Redis, a hash slot on a Redis Cluster), with the key whose
+	// decision learned it; a metric and a log line go there. It runs on the deciding goroutine
+	// and must not block. See ResetMode.
+	OnLoss func(key string)
 }
 
 // Defaults of RedisConfig.
@@ -79,6 +85,7 @@ type Redis struct {
 	prefix string
 	now    func() time.Time
 	batch  *batcher // nil when coalescing is off
+	epochs *epochs
 }
 
 // NewRedis returns a Redis store over rdb. It does not contact the server.
@@ -87,6 +94,7 @@ func NewRedis(rdb RedisClient, cfg RedisConfig) *Redis {
 	if r.prefix == "" {
 		r.prefix = "sluice:"
 	}
+	r.epochs = newEpochs(rdb, r.prefix, cfg.OnLoss)
 	if cfg.MaxBatch >= 0 {
 		b := &batcher{rdb: rdb, maxBatch: cfg.MaxBatch, maxFlight: cfg.Pipelines}
 		if b.maxBatch == 0 {
@@ -108,8 +116,8 @@ var luaFiles embed.FS
 // the algorithm's file; adjustSources the same for its adjustment script (name_adjust.lua).
 // scripts and adjustScripts hold them ready for EVALSHA.
 var (
-	sources       = luaSources("")
-	adjustSources = luaSources("_adjust")
+	sources       = luaSources("", mustRead("lua/epoch.lua"), "\nend)()\nepoch_reply[6] = epoch_id\nreturn epoch_reply\n")
+	adjustSources = luaSources("_adjust", "", "")
 	scripts       = newScripts(sources)
 	adjustScripts = newScripts(adjustSources)
 	// scriptSHAs are the decision scripts' hashes as EVALSHA arguments, converted to any once
@@ -122,7 +130,7 @@ var (
 	}()
 )
 
-func luaSources(suffix string) (s [numAlgos]string) {
+func luaSources(suffix, before, after string) (s [numAlgos]string) {
 	lib := mustRead("lua/lib.lua")
 	for a, name := range [numAlgos]string{
 		algTokenBucket:   "token_bucket",
@@ -132,7 +140,7 @@ func luaSources(suffix string) (s [numAlgos]string) {
 		algSlidingWindow: "sliding_window",
 		algGCRA:          "gcra",
 	} {
-		s[a] = lib + mustRead("lua/"+name+suffix+".lua")
+		s[a] = lib + before + mustRead("lua/"+name+suffix+".lua") + after
 	}
 	return s
 }
@@ -179,18 +187,18 @@ func (r *Redis) Decide(ctx context.Context, key string, l Limit, cost int64) (De
 	}
 	var cmd *redis.Cmd
 	if r.batch == nil {
-		keys, args := r.call(key, p, cost, r.clock())
+		keys, args := r.call(key, l, p, cost, r.clock())
 		cmd = scripts[p.alg].Run(ctx, r.rdb, keys, args...)
 	} else {
 		o := &op{}
-		o.one[0] = r.evalSha(key, p, cost, r.clock())
+		o.one[0] = r.evalSha(key, l, p, cost, r.clock())
 		o.cmds = o.one[:]
 		if err := r.batch.do(ctx, o); err != nil {
 			return Decision{}, fmt.Errorf("limit: decide %.64q: %w", key, err)
 		}
 		cmd = o.cmds[0]
 	}
-	d, err := decision(p, cost, cmd)
+	d, err := r.decision(key, p, cost, cmd)
 	if err != nil {
 		return Decision{}, fmt.Errorf("limit: decide %.64q: %w", key, err)
 	}
@@ -273,7 +281,7 @@ func (r *Redis) DecideAll(ctx context.Context, reqs []Request) ([]Decision, erro
 	pipe := r.rdb.Pipeline()
 	for i, q := range reqs {
 		c := &calls[i]
-		c.keys, c.args = r.call(q.Key, ps[i], q.Cost, now)
+		c.keys, c.args = r.call(q.Key, q.Limit, ps[i], q.Cost, now)
 		c.cmd = pipe.EvalSha(ctx, scripts[ps[i].alg].Hash(), c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
@@ -294,7 +302,7 @@ func (r *Redis) DecideAll(ctx context.Context, reqs []Request) ([]Decision, erro
 
 	out := make([]Decision, len(reqs))
 	for i := range calls {
-		d, err := decision(ps[i], reqs[i].Cost, calls[i].cmd)
+		d, err := r.decision(reqs[i].Key, ps[i], reqs[i].Cost, calls[i].cmd)
 		if err != nil {
 			return nil, fmt.Errorf("limit: decide request %d %.64q: %w", i, reqs[i].Key, err)
 		}
@@ -308,14 +316,14 @@ func (r *Redis) DecideAll(ctx context.Context, reqs []Request) ([]Decision, erro
 func (r *Redis) decideAllBatched(ctx context.Context, reqs []Request, ps []params, now string) ([]Decision, error) {
 	o := &op{cmds: make([]*redis.Cmd, len(reqs))}
 	for i, q := range reqs {
-		o.cmds[i] = r.evalSha(q.Key, ps[i], q.Cost, now)
+		o.cmds[i] = r.evalSha(q.Key, q.Limit, ps[i], q.Cost, now)
 	}
 	if err := r.batch.do(ctx, o); err != nil {
 		return nil, fmt.Errorf("limit: decide %d requests: %w", len(reqs), err)
 	}
 	out := make([]Decision, len(reqs))
 	for i, cmd := range o.cmds {
-		d, err := decision(ps[i], reqs[i].Cost, cmd)
+		d, err := r.decision(reqs[i].Key, ps[i], reqs[i].Cost, cmd)
 		if err != nil {
 			return nil, fmt.Errorf("limit: decide request %d %.64q: %w", i, reqs[i].Key, err)
 		}
@@ -332,15 +340,27 @@ func (r *Redis) clock() string {
 	return strconv.FormatInt(micros(r.now()), 10)
 }
 
-// call returns the KEYS and ARGV of the script of p.alg; the scripts' headers document them.
-func (r *Redis) call(key string, p params, cost int64, now string) ([]string, []any) {
-	keys := []string{r.key(key, p.alg)}
+// call returns the KEYS and ARGV of the script of p.alg (a limit l); the scripts' headers and
+// lua/epoch.lua document them.
+func (r *Redis) call(key string, l Limit, p params, cost int64, now string) ([]string, []any) {
+	k := r.key(key, p.alg)
+	_, ek, known := r.epochs.group(k)
+	hold := resetHold(l, p)
+	keys := []string{k, ek}
 	switch p.alg {
 	case algTokenBucket, algLeakyBucket, algGCRA:
-		return keys, []any{now, p.unit, p.refill, p.cap, cost}
+		return keys, []any{now, p.unit, p.refill, p.cap, cost, known, hold}
 	default:
-		return keys, []any{now, p.period, p.limit, cost}
+		return keys, []any{now, p.period, p.limit, cost, known, hold}
 	}
+}
+
+// resetHold is the reset hold of l (of params p) in µs, 0 unless l is conservative.
+func resetHold(l Limit, p params) int64 {
+	if l.OnReset != ResetConservative {
+		return 0
+	}
+	return p.resetHold()
 }
 
 // key returns the Redis key of key's state under algorithm a.
@@ -350,27 +370,36 @@ func (r *Redis) key(key string, a algo) string {
 
 // evalSha returns the EVALSHA of the script of p.alg with the KEYS and ARGV of call, built
 // with one slice of arguments.
-func (r *Redis) evalSha(key string, p params, cost int64, now string) *redis.Cmd {
+func (r *Redis) evalSha(key string, l Limit, p params, cost int64, now string) *redis.Cmd {
 	k := r.key(key, p.alg)
+	_, ek, known := r.epochs.group(k)
+	hold := resetHold(l, p)
 	sha := scriptSHAs[p.alg]
 	switch p.alg {
 	case algTokenBucket, algLeakyBucket, algGCRA:
-		return redis.NewCmd(context.Background(), "evalsha", sha, 1, k, now, p.unit, p.refill, p.cap, cost)
+		return redis.NewCmd(context.Background(), "evalsha", sha, 2, k, ek, now, p.unit, p.refill, p.cap, cost, known, hold)
 	default:
-		return redis.NewCmd(context.Background(), "evalsha", sha, 1, k, now, p.period, p.limit, cost)
+		return redis.NewCmd(context.Background(), "evalsha", sha, 2, k, ek, now, p.period, p.limit, cost, known, hold)
 	}
 }
 
-// decision reads a script's reply {allowed, remaining, reset_after µs, retry_after µs, at µs}
-// to a request of cost.
-func decision(p params, cost int64, cmd *redis.Cmd) (Decision, error) {
+// decision reads a script's reply {allowed, remaining, reset_after µs, retry_after µs, at µs,
+// epoch} to a request of cost against key, and records the epoch.
+func (r *Redis) decision(key string, p params, cost int64, cmd *redis.Cmd) (Decision, error) {
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return Decision{}, err
 	}
-	if len(v) != 5 {
-		return Decision{}, fmt.Errorf("limit: script returned %d values, want 5", len(v))
+	if len(v) != 6 {
+		return Decision{}, fmt.Errorf("limit: script returned %d values, want 6", len(v))
 	}
+	args := cmd.Args()
+	known, _ := args[len(args)-2].(int64)
+	g := 0
+	if r.epochs.cluster {
+		g = hashSlot(r.key(key, p.alg))
+	}
+	r.epochs.saw(g, known, v[5], key)
 	d := Decision{
 		Allowed:    v[0] == 1,
 		Limit:      p.limit,

@@ -15,12 +15,14 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/connect"
+	"github.com/sluice-rl/sluice/queue"
 )
 
 // check validates a config file as the processes would load it, prints each warning, and,
 // unless -offline, asks the servers it names whether they can run it: Redis answers, keeps
-// Sluice's keys (no eviction) and runs Lua; NATS has JetStream, is clustered when the streams
-// ask for replicas, and may store what the queues reserve. It returns errUsage-wrapped errors
+// Sluice's keys (no eviction) and runs Lua; NATS lets the config's user use the subjects Sluice
+// needs (queue.CheckPermissions), has JetStream, is clustered when the streams ask for
+// replicas, and may store what the queues reserve. It returns errUsage-wrapped errors
 // for a file that does not load (exit 2), and a plain error when a server cannot run it (exit 1).
 func check(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
@@ -88,11 +90,22 @@ func checkRedis(ctx context.Context, url string, out io.Writer) error {
 }
 
 func checkNATS(ctx context.Context, cfg *config.Config, out io.Writer) error {
-	nc, err := nats.Connect(cfg.NATS.URL, nats.Name("sluice-check"), nats.Timeout(5*time.Second))
+	nc, err := nats.Connect(cfg.NATS.URL, nats.Name("sluice-check"), nats.Timeout(5*time.Second),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // a permissions violation: reported once, below
 	if err != nil {
 		return fmt.Errorf("nats %s: %w", cfg.NATS.URL, err)
 	}
 	defer nc.Close()
+	names := make([]string, len(cfg.Queues))
+	for i, q := range cfg.Queues {
+		names[i] = q.Name
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = queue.CheckPermissions(pctx, nc, names)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
@@ -113,6 +126,6 @@ func checkNATS(ctx context.Context, cfg *config.Config, out io.Writer) error {
 		return fmt.Errorf("nats: the queues' max_bytes (times nats.replicas) reserve %d bytes, more than the %d the account may still store: lower max_bytes, or raise the server's max_file_store",
 			reserve, limit-int64(info.Store))
 	}
-	fmt.Fprintf(out, "nats: ok: JetStream, %d streams, the queues reserve %d MiB\n", info.Streams, reserve>>20)
+	fmt.Fprintf(out, "nats: ok: JetStream, the user's permissions, %d streams, the queues reserve %d MiB\n", info.Streams, reserve>>20)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/queue"
 )
 
 // TestCheck runs `sluice check` on files that do not load, that load with a warning, and that
@@ -49,5 +50,48 @@ rules: [{name: r, key: "header:X-API-Key", action: enqueue, queue: orders}]
 				t.Fatalf("sluice %q: exit %d (want %d)\nstdout: %s\nstderr: %s", args, code, tc.code, out.String(), errOut.String())
 			}
 		})
+	}
+}
+
+// TestCheckNATSPermissions: `sluice check` against a nats-server whose user may publish only
+// to the queues' subjects fails (exit 1) naming what the server refused and the grant that
+// fixes it; the same config with a user granted queue.PermissionsFix passes.
+func TestCheckNATSPermissions(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte(`authorization {
+  users = [
+    { user: admin, password: admin }
+    { user: jobsonly, password: p, permissions: { publish: ["SLUICE.>"], subscribe: ["_INBOX.>"] } }
+    { user: enough, password: p, `+queue.PermissionsFix+` }
+  ]
+}
+no_auth_user: admin
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.NATSProcIn(t, filepath.Join(dir, "js"), "-c", conf)
+	for _, tc := range []struct {
+		user     string
+		code     int
+		out, err string
+	}{
+		{"jobsonly", 1, "", `refused Publish to "$JS.API.INFO"; Sluice needs publish on $JS.API.>`},
+		{"enough", 0, "nats: ok: JetStream, the user's permissions", ""},
+	} {
+		file := filepath.Join(dir, tc.user+".yaml")
+		url := strings.Replace(ns.URL, "nats://", "nats://"+tc.user+":p@", 1)
+		body := fmt.Sprintf("nats: {url: %q}\nqueues: [{name: q, rate: 5/s, target: \"http://127.0.0.1:1/x\"}]\n", url)
+		if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), []string{"check", "-config", file}, func(string) string { return "" }, &out, &errOut)
+		if code != tc.code || !strings.Contains(out.String(), tc.out) || !strings.Contains(errOut.String(), tc.err) {
+			t.Errorf("sluice check as %s: exit %d (want %d)\nstdout: %s\nstderr: %s", tc.user, code, tc.code, out.String(), errOut.String())
+		}
+		if tc.code == 1 {
+			t.Logf("sluice check as %s: %s", tc.user, strings.TrimSpace(errOut.String()))
+		}
 	}
 }

@@ -191,7 +191,7 @@ func (p *ingressProc) startRedis(ctx context.Context) error {
 	if err := refuseEviction(ctx, rdb, cfg.Path, p.log); err != nil {
 		return err
 	}
-	p.lim = limit.NewRedis(rdb, limit.RedisConfig{})
+	p.lim = limit.NewRedis(rdb, limit.RedisConfig{OnLoss: ruleLosses(p.reg, p.log)})
 	lost := inflight.WithOnLoss(placeLosses(p.reg, p.log, "ingress"))
 	p.places = inflight.NewRedis(rdb, inflight.WithPrefix(placesPrefix), lost)
 	p.schedule = leaky.NewRedis(rdb, leaky.RedisConfig{})

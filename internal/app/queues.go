@@ -36,9 +36,18 @@ func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, cur
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	b := openPolicy.Backoff(nil)
+	probed := current().NATS == nil // the embedded server: no users, nothing to probe
 	for {
 		if !nc.IsConnected() {
 			err = fmt.Errorf("no NATS server answers at %s (connection %s)", redactURL(url), nc.Status())
+		} else if !probed {
+			if err = checkPermissions(ctx, nc, current()); err == nil {
+				probed = true
+				continue
+			}
+			if errors.Is(err, queue.ErrPermission) {
+				return nil, configErrf("%s: nats.url: %w", current().Path, err)
+			}
 		} else {
 			var qs *queue.Queues
 			if qs, err = openQueuesOnce(ctx, js, current); err == nil {
@@ -58,6 +67,14 @@ func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, cur
 			return nil, err
 		}
 	}
+}
+
+// checkPermissions asks the NATS server whether the connection's user may do what Sluice does
+// with cfg's queues (queue.CheckPermissions), waiting for its answer a few seconds at most.
+func checkPermissions(ctx context.Context, nc *nats.Conn, cfg *config.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return queue.CheckPermissions(ctx, nc, queueNames(cfg))
 }
 
 // explainOpen turns a failed opening of the queues into what the log and /readyz say: the

@@ -39,6 +39,7 @@ func (b *builder) rule(i int, rr rawRule, queues map[string]int) Rule {
 	r.Shadow = b.boolean(where, "shadow", rr.Shadow)
 	r.Global = b.boolean(where, "global", rr.Global)
 	r.OnStoreError = b.storeErrorMode(where, rr.OnStoreError, "")
+	r.OnStoreReset = b.storeResetMode(where, &r, rr.OnStoreReset)
 	if rr.Budgets == nil {
 		r.Lease = b.lease(where, &r, rr.Lease)
 		b.ruleCost(where, &r, rr)
@@ -275,3 +276,22 @@ func parseKeyPart(s string) (KeyPart, error) {
 // isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2): a valid method or
 // header name.
 func isToken(s string) bool { return retry.IsToken(s) }
+
+// storeResetMode reads a rule's on_store_reset: fresh or conservative, for rules with a limit
+// per period only.
+func (b *builder) storeResetMode(where string, r *Rule, v *scalar) limit.ResetMode {
+	if v == nil {
+		return ""
+	}
+	m := limit.ResetMode(b.text(where, "on_store_reset", v, ""))
+	switch {
+	case m != limit.ResetFresh && m != limit.ResetConservative:
+		b.p.addf(where, "on_store_reset", "on_store_reset: invalid value %q: want fresh or conservative", m)
+		return ""
+	case r.Concurrency():
+		b.p.add(where, "on_store_reset", "on_store_reset applies to rules with a limit per period: a concurrency rule's places are fenced after a loss of Redis's state by themselves")
+	case !r.HasLimit():
+		b.p.add(where, "on_store_reset", "on_store_reset applies to rules with a limit per period: set algorithm, limit and period, or drop it")
+	}
+	return m
+}

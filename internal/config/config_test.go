@@ -110,6 +110,7 @@ func TestFullExampleLoads(t *testing.T) {
 		}, {
 			Name: "search", Match: Match{Path: "/search/*"}, Key: []KeyPart{{KeyQuery, "tenant"}, {KeyMethod, ""}},
 			Algorithm: limit.FixedWindow, Limit: 100, Period: time.Minute, OnLimit: OnLimitReject, Action: ActionLimit,
+			OnStoreReset: limit.ResetConservative,
 		}, {
 			Name: "exports", Match: Match{Methods: []string{"GET"}, Path: "/exports/*"}, Key: []KeyPart{{KeyIP, ""}},
 			Algorithm: limit.SlidingLog, Limit: 3, Period: time.Hour, OnLimit: OnLimitReject, Action: ActionLimit,
@@ -347,6 +348,12 @@ func TestProblems(t *testing.T) {
 			`sluice.yaml: rules[1] "r": shadow: want true or false, got "maybe"`},
 		{"rule on_store_error", rule("{name: r, algorithm: gcra, limit: 1, period: 1s, on_store_error: ignore}"),
 			`sluice.yaml: rules[1] "r": on_store_error: invalid value "ignore": want allow or deny`},
+		{"rule on_store_reset", rule("{name: r, algorithm: gcra, limit: 1, period: 1s, on_store_reset: hold}"),
+			`sluice.yaml: rules[1] "r": on_store_reset: invalid value "hold": want fresh or conservative`},
+		{"on_store_reset on a concurrency rule", rule("{name: r, algorithm: concurrency, limit: 1, on_store_reset: conservative}"),
+			`sluice.yaml: rules[1] "r": on_store_reset applies to rules with a limit per period: a concurrency rule's places are fenced after a loss of Redis's state by themselves`},
+		{"on_store_reset without a limit", rule("{name: r, action: enqueue, queue: orders, on_store_reset: fresh}"),
+			`sluice.yaml: rules[1] "r": on_store_reset applies to rules with a limit per period: set algorithm, limit and period, or drop it`},
 		{"path relative", rule("{name: r, algorithm: gcra, limit: 1, period: 1s, match: {path: api/orders}}"),
 			`sluice.yaml: rules[1] "r": match.path must start with "/"`},
 		{"path inner star", rule("{name: r, algorithm: gcra, limit: 1, period: 1s, match: {path: /api/*/orders}}"),

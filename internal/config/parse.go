@@ -247,6 +247,7 @@ type (
 		Shadow           *scalar     `yaml:"shadow"`
 		Global           *scalar     `yaml:"global"`
 		OnStoreError     *scalar     `yaml:"on_store_error"`
+		OnStoreReset     *scalar     `yaml:"on_store_reset"`
 		Lease            *scalar     `yaml:"lease"`
 		Timeout          *scalar     `yaml:"timeout"`
 		Cost             *scalar     `yaml:"cost"`

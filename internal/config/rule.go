@@ -50,6 +50,11 @@ type Rule struct {
 	// OnStoreError overrides Config.OnStoreError for this rule (YAML on_store_error).
 	// "": inherit the global mode; see StoreErrorMode.
 	OnStoreError StoreErrorMode
+	// OnStoreReset is what the rule admits after Redis lost its state (YAML on_store_reset):
+	// limit.ResetFresh (the default) lets the algorithm start afresh, limit.ResetConservative
+	// refuses the rule's requests until the limit would be whole again (one period for the
+	// windows); docs/store-reset.md. Only rules with a limit per period have one.
+	OnStoreReset limit.ResetMode
 	// Timeout is, for an AlgorithmConcurrency rule only, the longest a request the rule caps
 	// may take at the upstream, from its forwarding to the end of its answer's body (YAML
 	// timeout; default DefaultRuleTimeout, at most 24h): the ingress cuts off a forwarded
@@ -121,7 +126,7 @@ func (r Rule) WaitingPerKey(q *Queue) int64 {
 
 // LimitSpec returns the rule's limit as the limiters take it.
 func (r Rule) LimitSpec() limit.Limit {
-	return limit.Limit{Algorithm: r.Algorithm, Limit: r.Limit, Period: r.Period, Burst: r.Burst}
+	return limit.Limit{Algorithm: r.Algorithm, Limit: r.Limit, Period: r.Period, Burst: r.Burst, OnReset: r.OnStoreReset}
 }
 
 // HasLimit reports whether the rule carries a limit: always for ActionLimit, and for

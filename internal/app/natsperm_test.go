@@ -1,0 +1,124 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/internal/connect"
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// natsUsers is a nats-server config with users of narrower and narrower permissions; admin
+// (with every permission) serves the connections without a user, as testenv's own probe.
+const natsUsers = `authorization {
+  users = [
+    { user: admin, password: admin }
+    { user: jobsonly, password: p, permissions: { publish: ["SLUICE.>"], subscribe: ["_INBOX.>"] } }
+    { user: nocreate, password: p, permissions: {
+        publish: { allow: ["$JS.API.>", "$JS.ACK.>", "$KV.>", "SLUICE.>"], deny: ["$JS.API.STREAM.CREATE.>"] },
+        subscribe: ["_INBOX.>"] } }
+    { user: nojobs, password: p, permissions: { publish: ["$JS.API.>", "$JS.ACK.>", "$KV.>"], subscribe: ["_INBOX.>"] } }
+    { user: noinbox, password: p, permissions: { publish: ["$JS.API.>", "$JS.ACK.>", "$KV.>", "SLUICE.>"], subscribe: ["other.>"] } }
+    { user: enough, password: p, ` + queue.PermissionsFix + ` }
+  ]
+}
+no_auth_user: admin
+`
+
+// TestNATSWithoutPermissionsFailsFast: a NATS user who may not use a subject Sluice needs
+// (JetStream's API, a stream's creation, the queues' subjects, a reply inbox) makes the ingress
+// and the worker stop at start with a config error that names what was refused and the fix,
+// instead of retrying for ever. A user granted queue.PermissionsFix starts, and the probe
+// leaves no message in the stream or the status bucket.
+func TestNATSWithoutPermissionsFailsFast(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte(natsUsers), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.NATSProcIn(t, filepath.Join(dir, "js"), "-c", conf)
+	rs := testenv.Redis(t)
+	config := func(user string) string {
+		return fmt.Sprintf(`listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+redis: { url: %q }
+nats: { url: %q }
+queues:
+  - { name: q, rate: 5/s, target: "POST http://127.0.0.1:1/x" }
+`, rs.URL(), strings.Replace(ns.URL, "nats://", "nats://"+user+":p@", 1))
+	}
+	for _, c := range []struct{ user, refused string }{
+		{"jobsonly", `Publish to "$JS.API.INFO"`},
+		{"nocreate", `Publish to "$JS.API.STREAM.CREATE.KV_SLUICE_STATUS"`},
+		{"nojobs", `Publish to "SLUICE.q.q.permission-probe"`},
+		{"noinbox", `Subscription to "_INBOX.`},
+	} {
+		path := filepath.Join(dir, c.user+".yaml")
+		if err := os.WriteFile(path, []byte(config(c.user)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for proc, run := range map[string]func(context.Context) error{
+			"ingress": Ingress{ConfigPath: path, Logger: testLogger()}.Run,
+			"worker":  Worker{ConfigPath: path, Logger: testLogger()}.Run,
+		} {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			start := time.Now()
+			err := run(ctx)
+			late := ctx.Err() != nil
+			cancel()
+			if late {
+				t.Fatalf("%s as %s still running after 10s, want it to stop at once", proc, c.user)
+			}
+			if err == nil || !errors.Is(err, connect.ErrConfig) || !strings.Contains(err.Error(), "refused "+c.refused) ||
+				!strings.Contains(err.Error(), queue.PermissionsFix) {
+				t.Errorf("%s as %s: %v; want a config error naming %s and the fix", proc, c.user, err, c.refused)
+				continue
+			}
+			t.Logf("%s as %s stopped after %v", proc, c.user, time.Since(start).Round(time.Millisecond))
+		}
+	}
+
+	start(t, t.TempDir(), config("enough"))
+	nc, err := nats.Connect(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	names := []string{"SLUICE_Q_q", "KV_SLUICE_STATUS"}
+	for _, name := range names {
+		testenv.WaitFor(t, 10*time.Second, "the ingress as enough to provision "+name, func() bool {
+			_, err := js.Stream(ctx, name)
+			return err == nil
+		})
+	}
+	// Probe again now that the streams exist: their subjects' probes are refused by them.
+	enough, err := nats.Connect(strings.Replace(ns.URL, "nats://", "nats://enough:p@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enough.Close()
+	if err := queue.CheckPermissions(ctx, enough, []string{"q"}); err != nil {
+		t.Fatalf("probe as enough: %v", err)
+	}
+	for _, name := range names {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := st.CachedInfo().State.Msgs; n != 0 {
+			t.Errorf("stream %s holds %d messages after the permission probe, want 0", name, n)
+		}
+	}
+}

@@ -1,0 +1,43 @@
+-- epoch.lua wraps every decision script (see luaSources in limit/redis.go): it checks the
+-- epoch of the rule state's group before the algorithm decides. Clock: the algorithm's.
+--
+-- The epoch key (KEYS[2]: one per store on a single Redis, one per hash slot on a Redis
+-- Cluster, never expiring) is a hash:
+--   id    the epoch: µs of the server's TIME when the key was made
+--   born  when it was made, on the decision's clock
+--   lost  when a loss of state was learned, on the decision's clock; absent: never
+-- ARGV[#ARGV-1] is the epoch the caller knows ('0' for none), ARGV[#ARGV] the reset hold of the
+-- caller's limit in µs: 0 for on_store_reset fresh, else how long after a loss the limit
+-- refuses every request (the time it takes to become whole from empty). A caller that knew
+-- an epoch and finds none, or an older one (a restart without persistence, a FLUSHALL, a
+-- failover or a restore that lost writes), has learned of a loss: lost is set to now, or to
+-- the new epoch's birth when a caller that knew nothing made it first.
+-- Returns the algorithm's reply with the epoch id appended, or, within the reset hold of lost, a
+-- refusal that charges nothing: {0, 0, wait, wait, now, id}.
+local function epoch_check(key, known, now)
+  local e = redis.call('HMGET', key, 'id', 'born', 'lost')
+  local id, born, lost = tonumber(e[1]), tonumber(e[2]) or 0, tonumber(e[3]) or 0
+  if not id or known > id then
+    local t = redis.call('TIME')
+    id, born, lost = tonumber(t[1]) * 1000000 + tonumber(t[2]), now, 0
+    redis.call('DEL', key)
+    redis.call('HSET', key, 'id', string.format('%.0f', id), 'born', string.format('%.0f', now))
+    if known > 0 then
+      lost = now
+      redis.call('HSET', key, 'lost', string.format('%.0f', now))
+    end
+  elseif known > 0 and known ~= id and lost < born then
+    lost = born
+    redis.call('HSET', key, 'lost', string.format('%.0f', born))
+  end
+  return id, lost
+end
+
+local epoch_now = clock(ARGV[1])
+local epoch_id, epoch_lost = epoch_check(KEYS[2], tonumber(ARGV[#ARGV - 1]), epoch_now)
+local epoch_hold = tonumber(ARGV[#ARGV])
+if epoch_hold > 0 and epoch_lost > 0 and epoch_now < epoch_lost + epoch_hold then
+  local wait = epoch_lost + epoch_hold - epoch_now
+  return {0, 0, wait, wait, epoch_now, epoch_id}
+end
+local epoch_reply = (function()
