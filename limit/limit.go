@@ -78,7 +78,7 @@ var (
 	// product too large for integer arithmetic on Lua's doubles (see [Limit.Validate]).
 	ErrOutOfRange = errors.New("limit: out of range")
 	// ErrInvalidReset means OnReset names no ResetMode.
-	ErrInvalidReset = errors.New("limit: on reset must be fresh or conservative")
+	ErrInvalidReset = errors.New("limit: on reset must be allow or hold")
 )
 
 // Limit is one rate limit: Limit requests per Period, decided by Algorithm. Burst is the bucket

@@ -29,13 +29,13 @@ type ResetMode string
 const (
 	// ResetFresh lets the algorithm start afresh, as for a key never seen: a key gets its
 	// whole capacity again at once.
-	ResetFresh ResetMode = "fresh"
+	ResetFresh ResetMode = "allow"
 	// ResetConservative refuses every request of the limit (RetryAfter: the rest of the
 	// reset hold) until the reset hold has passed since the loss was learned: the time the limit
 	// takes to become whole from empty, Period for the window algorithms and
 	// Capacity × Period / Limit for the buckets and GCRA. A key then starts afresh, as it
 	// would have been whole by then anyway unless it owed debt.
-	ResetConservative ResetMode = "conservative"
+	ResetConservative ResetMode = "hold"
 )
 
 // Valid reports whether m is a known mode ("" is ResetFresh).

@@ -53,7 +53,7 @@ func ruleLosses(reg prometheus.Registerer, log *slog.Logger) func(key string) {
 		mu.Unlock()
 		if !quiet {
 			log.Warn("ingress: Redis lost the rules' limiter state (a restart without persistence, a failover or a FLUSHALL); "+
-				"rules with on_store_reset: conservative refuse requests until their limit would be whole again, the others start "+
+				"rules with on_store_reset: hold refuse requests until their limit would be whole again, the others start "+
 				"afresh; debts of cost_from_response recorded before are forgotten (docs/store-reset.md)", "key", key)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // TestStoreResetThroughIngress: two token-bucket rules of 2 requests per 2s, one with
-// on_store_reset: conservative and one fresh, each used up; the redis-server is then SIGKILLed
+// on_store_reset: hold and one allow, each used up; the redis-server is then SIGKILLed
 // and restarted without persistence. The fresh rule's key is admitted again at once (its
 // bucket starts afresh, long before it would have refilled); the conservative rule's key is
 // refused with 429 until its period has passed since the restart, then admitted. The loss is
@@ -31,8 +31,8 @@ redis: { url: `+rs.URL()+` }
 store_timeout: 1s
 on_store_error: deny # a store error is a 503 here, never an admission
 rules:
-  - { name: careful, match: { path: /c/* }, key: [const:k], algorithm: token_bucket, limit: 2, period: 2s, on_store_reset: conservative }
-  - { name: hasty, match: { path: /f/* }, key: [const:k], algorithm: token_bucket, limit: 2, period: 2s, on_store_reset: fresh }
+  - { name: careful, match: { path: /c/* }, key: [const:k], algorithm: token_bucket, limit: 2, period: 2s, on_store_reset: hold }
+  - { name: hasty, match: { path: /f/* }, key: [const:k], algorithm: token_bucket, limit: 2, period: 2s, on_store_reset: allow }
 `)
 	get := func(path string) int {
 		resp, err := http.Get("http://" + in.listen + path)

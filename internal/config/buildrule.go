@@ -277,7 +277,7 @@ func parseKeyPart(s string) (KeyPart, error) {
 // header name.
 func isToken(s string) bool { return retry.IsToken(s) }
 
-// storeResetMode reads a rule's on_store_reset: fresh or conservative, for rules with a limit
+// storeResetMode reads a rule's on_store_reset: allow or conservative, for rules with a limit
 // per period only.
 func (b *builder) storeResetMode(where string, r *Rule, v *scalar) limit.ResetMode {
 	if v == nil {
@@ -286,7 +286,7 @@ func (b *builder) storeResetMode(where string, r *Rule, v *scalar) limit.ResetMo
 	m := limit.ResetMode(b.text(where, "on_store_reset", v, ""))
 	switch {
 	case m != limit.ResetFresh && m != limit.ResetConservative:
-		b.p.addf(where, "on_store_reset", "on_store_reset: invalid value %q: want fresh or conservative", m)
+		b.p.addf(where, "on_store_reset", "on_store_reset: invalid value %q: want allow (start afresh) or hold (refuse until the limit would be whole again)", m)
 		return ""
 	case r.Concurrency():
 		b.p.add(where, "on_store_reset", "on_store_reset applies to rules with a limit per period: a concurrency rule's places are fenced after a loss of Redis's state by themselves")
