@@ -164,29 +164,9 @@ func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody
 		}
 	}()
 	for _, rc := range h.recon {
-		c := rc.rule.cost
-		var (
-			used int64
-			ok   bool
-		)
-		switch {
-		case body != nil && body.cut:
-			g.metrics.streamsCut.WithLabelValues(rc.rule.name, "debt").Inc()
-			used, ok = body.stream.Seen(c.from, header), true
-		case body != nil && body.stream != nil && !finished:
-			g.metrics.streamsCut.WithLabelValues(rc.rule.name, string(c.onCut)).Inc()
-			if c.onCut != config.CutDeltas {
-				continue
-			}
-			used, ok = body.stream.Seen(c.from, header), true
-		case body != nil && body.stream != nil:
-			used, ok = body.stream.Cost(c.from, header)
-		default:
-			var b []byte
-			if body != nil && body.keep && !body.over {
-				b = body.b
-			}
-			used, ok = cost.FromResponse(c.from, header, b)
+		used, ok, stands := g.trueCost(rc, header, body, finished)
+		if stands {
+			continue
 		}
 		if !ok {
 			g.metrics.unreconciled.WithLabelValues(rc.rule.name).Inc()
@@ -221,4 +201,31 @@ func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody
 			g.metrics.reconciled.WithLabelValues(rc.rule.name, "refund").Add(float64(rc.dec.Cost - used))
 		}
 	}
+}
+
+// trueCost reads rc's true cost from the answer: its header and kept body, or the events of a
+// streamed answer. stands reports that the entry charge stands as it is (a stream cut short,
+// charged its estimate by cost_on_cut); ok is false when the cost could not be read.
+func (g *gate) trueCost(rc reconcile, header map[string][]string, body *answerBody, finished bool) (used int64, ok, stands bool) {
+	c := rc.rule.cost
+	switch {
+	case body != nil && body.cut:
+		g.metrics.streamsCut.WithLabelValues(rc.rule.name, "debt").Inc()
+		return body.stream.Seen(c.from, header), true, false
+	case body != nil && body.stream != nil && !finished:
+		g.metrics.streamsCut.WithLabelValues(rc.rule.name, string(c.onCut)).Inc()
+		if c.onCut != config.CutDeltas {
+			return 0, false, true
+		}
+		return body.stream.Seen(c.from, header), true, false
+	case body != nil && body.stream != nil:
+		used, ok = body.stream.Cost(c.from, header)
+		return used, ok, false
+	}
+	var b []byte
+	if body != nil && body.keep && !body.over {
+		b = body.b
+	}
+	used, ok = cost.FromResponse(c.from, header, b)
+	return used, ok, false
 }
