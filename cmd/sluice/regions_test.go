@@ -32,10 +32,10 @@ rules:
   - { name: per-key, key: [header:X-Key], algorithm: gcra, limit: 120, period: 1m, global: true }
 `, coord.URL, rec.URL))
 	var out string
-	testenv.WaitFor(t, 10*time.Second, "a's lease in `sluice regions`", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "a's leases of the queue and the rule in `sluice regions`", func() bool {
 		var code int
 		code, out, _ = sluice(admin, nil, "regions")
-		return code == 0 && lineWith(out, "queue llm", " a ", "on its lease")
+		return code == 0 && lineWith(out, "queue llm", " a ", "on its lease") && lineWith(out, "rule per-key", " a ", "on its lease")
 	})
 	t.Logf("\n%s", out)
 	if !strings.Contains(out, "region a of a, b; coordinator ok") || !lineWith(out, "queue llm", " b ", "never renewed: safe share 20/s") ||
