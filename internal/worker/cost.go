@@ -47,15 +47,19 @@ type unitBudget struct {
 	// adaptive queue asks for (unitLearner).
 	slot    *leakSlot
 	learned *unitLearner
+	// fraction is the region's part of a global queue's budgets (regionalLease.fraction): the
+	// units asked for are lowered to it. Nil: 1.
+	fraction func() float64
 	// turn is held by the one job of the runner taking its slot and units.
 	turn chan struct{}
 	// settling bounds reconciliations: it ends a grace after shutdown.
 	settling context.Context
 }
 
-func newUnitBudget(env queueEnv, sched leaky.Schedule, slot *leakSlot, learned *unitLearner, settling context.Context) *unitBudget {
+func newUnitBudget(env queueEnv, sched leaky.Schedule, slot *leakSlot, learned *unitLearner, fraction func() float64, settling context.Context) *unitBudget {
 	cs, _ := sched.(leaky.CostSchedule)
-	return &unitBudget{env: env, sched: cs, slot: slot, learned: learned, turn: make(chan struct{}, 1), settling: settling}
+	return &unitBudget{env: env, sched: cs, slot: slot, learned: learned, fraction: fraction,
+		turn: make(chan struct{}, 1), settling: settling}
 }
 
 // admit waits for the job's slot and units together (leaky.WaitCost), one job of the queue at
@@ -86,7 +90,8 @@ func (u *unitBudget) admit(ctx context.Context, cfg *QueueConfig, j *job) verdic
 	return pass()
 }
 
-// ask is what job j asks of cfg's unit budget: its cost (0 means 1), capped at what the
+// ask is what job j asks of cfg's unit budget — for a global queue, the region's fraction of
+// it, or the learned unit rate when lower: its cost (0 means 1), capped at what the
 // budget can deliver at once — a larger cost cannot have been accepted under this config
 // (the config changed since), and is charged the capacity, never blocking the queue.
 func (u *unitBudget) ask(cfg *QueueConfig, j *job) leaky.Ask {
@@ -97,7 +102,10 @@ func (u *unitBudget) ask(cfg *QueueConfig, j *job) leaky.Ask {
 		c = cfg.CostCapacity
 	}
 	units := cfg.Units
-	if cfg.Adaptive {
+	if u.fraction != nil {
+		units = regionalUnits(units, u.fraction()) // a global queue: the region's share of cost_rate
+	}
+	if cfg.Adaptive { // the learned rate, when lower
 		units = u.learned.units(units, u.env.now())
 	}
 	return leaky.Ask{Units: units, Cost: c, Ahead: unitAhead, Poll: unitPoll}

@@ -483,7 +483,7 @@ func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 		operator,
 		lease,
 		&places{env: env, store: p.places, settling: p.exec.ctx, health: &p.health},
-		newUnitBudget(env, p.sched, slot, unitLearn, p.exec.ctx),
+		newUnitBudget(env, p.sched, slot, unitLearn, lease.fraction, p.exec.ctx),
 		slot,
 		&uncanceled{env: env, canceled: &p.canceled},
 		learn,
