@@ -106,3 +106,43 @@ func TestRegionalLeaseLost(t *testing.T) {
 		t.Errorf("with a lease again: sluice_region_lease_lost = %v, want 0", got)
 	}
 }
+
+// TestRegionalUnits: a global queue's unit budget is lowered to the region's fraction of the
+// rate — cost_rate over a longer period, cost_burst cut, rounded down — through the lease's
+// share, its safe share once it expired, and left whole for a queue that is not global.
+func TestRegionalUnits(t *testing.T) {
+	units := leaky.Units{N: 500, Per: time.Second, Burst: 100}
+	for _, tc := range []struct {
+		name   string
+		global bool
+		share  float64 // the lease's, of a rate of 50/s
+		after  time.Duration
+		want   leaky.Units
+	}{
+		{"not global", false, 20, time.Second, units},
+		{"on its lease, 40%", true, 20, time.Second, leaky.Units{N: 500, Per: 2500 * time.Millisecond, Burst: 40}},
+		{"the whole rate", true, 50, time.Second, units},
+		{"expired: the even safe share, 50%", true, 20, 3 * time.Second, leaky.Units{N: 500, Per: 2 * time.Second, Burst: 50}},
+		{"a third", true, 50.0 / 3, time.Second, leaky.Units{N: 500, Per: 3 * time.Second, Burst: 33}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newFakeClock()
+			cfg := &QueueConfig{Name: "q", Rate: leaky.Every(50, time.Second), Global: tc.global, Units: units}
+			env := testEnv("q", func() *QueueConfig { return cfg })
+			env.now = clock.now
+			c := &renewer{lease: regions.Lease{Share: tc.share, Expires: clock.now().Add(2 * time.Second)}}
+			rl := &regionalLease{env: env, reg: &Regions{Coordinator: c, Regions: 2, SafeShare: -1,
+				Lease: 2 * time.Second, Renew: 500 * time.Millisecond}}
+			rl.renew(context.Background())
+			clock.advance(tc.after)
+			u := &unitBudget{env: env, learned: &unitLearner{now: clock.now}, fraction: rl.fraction}
+			got := u.ask(cfg, testJob("j", "")).Units
+			if d := got.Per - tc.want.Per; got.N != tc.want.N || got.Burst != tc.want.Burst || d < 0 || d > time.Microsecond {
+				t.Errorf("units %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if got := regionalUnits(units, 0); got.Per != 10000*time.Second || got.Burst != 0 {
+		t.Errorf("a share of 0 asks for %v; want the least fraction, 1/10 000", got)
+	}
+}
