@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
@@ -52,6 +54,9 @@ type unitBudget struct {
 	fraction func() float64
 	// turn is held by the one job of the runner taking its slot and units.
 	turn chan struct{}
+	// mean is the mean cost of the jobs charged lately (math.Float64bits; 0: none yet),
+	// weighted costWeight to the last: a global queue's demand in units (regionalLease.demand).
+	mean atomic.Uint64
 	// settling bounds reconciliations: it ends a grace after shutdown.
 	settling context.Context
 }
@@ -81,6 +86,7 @@ func (u *unitBudget) admit(ctx context.Context, cfg *QueueConfig, j *job) verdic
 		c, err := leaky.WaitCost(ctx, u.sched, u.env.name, u.slot.rate(), u.ask(cfg, j), h)
 		if err == nil {
 			j.charge, j.charged = c, true
+			u.charged(c.Cost)
 		}
 		return err
 	})
@@ -89,6 +95,24 @@ func (u *unitBudget) admit(ctx context.Context, cfg *QueueConfig, j *job) verdic
 	}
 	return pass()
 }
+
+// costWeight is the weight of the last job's cost in the mean cost (unitBudget.mean): about
+// the last 1/costWeight jobs count.
+const costWeight = 0.1
+
+// charged adds a job's charge to the mean cost; called with turn held, so by one job at a time.
+func (u *unitBudget) charged(cost int64) {
+	m := math.Float64frombits(u.mean.Load())
+	if m == 0 {
+		m = float64(cost)
+	} else {
+		m += costWeight * (float64(cost) - m)
+	}
+	u.mean.Store(math.Float64bits(m))
+}
+
+// meanCost is the mean cost of the jobs charged lately, 0 before the first.
+func (u *unitBudget) meanCost() float64 { return math.Float64frombits(u.mean.Load()) }
 
 // ask is what job j asks of cfg's unit budget — for a global queue, the region's fraction of
 // it, or the learned unit rate when lower: its cost (0 means 1), capped at what the

@@ -55,6 +55,9 @@ type regionalLease struct {
 	env     queueEnv
 	reg     *Regions      // nil: no regions
 	backlog backlogReader // nil: demand is the whole budget
+	// meanCost is the mean cost of the queue's jobs lately (unitBudget.meanCost), for the
+	// demand of a queue with a unit budget; nil or 0: demand counts jobs only.
+	meanCost func() float64
 
 	mu       sync.Mutex
 	lease    regions.Lease // the last lease renewed; zero: none yet
@@ -239,7 +242,9 @@ func (rl *regionalLease) renew(ctx context.Context) {
 
 // demand is the region's demand for the queue's global rate: its backlog drained within one
 // renew period, so that a region keeps its share until its backlog is nearly gone; the whole
-// budget when the backlog cannot be read.
+// budget when the backlog cannot be read. With a unit budget, what the backlog needs of it
+// (at the mean cost of its jobs lately), as the same fraction of the rate, when that is more:
+// one lease's fraction lowers both budgets, so a region needs the larger part.
 func (rl *regionalLease) demand(ctx context.Context, budget float64) float64 {
 	if rl.backlog == nil {
 		return budget
@@ -250,5 +255,10 @@ func (rl *regionalLease) demand(ctx context.Context, budget float64) float64 {
 	if err != nil {
 		return budget
 	}
-	return math.Max(0, float64(info.Depth)/rl.reg.Renew.Seconds())
+	jobs := math.Max(0, float64(info.Depth)/rl.reg.Renew.Seconds())
+	perSec := unitsPerSecond(rl.env.cfg().Units)
+	if rl.meanCost == nil || perSec <= 0 {
+		return jobs
+	}
+	return math.Max(jobs, jobs*rl.meanCost()/perSec*budget)
 }
