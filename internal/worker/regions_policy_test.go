@@ -152,7 +152,9 @@ func TestRegionalUnits(t *testing.T) {
 // depth is a backlog of n jobs.
 type depth uint64
 
-func (d depth) Info(context.Context, string) (queue.Info, error) { return queue.Info{Depth: uint64(d)}, nil }
+func (d depth) Info(context.Context, string) (queue.Info, error) {
+	return queue.Info{Depth: uint64(d)}, nil
+}
 
 // TestRegionalDemand: a region's demand is its backlog drained within one renew period, in
 // jobs; with a unit budget that binds, what the backlog needs of cost_rate at its jobs' mean
