@@ -65,8 +65,8 @@ type Queue struct {
 	// tenant): they scope its Idempotency-Key and who may read its status. Empty: the queue
 	// has one tenant.
 	Tenant []KeyPart
-	// Global shares Rate with the other regions (YAML global): this region delivers at its
-	// lease's share of it. Needs Config.Region and Config.Regions. Default false.
+	// Global shares Rate, and CostRate and CostBurst by the same fraction, with the other
+	// regions (YAML global): this region delivers at its lease's share of them. Needs Config.Region and Config.Regions. Default false.
 	Global bool
 	// Adaptive makes Rate the ceiling of a rate the workers learn from the upstream's
 	// answers: lower on 429/503 and low remaining quota, back up while it answers 2xx (YAML

@@ -54,7 +54,8 @@ type QueueConfig struct {
 	// for its slot, or being delivered) is kept alive with InProgress every AckWait/3.
 	AckWait time.Duration
 	// Global shares Rate with the other regions (Deps.Regions): this region delivers at its
-	// lease's share of it (regions.go). Without Deps.Regions it has no effect.
+	// lease's share of it, and asks for the same fraction of Units (regions.go). Without
+	// Deps.Regions it has no effect.
 	Global bool
 	// Adaptive makes Rate a ceiling: the workers learn the rate the upstream takes (see
 	// adaptive.go), never below MinRate deliveries per second (> 0 when Adaptive).

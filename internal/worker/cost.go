@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/config"
@@ -47,15 +49,22 @@ type unitBudget struct {
 	// adaptive queue asks for (unitLearner).
 	slot    *leakSlot
 	learned *unitLearner
+	// fraction is the region's part of a global queue's budgets (regionalLease.fraction): the
+	// units asked for are lowered to it. Nil: 1.
+	fraction func() float64
 	// turn is held by the one job of the runner taking its slot and units.
 	turn chan struct{}
+	// mean is the mean cost of the jobs charged lately (math.Float64bits; 0: none yet),
+	// weighted costWeight to the last: a global queue's demand in units (regionalLease.demand).
+	mean atomic.Uint64
 	// settling bounds reconciliations: it ends a grace after shutdown.
 	settling context.Context
 }
 
-func newUnitBudget(env queueEnv, sched leaky.Schedule, slot *leakSlot, learned *unitLearner, settling context.Context) *unitBudget {
+func newUnitBudget(env queueEnv, sched leaky.Schedule, slot *leakSlot, learned *unitLearner, fraction func() float64, settling context.Context) *unitBudget {
 	cs, _ := sched.(leaky.CostSchedule)
-	return &unitBudget{env: env, sched: cs, slot: slot, learned: learned, turn: make(chan struct{}, 1), settling: settling}
+	return &unitBudget{env: env, sched: cs, slot: slot, learned: learned, fraction: fraction,
+		turn: make(chan struct{}, 1), settling: settling}
 }
 
 // admit waits for the job's slot and units together (leaky.WaitCost), one job of the queue at
@@ -77,6 +86,7 @@ func (u *unitBudget) admit(ctx context.Context, cfg *QueueConfig, j *job) verdic
 		c, err := leaky.WaitCost(ctx, u.sched, u.env.name, u.slot.rate(), u.ask(cfg, j), h)
 		if err == nil {
 			j.charge, j.charged = c, true
+			u.charged(c.Cost)
 		}
 		return err
 	})
@@ -86,7 +96,26 @@ func (u *unitBudget) admit(ctx context.Context, cfg *QueueConfig, j *job) verdic
 	return pass()
 }
 
-// ask is what job j asks of cfg's unit budget: its cost (0 means 1), capped at what the
+// costWeight is the weight of the last job's cost in the mean cost (unitBudget.mean): about
+// the last 1/costWeight jobs count.
+const costWeight = 0.1
+
+// charged adds a job's charge to the mean cost; called with turn held, so by one job at a time.
+func (u *unitBudget) charged(cost int64) {
+	m := math.Float64frombits(u.mean.Load())
+	if m == 0 {
+		m = float64(cost)
+	} else {
+		m += costWeight * (float64(cost) - m)
+	}
+	u.mean.Store(math.Float64bits(m))
+}
+
+// meanCost is the mean cost of the jobs charged lately, 0 before the first.
+func (u *unitBudget) meanCost() float64 { return math.Float64frombits(u.mean.Load()) }
+
+// ask is what job j asks of cfg's unit budget — for a global queue, the region's fraction of
+// it, or the learned unit rate when lower: its cost (0 means 1), capped at what the
 // budget can deliver at once — a larger cost cannot have been accepted under this config
 // (the config changed since), and is charged the capacity, never blocking the queue.
 func (u *unitBudget) ask(cfg *QueueConfig, j *job) leaky.Ask {
@@ -97,7 +126,10 @@ func (u *unitBudget) ask(cfg *QueueConfig, j *job) leaky.Ask {
 		c = cfg.CostCapacity
 	}
 	units := cfg.Units
-	if cfg.Adaptive {
+	if u.fraction != nil {
+		units = regionalUnits(units, u.fraction()) // a global queue: the region's share of cost_rate
+	}
+	if cfg.Adaptive { // the learned rate, when lower
 		units = u.learned.units(units, u.env.now())
 	}
 	return leaky.Ask{Units: units, Cost: c, Ahead: unitAhead, Poll: unitPoll}

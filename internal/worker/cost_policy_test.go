@@ -16,7 +16,7 @@ import (
 func newTestBudget(cfg *QueueConfig) *unitBudget {
 	sched := leaky.NewMemory(nil)
 	slot, _ := newTestSlot(cfg, sched)
-	return newUnitBudget(slot.env, sched, slot, &unitLearner{now: time.Now}, context.Background())
+	return newUnitBudget(slot.env, sched, slot, &unitLearner{now: time.Now}, nil, context.Background())
 }
 
 // TestUnitBudgetAdmit: a job of a unit queue is charged its cost (0: 1; above the capacity,

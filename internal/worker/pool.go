@@ -478,12 +478,14 @@ func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 	if p.spares != nil {
 		slot.warm = p.spares.warm
 	}
+	units := newUnitBudget(env, p.sched, slot, unitLearn, lease.fraction, p.exec.ctx)
+	lease.meanCost = units.meanCost
 	r.pol = newPolicies(
 		tenants,
 		operator,
 		lease,
 		&places{env: env, store: p.places, settling: p.exec.ctx, health: &p.health},
-		newUnitBudget(env, p.sched, slot, unitLearn, p.exec.ctx),
+		units,
 		slot,
 		&uncanceled{env: env, canceled: &p.canceled},
 		learn,

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/regions"
+	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
 )
 
 // Regions is this deployment's part in global budgets (Deps.Regions): a queue with
-// QueueConfig.Global shares its rate with the other regions through leases renewed on the
-// coordinator (internal/regions). Nil: no regions; Global is ignored.
+// QueueConfig.Global shares its rate, and its unit budget (cost_rate) by the same fraction,
+// with the other regions through leases renewed on the coordinator (internal/regions). Nil:
+// no regions; Global is ignored.
 type Regions struct {
 	// Coordinator renews this region's leases (a *regions.Coordinator).
 	Coordinator LeaseRenewer
@@ -43,7 +45,8 @@ type backlogReader interface {
 }
 
 // regionalLease is the policy of a global queue's regional lease: its share of the global rate
-// lowers the leak slot's rate (rate, through leakSlot.learned), a share too small for one
+// lowers the leak slot's rate (rate, through leakSlot.learned) and, as a fraction, the unit
+// budget (fraction, through unitBudget.ask), a share too small for one
 // delivery per renew period holds jobs until the next renewal (admit), and run renews the lease
 // every Renew with the region's demand: its backlog drained within one renew period. When
 // renewals fail the region uses its lease until it expires, then its safe share. Safe for
@@ -52,6 +55,9 @@ type regionalLease struct {
 	env     queueEnv
 	reg     *Regions      // nil: no regions
 	backlog backlogReader // nil: demand is the whole budget
+	// meanCost is the mean cost of the queue's jobs lately (unitBudget.meanCost), for the
+	// demand of a queue with a unit budget; nil or 0: demand counts jobs only.
+	meanCost func() float64
 
 	mu       sync.Mutex
 	lease    regions.Lease // the last lease renewed; zero: none yet
@@ -148,6 +154,38 @@ func (rl *regionalLease) rate() float64 {
 	return s
 }
 
+// fraction is the region's part of the queue's global budgets now, share ÷ rate in [0, 1]:
+// the leak slot runs at share = fraction × rate, and the unit budget at fraction × cost_rate
+// and fraction × cost_burst (unitBudget.ask). 1 when the queue is not global (or has no rate).
+// One lease, divided by the job backlog, thus shares both budgets (docs/design/regions.md).
+func (rl *regionalLease) fraction() float64 {
+	s, ok := rl.share()
+	budget := perSecond(rl.env.cfg().Rate)
+	if !ok || budget <= 0 {
+		return 1
+	}
+	return min(max(s/budget, 0), 1)
+}
+
+// minUnitFraction is the least fraction of a unit budget a region asks for while its share is
+// above 0: a unit budget stretched further would overflow the unit schedule's arithmetic. A
+// share that small (1/10 000 of the rate) is below one delivery per renew period for any rate
+// under 4 000/s at the default renew, and held by admit before it reaches the unit budget.
+const minUnitFraction = 1e-4
+
+// regionalUnits is u lowered to the region's fraction f of it: the same units over a period
+// 1/f times as long (exact where scaling N would round), and f of its burst, rounded down.
+// f ≥ 1 leaves u; f is raised to minUnitFraction.
+func regionalUnits(u leaky.Units, f float64) leaky.Units {
+	if f >= 1 || u.IsZero() {
+		return u
+	}
+	f = max(f, minUnitFraction)
+	u.Per = time.Duration(math.Ceil(float64(u.Per) / f))
+	u.Burst = int64(float64(u.Burst) * f)
+	return u
+}
+
 // admit holds a global queue's job while the region's share is too small for one delivery per
 // renew period (a leak slot at that rate would be reserved beyond the next renewal), until then.
 func (rl *regionalLease) admit(context.Context, *QueueConfig, *job) verdict {
@@ -204,7 +242,9 @@ func (rl *regionalLease) renew(ctx context.Context) {
 
 // demand is the region's demand for the queue's global rate: its backlog drained within one
 // renew period, so that a region keeps its share until its backlog is nearly gone; the whole
-// budget when the backlog cannot be read.
+// budget when the backlog cannot be read. With a unit budget, what the backlog needs of it
+// (at the mean cost of its jobs lately), as the same fraction of the rate, when that is more:
+// one lease's fraction lowers both budgets, so a region needs the larger part.
 func (rl *regionalLease) demand(ctx context.Context, budget float64) float64 {
 	if rl.backlog == nil {
 		return budget
@@ -215,5 +255,10 @@ func (rl *regionalLease) demand(ctx context.Context, budget float64) float64 {
 	if err != nil {
 		return budget
 	}
-	return math.Max(0, float64(info.Depth)/rl.reg.Renew.Seconds())
+	jobs := math.Max(0, float64(info.Depth)/rl.reg.Renew.Seconds())
+	perSec := unitsPerSecond(rl.env.cfg().Units)
+	if rl.meanCost == nil || perSec <= 0 {
+		return jobs
+	}
+	return math.Max(jobs, jobs*rl.meanCost()/perSec*budget)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluice-rl/sluice/internal/regions"
 	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
 )
 
 // renewer is a coordinator that answers with lease, or err.
@@ -104,5 +106,88 @@ func TestRegionalLeaseLost(t *testing.T) {
 	rl.renew(context.Background())
 	if got := lost(); got != 0 {
 		t.Errorf("with a lease again: sluice_region_lease_lost = %v, want 0", got)
+	}
+}
+
+// TestRegionalUnits: a global queue's unit budget is lowered to the region's fraction of the
+// rate — cost_rate over a longer period, cost_burst cut, rounded down — through the lease's
+// share, its safe share once it expired, and left whole for a queue that is not global.
+func TestRegionalUnits(t *testing.T) {
+	units := leaky.Units{N: 500, Per: time.Second, Burst: 100}
+	for _, tc := range []struct {
+		name   string
+		global bool
+		share  float64 // the lease's, of a rate of 50/s
+		after  time.Duration
+		want   leaky.Units
+	}{
+		{"not global", false, 20, time.Second, units},
+		{"on its lease, 40%", true, 20, time.Second, leaky.Units{N: 500, Per: 2500 * time.Millisecond, Burst: 40}},
+		{"the whole rate", true, 50, time.Second, units},
+		{"expired: the even safe share, 50%", true, 20, 3 * time.Second, leaky.Units{N: 500, Per: 2 * time.Second, Burst: 50}},
+		{"a third", true, 50.0 / 3, time.Second, leaky.Units{N: 500, Per: 3 * time.Second, Burst: 33}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newFakeClock()
+			cfg := &QueueConfig{Name: "q", Rate: leaky.Every(50, time.Second), Global: tc.global, Units: units}
+			env := testEnv("q", func() *QueueConfig { return cfg })
+			env.now = clock.now
+			c := &renewer{lease: regions.Lease{Share: tc.share, Expires: clock.now().Add(2 * time.Second)}}
+			rl := &regionalLease{env: env, reg: &Regions{Coordinator: c, Regions: 2, SafeShare: -1,
+				Lease: 2 * time.Second, Renew: 500 * time.Millisecond}}
+			rl.renew(context.Background())
+			clock.advance(tc.after)
+			u := &unitBudget{env: env, learned: &unitLearner{now: clock.now}, fraction: rl.fraction}
+			got := u.ask(cfg, testJob("j", "")).Units
+			if d := got.Per - tc.want.Per; got.N != tc.want.N || got.Burst != tc.want.Burst || d < 0 || d > time.Microsecond {
+				t.Errorf("units %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if got := regionalUnits(units, 0); got.Per != 10000*time.Second || got.Burst != 0 {
+		t.Errorf("a share of 0 asks for %v; want the least fraction, 1/10 000", got)
+	}
+}
+
+// depth is a backlog of n jobs.
+type depth uint64
+
+func (d depth) Info(context.Context, string) (queue.Info, error) {
+	return queue.Info{Depth: uint64(d)}, nil
+}
+
+// TestRegionalDemand: a region's demand is its backlog drained within one renew period, in
+// jobs; with a unit budget that binds, what the backlog needs of cost_rate at its jobs' mean
+// cost, as the same fraction of the rate.
+func TestRegionalDemand(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		units leaky.Units
+		mean  float64 // the mean cost charged lately
+		want  float64
+	}{
+		// 100 jobs in 500 ms: 200 jobs/s.
+		{"no unit budget", leaky.Units{}, 10, 200},
+		{"units not charged yet", leaky.Units{N: 500, Per: time.Second}, 0, 200},
+		// 2 000 units/s of 250: 8 × cost_rate, as 8 × the rate of 50/s.
+		{"units bind", leaky.Units{N: 250, Per: time.Second}, 10, 400},
+		{"units bind harder", leaky.Units{N: 100, Per: time.Second}, 10, 1000},
+		{"units do not bind", leaky.Units{N: 100000, Per: time.Second}, 10, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &QueueConfig{Name: "q", Rate: leaky.Every(50, time.Second), Global: true, Units: tc.units}
+			rl := &regionalLease{env: testEnv("q", func() *QueueConfig { return cfg }), backlog: depth(100),
+				meanCost: func() float64 { return tc.mean }, reg: &Regions{Renew: 500 * time.Millisecond}}
+			if got := rl.demand(context.Background(), 50); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("demand %v, want %v", got, tc.want)
+			}
+		})
+	}
+	u := &unitBudget{}
+	for _, c := range []int64{10, 20} {
+		u.charged(c)
+	}
+	if m := u.meanCost(); math.Abs(m-11) > 1e-9 {
+		t.Errorf("mean cost of 10 then 20: %v, want 11 (weight %v to the last)", m, costWeight)
 	}
 }

@@ -54,9 +54,14 @@ func newRegion(t *testing.T, ctx context.Context, name, coordURL string) *region
 // metrics.
 func (r *region) run(t *testing.T, h *harness, budget int, safe float64) *prometheus.Registry {
 	t.Helper()
+	return r.runSpec(t, h, h.spec("llm", budget), safe)
+}
+
+// runSpec starts the region's pool on spec, made global, and returns its metrics.
+func (r *region) runSpec(t *testing.T, h *harness, spec worker.QueueConfig, safe float64) *prometheus.Registry {
+	t.Helper()
 	rs := testenv.Redis(t)
 	sched := leaky.NewRedis(rs.Client, leaky.RedisConfig{Prefix: testenv.Name(t) + ":"})
-	spec := h.spec("llm", budget)
 	spec.Global = true
 	reg := prometheus.NewRegistry()
 	deps := worker.Deps{Queues: r.qs, Schedule: sched, Registerer: reg,

@@ -1,0 +1,115 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// publishCosts publishes n jobs of cost units each to queue name, 8 at a time, and returns
+// their ids.
+func publishCosts(t *testing.T, qs *queue.Queues, name string, n int, cost int64) map[string]bool {
+	t.Helper()
+	ids := make(chan string, n)
+	errs := make(chan error, n)
+	next := make(chan int)
+	done := make(chan struct{})
+	for range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range next {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				rc, err := qs.Publish(ctx, &queue.Job{Queue: name, Method: http.MethodPost, Cost: cost,
+					Path: fmt.Sprintf("/orders/%d", i), Body: []byte("x")})
+				cancel()
+				if err != nil {
+					errs <- err
+					continue
+				}
+				ids <- rc.ID
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	for range 8 {
+		<-done
+	}
+	close(ids)
+	select {
+	case err := <-errs:
+		t.Fatalf("publish: %v", err)
+	default:
+	}
+	set := map[string]bool{}
+	for id := range ids {
+		set[id] = true
+	}
+	return set
+}
+
+// unitsWindow returns the most units of arrivals ats (sorted, each of cost units) in a 1 s
+// window that starts at an arrival in [from, to).
+func unitsWindow(ats []time.Time, cost int, from, to time.Time) int {
+	return maxWindow(ats, from, to) * cost
+}
+
+// TestRegionsShareOneUnitBudget: two regions, each its own NATS and Redis, a coordinator on a
+// third NATS, one upstream, a global queue with cost_rate 500 units/s and a rate (200/s) that
+// does not bind, jobs of cost 10. Each region's unit budget runs at its lease's fraction of
+// cost_rate, so while both have backlog the upstream sees at most 500 units + the connected
+// bound's slot term in units, R·c = 20 (docs/design/regions.md), in any 1 s window, and at
+// least 85% of the budget. Without the fraction each region would deliver 500 units/s.
+func TestRegionsShareOneUnitBudget(t *testing.T) {
+	const (
+		budget = 500 // units per second
+		cost   = 10
+		bound  = 2 * cost // R·c: one job per region at the window's end
+	)
+	h := newHarness(t)
+	coord := testenv.NATS(t)
+	a, b := newRegion(t, h.ctx, "a", coord.URL), newRegion(t, h.ctx, "b", coord.URL)
+	aIDs := publishCosts(t, a.qs, "llm", 300, cost)
+	bIDs := publishCosts(t, b.qs, "llm", 300, cost)
+	for _, r := range []*region{a, b} {
+		spec := h.spec("llm", 200)
+		spec.Units, spec.CostCapacity = leaky.Units{N: budget, Per: time.Second}, budget
+		r.runSpec(t, h, spec, -1)
+	}
+	// Past the fresh coordinator's hold (one lease, 2 s), on leases renewed every 500 ms: 7 s
+	// of both regions backlogged (each has 300 jobs, 12 s at its half of the budget).
+	h.up.WaitCount(t, 12*time.Second, "the first delivery", func(n int) bool { return n >= 1 })
+	first := h.up.Arrivals()[0].At
+	end := first.Add(7 * time.Second)
+	testenv.WaitFor(t, 12*time.Second, "7 s of deliveries", func() bool { return time.Now().After(end) })
+	all := arrivalTimes(h.up, nil)
+	aAts, bAts := arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs)
+	if n := len(aAts) + len(bAts); n != len(all) {
+		t.Fatalf("%d of %d arrivals are of the jobs published", n, len(all))
+	}
+	// The windows that end by end: every region was backlogged throughout.
+	most := unitsWindow(all, cost, first, end.Add(-time.Second))
+	used := rateIn(all, first.Add(time.Second), end) * cost
+	left := 600 - len(all)
+	t.Logf("cost_rate %d units/s, jobs of %d: most units in any 1 s window %d (bound %d); "+
+		"both backlogged %.0f units/s (%.0f%%); a %d, b %d delivered, %d left",
+		budget, cost, most, budget+bound, used, 100*used/budget, len(aAts), len(bAts), left)
+	t.Logf("jobs per second a/b: %s", timeline(aAts, bAts, first, end))
+	if most > budget+bound {
+		t.Errorf("the upstream saw %d units in a 1 s window; cost_rate %d + bound %d", most, budget, bound)
+	}
+	if used < 0.85*budget {
+		t.Errorf("both regions backlogged delivered %.0f units/s together; want ≥ 85%% of %d", used, budget)
+	}
+	if len(aAts) < 100 || len(bAts) < 100 || left <= 0 {
+		t.Errorf("a delivered %d, b %d, %d left: want both regions backlogged and delivering throughout", len(aAts), len(bAts), left)
+	}
+}
