@@ -11,12 +11,12 @@ import (
 	"github.com/sluice-rl/sluice/internal/testenv"
 )
 
-// TestStoreResetConservativeAndFresh restarts a real redis-server without persistence after
-// every key used its limit: a conservative key is refused until its hold has passed since the
-// store learned of the loss, then admitted; a fresh key is admitted at once. Every algorithm;
-// the loss is reported once per store, and a store that never knew the old epoch (a process
-// started after the restart) holds conservative keys too.
-func TestStoreResetConservativeAndFresh(t *testing.T) {
+// TestStoreResetHoldAndAllow restarts a real redis-server without persistence after
+// every key used its limit: a key of a limit with on_store_reset hold is refused until its hold
+// has passed since the store learned of the loss, then admitted; a key of an allow limit is
+// admitted at once. Every algorithm; the loss is reported once per store, and a store that
+// never knew the old epoch (a process started after the restart) holds the held keys too.
+func TestStoreResetHoldAndAllow(t *testing.T) {
 	srv := testenv.Redis(t)
 	ctx := context.Background()
 	prefix := testenv.Prefix(t)
