@@ -47,3 +47,35 @@ func TestRedisVoidsStalledAcquire(t *testing.T) {
 		t.Fatalf("the cap of 1 is still full after the void: %+v", res)
 	}
 }
+
+// TestReuserGivesBackAfterStall (issue 39): a place a Reuser kept goes back to the store after
+// Idle; should Redis be stopped then (SIGSTOP), the give-back is tried again, and the place
+// is free within a second of SIGCONT, not at the end of its 10s hold.
+func TestReuserGivesBackAfterStall(t *testing.T) {
+	srv := testenv.Redis(t)
+	prefix := testenv.Prefix(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	s := NewRedis(rdb, WithPrefix(prefix))
+	t.Cleanup(func() { s.Close() })
+	r := Reuse(s, 0, 300*time.Millisecond)
+	t.Cleanup(func() { r.Close(context.Background()) })
+	caps := []Cap{{Key: "g", Limit: 2}}
+	res := ok(t)(r.Acquire(context.Background(), caps, 10*time.Second))
+	srv.Pause()
+	if err := r.Release(context.Background(), res.Lease); err != nil { // kept: no round trip
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the stall, past Idle: the give-back fails meanwhile
+	srv.Resume()
+	resumed := time.Now()
+	testenv.WaitFor(t, 5*time.Second, "the kept place given back", func() bool {
+		n, err := srv.Client.ZCard(context.Background(), prefix+"g").Result()
+		return err == nil && n == 0
+	})
+	took := time.Since(resumed)
+	t.Logf("the kept place was given back %v after SIGCONT (hold 10s)", took.Round(time.Millisecond))
+	if took > time.Second {
+		t.Errorf("given back %v after SIGCONT, want within 1s", took)
+	}
+}
