@@ -41,11 +41,17 @@
 //     store); a lost notification only delays a waiter until its re-check ([DefaultRecheck]).
 //   - Redis Cluster: the keys of one Acquire must share a hash slot ({hash-tag}); [ErrCrossSlot]
 //     otherwise, checked for any client before contacting the server.
-//   - An Acquire that returns an error may still have taken its places; they come back after hold.
+//   - An Acquire that returns an error may still have taken its places (a stalled server runs
+//     the script when it resumes). A [Redis] store whose call got no answer from the server
+//     releases that lease in the background until two releases succeed one after the other,
+//     or hold has passed, or Close (void.go): such places come back within a round trip or two
+//     of Redis answering again, not after hold. A [Reuser]'s background give-backs are retried
+//     likewise until their places expire.
 //
 // # Costs
 //
-// Redis: one round trip per Acquire, Release, Renew or Wait attempt (EVALSHA); the epoch adds
+// Redis: one round trip per Acquire, Release, Renew or Wait attempt (EVALSHA), and two
+// releases for an attempt that failed without the server's answer; the epoch adds
 // one HMGET to each script and a write per group every hold or so, no round trip. After a loss
 // each store that holds places of the group re-asserts them in one more round trip, and the
 // group's places are refused for hold − margin. A held place is a sorted-set member (~50

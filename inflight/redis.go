@@ -81,12 +81,18 @@ type Redis struct {
 	mu   sync.Mutex
 	ps   *redis.PubSub // nil until the first Wait
 	done chan struct{} // closed when the subscription's goroutine has returned
+
+	// stopVoids ends the leases being voided (void.go) at Close; voids counts them.
+	stopVoids context.Context
+	endVoids  context.CancelFunc
+	voids     sync.WaitGroup
 }
 
 // NewRedis returns a store over rdb (a *redis.Client or a *redis.ClusterClient). It does not
 // contact the server.
 func NewRedis(rdb redis.UniversalClient, opts ...RedisOption) *Redis {
 	r := &Redis{rdb: rdb, prefix: DefaultPrefix, recheck: DefaultRecheck, sweepAt: minSweep}
+	r.stopVoids, r.endVoids = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(r)
 	}
@@ -156,6 +162,7 @@ func (r *Redis) acquire(ctx context.Context, caps []Cap, hold time.Duration, mar
 		args[3] = known
 		res, epoch, err := r.runAcquire(ctx, caps, keys, args)
 		if err != nil {
+			r.void(lease, start, hold, err) // the script may run still: see void.go
 			return Result{}, err
 		}
 		if !fenced {
@@ -326,9 +333,12 @@ func (r *Redis) listen(msgs <-chan *redis.Message, done chan struct{}) {
 }
 
 // Close ends the store's subscription and makes every Wait, blocked or to come, return
-// ErrClosed. Acquire, Release and InFlight still work. It does not close the client.
+// ErrClosed; it stops voiding leases (void.go). Acquire, Release and InFlight still work. It
+// does not close the client.
 func (r *Redis) Close() error {
 	r.waiters.close()
+	r.endVoids()
+	r.voids.Wait()
 	r.mu.Lock()
 	ps, done := r.ps, r.done
 	r.ps = nil

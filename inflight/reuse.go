@@ -16,8 +16,11 @@ const (
 	// DefaultIdle is how long a Reuser keeps a released place for its next taker before it
 	// gives it back to the store.
 	DefaultIdle = 20 * time.Millisecond
-	// giveBackTimeout bounds the background release of a place kept too long.
-	giveBackTimeout = 5 * time.Second
+	// giveBackTimeout bounds each background release of a place kept too long; a failed
+	// one is tried again after giveBackFirst, doubled up to giveBackMax.
+	giveBackTimeout = time.Second
+	giveBackFirst   = 10 * time.Millisecond
+	giveBackMax     = 200 * time.Millisecond
 )
 
 // Reuser is a Store over another that gives a place released by one holder to the next
@@ -55,6 +58,7 @@ type Reuser struct {
 	waiting map[string][]time.Time // caps id → when each Wait of this Reuser in the store began
 	sweep   *time.Timer            // gives back the places kept unused too long; nil when none kept
 	closed  bool
+	stop    chan struct{} // closed by Close: background releases stop trying again
 
 	bg sync.WaitGroup // places being given back in the background
 }
@@ -79,7 +83,8 @@ func Reuse(s Store, spare, idle time.Duration) *Reuser {
 		idle = DefaultIdle
 	}
 	return &Reuser{s: s, spare: spare, idle: idle, now: time.Now,
-		leases: map[string]*held{}, kept: map[string][]*held{}, waiting: map[string][]time.Time{}}
+		leases: map[string]*held{}, kept: map[string][]*held{}, waiting: map[string][]time.Time{},
+		stop: make(chan struct{})}
 }
 
 // capsID names caps by their keys and limits.
@@ -246,15 +251,28 @@ func (r *Reuser) sweepIdle() {
 	}
 }
 
-// giveBackLocked releases h's places in the store, in the background: should it fail they
-// come back after their hold.
+// giveBackLocked releases h's places in the store, in the background, trying again after a
+// failure (a stalled or unreachable Redis) until its places expire or the Reuser is closed:
+// a stall costs the cap no longer than the stall and a retry's backoff.
 func (r *Reuser) giveBackLocked(h *held) {
 	r.bg.Add(1)
 	go func() {
 		defer r.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
-		defer cancel()
-		_ = r.s.Release(ctx, h.lease)
+		delay := giveBackFirst
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+			err := r.s.Release(ctx, h.lease)
+			cancel()
+			if err == nil || !r.now().Add(delay).Before(h.expires) {
+				return
+			}
+			select {
+			case <-r.stop:
+				return
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, giveBackMax)
+		}
 	}()
 }
 
@@ -288,6 +306,9 @@ func (r *Reuser) InFlight(ctx context.Context, keys ...string) ([]int64, error) 
 // close the store. Places still held are given back by their holders' Release.
 func (r *Reuser) Close(ctx context.Context) error {
 	r.mu.Lock()
+	if !r.closed {
+		close(r.stop)
+	}
 	r.closed = true
 	if r.sweep != nil {
 		r.sweep.Stop()

@@ -283,13 +283,17 @@ func (r *Redis) TakeCost(ctx context.Context, queue string, rt Rate, a Ask) (Slo
 }
 
 // Reconcile charges or refunds the difference of a delivered job's true cost; see
-// CostSchedule. One round trip (lua/reconcile.lua).
+// CostSchedule. One round trip (lua/reconcile.lua). A charge is made once per take: made again
+// (its first call timed out, after the server ran it or not) it changes nothing the second
+// time, as long as it is among the queue's latest 4096 charges (a sorted set beside the
+// queue's state, expiring with it). A refund made twice would be refunded twice: callers do
+// not make a failed refund again.
 func (r *Redis) Reconcile(ctx context.Context, queue string, c Charge, actual int64) error {
 	d, err := reconcileSpan(c, actual)
 	if err != nil || d == 0 {
 		return err
 	}
-	if err := reconcileScript.Run(ctx, r.rdb, []string{r.key(queue)}, d, c.charged, c.epoch).Err(); err != nil {
+	if err := reconcileScript.Run(ctx, r.rdb, []string{r.key(queue), r.key(queue) + ":charges"}, d, c.charged, c.epoch).Err(); err != nil {
 		return fmt.Errorf("leaky: reconcile %q: %w", queue, err)
 	}
 	return nil

@@ -328,3 +328,29 @@ func unitTAT(t *testing.T, s CostSchedule, c *clock) int64 {
 	}
 	return c.Now().UnixMicro() + slot.Wait.Microseconds() + 1
 }
+
+// TestRedisChargeOnce (issue 39): a charge made again — its first call timed out, maybe after
+// the server ran it — moves the unit schedule once: charged 100, true cost 300, reconciled
+// twice, the next job's units are 300ms away, not 500ms. Another take's charge still counts.
+func TestRedisChargeOnce(t *testing.T) {
+	forEach(t, func(t *testing.T, s Schedule, c *clock) {
+		if _, ok := s.(*Redis); !ok {
+			return // in memory a call cannot fail: no charge is made again
+		}
+		cs := s.(CostSchedule)
+		ctx := context.Background()
+		u := Units{N: 1000, Per: time.Second}
+		_, first, err := cs.TakeCost(ctx, "q", Rate{Interval: time.Microsecond}, Ask{Units: u, Cost: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := cs.Reconcile(ctx, "q", first, 300); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, want := unitTAT(t, cs, c)-c.Now().UnixMicro(), int64(300_000); got != want {
+			t.Fatalf("unit TAT %dµs from now after the same charge made twice, want %d (made once)", got, want)
+		}
+	})
+}

@@ -3,9 +3,11 @@ package testenv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -186,4 +188,51 @@ func (s *RedisServer) release() {
 	s.held.Close()
 	<-s.heldDone
 	s.held, s.heldDone = nil, nil
+}
+
+// Pause stops the server with SIGSTOP and returns once the kernel says it is stopped: it keeps
+// its connections and its data, and answers nothing, as a stalled or overloaded server would.
+// Resume continues it. Pausing a server not running fails the test.
+func (s *RedisServer) Pause() {
+	s.t.Helper()
+	pid := s.signal(syscall.SIGSTOP)
+	WaitFor(s.t, 5*time.Second, "redis-server to stop", func() bool { return procState(pid) == "T" })
+}
+
+// Resume continues a server Pause stopped (SIGCONT) and returns once the kernel says it runs.
+func (s *RedisServer) Resume() {
+	s.t.Helper()
+	pid := s.signal(syscall.SIGCONT)
+	WaitFor(s.t, 5*time.Second, "redis-server to continue", func() bool {
+		st := procState(pid)
+		return st != "" && st != "T"
+	})
+}
+
+// signal sends sig to the running server and returns its pid.
+func (s *RedisServer) signal(sig syscall.Signal) int {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.t.Fatalf("testenv: signal redis-server on %s: not running", s.Addr)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("testenv: signal redis-server on %s: %v", s.Addr, err)
+	}
+	return s.cmd.Process.Pid
+}
+
+// procState is the state letter of process pid in /proc/pid/stat ("R", "S", "T", ...), or ""
+// when it cannot be read.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	if !ok || rest == "" {
+		return ""
+	}
+	return rest[:1]
 }

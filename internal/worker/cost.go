@@ -59,6 +59,8 @@ type unitBudget struct {
 	mean atomic.Uint64
 	// settling bounds reconciliations: it ends a grace after shutdown.
 	settling context.Context
+	// owed are the extra charges the schedule failed, to be made again (owed.go).
+	owed owedUnits
 }
 
 func newUnitBudget(env queueEnv, sched leaky.Schedule, slot *leakSlot, learned *unitLearner, fraction func() float64, settling context.Context) *unitBudget {
@@ -137,11 +139,15 @@ func (u *unitBudget) ask(cfg *QueueConfig, j *job) leaky.Ask {
 
 // observe reads the true cost of j's delivery from its answer (cfg.CostFromResponse) and
 // charges or refunds the difference from its charge; it counts the units delivered either
-// way. A missing or malformed true cost leaves the estimate standing.
+// way. A missing or malformed true cost leaves the estimate standing. An extra charge the
+// schedule fails is kept and made after a later delivery's (owed.go); a failed refund is not.
 func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 	if !j.charged {
 		return
 	}
+	// The job's take succeeded: the schedule answered lately, so the charges it failed
+	// before are made now (owed.go), after this job's own.
+	defer u.payOwed()
 	m, name := u.env.m, u.env.name
 	units := j.charge.Cost
 	defer func() { m.unitsDelivered.WithLabelValues(name).Add(float64(units)) }()
@@ -176,7 +182,10 @@ func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 	defer cancel()
 	if err := u.sched.Reconcile(ctx, name, j.charge, actual); err != nil {
 		m.unreconciled.WithLabelValues(name).Inc()
-		u.env.log.Debug("worker: reconcile the true cost; the estimate stands", "queue", name, "err", err)
+		u.env.log.Debug("worker: reconcile the true cost; an extra charge is kept, a refund dropped", "queue", name, "err", err)
+		if u.owe(j.charge, actual) {
+			units = actual // charged later
+		}
 		return
 	}
 	units = actual

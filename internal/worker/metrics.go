@@ -28,6 +28,8 @@ type metrics struct {
 	unitsReconciled *prometheus.CounterVec // queue, direction
 	unreconciled    *prometheus.CounterVec // queue
 	debtCapped      *prometheus.CounterVec // queue
+	owed            *prometheus.GaugeVec   // queue (owed.go)
+	owedCharges     *prometheus.CounterVec // queue, result
 	drain           *drainRate
 	// a global queue's regional lease (regions.go)
 	regionShare   *prometheus.GaugeVec   // queue
@@ -113,6 +115,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_cost_unreconciled_total",
 			Help: "Answers of a queue with cost_from_response that carried no usable true cost (missing, malformed) or whose reconciliation failed; the estimate stood. By queue.",
 		}, []string{"queue"}),
+		owed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_queue_owed_charges",
+			Help: "Extra unit charges (true cost above the estimate) the queue's unit schedule failed, kept by this process to be made again, by queue.",
+		}, []string{"queue"}),
+		owedCharges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_queue_owed_charges_total",
+			Help: "Extra unit charges the queue's unit schedule failed, by queue and result: kept (to be made again), paid (made after a later delivery), dropped (over the bound of 4096 kept).",
+		}, []string{"queue", "result"}),
 		drain: newDrainRate(time.Now),
 		regionShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_region_share",
@@ -140,7 +150,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.slotWait, m.slotLate, m.pauses,
 		m.deadLetters, m.takeErrors, m.placeWait, m.placeErrors, m.givenUp, m.handedBack, m.skipped, m.inFlight, m.drain,
-		m.unitsDelivered, m.unitsReconciled, m.unreconciled, m.debtCapped, m.regionShare, m.regionExpiry, m.regionOnSafe,
+		m.unitsDelivered, m.unitsReconciled, m.unreconciled, m.debtCapped, m.owed, m.owedCharges, m.regionShare, m.regionExpiry, m.regionOnSafe,
 		m.regionLost, m.regionFailure} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("worker: register metrics"), err)
