@@ -116,6 +116,16 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 		b = append(b, `,"cost":`...)
 		b = strconv.AppendInt(b, job.Cost, 10)
 	}
+	if len(job.Costs) > 0 {
+		b = append(b, `,"costs":[`...)
+		for i, c := range job.Costs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, c, 10)
+		}
+		b = append(b, ']')
+	}
 	if !job.NotBefore.IsZero() {
 		b = append(b, `,"not_before":"`...)
 		b = job.NotBefore.AppendFormat(b, time.RFC3339Nano)

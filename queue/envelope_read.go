@@ -51,6 +51,9 @@ func (r *envReader) tail(j *Job) bool {
 	if r.lit(`,"cost":`) && !r.int(&j.Cost) {
 		return false
 	}
+	if r.lit(`,"costs":[`) && !r.ints(&j.Costs) {
+		return false
+	}
 	if r.lit(`,"not_before":`) && !r.time(&j.NotBefore) {
 		return false
 	}
@@ -94,6 +97,26 @@ func (r *envReader) int(dst *int64) bool {
 	}
 	*dst, r.s = n, r.s[i:]
 	return true
+}
+
+// ints consumes the rest of a non-empty JSON array of integers as appendEnvelope writes it
+// (after its "["): integers as int reads them, separated by commas, then "]".
+func (r *envReader) ints(dst *[]int64) bool {
+	var out []int64
+	for {
+		var n int64
+		if !r.int(&n) {
+			return false
+		}
+		out = append(out, n)
+		if r.lit("]") {
+			*dst = out
+			return true
+		}
+		if !r.lit(",") {
+			return false
+		}
+	}
 }
 
 // lit consumes prefix when s starts with it.
