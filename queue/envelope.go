@@ -48,7 +48,7 @@ func encode(subject string, job *Job) (*nats.Msg, error) {
 // envelopeSize estimates the length of job's envelope, to size its buffer in one allocation.
 func envelopeSize(job *Job) int {
 	n := 160 + len(job.ID) + len(job.Queue) + len(job.Method) + len(job.Path) + len(job.IdempotencyKey) + len(job.Tenant) + 40 +
-		traceSize(job.Trace)
+		traceSize(job.Trace) + 21*len(job.Costs)
 	for k, vs := range job.Header {
 		n += len(k) + 8
 		for _, v := range vs {
