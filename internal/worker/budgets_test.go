@@ -1,0 +1,104 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+	"github.com/sluice-rl/sluice/leaky"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// TestQueueBudgets: a queue with an input budget (1000 units/s) and an output budget (500
+// units/s), each reconciled from the answer's usage with its own pointer, on a Redis schedule.
+// Each job is charged 120 input and 100 output units at acceptance (Job.Costs); the upstream
+// reports 100 input units and 50 to 100 output units. Output binds (about 75 a job): the
+// true units the upstream receives in any second stay within each budget's rate plus one
+// job's charge, and at least 85% of the output budget is used over the run.
+func TestQueueBudgets(t *testing.T) {
+	const (
+		jobs       = 30
+		inRate     = 1000
+		outRate    = 500
+		inCharge   = 120
+		outCharge  = 100
+		inTrue     = 100
+		outTrueMin = 50
+	)
+	outTrue := func(nth int) int64 { return outTrueMin + int64(nth*17%51) } // 50..100
+	h := newHarness(t, queue.Spec{Name: "llm"})
+	h.up.Respond(func(_ workertest.Arrival, nth int) workertest.Reply {
+		return workertest.Reply{Body: fmt.Appendf(nil, `{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, inTrue, outTrue(nth))}
+	})
+	for range jobs {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := h.qs.Publish(ctx, &queue.Job{Queue: "llm", Direct: true, Costs: []int64{inCharge, outCharge}, Body: []byte("x")})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := h.spec("llm", 1000)
+	spec.Budgets = []worker.Budget{
+		{Name: "input", Units: leaky.Units{N: inRate, Per: time.Second}, Capacity: inRate,
+			CostFromResponse: config.Cost{Kind: config.CostJSON, Name: "/usage/prompt_tokens"}},
+		{Name: "output", Units: leaky.Units{N: outRate, Per: time.Second}, Capacity: outRate,
+			CostFromResponse: config.Cost{Kind: config.CostJSON, Name: "/usage/completion_tokens"}},
+	}
+	sched := leaky.NewRedis(testenv.Redis(t).Client, leaky.RedisConfig{Prefix: testenv.Name(t) + ":"})
+	r := h.run(worker.Deps{Schedule: sched}, spec)
+	h.up.WaitCount(t, 15*time.Second, "every job delivered", func(n int) bool { return n >= jobs })
+
+	// The n-th arrival (counted from 1, as Respond's nth) carried outTrue(n) output units.
+	arr := h.up.Arrivals()
+	type delivery struct {
+		at      time.Time
+		in, out int64
+	}
+	ds := make([]delivery, len(arr))
+	var outSum int64
+	for i, a := range arr {
+		ds[i] = delivery{a.At, inTrue, outTrue(i + 1)}
+		outSum += ds[i].out
+	}
+	// Any window of one second, from each arrival: within rate × 1s + one job's charge (the
+	// slot that opens the window may carry a whole charge), + 5% for a slot taken late.
+	for i := range ds {
+		var in, out int64
+		for j := i; j < len(ds) && ds[j].at.Sub(ds[i].at) < time.Second; j++ {
+			in, out = in+ds[j].in, out+ds[j].out
+		}
+		if lim := int64(inRate*1.05) + inCharge; in > lim {
+			t.Errorf("input: %d units in the second from arrival %d, over %d", in, i, lim)
+		}
+		if lim := int64(outRate*1.05) + outCharge; out > lim {
+			t.Errorf("output: %d units in the second from arrival %d, over %d", out, i, lim)
+		}
+	}
+	// The units of every job but the last were spaced before the last went: used / (rate × span).
+	span := ds[len(ds)-1].at.Sub(ds[0].at)
+	used := float64(outSum-ds[len(ds)-1].out) / (outRate * span.Seconds())
+	inUsed := float64(inTrue*(len(ds)-1)) / (inRate * span.Seconds())
+	t.Logf("%d jobs in %v: output budget used %.1f%%, input %.1f%%", len(ds), span.Round(time.Millisecond), 100*used, 100*inUsed)
+	if used < 0.85 || used > 1.05 {
+		t.Errorf("output budget used %.1f%%, want 85%% to 105%% (the binding budget, reconciled)", 100*used)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the units delivered counted", func() bool {
+		return metric(t, r.reg, "sluice_units_delivered_total", "queue", "llm/output") == float64(outSum) &&
+			metric(t, r.reg, "sluice_units_delivered_total", "queue", "llm/input") == float64(inTrue*len(ds))
+	})
+	if got, want := metric(t, r.reg, "sluice_units_reconciled_total", "queue", "llm/input", "direction", "refund"), float64((inCharge-inTrue)*len(ds)); got != want {
+		t.Errorf("input units refunded = %v, want %v", got, want)
+	}
+	for _, a := range arr {
+		if !strings.HasSuffix(a.URI, "/llm") {
+			t.Errorf("arrival at %s", a.URI)
+		}
+	}
+}
