@@ -102,3 +102,34 @@ func TestQueueBudgets(t *testing.T) {
 		}
 	}
 }
+
+// FromConfig maps a queue's budgets, each with its units, capacity and pointer; the worker
+// refuses budgets beside a unit budget of the queue's own.
+func TestBudgetsFromConfig(t *testing.T) {
+	cfg := mustConfig(t, `upstream: http://127.0.0.1:9000
+queues:
+  - name: llm
+    rate: 10/s
+    budgets:
+      - {name: input, cost_rate: 400000/m, cost: 'json:/n', cost_from_response: json:/usage/prompt_tokens}
+      - {name: output, cost_rate: 80000/m, cost_burst: 90000}
+`)
+	qcs := worker.FromConfig(cfg, func(k []byte) string { return string(k) })
+	bs := qcs[0].Budgets
+	if len(bs) != 2 || !qcs[0].Units.IsZero() {
+		t.Fatalf("budgets %+v, units %v", bs, qcs[0].Units)
+	}
+	if bs[0].Name != "input" || bs[0].Units != (leaky.Units{N: 400000, Per: time.Minute}) || bs[0].Capacity != 400000 || !bs[0].CostFromResponse.IsSet() {
+		t.Errorf("input %+v", bs[0])
+	}
+	if bs[1].Name != "output" || bs[1].Units != (leaky.Units{N: 80000, Per: time.Minute, Burst: 90000}) || bs[1].Capacity != 90000 || bs[1].CostFromResponse.IsSet() {
+		t.Errorf("output %+v", bs[1])
+	}
+	h := newHarness(t, queue.Spec{Name: "llm"})
+	bad := h.spec("llm", 10)
+	bad.Budgets, bad.Units = bs, leaky.Units{N: 1, Per: time.Second}
+	if _, err := worker.New(worker.Deps{Queues: h.qs, Schedule: h.sched}, []worker.QueueConfig{bad}); err == nil ||
+		!strings.Contains(err.Error(), "a queue with budgets has no unit budget of its own") {
+		t.Errorf("New with budgets and units: %v", err)
+	}
+}
