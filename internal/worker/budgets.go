@@ -67,6 +67,15 @@ func (c QueueConfig) validateBudgets() []error {
 	return errs
 }
 
+// budgetsKept reports a queue with budgets whose schedule keeps none (not a
+// leaky.BudgetSchedule): its budgets would not apply, so it is not run.
+func (c QueueConfig) budgetsKept(sched leaky.Schedule) error {
+	if _, ok := sched.(leaky.BudgetSchedule); ok || len(c.Budgets) == 0 {
+		return nil
+	}
+	return fmt.Errorf("worker: queue %q: its budgets need a schedule that keeps them (leaky.BudgetSchedule: Redis or Memory)", c.Name)
+}
+
 // admitBudgets is admit for a queue with budgets: it waits for the job's slot and its units on
 // every budget together (leaky.WaitCosts), one job of the queue at a time in this process,
 // and records the charges on the job.

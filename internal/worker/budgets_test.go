@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -153,5 +154,52 @@ queues:
 	if _, err := worker.New(worker.Deps{Queues: h.qs, Schedule: h.sched}, []worker.QueueConfig{bad}); err == nil ||
 		!strings.Contains(err.Error(), "a queue with budgets has no unit budget of its own") {
 		t.Errorf("New with budgets and units: %v", err)
+	}
+	// A schedule that keeps no budgets would let the jobs go without them: refused.
+	good := h.spec("llm", 10)
+	good.Budgets = bs
+	type plain struct{ leaky.Schedule }
+	if _, err := worker.New(worker.Deps{Queues: h.qs, Schedule: plain{h.sched}}, []worker.QueueConfig{good}); err == nil ||
+		!strings.Contains(err.Error(), "its budgets need a schedule that keeps them") {
+		t.Errorf("New with budgets on a schedule without them: %v", err)
+	}
+}
+
+// TestQueueBudgetsStreamed: an Anthropic-style streamed answer reconciles each budget from its
+// own usage events: message_start's input tokens the input budget, message_delta's output
+// tokens the output budget.
+func TestQueueBudgetsStreamed(t *testing.T) {
+	h := newHarness(t, queue.Spec{Name: "llm"})
+	h.up.Respond(func(workertest.Arrival, int) workertest.Reply {
+		body := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}\n\n" +
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"hi\"}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":30}}\n\n" +
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+		return workertest.Reply{Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: []byte(body)}
+	})
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := h.qs.Publish(ctx, &queue.Job{Queue: "llm", Direct: true, Costs: []int64{100, 100}, Body: []byte("x")})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := h.spec("llm", 100)
+	spec.Budgets = []worker.Budget{
+		{Name: "input", Units: leaky.Units{N: 1000, Per: time.Second}, Capacity: 1000,
+			CostFromResponse: config.Cost{Kind: config.CostJSON, Name: "/usage/input_tokens"}},
+		{Name: "output", Units: leaky.Units{N: 1000, Per: time.Second}, Capacity: 1000,
+			CostFromResponse: config.Cost{Kind: config.CostJSON, Name: "/usage/output_tokens"}},
+	}
+	r := h.run(worker.Deps{}, spec)
+	testenv.WaitFor(t, 10*time.Second, "the units delivered counted", func() bool {
+		return metric(t, r.reg, "sluice_units_delivered_total", "queue", "llm/input") == 60 &&
+			metric(t, r.reg, "sluice_units_delivered_total", "queue", "llm/output") == 90
+	})
+	for b, want := range map[string]float64{"input": 240, "output": 210} {
+		if got := metric(t, r.reg, "sluice_units_reconciled_total", "queue", "llm/"+b, "direction", "refund"); got != want {
+			t.Errorf("%s: units refunded = %v, want %v", b, got, want)
+		}
 	}
 }
