@@ -112,20 +112,7 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 		b = append(b, `,"tenant":`...)
 		b = jsonw.AppendString(b, job.Tenant)
 	}
-	if job.Cost != 0 {
-		b = append(b, `,"cost":`...)
-		b = strconv.AppendInt(b, job.Cost, 10)
-	}
-	if len(job.Costs) > 0 {
-		b = append(b, `,"costs":[`...)
-		for i, c := range job.Costs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, c, 10)
-		}
-		b = append(b, ']')
-	}
+	b = appendCosts(b, job)
 	if !job.NotBefore.IsZero() {
 		b = append(b, `,"not_before":"`...)
 		b = job.NotBefore.AppendFormat(b, time.RFC3339Nano)
@@ -141,6 +128,25 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 		b = appendHeader(b, job.Header, true)
 	}
 	return append(b, '}'), nil
+}
+
+// appendCosts appends the cost and costs fields of job; nothing for those it has not.
+func appendCosts(b []byte, job *Job) []byte {
+	if job.Cost != 0 {
+		b = append(b, `,"cost":`...)
+		b = strconv.AppendInt(b, job.Cost, 10)
+	}
+	if len(job.Costs) > 0 {
+		b = append(b, `,"costs":[`...)
+		for i, c := range job.Costs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, c, 10)
+		}
+		b = append(b, ']')
+	}
+	return b
 }
 
 // appendTrace appends the trace field of a job with trace context tc; nothing for nil.

@@ -48,10 +48,7 @@ func (r *envReader) tail(j *Job) bool {
 	if r.lit(`,"tenant":`) && !r.str(&j.Tenant) {
 		return false
 	}
-	if r.lit(`,"cost":`) && !r.int(&j.Cost) {
-		return false
-	}
-	if r.lit(`,"costs":[`) && !r.ints(&j.Costs) {
+	if !r.costs(j) {
 		return false
 	}
 	if r.lit(`,"not_before":`) && !r.time(&j.NotBefore) {
@@ -72,6 +69,14 @@ func (r *envReader) tail(j *Job) bool {
 		j.Trace = tc
 	}
 	return r.lit("}") && r.s == ""
+}
+
+// costs reads the cost and costs fields, where present.
+func (r *envReader) costs(j *Job) bool {
+	if r.lit(`,"cost":`) && !r.int(&j.Cost) {
+		return false
+	}
+	return !r.lit(`,"costs":[`) || r.ints(&j.Costs)
 }
 
 // envReader reads the front of s.
