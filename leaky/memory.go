@@ -35,6 +35,8 @@ type memQueue struct {
 	// The unit schedule (TakeCost): utat, µs, its TAT; uslot, µs, the latest slot a TakeCost
 	// reserved; ucharged, µs of units ever charged (never lowered by refunds).
 	utat, uslot, ucharged int64
+	// budgets are the named budgets' unit schedules (TakeCosts), by name.
+	budgets map[string]*unitState
 }
 
 // NewMemory returns an empty in-memory schedule reading the time from now (nil = time.Now).

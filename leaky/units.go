@@ -65,6 +65,9 @@ type Ask struct {
 	// Poll, when > 0, bounds how long WaitCost waits before asking again for units beyond
 	// Ahead: a refund moves them earlier than the wait it was told.
 	Poll time.Duration
+	// Budget names the queue's budget the units are of (TakeCosts); "" for TakeCost, the
+	// queue's one unit budget.
+	Budget string
 }
 
 // micros returns the ask's increment and burst tolerance in µs, or ErrInvalidRate.
@@ -90,6 +93,8 @@ type Charge struct {
 	// tat is the unit schedule's TAT right after the take, and charged its charged counter
 	// (µs of units ever charged, never lowered by refunds); epoch the state's (Redis).
 	tat, charged, epoch int64
+	// budget is the named budget charged (TakeCosts); "" the queue's one unit budget.
+	budget string
 }
 
 // CostSchedule is a Schedule with unit budgets: Memory and Redis. Implementations are safe for
@@ -221,9 +226,16 @@ func (m *Memory) Reconcile(_ context.Context, queue string, c Charge, actual int
 	q := m.queue(queue)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.utat = reconciled(q.utat, d, q.uslot, q.ucharged, c.charged)
+	u := &unitState{q.utat, q.uslot, q.ucharged}
+	if c.budget != "" {
+		u = q.budget(c.budget)
+	}
+	u.utat = reconciled(u.utat, d, u.uslot, u.ucharged, c.charged)
 	if d > 0 {
-		q.ucharged += d
+		u.ucharged += d
+	}
+	if c.budget == "" {
+		q.utat, q.ucharged = u.utat, u.ucharged
 	}
 	return nil
 }
@@ -293,7 +305,11 @@ func (r *Redis) Reconcile(ctx context.Context, queue string, c Charge, actual in
 	if err != nil || d == 0 {
 		return err
 	}
-	if err := reconcileScript.Run(ctx, r.rdb, []string{r.key(queue), r.key(queue) + ":charges"}, d, c.charged, c.epoch).Err(); err != nil {
+	key := r.key(queue)
+	if c.budget != "" {
+		key = r.budgetKey(queue, c.budget)
+	}
+	if err := reconcileScript.Run(ctx, r.rdb, []string{key, key + ":charges"}, d, c.charged, c.epoch).Err(); err != nil {
 		return fmt.Errorf("leaky: reconcile %q: %w", queue, err)
 	}
 	return nil

@@ -11,8 +11,8 @@ import (
 // benchUnits is a unit budget as fast as benchRate, so that takes stay near "now".
 var benchUnits = Units{N: 1_000_000, Per: time.Second}
 
-// BenchmarkUnits compares, from one run, a take without cost, a take with cost and a
-// reconciliation (a refund of half the charge), in memory and in Redis (one connection at a
+// BenchmarkUnits compares, from one run, a take without cost, a take with cost, a take on two
+// named budgets (TakeCosts) and a reconciliation (a refund of half the charge), in memory and in Redis (one connection at a
 // time: the round trip, not the server's throughput).
 //
 //	go test -run '^$' -bench Units ./leaky/
@@ -38,6 +38,16 @@ func BenchmarkUnits(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, _, err := d.s.TakeCost(ctx, "cost", benchRate, Ask{Units: benchUnits, Cost: 2}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(d.name+"/take-costs-2", func(b *testing.B) {
+			bs := d.s.(BudgetSchedule)
+			asks := []Ask{{Units: benchUnits, Cost: 2, Budget: "input"}, {Units: benchUnits, Cost: 1, Budget: "output"}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := bs.TakeCosts(ctx, "costs", benchRate, asks); err != nil {
 					b.Fatal(err)
 				}
 			}

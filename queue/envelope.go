@@ -48,7 +48,7 @@ func encode(subject string, job *Job) (*nats.Msg, error) {
 // envelopeSize estimates the length of job's envelope, to size its buffer in one allocation.
 func envelopeSize(job *Job) int {
 	n := 160 + len(job.ID) + len(job.Queue) + len(job.Method) + len(job.Path) + len(job.IdempotencyKey) + len(job.Tenant) + 40 +
-		traceSize(job.Trace)
+		traceSize(job.Trace) + 21*len(job.Costs)
 	for k, vs := range job.Header {
 		n += len(k) + 8
 		for _, v := range vs {
@@ -112,10 +112,7 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 		b = append(b, `,"tenant":`...)
 		b = jsonw.AppendString(b, job.Tenant)
 	}
-	if job.Cost != 0 {
-		b = append(b, `,"cost":`...)
-		b = strconv.AppendInt(b, job.Cost, 10)
-	}
+	b = appendCosts(b, job)
 	if !job.NotBefore.IsZero() {
 		b = append(b, `,"not_before":"`...)
 		b = job.NotBefore.AppendFormat(b, time.RFC3339Nano)
@@ -131,6 +128,25 @@ func appendEnvelope(b []byte, job *Job) ([]byte, error) {
 		b = appendHeader(b, job.Header, true)
 	}
 	return append(b, '}'), nil
+}
+
+// appendCosts appends the cost and costs fields of job; nothing for those it has not.
+func appendCosts(b []byte, job *Job) []byte {
+	if job.Cost != 0 {
+		b = append(b, `,"cost":`...)
+		b = strconv.AppendInt(b, job.Cost, 10)
+	}
+	if len(job.Costs) > 0 {
+		b = append(b, `,"costs":[`...)
+		for i, c := range job.Costs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, c, 10)
+		}
+		b = append(b, ']')
+	}
+	return b
 }
 
 // appendTrace appends the trace field of a job with trace context tc; nothing for nil.

@@ -48,7 +48,7 @@ func (r *envReader) tail(j *Job) bool {
 	if r.lit(`,"tenant":`) && !r.str(&j.Tenant) {
 		return false
 	}
-	if r.lit(`,"cost":`) && !r.int(&j.Cost) {
+	if !r.costs(j) {
 		return false
 	}
 	if r.lit(`,"not_before":`) && !r.time(&j.NotBefore) {
@@ -69,6 +69,14 @@ func (r *envReader) tail(j *Job) bool {
 		j.Trace = tc
 	}
 	return r.lit("}") && r.s == ""
+}
+
+// costs reads the cost and costs fields, where present.
+func (r *envReader) costs(j *Job) bool {
+	if r.lit(`,"cost":`) && !r.int(&j.Cost) {
+		return false
+	}
+	return !r.lit(`,"costs":[`) || r.ints(&j.Costs)
 }
 
 // envReader reads the front of s.
@@ -94,6 +102,26 @@ func (r *envReader) int(dst *int64) bool {
 	}
 	*dst, r.s = n, r.s[i:]
 	return true
+}
+
+// ints consumes the rest of a non-empty JSON array of integers as appendEnvelope writes it
+// (after its "["): integers as int reads them, separated by commas, then "]".
+func (r *envReader) ints(dst *[]int64) bool {
+	var out []int64
+	for {
+		var n int64
+		if !r.int(&n) {
+			return false
+		}
+		out = append(out, n)
+		if r.lit("]") {
+			*dst = out
+			return true
+		}
+		if !r.lit(",") {
+			return false
+		}
+	}
 }
 
 // lit consumes prefix when s starts with it.

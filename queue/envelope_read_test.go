@@ -51,7 +51,7 @@ func TestReadEnvelope(t *testing.T) {
 		},
 		CreatedAt:      time.Date(2026, 11, 23, 9, 30, 0, 123456789, time.UTC),
 		IdempotencyKey: "order-42", AckBy: time.Date(2026, 11, 23, 9, 30, 5, 0, time.FixedZone("", 3600)),
-		Tenant: "t1", Cost: 1500,
+		Tenant: "t1", Cost: 1500, Costs: []int64{1200, 16000},
 		Trace: &TraceContext{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tracestate: "vendor=a"},
 	}
 	for _, j := range []*Job{job, {ID: "x", Queue: "q", Direct: true, CreatedAt: time.Unix(0, 0).UTC()}} {
@@ -73,6 +73,9 @@ func TestReadEnvelope(t *testing.T) {
 			// with them not canonical.
 			CreatedAt: time.Unix(r.Int64N(1<<35), r.Int64N(1e9)).In(time.FixedZone("", (r.IntN(1600)-800)*60)),
 			Tenant:    randString(r, false), Cost: r.Int64N(3) * r.Int64N(1<<40)}
+		for range r.IntN(3) {
+			j.Costs = append(j.Costs, r.Int64N(3)*r.Int64N(1<<40)-r.Int64N(2))
+		}
 		if r.IntN(2) == 0 {
 			j.AckBy = j.CreatedAt.Add(time.Duration(r.Int64N(1e10)))
 		}
@@ -106,6 +109,9 @@ func TestReadEnvelope(t *testing.T) {
 		`{"id":"a", "queue":"q","created_at":"2026-11-23T09:30:00Z"}`,                            // space
 		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","extra":1}`,                   // unknown field
 		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","cost":-0}`,                   // not as AppendInt writes
+		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","costs":[]}`,                  // never written empty
+		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","costs":[1, 2]}`,              // space
+		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","costs":[-0]}`,                // not as AppendInt writes
 		`{"id":"a","queue":"q","header":{"A":null},"created_at":"2026-11-23T09:30:00Z"}`,         // null values
 		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","header_b64":{"A":["eA=="]}}`, // base64
 		`{"id":"a","queue":"q","created_at":"2026-11-23T09:30:00Z","trace":null}`,                // null

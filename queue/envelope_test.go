@@ -64,6 +64,9 @@ func TestEnvelopeMatchesEncodingJSON(t *testing.T) {
 			IdempotencyKey: randString(r, false),
 			Cost:           r.Int64N(2) * r.Int64N(1<<40),
 		}
+		for range r.IntN(3) {
+			job.Costs = append(job.Costs, r.Int64N(1<<40))
+		}
 		if r.IntN(2) == 0 {
 			job.Trace = &TraceContext{Traceparent: randString(r, false), Tracestate: randString(r, i%5 == 0)}
 		}

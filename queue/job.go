@@ -44,6 +44,11 @@ type Job struct {
 	// Cost is what the job costs in its queue's units (the queue's cost, read when the job was
 	// accepted); 0 means 1, the cost of a job of a queue without cost_rate.
 	Cost int64 `json:"cost,omitempty"`
+	// Costs are what the job costs on each of its queue's budgets (config.Queue.Budgets), in
+	// their order, read when the job was accepted; nil for a queue without budgets, and for
+	// the jobs stored before the field existed. A job with fewer costs than its queue has
+	// budgets (the config changed since) is charged 1 on the others.
+	Costs []int64 `json:"costs,omitempty"`
 	// NotBefore, when set, is the earliest time the job may be delivered: Publish stores a job
 	// whose NotBefore is still ahead as scheduled (see [Publisher.Publish]), and a worker never
 	// delivers it sooner on its own clock. Zero: as soon as the queue allows.

@@ -59,7 +59,11 @@ func (b *builder) queue(i int, r rawQueue) Queue {
 	q.Tenant = b.keyParts(where, "tenant", r.Tenant)
 	b.fairness(where, &q, &r)
 	b.inFlight(where, &q, &r)
-	b.queueCost(where, &q, &r)
+	if r.Budgets != nil {
+		b.queueBudgets(where, &q, &r)
+	} else {
+		b.queueCost(where, &q, &r)
+	}
 	b.fairBy(where, &q, &r)
 	q.canonicalTenantValues()
 	return q
@@ -286,6 +290,8 @@ func (b *builder) fairBy(where string, q *Queue, r *rawQueue) {
 	switch {
 	case !q.Fair:
 		b.p.add(where, "fair_by", "fair_by needs fair: true")
+	case q.FairBy == FairByUnits && len(q.Budgets) > 0:
+		b.p.add(where, "fair_by", "fair_by: units shares the queue's cost_rate; with budgets it is not supported (fair_by: jobs shares jobs)")
 	case q.FairBy == FairByUnits && q.CostRate.N == 0:
 		b.p.add(where, "fair_by", "fair_by: units needs cost_rate, the units the tenants share")
 	}

@@ -218,6 +218,7 @@ type (
 		CostRate         *scalar                       `yaml:"cost_rate"`
 		CostBurst        *scalar                       `yaml:"cost_burst"`
 		CostFromResponse *scalar                       `yaml:"cost_from_response"`
+		Budgets          []rawQueueBudget              `yaml:"budgets"`
 		MaxDelay         *scalar                       `yaml:"max_delay"`
 		Priorities       *rawPriorities                `yaml:"priorities"`
 		Global           *scalar                       `yaml:"global"`

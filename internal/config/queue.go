@@ -125,6 +125,9 @@ type Queue struct {
 	// cost_from_response): the difference from Cost is charged or refunded to the queue's
 	// unit schedule. Zero: the charged cost stands.
 	CostFromResponse Cost
+	// Budgets are the queue's unit budgets (YAML budgets), in place of its own CostRate: a
+	// job waits for its units on every one, each charged and reconciled on its own.
+	Budgets []QueueBudget
 }
 
 // TenantSettings are one tenant's own settings; a zero field keeps the queue's.

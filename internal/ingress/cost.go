@@ -132,3 +132,30 @@ func jobCost(q *config.Queue, r *http.Request, body []byte) (int64, error) {
 	}
 	return n, nil
 }
+
+// jobCosts is what a job of r costs on each of queue q's budgets (config.Queue.Budgets), in
+// their order, or nil for a queue without budgets; each read as jobCost reads the queue's own
+// cost. A cost above a budget's capacity is refused with 422, naming the budget.
+func jobCosts(q *config.Queue, r *http.Request, body []byte) ([]int64, error) {
+	if len(q.Budgets) == 0 {
+		return nil, nil
+	}
+	costs := make([]int64, len(q.Budgets))
+	for i, b := range q.Budgets {
+		capacity := b.Capacity()
+		n, ok := cost.FromRequest(b.Cost, r.Header, r.URL.RawQuery, body)
+		if !ok {
+			costs[i] = config.Fallback(b.CostFallback, capacity)
+			continue
+		}
+		n, p := checkCost(n, capacity, "queue's budget", func(n int64) string {
+			return fmt.Sprintf("this job costs %d units (%s) of budget %q and queue %q delivers at most %d of them at once (cost_rate %s, cost_burst %d)",
+				n, b.Cost, b.Name, q.Name, capacity, b.CostRate, b.CostBurst)
+		})
+		if p != nil {
+			return nil, p
+		}
+		costs[i] = n
+	}
+	return costs, nil
+}

@@ -123,6 +123,9 @@ func (g *gate) deferRequest(c echo.Context, rs *ruleSet, ru *rule) error {
 	if job.Cost, err = jobCost(q, r, body); err != nil {
 		return g.respondError(c, err)
 	}
+	if job.Costs, err = jobCosts(q, r, body); err != nil {
+		return g.respondError(c, err)
+	}
 	job.Priority = rulePriority(q, ru.name)
 	// The rule's deferral budget: one key's waiting requests, at most waitingPerKey.
 	req := request{r: r, trusted: rs.trusted, v6bits: rs.v6bits}
@@ -400,6 +403,9 @@ func (s *Server) submitJob(c echo.Context) error {
 	}
 	job.Body = body
 	if job.Cost, err = jobCost(q, r, body); err != nil {
+		return err
+	}
+	if job.Costs, err = jobCosts(q, r, body); err != nil {
 		return err
 	}
 	return s.gate.publish(c, q, job)

@@ -21,6 +21,9 @@ type job struct {
 	// charge is what its slot charged the queue's unit budget, when charged (unitBudget).
 	charge  leaky.Charge
 	charged bool
+	// charges are what its slot charged each of the queue's budgets, in their order, when
+	// charged (budgets.go).
+	charges []leaky.Charge
 	// gather: its status write waits for the next apply tick (handle; see applyTick).
 	gather bool
 }

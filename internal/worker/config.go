@@ -96,6 +96,9 @@ type QueueConfig struct {
 	// CostFromResponse reads a delivery's true cost from its answer, to reconcile with the
 	// charge; the zero Cost reads none.
 	CostFromResponse config.Cost
+	// Budgets are the queue's named unit budgets (config budgets), in place of Units: a job
+	// waits for one slot of Rate and every budget, charged its Job.Costs (budgets.go).
+	Budgets []Budget
 }
 
 // Target is the destination of a queue's directly submitted jobs.
@@ -186,7 +189,7 @@ func (c QueueConfig) validateScheduling() []error {
 	if c.Adaptive && !(c.MinRate > 0) {
 		errs = append(errs, errors.New("an adaptive queue needs a min rate > 0"))
 	}
-	return errs
+	return append(errs, c.validateBudgets()...)
 }
 
 func absHTTP(s string) bool {
@@ -228,6 +231,7 @@ func FromConfig(cfg *config.Config, tenantID func(key []byte) string) []QueueCon
 			qc.CostCapacity, qc.CostFromResponse = q.CostCapacity(), q.CostFromResponse
 			qc.FairByUnits = q.Fair && q.FairBy == config.FairByUnits
 		}
+		qc.Budgets = budgetsFromConfig(q.Budgets)
 		if q.Target != nil {
 			qc.Target = &Target{Method: q.Target.Method, URL: q.Target.URL}
 		}

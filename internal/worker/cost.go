@@ -45,6 +45,8 @@ const (
 type unitBudget struct {
 	env   queueEnv
 	sched leaky.CostSchedule // nil: the schedule keeps no unit budgets, and none applies
+	// bsched is sched's named budgets (budgets.go); nil: it keeps none.
+	bsched leaky.BudgetSchedule
 	// slot is the queue's leak slot, whose wait this one shares; learned lowers the units an
 	// adaptive queue asks for (unitLearner).
 	slot    *leakSlot
@@ -65,7 +67,8 @@ type unitBudget struct {
 
 func newUnitBudget(env queueEnv, sched leaky.Schedule, slot *leakSlot, learned *unitLearner, fraction func() float64, settling context.Context) *unitBudget {
 	cs, _ := sched.(leaky.CostSchedule)
-	return &unitBudget{env: env, sched: cs, slot: slot, learned: learned, fraction: fraction,
+	bs, _ := sched.(leaky.BudgetSchedule)
+	return &unitBudget{env: env, sched: cs, bsched: bs, slot: slot, learned: learned, fraction: fraction,
 		turn: make(chan struct{}, 1), settling: settling}
 }
 
@@ -74,7 +77,10 @@ func newUnitBudget(env queueEnv, sched leaky.Schedule, slot *leakSlot, learned *
 // policy then lets it go at once). A queue without units, or a schedule that keeps none, goes
 // on to the plain slot.
 func (u *unitBudget) admit(ctx context.Context, cfg *QueueConfig, j *job) verdict {
-	j.charged = false
+	j.charged, j.charges = false, nil
+	if len(cfg.Budgets) > 0 {
+		return u.admitBudgets(ctx, cfg, j)
+	}
 	if cfg.Units.IsZero() || u.sched == nil {
 		return pass()
 	}
@@ -142,6 +148,10 @@ func (u *unitBudget) ask(cfg *QueueConfig, j *job) leaky.Ask {
 // way. A missing or malformed true cost leaves the estimate standing. An extra charge the
 // schedule fails is kept and made after a later delivery's (owed.go); a failed refund is not.
 func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
+	if len(cfg.Budgets) > 0 {
+		u.observeBudgets(cfg, j, a)
+		return
+	}
 	if !j.charged {
 		return
 	}
@@ -197,9 +207,17 @@ func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 }
 
 // readsCostBody reports whether deliveries of cfg keep the answer's body: cost_from_response
-// reads a JSON pointer in it.
+// (the queue's, or a budget's) reads a JSON pointer in it.
 func readsCostBody(cfg *QueueConfig) bool {
-	return cfg.CostFromResponse.Reads(func(k config.CostKind) bool { return k == config.CostJSON }) && !cfg.Units.IsZero()
+	if cfg.Units.IsZero() && len(cfg.Budgets) == 0 {
+		return false
+	}
+	for _, c := range responseCosts(cfg) {
+		if c.Reads(func(k config.CostKind) bool { return k == config.CostJSON }) {
+			return true
+		}
+	}
+	return false
 }
 
 // readCostBody reads up to maxCostBody of resp's body; or, when the answer is streamed
@@ -208,7 +226,7 @@ func readsCostBody(cfg *QueueConfig) bool {
 // nil then, and the charge stands.
 func readCostBody(cfg *QueueConfig, resp *http.Response) (body []byte, st *cost.Stream, err error) {
 	if ok, sse := cost.IsStream(resp.Header.Get("Content-Type")); ok {
-		s := cost.NewStream(sse, cfg.CostFromResponse)
+		s := cost.NewStream(sse, responseCosts(cfg)...)
 		if _, err = io.Copy(streamWriter{s}, io.LimitReader(resp.Body, maxStreamAnswer)); err != nil {
 			return nil, nil, err
 		}

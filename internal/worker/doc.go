@@ -41,7 +41,10 @@
 //   - A unit queue (cost_rate) delivers within its units too, each job charged its estimate
 //     and, with CostFromResponse, reconciled to the answer's true cost; a streamed answer
 //     (text/event-stream, JSON lines) is read to its end for its usage events and keeps none
-//     of it (cost.Stream); one cut short leaves its estimate standing.
+//     of it (cost.Stream); one cut short leaves its estimate standing. A queue with budgets
+//     (input and output tokens) takes one slot for its rate and every budget in one Redis
+//     script, each budget charged the job's cost on it and reconciled with its own pointer
+//     (budgets.go): no budget goes over its own rate, and the binding one sets the pace.
 //   - Every delivery carries Sluice-Job, Sluice-Attempt and Idempotency-Key (the client's own
 //     key scoped to the job's tenant, queue.UpstreamKey, or the job id). With Deps.Tracer set,
 //     each admission run and each delivery is a span in the trace of the request that enqueued

@@ -143,7 +143,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	if deps.Queues == nil || deps.Schedule == nil {
 		return nil, errors.New("worker: Deps.Queues and Deps.Schedule are required")
 	}
-	specs, err := prepare(specs)
+	specs, err := prepare(specs, deps.Schedule)
 	if err != nil {
 		return nil, err
 	}
@@ -191,12 +191,12 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 }
 
 // prepare validates specs and fills in their defaults.
-func prepare(specs []QueueConfig) ([]QueueConfig, error) {
+func prepare(specs []QueueConfig, sched leaky.Schedule) ([]QueueConfig, error) {
 	out := make([]QueueConfig, 0, len(specs))
 	seen := map[string]bool{}
 	var errs []error
 	for _, s := range specs {
-		if err := s.validate(); err != nil {
+		if err := errors.Join(s.validate(), s.budgetsKept(sched)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -504,7 +504,7 @@ func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 // queues stop fetching and hand back the jobs waiting for a slot. An invalid spec makes Reload
 // return an error and change nothing.
 func (p *Pool) Reload(specs []QueueConfig) error {
-	specs, err := prepare(specs)
+	specs, err := prepare(specs, p.sched)
 	if err != nil {
 		return err
 	}
