@@ -15,8 +15,9 @@ import (
 // the stall. So the store voids such a lease in the background: it releases it (a no-op when
 // the script never ran) until two releases have succeeded one after the other, the second sent
 // once Redis had answered the first, so after any command that was waiting on a connection
-// when it resumed; or until the hold has passed (the place is gone by then), or Close. It
-// costs two small scripts per acquire that failed that way, and nothing otherwise.
+// when it resumed; or until the hold has passed (the place is gone by then), Close, or its
+// Redis client is closed. It costs two small scripts per acquire that failed that way, and
+// nothing otherwise.
 
 // voidTries is the backoff between a void's releases: from voidFirst, doubled, to voidMax.
 const (
@@ -52,6 +53,9 @@ func (r *Redis) void(lease Lease, start time.Time, hold time.Duration, err error
 			if err == nil {
 				ok++
 				continue
+			}
+			if errors.Is(err, redis.ErrClosed) {
+				return // its client is closed: nothing can be released, nor granted, through it
 			}
 			ok = 0
 			select {
