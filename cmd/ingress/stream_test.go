@@ -179,17 +179,26 @@ func chatRequest(anthropic, modern bool, maxTokens, n int) (body []byte, charge 
 }
 
 // TestStreamedBudgetFigure is issue 40's figure for streamed chat completions, OpenAI-style
-// (include_usage) and Anthropic-style, scaled in time: a minute is a second. An ingress
-// process with examples/llm.yaml's entry charge (max(max_completion_tokens, max_tokens, 4096)
-// + prompt_tokens(messages), 2 bytes a token) and cost_from_response, a key budget of 20 000
-// tokens per second (a token bucket, Redis), is in front of an upstream that streams its
-// answers, each 8 deltas 10 ms apart (80 ms, about 5 s of a minute), with true usage 30% to
-// 100% of the completion bound plus a token per 3 bytes of prompt, and that enforces the same
-// budget itself. Eight clients of one key send as fast as they are admitted for 5 s, waiting
-// out each Retry-After. After the first second, the upstream serves at least 90% of its
-// budget, and answers at most 1% of its requests 429. Every finished stream is reconciled to
-// its usage. Then a client of another key hangs up mid-stream: its entry charge stands
-// (cost_on_cut: estimate), nothing is refunded for it.
+// (include_usage) and Anthropic-style, scaled in time 30 to 1: a minute is 2 s, so the budget
+// of 20 000 tokens a minute is 20 000 tokens per 2 s. An ingress process with
+// examples/llm.yaml's rule (entry charge max(max_completion_tokens, max_tokens, 4096) +
+// prompt_tokens(messages), 2 bytes a token; cost_from_response; cost_on_cut: estimate; a token
+// bucket in Redis) is in front of an upstream that streams its answers, each 8 deltas 10 ms
+// apart (80 ms, about 2.4 s of a real minute), with a true usage of a token per 3 bytes of
+// prompt plus 30% to 100% of the completion bound (1 024 to 4 096), and that enforces the same
+// budget itself, as a token bucket of the same capacity and rate. Eight clients of one key send
+// as fast as they are admitted for 12 s (six windows), waiting out each Retry-After (whole
+// seconds: half a scaled window, a 120th of a real one). Counted at the upstream: from the
+// end of the first window on, it serves at least 90% of its budget, and it answers at most 1%
+// of its requests 429. Every finished stream is reconciled to its usage (the refunds counted
+// are the entry charges less the usage, to the token). Then a client of another key hangs up
+// mid-stream: it was charged its entry charge on entry (X-RateLimit-Remaining), the stream is
+// counted cut, and nothing is refunded for it (cost_on_cut: estimate).
+//
+// The rule's algorithm matters: a window (sliding_window, fixed_window) admits a request only
+// while the window's count plus its entry charge fits, and the room below one entry charge is
+// lost as the window moves, about the entry charge less the usage each period; a token bucket
+// keeps it. See docs/llm.md, "Streamed answers", "Measured".
 func TestStreamedBudgetFigure(t *testing.T) {
 	for _, style := range []string{"openai", "anthropic"} {
 		t.Run(style, func(t *testing.T) {
