@@ -51,8 +51,16 @@ type streamed struct {
 	charge, truth int64 // the ingress rule's entry charge, as the test expects it; the usage
 }
 
+// The figure's rule algorithm and the pace of its upstream's streams (8 deltas a stream). At
+// 30 to 1, a 10 ms gap makes a stream of 2.4 s; docs/llm.md reports sliding_window, and
+// streams of 160 ms gaps (38 s), measured by changing these.
+const (
+	figureAlgorithm = "token_bucket"
+	figureGap       = 10 * time.Millisecond
+)
+
 func newStreamingLLM(t *testing.T, anthropic bool, limit int64, period time.Duration) *streamingLLM {
-	u := &streamingLLM{anthropic: anthropic, limit: limit, period: period, deltas: 8, gap: 10 * time.Millisecond,
+	u := &streamingLLM{anthropic: anthropic, limit: limit, period: period, deltas: 8, gap: figureGap,
 		rng: rand.New(rand.NewPCG(40, 2)), level: float64(limit), last: time.Now()}
 	srv := &http.Server{Handler: u}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -226,13 +234,13 @@ rules:
   - name: tokens
     match: { methods: [POST], path: %s }
     key: [header:Authorization]
-    algorithm: token_bucket
+    algorithm: %s
     limit: %d
     period: %s
     cost: max(json:/max_completion_tokens, json:/max_tokens, 4096) + prompt_tokens(json:/messages)
     cost_from_response: %s
     cost_on_cut: estimate
-`, up.url, rs.URL(), ns.URL, path, limit, period, usage)
+`, up.url, rs.URL(), ns.URL, path, figureAlgorithm, limit, period, usage)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
