@@ -314,8 +314,8 @@ rules:
 		w, _, _, _, _ := up.servedIn(start.Add(k*period), start.Add((k+1)*period))
 		windows = append(windows, fmt.Sprintf("%.0f%%", 100*float64(w)/limit))
 	}
-	t.Logf("answers %v; the upstream served %d streams and refused %d (%.2f%%); after the first %v it served %d tokens in %.2fs, %.1f%% of its budget (window by window %v); entry charges %d, true usage %d",
-		codes, n, refused, 100*share, period, tokens, span.Seconds(), 100*use, windows, charges, truth)
+	t.Logf("%s: answers %v; the upstream served %d streams and refused %d (%.2f%%); after the first %v it served %d tokens in %.2fs, %.1f%% of its budget (window by window %v); entry charges %d, true usage %d",
+		path, codes, n, refused, 100*share, period, tokens, span.Seconds(), 100*use, windows, charges, truth)
 	if share > 0.01 {
 		t.Errorf("the upstream answered %.2f%% of its requests 429 (%d of %d); want at most 1%%", 100*share, refused, n+refused)
 	}
