@@ -90,7 +90,7 @@ unit:
 # A failing target is shown and run once more: an input that breaks the code is saved under
 # testdata/fuzz and fails the second run at once, while the fuzzing engine's own rare failures on
 # a loaded machine (a worker that stops answering) do not repeat.
-FUZZ_TIME ?= 5s
+FUZZ_TIME ?= 3s
 fuzz:
 	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
