@@ -228,27 +228,26 @@ func (r *runner) awaitConnected(ctx context.Context) bool {
 // streams, and the outboxes cannot land before. It reports whether it waited, and false in ok
 // when ctx ended first.
 func (r *runner) awaitOutboxes(ctx context.Context, j *job) (waited, ok bool) {
-	at := r.memo.reconnectedAt.Load()
-	if at == 0 {
+	if r.memo.reconnectedAt.Load() == 0 {
 		return false, true
 	}
-	answered := r.memo.answeredAt.Load()
-	for answered < at {
-		if _, err := r.p.exec.status(j); err == nil || errors.Is(err, queue.ErrNotFound) {
-			if now := r.p.now().UnixNano(); !r.memo.answeredAt.CompareAndSwap(answered, now) {
-				answered = r.memo.answeredAt.Load() // another job's probe was first
-			} else {
-				answered = now
-			}
+	for {
+		at, answered := r.memo.reconnectedAt.Load(), r.memo.answeredAt.Load()
+		if answered >= at {
 			break
+		}
+		if _, err := r.p.exec.status(j); err == nil || errors.Is(err, queue.ErrNotFound) {
+			// max: a wall clock stepped back must not keep this loop probing. A failed swap: another
+			// job's probe was first.
+			r.memo.answeredAt.CompareAndSwap(answered, max(r.p.now().UnixNano(), at))
+			continue
 		}
 		waited = true
 		if retry.Sleep(ctx, nil, 100*time.Millisecond) != nil {
 			return true, false
 		}
-		at, answered = r.memo.reconnectedAt.Load(), r.memo.answeredAt.Load()
 	}
-	d := time.Unix(0, answered).Add(outboxGrace).Sub(r.p.now())
+	d := time.Unix(0, r.memo.answeredAt.Load()).Add(outboxGrace).Sub(r.p.now())
 	if d <= 0 {
 		return waited, true
 	}

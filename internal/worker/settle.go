@@ -56,7 +56,8 @@ const (
 	// endHold: its tenant is paused (pause_scope: tenant) for outcome.wait; not sent.
 	endHold
 	// endUnread: its status record had to be read (a redelivery, or a first delivery that may
-	// be one) and could not be: not sent, since its attempts are unknown.
+	// be one) and could not be, or its attempt had to be claimed and was not (runner.claims):
+	// not sent, since its attempts are unknown or another delivery holds the attempt.
 	endUnread
 )
 
