@@ -59,6 +59,43 @@ type Memory struct {
 	onOverflow func(uint64)
 	overflows  atomic.Uint64
 	reported   atomic.Int64 // when onOverflow was last called, Unix seconds
+	marks      chargeMarks
+}
+
+// memoryChargeMarks is the most charge IDs a Memory store records (Decision.ChargeID).
+const memoryChargeMarks = 1 << 16
+
+// chargeMarks records the IDs of the extra charges a Memory store made, each for
+// ChargeMarkTTL, the latest memoryChargeMarks of them: the memory side of lua/lib.lua's
+// charge_once. Its zero value is ready to use; it is safe for concurrent use.
+type chargeMarks struct {
+	mu   sync.Mutex
+	at   map[uint64]int64 // ID → when it expires, µs
+	ring []uint64         // the IDs in the order recorded, memoryChargeMarks at most
+	next int              // where the next ID goes in ring, once it is full
+}
+
+// once records id at now (µs) and reports whether it was not recorded (or had expired).
+func (c *chargeMarks) once(id uint64, now int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if exp, ok := c.at[id]; ok && exp > now {
+		return false
+	}
+	if c.at == nil {
+		c.at = make(map[uint64]int64)
+	}
+	if len(c.ring) < memoryChargeMarks {
+		c.ring = append(c.ring, id)
+	} else {
+		if old := c.ring[c.next]; old != id {
+			delete(c.at, old)
+		}
+		c.ring[c.next] = id
+		c.next = (c.next + 1) % memoryChargeMarks
+	}
+	c.at[id] = now + ChargeMarkTTL.Microseconds()
+	return true
 }
 
 // NewMemory returns an empty Memory store.
@@ -125,7 +162,9 @@ func (m *Memory) DecideAll(_ context.Context, reqs []Request) ([]Decision, error
 // Adjust reconciles an admitted request with its true cost; see [Limiter] and the package doc.
 // A refund to a key the store holds no state for (forgotten as idle, or decided on an overflow
 // state) does nothing; an extra charge to a new key when the store is full goes to the scope's
-// overflow state, as a decision would. It takes a shard lock, allocates nothing (but the room
+// overflow state, as a decision would. An extra charge with a ChargeID made again changes
+// nothing and returns ErrChargeMade (the store records the latest 65 536 IDs, for
+// ChargeMarkTTL). It takes a shard lock, allocates nothing (but the room
 // for entries a sliding log grows by), and returns an error only for bad input.
 func (m *Memory) Adjust(_ context.Context, key string, l Limit, d Decision, used int64) error {
 	p, delta, err := checkAdjust(key, l, d, used)
@@ -135,7 +174,11 @@ func (m *Memory) Adjust(_ context.Context, key string, l Limit, d Decision, used
 	if delta == 0 {
 		return nil
 	}
-	if m.adjust(key, p, micros(d.At), d.Cost, delta, m.now()) {
+	now := m.now()
+	if delta > 0 && d.ChargeID != 0 && !m.marks.once(d.ChargeID, micros(now)) {
+		return fmt.Errorf("limit: adjust %.64q: charge %d: %w", key, d.ChargeID, ErrChargeMade)
+	}
+	if m.adjust(key, p, micros(d.At), d.Cost, delta, now) {
 		return fmt.Errorf("limit: adjust %.64q: %w", key, ErrDebtCapped)
 	}
 	return nil
