@@ -148,25 +148,43 @@ func TestRedisChargeOnceAfterStall(t *testing.T) {
 	}
 }
 
-// TestChargeMarksBounded: the Memory store's record of charge IDs keeps the latest
-// memoryChargeMarks, each for ChargeMarkTTL.
+// TestChargeMarksBounded: the Memory store's record of charge IDs keeps each for
+// ChargeMarkTTL, at most memoryChargeMarks, and the latest of them.
 func TestChargeMarksBounded(t *testing.T) {
 	var c chargeMarks
 	ttl := ChargeMarkTTL.Microseconds()
-	if !c.once(1, 0) || c.once(1, ttl-1) {
-		t.Fatal("an ID recorded at 0 was not seen again before ChargeMarkTTL")
+	if !c.once(1, 1) || c.once(1, ttl) {
+		t.Fatal("an ID recorded at 1 was not seen again before ChargeMarkTTL")
 	}
-	if !c.once(1, ttl) {
-		t.Fatal("an ID recorded at 0 was still seen at ChargeMarkTTL")
+	if !c.once(1, ttl+1) {
+		t.Fatal("an ID recorded at 1 was still seen at ChargeMarkTTL")
 	}
-	for id := uint64(2); id < memoryChargeMarks+2; id++ {
-		c.once(id, ttl)
+	const n = 4 * memoryChargeMarks
+	for id := uint64(2); id < n; id++ {
+		c.once(id*0x9e3779b97f4a7c15, ttl+1+int64(id)) // spread as random IDs are
 	}
-	if len(c.at) != memoryChargeMarks || len(c.ring) != memoryChargeMarks {
-		t.Fatalf("%d IDs recorded (ring %d), want at most %d", len(c.at), len(c.ring), memoryChargeMarks)
+	held := 0
+	for i := range c.shards {
+		for _, b := range c.shards[i].b {
+			for _, e := range b.exp {
+				if e != 0 {
+					held++
+				}
+			}
+		}
 	}
-	if c.once(memoryChargeMarks+1, ttl) {
-		t.Error("the latest ID was forgotten")
+	if held > memoryChargeMarks {
+		t.Fatalf("%d IDs recorded, want at most %d", held, memoryChargeMarks)
+	}
+	forgotten := 0
+	for id := uint64(n - 1000); id < n; id++ {
+		if c.once(id*0x9e3779b97f4a7c15, ttl+1+int64(n)) {
+			forgotten++
+		}
+	}
+	t.Logf("%d IDs held of %d recorded; %d of the latest 1000 forgotten", held, n, forgotten)
+	if forgotten > 0 {
+		t.Errorf("%d of the latest 1000 IDs forgotten", forgotten)
 	}
 }
 

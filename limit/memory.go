@@ -62,39 +62,57 @@ type Memory struct {
 	marks      chargeMarks
 }
 
-// memoryChargeMarks is the most charge IDs a Memory store records (Decision.ChargeID).
-const memoryChargeMarks = 1 << 16
+// memoryChargeMarks is the most charge IDs a Memory store records (Decision.ChargeID): in
+// markShards parts chosen by the ID's low bits, each locked on its own, of buckets of
+// markWays IDs chosen by the next bits.
+const (
+	memoryChargeMarks = 1 << 16
+	markShards        = 16
+	markWays          = 4
+	markBuckets       = memoryChargeMarks / markShards / markWays
+)
 
 // chargeMarks records the IDs of the extra charges a Memory store made, each for
-// ChargeMarkTTL, the latest memoryChargeMarks of them: the memory side of lua/lib.lua's
-// charge_once. Its zero value is ready to use; it is safe for concurrent use.
+// ChargeMarkTTL: the memory side of lua/lib.lua's charge_once. An ID is forgotten before then
+// only to make room, in its bucket of markWays, for a newer one that ends later: the store
+// holds about the latest memoryChargeMarks (a set-associative cache, 1 MiB once used, with no
+// map to grow or churn). Its zero value is ready to use; it is safe for concurrent use.
 type chargeMarks struct {
-	mu   sync.Mutex
-	at   map[uint64]int64 // ID → when it expires, µs
-	ring []uint64         // the IDs in the order recorded, memoryChargeMarks at most
-	next int              // where the next ID goes in ring, once it is full
+	shards [markShards]markShard
+}
+
+// markShard is one part of chargeMarks: the IDs whose low bits choose it.
+type markShard struct {
+	mu sync.Mutex
+	b  *[markBuckets]markBucket // nil until the first ID
+	_  [64]byte                 // keeps neighbouring locks off one cache line
+}
+
+// markBucket is markWays IDs and when each expires, µs (0: an empty place).
+type markBucket struct {
+	ids [markWays]uint64
+	exp [markWays]int64
 }
 
 // once records id at now (µs) and reports whether it was not recorded (or had expired).
 func (c *chargeMarks) once(id uint64, now int64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if exp, ok := c.at[id]; ok && exp > now {
-		return false
+	s := &c.shards[id%markShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.b == nil {
+		s.b = new([markBuckets]markBucket)
 	}
-	if c.at == nil {
-		c.at = make(map[uint64]int64)
-	}
-	if len(c.ring) < memoryChargeMarks {
-		c.ring = append(c.ring, id)
-	} else {
-		if old := c.ring[c.next]; old != id {
-			delete(c.at, old)
+	b := &s.b[id/markShards%markBuckets]
+	oldest := 0
+	for i := range markWays {
+		if b.ids[i] == id && b.exp[i] > now {
+			return false
 		}
-		c.ring[c.next] = id
-		c.next = (c.next + 1) % memoryChargeMarks
+		if b.exp[i] < b.exp[oldest] {
+			oldest = i
+		}
 	}
-	c.at[id] = now + ChargeMarkTTL.Microseconds()
+	b.ids[oldest], b.exp[oldest] = id, now+ChargeMarkTTL.Microseconds()
 	return true
 }
 

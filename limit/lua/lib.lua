@@ -58,9 +58,11 @@ local function charge_once(marks, id, now)
   if redis.call('ZADD', marks, 'NX', now, id) == 0 then
     return false
   end
-  redis.call('ZREMRANGEBYSCORE', marks, '-inf', string.format('%.0f', now - mark_ttl))
-  if redis.call('ZCARD', marks) > mark_max then
+  local n = redis.call('ZCARD', marks)
+  if n > mark_max then
     redis.call('ZREMRANGEBYRANK', marks, 0, -mark_max - 1)
+  elseif n % 32 == 0 then -- expired marks go every 32nd charge: at most 31 outlive mark_ttl
+    redis.call('ZREMRANGEBYSCORE', marks, '-inf', string.format('%.0f', now - mark_ttl))
   end
   redis.call('PEXPIRE', marks, ttl_ms(mark_ttl))
   return true
