@@ -63,7 +63,7 @@ func BenchmarkChargeID(b *testing.B) {
 		vs := variants(b, m, []string{"rule:hot"})
 		var rates []float64
 		for range b.N {
-			rates = interleave(b, 20, 100_000, runtime.GOMAXPROCS(0), vs)
+			rates = interleave(b, 40, 50_000, runtime.GOMAXPROCS(0), vs)
 		}
 		report(b, rates, "ns", true)
 	})
@@ -76,7 +76,7 @@ func BenchmarkChargeID(b *testing.B) {
 		vs := variants(b, r, keys)
 		var rates []float64
 		for range b.N {
-			rates = interleave(b, 10, 4000, 64, vs)
+			rates = interleave(b, 30, 2000, 64, vs)
 		}
 		report(b, rates, "ops/s", false)
 		marks := r.key(keys[0], algTokenBucket) + ":c"

@@ -193,7 +193,7 @@ func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 	if err := u.sched.Reconcile(ctx, name, j.charge, actual); err != nil {
 		m.unreconciled.WithLabelValues(name).Inc()
 		u.env.log.Debug("worker: reconcile the true cost; an extra charge is kept, a refund dropped", "queue", name, "err", err)
-		if u.owe(j.charge, actual) {
+		if u.owe(name, j.charge, actual) {
 			units = actual // charged later
 		}
 		return
