@@ -76,7 +76,9 @@ const (
 // so should a script ever touch two. As with Memory, the state of a key is shared by every
 // limit of the same algorithm, so callers put the rule's name in the key. Every key has a TTL
 // that ends when its state becomes idle, so idle keys vanish. Values are the algorithm's state
-// packed as base-128 varints (lua/lib.lua); sliding logs are sorted sets of timestamps.
+// packed as base-128 varints (lua/lib.lua); sliding logs are sorted sets of timestamps. The IDs
+// of the extra charges Adjust made (Decision.ChargeID) are a sorted set beside the state, at
+// its key + ":c": after the hash tag, so in the state's slot.
 //
 // Scripts run with EVALSHA; a server that does not know a script (after a restart, a
 // failover or SCRIPT FLUSH) gets it with EVAL, which also caches it.
