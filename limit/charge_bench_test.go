@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,8 +18,9 @@ import (
 // one run: extra charges (Adjust of a charge of 37 at 38) without a ChargeID, as every charge
 // was made before, and with a fresh one each, in alternating rounds (interleave), for a bucket
 // and a window. Memory: one hot key from GOMAXPROCS goroutines, ns per Adjust. Redis: 64
-// callers over 1000 keys, Adjusts per second, and the bytes one key's record of charges holds
-// per ID (MEMORY USAGE of the sorted set over its size).
+// callers over 1000 keys, Adjusts per second, the server's µs per Adjust script (INFO
+// commandstats), and the bytes one key's record of charges holds per ID (MEMORY USAGE of the
+// sorted set over its size).
 func BenchmarkChargeID(b *testing.B) {
 	ctx := context.Background()
 	algs := []Algorithm{TokenBucket, SlidingWindow}
@@ -79,6 +82,16 @@ func BenchmarkChargeID(b *testing.B) {
 			rates = interleave(b, 30, 2000, 64, vs)
 		}
 		report(b, rates, "ops/s", false)
+		// The server's own time per script (INFO commandstats), which the load of other
+		// processes on the machine hardly moves: the variants run apart, 10 000 Adjusts each.
+		for i, a := range algs {
+			for j, what := range []string{"without", "with"} {
+				calls0, usec0 := evalshaStats(b, rdb)
+				interleave(b, 1, 10_000, 64, vs[2*i+j:2*i+j+1])
+				calls1, usec1 := evalshaStats(b, rdb)
+				b.ReportMetric(float64(usec1-usec0)/float64(calls1-calls0), "server-µs/"+string(a)+"/"+what)
+			}
+		}
 		marks := r.key(keys[0], algTokenBucket) + ":c"
 		n, err1 := rdb.ZCard(ctx, marks).Result()
 		bytes, err2 := rdb.MemoryUsage(ctx, marks).Result()
@@ -88,4 +101,25 @@ func BenchmarkChargeID(b *testing.B) {
 		b.ReportMetric(float64(bytes)/float64(n), "bytes/mark")
 		b.ReportMetric(float64(n), "marks/key")
 	})
+}
+
+// evalshaStats returns the EVALSHA calls the server has run and the µs it spent in them.
+func evalshaStats(b *testing.B, rdb *redis.Client) (calls, usec int64) {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(info, "cmdstat_evalsha:")
+	line, _, _ := strings.Cut(rest, "\r\n")
+	for _, f := range strings.Split(line, ",") {
+		k, v, _ := strings.Cut(f, "=")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "calls":
+			calls = n
+		case "usec":
+			usec = n
+		}
+	}
+	return calls, usec
 }
