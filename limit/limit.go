@@ -201,8 +201,8 @@ type Decision struct {
 // within ChargeMarkTTL of the first, among the latest MaxChargeMarks charges with an ID of its
 // key, is made once. The Redis store keeps them in a sorted set beside the key's state (the
 // state's key + ":c", in its hash slot), about 30 bytes each, so a key that takes more than
-// MaxChargeMarks extra charges in ChargeMarkTTL keeps them for less; Memory keeps at most
-// 65 536 a store, about 50 bytes each. lua/lib.lua holds the same two numbers.
+// MaxChargeMarks extra charges in ChargeMarkTTL keeps them for less; Memory keeps about the
+// latest 65 536 a store (1 MiB, taken on first use). lua/lib.lua holds the same two numbers.
 const (
 	ChargeMarkTTL  = 5 * time.Minute
 	MaxChargeMarks = 8192

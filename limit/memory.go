@@ -183,7 +183,8 @@ func (m *Memory) DecideAll(_ context.Context, reqs []Request) ([]Decision, error
 // overflow state, as a decision would. An extra charge with a ChargeID made again changes
 // nothing and returns ErrChargeMade (the store records the latest 65 536 IDs, for
 // ChargeMarkTTL). It takes a shard lock, allocates nothing (but the room
-// for entries a sliding log grows by), and returns an error only for bad input.
+// for entries a sliding log grows by, and 64 KiB for each sixteenth of the record of charge
+// IDs on its first use), and returns an error only for bad input.
 func (m *Memory) Adjust(_ context.Context, key string, l Limit, d Decision, used int64) error {
 	p, delta, err := checkAdjust(key, l, d, used)
 	if err != nil {

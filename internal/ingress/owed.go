@@ -26,9 +26,9 @@ import (
 // limit.Decision.ChargeID from its first call on, and the store records the IDs of the charges
 // it made (limit.ChargeMarkTTL, 5 minutes, and the latest limit.MaxChargeMarks a key): whichever
 // of the first call and the owed one runs second changes nothing (limit.ErrChargeMade, counted
-// as "made"). Owed charges are made from the first Adjust that succeeds after the store came
-// back, payBatch with each one after it, so within seconds at any traffic worth the name; one
-// made more than 5 minutes after the store ran its first call would be charged twice.
+// as "made"). Owed charges are made payBatch with each Adjust that succeeds once the store
+// answers again, so within seconds while requests are reconciled; one made more than 5 minutes
+// after the store ran its first call would be charged twice.
 //
 // Metrics: sluice_rule_owed_charges (kept now) and sluice_rule_owed_charges_total{result} (kept,
 // paid, made: its first call had run after all, dropped).
