@@ -62,3 +62,39 @@ func TestBudgetSteps(t *testing.T) {
 		}
 	})
 }
+
+// TestRedisBudgetChargeOnce (issue 39): a budget's charge made again — its first call timed
+// out, maybe after the server ran it, and the worker made it again as an owed charge — moves
+// that budget's schedule once: output charged 100, true cost 300, reconciled twice, the next
+// take's output units are 300ms away, not 500ms. The input budget is untouched.
+func TestRedisBudgetChargeOnce(t *testing.T) {
+	u := Units{N: 1000, Per: time.Second} // 1 unit/ms
+	forEach(t, func(t *testing.T, s Schedule, c *clock) {
+		if _, ok := s.(*Redis); !ok {
+			return // in memory a call cannot fail: no charge is made again
+		}
+		bs := s.(BudgetSchedule)
+		ctx := context.Background()
+		asks := func(i, o int64) []Ask {
+			return []Ask{{Units: u, Cost: i, Budget: "input"}, {Units: u, Cost: o, Budget: "output"}}
+		}
+		_, cs, err := bs.TakeCosts(ctx, "q", Rate{Interval: time.Microsecond}, asks(1, 100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := bs.Reconcile(ctx, "q", cs[1], 300); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := asks(1, 1)
+		a[0].Ahead = time.Microsecond
+		slot, _, err := bs.TakeCosts(ctx, "q", Rate{Interval: time.Microsecond}, a)
+		if err != nil || !slot.retry {
+			t.Fatalf("probe: %+v, %v; want nothing reserved", slot, err)
+		}
+		if got, want := slot.Wait+time.Microsecond, 300*ms; got != want {
+			t.Fatalf("output units %v from now after the same charge made twice, want %v (made once)", got, want)
+		}
+	})
+}

@@ -59,6 +59,18 @@
 // while a key owes, a sliding window decision looks at most DebtCapacities+3 windows ahead.
 // docs/design/limit.md says why the refund rules are conservative.
 //
+// # Charges made once
+//
+// A call to Redis that timed out may still run: a stalled server runs what it had received
+// when it resumes. A caller that makes again an extra charge whose Adjust failed (the ingress
+// keeps them, as owed charges) would then charge it twice. A Decision's ChargeID prevents it:
+// the store records the IDs of the extra charges it made (in a sorted set beside the key's
+// state, in its hash slot, for [ChargeMarkTTL], the latest [MaxChargeMarks] a key) and makes a
+// recorded one no more, answering [ErrChargeMade]; whichever of the two calls runs first
+// charges. The cost: an extra charge with an ID runs two more commands in its script (four
+// on one in 25, which trims the record): about 4 µs of the server's time and 30 bytes an ID
+// (BENCHMARKS.md, "limit: charge IDs"); decisions, refunds and charges without an ID run none.
+//
 // # Loss of Redis's state
 //
 // Redis can lose the state while the processes run (a restart without persistence, a

@@ -73,6 +73,11 @@ var (
 	// not a failure (callers count it); SlidingLog, which carries no debt, returns it for any
 	// extra charge that does not fit its log.
 	ErrDebtCapped = errors.New("limit: debt capped")
+	// ErrChargeMade is returned by Adjust when the extra charge of a Decision's ChargeID was
+	// made already, by an earlier call (perhaps one whose reply was lost or timed out after
+	// the store ran it): nothing was changed. Like ErrDebtCapped it is a report, not a
+	// failure: the charge stands, once.
+	ErrChargeMade = errors.New("limit: charge already made")
 	// ErrOutOfRange means a limit is valid in principle but beyond what the stores compute
 	// exactly: a period that is not a whole number of microseconds, or a capacity × period
 	// product too large for integer arithmetic on Lua's doubles (see [Limit.Validate]).
@@ -181,7 +186,27 @@ type Decision struct {
 	At time.Time
 	// Cost is what the decision charged: the request's cost when Allowed, else 0.
 	Cost int64
+	// ChargeID, when not 0, names the extra charge an Adjust of this decision makes, so that
+	// the charge is made at most once however often it is asked: a caller that makes again a
+	// charge whose Adjust failed (its reply lost or timed out, while the store may have run
+	// it, or may still run it when a stalled server resumes) sets a ChargeID before the first
+	// call and keeps it. The store records the IDs of the charges it made, for
+	// [ChargeMarkTTL] and at most [MaxChargeMarks] a key (Memory: 65 536 a store), and answers a
+	// recorded one with ErrChargeMade. Decide leaves it 0: an Adjust without one is not
+	// recorded, and refunds never are. Callers pick IDs at random (64 bits).
+	ChargeID uint64
 }
+
+// How long, and how many, charge IDs a store records (Decision.ChargeID): a charge made again
+// within ChargeMarkTTL of the first, among the latest MaxChargeMarks charges with an ID of its
+// key, is made once. The Redis store keeps them in a sorted set beside the key's state (the
+// state's key + ":c", in its hash slot), about 30 bytes each, so a key that takes more than
+// MaxChargeMarks extra charges in ChargeMarkTTL keeps them for less; Memory keeps about the
+// latest 65 536 a store (1 MiB, taken on first use). lua/lib.lua holds the same two numbers.
+const (
+	ChargeMarkTTL  = 5 * time.Minute
+	MaxChargeMarks = 8192
+)
 
 // Request is one decision asked of DecideAll: Cost units charged against Key under Limit.
 type Request struct {

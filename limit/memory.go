@@ -59,6 +59,61 @@ type Memory struct {
 	onOverflow func(uint64)
 	overflows  atomic.Uint64
 	reported   atomic.Int64 // when onOverflow was last called, Unix seconds
+	marks      chargeMarks
+}
+
+// memoryChargeMarks is the most charge IDs a Memory store records (Decision.ChargeID): in
+// markShards parts chosen by the ID's low bits, each locked on its own, of buckets of
+// markWays IDs chosen by the next bits.
+const (
+	memoryChargeMarks = 1 << 16
+	markShards        = 16
+	markWays          = 4
+	markBuckets       = memoryChargeMarks / markShards / markWays
+)
+
+// chargeMarks records the IDs of the extra charges a Memory store made, each for
+// ChargeMarkTTL: the memory side of lua/lib.lua's charge_once. An ID is forgotten before then
+// only to make room, in its bucket of markWays, for a newer one that ends later: the store
+// holds about the latest memoryChargeMarks (a set-associative cache, 1 MiB once used, with no
+// map to grow or churn). Its zero value is ready to use; it is safe for concurrent use.
+type chargeMarks struct {
+	shards [markShards]markShard
+}
+
+// markShard is one part of chargeMarks: the IDs whose low bits choose it.
+type markShard struct {
+	mu sync.Mutex
+	b  *[markBuckets]markBucket // nil until the first ID
+	_  [64]byte                 // keeps neighbouring locks off one cache line
+}
+
+// markBucket is markWays IDs and when each expires, µs (0: an empty place).
+type markBucket struct {
+	ids [markWays]uint64
+	exp [markWays]int64
+}
+
+// once records id at now (µs) and reports whether it was not recorded (or had expired).
+func (c *chargeMarks) once(id uint64, now int64) bool {
+	s := &c.shards[id%markShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.b == nil {
+		s.b = new([markBuckets]markBucket)
+	}
+	b := &s.b[id/markShards%markBuckets]
+	oldest := 0
+	for i := range markWays {
+		if b.ids[i] == id && b.exp[i] > now {
+			return false
+		}
+		if b.exp[i] < b.exp[oldest] {
+			oldest = i
+		}
+	}
+	b.ids[oldest], b.exp[oldest] = id, now+ChargeMarkTTL.Microseconds()
+	return true
 }
 
 // NewMemory returns an empty Memory store.
@@ -125,8 +180,11 @@ func (m *Memory) DecideAll(_ context.Context, reqs []Request) ([]Decision, error
 // Adjust reconciles an admitted request with its true cost; see [Limiter] and the package doc.
 // A refund to a key the store holds no state for (forgotten as idle, or decided on an overflow
 // state) does nothing; an extra charge to a new key when the store is full goes to the scope's
-// overflow state, as a decision would. It takes a shard lock, allocates nothing (but the room
-// for entries a sliding log grows by), and returns an error only for bad input.
+// overflow state, as a decision would. An extra charge with a ChargeID made again changes
+// nothing and returns ErrChargeMade (the store records the latest 65 536 IDs, for
+// ChargeMarkTTL). It takes a shard lock, allocates nothing (but the room
+// for entries a sliding log grows by, and 64 KiB for each sixteenth of the record of charge
+// IDs on its first use), and returns an error only for bad input.
 func (m *Memory) Adjust(_ context.Context, key string, l Limit, d Decision, used int64) error {
 	p, delta, err := checkAdjust(key, l, d, used)
 	if err != nil {
@@ -135,7 +193,11 @@ func (m *Memory) Adjust(_ context.Context, key string, l Limit, d Decision, used
 	if delta == 0 {
 		return nil
 	}
-	if m.adjust(key, p, micros(d.At), d.Cost, delta, m.now()) {
+	now := m.now()
+	if delta > 0 && d.ChargeID != 0 && !m.marks.once(d.ChargeID, micros(now)) {
+		return fmt.Errorf("limit: adjust %.64q: charge %d: %w", key, d.ChargeID, ErrChargeMade)
+	}
+	if m.adjust(key, p, micros(d.At), d.Cost, delta, now) {
 		return fmt.Errorf("limit: adjust %.64q: %w", key, ErrDebtCapped)
 	}
 	return nil

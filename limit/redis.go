@@ -76,7 +76,9 @@ const (
 // so should a script ever touch two. As with Memory, the state of a key is shared by every
 // limit of the same algorithm, so callers put the rule's name in the key. Every key has a TTL
 // that ends when its state becomes idle, so idle keys vanish. Values are the algorithm's state
-// packed as base-128 varints (lua/lib.lua); sliding logs are sorted sets of timestamps.
+// packed as base-128 varints (lua/lib.lua); sliding logs are sorted sets of timestamps. The IDs
+// of the extra charges Adjust made (Decision.ChargeID) are a sorted set beside the state, at
+// its key + ":c": after the hash tag, so in the state's slot.
 //
 // Scripts run with EVALSHA; a server that does not know a script (after a restart, a
 // failover or SCRIPT FLUSH) gets it with EVAL, which also caches it.
@@ -208,7 +210,8 @@ func (r *Redis) Decide(ctx context.Context, key string, l Limit, cost int64) (De
 // Adjust reconciles an admitted request with its true cost in one round trip (shared with
 // other calls' as Decide's are), by a script that runs atomically on the key Decide used, at
 // the server's TIME; see [Limiter] and the package doc. A refund to a key that has expired
-// does nothing. The error wraps a sentinel error of this package for bad input (Redis is not
+// does nothing. An extra charge with a ChargeID is recorded beside the key's state
+// (Decision.ChargeID): made again, it changes nothing and returns ErrChargeMade. The error wraps a sentinel error of this package for bad input (Redis is not
 // contacted), the client's error, or ctx.Err(); ctx is honoured as in Decide.
 func (r *Redis) Adjust(ctx context.Context, key string, l Limit, d Decision, used int64) error {
 	p, delta, err := checkAdjust(key, l, d, used)
@@ -218,13 +221,14 @@ func (r *Redis) Adjust(ctx context.Context, key string, l Limit, d Decision, use
 	if delta == 0 {
 		return nil
 	}
-	k, args := r.key(key, p.alg), r.adjustArgs(p, micros(d.At), d.Cost, delta)
+	k, args := r.key(key, p.alg), r.adjustArgs(p, micros(d.At), d.Cost, delta, d.ChargeID)
+	marks := k + ":c" // after the hash tag: in k's slot
 	var cmd *redis.Cmd
 	if r.batch == nil {
-		cmd = adjustScripts[p.alg].Run(ctx, r.rdb, []string{k}, args...)
+		cmd = adjustScripts[p.alg].Run(ctx, r.rdb, []string{k, marks}, args...)
 	} else {
 		o := &op{}
-		o.one[0] = redis.NewCmd(context.Background(), append([]any{"evalsha", adjustScripts[p.alg].Hash(), 1, k}, args...)...)
+		o.one[0] = redis.NewCmd(context.Background(), append([]any{"evalsha", adjustScripts[p.alg].Hash(), 2, k, marks}, args...)...)
 		o.cmds = o.one[:]
 		if err := r.batch.do(ctx, o); err != nil {
 			return fmt.Errorf("limit: adjust %.64q: %w", key, err)
@@ -234,20 +238,24 @@ func (r *Redis) Adjust(ctx context.Context, key string, l Limit, d Decision, use
 	if err := cmd.Err(); err != nil {
 		return fmt.Errorf("limit: adjust %.64q: %w", key, err)
 	}
-	if n, _ := cmd.Int64(); n == 2 {
+	switch n, _ := cmd.Int64(); n {
+	case 2:
 		return fmt.Errorf("limit: adjust %.64q: %w", key, ErrDebtCapped)
+	case 3:
+		return fmt.Errorf("limit: adjust %.64q: charge %d: %w", key, d.ChargeID, ErrChargeMade)
 	}
 	return nil
 }
 
 // adjustArgs returns the ARGV of the adjustment script of p.alg; the scripts' headers
 // document them.
-func (r *Redis) adjustArgs(p params, at, charged, delta int64) []any {
+func (r *Redis) adjustArgs(p params, at, charged, delta int64, id uint64) []any {
+	sid := strconv.FormatUint(id, 10)
 	switch p.alg {
 	case algTokenBucket, algLeakyBucket, algGCRA:
-		return []any{r.clock(), p.unit, p.refill, p.cap, at, charged, delta, p.debt}
+		return []any{r.clock(), p.unit, p.refill, p.cap, at, charged, delta, p.debt, sid}
 	default:
-		return []any{r.clock(), p.period, p.limit, at, delta, p.debt}
+		return []any{r.clock(), p.period, p.limit, at, delta, p.debt, sid}
 	}
 }
 

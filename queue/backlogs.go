@@ -240,9 +240,15 @@ type FairLayout struct {
 	Meta     string
 	LeaseKey string
 
-	prefix    string // of the backlog subjects: <prefix>.t.<queue>.
-	jobPrefix string // of the delivery stream's job subjects: <prefix>.q.<queue>.
+	prefix      string // of the backlog subjects: <prefix>.t.<queue>.
+	jobPrefix   string // of the delivery stream's job subjects: <prefix>.q.<queue>.
+	costSubject string // <prefix>.fcost.<queue>: see CostSubject
 }
+
+// CostSubject is the core NATS subject (no stream stores it) on which workers report the
+// reconciled costs of the queue's jobs, for its scheduler to count tenants by their true
+// units (package queue/fair: ReportCost).
+func (l FairLayout) CostSubject() string { return l.costSubject }
 
 // FairLayout returns the layout of queue name, for its scheduler. It returns ErrUnknownQueue
 // when name is not provisioned.
@@ -264,6 +270,7 @@ func (q *core) layout(name string, fair bool) FairLayout {
 		Backlog: q.backlogStreamName(name), Delivery: q.streamName(name), Consumer: consumerName,
 		Tenants: q.tenantsBucketName(), Meta: q.metaBucketName(), LeaseKey: "fair." + name,
 		prefix: q.backlogPrefix(name), jobPrefix: q.jobSubject(name, ""),
+		costSubject: q.opts.Prefix + ".fcost." + name,
 	}
 }
 

@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -18,13 +19,19 @@ import (
 // most once more.
 //
 // Only extra charges are kept. A failed refund is not made again: a refund made twice (the
-// first call timed out after the store had run it) would give a key more than it paid back,
-// while a charge made twice only errs on the side of the limit. That double charge is the one
-// way this can be wrong: a charge whose call timed out after Redis ran it is made a second
-// time.
+// first call timed out after the store had run it) would give a key more than it paid back.
+//
+// Exactly once: a charge whose call timed out may still have run, or may run later (a stalled
+// Redis runs what it had received when it resumes). Every extra charge carries a random
+// limit.Decision.ChargeID from its first call on, and the store records the IDs of the charges
+// it made (limit.ChargeMarkTTL, 5 minutes, and the latest limit.MaxChargeMarks a key): whichever
+// of the first call and the owed one runs second changes nothing (limit.ErrChargeMade, counted
+// as "made"). Owed charges are made payBatch with each Adjust that succeeds once the store
+// answers again, so within seconds while requests are reconciled; one made more than 5 minutes
+// after the store ran its first call would be charged twice.
 //
 // Metrics: sluice_rule_owed_charges (kept now) and sluice_rule_owed_charges_total{result} (kept,
-// paid, dropped).
+// paid, made: its first call had run after all, dropped).
 type owedCharges struct {
 	mu     sync.Mutex
 	list   []owedCharge
@@ -92,6 +99,7 @@ func (g *gate) owe(rc reconcile, used int64) {
 	if used <= rc.dec.Cost {
 		return // a refund: not made again (see owedCharges)
 	}
+	// rc.dec carries the ChargeID of the failed call (settleCosts): made again, it is made once.
 	c := owedCharge{rule: rc.rule.name, key: rc.key, spec: rc.rule.spec, dec: rc.dec, used: used}
 	if !g.owed.keep(c) {
 		g.metrics.owedCharges.WithLabelValues("dropped").Inc()
@@ -119,6 +127,12 @@ func (g *gate) payOwed(timeout time.Duration) {
 			g.metrics.debtCapped.WithLabelValues(c.rule).Inc()
 			err = nil
 		}
+		if errors.Is(err, limit.ErrChargeMade) {
+			// The first call ran after all (a stalled store resumed): charged, once.
+			g.metrics.owedCharges.WithLabelValues("made").Inc()
+			g.metrics.reconciled.WithLabelValues(c.rule, "charge").Add(float64(c.used - c.dec.Cost))
+			continue
+		}
 		if err != nil && isBadInput(err) {
 			// The limit changed shape under a reload (a cost now above capacity): the charge
 			// cannot be made under its old limit any more.
@@ -136,6 +150,15 @@ func (g *gate) payOwed(timeout time.Duration) {
 	}
 	g.owed.done(nil)
 	g.metrics.owed.Set(float64(g.owed.len()))
+}
+
+// chargeID returns a random limit.Decision.ChargeID, never 0 (which marks nothing).
+func chargeID() uint64 {
+	for {
+		if id := rand.Uint64(); id != 0 {
+			return id
+		}
+	}
 }
 
 // isBadInput reports whether err is one of the limit package's errors for bad input, which no

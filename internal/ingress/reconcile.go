@@ -175,9 +175,16 @@ func (g *gate) settleCosts(h *held, header map[string][]string, body *answerBody
 		if used == rc.dec.Cost {
 			continue
 		}
+		if used > rc.dec.Cost {
+			// An extra charge is made at most once, however often it is asked (owed.go).
+			rc.dec.ChargeID = chargeID()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		err := g.limiter.Adjust(ctx, rc.key, rc.rule.spec, rc.dec, used)
 		cancel()
+		if errors.Is(err, limit.ErrChargeMade) {
+			err = nil // cannot happen on a first call: its ID is new
+		}
 		if errors.Is(err, limit.ErrDebtCapped) {
 			g.metrics.debtCapped.WithLabelValues(rc.rule.name).Inc()
 			g.log.Warn("ingress: a key owes more than its rule's debt cap; the rest of the true cost is dropped",

@@ -123,11 +123,15 @@ func (u *unitBudget) asks(cfg *QueueConfig, j *job) []leaky.Ask {
 
 // observeBudgets is observe for a queue with budgets: each budget's true cost is read from the
 // answer with its own pointer and reconciled on that budget; the units delivered are counted
-// per budget either way.
+// per budget either way. An extra charge a budget's schedule fails is kept and made after a
+// later delivery's, as the queue's one unit budget's is (owed.go); a failed refund is not.
 func (u *unitBudget) observeBudgets(cfg *QueueConfig, j *job, a answer) {
 	if !j.charged || len(j.charges) != len(cfg.Budgets) {
 		return
 	}
+	// The job's take succeeded: the schedule answered lately, so the charges it failed
+	// before are made now (owed.go), after this job's own.
+	defer u.payOwed()
 	for i, b := range cfg.Budgets {
 		u.reconcileBudget(b, j, j.charges[i], a)
 	}
@@ -165,7 +169,11 @@ func (u *unitBudget) reconcileBudget(b Budget, j *job, c leaky.Charge, a answer)
 	defer cancel()
 	if err := u.bsched.Reconcile(ctx, u.env.name, c, actual); err != nil {
 		m.unreconciled.WithLabelValues(name).Inc()
-		u.env.log.Debug("worker: reconcile a budget's true cost; the estimate stands", "queue", u.env.name, "budget", b.Name, "err", err)
+		u.env.log.Debug("worker: reconcile a budget's true cost; an extra charge is kept, a refund dropped",
+			"queue", u.env.name, "budget", b.Name, "err", err)
+		if u.owe(name, c, actual) {
+			units = actual // charged later
+		}
 		return
 	}
 	units = actual

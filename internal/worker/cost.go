@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/cost"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/limit"
+	"github.com/sluice-rl/sluice/queue/fair"
 )
 
 // Unit budgets (QueueConfig.Units): a job of a queue with cost_rate waits for one slot of
@@ -63,6 +64,9 @@ type unitBudget struct {
 	settling context.Context
 	// owed are the extra charges the schedule failed, to be made again (owed.go).
 	owed owedUnits
+	// fairs has the layout of a fair queue, whose scheduler hears the reconciled costs of a
+	// queue with fair_by: units (fair.ReportCost); nil: none is told.
+	fairs fairSource
 }
 
 func newUnitBudget(env queueEnv, sched leaky.Schedule, slot *leakSlot, learned *unitLearner, fraction func() float64, settling context.Context) *unitBudget {
@@ -193,7 +197,7 @@ func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 	if err := u.sched.Reconcile(ctx, name, j.charge, actual); err != nil {
 		m.unreconciled.WithLabelValues(name).Inc()
 		u.env.log.Debug("worker: reconcile the true cost; an extra charge is kept, a refund dropped", "queue", name, "err", err)
-		if u.owe(j.charge, actual) {
+		if u.owe(name, j.charge, actual) {
 			units = actual // charged later
 		}
 		return
@@ -203,6 +207,24 @@ func (u *unitBudget) observe(cfg *QueueConfig, j *job, a answer) {
 		m.unitsReconciled.WithLabelValues(name, "charge").Add(float64(d))
 	} else {
 		m.unitsReconciled.WithLabelValues(name, "refund").Add(float64(-d))
+	}
+	u.reportFair(cfg, j, actual)
+}
+
+// reportFair tells the scheduler of a fair queue with fair_by: units the true cost of j's
+// delivery, actual, which it counted at the job's Job.Cost (fair.ReportCost): tenants then
+// share the true units by weight. A report that fails is dropped (the job stays counted at its
+// estimate).
+func (u *unitBudget) reportFair(cfg *QueueConfig, j *job, actual int64) {
+	if !cfg.Fair || !cfg.FairByUnits || u.fairs == nil {
+		return
+	}
+	l, err := u.fairs.FairLayout(u.env.name)
+	if err == nil {
+		err = fair.ReportCost(l, j.m.Job.Tenant, actual-max(j.m.Job.Cost, 1))
+	}
+	if err != nil {
+		u.env.log.Debug("worker: report a reconciled cost to the fair scheduler; dropped", "queue", u.env.name, "err", err)
 	}
 }
 

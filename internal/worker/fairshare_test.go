@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
 )
@@ -175,5 +177,67 @@ func TestFairLateTenantShare(t *testing.T) {
 		first.Sub(lateAt).Round(10*time.Millisecond), g, l, ratio)
 	if ratio < 2.25 || ratio > 3.75 {
 		t.Errorf("gold:late = %d:%d = %.2f, want 3 ±25%%", g, l, ratio)
+	}
+}
+
+// TestFairShareReconciledUnits (issue 40): on a fair queue with fair_by: units and
+// cost_from_response, tenants a and b declare 10 units a job, but a's answers report 100 and
+// b's 10; equal weights. The scheduler hears each job's true cost from the worker that
+// reconciled it (fair.ReportCost), so each tenant gets about half the true units: a 50% ±10%
+// of 3 000 (5 s at 600 units/s), counted from the 600th on (the jobs moved and held before
+// the first answers came are counted at their estimate, and favour a). Before, the scheduler
+// counted the declared 10 of each job, so a's jobs went about one for one with b's: a got
+// 76.7% of the units in one run.
+func TestFairShareReconciledUnits(t *testing.T) {
+	const name, costRate, warm, units = "reconciled", 600, 600, 3000
+	const declared, trueA, trueB = 10, 100, 10
+	h := newHarness(t, queue.Spec{Name: name, Fair: true})
+	h.up.Respond(func(a workertest.Arrival, _ int) workertest.Reply {
+		cost := trueB
+		if strings.HasPrefix(string(a.Body), "a-") {
+			cost = trueA
+		}
+		return workertest.Reply{Body: fmt.Appendf(nil, `{"usage":{"total":%d}}`, cost)}
+	})
+	spec := h.fairSpec(name, fmt.Sprintf("rate: %d/s, cost_rate: %d/s, fair_by: units, concurrency: 2, cost_from_response: 'json:/usage/total'",
+		costRate/5, costRate))
+	// Each tenant's backlog holds 2/3 of the units at its true cost: both wait until the
+	// measure ends.
+	total := warm + units
+	a, _ := publishTenant(t, h.qs, name, "a", total*2/3/trueA+4, declared)
+	b, _ := publishTenant(t, h.qs, name, "b", total*2/3/trueB+20, declared)
+	sched := leaky.NewRedis(testenv.Redis(t).Client, leaky.RedisConfig{Prefix: testenv.Name(t) + ":"})
+	start := time.Now()
+	h.run(worker.Deps{Schedule: sched}, spec)
+	var got unitShares
+	count := func() {
+		got = unitShares{}
+		var seen int64
+		for _, ar := range h.up.Arrivals() {
+			cost := int64(trueB)
+			switch {
+			case a[ar.ID]:
+				cost = trueA
+			case !b[ar.ID]:
+				t.Fatalf("unknown job %s delivered", ar.ID)
+			}
+			seen += cost
+			if seen <= warm {
+				continue
+			}
+			if got.total >= units {
+				break
+			}
+			got.total += cost
+			if cost == trueA {
+				got.a += cost
+			}
+		}
+	}
+	h.up.WaitCount(t, 40*time.Second, fmt.Sprintf("%d units delivered", total), func(int) bool { count(); return got.total >= units })
+	t.Logf("fair_by: units, declared 10 each, true 100 (a) and 10 (b): of %d true units after the first %d, a got %d (%.1f%%), b %d (%.1f%%); test took %v",
+		got.total, warm, got.a, got.share(), got.total-got.a, 100-got.share(), time.Since(start).Round(100*time.Millisecond))
+	if s := got.share(); s < 40 || s > 60 {
+		t.Errorf("a got %.1f%% of the true units, want 50%% ±10%%", s)
 	}
 }

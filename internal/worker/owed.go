@@ -7,14 +7,15 @@ import (
 	"github.com/sluice-rl/sluice/leaky"
 )
 
-// Owed charges of a unit budget (cost_from_response).
+// Owed charges of a unit budget (cost_from_response), and of each of a queue's budgets.
 //
 // When an answer reports more than its job was charged and the unit schedule fails the extra
 // charge (Reconcile: Redis stalled, unreachable or failing over), the charge is kept here and
 // made again after a later delivery of the queue, whose take shows the schedule answers again,
-// so that a store's hiccup does not forgive what the upstream counted. The bound: at most
-// maxOwed charges are kept per queue and process (a further one is dropped and counted), and
-// each is made at most once more. A kept charge of a state that was lost since (a restart
+// so that a store's hiccup does not forgive what the upstream counted. A queue with budgets
+// (budgets.go) keeps the failed charges of all its budgets in one list, each made again on its
+// own budget. The bound: at most maxOwed charges are kept per queue and process (a further one
+// is dropped and counted), and each is made at most once more. A kept charge of a state that was lost since (a restart
 // without persistence) changes nothing when made: the schedule's epoch check drops it, as the
 // budget it was charged against is gone.
 //
@@ -28,18 +29,21 @@ import (
 // Kept charges live in the process: a worker that stops with some kept loses them (counted
 // in sluice_queue_owed_charges until then).
 //
-// Metrics: sluice_queue_owed_charges{queue} (kept now) and
-// sluice_queue_owed_charges_total{queue,result} (kept, paid, dropped).
+// Metrics: sluice_queue_owed_charges{queue} (kept now, a queue's budgets together) and
+// sluice_queue_owed_charges_total{queue,result} (kept, paid, dropped), whose queue label is a
+// budget's ("<queue>/<budget>") for a budget's charges.
 type owedUnits struct {
 	mu     sync.Mutex
 	list   []owedUnit
 	paying bool // one payer at a time
 }
 
-// owedUnit is one extra charge the unit schedule failed: actual units for a job charged c.
+// owedUnit is one extra charge the unit schedule failed: actual units for a job charged c;
+// label is the metrics' queue label of its budget (the queue, or "<queue>/<budget>").
 type owedUnit struct {
 	c      leaky.Charge
 	actual int64
+	label  string
 }
 
 // maxOwed is the most owed charges a queue keeps in one process; payBatch the most one
@@ -91,19 +95,20 @@ func (o *owedUnits) len() int {
 }
 
 // owe keeps the extra charge of a job charged c whose true cost, actual, the schedule failed
-// to reconcile, and reports whether it did. A refund (actual below the charge) is not kept.
-func (u *unitBudget) owe(c leaky.Charge, actual int64) bool {
+// to reconcile, and reports whether it did; label is the budget's metrics label. A refund
+// (actual below the charge) is not kept.
+func (u *unitBudget) owe(label string, c leaky.Charge, actual int64) bool {
 	if actual <= c.Cost {
 		return false
 	}
 	m, name := u.env.m, u.env.name
-	if !u.owed.keep(owedUnit{c: c, actual: actual}) {
-		m.owedCharges.WithLabelValues(name, "dropped").Inc()
+	if !u.owed.keep(owedUnit{c: c, actual: actual, label: label}) {
+		m.owedCharges.WithLabelValues(label, "dropped").Inc()
 		u.env.log.Warn("worker: too many extra unit charges are waiting for the schedule; one is dropped",
-			"queue", name, "bound", maxOwed)
+			"queue", label, "bound", maxOwed)
 		return false
 	}
-	m.owedCharges.WithLabelValues(name, "kept").Inc()
+	m.owedCharges.WithLabelValues(label, "kept").Inc()
 	m.owed.WithLabelValues(name).Set(float64(u.owed.len()))
 	return true
 }
@@ -125,8 +130,8 @@ func (u *unitBudget) payOwed() {
 			m.owed.WithLabelValues(name).Set(float64(u.owed.done(batch[i:])))
 			return
 		}
-		m.owedCharges.WithLabelValues(name, "paid").Inc()
-		m.unitsReconciled.WithLabelValues(name, "charge").Add(float64(o.actual - o.c.Cost))
+		m.owedCharges.WithLabelValues(o.label, "paid").Inc()
+		m.unitsReconciled.WithLabelValues(o.label, "charge").Add(float64(o.actual - o.c.Cost))
 	}
 	m.owed.WithLabelValues(name).Set(float64(u.owed.done(nil)))
 }

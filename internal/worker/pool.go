@@ -479,6 +479,7 @@ func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
 		slot.warm = p.spares.warm
 	}
 	units := newUnitBudget(env, p.sched, slot, unitLearn, lease.fraction, p.exec.ctx)
+	units.fairs = p.q
 	lease.meanCost = units.meanCost
 	r.pol = newPolicies(
 		tenants,

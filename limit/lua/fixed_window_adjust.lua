@@ -3,6 +3,7 @@
 -- unless ARGV[1] is an instant.
 --
 -- KEYS[1]  the window, as in fixed_window.lua
+-- KEYS[2]  the charges made (charge_once in lib.lua): the state's key + ':c'
 -- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]  period in µs
 -- ARGV[3]  limit: requests per window
@@ -11,11 +12,16 @@
 --          limit is debt, counted by the windows after) or to uncount (< 0) if at is in the
 --          current window, never below 0
 -- ARGV[6]  debt: the most the key may owe beyond limit
+-- ARGV[7]  the charge's ID (limit.Decision.ChargeID), '0' for none
 -- Returns  1 when the window was written, 2 when it was and the charge was capped at the
---          debt, 0 when there was nothing to refund to
+--          debt, 0 when there was nothing to refund to;
+--          3 when the charge of ARGV[7] was made already: nothing was changed
 local now = clock(ARGV[1])
 local period, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local at, delta, maxdebt = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if delta > 0 and not charge_once(KEYS[2], ARGV[7], now) then
+  return 3
+end
 
 local start, count = 0, 0
 local s = get_state(KEYS[1], 2)

@@ -45,6 +45,29 @@ local function ttl_ms(us)
   return math.max(1, cdiv(us, 1000))
 end
 
+-- charge_once records the extra charge id (a decimal ChargeID; '0': none, not recorded) among
+-- the charges made to a key's state, in marks (a sorted set beside the state, in its hash
+-- slot, scored by now), and reports whether it was not recorded yet: a charge recorded is not
+-- made again (ErrChargeMade in limit.go). Marks live mark_ttl µs, at most mark_max a key
+-- (limit.ChargeMarkTTL and limit.MaxChargeMarks).
+local mark_ttl, mark_max = 300000000, 8192
+local function charge_once(marks, id, now)
+  if id == '0' then
+    return true
+  end
+  if redis.call('ZADD', marks, 'NX', now, id) == 0 then
+    return false
+  end
+  -- Marks beyond mark_max and expired ones go with one charge in 25 (an ID ending in 00, 32,
+  -- 64 or 96: IDs are random), so a key holds a few dozen more than that at most.
+  if tonumber(string.sub(id, -2)) % 32 == 0 then
+    redis.call('ZREMRANGEBYSCORE', marks, '-inf', string.format('%.0f', now - mark_ttl))
+    redis.call('ZREMRANGEBYRANK', marks, 0, -mark_max - 1)
+  end
+  redis.call('PEXPIRE', marks, ttl_ms(mark_ttl))
+  return true
+end
+
 -- State is stored as a string of base-128 varints (7 bits a byte, low bits first, the high bit
 -- set on every byte but a number's last): about half the bytes of decimal text, which keeps a
 -- bucket's value short enough for Redis's smallest string allocations. Division by 128 is exact

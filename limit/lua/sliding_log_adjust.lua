@@ -3,16 +3,23 @@
 -- unless ARGV[1] is an instant.
 --
 -- KEYS[1]  the log, as in sliding_log.lua
+-- KEYS[2]  the charges made (charge_once in lib.lua): the state's key + ':c'
 -- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]  period in µs
 -- ARGV[3]  limit: requests per trailing period
 -- ARGV[4]  at: the instant of the charge, µs since the Unix epoch
 -- ARGV[5]  delta: entries to log at now (> 0, as many as fit under limit) or to remove of
 --          instant at (< 0), if they are still in the window
--- Returns  1, or 2 when some of delta did not fit under limit (a log carries no debt)
+-- ARGV[6]  debt: unused (a log carries none)
+-- ARGV[7]  the charge's ID (limit.Decision.ChargeID), '0' for none
+-- Returns  1, or 2 when some of delta did not fit under limit (a log carries no debt);
+--          3 when the charge of ARGV[7] was made already: nothing was changed
 local now = clock(ARGV[1])
 local period, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local at, delta = tonumber(ARGV[4]), tonumber(ARGV[5])
+if delta > 0 and not charge_once(KEYS[2], ARGV[7], now) then
+  return 3
+end
 local key = KEYS[1]
 local capped = 1
 

@@ -3,6 +3,7 @@
 -- unless ARGV[1] is an instant.
 --
 -- KEYS[1]  the bucket, as in token_bucket.lua
+-- KEYS[2]  the charges made (charge_once in lib.lua): the state's key + ':c'
 -- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]  unit, ARGV[3] refill, ARGV[4] cap: as in token_bucket.lua
 -- ARGV[5]  at: the instant of the charge, µs since the Unix epoch
@@ -10,11 +11,16 @@
 -- ARGV[7]  delta: tokens to charge (> 0, down to -debt at most) or refund (< 0, at most what
 --          has not refilled since at, and never beyond a full bucket)
 -- ARGV[8]  debt: the most the key may owe beyond its capacity, scaled as cap
+-- ARGV[9]  the charge's ID (limit.Decision.ChargeID), '0' for none
 -- Returns  1 when the bucket was written, 2 when it was and the charge was capped at the debt,
 --          0 when there was nothing to refund to
+--          3 when the charge of ARGV[9] was made already: nothing was changed
 local now = clock(ARGV[1])
 local unit, refill, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local at, charged, delta = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+if delta > 0 and not charge_once(KEYS[2], ARGV[9], now) then
+  return 3
+end
 local maxdebt = tonumber(ARGV[8])
 local capped = 1
 

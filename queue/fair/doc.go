@@ -13,7 +13,8 @@
 // its deficit, and it gives a job per whole unit. With Options.ByUnits a visit adds its weight
 // times the quantum (the largest job cost known) and a job takes its cost: its Job.Cost, read
 // only as it is moved, so the pick estimates it at the tenant's last job's cost and the
-// deficit takes the true cost once read. Within a tenant's share its high jobs
+// deficit takes the job's cost once read; and the workers report what each job really cost,
+// from its answer (ReportCost, costs.go), which the deficit takes too. Within a tenant's share its high jobs
 // (queue.PriorityHigh) go before its normal before its low, but that while a lower level waits
 // at least one of every 8 of the tenant's jobs from it and above is of it.
 //

@@ -329,3 +329,41 @@ func TestPickUnitsCapped(t *testing.T) {
 		t.Fatalf("1s with a capped at 5/s: %v, want a 5 (±1) and b the rest", got)
 	}
 }
+
+// TestPickReconciled: by units, a tenant's reported true costs (picker.reconcile) weigh in
+// its deficit: a and b declare 10 a job, a's jobs really cost 100. Reported after each pick,
+// a gets about one job for b's ten, so each gets about half the true units; a refund gives
+// back at most one visit's worth.
+func TestPickReconciled(t *testing.T) {
+	var p picker
+	p.setByUnits(true)
+	p.update(map[string]uint64{"a": 1000, "b": 1000}, nil)
+	units := map[string]float64{}
+	for range 200 {
+		for _, pk := range p.pick(budget{jobs: 2, units: math.Inf(1)}, 0, time.Time{}) {
+			costs := make([]int64, pk.n)
+			for i := range costs {
+				costs[i] = 10
+			}
+			p.charge(pk.tenant, pk.units, costs)
+			truth := 10.0
+			if pk.tenant == "a" {
+				truth = 100
+				p.reconcile("a", float64(pk.n)*90)
+			}
+			units[pk.tenant] += float64(pk.n) * truth
+		}
+	}
+	share := units["a"] / (units["a"] + units["b"])
+	t.Logf("true units: a %v, b %v (a %.1f%%)", units["a"], units["b"], 100*share)
+	if share < 0.45 || share > 0.55 {
+		t.Errorf("a got %.1f%% of the true units, want 50%% ±5%%", 100*share)
+	}
+	// A refund of 10 000 units gives a one visit's worth in hand at most: its weight × the
+	// quantum (10).
+	p.reconcile("a", -10_000)
+	if d := p.byID["a"].deficit; d > 10 {
+		t.Errorf("deficit after a large refund: %v, want at most one visit's worth (10)", d)
+	}
+	p.reconcile("gone", 50) // a tenant not in the ring: nothing to correct, no panic
+}

@@ -101,6 +101,9 @@ type Scheduler struct {
 	backlog   jetstream.Stream
 	cons      jetstream.Consumer // the workers' consumer, for how many jobs wait for them
 	tenantsKV jetstream.KeyValue
+	// costs are the workers' reports of reconciled costs (costs.go), heard by a subscription
+	// while Run runs.
+	costs reports
 }
 
 // New returns the scheduler of fair queue name. It returns an error wrapping
@@ -154,6 +157,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 	}
 	defer s.stepDown()
+	if !s.Options().Drain {
+		// Reports of reconciled costs (costs.go): heard always, taken by the leader's rounds.
+		if sub, err := s.l.JetStream.Conn().Subscribe(s.l.CostSubject(), s.costs.heard); err == nil {
+			defer sub.Unsubscribe()
+		} else {
+			s.Options().Logger.Warn("fair: reports of reconciled costs not heard", "queue", s.l.Queue, "err", err)
+		}
+	}
 	var renewed time.Time
 	backoff := roundPolicy.Backoff(nil)
 	for ctx.Err() == nil {
@@ -162,6 +173,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			renewed = s.now()
 		}
 		if !s.leading() {
+			s.costs.take() // the leader's to apply
 			sleep(ctx, leaseRenew)
 			continue
 		}
@@ -233,6 +245,7 @@ func (s *Scheduler) forget() {
 	s.picks, s.refreshed = picker{}, time.Time{}
 	s.levels, s.cursor = map[string]*levels{}, map[string][3]uint64{}
 	s.ahead = ahead{}
+	s.costs.take()
 }
 
 // stepDown gives the lease up, so that another process takes over at once.
@@ -271,6 +284,9 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 	}
 	opts := s.Options()
 	s.picks.setByUnits(opts.ByUnits)
+	for id, d := range s.costs.take() {
+		s.picks.reconcile(id, float64(d))
+	}
 	if since := s.now().Sub(s.refreshed); since >= refreshEvery || (s.picks.len() == 0 && since >= refreshIdle) {
 		if err := s.refresh(ctx, opts); err != nil {
 			return 0, err
