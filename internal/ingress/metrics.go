@@ -99,7 +99,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		owedCharges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rule_owed_charges_total",
-			Help: "Extra charges of cost_from_response that the store failed, by result: kept (to charge again), paid (charged later), made (found made already: the failed call had run after all, so not charged again), dropped (the bound was full, or they waited longer than 100 periods of their limit).",
+			Help: "Extra charges of cost_from_response that the store failed, by result: kept (to charge again), paid (charged later), made (found made already: the failed call had run after all, so not charged again), dropped (the bound was full, or a reload changed the limit so that the charge no longer fits it).",
 		}, []string{"result"}),
 		streamsCut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rule_streams_cut_total",
