@@ -292,6 +292,12 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, items []item) {
 		s.unpeek(ctx, cfg, items, idx)
 		return
 	}
+	if ctx.Err() != nil {
+		// The caller went away first (Envoy's timeout, a closed stream): no one reads the
+		// answer, and the store did not fail. Counted apart; the items stay undecided.
+		s.m.abandoned.Inc()
+		return
+	}
 	s.m.storeErrors.Inc()
 	s.log.Warn("rls: limiter store", "err", err)
 	var open []limit.Request
@@ -365,8 +371,7 @@ func (s *Server) unpeek(ctx context.Context, cfg *config.Config, items []item, i
 			actx, cancel = context.WithTimeout(ctx, cfg.StoreTimeout)
 		}
 		if err := s.lim.Adjust(actx, it.key, it.spec, it.dec, 0); err != nil {
-			s.log.Warn("rls: give back a check's unit", "err", err)
-			s.m.storeErrors.Inc()
+			s.storeError(ctx, "rls: give back a check's unit", err)
 		} else {
 			it.dec.Remaining++
 		}
@@ -393,8 +398,7 @@ func (s *Server) refund(ctx context.Context, cfg *config.Config, it *item) {
 		err := s.lim.Adjust(actx, it.key, it.spec, d, d.Cost-r)
 		cancel()
 		if err != nil {
-			s.log.Warn("rls: refund", "err", err)
-			s.m.storeErrors.Inc()
+			s.storeError(ctx, "rls: refund", err)
 			break
 		}
 		left -= r
@@ -405,6 +409,17 @@ func (s *Server) refund(ctx context.Context, cfg *config.Config, it *item) {
 	if left > 0 {
 		s.m.unrefunded.Add(float64(left))
 	}
+}
+
+// storeError counts and logs err, the failure of a store call made for a caller whose context
+// is ctx: as a store error, unless the caller went away first.
+func (s *Server) storeError(ctx context.Context, msg string, err error) {
+	if ctx.Err() != nil {
+		s.m.abandoned.Inc()
+		return
+	}
+	s.log.Warn(msg, "err", err)
+	s.m.storeErrors.Inc()
 }
 
 // respond builds the answer to the items.
