@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -493,18 +494,37 @@ func (p *policy) currentLimit(spec limit.Limit) *rlsv3.RateLimitResponse_RateLim
 	if p.cl == nil {
 		return currentLimit(p.name, spec)
 	}
-	if c := p.cl.Load(); c != nil && c.spec == spec {
-		return c.rl
-	}
-	c := &cachedLimit{spec: spec, rl: currentLimit(p.name, spec)}
-	p.cl.Store(c)
-	return c.rl
+	return p.cached(spec).rl
 }
 
-// cachedLimit is a policy's current_limit for one spec.
+// limitHeaders are the RateLimit-Policy and X-RateLimit-Limit headers of p under spec, shared
+// by the answers as currentLimit is.
+func (p *policy) limitHeaders(spec limit.Limit) (policy, lim *corev3.HeaderValue) {
+	if p.cl == nil {
+		return limitHeaders(p, spec)
+	}
+	c := p.cached(spec)
+	return c.policyHdr, c.limitHdr
+}
+
+// cached returns p's cachedLimit for spec, building it when the cache holds another. p.cl is
+// not nil.
+func (p *policy) cached(spec limit.Limit) *cachedLimit {
+	if c := p.cl.Load(); c != nil && c.spec == spec {
+		return c
+	}
+	c := &cachedLimit{spec: spec, rl: currentLimit(p.name, spec)}
+	c.policyHdr, c.limitHdr = limitHeaders(p, spec)
+	p.cl.Store(c)
+	return c
+}
+
+// cachedLimit is what a policy's answers share for one spec: its current_limit, and its
+// RateLimit-Policy and X-RateLimit-Limit headers.
 type cachedLimit struct {
-	spec limit.Limit
-	rl   *rlsv3.RateLimitResponse_RateLimit
+	spec                limit.Limit
+	rl                  *rlsv3.RateLimitResponse_RateLimit
+	policyHdr, limitHdr *corev3.HeaderValue
 }
 
 // currentLimit is spec as the protocol states a limit: the largest unit the period is a whole
