@@ -47,15 +47,15 @@ type batcher struct {
 
 // op is one call's scripts on their way through a batcher.
 type op struct {
-	cmds     []*redis.Cmd    // EVALSHAs of this package's scripts
+	cmds []*redis.Cmd // EVALSHAs of this package's scripts
 	// decisions is how many decisions cmds make (a run of multi.lua makes several); 0: one
 	// per command. A batch's size is counted in decisions.
 	decisions int
-	one      [1]*redis.Cmd   // cmds of a Decide
-	self     [1]*op          // the batch of a call that sends alone
-	stop     <-chan struct{} // the caller's ctx.Done()
-	deadline time.Time       // the caller's deadline; zero when it has none
-	state    opState         // guarded by batcher.mu
+	one       [1]*redis.Cmd   // cmds of a Decide
+	self      [1]*op          // the batch of a call that sends alone
+	stop      <-chan struct{} // the caller's ctx.Done()
+	deadline  time.Time       // the caller's deadline; zero when it has none
+	state     opState         // guarded by batcher.mu
 	// done receives once: when cmds hold their replies (sent is true), when the call was
 	// dropped unsent because its context had ended (sent is false), or when the call is to
 	// send the batch lead, which holds it. Each is written before the send on done.

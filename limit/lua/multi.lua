@@ -21,25 +21,20 @@ local algs = {}
 -- ALGORITHMS (limit/redis.go puts algs[i] = function(KEYS, ARGV) <i's file> end here)
 
 local epoch_id, epoch_lost = epoch_check(KEYS[1], tonumber(ARGV[2]), multi_now)
-local out, a = {}, 3
+local out, o, a = {}, 0, 3
 for k = 2, #KEYS do
   local alg, hold = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local n = nargs[alg]
   local r
   if hold > 0 and epoch_lost > 0 and multi_now < epoch_lost + hold then
     local wait = epoch_lost + hold - multi_now
     r = {0, 0, wait, wait, multi_now}
   else
-    local argv = {ARGV[1]}
-    for i = 1, n do
-      argv[i + 1] = ARGV[a + 1 + i]
-    end
-    r = algs[alg]({KEYS[k]}, argv)
+    -- The script's ARGV in one constructor; a window's gets the next request's first
+    -- argument as a fifth, which it does not read.
+    r = algs[alg]({KEYS[k]}, {ARGV[1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]})
   end
-  for i = 1, 5 do
-    out[#out + 1] = r[i]
-  end
-  a = a + 2 + n
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = r[1], r[2], r[3], r[4], r[5]
+  o, a = o + 5, a + 2 + nargs[alg]
 end
-out[#out + 1] = epoch_id
+out[o + 1] = epoch_id
 return out
