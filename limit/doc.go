@@ -67,8 +67,9 @@
 // hash slot on a cluster, never expiring), so a store that decided before the loss learns of
 // it on its next decision and reports it (RedisConfig.OnLoss). A limit with OnReset
 // ResetConservative is then refused, charging nothing, for its hold ([Limit.ResetHold]: the
-// time it takes to become whole from empty) from when the loss was learned by any store; ResetFresh lets the key start afresh. Debt recorded before
-// the loss is forgotten. reset.go and docs/store-reset.md have the details and the bounds.
+// time it takes to become whole from empty) from when the loss was learned by any store;
+// ResetFresh lets the key start afresh. Debt recorded before the loss is forgotten. reset.go
+// and docs/store-reset.md have the details and the bounds.
 //
 // # Keys
 //
