@@ -162,7 +162,7 @@ func (r *Redis) decisions(reqs []Request, ps []params, runs []run, cmds []*redis
 		}
 		if err != nil {
 			i := u.reqs[0]
-			return nil, fmt.Errorf("limit: decide %d requests from %d %.64q: %w", len(u.reqs), i, reqs[i].Key, err)
+			return nil, fmt.Errorf("limit: decide requests %d %.64q and %d more in one run: %w", i, reqs[i].Key, len(u.reqs)-1, err)
 		}
 		r.epochs.saw(u.group, u.known, v[len(v)-1], reqs[u.reqs[0]].Key)
 		for j, i := range u.reqs {
