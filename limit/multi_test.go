@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,5 +104,32 @@ func TestRedisMultiOnCluster(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("sent commands %v and pipelines %v, want 2 scripts: one run of the slot's 4, one of the other key", cmds, pipes)
+	}
+}
+
+// TestRedisMultiForeignValue checks that a run of several decisions in which one key holds
+// something the scripts did not write is an error for the whole DecideAll, as a failing script
+// of a pipeline was, not a decision nor a panic; and that a string there is no state.
+func TestRedisMultiForeignValue(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	prefix := testenv.Prefix(t)
+	r := NewRedis(srv.Client, RedisConfig{Prefix: prefix})
+	l := Limit{Algorithm: TokenBucket, Limit: 2, Period: time.Hour}
+	if err := srv.Client.Set(ctx, prefix+"{tb:b}", "garbage", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := r.DecideAll(ctx, []Request{{"a", l, 1}, {"b", l, 2}})
+	if err != nil || !ds[0].Allowed || ds[0].Remaining != 1 || !ds[1].Allowed || ds[1].Remaining != 0 {
+		t.Fatalf("a string at a key of the run: %v, %v; want both admitted, the second on a full bucket", ds, err)
+	}
+	if err := srv.Client.Del(ctx, prefix+"{tb:b}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Client.RPush(ctx, prefix+"{tb:b}", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := r.DecideAll(ctx, []Request{{"a", l, 1}, {"b", l, 1}}); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("a list at a key of the run: %v, %v; want a WRONGTYPE error", ds, err)
 	}
 }
