@@ -34,31 +34,42 @@ import (
 // returns when go-redis does, as an unbatched call would.
 type batcher struct {
 	rdb       RedisClient
-	maxBatch  int // scripts per pipeline; a call with more is sent alone
+	maxBatch  int // decisions per pipeline; a call with more is sent alone
 	maxFlight int // pipelines in flight at once
-	maxQueue  int // scripts waiting; a call that does not fit waits for room
+	maxQueue  int // decisions waiting; a call that does not fit waits for room
 
 	mu     sync.Mutex
 	flying int           // pipelines in flight, or handed to a call that is to send them
 	queue  []*op         // calls waiting for a pipeline; non-empty only when flying == maxFlight
-	queued int           // scripts in queue
+	queued int           // decisions in queue
 	room   chan struct{} // closed when the queue shrinks; nil while no call waits for room
 }
 
 // op is one call's scripts on their way through a batcher.
 type op struct {
-	cmds     []*redis.Cmd    // EVALSHAs of this package's scripts
-	one      [1]*redis.Cmd   // cmds of a Decide
-	self     [1]*op          // the batch of a call that sends alone
-	stop     <-chan struct{} // the caller's ctx.Done()
-	deadline time.Time       // the caller's deadline; zero when it has none
-	state    opState         // guarded by batcher.mu
+	cmds []*redis.Cmd // EVALSHAs of this package's scripts
+	// decisions is how many decisions cmds make (a run of multi.lua makes several); 0: one
+	// per command. A batch's size is counted in decisions.
+	decisions int
+	one       [1]*redis.Cmd   // cmds of a Decide
+	self      [1]*op          // the batch of a call that sends alone
+	stop      <-chan struct{} // the caller's ctx.Done()
+	deadline  time.Time       // the caller's deadline; zero when it has none
+	state     opState         // guarded by batcher.mu
 	// done receives once: when cmds hold their replies (sent is true), when the call was
 	// dropped unsent because its context had ended (sent is false), or when the call is to
 	// send the batch lead, which holds it. Each is written before the send on done.
 	done chan struct{}
 	sent bool
 	lead []*op
+}
+
+// size is how many decisions o makes: what maxBatch and maxQueue count.
+func (o *op) size() int {
+	if o.decisions > 0 {
+		return o.decisions
+	}
+	return len(o.cmds)
 }
 
 type opState uint8
@@ -75,7 +86,7 @@ func (b *batcher) do(ctx context.Context, o *op) error {
 	o.stop = ctx.Done()
 	o.deadline, _ = ctx.Deadline()
 	o.done = make(chan struct{}, 1)
-	n := len(o.cmds)
+	n := o.size()
 	for {
 		b.mu.Lock()
 		if b.flying < b.maxFlight {
@@ -207,7 +218,7 @@ func later(a, b time.Time) bool {
 func (b *batcher) take() []*op {
 	n, i := 0, 0
 	for ; i < len(b.queue); i++ {
-		c := len(b.queue[i].cmds)
+		c := b.queue[i].size()
 		if i > 0 && n+c > b.maxBatch {
 			break
 		}
@@ -232,7 +243,7 @@ func (b *batcher) take() []*op {
 func (b *batcher) remove(o *op) {
 	if i := slices.Index(b.queue, o); i >= 0 {
 		b.queue = slices.Delete(b.queue, i, i+1)
-		b.queued -= len(o.cmds)
+		b.queued -= o.size()
 		b.wake()
 	}
 }
@@ -285,6 +296,9 @@ func evalCmd(c *redis.Cmd) *redis.Cmd {
 		case adjustScripts[a].Hash():
 			args[0], args[1] = "eval", adjustSources[a]
 		}
+	}
+	if args[1] == multiSHA {
+		args[0], args[1] = "eval", multiSource
 	}
 	return redis.NewCmd(context.Background(), args...)
 }

@@ -28,13 +28,14 @@ type RedisConfig struct {
 	// nil: the server's clock is the one clock every replica agrees on.
 	Now func() time.Time
 
-	// MaxBatch is the most scripts one shared pipeline carries (default 128). Concurrent
+	// MaxBatch is the most decisions one shared pipeline carries (default 128). Concurrent
 	// decisions are coalesced: while Pipelines pipelines are in flight, the decisions that
 	// arrive wait and go together in the next one, so that under load a round trip carries
 	// many decisions instead of one. A call never waits for company: when fewer than Pipelines
 	// are in flight it is sent at once, so a lone caller pays what it would without
-	// coalescing. The scripts of one DecideAll are never split (one larger than MaxBatch goes
-	// alone). At most 4 × MaxBatch scripts wait; further calls wait for room (or their ctx).
+	// coalescing. The decisions of one DecideAll are never split (one larger than MaxBatch
+	// goes alone). At most 4 × MaxBatch decisions wait; further calls wait for room (or their
+	// ctx).
 	// A negative MaxBatch turns coalescing off: each Decide is then one EVALSHA and each
 	// DecideAll one pipeline of its own, sent at once on a connection of the client's pool.
 	MaxBatch int
@@ -62,8 +63,9 @@ const (
 
 // Redis is a Limiter whose state lives in Redis, shared by every process that uses the same
 // server (or cluster) and prefix. Each decision is one Lua script, run atomically on the
-// server at the server's TIME, in one round trip; DecideAll pipelines its scripts into one
-// round trip. It is safe for concurrent use.
+// server at the server's TIME, in one round trip; DecideAll decides the requests of one group
+// of keys (all of them on a single Redis) in one script run and pipelines the runs into one
+// round trip (multi.go). It is safe for concurrent use.
 //
 // Concurrent decisions share round trips (see RedisConfig.MaxBatch): a call that finds fewer
 // than Pipelines pipelines in flight is sent at once, on the caller's goroutine; calls that
@@ -88,11 +90,13 @@ type Redis struct {
 	now    func() time.Time
 	batch  *batcher // nil when coalescing is off
 	epochs *epochs
+	// grouping is how DecideAll groups requests into runs of lua/multi.lua (multi.go).
+	grouping grouping
 }
 
 // NewRedis returns a Redis store over rdb. It does not contact the server.
 func NewRedis(rdb RedisClient, cfg RedisConfig) *Redis {
-	r := &Redis{rdb: rdb, prefix: cfg.Prefix, now: cfg.Now}
+	r := &Redis{rdb: rdb, prefix: cfg.Prefix, now: cfg.Now, grouping: groupingOf(rdb)}
 	if r.prefix == "" {
 		r.prefix = "sluice:"
 	}
@@ -114,11 +118,12 @@ func NewRedis(rdb RedisClient, cfg RedisConfig) *Redis {
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// sources holds the Lua source of each algorithm's decision script: lua/lib.lua followed by
-// the algorithm's file; adjustSources the same for its adjustment script (name_adjust.lua).
-// scripts and adjustScripts hold them ready for EVALSHA.
+// sources holds the Lua source of each algorithm's decision script: lua/lib.lua, the epoch
+// check (lua/epoch.lua, lua/single.lua), then the algorithm's file; adjustSources lib.lua and
+// the algorithm's adjustment script (name_adjust.lua). scripts and adjustScripts hold them
+// ready for EVALSHA. The script of several decisions at once is multiSource (multi.go).
 var (
-	sources       = luaSources("", mustRead("lua/epoch.lua"), "\nend)()\nepoch_reply[6] = epoch_id\nreturn epoch_reply\n")
+	sources       = luaSources("", mustRead("lua/epoch.lua")+mustRead("lua/single.lua"), "\nend)()\nepoch_reply[6] = epoch_id\nreturn epoch_reply\n")
 	adjustSources = luaSources("_adjust", "", "")
 	scripts       = newScripts(sources)
 	adjustScripts = newScripts(adjustSources)
@@ -132,16 +137,19 @@ var (
 	}()
 )
 
+// algoFiles names each algorithm's Lua files.
+var algoFiles = [numAlgos]string{
+	algTokenBucket:   "token_bucket",
+	algLeakyBucket:   "leaky_bucket",
+	algFixedWindow:   "fixed_window",
+	algSlidingLog:    "sliding_log",
+	algSlidingWindow: "sliding_window",
+	algGCRA:          "gcra",
+}
+
 func luaSources(suffix, before, after string) (s [numAlgos]string) {
 	lib := mustRead("lua/lib.lua")
-	for a, name := range [numAlgos]string{
-		algTokenBucket:   "token_bucket",
-		algLeakyBucket:   "leaky_bucket",
-		algFixedWindow:   "fixed_window",
-		algSlidingLog:    "sliding_log",
-		algSlidingWindow: "sliding_window",
-		algGCRA:          "gcra",
-	} {
+	for a, name := range algoFiles {
 		s[a] = lib + before + mustRead("lua/"+name+suffix+".lua") + after
 	}
 	return s
@@ -260,9 +268,11 @@ func (r *Redis) adjustArgs(p params, at, charged, delta int64, id uint64) []any 
 }
 
 // DecideAll decides every request in one pipelined round trip (two when the server had to be
-// sent a script it did not know); see [Limiter]. When any request is invalid it returns an
-// error wrapping a sentinel error of this package and charges nothing. When Redis fails, some
-// of the requests may have been charged. The requests of one call always travel in one
+// sent a script it did not know); see [Limiter]. The requests whose keys share a group (all
+// of them on a single Redis, those of one hash slot on a Redis Cluster) are decided by one
+// script run (multi.go), the others by a script each. When any request is invalid it returns
+// an error wrapping a sentinel error of this package and charges nothing. When Redis fails,
+// some of the requests may have been charged. The requests of one call always travel in one
 // pipeline, alone or shared with other calls'; ctx is honoured as in Decide.
 func (r *Redis) DecideAll(ctx context.Context, reqs []Request) ([]Decision, error) {
 	ps := make([]params, len(reqs))
@@ -276,68 +286,17 @@ func (r *Redis) DecideAll(ctx context.Context, reqs []Request) ([]Decision, erro
 	if len(reqs) == 0 {
 		return []Decision{}, nil
 	}
-	now := r.clock()
-	if r.batch != nil {
-		return r.decideAllBatched(ctx, reqs, ps, now)
+	runs := r.runs(reqs, ps, r.clock())
+	o := &op{cmds: make([]*redis.Cmd, len(runs)), decisions: len(reqs)}
+	for k := range runs {
+		o.cmds[k] = runs[k].cmd
 	}
-	type call struct {
-		keys []string
-		args []any
-		cmd  *redis.Cmd
-	}
-	calls := make([]call, len(reqs))
-	pipe := r.rdb.Pipeline()
-	for i, q := range reqs {
-		c := &calls[i]
-		c.keys, c.args = r.call(q.Key, q.Limit, ps[i], q.Cost, now)
-		c.cmd = pipe.EvalSha(ctx, scripts[ps[i].alg].Hash(), c.keys, c.args...)
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-
-	// A script the server did not know did not run; send those again with EVAL.
-	var again redis.Pipeliner
-	for i := range calls {
-		if c := &calls[i]; noScript(c.cmd.Err()) {
-			if again == nil {
-				again = r.rdb.Pipeline()
-			}
-			c.cmd = again.Eval(ctx, sources[ps[i].alg], c.keys, c.args...)
-		}
-	}
-	if again != nil {
-		_, _ = again.Exec(ctx)
-	}
-
-	out := make([]Decision, len(reqs))
-	for i := range calls {
-		d, err := r.decision(reqs[i].Key, ps[i], reqs[i].Cost, calls[i].cmd)
-		if err != nil {
-			return nil, fmt.Errorf("limit: decide request %d %.64q: %w", i, reqs[i].Key, err)
-		}
-		out[i] = d
-	}
-	return out, nil
-}
-
-// decideAllBatched is DecideAll through the batcher: the scripts of reqs travel together, in
-// a pipeline they may share with other calls'.
-func (r *Redis) decideAllBatched(ctx context.Context, reqs []Request, ps []params, now string) ([]Decision, error) {
-	o := &op{cmds: make([]*redis.Cmd, len(reqs))}
-	for i, q := range reqs {
-		o.cmds[i] = r.evalSha(q.Key, q.Limit, ps[i], q.Cost, now)
-	}
-	if err := r.batch.do(ctx, o); err != nil {
+	if r.batch == nil {
+		r.pipeline(ctx, o.cmds)
+	} else if err := r.batch.do(ctx, o); err != nil {
 		return nil, fmt.Errorf("limit: decide %d requests: %w", len(reqs), err)
 	}
-	out := make([]Decision, len(reqs))
-	for i, cmd := range o.cmds {
-		d, err := r.decision(reqs[i].Key, ps[i], reqs[i].Cost, cmd)
-		if err != nil {
-			return nil, fmt.Errorf("limit: decide request %d %.64q: %w", i, reqs[i].Key, err)
-		}
-		out[i] = d
-	}
-	return out, nil
+	return r.decisions(reqs, ps, runs, o.cmds)
 }
 
 // clock returns ARGV[1] of the scripts: the test-only instant, or "" for the server's TIME.
@@ -408,6 +367,12 @@ func (r *Redis) decision(key string, p params, cost int64, cmd *redis.Cmd) (Deci
 		g = hashSlot(r.key(key, p.alg))
 	}
 	r.epochs.saw(g, known, v[5], key)
+	return decisionOf(p, cost, v[:5]), nil
+}
+
+// decisionOf reads a decision's reply {allowed, remaining, reset_after µs, retry_after µs,
+// at µs} to a request of cost under p.
+func decisionOf(p params, cost int64, v []int64) Decision {
 	d := Decision{
 		Allowed:    v[0] == 1,
 		Limit:      p.limit,
@@ -419,7 +384,7 @@ func (r *Redis) decision(key string, p params, cost int64, cmd *redis.Cmd) (Deci
 	if d.Allowed {
 		d.Cost = cost
 	}
-	return d, nil
+	return d
 }
 
 func noScript(err error) bool {

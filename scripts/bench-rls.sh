@@ -142,9 +142,10 @@ line("Sluice p99 at 80% of its peak", [get(f"sluice-at-80%-{r}")[1] for r in rou
 line("ratelimit p99 at the same rate", [get(f"ratelimit-at-same-{r}")[1] for r in rounds], lambda x: f"{x:.1f} ms")
 PY
 # A store call over store_timeout (50 ms) is answered by on_store_error, not counted in Redis:
-# such answers would flatter Sluice's rate, so they are shown.
+# such answers would flatter Sluice's rate, so they are shown. Abandoned calls are those ghz
+# cancelled in flight when each run ended (its connections close): no answer was sent.
 for s in "${!ADMIN[@]}"; do
-  echo "$s: $(curl -s "http://${ADMIN[$s]}/metrics" | grep -E '^sluice_rls_(store_errors|responses)_total' | tr '\n' ' ')"
+  echo "$s: $(curl -s "http://${ADMIN[$s]}/metrics" | grep -E '^sluice_rls_(store_errors|abandoned|responses)_total' | tr '\n' ' ')"
 done
 # Redis's own time per command: Sluice's decisions are EVALSHA, envoyproxy/ratelimit's INCRBY
 # and EXPIRE (one of each per descriptor).

@@ -234,3 +234,32 @@ func TestCurrentLimitFollowsTheRule(t *testing.T) {
 		t.Fatalf("after the rule changed: current_limit %v, want 20 per 2 hours", got)
 	}
 }
+
+// TestCallerGoneIsNotAStoreError: a call whose caller went away before the store answered
+// (Envoy's timeout, a client that closed the stream: what ended each ghz run in
+// scripts/bench-rls.sh) is counted in sluice_rls_abandoned_total, not as a store error; a
+// store that is down still is one.
+func TestCallerGoneIsNotAStoreError(t *testing.T) {
+	b := start(t, map[string]string{"d.yaml": `domain: d
+descriptors:
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 5}
+`})
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*rlcommon.RateLimitDescriptor{desc("plain", "x"), desc("plain", "y")}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := b.srv.ShouldRateLimit(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := testenv.Metric(t, b.reg, "sluice_rls_store_errors_total"); got != 0 {
+		t.Errorf("a cancelled caller counted %v store errors, want 0", got)
+	}
+	if got := testenv.Metric(t, b.reg, "sluice_rls_abandoned_total"); got != 1 {
+		t.Errorf("sluice_rls_abandoned_total = %v after a cancelled call, want 1", got)
+	}
+	b.redis.Stop()
+	b.ask(t, "d", 0, desc("plain", "x"))
+	if got := testenv.Metric(t, b.reg, "sluice_rls_store_errors_total"); got != 1 {
+		t.Errorf("sluice_rls_store_errors_total = %v with the store down, want 1", got)
+	}
+}

@@ -17,6 +17,7 @@ type metrics struct {
 	responses   *prometheus.CounterVec
 	duration    prometheus.Histogram
 	storeErrors prometheus.Counter
+	abandoned   prometheus.Counter
 	refunded    prometheus.Counter
 	unrefunded  prometheus.Counter
 	reloads     *prometheus.CounterVec
@@ -52,6 +53,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sluice_rls_store_errors_total",
 			Help: "Limiter store calls of the rate-limit service that failed or timed out.",
 		}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_rls_abandoned_total",
+			Help: "Limiter store calls of the rate-limit service that failed because their caller went away first (cancelled, or past its deadline): not store errors; no one reads the answer.",
+		}),
 		refunded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_rls_units_refunded_total",
 			Help: "Units given back by is_negative_hits descriptors.",
@@ -81,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 		m.decisions = vec
 	}
-	for _, c := range []prometheus.Collector{m.responses, m.duration, m.storeErrors, m.refunded, m.unrefunded, m.reloads} {
+	for _, c := range []prometheus.Collector{m.responses, m.duration, m.storeErrors, m.abandoned, m.refunded, m.unrefunded, m.reloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -292,6 +293,12 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, items []item) {
 		s.unpeek(ctx, cfg, items, idx)
 		return
 	}
+	if ctx.Err() != nil {
+		// The caller went away first (Envoy's timeout, a closed stream): no one reads the
+		// answer, and the store did not fail. Counted apart; the items stay undecided.
+		s.m.abandoned.Inc()
+		return
+	}
 	s.m.storeErrors.Inc()
 	s.log.Warn("rls: limiter store", "err", err)
 	var open []limit.Request
@@ -365,8 +372,7 @@ func (s *Server) unpeek(ctx context.Context, cfg *config.Config, items []item, i
 			actx, cancel = context.WithTimeout(ctx, cfg.StoreTimeout)
 		}
 		if err := s.lim.Adjust(actx, it.key, it.spec, it.dec, 0); err != nil {
-			s.log.Warn("rls: give back a check's unit", "err", err)
-			s.m.storeErrors.Inc()
+			s.storeError(ctx, "rls: give back a check's unit", err)
 		} else {
 			it.dec.Remaining++
 		}
@@ -393,8 +399,7 @@ func (s *Server) refund(ctx context.Context, cfg *config.Config, it *item) {
 		err := s.lim.Adjust(actx, it.key, it.spec, d, d.Cost-r)
 		cancel()
 		if err != nil {
-			s.log.Warn("rls: refund", "err", err)
-			s.m.storeErrors.Inc()
+			s.storeError(ctx, "rls: refund", err)
 			break
 		}
 		left -= r
@@ -405,6 +410,17 @@ func (s *Server) refund(ctx context.Context, cfg *config.Config, it *item) {
 	if left > 0 {
 		s.m.unrefunded.Add(float64(left))
 	}
+}
+
+// storeError counts and logs err, the failure of a store call made for a caller whose context
+// is ctx: as a store error, unless the caller went away first.
+func (s *Server) storeError(ctx context.Context, msg string, err error) {
+	if ctx.Err() != nil {
+		s.m.abandoned.Inc()
+		return
+	}
+	s.log.Warn(msg, "err", err)
+	s.m.storeErrors.Inc()
 }
 
 // respond builds the answer to the items.
@@ -478,18 +494,37 @@ func (p *policy) currentLimit(spec limit.Limit) *rlsv3.RateLimitResponse_RateLim
 	if p.cl == nil {
 		return currentLimit(p.name, spec)
 	}
-	if c := p.cl.Load(); c != nil && c.spec == spec {
-		return c.rl
-	}
-	c := &cachedLimit{spec: spec, rl: currentLimit(p.name, spec)}
-	p.cl.Store(c)
-	return c.rl
+	return p.cached(spec).rl
 }
 
-// cachedLimit is a policy's current_limit for one spec.
+// limitHeaders are the RateLimit-Policy and X-RateLimit-Limit headers of p under spec, shared
+// by the answers as currentLimit is.
+func (p *policy) limitHeaders(spec limit.Limit) (policy, lim *corev3.HeaderValue) {
+	if p.cl == nil {
+		return limitHeaders(p, spec)
+	}
+	c := p.cached(spec)
+	return c.policyHdr, c.limitHdr
+}
+
+// cached returns p's cachedLimit for spec, building it when the cache holds another. p.cl is
+// not nil.
+func (p *policy) cached(spec limit.Limit) *cachedLimit {
+	if c := p.cl.Load(); c != nil && c.spec == spec {
+		return c
+	}
+	c := &cachedLimit{spec: spec, rl: currentLimit(p.name, spec)}
+	c.policyHdr, c.limitHdr = limitHeaders(p, spec)
+	p.cl.Store(c)
+	return c
+}
+
+// cachedLimit is what a policy's answers share for one spec: its current_limit, and its
+// RateLimit-Policy and X-RateLimit-Limit headers.
 type cachedLimit struct {
-	spec limit.Limit
-	rl   *rlsv3.RateLimitResponse_RateLimit
+	spec                limit.Limit
+	rl                  *rlsv3.RateLimitResponse_RateLimit
+	policyHdr, limitHdr *corev3.HeaderValue
 }
 
 // currentLimit is spec as the protocol states a limit: the largest unit the period is a whole

@@ -1,19 +1,20 @@
--- epoch.lua wraps every decision script (see luaSources in limit/redis.go): it checks the
--- epoch of the rule state's group before the algorithm decides. Clock: the algorithm's.
+-- epoch.lua is part of every decision script (see luaSources in limit/redis.go): epoch_check
+-- checks the epoch of the rule state's group before the algorithms decide, once per script run
+-- (single.lua for one decision, multi.lua for several of one group). Clock: the decisions'.
 --
--- The epoch key (KEYS[2]: one per store on a single Redis, one per hash slot on a Redis
--- Cluster, never expiring) is a hash:
+-- The epoch key (one per store on a single Redis, one per hash slot on a Redis Cluster, never
+-- expiring) is a hash:
 --   id    the epoch: µs of the server's TIME when the key was made
 --   born  when it was made, on the decision's clock
 --   lost  when a loss of state was learned, on the decision's clock; absent: never
--- ARGV[#ARGV-1] is the epoch the caller knows ('0' for none), ARGV[#ARGV] the reset hold of the
--- caller's limit in µs: 0 for on_store_reset fresh, else how long after a loss the limit
--- refuses every request (the time it takes to become whole from empty). A caller that knew
+-- The caller passes the epoch it knows ('0' for none) and, per decision, the reset hold of its
+-- limit in µs: 0 for on_store_reset fresh, else how long after a loss the limit refuses every
+-- request (the time it takes to become whole from empty). A caller that knew
 -- an epoch and finds none, or an older one (a restart without persistence, a FLUSHALL, a
 -- failover or a restore that lost writes), has learned of a loss: lost is set to now, or to
 -- the new epoch's birth when a caller that knew nothing made it first.
--- Returns the algorithm's reply with the epoch id appended, or, within the reset hold of lost, a
--- refusal that charges nothing: {0, 0, wait, wait, now, id}.
+-- epoch_check returns the epoch id and lost (0: never). A decision within the reset hold of
+-- lost is a refusal that charges nothing: {0, 0, wait, wait, now}, wait the rest of the hold.
 local function epoch_check(key, known, now)
   local e = redis.call('HMGET', key, 'id', 'born', 'lost')
   local id, born, lost = tonumber(e[1]), tonumber(e[2]) or 0, tonumber(e[3]) or 0
@@ -32,12 +33,3 @@ local function epoch_check(key, known, now)
   end
   return id, lost
 end
-
-local epoch_now = clock(ARGV[1])
-local epoch_id, epoch_lost = epoch_check(KEYS[2], tonumber(ARGV[#ARGV - 1]), epoch_now)
-local epoch_hold = tonumber(ARGV[#ARGV])
-if epoch_hold > 0 and epoch_lost > 0 and epoch_now < epoch_lost + epoch_hold then
-  local wait = epoch_lost + epoch_hold - epoch_now
-  return {0, 0, wait, wait, epoch_now, epoch_id}
-end
-local epoch_reply = (function()
