@@ -90,6 +90,9 @@ func (g *gate) storeDecisions(ctx context.Context, timeout time.Duration, k *cal
 	k.reqs, k.idx = k.reqs[:0], k.idx[:0]
 	for i := range k.charges {
 		ch := &k.charges[i]
+		if !charged(ch) {
+			continue
+		}
 		q := ch.req
 		if l := ch.rule.leases; l != nil {
 			if now.IsZero() {
@@ -100,7 +103,9 @@ func (g *gate) storeDecisions(ctx context.Context, timeout time.Duration, k *cal
 				g.metrics.leased.Inc()
 				continue
 			}
-			q.Cost = l.n
+			if l.n <= q.Limit.Capacity() { // a region's part of a global limit may hold fewer
+				q.Cost = l.n
+			}
 		}
 		k.reqs, k.idx = append(k.reqs, q), append(k.idx, i)
 	}
@@ -114,7 +119,7 @@ func (g *gate) storeDecisions(ctx context.Context, timeout time.Duration, k *cal
 	again := k.idx[:0] // the charges whose lease the store refused: asked again at cost 1
 	for j, i := range k.idx {
 		ch, d := &k.charges[i], decs[j]
-		if l := ch.rule.leases; l != nil {
+		if l := ch.rule.leases; l != nil && k.reqs[j].Cost == l.n {
 			if !d.Allowed {
 				again = append(again, i) // overwrites only what this loop has read
 				continue

@@ -25,6 +25,7 @@ type Holder struct {
 
 	mu      sync.RWMutex
 	budgets map[string]*holding
+	next    atomic.Int64 // when the next round of renewals is due, Unix nanoseconds; 0: unknown
 }
 
 // holding is the region's lease of one budget.
@@ -96,12 +97,24 @@ func (h *Holder) Run(ctx context.Context) error {
 	for {
 		h.renew(ctx, h.now().Sub(last))
 		last = h.now()
+		h.next.Store(last.Add(h.t.Renew).UnixNano())
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
 	}
+}
+
+// untilRenewal is how long until the next round of renewals is due: at most a renew period.
+func (h *Holder) untilRenewal() time.Duration {
+	d := h.t.Renew
+	if n := h.next.Load(); n != 0 {
+		if until := time.Unix(0, n).Sub(h.now()); until > 0 && until < d {
+			d = until
+		}
+	}
+	return d
 }
 
 // renew renews each budget's lease once, with the decisions counted over elapsed as demand.

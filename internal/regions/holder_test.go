@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // TestHolder: a holder's fraction of a budget is its safe share's before the first lease, its
@@ -63,4 +64,41 @@ func TestHolder(t *testing.T) {
 	if f := h.Fraction("rule.x"); f != 0.5 {
 		t.Errorf("the lease expired: %v, want the safe share's 0.5", f)
 	}
+}
+
+// TestHolderStrictSafeShare: with a safe share of 0 (a strict budget) a holder without a lease
+// cuts a global rule's limit to nothing: Limit refuses, with a wait of at most a renew period,
+// and still counts the decision as demand; on a lease of half the budget it cuts to half.
+func TestHolderStrictSafeShare(t *testing.T) {
+	srv := testenv.NATS(t)
+	js, err := jetstream.New(testenv.Connect(t, srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms := Terms{Lease: 2 * time.Second, Renew: 500 * time.Millisecond, Hold: time.Nanosecond}
+	h := NewHolder(NewCoordinator(js, "a", nil), terms, func(float64) float64 { return 0 }, nil)
+	h.Set(map[string]float64{"rule.x": 20})
+	spec := limit.Limit{Algorithm: limit.FixedWindow, Limit: 20, Period: time.Second}
+	if got, wait, ok := h.Limit("rule.x", spec); ok || got.Limit != 0 || wait <= 0 || wait > terms.Renew {
+		t.Fatalf("no lease, safe share 0: limit %d wait %v ok %v; want refused for at most %v", got.Limit, wait, ok, terms.Renew)
+	}
+	if got, _, ok := h.Limit("rule.other", spec); !ok || got != spec {
+		t.Fatalf("a key it does not keep: %+v %v; want the whole limit", got, ok)
+	}
+	// Region b holds half; a's renewals (the first makes the record) get the other half.
+	ctx := context.Background()
+	bt := terms
+	bt.Budget = 20
+	if _, _, err := NewCoordinator(js, "b", nil).Renew(ctx, "rule.x", 100, bt); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "a on a lease of half the budget: a limit of 10", func() bool {
+		_, _, _ = NewCoordinator(js, "b", nil).Renew(ctx, "rule.x", 100, bt)
+		for range 30 { // a demand of 30/s: more than half the budget
+			h.Limit("rule.x", spec)
+		}
+		h.renew(ctx, time.Second)
+		got, _, ok := h.Limit("rule.x", spec)
+		return ok && got.Limit == 10
+	})
 }
