@@ -63,7 +63,8 @@ func (c *leaseCache) put(key string, d limit.Decision, now time.Time) limit.Deci
 	defer c.mu.Unlock()
 	if e, ok := c.m[key]; ok && now.Before(e.until) {
 		e.left += left // a concurrent request took a lease too: keep both
-		e.remaining, e.resetAt = d.Remaining, now.Add(d.ResetAfter)
+		// The store's latest word, its limit too (a region's part of a global rule's limit moves).
+		e.remaining, e.resetAt, e.limit = d.Remaining, now.Add(d.ResetAfter), d.Limit
 		return own
 	}
 	if len(c.m) >= maxLeases {

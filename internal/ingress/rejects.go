@@ -75,7 +75,9 @@ func (g *gate) cachedRejection(k *call) bool {
 		if ru := ch.rule; ru.rejects == nil || ru.shadow || ru.onLimitEnqueue || !charged(ch) {
 			continue
 		}
-		if d, ok := ch.rule.rejects.get(ch.req.Key, now); ok {
+		// A rejection under a smaller limit does not hold under this one: a region's part of
+		// a global rule's limit has grown since (gate.cutToRegion).
+		if d, ok := ch.rule.rejects.get(ch.req.Key, now); ok && d.Limit >= ch.req.Limit.Limit {
 			ch.dec, ch.src, hit = d, fromCache, true
 		}
 	}

@@ -32,6 +32,7 @@ type Holder struct {
 type holding struct {
 	budget float64      // per second
 	calls  atomic.Int64 // decisions since the last renewal: the demand
+	prev   float64      // the decisions per second of the renewal before; only renew touches it
 
 	mu     sync.Mutex
 	lease  Lease
@@ -117,7 +118,8 @@ func (h *Holder) untilRenewal() time.Duration {
 	return d
 }
 
-// renew renews each budget's lease once, with the decisions counted over elapsed as demand.
+// renew renews each budget's lease once, with the decisions counted over elapsed (and the
+// period before) as demand. Only Run calls it, one round at a time.
 func (h *Holder) renew(ctx context.Context, elapsed time.Duration) {
 	h.mu.RLock()
 	keys := make(map[string]*holding, len(h.budgets))
@@ -127,10 +129,15 @@ func (h *Holder) renew(ctx context.Context, elapsed time.Duration) {
 	h.mu.RUnlock()
 	for key, b := range keys {
 		calls := b.calls.Swap(0)
-		demand := 0.0
+		rate := 0.0
 		if elapsed > 0 {
-			demand = float64(calls) / elapsed.Seconds()
+			rate = float64(calls) / elapsed.Seconds()
 		}
+		// The demand is the larger of the last two periods' rates: a region whose requests
+		// paused for one renewal (a stall, a gap between bursts) does not give its share away
+		// and wait a linger to get it back; one that stopped yields it a renewal later.
+		demand := max(rate, b.prev)
+		b.prev = rate
 		b.mu.Lock()
 		t := h.t
 		t.Budget = b.budget

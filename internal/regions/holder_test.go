@@ -14,7 +14,7 @@ import (
 
 // TestHolder: a holder's fraction of a budget is its safe share's before the first lease, its
 // lease's share after, its safe share's again once the lease expired unrenewed; the decisions
-// it counted are the demand it reports; a key it does not keep is whole.
+// it counted are the demand it reports, for two renewals; a key it does not keep is whole.
 func TestHolder(t *testing.T) {
 	srv := testenv.NATS(t)
 	js, err := jetstream.New(testenv.Connect(t, srv.URL))
@@ -51,9 +51,16 @@ func TestHolder(t *testing.T) {
 	if f := h.Fraction("rule.x"); f != 1 {
 		t.Fatalf("on its lease of the whole budget: %v, want 1", f)
 	}
-	// The demand reported is the decisions counted over the period: 1 since the last renewal.
-	if d := rec.Leases["a"].Demand; d != 0 {
-		t.Errorf("second renewal's demand %v, want 0 (the 10 decisions went with the first)", d)
+	// The demand reported is the larger of the last two periods' rates: the first period's
+	// 10/s once more (a one-renewal pause does not give the share away), then the one decision
+	// counted since (the Fraction above) per second.
+	if d := rec.Leases["a"].Demand; d != 10 {
+		t.Errorf("second renewal's demand %v, want 10 (the period before's)", d)
+	}
+	advance(time.Millisecond)
+	h.renew(ctx, time.Second)
+	if rec, _, err := Read(ctx, js, "rule.x"); err != nil || rec.Leases["a"].Demand != 1 {
+		t.Errorf("third renewal's demand %v %v, want 1 (one decision in its period, none in the one before)", rec.Leases["a"].Demand, err)
 	}
 	// The budget changes (a reload): the lease stays until the next renewal, its fraction of the new one.
 	h.Set(map[string]float64{"rule.x": 40})
