@@ -19,6 +19,8 @@ import (
 // globalRuleScale is the figure's scale: the rule's limit per period, the regions' lease and
 // renew. The default runs in about ten seconds (make test); SLUICE_RULE_PERIOD=1m runs the
 // issue's 1 000 per minute with the default lease and renew (make soak, about five minutes).
+// The time is scaled (a 2 s period, a 100 ms renew), the limit less so: the lease: 3 loses up
+// to 2 per ingress and period (a lease's leftovers expire with it), 1% of 200.
 func globalRuleScale(t *testing.T) (limit int, period, lease, renew time.Duration) {
 	if os.Getenv("SLUICE_RULE_PERIOD") == "1m" {
 		return 1000, time.Minute, 10 * time.Second, 2500 * time.Millisecond
@@ -36,12 +38,13 @@ type admission struct {
 }
 
 // TestGlobalRuleTwoRegions is the figure for a rule's global limit: two regions, each an
-// ingress with its own redis-server, one coordinator NATS; a fixed_window rule of 100 per 2 s
-// per key with lease: 5, global. One key's requests, offered at twice the limit, split 50/50
-// between the regions for two periods and then 100/0 for two more (the shift on a period's
-// boundary). In every period: admitted ≤ limit + R·(lease − 1) (the bound of
-// docs/design/regions.md for a fixed window, connected, with no shift inside the period), and
-// ≥ 95% of the limit.
+// ingress with its own redis-server, one coordinator NATS; a fixed_window rule of 200 per 2 s
+// per key with lease: 3, global (lease 1 s, renew 100 ms). One key's requests, offered at twice
+// the limit, split 50/50 between the regions for two periods and then 100/0 for two more (the
+// shift on a period's boundary, as a fixed window's). In every period: admitted ≤ limit +
+// R·(lease − 1) (docs/design/regions.md, "Rules": connected, no share moved inside the period)
+// and ≥ 95% of the limit. SLUICE_RULE_PERIOD=1m runs 1 000 per minute with lease 10 s, renew
+// 2.5 s (make soak).
 func TestGlobalRuleTwoRegions(t *testing.T) {
 	limit, period, lease, renew := globalRuleScale(t)
 	const ruleLease, nRegions = 3, 2
