@@ -292,16 +292,8 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, items []item) {
 		case it.pol == nil || it.key == "":
 		case it.negative:
 			s.refund(ctx, cfg, it)
-		case it.regional: // the region's share admits nothing now: refused until its next renewal
-			it.over = !it.shadow && !it.quota && !it.peek
-			it.violated = it.quota && !it.shadow
-			switch {
-			case it.peek: // a check, not a decision: not counted
-			case it.shadow || it.quota:
-				it.outcome = "shadow"
-			default:
-				it.outcome = "rejected"
-			}
+		case it.regional:
+			it.refuseForRegion()
 		case it.spec.Validate() != nil || it.cost > it.spec.Capacity():
 			// requests_per_unit: 0 (or an override of 0) blocks everything, as there; so does
 			// a cost no window can ever admit. Neither changes within a period.
@@ -338,6 +330,21 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, items []item) {
 	}
 	if decs, err := s.fallback.DecideAll(ctx, open); err == nil {
 		s.record(items, openIdx, decs, true)
+	}
+}
+
+// refuseForRegion decides it, a descriptor of a global rule whose region's part of the limit
+// admits nothing now (or not its cost), without the store: over the limit until the region's
+// next renewal (it.dec, set by resolve), unless shadowed, in quota mode, or a check.
+func (it *item) refuseForRegion() {
+	it.over = !it.shadow && !it.quota && !it.peek
+	it.violated = it.quota && !it.shadow
+	switch {
+	case it.peek: // a check, not a decision: not counted
+	case it.shadow || it.quota:
+		it.outcome = "shadow"
+	default:
+		it.outcome = "rejected"
 	}
 }
 
