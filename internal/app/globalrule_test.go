@@ -47,6 +47,13 @@ type admission struct {
 // 2.5 s (make soak).
 func TestGlobalRuleTwoRegions(t *testing.T) {
 	limit, period, lease, renew := globalRuleScale(t)
+	// SLUICE_RULE_ALGORITHM=gcra (or another) logs the same periods for that algorithm, for
+	// BENCHMARKS.md, without asserting them: a bucket's per-period figure is its capacity plus
+	// the limit, and it loses part of the period a shift takes to follow.
+	algorithm, asserted := "fixed_window", true
+	if a := os.Getenv("SLUICE_RULE_ALGORITHM"); a != "" {
+		algorithm, asserted = a, a == "fixed_window"
+	}
 	const ruleLease, nRegions = 3, 2
 	coord := testenv.NATS(t)
 	up := workertest.NewRecorder(t)
@@ -61,9 +68,9 @@ redis: {url: %q}
 region: %s
 regions: {names: [a, b], coordinator: %q, lease: %s, renew: %s}
 rules:
-  - {name: per-key, key: [header:X-Key], algorithm: fixed_window, limit: %d, period: %s, lease: %d, global: true}
+  - {name: per-key, key: [header:X-Key], algorithm: %s, limit: %d, period: %s, lease: %d, global: true}
 `, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), up.URL, testenv.Redis(t).URL(), region, coord.URL, lease, renew,
-			limit, period, ruleLease))
+			algorithm, limit, period, ruleLease))
 	}
 	cjs, err := jetstream.New(testenv.Connect(t, coord.URL))
 	if err != nil {
@@ -151,7 +158,7 @@ rules:
 
 	bound := limit + nRegions*(ruleLease-1)
 	rec, _, _ := regions.Read(context.Background(), cjs, "rule.per-key")
-	t.Logf("limit %d per %v, lease %v, renew %v; leases at the end: %+v", limit, period, lease, renew, rec.Leases)
+	t.Logf("%s, limit %d per %v, lease %v, renew %v; leases at the end: %+v", algorithm, limit, period, lease, renew, rec.Leases)
 	for w := range 4 {
 		from, to := start.Add(time.Duration(w)*period), start.Add(time.Duration(w+1)*period)
 		got := map[string]int{}
@@ -173,6 +180,9 @@ rules:
 			split = "100/0"
 		}
 		t.Logf("period %d (%s): admitted %d (a %d, b %d) of %d asked; %.1f%% of the limit; answers by region=X-RateLimit-Limit %v", w+1, split, total, got["a"], got["b"], asked, 100*float64(total)/float64(limit), limits)
+		if !asserted {
+			continue
+		}
 		if total > bound {
 			t.Errorf("period %d (%s): admitted %d > limit + R·(lease − 1) = %d", w+1, split, total, bound)
 		}
