@@ -43,8 +43,8 @@ type admission struct {
 // the limit, split 50/50 between the regions for two periods and then 100/0 for two more (the
 // shift on a period's boundary, as a fixed window's). In every period: admitted ≤ limit +
 // R·(lease − 1) (docs/design/regions.md, "Rules": connected, no share moved inside the period),
-// + R requests the client cannot place (in flight across the boundary), and ≥ 95% of the limit. SLUICE_RULE_PERIOD=1m runs 1 000 per minute with lease 10 s, renew
-// 2.5 s (make soak).
+// + R requests the client cannot place (in flight across the boundary), and ≥ 95% of the
+// limit. SLUICE_RULE_PERIOD=1m runs 1 000 per minute with lease 10 s, renew 2.5 s (make soak).
 func TestGlobalRuleTwoRegions(t *testing.T) {
 	limit, period, lease, renew := globalRuleScale(t)
 	// SLUICE_RULE_ALGORITHM=gcra (or another) logs the same periods for that algorithm, for
