@@ -81,6 +81,7 @@ rules:
 		t.Fatal(err)
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	t.Cleanup(client.CloseIdleConnections)
 	var mu sync.Mutex
 	var log []admission
 	send := func(region string) (bool, string) {
