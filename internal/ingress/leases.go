@@ -85,7 +85,8 @@ func (c *leaseCache) put(key string, d limit.Decision, now time.Time) limit.Deci
 // storeDecisions decides k's charges with the shared store: in one round trip, or none when
 // every rule with a lease admits from it. A rule with a lease and none left asks for a new one
 // (cost N); one the store refuses at N asks again for the request alone, in a second round
-// trip for those rules only.
+// trip for those rules only. A rule whose limit (a region's part of a global one) holds fewer
+// than N asks for the request alone at once.
 func (g *gate) storeDecisions(ctx context.Context, timeout time.Duration, k *call) error {
 	var now time.Time // for leases only
 	k.reqs, k.idx = k.reqs[:0], k.idx[:0]
