@@ -333,7 +333,7 @@ func (p *ingressProc) startRules(context.Context) error {
 		opts.Places = p.places
 	}
 	if p.holder = p.ruleLeases(); p.holder != nil {
-		opts.RegionalShare = func(rule string) float64 { return p.holder.Fraction(ruleKey(rule)) }
+		opts.RegionalLimit = p.regionalLimit
 	}
 	srv, err := ingress.New(p.current.Load(), opts)
 	if err != nil {

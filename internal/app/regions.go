@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/connect"
 	"github.com/sluice-rl/sluice/internal/regions"
 	"github.com/sluice-rl/sluice/internal/worker"
+	"github.com/sluice-rl/sluice/limit"
 )
 
 // regionsDeps connects to the coordinator of cfg's regions and returns the worker pool's part
@@ -74,7 +75,7 @@ func (p *ingressProc) connectCoordinator(context.Context) error {
 
 // ruleLeases is the ingress's holder of its region's leases of the global rules' limits, or nil
 // without regions: every rule with global: true is decided against the region's part of its
-// limit (ingress.Options.RegionalShare). The coordinator's connection must be open.
+// limit (ingress.Options.RegionalLimit, rls.Options.RegionalLimit). The coordinator's connection must be open.
 func (p *ingressProc) ruleLeases() *regions.Holder {
 	cfg := p.current.Load()
 	if p.coordinator == nil {
@@ -139,4 +140,10 @@ func (p *workerProc) closeCoordinator(context.Context) error {
 func (p *ingressProc) closeCoordinator(context.Context) error {
 	closeCoordinator(p.coordinator)
 	return nil
+}
+
+// regionalLimit cuts a global rule's limit to the region's part of it now, for the HTTP path
+// and the Envoy rate-limit service alike: one holder, one count of the region's demand.
+func (p *ingressProc) regionalLimit(rule string, spec limit.Limit) (limit.Limit, time.Duration, bool) {
+	return p.holder.Limit(ruleKey(rule), spec)
 }

@@ -11,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-rl/sluice/internal/admin"
 	"github.com/sluice-rl/sluice/internal/regions"
@@ -121,6 +125,7 @@ func TestIngressGlobalRule(t *testing.T) {
 	coord := testenv.NATS(t)
 	up := workertest.NewRecorder(t)
 	dir := t.TempDir()
+	rlsAddr := freeAddr(t)
 	r := start(t, dir, fmt.Sprintf(`listen: %s
 admin_listen: %s
 data_dir: %s
@@ -129,7 +134,10 @@ region: a
 regions: {names: [a, b], coordinator: %q, lease: 1s, renew: 250ms}
 rules:
   - {name: per-key, key: [header:X-Key], algorithm: token_bucket, limit: 20, period: 1s, global: true}
-`, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), up.URL, coord.URL))
+rls_listen: %s
+rls: {config_dir: %s}
+`, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), up.URL, coord.URL, rlsAddr, rlsDomain(t, dir)))
+	ask := rlsClient(t, rlsAddr)
 	cjs, err := jetstream.New(testenv.Connect(t, coord.URL))
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +199,19 @@ rules:
 	if admitted < 10 || admitted > 11 || limit != "10" {
 		t.Errorf("with b holding half the limit: %d of 30 admitted, X-RateLimit-Limit %q; want 10 (and one refilled at most), 10", admitted, limit)
 	}
+	// The Envoy rate-limit service decides the rule behind a descriptor against the same share.
+	admitted, limit = 0, ""
+	for range 30 {
+		st := ask("rls-k1")
+		if st.Code == rlsv3.RateLimitResponse_OK {
+			admitted++
+		}
+		limit = fmt.Sprint(st.CurrentLimit.GetRequestsPerUnit())
+	}
+	t.Logf("ShouldRateLimit, b holding its half: %d of 30 admitted, current_limit %s", admitted, limit)
+	if admitted < 10 || admitted > 11 || limit != "10" {
+		t.Errorf("ShouldRateLimit with b holding half the limit: %d of 30 admitted, current_limit %s; want 10 (and one refilled at most), 10", admitted, limit)
+	}
 	stopB()
 	<-bDone
 	testenv.WaitFor(t, 10*time.Second, "a at the whole limit", func() bool {
@@ -199,5 +220,90 @@ rules:
 	})
 	if admitted, _ := burst(30); admitted < 20 || admitted > 21 {
 		t.Errorf("a alone: %d of 30 admitted; want 20", admitted)
+	}
+}
+
+// rlsDomain writes a domain file under dir that puts the rule per-key behind the descriptor
+// api_key, and returns its directory.
+func rlsDomain(t *testing.T, dir string) string {
+	t.Helper()
+	domains := filepath.Join(dir, "ratelimit")
+	if err := os.Mkdir(domains, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(domains, "api.yaml"), []byte("domain: api\ndescriptors:\n  - {key: api_key, rule: per-key}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return domains
+}
+
+// rlsClient returns a function that asks the rate-limit service at addr, through a real gRPC
+// client, about one api_key descriptor of the domain api, and returns its status.
+func rlsClient(t *testing.T, addr string) func(key string) *rlsv3.RateLimitResponse_DescriptorStatus {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	return func(key string) *rlsv3.RateLimitResponse_DescriptorStatus {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "api",
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "api_key", Value: key}}}}})
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v", err)
+		}
+		return resp.Statuses[0]
+	}
+}
+
+// TestIngressGlobalRuleStrict: a region cut off from the coordinator (nothing listens there)
+// with a strict budget (safe_share: 0) admits nothing of a global rule, on the HTTP path (429,
+// X-RateLimit-Limit: 0, Retry-After of at most a renewal) and through the Envoy rate-limit
+// service (OVER_LIMIT, current_limit 0); a rule that is not global admits as ever.
+func TestIngressGlobalRuleStrict(t *testing.T) {
+	up := workertest.NewRecorder(t)
+	dir := t.TempDir()
+	rlsAddr := freeAddr(t)
+	r := start(t, dir, fmt.Sprintf(`listen: %s
+admin_listen: %s
+data_dir: %s
+upstream: %s
+region: a
+regions: {names: [a, b], coordinator: "nats://%s", lease: 1s, renew: 250ms, safe_share: 0}
+rules:
+  - {name: per-key, match: {path: /api/*}, key: [header:X-Key], algorithm: gcra, limit: 20, period: 1s, global: true}
+  - {name: local, match: {path: /local/*}, key: [header:X-Key], algorithm: gcra, limit: 20, period: 1s}
+rls_listen: %s
+rls: {config_dir: %s}
+`, freeAddr(t), freeAddr(t), filepath.Join(dir, "data"), up.URL, freeAddr(t), rlsAddr, rlsDomain(t, dir)))
+	ask := rlsClient(t, rlsAddr)
+	get := func(path string) *http.Response {
+		req, _ := http.NewRequest("GET", "http://"+r.listen+path, nil)
+		req.Header.Set("X-Key", "k1")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	for i := range 10 {
+		res := get("/api/x")
+		if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("X-Ratelimit-Limit") != "0" || res.Header.Get("Retry-After") != "1" {
+			t.Fatalf("request %d on the global rule, cut off with safe_share 0: %d, X-RateLimit-Limit %q, Retry-After %q; want 429, 0, 1",
+				i+1, res.StatusCode, res.Header.Get("X-Ratelimit-Limit"), res.Header.Get("Retry-After"))
+		}
+		if st := ask("k1"); st.Code != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetRequestsPerUnit() != 0 {
+			t.Fatalf("call %d of ShouldRateLimit: %v, current_limit %d; want OVER_LIMIT, 0", i+1, st.Code, st.CurrentLimit.GetRequestsPerUnit())
+		}
+	}
+	if res := get("/local/x"); res.StatusCode != http.StatusOK {
+		t.Errorf("the rule that is not global: %d, want 200", res.StatusCode)
+	}
+	if n := up.Count(); n != 1 {
+		t.Errorf("the upstream saw %d requests, want 1 (the local rule's)", n)
 	}
 }

@@ -32,7 +32,11 @@ func (p *ingressProc) rlsServices(lc *lifecycle) []service {
 // startRLS loads the domain files, counting with the ingress's limiter, and listens.
 func (p *ingressProc) startRLS(context.Context) error {
 	cfg := p.current.Load()
-	srv, err := rls.New(cfg, rls.Options{Limiter: p.lim, Registerer: p.reg, Logger: p.log})
+	opts := rls.Options{Limiter: p.lim, Registerer: p.reg, Logger: p.log}
+	if p.holder != nil {
+		opts.RegionalLimit = p.regionalLimit // the HTTP path's holder: one share, one demand
+	}
+	srv, err := rls.New(cfg, opts)
 	if err != nil {
 		return connect.ConfigError(fmt.Errorf("%s: rls: %w", cfg.Path, err))
 	}

@@ -16,6 +16,7 @@ const (
 	fromCache                  // a rejection remembered from the store (rejectCache)
 	notCharged                 // not charged: another rule's cached rejection decided
 	fromLease                  // admitted from requests taken from the store ahead (leaseCache)
+	fromRegion                 // refused without the store: the region's share of a global rule admits nothing now
 )
 
 // charge is one matching rule with a limit, charged for one request: what the limiter is
@@ -78,5 +79,6 @@ func (c *call) collect(want func(*charge) bool) []limit.Request {
 	return c.reqs
 }
 
-// every is the collect filter that picks every charge.
-func every(*charge) bool { return true }
+// charged is the collect filter that picks every charge left to the store: all but those the
+// region's share refused (fromRegion).
+func charged(ch *charge) bool { return ch.src != fromRegion }

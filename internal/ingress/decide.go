@@ -16,8 +16,16 @@ func (g *gate) decide(ctx context.Context, rs *ruleSet, k *call) error {
 	start := time.Now()
 	defer func() { g.metrics.duration.Observe(time.Since(start).Seconds()) }()
 
+	if regionRejection(k) {
+		return nil
+	}
+
 	if g.breaker == nil {
-		decs, err := ask(ctx, g.limiter, k.collect(every), &k.one)
+		reqs := k.collect(charged)
+		if len(reqs) == 0 {
+			return nil
+		}
+		decs, err := ask(ctx, g.limiter, reqs, &k.one)
 		if err == nil {
 			k.settle(decs, fromStore)
 			return nil
@@ -71,10 +79,13 @@ func (k *call) settle(decs []limit.Decision, src source) {
 	}
 }
 
-// failAll marks every charge of k as left without a decision by the store.
+// failAll marks every charge of k left to the store as left without a decision by it.
 func (k *call) failAll() {
 	for i := range k.charges {
 		ch := &k.charges[i]
+		if !charged(ch) {
+			continue
+		}
 		ch.dec, ch.src = limit.Decision{}, storeFailure(ch.rule)
 	}
 }

@@ -65,12 +65,13 @@ type Options struct {
 	// Tracer traces requests, decisions, enqueues and forwards (trace.go). Nil: tracing off,
 	// and a client's traceparent passes to the upstream untouched.
 	Tracer *tracing.Tracer
-	// RegionalShare is the part, in [0, 1], of a global rule's limit (config.Rule.Global) this
-	// region may use now: each request such a rule decides is decided against that part of the
-	// rule's limit and burst (at least 1). It is called once per request a global rule decides,
-	// so that it may count them as the region's demand (*regions.Holder.Fraction does). Nil:
-	// the whole limit.
-	RegionalShare func(rule string) float64
+	// RegionalLimit cuts a global rule's limit (config.Rule.Global) to this region's part of
+	// it now (*regions.Holder.Limit): each request such a rule decides is decided against the
+	// limit it returns, or, when it returns false, refused without asking the limiter, with
+	// the wait it returns as Retry-After (the region's share admits nothing until then). It is
+	// called once per request a global rule decides, so that it may count them as the
+	// region's demand. Nil: the whole limit.
+	RegionalLimit func(rule string, spec limit.Limit) (limit.Limit, time.Duration, bool)
 }
 
 // gate decides each request against the rules of a configuration: it matches the request,
@@ -106,8 +107,8 @@ type gate struct {
 	drain    func(ctx context.Context, queue string) (Drain, error)
 	tr       *tracing.Tracer // nil: off
 	owed     owedCharges     // extra charges the store failed, to make again (owed.go)
-	// regionalShare is the part of a global rule's limit this region may use; nil: all.
-	regionalShare func(rule string) float64
+	// regional cuts a global rule's limit to this region's part; nil: all (RegionalLimit).
+	regional func(rule string, spec limit.Limit) (limit.Limit, time.Duration, bool)
 }
 
 // newGate compiles cfg's rules and returns a gate that decides with opts.Limiter and counts
@@ -122,7 +123,7 @@ func newGate(cfg *config.Config, opts Options, m *metrics) (*gate, error) {
 		drain:    opts.Drain,
 		tr:       opts.Tracer,
 
-		regionalShare: opts.RegionalShare,
+		regional: opts.RegionalLimit,
 	}
 	if g.log == nil {
 		g.log = slog.Default()
@@ -352,9 +353,6 @@ func (g *gate) chargeRules(r *http.Request, rs *ruleSet, k *call) (*Problem, err
 	for i := range k.charges {
 		ch := &k.charges[i]
 		ch.req = limit.Request{Key: all[start:keyEnds[i]], Limit: ch.rule.spec, Cost: 1}
-		if ch.rule.global && g.regionalShare != nil {
-			ch.req.Limit = regionalSpec(ch.req.Limit, g.regionalShare(ch.rule.name))
-		}
 		start = keyEnds[i]
 		if c := ch.rule.cost; c != nil {
 			n, p := k.requestCost(r, c, g.metrics)
@@ -362,6 +360,9 @@ func (g *gate) chargeRules(r *http.Request, rs *ruleSet, k *call) (*Problem, err
 				return p, nil
 			}
 			ch.req.Cost = n
+		}
+		if ch.rule.global && g.regional != nil {
+			g.cutToRegion(ch)
 		}
 	}
 	k.splitConcurrency()

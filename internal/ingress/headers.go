@@ -67,7 +67,9 @@ func newRateHeaders(r *rule, d limit.Decision, retryAfter int64) *rateHeaders {
 	}
 	all := string(b)
 	lim := r.limitText
-	if d.Limit > 0 && d.Limit != r.spec.Limit {
+	// A decision against another limit says so: a region's part of a global rule's, 0 when
+	// that part refused it outright (the only refusal without a limit).
+	if d.Limit != r.spec.Limit && (d.Limit > 0 || !d.Allowed && d.RetryAfter > 0) {
 		lim = itoa(d.Limit)
 	}
 	rh.vals = [6]string{r.policy, all[:i4], lim, all[i1:i2], all[i3:i4], all[i4:]}

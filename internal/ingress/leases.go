@@ -63,7 +63,8 @@ func (c *leaseCache) put(key string, d limit.Decision, now time.Time) limit.Deci
 	defer c.mu.Unlock()
 	if e, ok := c.m[key]; ok && now.Before(e.until) {
 		e.left += left // a concurrent request took a lease too: keep both
-		e.remaining, e.resetAt = d.Remaining, now.Add(d.ResetAfter)
+		// The store's latest word, its limit too (a region's part of a global rule's limit moves).
+		e.remaining, e.resetAt, e.limit = d.Remaining, now.Add(d.ResetAfter), d.Limit
 		return own
 	}
 	if len(c.m) >= maxLeases {
@@ -84,12 +85,16 @@ func (c *leaseCache) put(key string, d limit.Decision, now time.Time) limit.Deci
 // storeDecisions decides k's charges with the shared store: in one round trip, or none when
 // every rule with a lease admits from it. A rule with a lease and none left asks for a new one
 // (cost N); one the store refuses at N asks again for the request alone, in a second round
-// trip for those rules only.
+// trip for those rules only. A rule whose limit (a region's part of a global one) holds fewer
+// than N asks for the request alone at once.
 func (g *gate) storeDecisions(ctx context.Context, timeout time.Duration, k *call) error {
 	var now time.Time // for leases only
 	k.reqs, k.idx = k.reqs[:0], k.idx[:0]
 	for i := range k.charges {
 		ch := &k.charges[i]
+		if !charged(ch) {
+			continue
+		}
 		q := ch.req
 		if l := ch.rule.leases; l != nil {
 			if now.IsZero() {
@@ -100,7 +105,9 @@ func (g *gate) storeDecisions(ctx context.Context, timeout time.Duration, k *cal
 				g.metrics.leased.Inc()
 				continue
 			}
-			q.Cost = l.n
+			if l.n <= q.Limit.Capacity() { // a region's part of a global limit may hold fewer
+				q.Cost = l.n
+			}
 		}
 		k.reqs, k.idx = append(k.reqs, q), append(k.idx, i)
 	}
@@ -114,7 +121,7 @@ func (g *gate) storeDecisions(ctx context.Context, timeout time.Duration, k *cal
 	again := k.idx[:0] // the charges whose lease the store refused: asked again at cost 1
 	for j, i := range k.idx {
 		ch, d := &k.charges[i], decs[j]
-		if l := ch.rule.leases; l != nil {
+		if l := ch.rule.leases; l != nil && k.reqs[j].Cost == l.n {
 			if !d.Allowed {
 				again = append(again, i) // overwrites only what this loop has read
 				continue

@@ -72,10 +72,12 @@ func (g *gate) cachedRejection(k *call) bool {
 	hit := false
 	for i := range k.charges {
 		ch := &k.charges[i]
-		if ru := ch.rule; ru.rejects == nil || ru.shadow || ru.onLimitEnqueue {
+		if ru := ch.rule; ru.rejects == nil || ru.shadow || ru.onLimitEnqueue || !charged(ch) {
 			continue
 		}
-		if d, ok := ch.rule.rejects.get(ch.req.Key, now); ok {
+		// A rejection under a smaller limit does not hold under this one: a region's part of
+		// a global rule's limit has grown since (gate.cutToRegion).
+		if d, ok := ch.rule.rejects.get(ch.req.Key, now); ok && d.Limit >= ch.req.Limit.Limit {
 			ch.dec, ch.src, hit = d, fromCache, true
 		}
 	}
@@ -83,7 +85,7 @@ func (g *gate) cachedRejection(k *call) bool {
 		return false
 	}
 	for i := range k.charges {
-		if ch := &k.charges[i]; ch.src != fromCache {
+		if ch := &k.charges[i]; ch.src != fromCache && charged(ch) {
 			ch.src = notCharged
 		}
 	}
@@ -96,7 +98,7 @@ func (g *gate) rememberRejections(k *call) {
 	var now time.Time
 	for i := range k.charges {
 		ch := &k.charges[i]
-		if ru := ch.rule; !ch.dec.Allowed && ru.rejects != nil && !ru.shadow && !ru.onLimitEnqueue {
+		if ru := ch.rule; !ch.dec.Allowed && charged(ch) && ru.rejects != nil && !ru.shadow && !ru.onLimitEnqueue {
 			if now.IsZero() {
 				now = g.now()
 			}

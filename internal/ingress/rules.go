@@ -344,21 +344,6 @@ func (r *rule) compileLimit(cr config.Rule) error {
 	return r.spec.Validate()
 }
 
-// regionalSpec is spec with its limit and burst cut to the part f (in [0, 1]) of them that a
-// region's lease of a global rule allows, each at least 1: a region at share 0 still admits
-// one request per key and period (a limit of 0 cannot be decided).
-func regionalSpec(spec limit.Limit, f float64) limit.Limit {
-	if !(f < 1) {
-		return spec
-	}
-	f = max(f, 0)
-	spec.Limit = max(1, int64(float64(spec.Limit)*f))
-	if spec.Burst > 0 {
-		spec.Burst = max(1, int64(float64(spec.Burst)*f))
-	}
-	return spec
-}
-
 // failsOpen reports whether a rule of on_store_error mode fails open.
 func failsOpen(mode config.StoreErrorMode) (bool, error) {
 	switch mode {

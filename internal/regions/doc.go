@@ -18,7 +18,10 @@
 //
 // A rule's limit is shared the same way (its record keyed "rule." and its name, its budget the
 // limit per key, per second): the ingress keeps its region's leases of them in a Holder, which
-// renews them with the decisions it counted and tells each decision its region's fraction.
+// renews them with the decisions it counted (the larger of the last two renew periods' rates)
+// and cuts each decision's limit to its region's part (Holder.Limit, Cut: rounded down, so the
+// parts never sum above the limit; a part below one request refuses without the limiter). The
+// ingress's HTTP path and its Envoy rate-limit service both decide through it.
 //
 // Costs: one read and one compare-and-set write on the coordinator per worker (or ingress),
 // global queue (or rule) and renew period; none on the path of a job; a read lock and an

@@ -25,12 +25,14 @@ type Holder struct {
 
 	mu      sync.RWMutex
 	budgets map[string]*holding
+	next    atomic.Int64 // when the next round of renewals is due, Unix nanoseconds; 0: unknown
 }
 
 // holding is the region's lease of one budget.
 type holding struct {
 	budget float64      // per second
 	calls  atomic.Int64 // decisions since the last renewal: the demand
+	prev   float64      // the decisions per second of the renewal before; only renew touches it
 
 	mu     sync.Mutex
 	lease  Lease
@@ -96,6 +98,7 @@ func (h *Holder) Run(ctx context.Context) error {
 	for {
 		h.renew(ctx, h.now().Sub(last))
 		last = h.now()
+		h.next.Store(last.Add(h.t.Renew).UnixNano())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -104,7 +107,19 @@ func (h *Holder) Run(ctx context.Context) error {
 	}
 }
 
-// renew renews each budget's lease once, with the decisions counted over elapsed as demand.
+// untilRenewal is how long until the next round of renewals is due: at most a renew period.
+func (h *Holder) untilRenewal() time.Duration {
+	d := h.t.Renew
+	if n := h.next.Load(); n != 0 {
+		if until := time.Unix(0, n).Sub(h.now()); until > 0 && until < d {
+			d = until
+		}
+	}
+	return d
+}
+
+// renew renews each budget's lease once, with the decisions counted over elapsed (and the
+// period before) as demand. Only Run calls it, one round at a time.
 func (h *Holder) renew(ctx context.Context, elapsed time.Duration) {
 	h.mu.RLock()
 	keys := make(map[string]*holding, len(h.budgets))
@@ -114,10 +129,15 @@ func (h *Holder) renew(ctx context.Context, elapsed time.Duration) {
 	h.mu.RUnlock()
 	for key, b := range keys {
 		calls := b.calls.Swap(0)
-		demand := 0.0
+		rate := 0.0
 		if elapsed > 0 {
-			demand = float64(calls) / elapsed.Seconds()
+			rate = float64(calls) / elapsed.Seconds()
 		}
+		// The demand is the larger of the last two periods' rates: a region whose requests
+		// paused for one renewal (a stall, a gap between bursts) does not give its share away
+		// and wait a linger to get it back; one that stopped yields it a renewal later.
+		demand := max(rate, b.prev)
+		b.prev = rate
 		b.mu.Lock()
 		t := h.t
 		t.Budget = b.budget

@@ -21,6 +21,9 @@
 // aligned to the epoch, as there. The cost is the descriptor's hits_addend, else the request's,
 // else 1; a descriptor's hits_addend of 0 is a check, decided at 1 and given straight back.
 // A quota_mode limit over its limit answers OK and is named in dynamic_metadata, as there.
+// A rule with global: true is decided against the region's part of its limit
+// (Options.RegionalLimit, the HTTP path's regions.Holder): a part that admits nothing is
+// OVER_LIMIT without a store call, until the region's next renewal.
 // Every charge of one call goes to the
 // store in one round trip. An is_negative_hits descriptor gives units back with
 // limit.Limiter.Adjust, within the limits' refund rules, from the charges this process

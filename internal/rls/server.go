@@ -44,6 +44,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock of the in-process limiters. Nil: time.Now.
 	Now func() time.Time
+	// RegionalLimit cuts the limit of a global rule (config.Rule.Global) behind a descriptor
+	// to this region's part of it now, as the ingress's HTTP path does (the same function:
+	// *regions.Holder.Limit); false refuses the descriptor without asking the limiter, for
+	// the wait it returns. Nil: the whole limit.
+	RegionalLimit func(rule string, spec limit.Limit) (limit.Limit, time.Duration, bool)
 }
 
 // Server answers ShouldRateLimit. It is safe for concurrent use; SetDomains and SetConfig
@@ -56,6 +61,7 @@ type Server struct {
 	lim      limit.Limiter
 	fallback limit.Limiter // nil when lim is in-process
 	refunds  *refunds
+	regional func(rule string, spec limit.Limit) (limit.Limit, time.Duration, bool) // nil: whole limits
 	m        *metrics
 	log      *slog.Logger
 	// dir and reflection are the config's at New: read at start only.
@@ -73,7 +79,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{lim: opts.Limiter, log: opts.Logger, refunds: newRefunds(opts.Now), dir: cfg.RLS.ConfigDir, reflection: cfg.RLS.Reflection}
+	s := &Server{lim: opts.Limiter, log: opts.Logger, refunds: newRefunds(opts.Now), regional: opts.RegionalLimit, dir: cfg.RLS.ConfigDir, reflection: cfg.RLS.Reflection}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -113,6 +119,7 @@ type item struct {
 	key      string
 	cost     int64
 	negative bool
+	regional bool // a global rule the region's share refuses now: decided without the limiter
 	peek     bool // a descriptor hits_addend of 0: check only, charge nothing
 	shadow   bool
 	quota    bool // quota_mode: over the limit answers OK, reported in dynamic_metadata
@@ -215,11 +222,13 @@ func (s *Server) resolve(it *item, cfg *config.Config) {
 	it.spec = p.spec
 	it.shadow, it.quota = p.shadow || cfg.Shadow, p.quota
 	mode := cfg.OnStoreError
+	global := false
 	if p.rule != "" {
 		i := slices.IndexFunc(cfg.Rules, func(r config.Rule) bool { return r.Name == p.rule })
 		if i >= 0 { // SetConfig keeps it so
 			r := cfg.Rules[i]
 			it.spec, it.shadow, mode = r.LimitSpec(), it.shadow || r.Shadow, r.StoreErrorMode(cfg.OnStoreError)
+			global = r.Global
 		}
 	}
 	if p.overridePeriod > 0 {
@@ -229,6 +238,16 @@ func (s *Server) resolve(it *item, cfg *config.Config) {
 		// one of 0 blocks everything, as a requests_per_unit of 0 does.
 		if o.Limit == 0 || o.Validate() == nil {
 			it.spec = o
+		}
+	}
+	// A global rule is decided against the region's part of its limit (of an override too:
+	// the regions share whatever limit the descriptor carries), as on the HTTP path.
+	if global && s.regional != nil && it.spec.Validate() == nil {
+		whole := it.spec.Capacity()
+		cut, wait, ok := s.regional(p.rule, it.spec)
+		it.spec = cut
+		if !ok || it.cost > cut.Capacity() && it.cost <= whole {
+			it.regional, it.dec.RetryAfter, it.dec.ResetAfter = true, wait, wait
 		}
 	}
 	it.failOpen = mode != config.StoreErrorDeny
@@ -274,6 +293,8 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, items []item) {
 		case it.pol == nil || it.key == "":
 		case it.negative:
 			s.refund(ctx, cfg, it)
+		case it.regional:
+			it.refuseForRegion()
 		case it.spec.Validate() != nil || it.cost > it.spec.Capacity():
 			// requests_per_unit: 0 (or an override of 0) blocks everything, as there; so does
 			// a cost no window can ever admit. Neither changes within a period.
@@ -316,6 +337,21 @@ func (s *Server) decide(ctx context.Context, cfg *config.Config, items []item) {
 	}
 	if decs, err := s.fallback.DecideAll(ctx, open); err == nil {
 		s.record(items, openIdx, decs, true)
+	}
+}
+
+// refuseForRegion decides it, a descriptor of a global rule whose region's part of the limit
+// admits nothing now (or not its cost), without the store: over the limit until the region's
+// next renewal (it.dec, set by resolve), unless shadowed, in quota mode, or a check.
+func (it *item) refuseForRegion() {
+	it.over = !it.shadow && !it.quota && !it.peek
+	it.violated = it.quota && !it.shadow
+	switch {
+	case it.peek: // a check, not a decision: not counted
+	case it.shadow || it.quota:
+		it.outcome = "shadow"
+	default:
+		it.outcome = "rejected"
 	}
 }
 
