@@ -113,4 +113,3 @@ func (r *peaks) lift(at, give, capacity, t int64) {
 		r.List[n-1].Mixed = true
 	}
 }
-

@@ -9,10 +9,10 @@ type entry struct {
 
 // Flag bits in the low bits of entry.id; the rest is the key's hash.
 const (
-	flagUsed uint64 = 1 << iota // set in every entry in use, so that an id is never 0
-	flagLog                     // a SlidingLog key, whose log is in table.logs
-	flagPeaks                   // a TokenBucket key, whose record of levels is in table.peaks
-	flagMask = flagUsed | flagLog | flagPeaks
+	flagUsed  uint64 = 1 << iota // set in every entry in use, so that an id is never 0
+	flagLog                      // a SlidingLog key, whose log is in table.logs
+	flagPeaks                    // a TokenBucket key, whose record of levels is in table.peaks
+	flagMask  = flagUsed | flagLog | flagPeaks
 )
 
 const (
