@@ -14,7 +14,7 @@ import (
 // costs: one operation is a decision of cost 2 and the refund of 1 of it, on one key, from one
 // goroutine. With the record short, the bucket refills at once, so each charge finds it full
 // and one level is kept; with it full, the bucket loses a token each operation, so each charge
-// finds it lower than the last and 16 levels are kept (the oldest dropped each time): the
+// finds it lower than the last and the record is full (the oldest level dropped each time): the
 // most the record costs. Memory, and Redis (two round trips an operation; server-µs/script is
 // the time Redis spent in each script, from INFO commandstats, less noisy than the round trips
 // on a shared machine). It uses only the package's API, so that the same file runs against

@@ -80,7 +80,7 @@ func init() {
 }
 
 // TestTokenBucketRefundBounds drives the token bucket's pure functions with many requests in
-// flight (up to 40, so that the record of 16 levels falls short), several charges in one
+// flight (up to 40, so that the record of maxPeaks levels falls short), several charges in one
 // microsecond, and refunds in any order, and checks after every step, against a replay of
 // what the bucket took (each request's cost less what was refunded of it, from a full bucket):
 //   - a refund gives back at most the units refunded, and never less than the old rule

@@ -117,7 +117,7 @@ end
 -- limit/ is the same computation): since, and a list of {at, level, mixed} whose levels fall
 -- from oldest to newest. It is stored after the bucket's numbers (see store_peaks). MAX_PEAKS
 -- is maxPeaks.
-local MAX_PEAKS = 16
+local MAX_PEAKS = 8
 
 -- peaks_read returns the record of a token bucket's state s (the numbers of get_state), whose
 -- last instant is last: a state stored without one knows nothing before last.
