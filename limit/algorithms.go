@@ -68,9 +68,10 @@ func tokenBucket(s tokenBucketState, p params, cost int64, now time.Time) (token
 // reports that the rest was dropped), or refunds -delta tokens of a charge of charged tokens at
 // at (µs): no more than the capacity less the highest level since (peaks.go), which leaves the
 // bucket as if the charge had been that much less; or, when the record does not reach back to
-// at, no more than the bucket has not refilled since (unrepaid) and never beyond a full bucket. It returns the state and the µs until the bucket is full, or false when there is
-// nothing to store: a refund to no state, or to a state kept under another limit, whose units
-// the charge is not in.
+// at, no more than the bucket has not refilled since (unrepaid); never beyond a full bucket. It
+// returns the state and the µs until the bucket is full, or false when there is nothing to
+// store: a refund to no state, or to a state kept under another limit, whose units the charge
+// is not in.
 func tokenBucketAdjust(s tokenBucketState, p params, at, charged, delta int64, now time.Time) (_ tokenBucketState, reset int64, ok, capped bool) {
 	t := micros(now)
 	switch {

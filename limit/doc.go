@@ -30,14 +30,16 @@
 //     that is min(e, Capacity − the highest level since At) (peaks.go), however long ago At
 //     was. The highest level since At is the level just before some later charge, or the level
 //     now: each key keeps a record of those levels, falling from oldest to newest (a level no
-//     higher than a later one is dropped), at most 16 of them. A refund of a charge the record
-//     no longer reaches (16 falling levels since, a limit changed since, a state stored before
+//     higher than a later one is dropped), at most 8 of them. A refund of a charge the record
+//     no longer reaches (8 falling levels since, a limit changed since, a state stored before
 //     the record existed) gives back what the rule below allows. Several charges in one
 //     microsecond share one level: a refund of one of them but the first may give back less
-//     than exact, never more, and never less than the rule below. Cost: in memory, about 80
-//     bytes a key more, and 24 a level beyond the first; in Redis, 2 numbers a level (about 8
-//     bytes) in the key's value; a decision and a refund on a key with a full record cost
-//     about 10% more in memory and 13 µs more of Redis's time (BENCHMARKS.md).
+//     than exact, never more, and never less than the rule below. Cost, measured
+//     (BENCHMARKS.md, "limit: the token bucket's exact refund"): in memory, about 145 bytes a
+//     key instead of 51, and 24 more a level beyond the first; in Redis, about 2 numbers
+//     (8 bytes) a level in the key's value, the same 104 bytes a key with one level (MEMORY
+//     USAGE); each token bucket script takes about 3 µs more of Redis's time with one level,
+//     and about 13 µs more with a full record (22.7 against 9.2).
 //   - LeakyBucket, GCRA: a refund gives back at most what the bucket has not yet refilled of
 //     the charge since At (Cost − rate × elapsed), never beyond a full bucket; a refund later
 //     than Cost/rate returns nothing.

@@ -19,7 +19,7 @@ package limit
 // than a few levels only while the bucket drains charge after charge: under a steady load, the
 // levels before charges go up and down, and a level is dropped by any later one as high, so
 // that n charges since the bucket was last full leave about ln n levels. Each level costs the
-// Redis scripts about 1.4 µs (BENCHMARKS.md).
+// Redis scripts about 1.5 µs (BENCHMARKS.md).
 const maxPeaks = 8
 
 // peak is the level a token bucket held just before a charge.

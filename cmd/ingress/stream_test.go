@@ -155,6 +155,13 @@ func (u *streamingLLM) stream(w http.ResponseWriter, r *http.Request, prompt, co
 	send("", "[DONE]")
 }
 
+// room returns the tokens the upstream's budget holds now.
+func (u *streamingLLM) room() float64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return min(float64(u.limit), u.level+float64(u.limit)*time.Since(u.last).Seconds()/u.period.Seconds())
+}
+
 // servedIn returns the tokens served from..to; and the requests served, their entry charges
 // and usage, and the requests refused, in all.
 func (u *streamingLLM) servedIn(from, to time.Time) (tokens int64, n int, charges, truth int64, refused int) {
@@ -198,9 +205,10 @@ func chatRequest(anthropic, modern bool, maxTokens, n int) (body []byte, charge 
 // minute: short streams) or 160 ms apart (1.28 s, 38 s of a real minute: long streams), with
 // a true usage of a token per 3 bytes of prompt plus 30% to 100% of the completion bound
 // (1 024 to 4 096), and that enforces the same budget itself, as a token bucket of capacity
-// one minute's tokens. Eight clients of one key send
-// as fast as they are admitted for 12 s (six windows), waiting out each Retry-After (whole
-// seconds: half a scaled window, a 120th of a real one). Counted at the upstream: from the
+// one minute's tokens. Eight clients of one key (sixteen with long streams, which hold a
+// client 16 times longer: the budget needs about 5 long streams in flight, and each client
+// also sits out whole-second Retry-Afters) send as fast as they are admitted for 12 s (six
+// windows), waiting out each Retry-After (whole seconds: half a scaled window). Counted at the upstream: from the
 // end of the first window on, it serves at least 90% of its budget, and it answers at most 1%
 // of its requests 429. Every finished stream is reconciled to its usage (the refunds counted
 // are the entry charges less the usage, to the token). Then a client of another key hangs up
@@ -308,7 +316,10 @@ rules:
 		return res
 	}
 
-	const clients = 8
+	clients := 8
+	if gap == longGap {
+		clients = 16
+	}
 	run := 6 * period
 	start := time.Now()
 	stop := start.Add(run)
@@ -380,8 +391,13 @@ rules:
 		return v == float64(charges-truth)
 	})
 
-	// A client hangs up mid-stream: its entry charge stands.
+	// A client hangs up mid-stream: its entry charge stands. It is a key of its own at the
+	// ingress, but the upstream's budget is the account's, which the load may have left
+	// empty: it waits until the upstream can serve the stream.
 	body, charge := chatRequest(anthropic, true, 2000, 3000)
+	testenv.WaitFor(t, 10*time.Second, "the upstream's budget to hold the cut stream", func() bool {
+		return up.room() >= float64(charge)
+	})
 	res := post("Bearer cut", body)
 	if res == nil {
 		return
