@@ -1,10 +1,15 @@
 package limit
 
 import (
+	"context"
+	"encoding/binary"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
 )
 
 // The step tables of the token bucket's exact refund (peaks.go), run against every store with
@@ -192,5 +197,107 @@ func TestTokenBucketRefundBounds(t *testing.T) {
 	t.Logf("%d refunds: %d gave back more than the old rule, %d of charges older than the record; the bucket held what the replay says after %d of 80000 steps", refunds, beyondOld, fellBack, exact)
 	if beyondOld == 0 || fellBack == 0 {
 		t.Fatal("the test did not exercise both the record and its fallback")
+	}
+}
+
+// TestTokenBucketRecordRedisMatchesMemory drives both stores with the shapes the record has to
+// get right: a bucket drained a little at a time (the record full, its oldest levels dropped),
+// several charges and refunds in one microsecond (shared and mixed levels), up to 30 requests
+// in flight refunded in any order, and an old-format state (as stored before the record
+// existed, which knows nothing before its last instant). Every decision must be the same on
+// both, to the microsecond.
+func TestTokenBucketRecordRedisMatchesMemory(t *testing.T) {
+	srv := testenv.Redis(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seedFromEnv(42), 43))
+	full, dropped := 0, 0
+	for run := range 30 {
+		l := Limit{Algorithm: TokenBucket, Limit: 1 + rng.Int64N(100), Period: time.Duration(1+rng.IntN(1000)) * time.Millisecond, Burst: 40}
+		clk := newClock(base)
+		mem := NewMemory(MemoryConfig{Now: clk.Now})
+		prefix := testenv.Prefix(t) + strconv.Itoa(run) + ":"
+		red := NewRedis(srv.Client, RedisConfig{Prefix: prefix, Now: clk.Now})
+		var pending []Decision
+		for i := range 300 {
+			clk.Add(time.Duration(rng.IntN(3)) * µs * time.Duration(1+rng.IntN(2000)*rng.IntN(2)))
+			if len(pending) > 0 && (len(pending) > 30 || rng.IntN(3) == 0) {
+				j := rng.IntN(len(pending))
+				d := pending[j]
+				pending = slices.Delete(pending, j, j+1)
+				used := rng.Int64N(d.Cost)
+				if err := mem.Adjust(ctx, "k", l, d, used); err != nil {
+					t.Fatal(err)
+				}
+				if err := red.Adjust(ctx, "k", l, d, used); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			cost := 1 + rng.Int64N(3)
+			dm, err := mem.Decide(ctx, "k", l, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dr, err := red.Decide(ctx, "k", l, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dm != dr {
+				t.Fatalf("run %d step %d %+v cost %d at %v: redis %s, memory %s", run, i, l, cost, clk.Now().Sub(base), show(dr), show(dm))
+			}
+			if dm.Allowed {
+				pending = append(pending, dm)
+			}
+			for s := range mem.shards {
+				for _, r := range mem.shards[s].t.peaks {
+					if len(r.List) == maxPeaks {
+						full++
+					}
+					if r.Since > micros(base) {
+						dropped++
+					}
+				}
+			}
+		}
+	}
+	if full == 0 || dropped == 0 {
+		t.Fatalf("the record was never full (%d) or never dropped a level (%d)", full, dropped)
+	}
+
+	// A state stored before the record existed: tokens, last, unit. A refund of a charge made
+	// before it gives back what has not refilled since, as it used to; a charge after it is
+	// refunded exactly.
+	l := Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second} // a token a second
+	p, _ := l.validate()
+	clk := newClock(base)
+	red := NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t) + "old:", Now: clk.Now})
+	// 2 tokens left at base, after a charge of 8 at base from a full bucket.
+	var old []byte
+	for _, v := range []int64{2 * p.unit, micros(base), p.unit} {
+		old = binary.AppendUvarint(old, uint64(v))
+	}
+	if err := srv.Client.Set(ctx, red.key("k", algTokenBucket), old, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(base.Add(5 * time.Second))
+	second, err := red.Decide(ctx, "k", l, 4) // 7 tokens, 3 left
+	if err != nil || !second.Allowed {
+		t.Fatalf("%s, %v", show(second), err)
+	}
+	clk.Set(base.Add(6 * time.Second)) // 4 tokens
+	// The charge of 8 at base: 8 - 6 has not refilled since, 2 back (had it been 0, the bucket
+	// would hold 7 now: the exact refund, 3, needs the levels since base, which it lacks).
+	if err := red.Adjust(ctx, "k", l, Decision{Allowed: true, Cost: 8, At: base}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := red.Decide(ctx, "k", l, 7); d.Allowed || d.Remaining != 6 {
+		t.Fatalf("after the refund of a charge older than the record: %s, want 6 tokens left", show(d))
+	}
+	// The charge of 4 at 5 s, refunded whole: the bucket would have held 9, then 10 now.
+	if err := red.Adjust(ctx, "k", l, second, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := red.Decide(ctx, "k", l, 10); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("after the exact refund: %s, want the whole capacity admitted", show(d))
 	}
 }
