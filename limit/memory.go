@@ -36,7 +36,8 @@ type MemoryConfig struct {
 // store, not by the key itself, so a key costs no more than its state: about 50 bytes for every
 // algorithm but SlidingLog, whose log also holds 8 bytes per logged request, and TokenBucket,
 // whose record of levels for exact refunds (peaks.go) brings it to about 145 bytes, and 24 more
-// a level beyond the first (8 at most). Two keys share a
+// a level beyond the first (8 at most, allocated as the record grows: by a decision, or by an
+// Adjust that charges more). Two keys share a
 // state only if their hashes collide: for a million keys, a chance of about 1 in 5 million
 // that any two do. The state of a key is shared by every limit of
 // the same algorithm: callers that apply several limits to one key put the rule's name in the
@@ -128,8 +129,7 @@ func (m *Memory) DecideAll(_ context.Context, reqs []Request) ([]Decision, error
 // A refund to a key the store holds no state for (forgotten as idle, or decided on an overflow
 // state) does nothing; an extra charge to a new key when the store is full goes to the scope's
 // overflow state, as a decision would. It takes a shard lock, allocates nothing (but the room
-// for entries a sliding log grows by, or for levels a token bucket's record grows by), and
-// returns an error only for bad input.
+// for entries a sliding log grows by), and returns an error only for bad input.
 func (m *Memory) Adjust(_ context.Context, key string, l Limit, d Decision, used int64) error {
 	p, delta, err := checkAdjust(key, l, d, used)
 	if err != nil {

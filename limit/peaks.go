@@ -1,7 +1,7 @@
 package limit
 
 // This file holds the record that makes a token bucket's refunds exact (see the package doc,
-// "Units and Adjust"). lua/lib.lua (peaks_*) is the same computation for the Redis store.
+// "Units and Adjust"). lua/peaks.lua is the same computation for the Redis store.
 //
 // A refund of e units of a charge made at t0 gives back what the bucket would hold now had the
 // charge been e units less: the same bucket, e higher from t0 on, except that refilling stops at

@@ -113,7 +113,8 @@ func NewRedis(rdb RedisClient, cfg RedisConfig) *Redis {
 var luaFiles embed.FS
 
 // sources holds the Lua source of each algorithm's decision script: lua/lib.lua followed by
-// the algorithm's file; adjustSources the same for its adjustment script (name_adjust.lua).
+// the algorithm's file (and, for the token bucket, lua/peaks.lua before it); adjustSources the
+// same for its adjustment script (name_adjust.lua).
 // scripts and adjustScripts hold them ready for EVALSHA.
 var (
 	sources       = luaSources("", mustRead("lua/epoch.lua"), "\nend)()\nepoch_reply[6] = epoch_id\nreturn epoch_reply\n")
@@ -140,7 +141,11 @@ func luaSources(suffix, before, after string) (s [numAlgos]string) {
 		algSlidingWindow: "sliding_window",
 		algGCRA:          "gcra",
 	} {
-		s[a] = lib + before + mustRead("lua/"+name+suffix+".lua") + after
+		extra := ""
+		if algo(a) == algTokenBucket {
+			extra = mustRead("lua/peaks.lua") // its record of levels
+		}
+		s[a] = lib + extra + before + mustRead("lua/"+name+suffix+".lua") + after
 	}
 	return s
 }

@@ -5,7 +5,7 @@
 --          token is unit, last in µs since the Unix epoch; it expires when the bucket would be
 --          full again. A fourth number, when present, is debt: tokens below 0; the numbers
 --          after it are the record of levels that makes refunds exact (see store_peaks in
---          lib.lua).
+--          peaks.lua).
 -- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]  unit: scaled units per token (period µs / gcd(limit, period µs))
 -- ARGV[3]  refill: scaled units added per µs (limit / gcd(limit, period µs))
