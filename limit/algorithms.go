@@ -28,6 +28,7 @@ type tokenBucketState struct {
 	Tokens int64 // tokens in the bucket, scaled: one token is Unit
 	Last   int64 // when Tokens was computed, µs since the Unix epoch
 	Unit   int64 // the scale of Tokens (params.unit when it was stored); 0: no state
+	Rec    peaks // the levels before its charges, for exact refunds (peaks.go)
 }
 
 // tokenBucket charges cost tokens if the bucket holds them. A rejection takes nothing.
@@ -36,9 +37,11 @@ func tokenBucket(s tokenBucketState, p params, cost int64, now time.Time) (token
 	t := micros(now)
 	switch {
 	case s.Unit == 0:
-		s = tokenBucketState{Tokens: p.cap, Last: t, Unit: p.unit}
+		s.Tokens, s.Last, s.Unit = p.cap, t, p.unit
+		s.Rec.reset(t - 1)
 	case s.Unit != p.unit: // the limit changed since the state was stored
 		s.Tokens, s.Unit = rescale(s.Tokens, s.Unit, p.unit), p.unit
+		s.Rec.reset(t)
 	}
 	s.Tokens = min(s.Tokens, p.cap)
 	if t < s.Last { // the key's clock never runs backwards
@@ -51,6 +54,7 @@ func tokenBucket(s tokenBucketState, p params, cost int64, now time.Time) (token
 	need := cost * p.unit
 	if s.Tokens >= need {
 		d.Allowed, d.Cost = true, cost
+		s.Rec.note(t, s.Tokens)
 		s.Tokens -= need
 	} else {
 		d.RetryAfter = us(ceilDiv(need-s.Tokens, p.refill))
@@ -62,19 +66,23 @@ func tokenBucket(s tokenBucketState, p params, cost int64, now time.Time) (token
 
 // tokenBucketAdjust charges delta more tokens (delta > 0), down to -debt at most (capped
 // reports that the rest was dropped), or refunds -delta tokens of a charge of charged tokens at
-// at (µs), no more than the bucket has not refilled since (unrepaid) and never beyond a full
-// bucket. It returns the state and the µs until the bucket is full, or false when there is
-// nothing to store: a refund to no state, or to a state kept under another limit, whose units
-// the charge is not in.
+// at (µs): no more than the capacity less the highest level since (peaks.go), which leaves the
+// bucket as if the charge had been that much less; or, when the record does not reach back to
+// at, no more than the bucket has not refilled since (unrepaid); never beyond a full bucket. It
+// returns the state and the µs until the bucket is full, or false when there is nothing to
+// store: a refund to no state, or to a state kept under another limit, whose units the charge
+// is not in.
 func tokenBucketAdjust(s tokenBucketState, p params, at, charged, delta int64, now time.Time) (_ tokenBucketState, reset int64, ok, capped bool) {
 	t := micros(now)
 	switch {
 	case delta < 0 && s.Unit != p.unit:
 		return s, 0, false, false
 	case s.Unit == 0:
-		s = tokenBucketState{Tokens: p.cap, Last: t, Unit: p.unit}
+		s.Tokens, s.Last, s.Unit = p.cap, t, p.unit
+		s.Rec.reset(t - 1)
 	case s.Unit != p.unit:
 		s.Tokens, s.Unit = rescale(s.Tokens, s.Unit, p.unit), p.unit
+		s.Rec.reset(t)
 	}
 	s.Tokens = min(s.Tokens, p.cap)
 	t = max(t, s.Last)
@@ -83,9 +91,16 @@ func tokenBucketAdjust(s tokenBucketState, p params, at, charged, delta int64, n
 	if delta > 0 {
 		room := max(0, s.Tokens+p.debt)
 		capped = delta*p.unit > room
+		s.Rec.note(t, s.Tokens)
 		s.Tokens -= min(delta*p.unit, room)
 	} else {
-		s.Tokens += min(-delta*p.unit, p.cap-s.Tokens, unrepaid(p, at, charged, t))
+		most := unrepaid(p, at, charged, t) // what was always safe to give back
+		if m, known := s.Rec.highest(at, charged*p.unit, s.Tokens); known {
+			most = max(most, p.cap-m)
+		}
+		give := max(0, min(-delta*p.unit, charged*p.unit, p.cap-s.Tokens, most))
+		s.Tokens += give
+		s.Rec.lift(at, give, p.cap, t)
 	}
 	return s, ceilDiv(p.cap-s.Tokens, p.refill), true, capped
 }

@@ -259,20 +259,20 @@ var conformanceCases = []struct {
 		},
 	},
 	{
-		name:  "token_bucket/a refund gives back what has not refilled; a charge goes into debt, paid in full",
+		name:  "token_bucket/a refund gives back what a smaller charge would have left; a charge goes into debt, paid in full",
 		limit: Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second},
 		steps: []step{
 			{at: 0, cost: 3, want: ok(7, 3*time.Second)},
 			{at: 0, cost: 5, want: ok(2, 8*time.Second)},
-			// 3 back, but 2 of them have refilled since: 1 back (moving the bucket by all 3
-			// would admit the next request, where charging 0 in the first place would not).
+			// 3 back: the bucket held at most 7 since the charge, so had it charged 0 it would
+			// hold 3 more now (7 instead of 4), and the next request is admitted.
 			fix(2*time.Second, 0, 0),
-			{at: 2 * time.Second, cost: 6, want: no(5, 5*time.Second, time.Second)},
-			// 25 more: -20 tokens, two capacities of debt, paid at the rate before the next.
+			{at: 2 * time.Second, cost: 6, want: ok(1, 9*time.Second)},
+			// 25 more: -24 tokens, over two capacities of debt, paid at the rate before the next.
 			fix(2*time.Second, 1, 30),
-			{at: 2 * time.Second, cost: 1, want: no(0, 30*time.Second, 21*time.Second)},
-			{at: 23*time.Second - µs, cost: 1, want: no(0, 9*time.Second+µs, µs)},
-			{at: 23 * time.Second, cost: 1, want: ok(0, 10*time.Second)},
+			{at: 2 * time.Second, cost: 1, want: no(0, 34*time.Second, 25*time.Second)},
+			{at: 27*time.Second - µs, cost: 1, want: no(0, 9*time.Second+µs, µs)},
+			{at: 27 * time.Second, cost: 1, want: ok(0, 10*time.Second)},
 		},
 	},
 	{

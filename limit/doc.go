@@ -25,9 +25,24 @@
 // is known only afterwards, [Limiter.Adjust] reconciles it from the admitting Decision (its
 // instant At and its Cost): it charges the difference or refunds it. A refund never leaves a
 // key more permissive than charging the true cost at first:
-//   - TokenBucket, LeakyBucket, GCRA: a refund gives back at most what the bucket has not yet
-//     refilled of the charge since At (Cost − rate × elapsed), never beyond a full bucket; a
-//     refund later than Cost/rate returns nothing.
+//   - TokenBucket: a refund of e gives back exactly what the bucket would hold now had the
+//     charge been e less: e, less what that bucket would have lost to its capacity since At,
+//     that is min(e, Capacity − the highest level since At) (peaks.go), however long ago At
+//     was. The highest level since At is the level just before some later charge, or the level
+//     now: each key keeps a record of those levels, falling from oldest to newest (a level no
+//     higher than a later one is dropped), at most 8 of them. A refund of a charge the record
+//     no longer reaches (8 falling levels since, a limit changed since, a state stored before
+//     the record existed) gives back what the rule below allows. Several charges in one
+//     microsecond share one level: a refund of one of them but the first may give back less
+//     than exact, never more, and never less than the rule below. Cost, measured
+//     (BENCHMARKS.md, "limit: the token bucket's exact refund"): in memory, about 145 bytes a
+//     key instead of 51, and 24 more a level beyond the first; in Redis, about 2 numbers
+//     (8 bytes) a level in the key's value, the same 104 bytes a key with one level (MEMORY
+//     USAGE); each token bucket script takes about 3 µs more of Redis's time with one level,
+//     and about 13 µs more with a full record (22.7 against 9.2).
+//   - LeakyBucket, GCRA: a refund gives back at most what the bucket has not yet refilled of
+//     the charge since At (Cost − rate × elapsed), never beyond a full bucket; a refund later
+//     than Cost/rate returns nothing.
 //   - FixedWindow: a refund uncounts from the window of At while it is current, never below
 //     0. SlidingWindow: the same, and a refund also uncounts from the previous window.
 //   - SlidingLog: a refund removes up to that many entries of instant At still logged.
@@ -57,7 +72,9 @@
 // takes out of the windows after. A client that under-declares gets no more over time; it only
 // moves its use earlier. Adjust costs what a decision does, and nothing when used equals Cost;
 // while a key owes, a sliding window decision looks at most DebtCapacities+3 windows ahead.
-// docs/design/limit.md says why the refund rules are conservative.
+// docs/design/limit.md says why the refund rules are conservative; the token bucket's is exact
+// because its state after a refund is that of the bucket that charged the true cost, so the
+// bound above holds for it as charged (TestTokenBucketRefundBounds checks it).
 //
 // # Charges made once
 //

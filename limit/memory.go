@@ -34,7 +34,10 @@ type MemoryConfig struct {
 //
 // Keys are identified by a 61-bit hash of (algorithm, key) with a seed chosen at random per
 // store, not by the key itself, so a key costs no more than its state: about 50 bytes for every
-// algorithm but SlidingLog, whose log also holds 8 bytes per logged request. Two keys share a
+// algorithm but SlidingLog, whose log also holds 8 bytes per logged request, and TokenBucket,
+// whose record of levels for exact refunds (peaks.go) brings it to about 145 bytes, and 24 more
+// a level beyond the first (8 at most, allocated as the record grows: by a decision, or by an
+// Adjust that charges more). Two keys share a
 // state only if their hashes collide: for a million keys, a chance of about 1 in 5 million
 // that any two do. The state of a key is shared by every limit of
 // the same algorithm: callers that apply several limits to one key put the rule's name in the
@@ -229,6 +232,7 @@ func (m *Memory) Sweep() int {
 			if e.exp <= now {
 				delete(sh.over, id)
 				delete(sh.t.logs, id)
+				delete(sh.t.peaks, id)
 			}
 		}
 		sh.mu.Unlock()
@@ -262,12 +266,12 @@ func (m *Memory) decide(key string, p params, cost int64, now time.Time) Decisio
 	t := micros(now)
 
 	sh.mu.Lock()
-	e := sh.t.get(id, t, p.alg == algSlidingLog, key)
+	e := sh.t.get(id, t, p.ext(), key)
 	if e == nil {
 		sh.mu.Unlock()
 		return m.decideOverflow(key, p, cost, now)
 	}
-	d := apply(e, sh.t.logs[id], p, cost, now)
+	d := apply(e, sh.t.logs[id], sh.t.peaks[id], p, cost, now)
 	sh.mu.Unlock()
 	return d
 }
@@ -283,15 +287,15 @@ func (m *Memory) adjust(key string, p params, at, charged, delta int64, now time
 	if delta < 0 {
 		e = sh.t.find(id)
 	} else {
-		e = sh.t.get(id, micros(now), p.alg == algSlidingLog, key)
+		e = sh.t.get(id, micros(now), p.ext(), key)
 	}
 	if e != nil {
-		capped = applyAdjust(e, sh.t.logs[id], p, at, charged, delta, now)
+		capped = applyAdjust(e, sh.t.logs[id], sh.t.peaks[id], p, at, charged, delta, now)
 	}
 	sh.mu.Unlock()
 	if e == nil && delta > 0 {
-		sh, e, log := m.overflowState(key, p)
-		capped = applyAdjust(e, log, p, at, charged, delta, now)
+		sh, e, log, rec := m.overflowState(key, p)
+		capped = applyAdjust(e, log, rec, p, at, charged, delta, now)
 		sh.mu.Unlock()
 	}
 	return capped
@@ -300,8 +304,8 @@ func (m *Memory) adjust(key string, p params, at, charged, delta int64, now time
 // decideOverflow decides a new key that found the store full on its scope's overflow state,
 // which lives outside the bounded table of the shard its own hash chooses.
 func (m *Memory) decideOverflow(key string, p params, cost int64, now time.Time) Decision {
-	sh, e, log := m.overflowState(key, p)
-	d := apply(e, log, p, cost, now)
+	sh, e, log, rec := m.overflowState(key, p)
+	d := apply(e, log, rec, p, cost, now)
 	sh.mu.Unlock()
 
 	n := m.overflows.Add(1)
@@ -315,8 +319,9 @@ func (m *Memory) decideOverflow(key string, p params, cost int64, now time.Time)
 }
 
 // overflowState returns the overflow state of key's scope under p (and its log, for
-// SlidingLog), creating it if needed, with the lock of its shard held.
-func (m *Memory) overflowState(key string, p params) (*shard, *entry, *slidingLogState) {
+// SlidingLog, or its record, for TokenBucket), creating it if needed, with the lock of its
+// shard held.
+func (m *Memory) overflowState(key string, p params) (*shard, *entry, *slidingLogState, *peaks) {
 	scope, _, found := strings.Cut(key, "\x00")
 	if !found {
 		scope = ""
@@ -344,20 +349,41 @@ func (m *Memory) overflowState(key string, p params) (*shard, *entry, *slidingLo
 			sh.t.logs[id] = log
 		}
 	}
-	return sh, e, log
+	var rec *peaks
+	if p.alg == algTokenBucket {
+		if rec = sh.t.peaks[id]; rec == nil {
+			if sh.t.peaks == nil {
+				sh.t.peaks = make(map[uint64]*peaks)
+			}
+			rec = &peaks{}
+			sh.t.peaks[id] = rec
+		}
+	}
+	return sh, e, log, rec
 }
 
-// apply runs the algorithm of p on the state in e (and log, for SlidingLog) and sets when the
-// state becomes idle.
-func apply(e *entry, log *slidingLogState, p params, cost int64, now time.Time) Decision {
+// ext is the flag of table.get for a key of p's algorithm: the state it keeps besides an entry.
+func (p params) ext() uint64 {
+	switch p.alg {
+	case algSlidingLog:
+		return flagLog
+	case algTokenBucket:
+		return flagPeaks
+	}
+	return 0
+}
+
+// apply runs the algorithm of p on the state in e (and log, for SlidingLog; rec, for
+// TokenBucket) and sets when the state becomes idle.
+func apply(e *entry, log *slidingLogState, rec *peaks, p params, cost int64, now time.Time) Decision {
 	t := micros(now)
 	var d Decision
 	from := t // the instant the algorithm decided at: its clock never runs backwards
 	switch p.alg {
 	case algTokenBucket:
 		var s tokenBucketState
-		s, d = tokenBucket(tokenBucketState{e.s[0], e.s[1], e.s[2]}, p, cost, now)
-		e.s = [3]int64{s.Tokens, s.Last, s.Unit}
+		s, d = tokenBucket(tokenBucketState{e.s[0], e.s[1], e.s[2], *rec}, p, cost, now)
+		e.s, *rec = [3]int64{s.Tokens, s.Last, s.Unit}, s.Rec
 		from = s.Last
 	case algLeakyBucket:
 		var s leakyBucketState
@@ -388,16 +414,17 @@ func apply(e *entry, log *slidingLogState, p params, cost int64, now time.Time) 
 	return d
 }
 
-// applyAdjust runs the adjustment of p's algorithm on the state in e (and log, for SlidingLog)
-// and sets when the state becomes idle. It reports whether the charge was capped.
-func applyAdjust(e *entry, log *slidingLogState, p params, at, charged, delta int64, now time.Time) (capped bool) {
+// applyAdjust runs the adjustment of p's algorithm on the state in e (and log, for SlidingLog;
+// rec, for TokenBucket) and sets when the state becomes idle. It reports whether the charge was
+// capped.
+func applyAdjust(e *entry, log *slidingLogState, rec *peaks, p params, at, charged, delta int64, now time.Time) (capped bool) {
 	var reset, from int64
 	ok := true
 	switch p.alg {
 	case algTokenBucket:
 		var s tokenBucketState
-		if s, reset, ok, capped = tokenBucketAdjust(tokenBucketState{e.s[0], e.s[1], e.s[2]}, p, at, charged, delta, now); ok {
-			e.s, from = [3]int64{s.Tokens, s.Last, s.Unit}, s.Last
+		if s, reset, ok, capped = tokenBucketAdjust(tokenBucketState{e.s[0], e.s[1], e.s[2], *rec}, p, at, charged, delta, now); ok {
+			e.s, from, *rec = [3]int64{s.Tokens, s.Last, s.Unit}, s.Last, s.Rec
 		}
 	case algLeakyBucket:
 		var s leakyBucketState

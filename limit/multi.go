@@ -25,7 +25,8 @@ import (
 // is neither a *redis.Client nor a *redis.ClusterClient (a *redis.Ring shards keys itself)
 // gets a script per request.
 
-// multiSource is lua/multi.lua with each algorithm's file as a function; multiSHA its hash
+// multiSource is lua/multi.lua with each algorithm's file as a function (and the token
+// bucket's record of levels, lua/peaks.lua); multiSHA its hash
 // as an EVALSHA argument.
 var (
 	multiSource = func() string {
@@ -40,7 +41,7 @@ var (
 			panic("limit: lua/multi.lua has no " + marker + " line") // embedded: cannot happen
 		}
 		j := i + strings.IndexByte(m[i:], '\n') + 1
-		return mustRead("lua/lib.lua") + mustRead("lua/epoch.lua") + m[:j] + algs.String() + m[j:]
+		return mustRead("lua/lib.lua") + mustRead("lua/peaks.lua") + mustRead("lua/epoch.lua") + m[:j] + algs.String() + m[j:]
 	}()
 	multiSHA any = redis.NewScript(multiSource).Hash()
 )

@@ -118,10 +118,11 @@ func NewRedis(rdb RedisClient, cfg RedisConfig) *Redis {
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// sources holds the Lua source of each algorithm's decision script: lua/lib.lua, the epoch
-// check (lua/epoch.lua, lua/single.lua), then the algorithm's file; adjustSources lib.lua and
-// the algorithm's adjustment script (name_adjust.lua). scripts and adjustScripts hold them
-// ready for EVALSHA. The script of several decisions at once is multiSource (multi.go).
+// sources holds the Lua source of each algorithm's decision script: lua/lib.lua (and, for the
+// token bucket, lua/peaks.lua, its record of levels), the epoch check (lua/epoch.lua,
+// lua/single.lua), then the algorithm's file; adjustSources the same for its adjustment script
+// (name_adjust.lua). scripts and adjustScripts hold them ready for EVALSHA. The script of
+// several decisions at once is multiSource (multi.go).
 var (
 	sources       = luaSources("", mustRead("lua/epoch.lua")+mustRead("lua/single.lua"), "\nend)()\nepoch_reply[6] = epoch_id\nreturn epoch_reply\n")
 	adjustSources = luaSources("_adjust", "", "")
@@ -150,7 +151,11 @@ var algoFiles = [numAlgos]string{
 func luaSources(suffix, before, after string) (s [numAlgos]string) {
 	lib := mustRead("lua/lib.lua")
 	for a, name := range algoFiles {
-		s[a] = lib + before + mustRead("lua/"+name+suffix+".lua") + after
+		extra := ""
+		if algo(a) == algTokenBucket {
+			extra = mustRead("lua/peaks.lua") // its record of levels
+		}
+		s[a] = lib + extra + before + mustRead("lua/"+name+suffix+".lua") + after
 	}
 	return s
 }

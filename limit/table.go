@@ -9,9 +9,10 @@ type entry struct {
 
 // Flag bits in the low bits of entry.id; the rest is the key's hash.
 const (
-	flagUsed uint64 = 1 << iota // set in every entry in use, so that an id is never 0
-	flagLog                     // a SlidingLog key, whose log is in table.logs
-	flagMask = flagUsed | flagLog
+	flagUsed  uint64 = 1 << iota // set in every entry in use, so that an id is never 0
+	flagLog                      // a SlidingLog key, whose log is in table.logs
+	flagPeaks                    // a TokenBucket key, whose record of levels is in table.peaks
+	flagMask  = flagUsed | flagLog | flagPeaks
 )
 
 const (
@@ -34,6 +35,7 @@ type table struct {
 	max   int
 	hand  int
 	logs  map[uint64]*slidingLogState
+	peaks map[uint64]*peaks
 
 	sc      scopes
 	scopeOf []*[pageSize]uint16 // the scope index of each entry, paged as pages
@@ -45,11 +47,12 @@ func (t *table) entry(i int) *entry { return &t.pages[i>>pageBits][i&(pageSize-1
 func (t *table) home(id uint64) int { return int(id>>8) & (len(t.slots) - 1) }
 
 // get returns the entry of id, whose key is key; a new entry has zero state. An idle entry keeps
-// its state, which the algorithms treat as the zero value would be treated. log says that the
-// key is a SlidingLog key with a log in t.logs. now is for removing idle entries. It returns nil
+// its state, which the algorithms treat as the zero value would be treated. ext is flagLog for
+// a SlidingLog key, with a log in t.logs, flagPeaks for a TokenBucket key, with a record in
+// t.peaks, or 0. now is for removing idle entries. It returns nil
 // for a new key when the table is full, or its scope has used its share and no unreserved room
 // is left (scopes), and no idle entry is found to make room.
-func (t *table) get(id uint64, now int64, log bool, key string) *entry {
+func (t *table) get(id uint64, now int64, ext uint64, key string) *entry {
 	if e := t.find(id); e != nil {
 		return e
 	}
@@ -84,12 +87,19 @@ func (t *table) get(id uint64, now int64, log bool, key string) *entry {
 	}
 	e := t.entry(i)
 	*e = entry{id: id}
-	if log {
+	switch ext {
+	case flagLog:
 		e.id |= flagLog
 		if t.logs == nil {
 			t.logs = make(map[uint64]*slidingLogState)
 		}
 		t.logs[id] = &slidingLogState{}
+	case flagPeaks:
+		e.id |= flagPeaks
+		if t.peaks == nil {
+			t.peaks = make(map[uint64]*peaks)
+		}
+		t.peaks[id] = &peaks{}
 	}
 	t.n++
 	t.place(i)
@@ -103,7 +113,7 @@ func (t *table) find(id uint64) *entry {
 	}
 	mask := len(t.slots) - 1
 	for i := t.home(id); t.slots[i] != 0; i = (i + 1) & mask {
-		if e := t.entry(int(t.slots[i] - 1)); e.id&^flagLog == id {
+		if e := t.entry(int(t.slots[i] - 1)); e.id&^(flagLog|flagPeaks) == id {
 			return e
 		}
 	}
@@ -150,6 +160,9 @@ func (t *table) remove(i int) {
 	t.slots[j] = 0
 	if e.id&flagLog != 0 {
 		delete(t.logs, e.id&^flagLog)
+	}
+	if e.id&flagPeaks != 0 {
+		delete(t.peaks, e.id&^flagPeaks)
 	}
 	*e = entry{s: [3]int64{int64(t.free)}}
 	t.free = uint32(i + 1)

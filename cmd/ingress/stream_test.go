@@ -10,11 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
 )
@@ -51,16 +54,15 @@ type streamed struct {
 	charge, truth int64 // the ingress rule's entry charge, as the test expects it; the usage
 }
 
-// The figure's rule algorithm and the pace of its upstream's streams (8 deltas a stream). At
-// 30 to 1, a 10 ms gap makes a stream of 2.4 s; docs/llm.md reports sliding_window, and
-// streams of 160 ms gaps (38 s), measured by changing these.
+// The paces of the figure's streams (8 deltas a stream): at 30 to 1, a 10 ms gap makes a
+// stream of 2.4 s, short against the minute; a 160 ms gap one of 38 s.
 const (
-	figureAlgorithm = "token_bucket"
-	figureGap       = 10 * time.Millisecond
+	shortGap = 10 * time.Millisecond
+	longGap  = 160 * time.Millisecond
 )
 
-func newStreamingLLM(t *testing.T, anthropic bool, limit int64, period time.Duration) *streamingLLM {
-	u := &streamingLLM{anthropic: anthropic, limit: limit, period: period, deltas: 8, gap: figureGap,
+func newStreamingLLM(t *testing.T, anthropic bool, limit int64, period, gap time.Duration) *streamingLLM {
+	u := &streamingLLM{anthropic: anthropic, limit: limit, period: period, deltas: 8, gap: gap,
 		rng: rand.New(rand.NewPCG(40, 2)), level: float64(limit), last: time.Now()}
 	srv := &http.Server{Handler: u}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -153,6 +155,13 @@ func (u *streamingLLM) stream(w http.ResponseWriter, r *http.Request, prompt, co
 	send("", "[DONE]")
 }
 
+// room returns the tokens the upstream's budget holds now.
+func (u *streamingLLM) room() float64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return min(float64(u.limit), u.level+float64(u.limit)*time.Since(u.last).Seconds()/u.period.Seconds())
+}
+
 // servedIn returns the tokens served from..to; and the requests served, their entry charges
 // and usage, and the requests refused, in all.
 func (u *streamingLLM) servedIn(from, to time.Time) (tokens int64, n int, charges, truth int64, refused int) {
@@ -188,15 +197,19 @@ func chatRequest(anthropic, modern bool, maxTokens, n int) (body []byte, charge 
 
 // TestStreamedBudgetFigure is issue 40's figure for streamed chat completions, OpenAI-style
 // (include_usage) and Anthropic-style, scaled in time 30 to 1: a minute is 2 s, so the budget
-// of 20 000 tokens a minute is 20 000 tokens per 2 s. An ingress process with
-// examples/llm.yaml's rule (entry charge max(max_completion_tokens, max_tokens, 4096) +
-// prompt_tokens(messages), 2 bytes a token; cost_from_response; cost_on_cut: estimate; a token
-// bucket in Redis) is in front of an upstream that streams its answers, each 8 deltas 10 ms
-// apart (80 ms, about 2.4 s of a real minute), with a true usage of a token per 3 bytes of
-// prompt plus 30% to 100% of the completion bound (1 024 to 4 096), and that enforces the same
-// budget itself, as a token bucket of the same capacity and rate. Eight clients of one key send
-// as fast as they are admitted for 12 s (six windows), waiting out each Retry-After (whole
-// seconds: half a scaled window, a 120th of a real one). Counted at the upstream: from the
+// of 20 000 tokens a minute is 20 000 tokens per 2 s. An ingress process runs
+// examples/llm.yaml's own tokens-per-key rule, read from the file (its algorithm, limit,
+// burst, entry charge, cost_from_response and cost_on_cut; its period scaled; Anthropic's
+// usage pointers for the Anthropic style, as the example's comments say). It is in front of an
+// upstream that streams its answers, each 8 deltas 10 ms apart (80 ms, about 2.4 s of a real
+// minute: short streams) or 160 ms apart (1.28 s, 38 s of a real minute: long streams), with
+// a true usage of a token per 3 bytes of prompt plus 30% to 100% of the completion bound
+// (1 024 to 4 096), and that enforces the same budget itself, as a token bucket of capacity
+// one minute's tokens. Eight clients of one key (sixteen with long streams, which hold a
+// client 16 times longer: the budget needs about 5 long streams in flight, and each client
+// also sits out whole-second Retry-Afters) send as fast as they are admitted for 12 s (six
+// windows; 16 s, eight windows, with long streams), waiting out each Retry-After (whole
+// seconds: half a scaled window). Counted at the upstream: from the
 // end of the first window on, it serves at least 90% of its budget, and it answers at most 1%
 // of its requests 429. Every finished stream is reconciled to its usage (the refunds counted
 // are the entry charges less the usage, to the token). Then a client of another key hangs up
@@ -206,24 +219,76 @@ func chatRequest(anthropic, modern bool, maxTokens, n int) (body []byte, charge 
 // The rule's algorithm matters: a window (sliding_window, fixed_window) admits a request only
 // while the window's count plus its entry charge fits, and the room below one entry charge is
 // lost as the window moves, about the entry charge less the usage each period; a token bucket
-// keeps it. See docs/llm.md, "Streamed answers", "Measured".
+// keeps it, and its exact refund (limit/peaks.go) gives back what a long stream did not use.
+// See docs/llm.md, "Streamed answers", "Measured".
 func TestStreamedBudgetFigure(t *testing.T) {
 	for _, style := range []string{"openai", "anthropic"} {
-		t.Run(style, func(t *testing.T) {
-			t.Parallel()
-			streamedBudget(t, style == "anthropic")
-		})
+		for _, streams := range []string{"short", "long"} {
+			t.Run(style+"/"+streams, func(t *testing.T) {
+				t.Parallel()
+				gap := shortGap
+				if streams == "long" {
+					gap = longGap
+				}
+				streamedBudget(t, style == "anthropic", gap)
+			})
+		}
 	}
 }
 
-func streamedBudget(t *testing.T, anthropic bool) {
+// figureTimeScale is how many times faster than real time the figure runs.
+const figureTimeScale = 30
+
+// exampleTokensRule returns the YAML of examples/llm.yaml's tokens-per-key rule for the
+// figure: its algorithm, limit, burst, cost, cost_fallback, cost_from_response (Anthropic's
+// usage for anthropic) and cost_on_cut, its period divided by figureTimeScale; and that limit
+// and period.
+func exampleTokensRule(t *testing.T, anthropic bool) (yml string, limit int64, period time.Duration) {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/llm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ex struct {
+		Rules []map[string]any `yaml:"rules"`
+	}
+	if err := yaml.Unmarshal(b, &ex); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(ex.Rules, func(r map[string]any) bool { return r["name"] == "tokens-per-key" })
+	if i < 0 {
+		t.Fatal("examples/llm.yaml has no rule tokens-per-key")
+	}
+	r := ex.Rules[i]
+	if anthropic {
+		r["cost_from_response"] = "json:/usage/input_tokens + json:/usage/output_tokens"
+	}
+	real, err := time.ParseDuration(fmt.Sprint(r["period"]))
+	if err != nil {
+		t.Fatalf("examples/llm.yaml: tokens-per-key: period: %v", err)
+	}
+	period = real / figureTimeScale
+	limit, _ = r["limit"].(int64)
+	if n, ok := r["limit"].(int); ok {
+		limit = int64(n)
+	}
+	yml = fmt.Sprintf("    period: %s\n", period)
+	for _, k := range []string{"algorithm", "limit", "burst", "cost", "cost_fallback", "cost_from_response", "cost_on_cut"} {
+		if v, ok := r[k]; ok {
+			yml += fmt.Sprintf("    %s: %q\n", k, fmt.Sprint(v))
+		}
+	}
+	return yml, limit, period
+}
+
+func streamedBudget(t *testing.T, anthropic bool, gap time.Duration) {
 	rs := testenv.Redis(t)
 	ns := testenv.NATS(t)
-	const limit, period = 20000, 2 * time.Second
-	up := newStreamingLLM(t, anthropic, limit, period)
-	path, usage := "/v1/chat/completions", "json:/usage/total_tokens"
+	rule, limit, period := exampleTokensRule(t, anthropic)
+	up := newStreamingLLM(t, anthropic, limit, period, gap)
+	path := "/v1/chat/completions"
 	if anthropic {
-		path, usage = "/v1/messages", "json:/usage/input_tokens + json:/usage/output_tokens"
+		path = "/v1/messages"
 	}
 	cfgPath := filepath.Join(t.TempDir(), "sluice.yaml")
 	cfg := fmt.Sprintf(`upstream: %s
@@ -234,13 +299,7 @@ rules:
   - name: tokens
     match: { methods: [POST], path: %s }
     key: [header:Authorization]
-    algorithm: %s
-    limit: %d
-    period: %s
-    cost: max(json:/max_completion_tokens, json:/max_tokens, 4096) + prompt_tokens(json:/messages)
-    cost_from_response: %s
-    cost_on_cut: estimate
-`, up.url, rs.URL(), ns.URL, path, figureAlgorithm, limit, period, usage)
+%s`, up.url, rs.URL(), ns.URL, path, rule)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +317,18 @@ rules:
 		return res
 	}
 
-	const clients, run = 8, 6 * period
+	clients := 8
+	if gap == longGap {
+		clients = 16
+	}
+	run := 6 * period
+	if gap == longGap {
+		// While the first long streams run, the bucket funds the entry charges of more and more
+		// streams in flight (each about twice its usage) before their refunds come back: the
+		// second window is used less, and eight windows weigh that ramp as a minute of a longer
+		// run would, rather than a fifth of the figure.
+		run = 8 * period
+	}
 	start := time.Now()
 	stop := start.Add(run)
 	var mu sync.Mutex
@@ -312,10 +382,10 @@ rules:
 	windows := make([]string, 0, run/period)
 	for k := range run / period {
 		w, _, _, _, _ := up.servedIn(start.Add(k*period), start.Add((k+1)*period))
-		windows = append(windows, fmt.Sprintf("%.0f%%", 100*float64(w)/limit))
+		windows = append(windows, fmt.Sprintf("%.0f%%", 100*float64(w)/float64(limit)))
 	}
-	t.Logf("%s: answers %v; the upstream served %d streams and refused %d (%.2f%%); after the first %v it served %d tokens in %.2fs, %.1f%% of its budget (window by window %v); entry charges %d, true usage %d",
-		path, codes, n, refused, 100*share, period, tokens, span.Seconds(), 100*use, windows, charges, truth)
+	t.Logf("%s, streams of %v: answers %v; the upstream served %d streams and refused %d (%.2f%%); after the first %v it served %d tokens in %.2fs, %.1f%% of its budget (window by window %v); entry charges %d, true usage %d",
+		path, time.Duration(up.deltas)*gap, codes, n, refused, 100*share, period, tokens, span.Seconds(), 100*use, windows, charges, truth)
 	if share > 0.01 {
 		t.Errorf("the upstream answered %.2f%% of its requests 429 (%d of %d); want at most 1%%", 100*share, refused, n+refused)
 	}
@@ -329,8 +399,13 @@ rules:
 		return v == float64(charges-truth)
 	})
 
-	// A client hangs up mid-stream: its entry charge stands.
+	// A client hangs up mid-stream: its entry charge stands. It is a key of its own at the
+	// ingress, but the upstream's budget is the account's, which the load may have left
+	// empty: it waits until the upstream can serve the stream.
 	body, charge := chatRequest(anthropic, true, 2000, 3000)
+	testenv.WaitFor(t, 10*time.Second, "the upstream's budget to hold the cut stream", func() bool {
+		return up.room() >= float64(charge)
+	})
 	res := post("Bearer cut", body)
 	if res == nil {
 		return

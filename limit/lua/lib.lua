@@ -193,14 +193,3 @@ local function slide_wait(prev, cur, period, left, target, limit)
     wait, left = wait + left, period
   end
 end
-
--- store stores a token bucket: tokens, last, unit; and, when tokens is below 0 (debt, after
--- Adjust), 0 in its place and the debt as a fourth number, since varints are whole numbers
--- >= 0. Buckets without debt keep the three numbers they always had.
-local function store(key, ttl, tokens, last, unit)
-  if tokens < 0 then
-    set_state(key, ttl, 0, last, unit, -tokens)
-  else
-    set_state(key, ttl, tokens, last, unit)
-  end
-end

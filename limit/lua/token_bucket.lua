@@ -3,8 +3,9 @@
 --
 -- KEYS[1]  the bucket: varints tokens, last, unit (see lib.lua), tokens scaled so that one
 --          token is unit, last in µs since the Unix epoch; it expires when the bucket would be
---          full again. A fourth number, when present, is debt: tokens below 0 (see store
---          in lib.lua).
+--          full again. A fourth number, when present, is debt: tokens below 0; the numbers
+--          after it are the record of levels that makes refunds exact (see store_peaks in
+--          peaks.lua).
 -- ARGV[1]  now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]  unit: scaled units per token (period µs / gcd(limit, period µs))
 -- ARGV[3]  refill: scaled units added per µs (limit / gcd(limit, period µs))
@@ -15,11 +16,14 @@ local now = clock(ARGV[1])
 local unit, refill, cap, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local tokens, last = cap, now
-local s = get_state(KEYS[1], 3, 4)
+local since, list = now - 1, {}
+local s = get_state(KEYS[1], 3, 5 + 2 * MAX_PEAKS)
 if s then
   tokens, last = s[1] - (s[4] or 0), s[2]
+  since, list = peaks_read(s, last)
   if s[3] ~= unit then
     tokens = rescale(tokens, s[3], unit)
+    since, list = now, {}
   end
   tokens = math.min(tokens, cap)
 end
@@ -36,10 +40,11 @@ local need = cost * unit
 local allowed, retry = 0, 0
 if tokens >= need then
   allowed = 1
+  since = peaks_note(list, since, now, tokens)
   tokens = tokens - need
 else
   retry = cdiv(need - tokens, refill)
 end
 local reset = cdiv(cap - tokens, refill)
-store(KEYS[1], reset, tokens, now, unit)
+store_peaks(KEYS[1], reset, tokens, now, unit, since, list)
 return {allowed, fdiv(math.max(tokens, 0), unit), reset, retry, now}
