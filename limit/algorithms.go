@@ -54,7 +54,11 @@ func tokenBucket(s tokenBucketState, p params, cost int64, now time.Time) (token
 	need := cost * p.unit
 	if s.Tokens >= need {
 		d.Allowed, d.Cost = true, cost
-		s.Rec.note(t, s.Tokens)
+		if p.rec {
+			s.Rec.note(t, s.Tokens)
+		} else {
+			s.Rec.reset(t) // a charge not noted: the record knows nothing before it
+		}
 		s.Tokens -= need
 	} else {
 		d.RetryAfter = us(ceilDiv(need-s.Tokens, p.refill))

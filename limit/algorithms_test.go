@@ -12,7 +12,8 @@ import (
 )
 
 // randomLimit returns a valid limit of algorithm a, with rates that are and are not whole
-// numbers of microseconds per request.
+// numbers of microseconds per request. Its charges are reconciled (Refunds), so a token
+// bucket's refunds are exact.
 func randomLimit(rng *rand.Rand, a Algorithm) Limit {
 	limits := []int64{1, 2, 3, 5, 7, 10, 100}
 	periods := []time.Duration{333 * µs, time.Millisecond, 7 * time.Millisecond, time.Second, 7 * time.Second, time.Minute, time.Hour}
@@ -22,6 +23,7 @@ func randomLimit(rng *rand.Rand, a Algorithm) Limit {
 		Limit:     limits[rng.IntN(len(limits))],
 		Period:    periods[rng.IntN(len(periods))],
 		Burst:     bursts[rng.IntN(len(bursts))],
+		Refunds:   true,
 	}
 }
 

@@ -260,7 +260,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "token_bucket/a refund gives back what a smaller charge would have left; a charge goes into debt, paid in full",
-		limit: Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second},
+		limit: Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second, Refunds: true},
 		steps: []step{
 			{at: 0, cost: 3, want: ok(7, 3*time.Second)},
 			{at: 0, cost: 5, want: ok(2, 8*time.Second)},
@@ -276,8 +276,20 @@ var conformanceCases = []struct {
 		},
 	},
 	{
+		name:  "token_bucket/without Refunds a refund gives back the charge less what the rate refilled since",
+		limit: Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second},
+		steps: []step{
+			{at: 0, cost: 3, want: ok(7, 3*time.Second)},
+			{at: 0, cost: 5, want: ok(2, 8*time.Second)},
+			// 3 back, 2 s later: no record of levels, so at most 3 - 2 (refilled since): 1.
+			fix(2*time.Second, 0, 0),
+			{at: 2 * time.Second, cost: 6, want: no(5, 5*time.Second, time.Second)},
+			{at: 3 * time.Second, cost: 6, want: ok(0, 10*time.Second)},
+		},
+	},
+	{
 		name:  "token_bucket/debt is capped at DebtCapacities capacities",
-		limit: Limit{Algorithm: TokenBucket, Limit: 1, Period: time.Second},
+		limit: Limit{Algorithm: TokenBucket, Limit: 1, Period: time.Second, Refunds: true},
 		steps: []step{
 			{at: 0, want: ok(0, time.Second)},
 			fixCapped(0, 0, 500), // 499 more, 100 owed at most
@@ -287,7 +299,7 @@ var conformanceCases = []struct {
 	},
 	{
 		name:  "token_bucket/a refund right away gives back all of it",
-		limit: Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second},
+		limit: Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second, Refunds: true},
 		steps: []step{
 			{at: 0, cost: 8, want: ok(2, 8*time.Second)},
 			fix(500*time.Millisecond, 0, 1),
@@ -416,7 +428,7 @@ var conformanceCases = []struct {
 			{at: 0, key: "b", want: ok(0, time.Hour)},
 			{at: 0, key: "a", want: no(0, time.Hour, time.Hour)},
 			{at: 0, key: "a", limit: &Limit{Algorithm: SlidingLog, Limit: 1, Period: time.Hour}, want: ok(0, time.Hour)},
-			{at: 0, key: "a", limit: &Limit{Algorithm: TokenBucket, Limit: 1, Period: time.Hour}, want: ok(0, time.Hour)},
+			{at: 0, key: "a", limit: &Limit{Algorithm: TokenBucket, Limit: 1, Period: time.Hour, Refunds: true}, want: ok(0, time.Hour)},
 		},
 	},
 }

@@ -25,8 +25,8 @@
 // is known only afterwards, [Limiter.Adjust] reconciles it from the admitting Decision (its
 // instant At and its Cost): it charges the difference or refunds it. A refund never leaves a
 // key more permissive than charging the true cost at first:
-//   - TokenBucket: a refund of e gives back exactly what the bucket would hold now had the
-//     charge been e less: e, less what that bucket would have lost to its capacity since At,
+//   - TokenBucket, for a Limit with Refunds (a rule that reconciles): a refund of e gives back
+//     exactly what the bucket would hold now had the charge been e less: e, less what that bucket would have lost to its capacity since At,
 //     that is min(e, Capacity − the highest level since At) (peaks.go), however long ago At
 //     was. The highest level since At is the level just before some later charge, or the level
 //     now: each key keeps a record of those levels, falling from oldest to newest (a level no
@@ -39,7 +39,9 @@
 //     key instead of 51, and 24 more a level beyond the first; in Redis, about 2 numbers
 //     (8 bytes) a level in the key's value, the same 104 bytes a key with one level (MEMORY
 //     USAGE); each token bucket script takes about 3 µs more of Redis's time with one level,
-//     and about 13 µs more with a full record (22.7 against 9.2).
+//     and about 13 µs more with a full record (22.7 against 9.2). A Limit without Refunds
+//     keeps no record and pays none of this: its refunds (Envoy's negative hits, a refused
+//     budget's others) take the LeakyBucket rule below.
 //   - LeakyBucket, GCRA: a refund gives back at most what the bucket has not yet refilled of
 //     the charge since At (Cost − rate × elapsed), never beyond a full bucket; a refund later
 //     than Cost/rate returns nothing.

@@ -103,6 +103,12 @@ type Limit struct {
 	Period    time.Duration
 	Burst     int64
 	OnReset   ResetMode
+	// Refunds says the limit's charges are reconciled with Adjust (a rule with
+	// cost_from_response): a TokenBucket then keeps the record of its levels before each charge
+	// that makes a refund exact (peaks.go). Without it a TokenBucket's refund gives back at most
+	// the charge less what the rate refilled since, and its state costs less (no record). Other
+	// algorithms ignore it.
+	Refunds bool
 }
 
 // Validate reports why l cannot be used, or nil. The error wraps one or more of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"strings"
 	"sync"
@@ -271,7 +272,11 @@ func (m *Memory) decide(key string, p params, cost int64, now time.Time) Decisio
 		sh.mu.Unlock()
 		return m.decideOverflow(key, p, cost, now)
 	}
-	d := apply(e, sh.t.logs[id], sh.t.peaks[id], p, cost, now)
+	rec := sh.t.peaks[id]
+	if p.rec && rec == nil {
+		rec = sh.t.addPeaks(e, id, t) // the limit took Refunds after the key's state began
+	}
+	d := apply(e, sh.t.logs[id], rec, p, cost, now)
 	sh.mu.Unlock()
 	return d
 }
@@ -350,7 +355,7 @@ func (m *Memory) overflowState(key string, p params) (*shard, *entry, *slidingLo
 		}
 	}
 	var rec *peaks
-	if p.alg == algTokenBucket {
+	if p.rec {
 		if rec = sh.t.peaks[id]; rec == nil {
 			if sh.t.peaks == nil {
 				sh.t.peaks = make(map[uint64]*peaks)
@@ -368,9 +373,20 @@ func (p params) ext() uint64 {
 	case algSlidingLog:
 		return flagLog
 	case algTokenBucket:
-		return flagPeaks
+		if p.rec {
+			return flagPeaks
+		}
 	}
 	return 0
+}
+
+// recOf is a TokenBucket key's record of levels: *rec, or an empty one that knows nothing (a
+// key of a limit without Refunds keeps none).
+func recOf(rec *peaks) peaks {
+	if rec == nil {
+		return peaks{Since: math.MaxInt64}
+	}
+	return *rec
 }
 
 // apply runs the algorithm of p on the state in e (and log, for SlidingLog; rec, for
@@ -382,8 +398,11 @@ func apply(e *entry, log *slidingLogState, rec *peaks, p params, cost int64, now
 	switch p.alg {
 	case algTokenBucket:
 		var s tokenBucketState
-		s, d = tokenBucket(tokenBucketState{e.s[0], e.s[1], e.s[2], *rec}, p, cost, now)
-		e.s, *rec = [3]int64{s.Tokens, s.Last, s.Unit}, s.Rec
+		s, d = tokenBucket(tokenBucketState{e.s[0], e.s[1], e.s[2], recOf(rec)}, p, cost, now)
+		e.s = [3]int64{s.Tokens, s.Last, s.Unit}
+		if rec != nil {
+			*rec = s.Rec
+		}
 		from = s.Last
 	case algLeakyBucket:
 		var s leakyBucketState
@@ -423,8 +442,11 @@ func applyAdjust(e *entry, log *slidingLogState, rec *peaks, p params, at, charg
 	switch p.alg {
 	case algTokenBucket:
 		var s tokenBucketState
-		if s, reset, ok, capped = tokenBucketAdjust(tokenBucketState{e.s[0], e.s[1], e.s[2], *rec}, p, at, charged, delta, now); ok {
-			e.s, from, *rec = [3]int64{s.Tokens, s.Last, s.Unit}, s.Last, s.Rec
+		if s, reset, ok, capped = tokenBucketAdjust(tokenBucketState{e.s[0], e.s[1], e.s[2], recOf(rec)}, p, at, charged, delta, now); ok {
+			e.s, from = [3]int64{s.Tokens, s.Last, s.Unit}, s.Last
+			if rec != nil {
+				*rec = s.Rec
+			}
 		}
 	case algLeakyBucket:
 		var s leakyBucketState

@@ -133,7 +133,9 @@ func (r *Redis) multiCmd(reqs []Request, ps []params, idx []int, now string) (*r
 		p := &ps[i]
 		args = append(args, int64(p.alg), resetHold(reqs[i].Limit, *p))
 		switch p.alg {
-		case algTokenBucket, algLeakyBucket, algGCRA:
+		case algTokenBucket:
+			args = append(args, p.unit, p.refill, p.cap, reqs[i].Cost, recArg(*p))
+		case algLeakyBucket, algGCRA:
 			args = append(args, p.unit, p.refill, p.cap, reqs[i].Cost)
 		default:
 			args = append(args, p.period, p.limit, reqs[i].Cost)

@@ -38,6 +38,7 @@ type params struct {
 	// DebtCapacities capacities, or what exact arithmetic holds above the capacity if less.
 	// SlidingLog owes nothing (0): its log holds at most Limit entries.
 	debt int64
+	rec  bool // a TokenBucket keeps its record of levels (Limit.Refunds)
 }
 
 // DebtCapacities is how many capacities of debt a key may carry after Adjust charged the
@@ -76,7 +77,7 @@ func (a Algorithm) index() (algo, bool) {
 // params checks that l, of algorithm alg, is within the bounds of exact arithmetic and converts
 // it. l has already passed the basic checks of validate.
 func (l Limit) params(alg algo) (params, error) {
-	p := params{alg: alg, limit: l.Limit, capacity: l.Limit}
+	p := params{alg: alg, limit: l.Limit, capacity: l.Limit, rec: l.Refunds && alg == algTokenBucket}
 	switch alg {
 	case algTokenBucket, algGCRA, algLeakyBucket:
 		switch {

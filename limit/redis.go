@@ -320,11 +320,21 @@ func (r *Redis) call(key string, l Limit, p params, cost int64, now string) ([]s
 	hold := resetHold(l, p)
 	keys := []string{k, ek}
 	switch p.alg {
-	case algTokenBucket, algLeakyBucket, algGCRA:
+	case algTokenBucket:
+		return keys, []any{now, p.unit, p.refill, p.cap, cost, recArg(p), known, hold}
+	case algLeakyBucket, algGCRA:
 		return keys, []any{now, p.unit, p.refill, p.cap, cost, known, hold}
 	default:
 		return keys, []any{now, p.period, p.limit, cost, known, hold}
 	}
+}
+
+// recArg is the token bucket script's ARGV[6]: 1 when it keeps its record of levels.
+func recArg(p params) int64 {
+	if p.rec {
+		return 1
+	}
+	return 0
 }
 
 // resetHold is the reset hold of l (of params p) in µs, 0 unless l is conservative.
@@ -348,7 +358,9 @@ func (r *Redis) evalSha(key string, l Limit, p params, cost int64, now string) *
 	hold := resetHold(l, p)
 	sha := scriptSHAs[p.alg]
 	switch p.alg {
-	case algTokenBucket, algLeakyBucket, algGCRA:
+	case algTokenBucket:
+		return redis.NewCmd(context.Background(), "evalsha", sha, 2, k, ek, now, p.unit, p.refill, p.cap, cost, recArg(p), known, hold)
+	case algLeakyBucket, algGCRA:
 		return redis.NewCmd(context.Background(), "evalsha", sha, 2, k, ek, now, p.unit, p.refill, p.cap, cost, known, hold)
 	default:
 		return redis.NewCmd(context.Background(), "evalsha", sha, 2, k, ek, now, p.period, p.limit, cost, known, hold)

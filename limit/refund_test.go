@@ -17,7 +17,7 @@ import (
 // true cost in the first place: a refund gives back the difference, less what that bucket
 // would have lost to its capacity since.
 func init() {
-	tb := Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second}
+	tb := Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second, Refunds: true}
 	conformanceCases = append(conformanceCases, []struct {
 		name  string
 		limit Limit
@@ -212,7 +212,7 @@ func TestTokenBucketRecordRedisMatchesMemory(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seedFromEnv(42), 43))
 	full, dropped := 0, 0
 	for run := range 30 {
-		l := Limit{Algorithm: TokenBucket, Limit: 1 + rng.Int64N(100), Period: time.Duration(1+rng.IntN(1000)) * time.Millisecond, Burst: 40}
+		l := Limit{Algorithm: TokenBucket, Limit: 1 + rng.Int64N(100), Period: time.Duration(1+rng.IntN(1000)) * time.Millisecond, Burst: 40, Refunds: true}
 		clk := newClock(base)
 		mem := NewMemory(MemoryConfig{Now: clk.Now})
 		prefix := testenv.Prefix(t) + strconv.Itoa(run) + ":"
@@ -267,7 +267,7 @@ func TestTokenBucketRecordRedisMatchesMemory(t *testing.T) {
 	// A state stored before the record existed: tokens, last, unit. A refund of a charge made
 	// before it gives back what has not refilled since, as it used to; a charge after it is
 	// refunded exactly.
-	l := Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second} // a token a second
+	l := Limit{Algorithm: TokenBucket, Limit: 10, Period: 10 * time.Second, Refunds: true} // a token a second
 	p, _ := l.validate()
 	clk := newClock(base)
 	red := NewRedis(srv.Client, RedisConfig{Prefix: testenv.Prefix(t) + "old:", Now: clk.Now})

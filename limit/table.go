@@ -106,6 +106,18 @@ func (t *table) get(id uint64, now int64, ext uint64, key string) *entry {
 	return e
 }
 
+// addPeaks gives e, the entry of id, a record of levels that knows nothing at or before now,
+// and returns it.
+func (t *table) addPeaks(e *entry, id uint64, now int64) *peaks {
+	e.id |= flagPeaks
+	if t.peaks == nil {
+		t.peaks = make(map[uint64]*peaks)
+	}
+	r := &peaks{Since: now}
+	t.peaks[id] = r
+	return r
+}
+
 // find returns the entry of id, or nil.
 func (t *table) find(id uint64) *entry {
 	if len(t.slots) == 0 {

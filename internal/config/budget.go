@@ -33,9 +33,11 @@ type Budget struct {
 // MaxBudgets is the most budgets one rule may have.
 const MaxBudgets = 8
 
-// LimitSpec returns the budget's limit as the limiters take it.
+// LimitSpec returns the budget's limit as the limiters take it, with Refunds when the budget
+// reconciles its charges (as Rule.LimitSpec).
 func (b Budget) LimitSpec() limit.Limit {
-	return limit.Limit{Algorithm: b.Algorithm, Limit: b.Limit, Period: b.Period, Burst: b.Burst}
+	return limit.Limit{Algorithm: b.Algorithm, Limit: b.Limit, Period: b.Period, Burst: b.Burst,
+		Refunds: b.CostFromResponse.IsSet()}
 }
 
 // FullName is the budget's name in headers, problem bodies and metrics: "<rule>/<budget>".

@@ -124,9 +124,11 @@ func (r Rule) WaitingPerKey(q *Queue) int64 {
 	return min(max(q.MaxDepth/10, 1), DefaultMaxWaitingPerKey)
 }
 
-// LimitSpec returns the rule's limit as the limiters take it.
+// LimitSpec returns the rule's limit as the limiters take it: with Refunds when the rule
+// reconciles its charges (cost_from_response), so that a token bucket's refunds are exact.
 func (r Rule) LimitSpec() limit.Limit {
-	return limit.Limit{Algorithm: r.Algorithm, Limit: r.Limit, Period: r.Period, Burst: r.Burst, OnReset: r.OnStoreReset}
+	return limit.Limit{Algorithm: r.Algorithm, Limit: r.Limit, Period: r.Period, Burst: r.Burst, OnReset: r.OnStoreReset,
+		Refunds: r.CostFromResponse.IsSet()}
 }
 
 // HasLimit reports whether the rule carries a limit: always for ActionLimit, and for

@@ -11,6 +11,8 @@
 -- ARGV[3]  refill: scaled units added per µs (limit / gcd(limit, period µs))
 -- ARGV[4]  cap: the bucket's capacity × unit
 -- ARGV[5]  cost in tokens
+-- ARGV[6]  1: note the level before a charge in the record (Limit.Refunds); else the record is
+--          emptied at each charge, and refunds take the rule without one
 -- Returns  {allowed (1 or 0), remaining, reset_after µs, retry_after µs, the instant decided at µs}
 local now = clock(ARGV[1])
 local unit, refill, cap, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -40,7 +42,11 @@ local need = cost * unit
 local allowed, retry = 0, 0
 if tokens >= need then
   allowed = 1
-  since = peaks_note(list, since, now, tokens)
+  if ARGV[6] == '1' then
+    since = peaks_note(list, since, now, tokens)
+  else
+    since, list = now, {} -- a charge not noted: the record knows nothing before it
+  end
   tokens = tokens - need
 else
   retry = cdiv(need - tokens, refill)
