@@ -159,7 +159,10 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 	if cfg.NATS == nil {
 		// Nothing outside this process can reach an embedded server's queues.
 		s = append(s, service{name: "worker pool", start: p.newPool},
-			lc.run("in-process workers", background{drainsFirst: true}, p.runPool))
+			lc.run("in-process workers", background{drainsFirst: true}, p.runPool),
+			lc.run("leftovers", background{optional: true}, func(ctx context.Context) error {
+				return removeLeftovers(ctx, p.qs, p.nc, p.current.Load, p.log)
+			}))
 	}
 	return append(s,
 		lc.run("config watcher", background{optional: true}, p.watch),

@@ -1,0 +1,140 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+)
+
+// queueDepth reads queue q's depth from the admin API at admin; -1 while it cannot (NATS
+// reconnecting).
+func queueDepth(t *testing.T, admin, q string) int {
+	t.Helper()
+	a := do(t, "GET", "http://"+admin+"/v1/queues/"+q, "")
+	var info struct{ Depth int }
+	if a.code != 200 || json.Unmarshal([]byte(a.body), &info) != nil {
+		return -1
+	}
+	return info.Depth
+}
+
+// streamMsgs reads the message count of stream name on the NATS at url: what the history and
+// KEDA's input count as the queue's depth (queue.Counts), read without the admin API's queue
+// read, which removes leftovers itself.
+func streamMsgs(t *testing.T, url, name string) int {
+	t.Helper()
+	nc := testenv.Connect(t, url)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return -1
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return -1
+	}
+	return int(si.State.Msgs)
+}
+
+// A worker drains a queue while the disk under nats-server fills: its acknowledgements reach
+// the consumer, but the stream, which cannot write, keeps the jobs (leftovers). Once space is
+// freed and nats-server restarted (the action /readyz names), the worker removes them: the
+// stream holds only the jobs really waiting (none, every job accepted was delivered), without
+// any admin read; then, with the queue paused, 5 jobs accepted make depth 5, no more.
+func TestDepthTrueAfterAFullNATSDisk(t *testing.T) {
+	mnt := testenv.TmpFS(t, 16)
+	ns := testenv.NATSProcIn(t, filepath.Join(mnt, "jetstream"))
+	rs := testenv.Redis(t)
+	up := workertest.NewRecorder(t)
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+upstream: %s
+redis: { url: %q }
+nats: { url: %s }
+shutdown_timeout: 2s
+queues:
+  - name: orders
+    rate: 40/s
+    target: POST %s/jobs
+    max_bytes: 4194304 # JetStream reserves it on a 16 MiB disk
+`, up.URL, rs.URL(), ns.URL, up.URL)
+	r := startWithin(t, t.TempDir(), cfg, 10*time.Second)
+	testenv.WaitFor(t, 20*time.Second, "the queues to open", func() bool {
+		return do(t, "GET", "http://"+r.admin+"/readyz", "").code == 200
+	})
+	runWorker(t, t.TempDir(), cfg)
+	filler := testenv.Fill(t, filepath.Join(mnt, "filler"), 1024)
+
+	body := strings.Repeat("x", 64<<10)
+	accepted, failed := 0, 0
+	for i := 0; i < 400 && failed < 8; i++ {
+		a := do(t, "POST", "http://"+r.listen+"/v1/queues/orders/jobs", body)
+		switch a.code {
+		case 202:
+			accepted++
+		case 503:
+			failed++
+		default:
+			t.Fatalf("job %d: %d %s; want 202 or 503", i, a.code, a.body)
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("%d jobs accepted and none refused: the store never filled", accepted)
+	}
+	// The worker goes on delivering what the stream holds: wait until it has them all.
+	up.WaitCount(t, 30*time.Second, "every accepted job delivered while the disk is full", func(int) bool {
+		return up.Distinct() >= accepted
+	})
+	stuck := streamMsgs(t, ns.URL, "SLUICE_Q_orders")
+	t.Logf("disk full: %d accepted, %d refused, %d delivered; %d left in the stream", accepted, failed, up.Distinct(), stuck)
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	ns.Kill()
+	ns.Start()
+	t0 := time.Now()
+	testenv.WaitFor(t, 20*time.Second, "the worker to remove the leftovers", func() bool {
+		return streamMsgs(t, ns.URL, "SLUICE_Q_orders") == 0
+	})
+	t.Logf("%d leftovers removed %v after nats-server restarted", stuck, time.Since(t0).Round(time.Millisecond))
+	testenv.WaitFor(t, 20*time.Second, "/readyz to answer 200 after nats-server restarted", func() bool {
+		return do(t, "GET", "http://"+r.admin+"/readyz", "").code == 200
+	})
+	if d := queueDepth(t, r.admin, "orders"); d != 0 {
+		t.Errorf("depth %d with every accepted job delivered; want 0", d)
+	}
+
+	if a := do(t, "POST", "http://"+r.admin+"/v1/queues/orders/pause", ""); a.code != 200 {
+		t.Fatalf("pause: %d %s", a.code, a.body)
+	}
+	delivered := up.Count()
+	for i := range 5 {
+		if a := do(t, "POST", "http://"+r.listen+"/v1/queues/orders/jobs", "{}"); a.code != 202 {
+			t.Fatalf("job %d after recovery: %d %s; want 202", i, a.code, a.body)
+		}
+	}
+	if d := queueDepth(t, r.admin, "orders"); d != 5 || up.Count() != delivered {
+		t.Errorf("depth %d with 5 jobs accepted into a paused queue (%d delivered since); want 5, none delivered",
+			d, up.Count()-delivered)
+	}
+	if n := up.Count(); n != up.Distinct() {
+		t.Logf("%d requests for %d jobs", n, up.Distinct())
+	}
+}

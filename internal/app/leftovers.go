@@ -1,0 +1,89 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// Removing leftovers (queue.Deliveries.RemoveLeftovers): jobs acked while their stream could
+// not write (a full disk under nats-server) stay in the stream, and would be counted in the
+// queue's depth (the history, KEDA's input) forever. The process that runs workers removes
+// them: within a second of each reconnection to NATS (the stream writes again once
+// nats-server was restarted), then again after a failed pass, 1 s later, then 2 s, 4 s...,
+// and every leftoverEvery besides. The admin API's queue reads remove those they find
+// themselves (queue.Info).
+const (
+	// leftoverEvery is the time between two passes while nothing happened: each costs two
+	// reads per queue.
+	leftoverEvery = 30 * time.Second
+	// leftoverRetry is the wait after the first failed pass since the start or a
+	// reconnection; it doubles with each failed pass after that.
+	leftoverRetry = time.Second
+)
+
+// leftoverRemover is the queue layer's removal of leftovers; *queue.Queues has it.
+type leftoverRemover interface {
+	RemoveLeftovers(ctx context.Context, name string) (int, error)
+}
+
+var _ leftoverRemover = (*queue.Queues)(nil)
+
+// removeLeftovers runs passes over the queues of cfg() on q until ctx ends (see above); nc
+// (nil: none) is the connection whose reconnections start a pass.
+func removeLeftovers(ctx context.Context, q leftoverRemover, nc *nats.Conn, cfg func() *config.Config, log *slog.Logger) error {
+	reconnects := func() uint64 {
+		if nc == nil {
+			return 0
+		}
+		return nc.Stats().Reconnects
+	}
+	t := time.NewTicker(leftoverRetry)
+	defer t.Stop()
+	seen, wait, next := reconnects(), leftoverRetry/2, time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if now := reconnects(); now != seen {
+			seen, wait, next = now, leftoverRetry/2, time.Now()
+		}
+		if time.Now().Before(next) {
+			continue
+		}
+		if removeLeftoversOnce(ctx, q, cfg(), log) {
+			wait = leftoverEvery
+		} else {
+			wait = min(2*wait, leftoverEvery)
+		}
+		next = time.Now().Add(wait)
+	}
+}
+
+// removeLeftoversOnce is one pass over the queues of cfg; it reports whether it read every one.
+func removeLeftoversOnce(ctx context.Context, q leftoverRemover, cfg *config.Config, log *slog.Logger) bool {
+	ok := true
+	for _, qc := range cfg.Queues {
+		n, err := q.RemoveLeftovers(ctx, qc.Name)
+		switch {
+		case errors.Is(err, queue.ErrUnknownQueue): // not provisioned yet
+		case err != nil:
+			ok = false
+			if ctx.Err() == nil {
+				log.Debug("remove the leftovers of a queue", "queue", qc.Name, "err", err)
+			}
+		case n > 0:
+			log.Warn("removed jobs that were acknowledged but stayed in their stream (its store could not write); they were not waiting",
+				"queue", qc.Name, "jobs", n)
+		}
+	}
+	return ok
+}
