@@ -2,27 +2,46 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Leftovers are jobs that have left their queue but whose messages are still in its stream.
-// A work-queue stream removes a job's message when the consumer takes its ack; when the
-// stream cannot write at that moment — its store failed to write ("no space left on device":
-// nats-server then keeps the stream's write error until it is restarted) — the consumer
-// records the ack and the message stays. nats-server does not remove it after its restart
-// either. No worker is given such a message again (it is at or below the consumer's ack
-// floor), but the stream's message count, which is the queue's depth, would count it forever.
+// Leftovers are jobs that have left their queue but whose messages are still in its stream,
+// where they count in the queue's depth (the stream's message count). Two faults leave them:
 //
-// Every message at or below the ack floor of the queue's consumer was acked or terminated by
-// a worker: none is waiting. A stream whose first message is at or below that floor holds
-// leftovers, and one purge up to the floor removes them all. Info does it when it finds them
-// (its depth is then read again), and RemoveLeftovers does it on its own; their tickets were
-// released when the acks were answered (and SweepLedger repairs those that were not).
+//   - Acked leftovers. A work-queue stream removes a job's message when the consumer takes
+//     its ack; when the stream cannot write at that moment — its store failed to write ("no
+//     space left on device": nats-server keeps the stream's write error until it is
+//     restarted) — the consumer records the ack and the message stays. nats-server does not
+//     remove it after its restart either, and no worker is given it again: it would count
+//     forever. Every message at or below the consumer's ack floor was acked or terminated,
+//     so a stream whose first message is at or below that floor holds such leftovers, and
+//     one purge up to the floor removes them all. Their tickets were released when the acks
+//     were answered (SweepLedger repairs those that were not).
+//   - Final leftovers. A worker records a job's final status, then acks it; a worker that
+//     crashed in between (or whose ack was lost with its connection) leaves the job in
+//     flight until its AckWait runs out, when another worker is given it and acks it
+//     without delivering. Such a job is delivered and not acked (between the consumer's ack
+//     floor and its last delivery), its record is final and was written after the message
+//     was stored (an older final record is a replayed dead letter's), at least
+//     leftoverSettle ago (a live worker acks at once). Each is deleted and its tickets
+//     released.
 //
-// Cost: nothing beyond the stream and consumer reads Info makes anyway; RemoveLeftovers
-// makes those two reads per call, and a purge and a stream read only when it finds leftovers.
+// Info purges acked leftovers when it finds them (its depth is then read again);
+// RemoveLeftovers removes both kinds. A job of a priority level's stream or a fair queue's
+// backlog is not looked at.
+//
+// Cost: nothing beyond the stream and consumer reads Info makes anyway; RemoveLeftovers makes
+// those two reads, a purge and a stream read only when it finds acked leftovers, and per job
+// delivered but not acked (up to its limit) a message read, body included, and a status read.
+
+// leftoverSettle is how old a final record must be for its job, still delivered and not
+// acked, to be a leftover: far more than a live worker takes from the record to the ack.
+const leftoverSettle = 5 * time.Second
 
 // hasLeftovers reports whether a stream in state s holds messages at or below ackFloor, the
 // stream sequence of its consumer's ack floor. A floor beyond the stream's last sequence (a
@@ -37,41 +56,89 @@ func purgeLeftovers(ctx context.Context, st jetstream.Stream, ackFloor uint64) e
 	return st.Purge(ctx, jetstream.WithPurgeSequence(ackFloor+1))
 }
 
-// RemoveLeftovers removes queue name's leftovers (see above): the messages still in its
-// stream of jobs its consumer saw acknowledged. It returns how many it removed; an error when
-// the stream or consumer cannot be read, or the purge fails (the stream still cannot write:
-// nats-server has not been restarted since its store failed).
-func (d Deliveries) RemoveLeftovers(ctx context.Context, name string) (int, error) {
-	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+// RemoveLeftovers removes queue name's leftovers (see above): the acked ones, and the final
+// ones among up to limit jobs delivered and not acked, from stream sequence from on (0: from
+// the first). It returns how many it removed, and where the next call should start (0: from
+// the first again, all were looked at). It fails when the stream or consumer cannot be read,
+// or the purge fails (the stream still cannot write: nats-server has not been restarted since
+// its store failed).
+func (d Deliveries) RemoveLeftovers(ctx context.Context, name string, from uint64, limit int) (removed int, next uint64, err error) {
+	ctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
 	defer cancel()
 	st, ok := d.stream(name)
 	if !ok {
-		return 0, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
+		return 0, 0, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
 	si, err := st.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("queue: leftovers of %q: %w", name, err)
+		return 0, 0, fmt.Errorf("queue: leftovers of %q: %w", name, err)
 	}
 	c, err := st.Consumer(ctx, consumerName)
 	if err != nil {
-		return 0, fmt.Errorf("queue: leftovers of %q: consumer: %w", name, err)
+		return 0, 0, fmt.Errorf("queue: leftovers of %q: consumer: %w", name, err)
 	}
 	ci, err := c.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("queue: leftovers of %q: consumer: %w", name, err)
+		return 0, 0, fmt.Errorf("queue: leftovers of %q: consumer: %w", name, err)
 	}
-	if !hasLeftovers(si.State, ci.AckFloor.Stream) {
-		return 0, nil
+	floor := ci.AckFloor.Stream
+	if hasLeftovers(si.State, floor) {
+		if err := purgeLeftovers(ctx, st, floor); err != nil {
+			return 0, 0, fmt.Errorf("queue: remove the leftovers of %q: %w", name, err)
+		}
+		if after, err := st.Info(ctx); err == nil && after.State.Msgs < si.State.Msgs {
+			removed = int(si.State.Msgs - after.State.Msgs)
+		}
 	}
-	if err := purgeLeftovers(ctx, st, ci.AckFloor.Stream); err != nil {
-		return 0, fmt.Errorf("queue: remove the leftovers of %q: %w", name, err)
-	}
-	after, err := st.Info(ctx)
+	n, next, err := d.removeFinal(ctx, name, st, max(from, floor+1), ci.Delivered.Stream, limit)
 	if err != nil {
-		return 0, fmt.Errorf("queue: leftovers of %q: %w", name, err)
+		return removed + n, 0, fmt.Errorf("queue: leftovers of %q: %w", name, err)
 	}
-	if after.State.Msgs >= si.State.Msgs {
-		return 0, nil
+	return removed + n, next, nil
+}
+
+// removeFinal deletes the final leftovers among up to limit jobs of queue name's stream st
+// from sequence from to delivered, the consumer's last delivery. It returns how many it
+// deleted and the sequence to go on from (0: it reached delivered).
+func (q *core) removeFinal(ctx context.Context, name string, st jetstream.Stream, from, delivered uint64, limit int) (int, uint64, error) {
+	prefix := q.jobSubject(name, "")
+	removed, seq := 0, from
+	for range max(limit, 1) {
+		if seq > delivered {
+			return removed, 0, nil
+		}
+		raw, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(prefix+"*"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return removed, 0, nil
+		}
+		if err != nil {
+			return removed, 0, err
+		}
+		if raw.Sequence > delivered {
+			return removed, 0, nil
+		}
+		seq = raw.Sequence + 1
+		rec, err := Publisher{q}.Record(ctx, strings.TrimPrefix(raw.Subject, prefix))
+		if errors.Is(err, ErrNotFound) {
+			continue // no record yet: its first delivery is in flight
+		}
+		if err != nil {
+			return removed, 0, err
+		}
+		if !rec.State.Terminal() || !rec.UpdatedAt.After(raw.Time) || q.now().Sub(rec.UpdatedAt) < leftoverSettle {
+			continue
+		}
+		if err := st.DeleteMsg(ctx, raw.Sequence); err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue // acked in the meantime
+			}
+			return removed, 0, err
+		}
+		q.releaseMsg(ctx, raw.Header)
+		removed++
 	}
-	return int(si.State.Msgs - after.State.Msgs), nil
+	if seq > delivered {
+		seq = 0
+	}
+	return removed, seq, nil
 }

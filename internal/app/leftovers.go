@@ -14,8 +14,9 @@ import (
 
 // Removing leftovers (queue.Deliveries.RemoveLeftovers): jobs acked while their stream could
 // not write (a full disk under nats-server) stay in the stream, and would be counted in the
-// queue's depth (the history, KEDA's input) forever. The process that runs workers removes
-// them: within a second of each reconnection to NATS (the stream writes again once
+// queue's depth (the history, KEDA's input) forever; a job whose final status was recorded by
+// a worker that crashed before its ack counts until its ack_wait runs out. The process that
+// runs workers removes them, leftoverPage jobs in flight per queue a pass: within a second of each reconnection to NATS (the stream writes again once
 // nats-server was restarted), then again after a failed pass, 1 s later, then 2 s, 4 s...,
 // and every leftoverEvery besides. The admin API's queue reads remove those they find
 // themselves (queue.Info).
@@ -26,11 +27,14 @@ const (
 	// leftoverRetry is the wait after the first failed pass since the start or a
 	// reconnection; it doubles with each failed pass after that.
 	leftoverRetry = time.Second
+	// leftoverPage is how many jobs delivered and not acked a pass reads per queue, each
+	// pass going on from where the last stopped: each costs a message and a status read.
+	leftoverPage = 100
 )
 
 // leftoverRemover is the queue layer's removal of leftovers; *queue.Queues has it.
 type leftoverRemover interface {
-	RemoveLeftovers(ctx context.Context, name string) (int, error)
+	RemoveLeftovers(ctx context.Context, name string, from uint64, limit int) (removed int, next uint64, err error)
 }
 
 var _ leftoverRemover = (*queue.Queues)(nil)
@@ -47,6 +51,7 @@ func removeLeftovers(ctx context.Context, q leftoverRemover, nc *nats.Conn, cfg 
 	t := time.NewTicker(leftoverRetry)
 	defer t.Stop()
 	seen, wait, next := reconnects(), leftoverRetry/2, time.Now()
+	from := map[string]uint64{} // by queue: where the next pass goes on
 	for {
 		select {
 		case <-ctx.Done():
@@ -59,7 +64,7 @@ func removeLeftovers(ctx context.Context, q leftoverRemover, nc *nats.Conn, cfg 
 		if time.Now().Before(next) {
 			continue
 		}
-		if removeLeftoversOnce(ctx, q, cfg(), log) {
+		if removeLeftoversOnce(ctx, q, cfg(), from, log) {
 			wait = leftoverEvery
 		} else {
 			wait = min(2*wait, leftoverEvery)
@@ -68,11 +73,13 @@ func removeLeftovers(ctx context.Context, q leftoverRemover, nc *nats.Conn, cfg 
 	}
 }
 
-// removeLeftoversOnce is one pass over the queues of cfg; it reports whether it read every one.
-func removeLeftoversOnce(ctx context.Context, q leftoverRemover, cfg *config.Config, log *slog.Logger) bool {
+// removeLeftoversOnce is one pass over the queues of cfg, each from where from says and
+// recording there where the next goes on; it reports whether it read every queue.
+func removeLeftoversOnce(ctx context.Context, q leftoverRemover, cfg *config.Config, from map[string]uint64, log *slog.Logger) bool {
 	ok := true
 	for _, qc := range cfg.Queues {
-		n, err := q.RemoveLeftovers(ctx, qc.Name)
+		n, next, err := q.RemoveLeftovers(ctx, qc.Name, from[qc.Name], leftoverPage)
+		from[qc.Name] = next
 		switch {
 		case errors.Is(err, queue.ErrUnknownQueue): // not provisioned yet
 		case err != nil:
@@ -81,7 +88,7 @@ func removeLeftoversOnce(ctx context.Context, q leftoverRemover, cfg *config.Con
 				log.Debug("remove the leftovers of a queue", "queue", qc.Name, "err", err)
 			}
 		case n > 0:
-			log.Warn("removed jobs that were acknowledged but stayed in their stream (its store could not write); they were not waiting",
+			log.Warn("removed jobs from their stream that had left the queue (acked while the stream could not write, or final with their ack lost); they were not waiting",
 				"queue", qc.Name, "jobs", n)
 		}
 	}
