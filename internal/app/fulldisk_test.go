@@ -138,3 +138,64 @@ queues:
 		t.Logf("%d requests for %d jobs", n, up.Distinct())
 	}
 }
+
+// The quickstart's embedded JetStream on a disk that fills: deferrals answer 503 and /readyz
+// says to free space under data_dir; once space is freed the process restarts its JetStream
+// in place (no process restart), deferrals are accepted again, and depth counts only the jobs
+// really waiting: the jobs delivered while the disk was full are gone from the stream.
+func TestEmbeddedRecoversFromAFullDisk(t *testing.T) {
+	mnt := testenv.TmpFS(t, 16)
+	up := workertest.NewRecorder(t)
+	r := startWithin(t, t.TempDir(), fmt.Sprintf(`listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+upstream: %s
+data_dir: %s
+shutdown_timeout: 2s
+queues:
+  - name: orders
+    rate: 40/s
+    target: POST %s/jobs
+    max_bytes: 4194304
+`, up.URL, filepath.Join(mnt, "data"), up.URL), 10*time.Second)
+	filler := testenv.Fill(t, filepath.Join(mnt, "filler"), 1024)
+
+	body := strings.Repeat("x", 64<<10)
+	accepted, failed := 0, 0
+	for i := 0; i < 400 && failed < 8; i++ {
+		a := do(t, "POST", "http://"+r.listen+"/v1/queues/orders/jobs", body)
+		switch a.code {
+		case 202:
+			accepted++
+		case 503:
+			failed++
+		default:
+			t.Fatalf("job %d: %d %s; want 202 or 503", i, a.code, a.body)
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("%d jobs accepted and none refused: the store never filled", accepted)
+	}
+	up.WaitCount(t, 30*time.Second, "every accepted job delivered while the disk is full", func(int) bool {
+		return up.Distinct() >= accepted
+	})
+	var a answer
+	testenv.WaitFor(t, 5*time.Second, "/readyz to name the fix", func() bool {
+		a = do(t, "GET", "http://"+r.admin+"/readyz", "")
+		return a.code == 503 && strings.Contains(a.body, "free space under data_dir")
+	})
+	t.Logf("disk full: %d accepted, %d refused, %d delivered; depth %d", accepted, failed, up.Distinct(), queueDepth(t, r.admin, "orders"))
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	testenv.WaitFor(t, 20*time.Second, "a deferral to be accepted again, without a restart", func() bool {
+		return do(t, "POST", "http://"+r.listen+"/v1/queues/orders/jobs", "{}").code == 202
+	})
+	took := time.Since(t0)
+	up.WaitCount(t, 60*time.Second, "the job accepted after recovery delivered", func(int) bool { return up.Distinct() == accepted+1 })
+	testenv.WaitFor(t, 10*time.Second, "depth 0 and /readyz 200", func() bool {
+		return queueDepth(t, r.admin, "orders") == 0 && do(t, "GET", "http://"+r.admin+"/readyz", "").code == 200
+	})
+	t.Logf("deferring again %v after space was freed; %d requests for %d jobs", took.Round(time.Millisecond), up.Count(), up.Distinct())
+}
