@@ -54,9 +54,10 @@ func streamMsgs(t *testing.T, url, name string) int {
 
 // A worker drains a queue while the disk under nats-server fills: its acknowledgements reach
 // the consumer, but the stream, which cannot write, keeps the jobs (leftovers). Once space is
-// freed and nats-server restarted (the action /readyz names), the worker removes them: the
-// stream holds only the jobs really waiting (none, every job accepted was delivered), without
-// any admin read; then, with the queue paused, 5 jobs accepted make depth 5, no more.
+// freed and nats-server restarted (the action /readyz names), the ingress defers again and the
+// worker removes them: the stream holds only the jobs really waiting (none, every job accepted
+// was delivered), without any admin read; then, with the worker stopped, 5 jobs accepted make
+// depth 5, no more.
 func TestDepthTrueAfterAFullNATSDisk(t *testing.T) {
 	mnt := testenv.TmpFS(t, 16)
 	ns := testenv.NATSProcIn(t, filepath.Join(mnt, "jetstream"))
@@ -78,7 +79,7 @@ queues:
 	testenv.WaitFor(t, 20*time.Second, "the queues to open", func() bool {
 		return do(t, "GET", "http://"+r.admin+"/readyz", "").code == 200
 	})
-	runWorker(t, t.TempDir(), cfg)
+	stopWorker := runWorker(t, t.TempDir(), cfg)
 	filler := testenv.Fill(t, filepath.Join(mnt, "filler"), 1024)
 
 	body := strings.Repeat("x", 64<<10)
@@ -108,12 +109,17 @@ queues:
 		t.Fatal(err)
 	}
 	ns.Kill()
-	ns.Start()
+	ns.Start() // returns once JetStream answers
 	t0 := time.Now()
-	testenv.WaitFor(t, 20*time.Second, "the worker to remove the leftovers", func() bool {
-		return streamMsgs(t, ns.URL, "SLUICE_Q_orders") == 0
+	testenv.WaitFor(t, 20*time.Second, "a deferral to be accepted after nats-server restarted", func() bool {
+		return do(t, "POST", "http://"+r.listen+"/v1/queues/orders/jobs", "{}").code == 202
 	})
-	t.Logf("%d leftovers removed %v after nats-server restarted", stuck, time.Since(t0).Round(time.Millisecond))
+	deferring := time.Since(t0)
+	testenv.WaitFor(t, 20*time.Second, "the worker to remove the leftovers and deliver the new job", func() bool {
+		return streamMsgs(t, ns.URL, "SLUICE_Q_orders") == 0 && up.Distinct() == accepted+1
+	})
+	t.Logf("after nats-server restarted: deferring again in %v; the %d leftovers removed and the new job delivered in %v",
+		deferring.Round(time.Millisecond), stuck, time.Since(t0).Round(time.Millisecond))
 	testenv.WaitFor(t, 20*time.Second, "/readyz to answer 200 after nats-server restarted", func() bool {
 		return do(t, "GET", "http://"+r.admin+"/readyz", "").code == 200
 	})
@@ -121,9 +127,8 @@ queues:
 		t.Errorf("depth %d with every accepted job delivered; want 0", d)
 	}
 
-	if a := do(t, "POST", "http://"+r.admin+"/v1/queues/orders/pause", ""); a.code != 200 {
-		t.Fatalf("pause: %d %s", a.code, a.body)
-	}
+	// With the worker stopped, 5 jobs accepted are 5 waiting, no more.
+	stopWorker()
 	delivered := up.Count()
 	for i := range 5 {
 		if a := do(t, "POST", "http://"+r.listen+"/v1/queues/orders/jobs", "{}"); a.code != 202 {
@@ -131,7 +136,7 @@ queues:
 		}
 	}
 	if d := queueDepth(t, r.admin, "orders"); d != 5 || up.Count() != delivered {
-		t.Errorf("depth %d with 5 jobs accepted into a paused queue (%d delivered since); want 5, none delivered",
+		t.Errorf("depth %d with 5 jobs accepted and no worker (%d delivered since); want 5, none delivered",
 			d, up.Count()-delivered)
 	}
 	if n := up.Count(); n != up.Distinct() {
