@@ -69,17 +69,17 @@ func (d Deliveries) RemoveLeftovers(ctx context.Context, name string, from uint6
 	if !ok {
 		return 0, 0, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
-	si, err := st.Info(ctx)
-	if err != nil {
-		return 0, 0, fmt.Errorf("queue: leftovers of %q: %w", name, err)
-	}
 	c, err := st.Consumer(ctx, consumerName)
 	if err != nil {
 		return 0, 0, fmt.Errorf("queue: leftovers of %q: consumer: %w", name, err)
 	}
-	ci, err := c.Info(ctx)
+	ci, err := c.Info(ctx) // before the stream, as Info reads them
 	if err != nil {
 		return 0, 0, fmt.Errorf("queue: leftovers of %q: consumer: %w", name, err)
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("queue: leftovers of %q: %w", name, err)
 	}
 	floor := ci.AckFloor.Stream
 	if hasLeftovers(si.State, floor) {

@@ -1,9 +1,16 @@
 package queue_test
 
 import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -79,4 +86,67 @@ func TestRemoveLeftoversFinal(t *testing.T) {
 	if d := b.depth("q"); d != 3 {
 		t.Errorf("depth %d after the late ack; want 3", d)
 	}
+}
+
+// TestInfoRemovesAckedLeftovers: jobs acked while their stream could not write (a full disk:
+// a 16 MiB tmpfs, so the test needs root) stay in the stream after JetStream starts again;
+// Info removes them before it answers, and counts only the job really waiting.
+func TestInfoRemovesAckedLeftovers(t *testing.T) {
+	mnt := testenv.TmpFS(t, 16)
+	js := filepath.Join(mnt, "js")
+	ns := testenv.NATS(t, func(o *server.Options) { o.StoreDir = js })
+	b := setupURL(t, ns.URL, queue.Options{}, queue.Spec{Name: "q", MaxBytes: 4 << 20, AckWait: time.Hour})
+	filler := testenv.Fill(t, filepath.Join(mnt, "filler"), 1024)
+	body := bytes.Repeat([]byte("x"), 64<<10)
+	stored := 0
+	for ; stored < 200; stored++ {
+		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second) // the unanswered one waits that long
+		_, err := b.q.Publish(ctx, &queue.Job{Queue: "q", Body: body})
+		cancel()
+		if err != nil {
+			break
+		}
+	}
+	if stored < 2 || stored == 200 {
+		t.Fatalf("%d jobs stored before the disk filled; want some, then a failure", stored)
+	}
+	msgs, err := b.consumer("q").Fetch(b.ctx, stored, time.Second)
+	if err != nil || len(msgs) != stored {
+		t.Fatalf("fetch: %d of %d jobs, %v", len(msgs), stored, err)
+	}
+	for _, m := range msgs[:stored-1] { // the last one stays in flight
+		if err := m.Ack(b.ctx); err != nil {
+			t.Fatalf("ack while the disk is full: %v", err)
+		}
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	// JetStream started again (as nats-server's restart does): the stream writes again.
+	if err := ns.Server.DisableJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Server.EnableJetStream(&server.JetStreamConfig{StoreDir: js, MaxStore: 1 << 40}); err != nil {
+		t.Fatal(err)
+	}
+	left := b.depth("q")
+	if left < 2 {
+		t.Fatalf("%d jobs in the stream after %d acks on a full disk; want the acked ones left over", left, stored-1)
+	}
+	info, err := b.q.Info(b.ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Depth != 1 || info.InFlight != 1 {
+		t.Errorf("Info: depth %d, in flight %d; want 1 and 1 (the job not acked)", info.Depth, info.InFlight)
+	}
+	if d := b.depth("q"); d != 1 {
+		t.Errorf("%d jobs in the stream after Info; want 1", d)
+	}
+	t.Logf("%d jobs stored, %d acked, %d left in the stream before Info", stored, stored-1, left)
+	// The publish that went unanswered is withdrawn in the background, waiting for an answer
+	// the old JetStream took along: stop it now rather than at the cleanup's 5 s.
+	ctx, cancel := context.WithTimeout(b.ctx, 100*time.Millisecond)
+	defer cancel()
+	b.q.Close(ctx)
 }

@@ -82,10 +82,8 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
 	}
-	si, err := st.Info(ctx)
-	if err != nil {
-		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
-	}
+	// The consumer first: an ack floor read before the stream is at most the stream's first
+	// sequence less one, but for leftovers (a floor read after could pass jobs acked between).
 	c, err := st.Consumer(ctx, consumerName)
 	if err != nil {
 		return Info{}, fmt.Errorf("queue: info %q: consumer: %w", name, err)
@@ -93,6 +91,10 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 	ci, err := c.Info(ctx)
 	if err != nil {
 		return Info{}, fmt.Errorf("queue: info %q: consumer: %w", name, err)
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
 	}
 	// Jobs acked whose messages stayed (leftovers.go) are not waiting: removed, then not
 	// counted. A purge that fails (the stream still cannot write) leaves the count as it is.
