@@ -31,8 +31,9 @@ import (
 //     leftoverSettle ago (a live worker acks at once). Each is deleted and its tickets
 //     released.
 //
-// Info purges acked leftovers when it finds them (its depth is then read again);
-// RemoveLeftovers removes both kinds. A job of a priority level's stream or a fair queue's
+// Info purges acked leftovers when it finds them (its depth is then read again), and while
+// the stream cannot remove them (its write error) does not count them; RemoveLeftovers
+// removes both kinds. A job of a priority level's stream or a fair queue's
 // backlog is not looked at.
 //
 // Cost: nothing beyond the stream and consumer reads Info makes anyway; RemoveLeftovers makes
@@ -54,6 +55,23 @@ func hasLeftovers(s jetstream.StreamState, ackFloor uint64) bool {
 // purgeLeftovers removes the messages of st at or below ackFloor.
 func purgeLeftovers(ctx context.Context, st jetstream.Stream, ackFloor uint64) error {
 	return st.Purge(ctx, jetstream.WithPurgeSequence(ackFloor+1))
+}
+
+// countLeftovers counts the messages of st at or below ackFloor, for a stream that cannot
+// remove them yet: one stream read listing its deleted sequences (as many as the stream has
+// gaps), made only then. ok is false when it cannot be read.
+func countLeftovers(ctx context.Context, st jetstream.Stream, ackFloor uint64) (n uint64, ok bool) {
+	si, err := st.Info(ctx, jetstream.WithDeletedDetails(true))
+	if err != nil || !hasLeftovers(si.State, ackFloor) {
+		return 0, err == nil
+	}
+	n = ackFloor - si.State.FirstSeq + 1
+	for _, seq := range si.State.Deleted {
+		if seq >= si.State.FirstSeq && seq <= ackFloor && n > 0 {
+			n--
+		}
+	}
+	return min(n, si.State.Msgs), true
 }
 
 // RemoveLeftovers removes queue name's leftovers (see above): the acked ones, and the final

@@ -89,8 +89,9 @@ func TestRemoveLeftoversFinal(t *testing.T) {
 }
 
 // TestInfoRemovesAckedLeftovers: jobs acked while their stream could not write (a full disk:
-// a 16 MiB tmpfs, so the test needs root) stay in the stream after JetStream starts again;
-// Info removes them before it answers, and counts only the job really waiting.
+// a 16 MiB tmpfs, so the test needs root) stay in the stream, even after JetStream starts
+// again. Info counts only the job really waiting throughout: while the stream cannot remove
+// them it leaves them out, and once it can, it removes them before it answers.
 func TestInfoRemovesAckedLeftovers(t *testing.T) {
 	mnt := testenv.TmpFS(t, 16)
 	js := filepath.Join(mnt, "js")
@@ -119,8 +120,16 @@ func TestInfoRemovesAckedLeftovers(t *testing.T) {
 			t.Fatalf("ack while the disk is full: %v", err)
 		}
 	}
+	// While the stream cannot remove them, Info does not count them.
+	if info, err := b.q.Info(b.ctx, "q"); err != nil || info.Depth != 1 {
+		t.Errorf("Info with the disk full: depth %d (%v); want 1 (the job not acked)", info.Depth, err)
+	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
+	}
+	// Nor after space is freed, as long as JetStream has not started again.
+	if info, err := b.q.Info(b.ctx, "q"); err != nil || info.Depth != 1 {
+		t.Errorf("Info after space was freed: depth %d (%v); want 1", info.Depth, err)
 	}
 	// JetStream started again (as nats-server's restart does): the stream writes again.
 	if err := ns.Server.DisableJetStream(); err != nil {

@@ -97,13 +97,18 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
 	}
 	// Jobs acked whose messages stayed (leftovers.go) are not waiting: removed, then not
-	// counted. A purge that fails (the stream still cannot write) leaves the count as it is.
-	if hasLeftovers(si.State, ci.AckFloor.Stream) && purgeLeftovers(ctx, st, ci.AckFloor.Stream) == nil {
-		if after, err := st.Info(ctx); err == nil {
-			si = after
+	// counted; while the stream cannot remove them (its purge fails), counted and taken off.
+	var leftovers uint64
+	if floor := ci.AckFloor.Stream; hasLeftovers(si.State, floor) {
+		if purgeLeftovers(ctx, st, floor) == nil {
+			if after, err := st.Info(ctx); err == nil {
+				si = after
+			}
+		} else if n, ok := countLeftovers(ctx, st, floor); ok {
+			leftovers = n
 		}
 	}
-	info.Depth, info.Bytes, info.Consumers = info.Depth+si.State.Msgs, si.State.Bytes, si.State.Consumers
+	info.Depth, info.Bytes, info.Consumers = info.Depth+si.State.Msgs-leftovers, si.State.Bytes, si.State.Consumers
 	if si.State.LastSeq >= si.State.Msgs {
 		info.Left = si.State.LastSeq - si.State.Msgs
 	}

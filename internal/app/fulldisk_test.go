@@ -53,7 +53,8 @@ func streamMsgs(t *testing.T, url, name string) int {
 }
 
 // A worker drains a queue while the disk under nats-server fills: its acknowledgements reach
-// the consumer, but the stream, which cannot write, keeps the jobs (leftovers). Once space is
+// the consumer, but the stream, which cannot write, keeps the jobs (leftovers), which depth
+// does not count. Once space is
 // freed and nats-server restarted (the action /readyz names), the ingress defers again and the
 // worker removes them: the stream holds only the jobs really waiting (none, every job accepted
 // was delivered), without any admin read; then, with the worker stopped, 5 jobs accepted make
@@ -104,6 +105,9 @@ queues:
 	})
 	stuck := streamMsgs(t, ns.URL, "SLUICE_Q_orders")
 	t.Logf("disk full: %d accepted, %d refused, %d delivered; %d left in the stream", accepted, failed, up.Distinct(), stuck)
+	testenv.WaitFor(t, 5*time.Second, "depth 0 while the disk is full: every job was delivered", func() bool {
+		return queueDepth(t, r.admin, "orders") == 0
+	})
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
@@ -188,7 +192,10 @@ queues:
 		a = do(t, "GET", "http://"+r.admin+"/readyz", "")
 		return a.code == 503 && strings.Contains(a.body, "free space under data_dir")
 	})
-	t.Logf("disk full: %d accepted, %d refused, %d delivered; depth %d", accepted, failed, up.Distinct(), queueDepth(t, r.admin, "orders"))
+	t.Logf("disk full: %d accepted, %d refused, %d delivered", accepted, failed, up.Distinct())
+	testenv.WaitFor(t, 5*time.Second, "depth 0 while the disk is full: every job was delivered", func() bool {
+		return queueDepth(t, r.admin, "orders") == 0
+	})
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
