@@ -15,18 +15,24 @@ import (
 // Removing leftovers (queue.Deliveries.RemoveLeftovers): jobs acked while their stream could
 // not write (a full disk under nats-server) stay in the stream, and would be counted in the
 // queue's depth (the history, KEDA's input) forever; a job whose final status was recorded by
-// a worker that crashed before its ack counts until its ack_wait runs out. The process that
-// runs workers removes them, leftoverPage jobs in flight per queue a pass: within a second of each reconnection to NATS (the stream writes again once
-// nats-server was restarted), then again after a failed pass, 1 s later, then 2 s, 4 s...,
-// and every leftoverEvery besides. The admin API's queue reads remove those they find
+// a worker that crashed, or lost its connection, before its ack counts until its ack_wait runs
+// out. The process that runs workers removes them, leftoverPage jobs in flight per queue a
+// pass: every second for leftoverAfterReconnect after each reconnection to NATS (the stream
+// writes again once nats-server was restarted; the workers' outboxes write the records of the
+// deliveries the outage cut short), every leftoverEvery otherwise, and after a failed pass
+// again 1 s later, then 2 s, 4 s... The admin API's queue reads remove those they find
 // themselves (queue.Info).
 const (
 	// leftoverEvery is the time between two passes while nothing happened: each costs two
-	// reads per queue.
+	// reads per queue, and two per job delivered and not acked (up to leftoverPage).
 	leftoverEvery = 30 * time.Second
-	// leftoverRetry is the wait after the first failed pass since the start or a
-	// reconnection; it doubles with each failed pass after that.
+	// leftoverRetry is the time between two passes after a reconnection, and the wait after
+	// the first failed pass; it doubles with each failed pass after that.
 	leftoverRetry = time.Second
+	// leftoverAfterReconnect is how long passes run every leftoverRetry after a reconnection:
+	// longer than the 5 s a final record must be old for its job to be a leftover, so that the
+	// records the outboxes write just after the reconnection are old enough before it ends.
+	leftoverAfterReconnect = 10 * time.Second
 	// leftoverPage is how many jobs delivered and not acked a pass reads per queue, each
 	// pass going on from where the last stopped: each costs a message and a status read.
 	leftoverPage = 100
@@ -51,6 +57,7 @@ func removeLeftovers(ctx context.Context, q leftoverRemover, nc *nats.Conn, cfg 
 	t := time.NewTicker(leftoverRetry)
 	defer t.Stop()
 	seen, wait, next := reconnects(), leftoverRetry/2, time.Now()
+	var quick time.Time         // passes run every leftoverRetry until then
 	from := map[string]uint64{} // by queue: where the next pass goes on
 	for {
 		select {
@@ -58,16 +65,20 @@ func removeLeftovers(ctx context.Context, q leftoverRemover, nc *nats.Conn, cfg 
 			return nil
 		case <-t.C:
 		}
-		if now := reconnects(); now != seen {
-			seen, wait, next = now, leftoverRetry/2, time.Now()
+		now := time.Now()
+		if n := reconnects(); n != seen {
+			seen, wait, next, quick = n, leftoverRetry/2, now, now.Add(leftoverAfterReconnect)
 		}
-		if time.Now().Before(next) {
+		if now.Before(next) {
 			continue
 		}
-		if removeLeftoversOnce(ctx, q, cfg(), from, log) {
-			wait = leftoverEvery
-		} else {
+		switch {
+		case !removeLeftoversOnce(ctx, q, cfg(), from, log):
 			wait = min(2*wait, leftoverEvery)
+		case now.Before(quick):
+			wait = leftoverRetry
+		default:
+			wait = leftoverEvery
 		}
 		next = time.Now().Add(wait)
 	}
