@@ -211,3 +211,46 @@ queues:
 	})
 	t.Logf("deferring again %v after space was freed; %d requests for %d jobs", took.Round(time.Millisecond), up.Count(), up.Distinct())
 }
+
+// A delivery whose upstream answers while nats-server is down (killed with SIGKILL, restarted
+// after the answer): the worker's outbox records the job succeeded once NATS is back, but its
+// ack was lost, so JetStream would keep the job in flight for its ack_wait (an hour here).
+// The worker removes it as a leftover: depth 0 within seconds, the job delivered once.
+func TestDepthTrueAfterAnAckLostInANATSCrash(t *testing.T) {
+	np := testenv.NATSProc(t)
+	rs := testenv.Redis(t)
+	up := workertest.NewRecorder(t)
+	release := make(chan struct{})
+	up.Respond(func(workertest.Arrival, int) workertest.Reply { return workertest.Reply{Block: release} })
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+redis: { url: %q }
+nats: { url: %s }
+shutdown_timeout: 2s
+queues:
+  - { name: orders, rate: 10/s, ack_wait: 1h, timeout: 30s, target: "POST %s/jobs" }
+`, rs.URL(), np.URL, up.URL)
+	r := startWithin(t, t.TempDir(), cfg, 10*time.Second)
+	waitReady(t, r)
+	runWorker(t, t.TempDir(), cfg)
+	a := do(t, "POST", "http://"+r.listen+"/v1/queues/orders/jobs", "{}")
+	if a.code != 202 {
+		t.Fatalf("submit: %d %s", a.code, a.body)
+	}
+	up.WaitCount(t, 20*time.Second, "the job at the upstream", func(n int) bool { return n == 1 })
+	np.Kill()
+	close(release) // the upstream answers 200 while NATS is down
+	np.Start()
+	t0 := time.Now()
+	testenv.WaitFor(t, 20*time.Second, "the job gone from the stream", func() bool {
+		return streamMsgs(t, np.URL, "SLUICE_Q_orders") == 0
+	})
+	gone := time.Since(t0)
+	if d := queueDepth(t, r.admin, "orders"); d != 0 {
+		t.Errorf("depth %d; want 0", d)
+	}
+	if n := up.Count(); n != 1 {
+		t.Errorf("the upstream saw the job %d times; want once", n)
+	}
+	t.Logf("the job left the stream %v after nats-server restarted", gone.Round(time.Millisecond))
+}
