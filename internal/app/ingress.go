@@ -168,7 +168,7 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 				})
 			}),
 			lc.run("leftovers", background{optional: true}, func(ctx context.Context) error {
-				return removeLeftovers(ctx, p.qs, p.nc, p.current.Load, p.log)
+				return removeLeftovers(ctx, p.qs, p.nc, p.current.Load, p.late.breaker.fix, p.log)
 			}))
 	}
 	return append(s,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,8 +47,9 @@ type leftoverRemover interface {
 var _ leftoverRemover = (*queue.Queues)(nil)
 
 // removeLeftovers runs passes over the queues of cfg() on q until ctx ends (see above); nc
-// (nil: none) is the connection whose reconnections start a pass.
-func removeLeftovers(ctx context.Context, q leftoverRemover, nc *nats.Conn, cfg func() *config.Config, log *slog.Logger) error {
+// (nil: none) is the connection whose reconnections start a pass, fix what to do about a
+// stream that cannot write (fixRestart, or the embedded server's own recovery).
+func removeLeftovers(ctx context.Context, q leftoverRemover, nc *nats.Conn, cfg func() *config.Config, fix string, log *slog.Logger) error {
 	reconnects := func() uint64 {
 		if nc == nil {
 			return 0
@@ -59,6 +61,7 @@ func removeLeftovers(ctx context.Context, q leftoverRemover, nc *nats.Conn, cfg 
 	seen, wait, next := reconnects(), leftoverRetry/2, time.Now()
 	var quick time.Time         // passes run every leftoverRetry until then
 	from := map[string]uint64{} // by queue: where the next pass goes on
+	stuck := map[string]bool{}  // by queue: its stream said it cannot write
 	for {
 		select {
 		case <-ctx.Done():
@@ -73,7 +76,7 @@ func removeLeftovers(ctx context.Context, q leftoverRemover, nc *nats.Conn, cfg 
 			continue
 		}
 		switch {
-		case !removeLeftoversOnce(ctx, q, cfg(), from, log):
+		case !removeLeftoversOnce(ctx, q, cfg(), from, stuck, fix, log):
 			wait = min(2*wait, leftoverEvery)
 		case now.Before(quick):
 			wait = leftoverRetry
@@ -85,8 +88,10 @@ func removeLeftovers(ctx context.Context, q leftoverRemover, nc *nats.Conn, cfg 
 }
 
 // removeLeftoversOnce is one pass over the queues of cfg, each from where from says and
-// recording there where the next goes on; it reports whether it read every queue.
-func removeLeftoversOnce(ctx context.Context, q leftoverRemover, cfg *config.Config, from map[string]uint64, log *slog.Logger) bool {
+// recording there where the next goes on; it reports whether it read every queue. A queue
+// whose stream answers that it cannot write is logged once, with fix (what to do), and noted in
+// stuck until a pass succeeds.
+func removeLeftoversOnce(ctx context.Context, q leftoverRemover, cfg *config.Config, from map[string]uint64, stuck map[string]bool, fix string, log *slog.Logger) bool {
 	ok := true
 	for _, qc := range cfg.Queues {
 		n, next, err := q.RemoveLeftovers(ctx, qc.Name, from[qc.Name], leftoverPage)
@@ -95,12 +100,22 @@ func removeLeftoversOnce(ctx context.Context, q leftoverRemover, cfg *config.Con
 		case errors.Is(err, queue.ErrUnknownQueue): // not provisioned yet
 		case err != nil:
 			ok = false
-			if ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+			case strings.Contains(err.Error(), "no space left on device") && !stuck[qc.Name]:
+				stuck[qc.Name] = true
+				log.Error("the queue's stream cannot write (its store failed: no space left on device): its jobs are "+
+					"still delivered but stay in the stream, and deferrals to it answer 503; "+fix, "queue", qc.Name, "err", err)
+			default:
 				log.Debug("remove the leftovers of a queue", "queue", qc.Name, "err", err)
 			}
 		case n > 0:
 			log.Warn("removed jobs from their stream that had left the queue (acked while the stream could not write, or final with their ack lost); they were not waiting",
 				"queue", qc.Name, "jobs", n)
+		}
+		if err == nil && stuck[qc.Name] {
+			delete(stuck, qc.Name)
+			log.Info("the queue's stream writes again", "queue", qc.Name)
 		}
 	}
 	return ok
