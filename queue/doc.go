@@ -38,7 +38,10 @@
 // [Publisher.Status] finds a job from the moment Publish returns. Workers ack explicitly and
 // count attempts themselves (MaxDeliver -1): a job stays in its stream until a worker acks it
 // (or dead-letters it, or it is canceled), and is delivered again after Spec.AckWait unacked.
-// Lowering MaxDepth never drops a job. A scheduled job reaches the queue at its time, not
+// Lowering MaxDepth never drops a job. A job that left its queue but whose message stayed in
+// its stream after a fault (acked while the stream could not write, or recorded final by a
+// worker that died before its ack) is a leftover: Info does not count the first kind, and
+// [Deliveries.RemoveLeftovers] removes both (leftovers.go). A scheduled job reaches the queue at its time, not
 // before, and once (a move repeated by a crash is dropped by its message id or its status).
 //
 // # Costs

@@ -82,14 +82,8 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
 	}
-	si, err := st.Info(ctx)
-	if err != nil {
-		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
-	}
-	info.Depth, info.Bytes, info.Consumers = info.Depth+si.State.Msgs, si.State.Bytes, si.State.Consumers
-	if si.State.LastSeq >= si.State.Msgs {
-		info.Left = si.State.LastSeq - si.State.Msgs
-	}
+	// The consumer first: an ack floor read before the stream is at most the stream's first
+	// sequence less one, but for leftovers (a floor read after could pass jobs acked between).
 	c, err := st.Consumer(ctx, consumerName)
 	if err != nil {
 		return Info{}, fmt.Errorf("queue: info %q: consumer: %w", name, err)
@@ -97,6 +91,26 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 	ci, err := c.Info(ctx)
 	if err != nil {
 		return Info{}, fmt.Errorf("queue: info %q: consumer: %w", name, err)
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
+	}
+	// Jobs acked whose messages stayed (leftovers.go) are not waiting: removed, then not
+	// counted; while the stream cannot remove them (its purge fails), counted and taken off.
+	var leftovers uint64
+	if floor := ci.AckFloor.Stream; hasLeftovers(si.State, floor) {
+		if purgeLeftovers(ctx, st, floor) == nil {
+			if after, err := st.Info(ctx); err == nil {
+				si = after
+			}
+		} else if n, ok := countLeftovers(ctx, st, floor); ok {
+			leftovers = n
+		}
+	}
+	info.Depth, info.Bytes, info.Consumers = info.Depth+si.State.Msgs-leftovers, si.State.Bytes, si.State.Consumers
+	if si.State.LastSeq >= si.State.Msgs {
+		info.Left = si.State.LastSeq - si.State.Msgs
 	}
 	info.Pending, info.InFlight = ci.NumPending, ci.NumAckPending
 	info.Redelivered, info.Waiting = ci.NumRedelivered, ci.NumWaiting

@@ -206,9 +206,10 @@ func (l *lateQueues) Browse(ctx context.Context, q string, bq queue.BrowseQuery)
 }
 
 // jetStreamCheck is the readiness check "jetstream": whether JetStream answers for the
-// account, and then more (the queues' own state). nats-server disables JetStream when it
-// cannot write its store (no space left on device) and enables it only when restarted, so the
-// check says so.
+// account, and then more (the queues' own state). A clustered nats-server disables JetStream
+// when it cannot write its store (no space left on device) and enables it only when
+// restarted, so the check says so. (A lone server keeps JetStream on and fails only the
+// streams that could not write: more, the breaker's readiness, names those.)
 func jetStreamCheck(js jetstream.JetStream, more func(context.Context) error) admin.Check {
 	return admin.Check{Name: "jetstream", Func: func(ctx context.Context) error {
 		_, err := js.AccountInfo(ctx)

@@ -99,10 +99,12 @@ rules:
 
 // A nats-server whose store fills up ("no space left on device", on a real filesystem: a
 // tmpfs of 16 MiB, so the test needs root; JetStream's own max_file_store limit would answer
-// "insufficient resources" instead, which is not what a full disk does). nats-server then
-// disables JetStream. Every deferral after the first that found it so answers 503 at once
-// (before: 2 s each), /readyz says what happened and what to do (free space, restart
-// nats-server), and after that the same ingress defers again, with the queue's depth true.
+// "insufficient resources" instead, which is not what a full disk does). A lone nats-server
+// keeps JetStream on, but the stream that failed to write keeps that error, its publishes
+// unanswered, until JetStream starts again. Every deferral after the first that found it so
+// answers 503 at once (before: 2 s each), /readyz says what happened and what to do (free
+// space, restart nats-server), and after that the same ingress defers again, with the queue's
+// depth true.
 func TestIngressOnAFullNATSDisk(t *testing.T) {
 	mnt := testenv.TmpFS(t, 16)
 	ns := testenv.NATSProcIn(t, filepath.Join(mnt, "jetstream"))

@@ -34,6 +34,9 @@ type breaker struct {
 	clock      retry.Clock
 	reconnects func() uint64 // the NATS connection's reconnections so far; nil: none
 	log        *slog.Logger
+	// fix is what ready says to do about a stream whose store failed to write (fixRestart,
+	// or the embedded server's own recovery).
+	fix string
 
 	mu    sync.Mutex
 	down  map[string]*outage // by queue
@@ -51,12 +54,17 @@ type outage struct {
 	trials     *retry.Backoff // the waits between trials
 }
 
+// fixRestart is what an operator does about a stream of a nats-server outside the process
+// whose store failed to write: nats-server keeps the error until JetStream starts again.
+const fixRestart = "free space, then restart nats-server (or reload its config with jetstream disabled, " +
+	"then again with it enabled): the stream keeps failing until JetStream starts again"
+
 // newBreaker returns a breaker with no queue down, on clock c (nil: the system clock).
 func newBreaker(c retry.Clock, log *slog.Logger) *breaker {
 	if c == nil {
 		c = retry.SystemClock
 	}
-	return &breaker{clock: c, log: log, down: map[string]*outage{}}
+	return &breaker{clock: c, log: log, down: map[string]*outage{}, fix: fixRestart}
 }
 
 // admit lets a publish to q through (trial: as the trial of its outage), or returns the error
@@ -164,9 +172,9 @@ func (b *breaker) ready() error {
 	sort.Strings(names)
 	o := b.down[names[0]]
 	return fmt.Errorf("JetStream does not answer for queue(s) %s since %s (%v): a stream leader "+
-		"being elected, or a store that failed to write (nats-server logs \"critical write error\"; "+
-		"no space left on device: free space, then restart nats-server)", strings.Join(names, ", "),
-		o.since.Format(time.RFC3339), o.err)
+		"being elected, or a stream whose store failed to write (nats-server logs \"critical write "+
+		"error\"; no space left on device): %s", strings.Join(names, ", "),
+		o.since.Format(time.RFC3339), o.err, b.fix)
 }
 
 // unanswered reports whether a publish failed without an answer from JetStream (a refusal,

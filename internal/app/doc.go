@@ -25,7 +25,10 @@
 //     server without a JetStream cluster) stops the process with a config error at once;
 //  5. run: the ingress serves its "listener" (ingress.Server: rules, forward, 429, defer) and,
 //     with embedded NATS, "in-process workers"; the worker runs its "workers" (worker.Pool),
-//     and reports ready once every queue's runner has its consumer (worker.Pool.Started);
+//     and reports ready once every queue's runner has its consumer (worker.Pool.Started).
+//     Beside the workers, "leftovers" removes jobs that left their queue but stayed in its
+//     stream after a fault (leftovers.go), and with embedded NATS "embedded store" starts its
+//     JetStream again in place after a full disk, once there is room (embeddedstore.go);
 //     With rls_listen the ingress also serves Envoy's rate-limit service ("rls": its domain
 //     files loaded and its listener opened; "rls listener", gRPC, internal/rls; "rls watcher",
 //     optional, which reloads the domain files when their directory changes), counting with

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,7 +22,16 @@ import (
 type embeddedNATS struct {
 	srv  *server.Server
 	lock *os.File // data_dir's lock, held until stop
+	// optDir is the store directory it was started with, store the one JetStream made in it
+	// (its own jetstream subdirectory).
+	optDir, store string
+	// writeFailed: the server logged a store write failure since JetStream last started
+	// (see watchStore).
+	writeFailed atomic.Bool
 }
+
+// embeddedMaxStore is the embedded JetStream's store limit (see startEmbeddedNATS).
+const embeddedMaxStore = 1 << 40
 
 func startEmbeddedNATS(dataDir string) (*embeddedNATS, error) {
 	storeDir, err := filepath.Abs(filepath.Join(dataDir, "jetstream"))
@@ -43,19 +53,22 @@ func startEmbeddedNATS(dataDir string) (*embeddedNATS, error) {
 		// against the free disk (75% of it by default): a quickstart on a nearly full disk
 		// still starts, and a disk that does fill is answered as any full NATS store is
 		// (503 at once, named in /readyz).
-		JetStreamMaxStore: 1 << 40,
+		JetStreamMaxStore: embeddedMaxStore,
 	})
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
+	e := &embeddedNATS{srv: srv, lock: lock, optDir: storeDir}
+	srv.SetLoggerV2(writeErrLogger{&e.writeFailed}, false, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()
 		lock.Close()
 		return nil, fmt.Errorf("embedded nats: not ready after 30s (store %s)", storeDir)
 	}
-	return &embeddedNATS{srv: srv, lock: lock}, nil
+	e.store = srv.StoreDir()
+	return e, nil
 }
 
 // lockDataDir takes an exclusive lock on data_dir (the file sluice.lock in it, holding the
@@ -92,7 +105,7 @@ func (e *embeddedNATS) connect() (*nats.Conn, error) {
 }
 
 // storeDir is where the server keeps its streams.
-func (e *embeddedNATS) storeDir() string { return e.srv.StoreDir() }
+func (e *embeddedNATS) storeDir() string { return e.store }
 
 // stop shuts the server down and waits until JetStream has flushed its store.
 func (e *embeddedNATS) stop() {

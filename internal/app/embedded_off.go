@@ -2,7 +2,12 @@
 
 package app
 
-import "github.com/nats-io/nats.go"
+import (
+	"context"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+)
 
 // embeddedNATS is absent from this build (-tags noembed, as the production image is built):
 // it leaves out the nats-server module, 13 MB of the binary.
@@ -13,3 +18,8 @@ func startEmbeddedNATS(string) (*embeddedNATS, error) { return nil, errNoEmbedde
 func (e *embeddedNATS) connect() (*nats.Conn, error) { return nil, errNoEmbedded }
 func (e *embeddedNATS) storeDir() string             { return "" }
 func (e *embeddedNATS) stop()                        {}
+
+func (e *embeddedNATS) watchStore(ctx context.Context, _ *slog.Logger, _ func()) error {
+	<-ctx.Done()
+	return nil
+}

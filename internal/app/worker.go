@@ -115,6 +115,9 @@ func (p *workerProc) services(lc *lifecycle) []service {
 		{name: "queues", start: p.startQueues, stop: func(ctx context.Context) error { return p.qs.Close(ctx) }},
 		{name: "worker pool", start: p.newPool, stop: p.closeCoordinator},
 		lc.run("workers", background{drainsFirst: true}, func(ctx context.Context) error { return p.pool.Run(ctx) }),
+		lc.run("leftovers", background{optional: true}, func(ctx context.Context) error {
+			return removeLeftovers(ctx, p.qs, p.nc, p.current.Load, fixRestart, p.log)
+		}),
 		lc.run("presence", background{optional: true}, func(ctx context.Context) error {
 			return presence(ctx, p.js, p.current.Load, p.pool.Answers, p.log)
 		}),
