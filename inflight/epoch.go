@@ -209,7 +209,7 @@ func (r *Redis) reassert(ctx context.Context, ek, key string) {
 			ids   []string
 			lks   [][]string // the keys of each lease of ids, as callers know them
 			keys  = []string{ek}
-			args  = []any{"", int64(0), rand.Text(), int64(0)}
+			args  = []any{"", int64(0), rand.Text(), int64(0), r.cluster}
 			most  time.Duration
 			fence time.Duration
 		)

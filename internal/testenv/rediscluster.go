@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,10 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisClusterServer is a Redis Cluster of three redis-server processes (masters, no replicas)
-// started for a test on loopback.
+// RedisClusterServer is a Redis Cluster of redis-server processes (three masters, with or
+// without a replica each) started for a test on loopback.
 type RedisClusterServer struct {
-	// Nodes are the servers; Nodes[i].Addr are the seeds.
+	// Nodes are the servers, masters and replicas as the cluster was created; Nodes[i].Addr
+	// are the seeds.
 	Nodes []*RedisServer
 	// Client is a cluster client, closed at cleanup.
 	Client *redis.ClusterClient
@@ -22,7 +24,16 @@ type RedisClusterServer struct {
 // RedisCluster starts a three-node Redis Cluster — redis-server --cluster-enabled yes three
 // times, joined by redis-cli --cluster create — and stops it when the test ends. It skips the
 // test (fails in strict mode) when redis-server or redis-cli is missing.
-func RedisCluster(t testing.TB) *RedisClusterServer {
+func RedisCluster(t testing.TB) *RedisClusterServer { return redisCluster(t, 0, 2*time.Second) }
+
+// RedisClusterReplicated is RedisCluster with a replica for each of the three masters (six
+// processes), nodeTimeout as cluster-node-timeout, and every replica in sync when it returns.
+// Shard tells which node serves a key and which replicates it; Takeover promotes a replica.
+func RedisClusterReplicated(t testing.TB, nodeTimeout time.Duration) *RedisClusterServer {
+	return redisCluster(t, 1, nodeTimeout)
+}
+
+func redisCluster(t testing.TB, replicas int, nodeTimeout time.Duration) *RedisClusterServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -33,13 +44,14 @@ func RedisCluster(t testing.TB) *RedisClusterServer {
 		unavailable(t, "redis-cli not found in PATH (install: apt-get install -y redis-tools)")
 	}
 	c := &RedisClusterServer{}
-	for range 3 {
+	for range 3 * (1 + replicas) {
 		s := &RedisServer{t: t, bin: bin, dir: t.TempDir()}
 		var lastErr error
 		for range 5 {
 			s.Addr = "127.0.0.1:" + itoa(FreePort(t))
 			s.args = []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-				"--cluster-node-timeout", "2000", "--cluster-port", itoa(FreePort(t))}
+				"--cluster-node-timeout", itoa(int(nodeTimeout.Milliseconds())), "--cluster-port", itoa(FreePort(t)),
+				"--repl-diskless-sync-delay", "0"}
 			if lastErr = s.start(); lastErr == nil {
 				break
 			}
@@ -50,23 +62,158 @@ func RedisCluster(t testing.TB) *RedisClusterServer {
 		t.Cleanup(s.shutdown)
 		c.Nodes = append(c.Nodes, s)
 	}
-	args := append(c.Seeds(), "--cluster-replicas", "0", "--cluster-yes")
+	args := append(c.Seeds(), "--cluster-replicas", itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, append([]string{"--cluster", "create"}, args...)...).CombinedOutput(); err != nil {
 		unavailable(t, "redis-cli --cluster create: %v\n%s", err, out)
 	}
-	WaitFor(t, 20*time.Second, "the Redis Cluster to be ok on every node", func() bool {
+	WaitFor(t, 30*time.Second, "the Redis Cluster to be ok on every node, every replica in sync", func() bool {
 		for _, n := range c.Nodes {
 			nc := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
 			info, err := nc.ClusterInfo(context.Background()).Result()
+			repl, err2 := nc.Info(context.Background(), "replication").Result()
+			ranges, err3 := nc.ClusterSlots(context.Background()).Result()
 			nc.Close()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+			if err != nil || err2 != nil || err3 != nil || !strings.Contains(info, "cluster_state:ok") ||
+				strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
 				return false
+			}
+			for _, r := range ranges {
+				if len(r.Nodes) != 1+replicas {
+					return false // the node has not learned of every replica yet
+				}
 			}
 		}
 		return true
 	})
 	c.Client = c.NewClient()
 	return c
+}
+
+// Shard returns the node serving key's slot and, on a replicated cluster, its replica (nil
+// on one without replicas), as the cluster's slot map says now.
+func (c *RedisClusterServer) Shard(t testing.TB, key string) (master, replica *RedisServer) {
+	t.Helper()
+	ctx := context.Background()
+	slot, err := c.Client.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("testenv: CLUSTER KEYSLOT %q: %v", key, err)
+	}
+	ranges, err := c.Client.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatalf("testenv: CLUSTER SLOTS: %v", err)
+	}
+	for _, r := range ranges {
+		if int64(r.Start) > slot || int64(r.End) < slot {
+			continue
+		}
+		master = c.node(t, r.Nodes[0].Addr)
+		if len(r.Nodes) > 1 {
+			replica = c.node(t, r.Nodes[1].Addr)
+		}
+		return master, replica
+	}
+	t.Fatalf("testenv: no node serves the slot %d of %q", slot, key)
+	return nil, nil
+}
+
+func (c *RedisClusterServer) node(t testing.TB, addr string) *RedisServer {
+	for _, n := range c.Nodes {
+		if n.Addr == addr {
+			return n
+		}
+	}
+	t.Fatalf("testenv: the cluster names a node %s it was not started with", addr)
+	return nil
+}
+
+// Takeover promotes replica at once (CLUSTER FAILOVER TAKEOVER: no agreement of the other
+// masters, as an operator or an orchestrator does when a master is dead) and returns once
+// every running node's slot map gives it key's slot.
+func (c *RedisClusterServer) Takeover(t testing.TB, replica *RedisServer, key string) {
+	t.Helper()
+	ctx := context.Background()
+	rc := replica.NewClient()
+	if err := rc.Do(ctx, "CLUSTER", "FAILOVER", "TAKEOVER").Err(); err != nil {
+		t.Fatalf("testenv: CLUSTER FAILOVER TAKEOVER on %s: %v", replica.Addr, err)
+	}
+	slot, err := rc.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("testenv: CLUSTER KEYSLOT %q: %v", key, err)
+	}
+	WaitFor(t, 20*time.Second, "every running node to route the slot to the promoted replica", func() bool {
+		for _, n := range c.Nodes {
+			if !n.running() {
+				continue
+			}
+			nc := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+			ranges, err := nc.ClusterSlots(ctx).Result()
+			nc.Close()
+			if err != nil {
+				return false
+			}
+			for _, r := range ranges {
+				if int64(r.Start) <= slot && slot <= int64(r.End) && r.Nodes[0].Addr != replica.Addr {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// StallReplication waits until master's replicas have every write master accepted before the
+// call, then drops every packet of its replication stream to them (an iptables rule on the
+// stream's ports, until the test ends): the replicas stay at what they had, and nothing tells
+// them or the master, as when the link between them is partitioned. The writes the master
+// accepts from then on are the ones a failover to a replica loses. Call NeedBlackHole first.
+func (c *RedisClusterServer) StallReplication(t testing.TB, master *RedisServer) {
+	t.Helper()
+	mc := master.NewClient()
+	ctx := context.Background()
+	info, err := mc.Info(ctx, "replication").Result()
+	if err != nil {
+		t.Fatalf("testenv: INFO replication on %s: %v", master.Addr, err)
+	}
+	want := infoInt(info, "master_repl_offset:")
+	WaitFor(t, 5*time.Second, "the replicas to have every write made so far", func() bool {
+		info, err := mc.Info(ctx, "replication").Result()
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, line := range strings.Split(info, "\n") {
+			if strings.HasPrefix(line, "slave") && strings.Contains(line, "offset=") {
+				_, off, _ := strings.Cut(line, "offset=")
+				off, _, _ = strings.Cut(off, ",")
+				if o, _ := strconv.ParseInt(off, 10, 64); o < want {
+					return false
+				}
+				n++
+			}
+		}
+		return n > 0
+	})
+	list, err := mc.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatalf("testenv: CLIENT LIST on %s: %v", master.Addr, err)
+	}
+	_, port, _ := splitHostPort(master.Addr)
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if !strings.Contains(line, " flags=S ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if addr, ok := strings.CutPrefix(f, "addr="); ok {
+				_, rport, _ := splitHostPort(addr)
+				dropPackets(t, "-p", "tcp", "--sport", port, "--dport", rport)
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatalf("testenv: %s has no replica connected", master.Addr)
+	}
 }
 
 // Seeds returns the nodes' host:port addresses.
@@ -86,4 +233,16 @@ func (c *RedisClusterServer) NewClient() *redis.ClusterClient {
 	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Seeds(), MaxRetries: 3})
 	c.Nodes[0].t.Cleanup(func() { rc.Close() })
 	return rc
+}
+
+// infoInt reads the integer after name (e.g. "master_repl_offset:") in an INFO reply; 0 when
+// absent.
+func infoInt(info, name string) int64 {
+	_, v, ok := strings.Cut(info, name)
+	if !ok {
+		return 0
+	}
+	v, _, _ = strings.Cut(v, "\r")
+	n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	return n
 }
