@@ -71,16 +71,11 @@ func redisCluster(t testing.TB, replicas int, nodeTimeout time.Duration) *RedisC
 			nc := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
 			info, err := nc.ClusterInfo(context.Background()).Result()
 			repl, err2 := nc.Info(context.Background(), "replication").Result()
-			ranges, err3 := nc.ClusterSlots(context.Background()).Result()
 			nc.Close()
-			if err != nil || err2 != nil || err3 != nil || !strings.Contains(info, "cluster_state:ok") ||
-				strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+			if err != nil || err2 != nil || !strings.Contains(info, "cluster_state:ok") ||
+				strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") ||
+				infoInt(repl, "connected_slaves:") < int64(replicas) && !strings.Contains(repl, "role:slave") {
 				return false
-			}
-			for _, r := range ranges {
-				if len(r.Nodes) != 1+replicas {
-					return false // the node has not learned of every replica yet
-				}
 			}
 		}
 		return true
@@ -89,8 +84,8 @@ func redisCluster(t testing.TB, replicas int, nodeTimeout time.Duration) *RedisC
 	return c
 }
 
-// Shard returns the node serving key's slot and, on a replicated cluster, its replica (nil
-// on one without replicas), as the cluster's slot map says now.
+// Shard returns the node serving key's slot, as the cluster's slot map says now, and, on a
+// replicated cluster, its replica (nil on one without replicas), as that node says.
 func (c *RedisClusterServer) Shard(t testing.TB, key string) (master, replica *RedisServer) {
 	t.Helper()
 	ctx := context.Background()
@@ -103,17 +98,32 @@ func (c *RedisClusterServer) Shard(t testing.TB, key string) (master, replica *R
 		t.Fatalf("testenv: CLUSTER SLOTS: %v", err)
 	}
 	for _, r := range ranges {
-		if int64(r.Start) > slot || int64(r.End) < slot {
-			continue
+		if int64(r.Start) <= slot && slot <= int64(r.End) {
+			master = c.node(t, r.Nodes[0].Addr)
 		}
-		master = c.node(t, r.Nodes[0].Addr)
-		if len(r.Nodes) > 1 {
-			replica = c.node(t, r.Nodes[1].Addr)
-		}
-		return master, replica
 	}
-	t.Fatalf("testenv: no node serves the slot %d of %q", slot, key)
-	return nil, nil
+	if master == nil {
+		t.Fatalf("testenv: no node serves the slot %d of %q", slot, key)
+	}
+	// CLUSTER NODES: <id> <ip:port@cport> <flags> <master id or -> ...
+	nodes, err := master.NewClient().ClusterNodes(ctx).Result()
+	if err != nil {
+		t.Fatalf("testenv: CLUSTER NODES on %s: %v", master.Addr, err)
+	}
+	var myID string
+	lines := strings.Split(nodes, "\n")
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 3 && strings.Contains(f[2], "myself") {
+			myID = f[0]
+		}
+	}
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) > 3 && f[3] == myID && strings.Contains(f[2], "slave") {
+			addr, _, _ := strings.Cut(f[1], "@")
+			replica = c.node(t, addr)
+		}
+	}
+	return master, replica
 }
 
 func (c *RedisClusterServer) node(t testing.TB, addr string) *RedisServer {
