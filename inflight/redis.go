@@ -90,7 +90,8 @@ type Redis struct {
 }
 
 // NewRedis returns a store over rdb (a *redis.Client or a *redis.ClusterClient). It does not
-// contact the server.
+// contact the server. Over a *redis.ClusterClient its epoch keys record their node, so that a
+// failover is taken for a loss of state (epoch.go).
 func NewRedis(rdb redis.UniversalClient, opts ...RedisOption) *Redis {
 	r := &Redis{rdb: rdb, prefix: DefaultPrefix, recheck: DefaultRecheck, sweepAt: minSweep, cluster: "0"}
 	if _, ok := rdb.(*redis.ClusterClient); ok {
