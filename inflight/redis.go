@@ -72,7 +72,7 @@ type Redis struct {
 	recheck time.Duration
 	margin  time.Duration
 	onLoss  func(key string)
-	cluster string // "1" on a Redis Cluster: epoch keys record their node (epoch.go), else "0"
+	cluster any // "1" on a Redis Cluster: epoch keys record their node (epoch.go), else "0"; an any once, not per call
 	waiters waiters
 
 	gmu     sync.Mutex
