@@ -2,7 +2,9 @@ package testenv
 
 import (
 	"context"
+	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,8 +86,8 @@ func redisCluster(t testing.TB, replicas int, nodeTimeout time.Duration) *RedisC
 	return c
 }
 
-// Shard returns the node serving key's slot, as the cluster's slot map says now, and, on a
-// replicated cluster, its replica (nil on one without replicas), as that node says.
+// Shard returns the node serving key's slot and, on a replicated cluster, its replica (nil
+// on one without replicas), as the cluster's shards (CLUSTER SHARDS) say now.
 func (c *RedisClusterServer) Shard(t testing.TB, key string) (master, replica *RedisServer) {
 	t.Helper()
 	ctx := context.Background()
@@ -93,38 +95,42 @@ func (c *RedisClusterServer) Shard(t testing.TB, key string) (master, replica *R
 	if err != nil {
 		t.Fatalf("testenv: CLUSTER KEYSLOT %q: %v", key, err)
 	}
-	ranges, err := c.Client.ClusterSlots(ctx).Result()
+	nodes, err := shardOf(ctx, c.Client, slot)
 	if err != nil {
-		t.Fatalf("testenv: CLUSTER SLOTS: %v", err)
+		t.Fatalf("testenv: CLUSTER SHARDS: %v", err)
 	}
-	for _, r := range ranges {
-		if int64(r.Start) <= slot && slot <= int64(r.End) {
-			master = c.node(t, r.Nodes[0].Addr)
+	for _, n := range nodes {
+		switch n.Role {
+		case "master":
+			master = c.node(t, nodeAddr(n))
+		case "replica":
+			replica = c.node(t, nodeAddr(n))
 		}
 	}
 	if master == nil {
 		t.Fatalf("testenv: no node serves the slot %d of %q", slot, key)
 	}
-	// CLUSTER NODES: <id> <ip:port@cport> <flags> <master id or -> ...
-	nodes, err := master.NewClient().ClusterNodes(ctx).Result()
-	if err != nil {
-		t.Fatalf("testenv: CLUSTER NODES on %s: %v", master.Addr, err)
-	}
-	var myID string
-	lines := strings.Split(nodes, "\n")
-	for _, l := range lines {
-		if f := strings.Fields(l); len(f) > 3 && strings.Contains(f[2], "myself") {
-			myID = f[0]
-		}
-	}
-	for _, l := range lines {
-		if f := strings.Fields(l); len(f) > 3 && f[3] == myID && strings.Contains(f[2], "slave") {
-			addr, _, _ := strings.Cut(f[1], "@")
-			replica = c.node(t, addr)
-		}
-	}
 	return master, replica
 }
+
+// shardOf returns the nodes of the shard that holds slot, as the node rdb asks says.
+func shardOf(ctx context.Context, rdb redis.Cmdable, slot int64) ([]redis.Node, error) {
+	shards, err := rdb.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start <= slot && slot <= r.End {
+				return sh.Nodes, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// nodeAddr is n's host:port.
+func nodeAddr(n redis.Node) string { return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) }
 
 func (c *RedisClusterServer) node(t testing.TB, addr string) *RedisServer {
 	for _, n := range c.Nodes {
@@ -156,15 +162,12 @@ func (c *RedisClusterServer) Takeover(t testing.TB, replica *RedisServer, key st
 				continue
 			}
 			nc := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
-			ranges, err := nc.ClusterSlots(ctx).Result()
+			nodes, err := shardOf(ctx, nc, slot)
 			nc.Close()
-			if err != nil {
+			if err != nil || !slices.ContainsFunc(nodes, func(n redis.Node) bool {
+				return n.Role == "master" && nodeAddr(n) == replica.Addr
+			}) {
 				return false
-			}
-			for _, r := range ranges {
-				if int64(r.Start) <= slot && slot <= int64(r.End) && r.Nodes[0].Addr != replica.Addr {
-					return false
-				}
 			}
 		}
 		return true
