@@ -174,12 +174,9 @@ func (c *RedisClusterServer) Takeover(t testing.TB, replica *RedisServer, key st
 	})
 }
 
-// StallReplication waits until master's replicas have every write master accepted before the
-// call, then drops every packet of its replication stream to them (an iptables rule on the
-// stream's ports, until the test ends): the replicas stay at what they had, and nothing tells
-// them or the master, as when the link between them is partitioned. The writes the master
-// accepts from then on are the ones a failover to a replica loses. Call NeedBlackHole first.
-func (c *RedisClusterServer) StallReplication(t testing.TB, master *RedisServer) {
+// WaitReplicated returns once master's replicas have every write master accepted before the
+// call.
+func (c *RedisClusterServer) WaitReplicated(t testing.TB, master *RedisServer) {
 	t.Helper()
 	mc := master.NewClient()
 	ctx := context.Background()
@@ -206,7 +203,18 @@ func (c *RedisClusterServer) StallReplication(t testing.TB, master *RedisServer)
 		}
 		return n > 0
 	})
-	list, err := mc.ClientList(ctx).Result()
+}
+
+// StallReplication waits until master's replicas have every write master accepted before the
+// call, then drops every packet of its replication stream to them (an iptables rule on the
+// stream's ports, until the test ends): the replicas stay at what they had, and nothing tells
+// them or the master, as when the link between them is partitioned. The writes the master
+// accepts from then on are the ones a failover to a replica loses. Call NeedBlackHole first.
+func (c *RedisClusterServer) StallReplication(t testing.TB, master *RedisServer) {
+	t.Helper()
+	c.WaitReplicated(t, master)
+	mc := master.NewClient()
+	list, err := mc.ClientList(context.Background()).Result()
 	if err != nil {
 		t.Fatalf("testenv: CLIENT LIST on %s: %v", master.Addr, err)
 	}
