@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 // Without the node check of the epoch (inflight/lua/epoch.lua) the promoted replica handed the
 // 5 places out again while the 5 requests were still open (up to 10 open at once). Now: never
 // more than 5 open at the upstream; the workers count the loss
-// (sluice_place_store_resets_total); and the cap is used in full again within the queue's
+// (sluice_place_store_resets_total) and log it, one line each; and the cap is used in full again within the queue's
 // timeout (2s) + 3s, plus a second for this shared machine, of the promotion.
 func TestMaxInFlightRedisClusterFailover(t *testing.T) {
 	testenv.NeedBlackHole(t)
@@ -80,10 +81,13 @@ func TestMaxInFlightRedisClusterFailover(t *testing.T) {
 	}
 	var resets []float64
 	total := 0.0
-	for _, p := range procs {
+	for i, p := range procs {
 		v, _ := metricValue(p.metrics(), "sluice_place_store_resets_total")
 		resets = append(resets, v)
 		total += v
+		if n := strings.Count(p.stderr.String(), "Redis lost the concurrency places"); float64(n) != v {
+			t.Errorf("worker %d logged the loss %d times and counted it %v times, want one line per loss", i, n, v)
+		}
 	}
 	t.Logf("most open at once: %d before the failover, %d overall (cap %d); %d open at the kill; promoted %v after it; "+
 		"deliveries resumed %v and the cap was full again %v after the promotion; resets seen by each worker %v",
