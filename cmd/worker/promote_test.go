@@ -15,15 +15,16 @@ import (
 // TestMaxInFlightRedisClusterFailover (issue 39): max_in_flight: 5 over 3 worker processes of
 // concurrency 8, an upstream taking 300ms a request, on a Redis Cluster of three masters with
 // a replica each. The queue's caps are used once (their epoch key reaches the replica), the
-// replication link of their master is then stalled (iptables) while the backlog drains at the
-// cap: the places taken from then on are writes the replica never gets, as asynchronous
-// replication loses them. The master is SIGKILLed with 5 requests open and its replica takes
-// over at once (CLUSTER FAILOVER TAKEOVER), with the epoch key but none of those places.
-// Without the node check of the epoch (inflight/lua/epoch.lua) the promoted replica handed the
-// 5 places out again while the 5 requests were still open (up to 10 open at once). Now: never
-// more than 5 open at the upstream; the workers count the loss
-// (sluice_place_store_resets_total) and log it, one line each; and the cap is used in full again within the queue's
-// timeout (2s) + 3s, plus a second for this shared machine, of the promotion.
+// replication link of their master is then stalled (iptables; the test skips unless root)
+// while the backlog drains at the cap: the places taken from then on are writes the replica
+// never gets, as asynchronous replication loses them. The master is SIGKILLed with 5 requests
+// open and its replica takes over at once (CLUSTER FAILOVER TAKEOVER), with the epoch key but
+// none of those places. Without the node check of the epoch (inflight/lua/epoch.lua) the
+// promoted replica handed the 5 places out again while the 5 requests were still open (6 to
+// 10 open at once). Now: never more than 5 open at the upstream; the workers count the loss
+// (sluice_place_store_resets_total) and log it, one line each; and the cap is used in full
+// again within the queue's timeout (2s) + 3s, plus a second for this shared machine, of the
+// promotion.
 func TestMaxInFlightRedisClusterFailover(t *testing.T) {
 	testenv.NeedBlackHole(t)
 	rc := testenv.RedisClusterReplicated(t, time.Second)
