@@ -90,7 +90,7 @@ func TestConformance(t *testing.T) {
 }
 
 // ok returns res, failing the test on err: ok(t)(s.Acquire(…)).
-func ok(t *testing.T) func(res Result, err error) Result {
+func ok(t testing.TB) func(res Result, err error) Result {
 	return func(res Result, err error) Result {
 		t.Helper()
 		if err != nil {

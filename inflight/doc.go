@@ -23,6 +23,10 @@
 // the group is fenced — no place granted — until the new epoch's birth plus hold − margin
 // ([WithMargin]: the longest a place is used after its taking), and the store re-asserts the
 // places it still has out, which are counted again when the fence ends. [WithOnLoss] reports it.
+// On a Redis Cluster (a *redis.ClusterClient) the epoch key also records the node that made it:
+// a failover to a replica keeps the key but may have lost the last places (replication is
+// asynchronous), so a key found on another node than the one that made it is taken for a
+// loss by whoever calls, and the group gets a new epoch and its fence.
 //
 // # Guarantees
 //
@@ -33,7 +37,9 @@
 //     of the group for a hold (or new) cannot tell a loss from a first use: were it first, it
 //     takes places at once, and the cap may hold the places in use from before besides — at
 //     most twice the cap, for at most hold − margin — until a process that knew the epoch calls.
-//     A failover to a replica that has the epoch but lost recent places is not detected.
+//   - On a Redis Cluster, a failover (or a slot's migration) is a loss whether or not places
+//     were lost, and is fenced for every caller, new processes included. A failover without
+//     Cluster (Sentinel, a replica promoted by hand) that lost recent places is not detected.
 //   - The first use of a group is never fenced: a new deployment takes places at once.
 //   - Releasing a lease twice, after it expired, or in a store that never gave it out is a
 //     no-op: places are members named by random lease ids.
@@ -52,7 +58,8 @@
 //
 // Redis: one round trip per Acquire, Release, Renew or Wait attempt (EVALSHA), and two
 // releases for an attempt that failed without the server's answer; the epoch adds
-// one HMGET to each script and a write per group every hold or so, no round trip. After a loss
+// one HMGET to each script and a write per group every hold or so, no round trip, and on a
+// Redis Cluster one CLUSTER MYID (under a µs of the server's time). After a loss
 // each store that holds places of the group re-asserts them in one more round trip, and the
 // group's places are refused for hold − margin. A held place is a sorted-set member (~50
 // bytes); a key with no place held costs nothing, and a group's epoch key (~100 bytes) expires

@@ -20,7 +20,10 @@ import (
 // loss. The script then sets the group's fence: no place is granted until the epoch's birth
 // plus fenceFor(hold), by when every place taken before the loss is out of use. The store
 // re-asserts the places it still holds (reassert.lua), which are then counted when the fence
-// ends. epoch.lua and docs/design/inflight.md have the details.
+// ends. On a Redis Cluster the key also names the node that made it (CLUSTER MYID): a replica
+// promoted after a failover has the key but perhaps not the last places, and the first script
+// it runs for the group makes a new epoch, fenced, as for a lost key. epoch.lua and
+// docs/design/inflight.md have the details.
 
 var (
 	//go:embed lua/epoch.lua
@@ -209,7 +212,7 @@ func (r *Redis) reassert(ctx context.Context, ek, key string) {
 			ids   []string
 			lks   [][]string // the keys of each lease of ids, as callers know them
 			keys  = []string{ek}
-			args  = []any{"", int64(0), rand.Text(), int64(0)}
+			args  = []any{"", int64(0), rand.Text(), int64(0), r.cluster}
 			most  time.Duration
 			fence time.Duration
 		)

@@ -72,6 +72,7 @@ type Redis struct {
 	recheck time.Duration
 	margin  time.Duration
 	onLoss  func(key string)
+	cluster any // "1" on a Redis Cluster: epoch keys record their node (epoch.go), else "0"; an any once, not per call
 	waiters waiters
 
 	gmu     sync.Mutex
@@ -89,9 +90,13 @@ type Redis struct {
 }
 
 // NewRedis returns a store over rdb (a *redis.Client or a *redis.ClusterClient). It does not
-// contact the server.
+// contact the server. Over a *redis.ClusterClient its epoch keys record their node, so that a
+// failover is taken for a loss of state (epoch.go).
 func NewRedis(rdb redis.UniversalClient, opts ...RedisOption) *Redis {
-	r := &Redis{rdb: rdb, prefix: DefaultPrefix, recheck: DefaultRecheck, sweepAt: minSweep}
+	r := &Redis{rdb: rdb, prefix: DefaultPrefix, recheck: DefaultRecheck, sweepAt: minSweep, cluster: "0"}
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		r.cluster = "1"
+	}
 	r.stopVoids, r.endVoids = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(r)
@@ -148,10 +153,10 @@ func (r *Redis) acquire(ctx context.Context, caps []Cap, hold time.Duration, mar
 			keys, mark = append(keys, marks...), r.markFor().Milliseconds()
 		}
 	}
-	args := make([]any, 5+len(caps))
-	args[0], args[1], args[2], args[4] = lease.ID, micros(hold), mark, fenceFor
+	args := make([]any, 6+len(caps))
+	args[0], args[1], args[2], args[4], args[5] = lease.ID, micros(hold), mark, fenceFor, r.cluster
 	for i, c := range caps {
-		args[5+i] = c.Limit
+		args[6+i] = c.Limit
 	}
 	for try := 0; ; try++ {
 		start := time.Now()

@@ -48,7 +48,7 @@ func (r *Redis) Renew(ctx context.Context, l Lease, hold time.Duration) (bool, e
 		if fenced {
 			known = r.known(ek, start)
 		}
-		v, err := renewScript.Run(ctx, r.rdb, keys, l.ID, micros(hold), known, fenceFor).Slice()
+		v, err := renewScript.Run(ctx, r.rdb, keys, l.ID, micros(hold), known, fenceFor, r.cluster).Slice()
 		status, epoch, err := parseStatus(v, err)
 		if err != nil {
 			return false, fmt.Errorf("inflight: renew %.64q: %w", l.Keys[0], err)

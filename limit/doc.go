@@ -95,10 +95,11 @@
 // Redis can lose the state while the processes run (a restart without persistence, a
 // FLUSHALL, a failover). Every decision script checks an epoch key in the same round trip (one
 // HMGET per script run, so one per DecideAll on a single Redis; one key per store, one per
-// hash slot on a cluster, never expiring), so a store that decided before the loss learns of
-// it on its next decision and reports it (RedisConfig.OnLoss). A limit with OnReset
-// ResetConservative is then refused, charging nothing, for its hold ([Limit.ResetHold]: the
-// time it takes to become whole from empty) from when the loss was learned by any store;
+// hash slot on a cluster, never expiring; on a cluster also a CLUSTER MYID, since the key names
+// the node that made it and a failover counts as a loss), so a store that decided before the
+// loss learns of it on its next decision and reports it (RedisConfig.OnLoss). A limit with
+// OnReset ResetConservative is then refused, charging nothing, for its hold ([Limit.ResetHold]:
+// the time it takes to become whole from empty) from when the loss was learned by any store;
 // ResetFresh lets the key start afresh. Debt recorded before the loss is forgotten. reset.go
 // and docs/store-reset.md have the details and the bounds.
 //

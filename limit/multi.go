@@ -121,14 +121,14 @@ func (r *Redis) runs(reqs []Request, ps []params, now string) []run {
 // that group and the epoch known of it.
 func (r *Redis) multiCmd(reqs []Request, ps []params, idx []int, now string) (*redis.Cmd, int, int64) {
 	n := len(idx)
-	args := make([]any, 0, 4+n+2+6*n)
+	args := make([]any, 0, 4+n+3+7*n)
 	args = append(args, "evalsha", multiSHA, 1+n, nil)
 	for _, i := range idx {
 		args = append(args, r.key(reqs[i].Key, ps[i].alg))
 	}
 	g, ek, known := r.epochs.group(args[4].(string))
 	args[3] = ek
-	args = append(args, now, known)
+	args = append(args, now, known, r.epochs.flag)
 	for _, i := range idx {
 		p := &ps[i]
 		args = append(args, int64(p.alg), resetHold(reqs[i].Limit, *p))

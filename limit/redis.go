@@ -321,11 +321,11 @@ func (r *Redis) call(key string, l Limit, p params, cost int64, now string) ([]s
 	keys := []string{k, ek}
 	switch p.alg {
 	case algTokenBucket:
-		return keys, []any{now, p.unit, p.refill, p.cap, cost, recArg(p), known, hold}
+		return keys, []any{now, p.unit, p.refill, p.cap, cost, recArg(p), known, hold, r.epochs.flag}
 	case algLeakyBucket, algGCRA:
-		return keys, []any{now, p.unit, p.refill, p.cap, cost, known, hold}
+		return keys, []any{now, p.unit, p.refill, p.cap, cost, known, hold, r.epochs.flag}
 	default:
-		return keys, []any{now, p.period, p.limit, cost, known, hold}
+		return keys, []any{now, p.period, p.limit, cost, known, hold, r.epochs.flag}
 	}
 }
 
@@ -359,11 +359,11 @@ func (r *Redis) evalSha(key string, l Limit, p params, cost int64, now string) *
 	sha := scriptSHAs[p.alg]
 	switch p.alg {
 	case algTokenBucket:
-		return redis.NewCmd(context.Background(), "evalsha", sha, 2, k, ek, now, p.unit, p.refill, p.cap, cost, recArg(p), known, hold)
+		return redis.NewCmd(context.Background(), "evalsha", sha, 2, k, ek, now, p.unit, p.refill, p.cap, cost, recArg(p), known, hold, r.epochs.flag)
 	case algLeakyBucket, algGCRA:
-		return redis.NewCmd(context.Background(), "evalsha", sha, 2, k, ek, now, p.unit, p.refill, p.cap, cost, known, hold)
+		return redis.NewCmd(context.Background(), "evalsha", sha, 2, k, ek, now, p.unit, p.refill, p.cap, cost, known, hold, r.epochs.flag)
 	default:
-		return redis.NewCmd(context.Background(), "evalsha", sha, 2, k, ek, now, p.period, p.limit, cost, known, hold)
+		return redis.NewCmd(context.Background(), "evalsha", sha, 2, k, ek, now, p.period, p.limit, cost, known, hold, r.epochs.flag)
 	}
 }
 
@@ -378,7 +378,7 @@ func (r *Redis) decision(key string, p params, cost int64, cmd *redis.Cmd) (Deci
 		return Decision{}, fmt.Errorf("limit: script returned %d values, want 6", len(v))
 	}
 	args := cmd.Args()
-	known, _ := args[len(args)-2].(int64)
+	known, _ := args[len(args)-3].(int64)
 	g := 0
 	if r.epochs.cluster {
 		g = hashSlot(r.key(key, p.alg))

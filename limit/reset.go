@@ -18,7 +18,10 @@ import (
 // slot), made at first use and never expiring (a hash of ~100 bytes; at most 16 384 of them on
 // a cluster). A store that knew an epoch and finds none, or another, has learned of a loss:
 // the script records when (the key's "lost" field, seen by every process), and limits with
-// OnReset ResetConservative refuse every request for their reset hold after it. RedisConfig.OnLoss
+// OnReset ResetConservative refuse every request for their reset hold after it. On a Redis
+// Cluster the epoch key also records the node that made it (CLUSTER MYID, in the same script):
+// a key found on another node came with a failover, whose promoted replica may have missed the
+// last writes, or with a slot's migration, and is taken for a loss too. RedisConfig.OnLoss
 // reports each loss a store learns of. docs/store-reset.md says what each algorithm admits.
 
 // ResetMode is what a limit decided by the Redis store admits after the store learned that
@@ -72,6 +75,7 @@ func cdiv(a, b int64) int64 { return (a + b - 1) / b }
 // concurrent use.
 type epochs struct {
 	cluster bool
+	flag    int64 // the scripts' last ARGV: 1 on a Redis Cluster (epoch keys record their node), else 0
 	prefix  string
 	single  string         // the epoch key on a single Redis: prefix + "epoch"
 	known   []atomic.Int64 // by group: 1 on a single Redis, a hash slot's on a cluster
@@ -81,7 +85,7 @@ type epochs struct {
 func newEpochs(rdb RedisClient, prefix string, onLoss func(string)) *epochs {
 	e := &epochs{prefix: prefix, single: prefix + "epoch", onLoss: onLoss}
 	if _, ok := rdb.(*redis.ClusterClient); ok {
-		e.cluster = true
+		e.cluster, e.flag = true, 1
 		e.known = make([]atomic.Int64, hashSlots)
 	} else {
 		e.known = make([]atomic.Int64, 1)
@@ -90,7 +94,7 @@ func newEpochs(rdb RedisClient, prefix string, onLoss func(string)) *epochs {
 }
 
 // group returns the group of the Redis key k, its epoch key and the epoch known of it (0:
-// none), the script's last ARGV but one.
+// none), the script's last ARGV but two.
 func (e *epochs) group(k string) (int, string, int64) {
 	if !e.cluster {
 		return 0, e.single, e.known[0].Load()

@@ -15,7 +15,8 @@
 -- ARGV[4]    the epoch the caller knows, "" for none
 -- ARGV[5]    fence_for in µs: the fence a loss this caller learns of sets, from the epoch's
 --            birth; 0 = the caps have no epoch key (no loss is detected)
--- ARGV[5+i]  the limit of cap i (>= 1); n = #ARGV − 5
+-- ARGV[6]    '1' on a Redis Cluster: the epoch key records its node (epoch.lua), else '0'
+-- ARGV[6+i]  the limit of cap i (>= 1); n = #ARGV − 6
 -- Returns    {acquired (1 or 0), retry_after µs, epoch, held_1, ..., held_n}: held_i is the
 --            number of unexpired places of cap i after the call (the new one included when
 --            acquired); retry_after is 0 when acquired, the time left of the fence while one
@@ -25,12 +26,12 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local nowS = fmt(now)
-local n = #ARGV - 5
+local n = #ARGV - 6
 local hold, mark, fenceFor = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
 local cur, fence, lost, e = '', 0, false, 0
 if fenceFor > 0 then
   e = 1
-  cur, fence, lost = epoch(KEYS[n + 1], ARGV[4], ARGV[1], now, hold, fenceFor)
+  cur, fence, lost = epoch(KEYS[n + 1], ARGV[4], ARGV[1], now, hold, fenceFor, ARGV[6])
 end
 local blocked = lost or fence > now
 local held, wait, full = {}, 0, false
@@ -39,7 +40,7 @@ for i = 1, n do
   redis.call('ZREMRANGEBYSCORE', key, '-inf', nowS) -- a place expires when now reaches its score
   local c = redis.call('ZCARD', key)
   held[i] = c
-  if c >= tonumber(ARGV[5 + i]) then
+  if c >= tonumber(ARGV[6 + i]) then
     full = true
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     wait = math.max(wait, tonumber(first[2]) - now)

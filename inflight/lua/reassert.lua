@@ -9,7 +9,8 @@
 -- ARGV[2]    fence_for in µs (acquire.lua)
 -- ARGV[3]    a random id, for an epoch made by this call
 -- ARGV[4]    the longest time left, in µs, of the leases
--- ARGV[5..]  per lease: its id, the time left of its hold in µs, its number of keys
+-- ARGV[5]    '1' on a Redis Cluster (acquire.lua), else '0'
+-- ARGV[6..]  per lease: its id, the time left of its hold in µs, its number of keys
 -- Returns    {reasserted (1 or 0), epoch}. While a fence stands, every lease is put back at
 --            now + its time left, whatever the caps' limits: these places were counted before
 --            the loss, and none was granted since. Once the fence is over nothing is put back
@@ -17,7 +18,7 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local left = tonumber(ARGV[4])
-local cur, fence = epoch(KEYS[1], ARGV[1], ARGV[3], now, left, tonumber(ARGV[2]))
+local cur, fence = epoch(KEYS[1], ARGV[1], ARGV[3], now, left, tonumber(ARGV[2]), ARGV[5])
 if cur == ARGV[1] then -- no loss after all: the places are there
   return {1, cur}
 end
@@ -25,7 +26,7 @@ if fence <= now then
   return {0, cur}
 end
 local k = 2
-local i = 5
+local i = 6
 while i <= #ARGV do
   local id, exp, m = ARGV[i], now + tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   for j = k, k + m - 1 do

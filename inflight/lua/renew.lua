@@ -7,6 +7,7 @@
 -- ARGV[2]    hold, µs, > 0
 -- ARGV[3]    the epoch the caller knows, "" for none
 -- ARGV[4]    fence_for in µs (acquire.lua); 0 = no epoch key; n = #KEYS − (1 if ARGV[4] > 0)
+-- ARGV[5]    '1' on a Redis Cluster (acquire.lua), else '0'
 -- Returns    {status, epoch}: status 1 when every place was live and now expires at now + hold
 --            (never earlier than it did); 0 when one had expired or was released: the lease is
 --            then removed from every key (its other places are given back, unpublished: no
@@ -21,7 +22,7 @@ local n, cur = #KEYS, ''
 if fenceFor > 0 then
   n = n - 1
   local _, lost
-  cur, _, lost = epoch(KEYS[n + 1], ARGV[3], ARGV[1], now, hold, fenceFor)
+  cur, _, lost = epoch(KEYS[n + 1], ARGV[3], ARGV[1], now, hold, fenceFor, ARGV[5])
   if lost then
     return {2, cur}
   end

@@ -48,6 +48,7 @@ func Redis(url string) (redis.UniversalClient, error) {
 		}
 		c := redis.NewClusterClient(opts)
 		c.AddHook(boundCalls{CallTimeout})
+		c.AddHook(reloadOnFailure{c}) // a failover is learned in 200 ms, not a minute (cluster.go)
 		return c, nil
 	}
 	opts, err := redis.ParseURL(url)

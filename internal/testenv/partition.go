@@ -91,3 +91,18 @@ func PollGet(t testing.TB, url string) (stop func() []Poll) {
 	t.Cleanup(end)
 	return func() []Poll { end(); return slices.Clone(polls) }
 }
+
+// dropPackets adds an iptables rule that drops every packet this host sends that matches
+// match (iptables match options), and removes it when the test ends. Call NeedBlackHole first.
+func dropPackets(t testing.TB, match ...string) {
+	t.Helper()
+	rule := append(append([]string{"OUTPUT"}, match...), "-j", "DROP")
+	if out, err := exec.Command("iptables", append([]string{"-A"}, rule...)...).CombinedOutput(); err != nil {
+		t.Fatalf("iptables -A %s: %v\n%s", strings.Join(rule, " "), err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("iptables", append([]string{"-D"}, rule...)...).CombinedOutput(); err != nil {
+			t.Errorf("iptables -D %s: %v\n%s", strings.Join(rule, " "), err, out)
+		}
+	})
+}

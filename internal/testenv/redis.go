@@ -160,6 +160,13 @@ func (s *RedisServer) Stop() {
 	s.held, s.heldDone = l, done
 }
 
+// running reports whether the server runs (was started and not stopped).
+func (s *RedisServer) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
 // shutdown stops the server for good, at the test's end: killed, its address not held.
 func (s *RedisServer) shutdown() {
 	s.mu.Lock()

@@ -101,3 +101,37 @@ func TestRedisCluster(t *testing.T) {
 		t.Fatalf("keys on %d nodes, want 3", used)
 	}
 }
+
+// TestRedisClusterTakeover: on a replicated cluster, a write made after StallReplication is
+// not on the replica, which Takeover promotes once the master is killed: the failover loses
+// exactly the writes made after the stall.
+func TestRedisClusterTakeover(t *testing.T) {
+	NeedBlackHole(t)
+	c := RedisClusterReplicated(t, time.Second)
+	ctx := context.Background()
+	key := Prefix(t) + "{k}"
+	if err := c.Client.Set(ctx, key, "before", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	master, replica := c.Shard(t, key)
+	if replica == nil {
+		t.Fatal("no replica for the key's slot")
+	}
+	c.StallReplication(t, master)
+	if err := c.Client.Set(ctx, key, "after", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	master.Stop()
+	start := time.Now()
+	rc := replica.NewClient()
+	c.Takeover(t, replica, key)
+	promoted := time.Since(start)
+	v, err := rc.Get(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != "before" {
+		t.Errorf("the promoted replica has %q, want the value from before the stall", v)
+	}
+	t.Logf("promoted in %v", promoted.Round(time.Millisecond))
+}

@@ -28,7 +28,8 @@ import (
 // has room: the margin is a second more, and a drain under a cap it does not reach pays a
 // take and a release per place per second instead of per job.
 //
-// A Redis that lost the places (a restart without persistence, a FLUSHALL) would hand the cap
+// A Redis that lost the places (a restart without persistence, a FLUSHALL, a Redis Cluster
+// failover to a replica that had not got the last ones) would hand the cap
 // out again while the deliveries holding them still run. The store fences the queue's caps
 // then (package inflight): no place is granted for hold − PlaceMargin (Timeout + 3s: the slot
 // budget, the timeout and the Reuser's second) from the loss, and each worker puts back the

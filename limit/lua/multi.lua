@@ -8,6 +8,7 @@
 -- KEYS[1+i]  the state key of request i
 -- ARGV[1]    now in µs since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]    the epoch the caller knows ('0' for none)
+-- ARGV[3]    1 on a Redis Cluster, else 0 (epoch.lua)
 -- then for each request, in the order of KEYS: its algorithm (0 token_bucket, 1 leaky_bucket,
 --            2 fixed_window, 3 sliding_log, 4 sliding_window, 5 gcra), the reset hold of its
 --            limit in µs (epoch.lua), and its script's ARGV[2..] (5 for the token bucket, 4
@@ -20,8 +21,8 @@ local nargs = {[0] = 5, [1] = 4, [2] = 3, [3] = 3, [4] = 3, [5] = 4}
 local algs = {}
 -- ALGORITHMS (limit/redis.go puts algs[i] = function(KEYS, ARGV) <i's file> end here)
 
-local epoch_id, epoch_lost = epoch_check(KEYS[1], tonumber(ARGV[2]), multi_now)
-local out, o, a = {}, 0, 3
+local epoch_id, epoch_lost = epoch_check(KEYS[1], tonumber(ARGV[2]), multi_now, tonumber(ARGV[3]))
+local out, o, a = {}, 0, 4
 for k = 2, #KEYS do
   local alg, hold = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local r
