@@ -8,13 +8,13 @@ import (
 
 func TestRegionsConfig(t *testing.T) {
 	const queue = "queues:\n  - {name: llm, rate: 50/s, global: true}\n"
-	ok := "region: eu\nregions: {names: [eu, us], coordinator: nats://127.0.0.1:4222, safe_share: 0, min_share: 2/s, lease: 8s}\n" + queue
+	ok := "region: eu\nregions: {names: [eu, us], coordinator: nats://127.0.0.1:4222, home: eu, safe_share: 0, min_share: 2/s, lease: 8s}\n" + queue
 	c, err := Parse("sluice.yaml", []byte(ok), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := c.Regions
-	if c.Region != "eu" || r == nil || r.SafeEven || r.SafeRate.N != 0 || r.MinShare.PerSecond() != 2 ||
+	if c.Region != "eu" || r == nil || r.Home != "eu" || r.SafeEven || r.SafeRate.N != 0 || r.MinShare.PerSecond() != 2 ||
 		r.Lease != 8*time.Second || r.Renew != 2*time.Second || !c.Queues[0].Global {
 		t.Fatalf("parsed %q %+v, global %v", c.Region, r, c.Queues[0].Global)
 	}
@@ -41,6 +41,7 @@ func TestRegionsConfig(t *testing.T) {
 		{"region not listed", "region: eu\nregions: {names: [us], coordinator: nats://h:4222}\n", `regions.names: the region "eu" is not among [us]`},
 		{"no coordinator", "region: eu\nregions: {names: [eu]}\n", "regions.coordinator is required"},
 		{"renew not shorter", "region: eu\nregions: {names: [eu], coordinator: nats://h:4222, lease: 2s, renew: 2s}\n", "regions.renew (2s) must be shorter than regions.lease (2s)"},
+		{"bad home", "region: eu\nregions: {names: [eu], coordinator: nats://h:4222, home: 'e u'}\n", `regions.home: want the NATS cluster name of the home region`},
 		{"unknown key", "region: eu\nregions: {names: [eu], coordinator: nats://h:4222, leases: 2s}\n", "leases"},
 		{"bad region name", "region: e u\nregions: {names: [eu], coordinator: nats://h:4222}\n", `region: want 1 to 32`},
 	} {

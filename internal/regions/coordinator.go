@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,6 +28,10 @@ type Coordinator struct {
 	js     jetstream.JetStream
 	region string
 	now    func() time.Time
+	home   string // the cluster the bucket is placed in when this coordinator makes it; "": the server's
+
+	mu sync.Mutex
+	kv jetstream.KeyValue // the bucket as last found; nil: look it up at the next renewal
 }
 
 // NewCoordinator returns region's coordinator over js, a JetStream context on the
@@ -38,6 +43,13 @@ func NewCoordinator(js jetstream.JetStream, region string, now func() time.Time)
 	}
 	return &Coordinator{js: js, region: region, now: now}
 }
+
+// Home places the bucket, when this coordinator makes it, in the NATS cluster named home: in
+// a supercluster (regional clusters joined by gateways) the home region's cluster, wherever
+// the renewing process connects. Without it JetStream places a new stream in the cluster of
+// the server the request came in on, so the first region to renew would own the bucket. A
+// bucket that exists stays where it is. It returns c.
+func (c *Coordinator) Home(cluster string) *Coordinator { c.home = cluster; return c }
 
 // Renew renews the region's lease of queue's global budget with demand (deliveries per
 // second) under the terms t, and returns the lease and the record it was written in. It
@@ -65,6 +77,7 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 			// No state: the coordinator is new or lost what it had; wait out the longest lease.
 			rec = Fresh(t, c.now())
 		case err != nil:
+			c.forget()
 			return Lease{}, Record{}, fmt.Errorf("regions: read %q: %w", queue, err)
 		default:
 			rev = e.Revision()
@@ -86,6 +99,7 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 			return lease, next, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongRevision(err) {
+			c.forget()
 			return Lease{}, Record{}, fmt.Errorf("regions: write %q: %w", queue, err)
 		}
 	}
@@ -98,17 +112,41 @@ func isWrongRevision(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
-// bucket returns the coordinator's bucket, made when missing.
+// bucket returns the coordinator's bucket, made when missing (in the home cluster, if set).
+// The bucket found is kept until a read or write on it fails (forget), so that a renewal
+// costs two round trips to the coordinator (a read, a write), not three: across a gateway to
+// another region each is that link's round trip.
 func (c *Coordinator) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	c.mu.Lock()
+	kv := c.kv
+	c.mu.Unlock()
+	if kv != nil {
+		return kv, nil
+	}
 	kv, err := c.js.KeyValue(ctx, Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket, History: 1,
-			Description: "sluice: regional leases of global budgets"})
+		cfg := jetstream.KeyValueConfig{Bucket: Bucket, History: 1,
+			Description: "sluice: regional leases of global budgets"}
+		if c.home != "" {
+			cfg.Placement = &jetstream.Placement{Cluster: c.home}
+		}
+		kv, err = c.js.CreateOrUpdateKeyValue(ctx, cfg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("regions: coordinator bucket: %w", err)
 	}
+	c.mu.Lock()
+	c.kv = kv
+	c.mu.Unlock()
 	return kv, nil
+}
+
+// forget drops the bucket found: the next renewal looks it up again (and makes it if the
+// coordinator lost it).
+func (c *Coordinator) forget() {
+	c.mu.Lock()
+	c.kv = nil
+	c.mu.Unlock()
 }
 
 // Read returns queue's record as the coordinator holds it over js, and false when it holds
