@@ -35,6 +35,16 @@ type LeaseRenewer interface {
 	Renew(ctx context.Context, queue string, demand float64, t regions.Terms) (regions.Lease, regions.Record, error)
 }
 
+// formerMargin is how long before a lowered share stops being counted for the region
+// (Lease.WasUntil) the region stops using it: the slots and units its workers reserve ahead
+// (reserveAhead, unitAhead) and a scheduling delay, so that none is spent after the freed
+// budget may be handed to another region.
+const formerMargin = reserveAhead + 100*time.Millisecond
+
+// retryLag is how long after the instant a renewal named (Lease.Retry) the region renews
+// again: past it by the coordinator's clock, should the two differ by a little.
+const retryLag = 20 * time.Millisecond
+
 // leaseLingers is the slack beyond a renew period before a region's lowered share is handed to
 // others: the slots its workers reserved ahead (reserveAhead) and the renewal's own time.
 const leaseLingers = 500 * time.Millisecond
@@ -83,6 +93,9 @@ func (rl *regionalLease) share() (float64, bool) {
 	defer rl.mu.Unlock()
 	if now.Before(rl.lease.Expires) {
 		rl.safe(false, 0, now)
+		if l := rl.lease; l.Was > l.Share && now.Before(l.WasUntil.Add(-formerMargin)) {
+			return l.Was, true // still counted as the region's: used, not left idle
+		}
 		return rl.lease.Share, true
 	}
 	budget := perSecond(cfg.Rate)
@@ -204,8 +217,31 @@ func (rl *regionalLease) run(ctx context.Context) {
 	rl.env.every(ctx, rl.reg.Renew, rl.on, nil, rl.renew)
 }
 
-// renew renews the lease once, with the region's demand.
+// renew renews the lease, with the region's demand; and once more, before the next period,
+// when the coordinator said budget the region is short of frees up earlier (Lease.Retry: a
+// lowered share of another region stops lingering, a silent region's lease expires), so that
+// a shift is followed within the linger and not a renew period later.
 func (rl *regionalLease) renew(ctx context.Context) {
+	l, ok := rl.renewOnce(ctx)
+	if !ok || l.Retry.IsZero() {
+		return
+	}
+	wait := l.Retry.Sub(rl.env.now()) + retryLag
+	if wait <= 0 || wait >= rl.reg.Renew {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+		rl.renewOnce(ctx)
+	}
+}
+
+// renewOnce renews the lease once, with the region's demand, and returns the lease and
+// whether the renewal succeeded.
+func (rl *regionalLease) renewOnce(ctx context.Context) (regions.Lease, bool) {
 	cfg := rl.env.cfg()
 	budget := perSecond(cfg.Rate)
 	demand := rl.demand(ctx, budget)
@@ -228,7 +264,7 @@ func (rl *regionalLease) renew(ctx context.Context) {
 			rl.env.log.Warn("worker: cannot renew the region's lease of a global queue; using it until it expires",
 				"queue", rl.env.name, "expires", rl.lease.Expires, "err", err)
 		}
-		return
+		return l, false
 	}
 	if rl.failures > 0 {
 		rl.env.log.Info("worker: the region's lease of a global queue renews again", "queue", rl.env.name)
@@ -238,6 +274,7 @@ func (rl *regionalLease) renew(ctx context.Context) {
 		rl.lease = l
 		rl.env.m.regionExpiry.WithLabelValues(rl.env.name).Set(float64(l.Expires.UnixMilli()) / 1000)
 	}
+	return l, true
 }
 
 // demand is the region's demand for the queue's global rate: its backlog drained within one
