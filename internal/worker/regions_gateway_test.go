@@ -2,7 +2,9 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,6 +66,89 @@ func (r *region) runFast(t *testing.T, h *harness) *prometheus.Registry {
 	return r.runSpec(t, h, spec, -1)
 }
 
+// shareSample is both regions' sluice_region_share at one instant.
+type shareSample struct {
+	at   time.Time
+	a, b float64
+}
+
+// sampleShares reads a's and b's sluice_region_share every 20 ms until the returned function is
+// called, which returns the samples: what the regions were handed out, apart from what a
+// loaded machine lets them deliver.
+func sampleShares(t *testing.T, a, b prometheus.Gatherer) func() []shareSample {
+	var out []shareSample
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			out = append(out, shareSample{time.Now(), testenv.Metric(t, a, "sluice_region_share", "queue", "llm"),
+				testenv.Metric(t, b, "sluice_region_share", "queue", "llm")})
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
+	stop := func() { once.Do(func() { close(done); <-exited }) }
+	t.Cleanup(stop)
+	return func() []shareSample { stop(); return out }
+}
+
+// handedOut is the mean of a + b over the samples in [from, to).
+func handedOut(ss []shareSample, from, to time.Time) float64 {
+	sum, n := 0.0, 0
+	for _, s := range ss {
+		if !s.at.Before(from) && s.at.Before(to) {
+			sum, n = sum+s.a+s.b, n+1
+		}
+	}
+	return sum / float64(max(n, 1))
+}
+
+// handedFrom is the first sample at or after from from which a + b stays at least n.
+func handedFrom(ss []shareSample, n float64, from time.Time) (time.Time, bool) {
+	at, ok := time.Time{}, false
+	for _, s := range ss {
+		switch {
+		case s.at.Before(from):
+		case s.a+s.b < n:
+			ok = false
+		case !ok:
+			at, ok = s.at, true
+		}
+	}
+	return at, ok
+}
+
+// shareLine is the samples' a/b shares every step from from to to, as "a/b a/b ...".
+func shareLine(ss []shareSample, from, to time.Time, step time.Duration) string {
+	var out []byte
+	next := from
+	for _, s := range ss {
+		if s.at.Before(next) || s.at.After(to) {
+			continue
+		}
+		out = fmt.Appendf(out, "%.0f/%.0f ", s.a, s.b)
+		next = next.Add(step)
+	}
+	return string(out)
+}
+
+// bothRenewed is when both regions' shares were first read above 0: each worker's gauge is
+// set by its first renewal, whatever it then runs on.
+func bothRenewed(ss []shareSample) time.Time {
+	for _, s := range ss {
+		if s.a > 0 && s.b > 0 {
+			return s.at
+		}
+	}
+	return time.Time{}
+}
+
 // firstWindowAtLeast returns the end of the first 1 s window starting at or after from (in
 // steps of 100 ms, ending by to) with at least n of ats, and false when none has.
 func firstWindowAtLeast(ats []time.Time, n int, from, to time.Time) (time.Time, bool) {
@@ -104,44 +189,77 @@ func TestRegionsGatewayShare(t *testing.T) {
 	a, b := newGatewayRegion(t, h.ctx, "a", sc), newGatewayRegion(t, h.ctx, "b", sc)
 	aIDs := idSet(workertest.Publish(t, a.qs, "llm", nA, false))
 	bIDs := idSet(workertest.Publish(t, b.qs, "llm", nB, false))
-	a.runFast(t, h)
-	b.runFast(t, h)
+	shares := sampleShares(t, a.runFast(t, h), b.runFast(t, h))
 	h.up.WaitCount(t, time.Duration(nB/40+10)*time.Second, "region b's backlog delivered", func(int) bool {
 		return len(arrivalTimes(h.up, bIDs)) >= len(bIDs)
 	})
 	bDone := arrivalTimes(h.up, bIDs)[len(bIDs)-1]
 	var aAt time.Time
-	testenv.WaitFor(t, 10*time.Second, "region a alone at 95/s", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "region a alone near the budget", func() bool {
 		var ok bool
-		aAt, ok = firstWindowAtLeast(arrivalTimes(h.up, aIDs), 95, bDone, time.Now())
+		aAt, ok = firstWindowAtLeast(arrivalTimes(h.up, aIDs), int(delivered(95)), bDone, time.Now())
 		return ok
 	})
+	ss := shares()
 	all := arrivalTimes(h.up, nil)
 	first := all[0]
 	most := maxWindow(all, first, aAt)
-	both := rateIn(all, first.Add(time.Second), bDone.Add(-500*time.Millisecond))
+	from := first.Add(time.Second) // past the start, and both regions' first renewals
+	if r := bothRenewed(ss); r.After(from) {
+		from = r
+	}
+	both := rateIn(all, from, bDone.Add(-500*time.Millisecond))
+	handed := handedOut(ss, from, bDone.Add(-500*time.Millisecond))
+	aShare, _ := handedFrom(aOnly(ss), 95, bDone)
 	t.Logf("budget 100/s over gateways (50 ms each way), backlogs %d/%d: most in any 1 s window %d (bound %d, aim 102); "+
-		"both backlogged %.1f/s over %.1fs; b empty at +%.1fs, a alone at 95/s %.1fs later; %d delivered",
-		nA, nB, most, 100+connectedBound, both, bDone.Sub(first).Seconds()-1.5, bDone.Sub(first).Seconds(),
-		aAt.Sub(bDone).Seconds(), len(all))
+		"both backlogged %.1f/s delivered, %.1f/s handed out, over %.1fs; b empty at +%.1fs, a's share ≥ 95/s %.1fs later, "+
+		"a delivering ≥ %.0f/s %.1fs later; %d delivered",
+		nA, nB, most, 100+connectedBound, both, handed, bDone.Sub(from).Seconds()-0.5, bDone.Sub(first).Seconds(),
+		aShare.Sub(bDone).Seconds(), delivered(95), aAt.Sub(bDone).Seconds(), len(all))
 	t.Logf("per second a/b: %s", timeline(arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs), first, aAt))
+	t.Logf("shares every 0.5 s a/b: %s", shareLine(ss, first, aAt, 500*time.Millisecond))
 	if most > 100+connectedBound {
 		t.Errorf("the upstream saw %d in a 1 s window; budget 100 + bound %d", most, connectedBound)
 	}
-	if both < 97 {
-		t.Errorf("both regions backlogged delivered %.1f/s together; want ≥ 97", both)
+	if handed < 97 {
+		t.Errorf("both regions backlogged were handed %.1f/s together; want ≥ 97", handed)
 	}
-	if aAt.Sub(bDone) > 5*time.Second {
-		t.Errorf("region a alone reached 95/s %v after b's backlog ran out; want within 5 s", aAt.Sub(bDone))
+	if both < delivered(97) {
+		t.Errorf("both regions backlogged delivered %.1f/s together; want ≥ %.0f", both, delivered(97))
 	}
+	if aAt.Sub(bDone) > 5*time.Second || aShare.Sub(bDone) > 5*time.Second {
+		t.Errorf("region a alone was handed 95/s %v and delivered %.0f/s %v after b's backlog ran out; want within 5 s",
+			aShare.Sub(bDone), delivered(95), aAt.Sub(bDone))
+	}
+}
+
+// delivered is the least delivered rate a figure of want (per second, at the upstream) is
+// held to: want in the soak runs (make soak, a machine of its own); 90% of it in make test,
+// where seven other builds and tests share the 2 cores and a late wake-up loses a slot. What
+// the regions are handed (their shares) is held to the figure itself in both.
+func delivered(want float64) float64 {
+	if regionsSoak() {
+		return want
+	}
+	return 0.9 * want
+}
+
+// aOnly is the samples with b's share left out: a's share alone.
+func aOnly(ss []shareSample) []shareSample {
+	out := make([]shareSample, len(ss))
+	for i, s := range ss {
+		out[i] = shareSample{at: s.at, a: s.a}
+	}
+	return out
 }
 
 // TestRegionsGatewayCut: the gateway link between the regions is cut (the proxies disabled)
 // for 30 s (4 s in make test) while both drain a global queue of 100/s, then healed. Region b
 // loses the coordinator in a's cluster: it runs on its lease until it expires, then on its
 // even safe share (50/s), while a takes the whole budget once b's lease expired. The upstream
-// sees at most B·(1 + k/R) + R·(1 + b) = 154 in any 1 s window; after the heal the regions
-// use ≥ 95% of the budget again, and their shares follow demand (50/s each) again.
+// sees at most B·(1 + k/R) + R·(1 + b) = 154 in any 1 s window. After the heal the regions are
+// handed ≥ 95% of the budget again, for good, within 3·renew + the linger and four round
+// trips of the gateways' return, their shares following demand (50/s each) again.
 func TestRegionsGatewayCut(t *testing.T) {
 	cutFor, nA, nB := 4*time.Second, 2000, 1000
 	if regionsSoak() {
@@ -154,20 +272,18 @@ func TestRegionsGatewayCut(t *testing.T) {
 	aIDs := idSet(workertest.Publish(t, a.qs, "llm", nA, false))
 	bIDs := idSet(workertest.Publish(t, b.qs, "llm", nB, false))
 	regs := map[string]*prometheus.Registry{"a": a.runFast(t, h), "b": b.runFast(t, h)}
+	shares := sampleShares(t, regs["a"], regs["b"])
 	gauge := func(name string) (a, b float64) {
 		return metric(t, regs["a"], name, "queue", "llm"), metric(t, regs["b"], name, "queue", "llm")
 	}
-	both := func(name string, want func(a, b float64) bool) func() bool {
-		return func() bool { return want(gauge(name)) }
-	}
-	onLeases := both("sluice_region_share", func(a, b float64) bool {
+	onLeases := func() bool {
+		shareA, shareB := gauge("sluice_region_share")
 		safeA, safeB := gauge("sluice_region_on_safe_share")
-		return a == 50 && b == 50 && safeA == 0 && safeB == 0
-	})
+		return shareA == 50 && shareB == 50 && safeA == 0 && safeB == 0
+	}
 	testenv.WaitFor(t, 15*time.Second, "both regions on leases of 50/s", onLeases)
 	cut := sc.Cut()
-	testenv.WaitFor(t, 10*time.Second, "b on its safe share", both("sluice_region_on_safe_share",
-		func(_, b float64) bool { return b == 1 }))
+	testenv.WaitFor(t, 10*time.Second, "b on its safe share", func() bool { _, b := gauge("sluice_region_on_safe_share"); return b == 1 })
 	bSafe := time.Now()
 	testenv.WaitFor(t, cutFor+10*time.Second, "the cut to last", func() bool { return time.Since(cut) >= cutFor })
 	heal := sc.Heal()
@@ -177,19 +293,24 @@ func TestRegionsGatewayCut(t *testing.T) {
 	settled := time.Now()
 	testenv.WaitFor(t, 10*time.Second, "2 s of settled shares", func() bool { return time.Since(settled) >= 2*time.Second })
 	end := time.Now()
+	ss := shares()
 
 	all, aAts, bAts := arrivalTimes(h.up, nil), arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs)
 	before, during, after := maxWindow(all, all[0], cut), maxWindow(all, cut, heal), maxWindow(all, heal, end)
 	afterSettled := maxWindow(all, settled, end)
 	full := bSafe.Add(renew + time.Second) // a's renewal after b's lease expired, and a second
 	bRate, aRate := rateIn(bAts, bSafe.Add(200*time.Millisecond), heal), rateIn(aAts, full, heal)
-	used, ok := sustainedFrom(all, 95, heal, end)
+	handedAt, handedOK := handedFrom(ss, 95, linked)
+	usedAt, usedOK := sustainedFrom(all, int(delivered(95)), linked, end)
 	t.Logf("budget 100/s over gateways (50 ms each way), cut %v: most in any 1 s window %d connected, %d cut (bound 154), "+
-		"%d from the heal, %d once settled (bound 104); b on its safe share %.1fs after the cut at %.1f/s, a %.1f/s; "+
-		"gateways up %.1fs after the heal, shares at 50/50 %.1fs after that; ≥ 95/s sustained from %.1fs after the heal (%v)",
-		cutFor, before, during, after, afterSettled, bSafe.Sub(cut).Seconds(), bRate, aRate,
-		linked.Sub(heal).Seconds(), settled.Sub(linked).Seconds(), used.Sub(heal).Seconds(), ok)
+		"%d from the heal, %d once settled (bound 104); b on its safe share %.1fs after the cut, delivering %.1f/s, a %.1f/s; "+
+		"gateways up %.1fs after the heal; from then ≥ 95/s handed out for good after %.2fs (%v), ≥ %.0f/s delivered "+
+		"in every 1 s window from %.2fs (%v); shares back at 50/50 after %.1fs",
+		cutFor, before, during, after, afterSettled, bSafe.Sub(cut).Seconds(), bRate, aRate, linked.Sub(heal).Seconds(),
+		handedAt.Sub(linked).Seconds(), handedOK, delivered(95), usedAt.Sub(linked).Seconds(), usedOK, settled.Sub(linked).Seconds())
 	t.Logf("per second a/b from the cut: %s", timeline(aAts, bAts, cut, end))
+	t.Logf("shares every 0.5 s a/b from the cut: %s", shareLine(ss, cut, end, 500*time.Millisecond))
+	t.Logf("shares every 0.1 s a/b from the gateways' return: %s", shareLine(ss, linked, settled, 100*time.Millisecond))
 	if during > 150+connectedBound || after > 150+connectedBound {
 		t.Errorf("the upstream saw %d in a 1 s window while cut, %d after the heal; partition bound %d", during, after, 150+connectedBound)
 	}
@@ -199,14 +320,23 @@ func TestRegionsGatewayCut(t *testing.T) {
 	if bSafe.Sub(cut) > lease+renew+500*time.Millisecond {
 		t.Errorf("b went on its safe share %v after the cut; want within its lease (renewed ≤ a renewal before)", bSafe.Sub(cut))
 	}
-	if bRate > 51 || (cutFor-bSafe.Sub(cut) > 2*time.Second && bRate < 40) {
+	if bRate > 51 || (cutFor-bSafe.Sub(cut) > 2*time.Second && bRate < delivered(50)) {
 		t.Errorf("b cut off delivered %.1f/s on its safe share; want 50/s", bRate)
 	}
-	if cutFor-full.Sub(cut) > time.Second && aRate < 90 {
+	if cutFor-full.Sub(cut) > time.Second && aRate < delivered(100) {
 		t.Errorf("a delivered %.1f/s once b's lease expired; want the budget, 100/s", aRate)
 	}
-	if !ok || used.Sub(linked) > 2*renew {
-		t.Errorf("≥ 95/s sustained from %v after the gateways were up again (%v); want within two renewals (%v)",
-			used.Sub(linked), ok, 2*renew)
+	// b's first renewal (within a renew period of the gateways' return) gets what a does not
+	// hold: nothing. a's next renewal (within another) lowers a's share, which a uses while it
+	// lingers (renew + 0.5 s); b takes its part then (Lease.Retry). So 3·renew + 0.5 s and four
+	// round trips over the gateway (b's two renewals, a read and a write each), and 0.3 s of
+	// scheduling on a loaded machine.
+	if heals := 3*renew + 500*time.Millisecond + 4*2*gatewayLatency + 300*time.Millisecond; !handedOK || handedAt.Sub(linked) > heals {
+		t.Errorf("≥ 95/s handed out for good %v after the gateways were up again (%v); want within %v",
+			handedAt.Sub(linked), handedOK, heals)
+	}
+	if !usedOK || usedAt.Sub(linked) > 3*time.Second {
+		t.Errorf("≥ %.0f/s delivered in every 1 s window %v after the gateways were up again (%v); want within 3 s",
+			delivered(95), usedAt.Sub(linked), usedOK)
 	}
 }
