@@ -19,8 +19,9 @@ func TestRegionsConfig(t *testing.T) {
 		t.Fatalf("parsed %q %+v, global %v", c.Region, r, c.Queues[0].Global)
 	}
 	// docs/regions.md's two-region recipe parses.
-	recipe := "region: a\nregions: {names: [a, b], coordinator: nats://127.0.0.1:4300, lease: 4s, renew: 1s}\n" +
-		"listen: 127.0.0.1:8080\nadmin_listen: 127.0.0.1:9090\nnats: {url: nats://127.0.0.1:4222}\n" +
+	recipe := "region: a\nregions:\n  names: [a, b]\n  coordinator: nats://regions:regions@127.0.0.1:4222\n  home: a\n" +
+		"  lease: 4s\n  renew: 1s\n" +
+		"listen: 127.0.0.1:8080\nadmin_listen: 127.0.0.1:9090\nnats: {url: nats://a:a@127.0.0.1:4222}\n" +
 		"redis: {url: redis://127.0.0.1:6379/0}\nqueues:\n  - {name: llm, rate: 50/s, global: true, target: http://127.0.0.1:9999/}\n"
 	if _, err := Parse("a.yaml", []byte(recipe), func(string) string { return "" }); err != nil {
 		t.Fatalf("the recipe's a.yaml: %v", err)
