@@ -30,8 +30,9 @@ type Coordinator struct {
 	now    func() time.Time
 	home   string // the cluster the bucket is placed in when this coordinator makes it; "": the server's
 
-	mu sync.Mutex
-	kv jetstream.KeyValue // the bucket as last found; nil: look it up at the next renewal
+	mu    sync.Mutex
+	kv    jetstream.KeyValue // the bucket as last found; nil: none yet
+	stale bool               // a read or write on kv failed: look the bucket up again first
 }
 
 // NewCoordinator returns region's coordinator over js, a JetStream context on the
@@ -60,6 +61,7 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 	if err != nil {
 		return Lease{}, Record{}, err
 	}
+	looked := false // the bucket was looked up again after a failed read
 	for try := range casTries {
 		if try > 0 {
 			wait := time.Duration(rand.Int64N(int64(try) * int64(2*time.Millisecond)))
@@ -76,6 +78,14 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			// No state: the coordinator is new or lost what it had; wait out the longest lease.
 			rec = Fresh(t, c.now())
+		case err != nil && !looked:
+			// The bucket kept may be gone (the coordinator lost it): look it up again, once.
+			c.forget()
+			if kv, err = c.bucket(ctx); err != nil {
+				return Lease{}, Record{}, err
+			}
+			looked = true
+			continue
 		case err != nil:
 			c.forget()
 			return Lease{}, Record{}, fmt.Errorf("regions: read %q: %w", queue, err)
@@ -113,15 +123,18 @@ func isWrongRevision(err error) bool {
 }
 
 // bucket returns the coordinator's bucket, made when missing (in the home cluster, if set).
-// The bucket found is kept until a read or write on it fails (forget), so that a renewal
-// costs two round trips to the coordinator (a read, a write), not three: across a gateway to
-// another region each is that link's round trip.
+// The bucket found is kept, so that a renewal costs two round trips to the coordinator (a
+// read, a write), not three: across a gateway to another region each is that link's round
+// trip. After a read or write on it failed (forget) the next renewal looks the bucket up
+// again, and makes it if the coordinator lost it; when the look-up itself fails (the link is
+// still down, or the supercluster's JetStream is electing its meta leader after a heal, which
+// the bucket's own reads and writes do not need) it goes on with the bucket it had.
 func (c *Coordinator) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	c.mu.Lock()
-	kv := c.kv
+	had, stale := c.kv, c.stale
 	c.mu.Unlock()
-	if kv != nil {
-		return kv, nil
+	if had != nil && !stale {
+		return had, nil
 	}
 	kv, err := c.js.KeyValue(ctx, Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -133,19 +146,21 @@ func (c *Coordinator) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 		kv, err = c.js.CreateOrUpdateKeyValue(ctx, cfg)
 	}
 	if err != nil {
+		if had != nil && !errors.Is(err, jetstream.ErrBucketNotFound) && ctx.Err() == nil {
+			return had, nil
+		}
 		return nil, fmt.Errorf("regions: coordinator bucket: %w", err)
 	}
 	c.mu.Lock()
-	c.kv = kv
+	c.kv, c.stale = kv, false
 	c.mu.Unlock()
 	return kv, nil
 }
 
-// forget drops the bucket found: the next renewal looks it up again (and makes it if the
-// coordinator lost it).
+// forget marks the bucket found as stale: the next renewal looks it up again first.
 func (c *Coordinator) forget() {
 	c.mu.Lock()
-	c.kv = nil
+	c.stale = true
 	c.mu.Unlock()
 }
 
