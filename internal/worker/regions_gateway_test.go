@@ -219,7 +219,7 @@ func TestRegionsGatewayShare(t *testing.T) {
 	aIDs := idSet(workertest.Publish(t, a.qs, "llm", nA, false))
 	bIDs := idSet(workertest.Publish(t, b.qs, "llm", nB, false))
 	shares := sampleShares(t, a.runFast(t, h), b.runFast(t, h))
-	h.up.WaitCount(t, time.Duration(nB/40+10)*time.Second, "region b's backlog delivered", func(int) bool {
+	h.up.WaitCount(t, time.Duration(nB/25+15)*time.Second, "region b's backlog delivered", func(int) bool {
 		return len(arrivalTimes(h.up, bIDs)) >= len(bIDs)
 	})
 	bDone := arrivalTimes(h.up, bIDs)[len(bIDs)-1]
@@ -312,7 +312,7 @@ func TestRegionsGatewayCut(t *testing.T) {
 		safeA, safeB := gauge("sluice_region_on_safe_share")
 		return shareA == 50 && shareB == 50 && safeA == 0 && safeB == 0
 	}
-	testenv.WaitFor(t, 15*time.Second, "both regions on leases of 50/s", onLeases)
+	testenv.WaitFor(t, 30*time.Second, "both regions on leases of 50/s", onLeases)
 	cut := sc.Cut()
 	testenv.WaitFor(t, 10*time.Second, "b on its safe share", func() bool { _, b := gauge("sluice_region_on_safe_share"); return b == 1 })
 	bSafe := time.Now()
