@@ -3,7 +3,6 @@ package testenv
 import (
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -109,10 +108,6 @@ func NewSupercluster(t testing.TB, latency time.Duration, names ...string) *Supe
 		s, err := server.NewServer(o)
 		if err != nil {
 			t.Fatalf("testenv: nats server of region %s: %v", n, err)
-		}
-		if os.Getenv("DEBUGNATS") != "" {
-			o.NoLog = false
-			s.ConfigureLogger()
 		}
 		go s.Start()
 		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
