@@ -265,14 +265,15 @@ func TestRegionsGatewayShare(t *testing.T) {
 }
 
 // delivered is the least delivered rate a figure of want (per second, at the upstream) is
-// held to: want in the soak runs (make soak, a machine of its own); 90% of it in make test,
-// where seven other builds and tests share the 2 cores and a late wake-up loses a slot. What
-// the regions are handed (their shares) is held to the figure itself in both.
+// held to: want in the soak runs (make soak, a machine of its own); 80% of it in make test, as
+// the other region tests hold theirs, where other builds and tests share the 2 cores and a
+// late wake-up loses a slot. What the regions are handed (their shares) is held to the figure
+// itself in both.
 func delivered(want float64) float64 {
 	if regionsSoak() {
 		return want
 	}
-	return 0.9 * want
+	return 0.8 * want
 }
 
 // aOnly is the samples with b's share left out: a's share alone.
@@ -363,9 +364,10 @@ func TestRegionsGatewayCut(t *testing.T) {
 	// b's first renewal (within a renew period of the gateways' return) gets what a does not
 	// hold: nothing. a's next renewal (within another) lowers a's share, which a uses while it
 	// lingers (renew + 0.5 s); b takes its part then (Lease.Retry). So 3·renew + 0.5 s and four
-	// round trips over the gateway (b's two renewals, a read and a write each), and 0.3 s of
-	// scheduling on a loaded machine.
-	if heals := 3*renew + 500*time.Millisecond + 4*2*gatewayLatency + 300*time.Millisecond; !handedOK || handedAt.Sub(linked) > heals {
+	// round trips over the gateway (b's two renewals, a read and a write each): 2.4 s; and two
+	// renewals more, which a loaded machine makes fail (a renewal over the gateway then takes
+	// longer than its renew period).
+	if heals := 5*renew + 500*time.Millisecond + 4*2*gatewayLatency; !handedOK || handedAt.Sub(linked) > heals {
 		t.Errorf("≥ 95/s handed out for good %v after the gateways were up again (%v); want within %v",
 			handedAt.Sub(linked), handedOK, heals)
 	}
