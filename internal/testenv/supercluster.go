@@ -141,9 +141,6 @@ func NewSupercluster(t testing.TB, latency time.Duration, names ...string) *Supe
 // queues and, through the gateways, for a coordinator in another region.
 func (sc *Supercluster) URL(region string) string { return sc.servers[region].ClientURL() }
 
-// Server is region's embedded server.
-func (sc *Supercluster) Server(region string) *server.Server { return sc.servers[region] }
-
 // waitGateways waits until every server has an outbound gateway to each other region (each
 // server dials every other, so that is every link both ways).
 func (sc *Supercluster) waitGateways(timeout time.Duration) {
