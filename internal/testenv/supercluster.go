@@ -3,6 +3,8 @@ package testenv
 import (
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -48,8 +50,13 @@ type Supercluster struct {
 	// Latency is what each gateway link adds in each direction.
 	Latency time.Duration
 
+	// HomeProc is the home region's server when it runs as a nats-server process
+	// (NewSuperclusterHomeProc), for tests that SIGKILL and restart it; nil otherwise.
+	HomeProc *NATSProcess
+
 	t       testing.TB
-	servers map[string]*server.Server
+	servers map[string]*server.Server // the embedded servers
+	urls    map[string]string
 	links   map[string]*toxiproxy.Proxy // the link into each region
 	mu      sync.Mutex
 }
@@ -59,11 +66,24 @@ type Supercluster struct {
 // until every gateway is up and JetStream answers in every region. The test's cleanup stops it.
 func NewSupercluster(t testing.TB, latency time.Duration, names ...string) *Supercluster {
 	t.Helper()
+	return newSupercluster(t, latency, false, names)
+}
+
+// NewSuperclusterHomeProc is NewSupercluster with the home region (the first) a nats-server
+// process (HomeProc) with its store in a directory of its own, which a test can SIGKILL and
+// start again on its store and ports, as a region's server that crashed.
+func NewSuperclusterHomeProc(t testing.TB, latency time.Duration, names ...string) *Supercluster {
+	t.Helper()
+	return newSupercluster(t, latency, true, names)
+}
+
+func newSupercluster(t testing.TB, latency time.Duration, homeProc bool, names []string) *Supercluster {
+	t.Helper()
 	if len(names) < 2 {
 		t.Fatalf("testenv: a supercluster needs two regions or more, got %v", names)
 	}
-	sc := &Supercluster{Names: names, Latency: latency, t: t,
-		servers: map[string]*server.Server{}, links: map[string]*toxiproxy.Proxy{}}
+	sc := &Supercluster{Names: names, Latency: latency, t: t, servers: map[string]*server.Server{},
+		urls: map[string]string{}, links: map[string]*toxiproxy.Proxy{}}
 	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	gwPort, linkAddr := map[string]int{}, map[string]string{}
 	for _, n := range names {
@@ -97,6 +117,11 @@ func NewSupercluster(t testing.TB, latency time.Duration, names ...string) *Supe
 		// which the server recognises and drops.
 		routePort := FreePort(t)
 		self, _ := url.Parse(fmt.Sprintf("nats://127.0.0.1:%d", routePort))
+		if homeProc && n == names[0] {
+			sc.HomeProc = startRegionProc(t, n, routePort, gwPort[n], linkAddr[n], remotes)
+			sc.urls[n] = sc.HomeProc.URL
+			continue
+		}
 		o := &server.Options{
 			ServerName: "sluice-" + n, Host: "127.0.0.1", Port: server.RANDOM_PORT,
 			JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, JetStreamMaxStore: 1 << 40,
@@ -113,10 +138,11 @@ func NewSupercluster(t testing.TB, latency time.Duration, names ...string) *Supe
 		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 		sc.servers[n] = s
 	}
-	for _, n := range names { // each server's start waits for its peers' JetStream
-		if !sc.servers[n].ReadyForConnections(30 * time.Second) {
+	for n, s := range sc.servers { // each server's start waits for its peers' JetStream
+		if !s.ReadyForConnections(30 * time.Second) {
 			t.Fatalf("testenv: nats server of region %s not ready", n)
 		}
+		sc.urls[n] = s.ClientURL()
 	}
 	sc.waitGateways(30 * time.Second)
 	for _, n := range names {
@@ -139,7 +165,37 @@ func NewSupercluster(t testing.TB, latency time.Duration, names ...string) *Supe
 
 // URL is the client URL of region's server: what the region's processes connect to, for their
 // queues and, through the gateways, for a coordinator in another region.
-func (sc *Supercluster) URL(region string) string { return sc.servers[region].ClientURL() }
+func (sc *Supercluster) URL(region string) string { return sc.urls[region] }
+
+// startRegionProc starts region n's server as a nats-server process: a one-server cluster (a
+// route to itself) whose gateway listens on gwPort, advertises link and dials remotes.
+func startRegionProc(t testing.TB, n string, routePort, gwPort int, link string, remotes []*server.RemoteGatewayOpts) *NATSProcess {
+	t.Helper()
+	bin, err := natsServerBinary()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	var gws []string
+	for _, r := range remotes {
+		gws = append(gws, fmt.Sprintf("{name: %q, url: %q}", r.Name, r.URLs[0].String()))
+	}
+	conf := fmt.Sprintf("server_name: %q\ncluster {name: %q, listen: \"127.0.0.1:%d\", routes: [\"nats://127.0.0.1:%d\"]}\n"+
+		"gateway {name: %q, listen: \"127.0.0.1:%d\", advertise: %q, gateways: [%s]}\n",
+		"sluice-"+n, n, routePort, routePort, n, gwPort, link, strings.Join(gws, ", "))
+	dir := t.TempDir()
+	path := filepath.Join(dir, "region.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	p := &NATSProcess{t: t, bin: bin, dir: filepath.Join(dir, "store"), port: FreePort(t), Name: "sluice-" + n,
+		extra: []string{"-c", path}}
+	if err := p.start(); err != nil {
+		t.Fatalf("testenv: start nats-server of region %s: %v", n, err)
+	}
+	p.URL = fmt.Sprintf("nats://127.0.0.1:%d", p.port)
+	t.Cleanup(p.Kill)
+	return p
+}
 
 // waitGateways waits until every server has an outbound gateway to each other region (each
 // server dials every other, so that is every link both ways).

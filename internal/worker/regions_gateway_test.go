@@ -410,3 +410,65 @@ func TestRegionsGatewayIndependent(t *testing.T) {
 		t.Errorf("two regions without global saw at most %d in a 1 s window; want about 200, the sum of their rates", most)
 	}
 }
+
+// TestRegionsGatewayHomeKilled: the home region's server (a nats-server process holding a's
+// queues and the coordinator's bucket) is SIGKILLed while both regions drain a global queue of
+// 100/s, and started again on its store 3 s later. Region b, cut off from the bucket, runs on
+// its lease, then on its safe share (50/s); region a delivers nothing while its server is
+// down. After the restart both renew again and every job of both regions is delivered. No 1 s
+// window exceeds the bound for a lost coordinator, B + (R−1)·σ + R·(1 + b) = 154.
+func TestRegionsGatewayHomeKilled(t *testing.T) {
+	const nA, nB = 600, 600
+	h := newHarness(t)
+	sc := testenv.NewSuperclusterHomeProc(t, gatewayLatency, "a", "b")
+	a, b := newGatewayRegion(t, h.ctx, "a", sc), newGatewayRegion(t, h.ctx, "b", sc)
+	aIDs := idSet(workertest.Publish(t, a.qs, "llm", nA, false))
+	bIDs := idSet(workertest.Publish(t, b.qs, "llm", nB, false))
+	regs := map[string]*prometheus.Registry{"a": a.runFast(t, h), "b": b.runFast(t, h)}
+	gauge := func(name string) (a, b float64) {
+		return metric(t, regs["a"], name, "queue", "llm"), metric(t, regs["b"], name, "queue", "llm")
+	}
+	testenv.WaitFor(t, 30*time.Second, "both regions on leases of 50/s", func() bool {
+		shareA, shareB := gauge("sluice_region_share")
+		safeA, safeB := gauge("sluice_region_on_safe_share")
+		return shareA == 50 && shareB == 50 && safeA == 0 && safeB == 0
+	})
+	killed := time.Now()
+	sc.HomeProc.Kill()
+	testenv.WaitFor(t, 10*time.Second, "b on its safe share", func() bool { _, b := gauge("sluice_region_on_safe_share"); return b == 1 })
+	bSafe := time.Now()
+	testenv.WaitFor(t, 10*time.Second, "3 s of the home region down", func() bool { return time.Since(killed) >= 3*time.Second })
+	restarted := time.Now()
+	sc.HomeProc.Start()
+	testenv.WaitFor(t, 30*time.Second, "both regions on leases again", func() bool {
+		safeA, safeB := gauge("sluice_region_on_safe_share")
+		return safeA == 0 && safeB == 0
+	})
+	resumed := time.Now()
+	h.up.WaitCount(t, 60*time.Second, "every job of both regions delivered", func(int) bool {
+		return len(arrivalTimes(h.up, aIDs)) >= nA && len(arrivalTimes(h.up, bIDs)) >= nB
+	})
+	end := time.Now()
+	all, aAts, bAts := arrivalTimes(h.up, nil), arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs)
+	most := maxWindow(all, all[0], end)
+	aDown := rateIn(aAts, killed.Add(500*time.Millisecond), restarted)
+	bOnSafe := rateIn(bAts, bSafe.Add(200*time.Millisecond), restarted)
+	t.Logf("budget 100/s over gateways, the home region's server SIGKILLed for 3 s: most in any 1 s window %d (bound 154); "+
+		"b on its safe share %.1fs after the kill, delivering %.1f/s; a %.1f/s while down; both on leases %.1fs after the restart; "+
+		"all %d jobs delivered %.1fs after it (%d arrivals)",
+		most, bSafe.Sub(killed).Seconds(), bOnSafe, aDown, resumed.Sub(restarted).Seconds(), nA+nB,
+		end.Sub(restarted).Seconds(), len(all))
+	t.Logf("per second a/b: %s", timeline(aAts, bAts, all[0], end))
+	if most > 150+connectedBound+spread(150) {
+		t.Errorf("the upstream saw %d in a 1 s window; the lost coordinator's bound is 154 + spread %d", most, spread(150))
+	}
+	if bSafe.Sub(killed) > 2*time.Second+500*time.Millisecond+500*time.Millisecond {
+		t.Errorf("b went on its safe share %v after the kill; want within its lease and a renewal", bSafe.Sub(killed))
+	}
+	if bOnSafe > 51 || (restarted.Sub(bSafe) > 800*time.Millisecond && bOnSafe < delivered(50)*0.8) {
+		t.Errorf("b delivered %.1f/s on its safe share; want 50/s", bOnSafe)
+	}
+	if aDown > 5 {
+		t.Errorf("a delivered %.1f/s with its server down", aDown)
+	}
+}
