@@ -158,13 +158,18 @@ func (rl *regionalLease) checkLost() {
 		"queue", rl.env.name, "since", rl.since, "expired", rl.lease.Expires, "renewal_failures", rl.failures)
 }
 
-// rate is the region's share for the leak slot: > 0 lowers the queue's rate to it; 0 leaves it.
+// rate is the region's share for the leak slot: > 0 lowers the queue's rate to it; 0 (not
+// global) leaves it. A share below one delivery per renew period (0 included: a strict safe
+// share, a lease that gives nothing yet) is raised to that: admit holds new jobs then, and
+// the jobs admitted before the share fell, already waiting for their slots, get at most one
+// per renew period, not the queue's whole rate (a rate of 0 would leave the slot at it, and
+// a smaller one would reserve their slots past the next renewal).
 func (rl *regionalLease) rate() float64 {
 	s, ok := rl.share()
 	if !ok {
 		return 0
 	}
-	return s
+	return max(s, 1/rl.reg.Renew.Seconds())
 }
 
 // fraction is the region's part of the queue's global budgets now, share ÷ rate in [0, 1]:

@@ -62,6 +62,11 @@ func TestRegionalLease(t *testing.T) {
 			if v := rl.admit(context.Background(), cfg, testJob("j", "")); (v.kind == admitHold) != tc.wantHold {
 				t.Errorf("verdict %+v, want hold %v", v, tc.wantHold)
 			}
+			// The leak slot's rate: the share, but never below one delivery per renew period,
+			// so that jobs admitted before it fell never run at the queue's whole rate.
+			if r, want := rl.rate(), max(tc.wantShare, 2); r != want {
+				t.Errorf("slot rate %v, want %v", r, want)
+			}
 		})
 	}
 	t.Run("a lowered share is used while it is counted", func(t *testing.T) {
