@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-rl/sluice/internal/regions"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
@@ -76,6 +78,10 @@ type regionalLease struct {
 	since    time.Time     // when the region began to run without a lease (onSafe)
 	lost     bool          // the region has run without a lease for longer than lostAfter
 	failures int           // renewals failed in a row
+	// showing is the share sluice_region_share was last set to (shareGauge, made at the
+	// first share read).
+	showing    float64
+	shareGauge prometheus.Gauge
 }
 
 // on reports whether the queue of cfg is global in a deployment with regions.
@@ -94,9 +100,9 @@ func (rl *regionalLease) share() (float64, bool) {
 	if now.Before(rl.lease.Expires) {
 		rl.safe(false, 0, now)
 		if l := rl.lease; l.Was > l.Share && now.Before(l.WasUntil.Add(-formerMargin)) {
-			return l.Was, true // still counted as the region's: used, not left idle
+			return rl.shown(l.Was), true // still counted as the region's: used, not left idle
 		}
-		return rl.lease.Share, true
+		return rl.shown(rl.lease.Share), true
 	}
 	budget := perSecond(cfg.Rate)
 	safe := min(rl.reg.SafeShare, budget)
@@ -104,7 +110,21 @@ func (rl *regionalLease) share() (float64, bool) {
 		safe = budget / float64(max(rl.reg.Regions, 1))
 	}
 	rl.safe(true, safe, now)
-	return safe, true
+	return rl.shown(safe), true
+}
+
+// shown sets sluice_region_share to s when it changed, so that the metric follows the share
+// as it is used (a lowered share's former value stops before the next renewal), and returns
+// s; rl.mu is held.
+func (rl *regionalLease) shown(s float64) float64 {
+	if s != rl.showing || rl.shareGauge == nil {
+		if rl.shareGauge == nil {
+			rl.shareGauge = rl.env.m.regionShare.WithLabelValues(rl.env.name)
+		}
+		rl.shareGauge.Set(s)
+		rl.showing = s
+	}
+	return s
 }
 
 // safe records whether the region runs on its safe share (the metric), and logs a change from
