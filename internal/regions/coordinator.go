@@ -30,9 +30,8 @@ type Coordinator struct {
 	now    func() time.Time
 	home   string // the cluster the bucket is placed in when this coordinator makes it; "": the server's
 
-	mu    sync.Mutex
-	kv    jetstream.KeyValue // the bucket as last found; nil: none yet
-	stale bool               // a read or write on kv failed: look the bucket up again first
+	mu sync.Mutex
+	kv jetstream.KeyValue // the bucket as last found; nil: none yet
 }
 
 // NewCoordinator returns region's coordinator over js, a JetStream context on the
@@ -57,7 +56,7 @@ func (c *Coordinator) Home(cluster string) *Coordinator { c.home = cluster; retu
 // returns an error when the coordinator cannot be reached or the record cannot be written
 // within casTries; the region then goes on with the lease it holds.
 func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t Terms) (Lease, Record, error) {
-	kv, err := c.bucket(ctx)
+	kv, err := c.bucket(ctx, false)
 	if err != nil {
 		return Lease{}, Record{}, err
 	}
@@ -80,14 +79,12 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 			rec = Fresh(t, c.now())
 		case err != nil && !looked:
 			// The bucket kept may be gone (the coordinator lost it): look it up again, once.
-			c.forget()
-			if kv, err = c.bucket(ctx); err != nil {
+			if kv, err = c.bucket(ctx, true); err != nil {
 				return Lease{}, Record{}, err
 			}
 			looked = true
 			continue
 		case err != nil:
-			c.forget()
 			return Lease{}, Record{}, fmt.Errorf("regions: read %q: %w", queue, err)
 		default:
 			rev = e.Revision()
@@ -109,7 +106,6 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 			return lease, next, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongRevision(err) {
-			c.forget()
 			return Lease{}, Record{}, fmt.Errorf("regions: write %q: %w", queue, err)
 		}
 	}
@@ -125,15 +121,16 @@ func isWrongRevision(err error) bool {
 // bucket returns the coordinator's bucket, made when missing (in the home cluster, if set).
 // The bucket found is kept, so that a renewal costs two round trips to the coordinator (a
 // read, a write), not three: across a gateway to another region each is that link's round
-// trip. After a read or write on it failed (forget) the next renewal looks the bucket up
-// again, and makes it if the coordinator lost it; when the look-up itself fails (the link is
-// still down, or the supercluster's JetStream is electing its meta leader after a heal, which
-// the bucket's own reads and writes do not need) it goes on with the bucket it had.
-func (c *Coordinator) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+// trip. With again it looks the bucket up even so: Renew does once a read on the kept bucket
+// failed, in case the coordinator lost it, and makes it again if so. A look-up that fails leaves the bucket
+// kept: after a heal the supercluster's JetStream elects a meta leader, which a look-up needs
+// (and may wait for until the renewal's deadline) and the bucket's reads and writes do not, so
+// the next renewal starts from the bucket kept, not from another look-up.
+func (c *Coordinator) bucket(ctx context.Context, again bool) (jetstream.KeyValue, error) {
 	c.mu.Lock()
-	had, stale := c.kv, c.stale
+	had := c.kv
 	c.mu.Unlock()
-	if had != nil && !stale {
+	if had != nil && !again {
 		return had, nil
 	}
 	kv, err := c.js.KeyValue(ctx, Bucket)
@@ -146,22 +143,12 @@ func (c *Coordinator) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 		kv, err = c.js.CreateOrUpdateKeyValue(ctx, cfg)
 	}
 	if err != nil {
-		if had != nil && !errors.Is(err, jetstream.ErrBucketNotFound) && ctx.Err() == nil {
-			return had, nil
-		}
 		return nil, fmt.Errorf("regions: coordinator bucket: %w", err)
 	}
 	c.mu.Lock()
-	c.kv, c.stale = kv, false
+	c.kv = kv
 	c.mu.Unlock()
 	return kv, nil
-}
-
-// forget marks the bucket found as stale: the next renewal looks it up again first.
-func (c *Coordinator) forget() {
-	c.mu.Lock()
-	c.stale = true
-	c.mu.Unlock()
 }
 
 // Read returns queue's record as the coordinator holds it over js, and false when it holds
