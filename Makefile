@@ -110,7 +110,8 @@ bench:
 
 # soak: the long runs kept out of `make test` (minutes each): an LLM-shaped drain at full scale
 # (60/m and 20000 tokens/m, 3-minute backlog, with and without cost_rate), a flood of 3 million limiter keys,
-# a fair queue with 10 000 tenants beside FIFO, a 60s unit share of a fair queue (fair_by: units), a global rule of 1000/min split between two regions, the rate at the upstream under SIGSTOPped
+# a fair queue with 10 000 tenants beside FIFO, a 60s unit share of a fair queue (fair_by: units), a global rule of 1000/min split between two regions, two regions over
+# gateways 50 ms apart sharing 100/s (backlogs of 9 000 and 1 000; a 30 s cut), the rate at the upstream under SIGSTOPped
 # workers, and Sluice beside nginx, HAProxy, Caddy and BullMQ (installs them). Figures go to
 # BENCHMARKS.md.
 soak: deps
@@ -120,4 +121,5 @@ soak: deps
 	SLUICE_COST_WINDOW=1m $(GO) test -count=1 -timeout 15m -run '^TestCostBudgetDrain$$' -v ./cmd/worker/
 	SLUICE_FAIR_DRAIN=60s $(GO) test -count=1 -timeout 10m -run '^TestFairShareByUnits$$' -v ./internal/worker/
 	SLUICE_RULE_PERIOD=1m $(GO) test -count=1 -timeout 10m -run '^TestGlobalRuleTwoRegions$$' -v ./internal/app/
+	SLUICE_REGIONS_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestRegionsGateway(Share|Cut|Independent)$$' -v ./internal/worker/
 	scripts/bench-peers.sh 5 3 20000

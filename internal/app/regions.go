@@ -57,12 +57,18 @@ func leaseDeps(cfg *config.Config, nc *nats.Conn) (*worker.Regions, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &worker.Regions{Coordinator: regions.NewCoordinator(js, cfg.Region, nil), Regions: len(rs.Names),
+	w := &worker.Regions{Coordinator: newCoordinator(cfg, js), Regions: len(rs.Names),
 		SafeShare: rs.SafeRate.PerSecond(), MinShare: rs.MinShare.PerSecond(), Lease: rs.Lease, Renew: rs.Renew}
 	if rs.SafeEven {
 		w.SafeShare = -1
 	}
 	return w, nil
+}
+
+// newCoordinator renews cfg's region's leases over js, a JetStream context on the coordinator,
+// making the bucket in regions.home when it is missing.
+func newCoordinator(cfg *config.Config, js jetstream.JetStream) *regions.Coordinator {
+	return regions.NewCoordinator(js, cfg.Region, nil).Home(cfg.Regions.Home)
 }
 
 // connectCoordinator connects the ingress to the regions' coordinator: the admin API reads the
@@ -92,7 +98,7 @@ func (p *ingressProc) ruleLeases() *regions.Holder {
 		}
 		return min(rs.SafeRate.PerSecond(), budget)
 	}
-	h := regions.NewHolder(regions.NewCoordinator(js, cfg.Region, nil), regions.Terms{Minimum: rs.MinShare.PerSecond(),
+	h := regions.NewHolder(newCoordinator(cfg, js), regions.Terms{Minimum: rs.MinShare.PerSecond(),
 		Lease: rs.Lease, Renew: rs.Renew, Lingers: 500 * time.Millisecond}, safe, p.log.With("rules", "global"))
 	h.Set(ruleBudgets(cfg))
 	return h

@@ -18,6 +18,12 @@ type Regions struct {
 	// Coordinator is the NATS (a URL or comma-separated servers) whose JetStream key-value
 	// bucket holds the leases, reachable from every region (YAML coordinator). Required.
 	Coordinator string
+	// Home is the NATS cluster the coordinator's bucket is placed in when a region makes it
+	// (YAML home): with regional NATS clusters joined by gateways into a supercluster, the
+	// home region's cluster, so that every region may name its own local server as
+	// coordinator and reach the one bucket through the gateways. Empty: the cluster of the
+	// server the first renewal came in on (right for a coordinator of its own).
+	Home string
 	// SafeShare is what a region may use once its lease expired while it cannot renew (YAML
 	// safe_share): even (SafeEven, the default: the budget ÷ len(Names)), 0 (a strict budget:
 	// nothing) or a rate (SafeRate).
@@ -36,6 +42,9 @@ type Regions struct {
 // DefaultLease is how long a region's lease lasts by default.
 const DefaultLease = 10 * time.Second
 
+// clusterName is a NATS cluster's name, as regions.home names the coordinator's.
+var clusterName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
 // regionName is a region's name: it is a key of the coordinator's records.
 var regionName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
 
@@ -43,6 +52,7 @@ var regionName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
 type rawRegions struct {
 	Names       stringList `yaml:"names"`
 	Coordinator *scalar    `yaml:"coordinator"`
+	Home        *scalar    `yaml:"home"`
 	SafeShare   *scalar    `yaml:"safe_share"`
 	MinShare    *scalar    `yaml:"min_share"`
 	Lease       *scalar    `yaml:"lease"`
@@ -103,6 +113,12 @@ func (b *builder) regionsSection(r *rawRegions, region string) *Regions {
 		b.p.addf("", "regions.names", "regions.names: the region %q is not among %v", region, rs.Names)
 	}
 	rs.Coordinator = b.natsURL("regions.coordinator", r.Coordinator)
+	if r.Home != nil {
+		rs.Home = b.text("", "regions.home", r.Home, "")
+		if r.Home.shape == "" && !clusterName.MatchString(rs.Home) {
+			b.p.addf("", "regions.home", "regions.home: want the NATS cluster name of the home region (1 to 64 of A-Z, a-z, 0-9, _, - and .), got %q", rs.Home)
+		}
+	}
 	if r.SafeShare != nil {
 		switch s := strings.TrimSpace(b.text("", "regions.safe_share", r.SafeShare, "")); s {
 		case "even":

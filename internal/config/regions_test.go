@@ -8,19 +8,20 @@ import (
 
 func TestRegionsConfig(t *testing.T) {
 	const queue = "queues:\n  - {name: llm, rate: 50/s, global: true}\n"
-	ok := "region: eu\nregions: {names: [eu, us], coordinator: nats://127.0.0.1:4222, safe_share: 0, min_share: 2/s, lease: 8s}\n" + queue
+	ok := "region: eu\nregions: {names: [eu, us], coordinator: nats://127.0.0.1:4222, home: eu, safe_share: 0, min_share: 2/s, lease: 8s}\n" + queue
 	c, err := Parse("sluice.yaml", []byte(ok), func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := c.Regions
-	if c.Region != "eu" || r == nil || r.SafeEven || r.SafeRate.N != 0 || r.MinShare.PerSecond() != 2 ||
+	if c.Region != "eu" || r == nil || r.Home != "eu" || r.SafeEven || r.SafeRate.N != 0 || r.MinShare.PerSecond() != 2 ||
 		r.Lease != 8*time.Second || r.Renew != 2*time.Second || !c.Queues[0].Global {
 		t.Fatalf("parsed %q %+v, global %v", c.Region, r, c.Queues[0].Global)
 	}
 	// docs/regions.md's two-region recipe parses.
-	recipe := "region: a\nregions: {names: [a, b], coordinator: nats://127.0.0.1:4300, lease: 4s, renew: 1s}\n" +
-		"listen: 127.0.0.1:8080\nadmin_listen: 127.0.0.1:9090\nnats: {url: nats://127.0.0.1:4222}\n" +
+	recipe := "region: a\nregions:\n  names: [a, b]\n  coordinator: nats://regions:regions@127.0.0.1:4222\n  home: a\n" +
+		"  lease: 4s\n  renew: 1s\n" +
+		"listen: 127.0.0.1:8080\nadmin_listen: 127.0.0.1:9090\nnats: {url: nats://a:a@127.0.0.1:4222}\n" +
 		"redis: {url: redis://127.0.0.1:6379/0}\nqueues:\n  - {name: llm, rate: 50/s, global: true, target: http://127.0.0.1:9999/}\n"
 	if _, err := Parse("a.yaml", []byte(recipe), func(string) string { return "" }); err != nil {
 		t.Fatalf("the recipe's a.yaml: %v", err)
@@ -41,6 +42,7 @@ func TestRegionsConfig(t *testing.T) {
 		{"region not listed", "region: eu\nregions: {names: [us], coordinator: nats://h:4222}\n", `regions.names: the region "eu" is not among [us]`},
 		{"no coordinator", "region: eu\nregions: {names: [eu]}\n", "regions.coordinator is required"},
 		{"renew not shorter", "region: eu\nregions: {names: [eu], coordinator: nats://h:4222, lease: 2s, renew: 2s}\n", "regions.renew (2s) must be shorter than regions.lease (2s)"},
+		{"bad home", "region: eu\nregions: {names: [eu], coordinator: nats://h:4222, home: 'e u'}\n", `regions.home: want the NATS cluster name of the home region`},
 		{"unknown key", "region: eu\nregions: {names: [eu], coordinator: nats://h:4222, leases: 2s}\n", "leases"},
 		{"bad region name", "region: e u\nregions: {names: [eu], coordinator: nats://h:4222}\n", `region: want 1 to 32`},
 	} {

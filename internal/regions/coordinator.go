@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,6 +28,10 @@ type Coordinator struct {
 	js     jetstream.JetStream
 	region string
 	now    func() time.Time
+	home   string // the cluster the bucket is placed in when this coordinator makes it; "": the server's
+
+	mu sync.Mutex
+	kv jetstream.KeyValue // the bucket as last found; nil: none yet
 }
 
 // NewCoordinator returns region's coordinator over js, a JetStream context on the
@@ -39,15 +44,23 @@ func NewCoordinator(js jetstream.JetStream, region string, now func() time.Time)
 	return &Coordinator{js: js, region: region, now: now}
 }
 
+// Home places the bucket, when this coordinator makes it, in the NATS cluster named home: in
+// a supercluster (regional clusters joined by gateways) the home region's cluster, wherever
+// the renewing process connects. Without it JetStream places a new stream in the cluster of
+// the server the request came in on, so the first region to renew would own the bucket. A
+// bucket that exists stays where it is. It returns c.
+func (c *Coordinator) Home(cluster string) *Coordinator { c.home = cluster; return c }
+
 // Renew renews the region's lease of queue's global budget with demand (deliveries per
 // second) under the terms t, and returns the lease and the record it was written in. It
 // returns an error when the coordinator cannot be reached or the record cannot be written
 // within casTries; the region then goes on with the lease it holds.
 func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t Terms) (Lease, Record, error) {
-	kv, err := c.bucket(ctx)
+	kv, err := c.bucket(ctx, false)
 	if err != nil {
 		return Lease{}, Record{}, err
 	}
+	looked := false // the bucket was looked up again after a failed read
 	for try := range casTries {
 		if try > 0 {
 			wait := time.Duration(rand.Int64N(int64(try) * int64(2*time.Millisecond)))
@@ -64,6 +77,13 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			// No state: the coordinator is new or lost what it had; wait out the longest lease.
 			rec = Fresh(t, c.now())
+		case err != nil && !looked:
+			// The bucket kept may be gone (the coordinator lost it): look it up again, once.
+			if kv, err = c.bucket(ctx, true); err != nil {
+				return Lease{}, Record{}, err
+			}
+			looked = true
+			continue
 		case err != nil:
 			return Lease{}, Record{}, fmt.Errorf("regions: read %q: %w", queue, err)
 		default:
@@ -98,16 +118,36 @@ func isWrongRevision(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
-// bucket returns the coordinator's bucket, made when missing.
-func (c *Coordinator) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+// bucket returns the coordinator's bucket, made when missing (in the home cluster, if set).
+// The bucket found is kept, so that a renewal costs two round trips to the coordinator (a
+// read, a write), not three: across a gateway to another region each is that link's round
+// trip. With again it looks the bucket up even so: Renew does once a read on the kept bucket
+// failed, in case the coordinator lost it, and makes it again if so. A look-up that fails leaves the bucket
+// kept: after a heal the supercluster's JetStream elects a meta leader, which a look-up needs
+// (and may wait for until the renewal's deadline) and the bucket's reads and writes do not, so
+// the next renewal starts from the bucket kept, not from another look-up.
+func (c *Coordinator) bucket(ctx context.Context, again bool) (jetstream.KeyValue, error) {
+	c.mu.Lock()
+	had := c.kv
+	c.mu.Unlock()
+	if had != nil && !again {
+		return had, nil
+	}
 	kv, err := c.js.KeyValue(ctx, Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: Bucket, History: 1,
-			Description: "sluice: regional leases of global budgets"})
+		cfg := jetstream.KeyValueConfig{Bucket: Bucket, History: 1,
+			Description: "sluice: regional leases of global budgets"}
+		if c.home != "" {
+			cfg.Placement = &jetstream.Placement{Cluster: c.home}
+		}
+		kv, err = c.js.CreateOrUpdateKeyValue(ctx, cfg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("regions: coordinator bucket: %w", err)
 	}
+	c.mu.Lock()
+	c.kv = kv
+	c.mu.Unlock()
 	return kv, nil
 }
 

@@ -92,9 +92,14 @@ func TestRenewNeverOverBudget(t *testing.T) {
 		t.Fatalf("b got %v while a holds the whole budget", lb.Share)
 	}
 	la = renew("a", 100)
-	now = now.Add(terms.Renew + terms.Lingers)
+	// b's renewal while a's former share lingers gets nothing, and says when that ends.
+	now = now.Add(terms.Renew * 3 / 4)
+	if lb = renew("b", 100); lb.Share != 0 || !lb.Retry.Equal(la.WasUntil) {
+		t.Fatalf("b while a's share lingers: %+v; want share 0, retry at %v", lb, la.WasUntil)
+	}
+	now = lb.Retry
 	lb = renew("b", 100)
-	if la.Share != 25 || lb.Share != 25 {
-		t.Fatalf("after b's return: %v, %v; want 25 each", la.Share, lb.Share)
+	if la.Share != 25 || lb.Share != 25 || !lb.Retry.IsZero() {
+		t.Fatalf("after b's return: %v, %+v; want 25 each, no retry", la.Share, lb)
 	}
 }

@@ -23,8 +23,15 @@
 // parts never sum above the limit; a part below one request refuses without the limiter). The
 // ingress's HTTP path and its Envoy rate-limit service both decide through it.
 //
+// Placement. With regional NATS clusters joined by gateways (a supercluster), every region
+// names its own server as the coordinator and the bucket lives in the home region's cluster
+// (Coordinator.Home places it when a region makes it); a region's renewals then cross the
+// gateway. A renewal short of its target because another region's budget frees up within the
+// renew period is told when (Lease.Retry), so that its holder renews again then.
+//
 // Costs: one read and one compare-and-set write on the coordinator per worker (or ingress),
-// global queue (or rule) and renew period; none on the path of a job; a read lock and an
+// global queue (or rule) and renew period (two round trips: the bucket found is kept), and one
+// more renewal per shift of shares; none on the path of a job; a read lock and an
 // atomic add per decision of a global rule. docs/design/regions.md derives the bound the
 // upstream sees.
 package regions

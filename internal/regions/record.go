@@ -36,6 +36,11 @@ type Lease struct {
 	// next read, so the freed budget is handed out once none of them can still use it.
 	Was      float64   `json:"was,omitempty"`
 	WasUntil time.Time `json:"was_until,omitzero"`
+	// Retry, when set (never stored), is when a renewal may get more: the region's share is
+	// below its target because another region still holds budget that it stops holding then
+	// (a lowered share stops lingering, or a lease expires), within one renew period. A
+	// holder that renews again then follows a shift without waiting for its next period.
+	Retry time.Time `json:"-"`
 }
 
 // Terms are a region's settings for one renewal.
@@ -118,7 +123,33 @@ func Renew(rec Record, region string, demand float64, t Terms, now time.Time) (R
 	l := Lease{Share: share, Expires: now.Add(t.Lease), Demand: demand, Renewed: now}
 	l.Was, l.WasUntil = lingering(old, share, now, now.Add(t.Renew+t.Lingers))
 	out.Leases[region] = l
+	if share < target {
+		l.Retry = freed(out.Leases, region, now, now.Add(t.Renew))
+	}
 	return out, l
+}
+
+// freed is the first instant after now and before by at which a region other than region
+// holds less (its lowered share stops lingering, or its lease expires); zero if none does.
+func freed(leases map[string]Lease, region string, now, by time.Time) time.Time {
+	var at time.Time
+	earliest := func(t time.Time) {
+		if t.After(now) && t.Before(by) && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	for r, l := range leases {
+		if r == region {
+			continue
+		}
+		if l.Was > 0 {
+			earliest(l.WasUntil)
+		}
+		if l.Share > 0 || l.Was > 0 {
+			earliest(l.Expires)
+		}
+	}
+	return at
 }
 
 // lingering is what a lease replacing old with share at now must still count as held (Was)

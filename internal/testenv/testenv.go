@@ -1,7 +1,9 @@
 // Package testenv starts the real servers Sluice's tests talk to: redis-server (from the system,
 // installed by `make test`; also as a small Redis Cluster) and NATS with JetStream (the
 // nats-server/v2 module, embedded or built and run as a separate process), and a headless
-// browser (chromedp) for the dashboard's tests. Each server listens on a free loopback port,
+// browser (chromedp) for the dashboard's tests; and "regions" as a NATS supercluster, a
+// one-server cluster per region joined by gateways through in-process Toxiproxy links that add
+// latency and can be cut ([NewSupercluster]). Each server listens on a free loopback port,
 // keeps its data in a temporary directory, and is stopped by t.Cleanup. It also reads
 // Prometheus metrics from a registry for assertions.
 //

@@ -19,7 +19,7 @@ import (
 	"github.com/sluice-rl/sluice/queue"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.ProxyLeaks()...) }
 
 // harness is one in-process test's world: an embedded NATS server with the test's queues, a
 // recording upstream, and pools run against them.

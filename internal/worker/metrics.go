@@ -126,7 +126,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		drain: newDrainRate(time.Now),
 		regionShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_region_share",
-			Help: "Deliveries per second this worker's region may use of a global queue's rate now: its lease's share, or its safe share once the lease expired unrenewed. By queue.",
+			Help: "Deliveries per second this worker's region may use of a global queue's rate now: its lease's share (a lowered share's former value while the coordinator still counts it), or its safe share once the lease expired unrenewed. By queue.",
 		}, []string{"queue"}),
 		regionExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_region_lease_expiry_timestamp_seconds",

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-rl/sluice/internal/regions"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
@@ -34,6 +36,16 @@ type Regions struct {
 type LeaseRenewer interface {
 	Renew(ctx context.Context, queue string, demand float64, t regions.Terms) (regions.Lease, regions.Record, error)
 }
+
+// formerMargin is how long before a lowered share stops being counted for the region
+// (Lease.WasUntil) the region stops using it: the slots and units its workers reserve ahead
+// (reserveAhead, unitAhead) and a scheduling delay, so that none is spent after the freed
+// budget may be handed to another region.
+const formerMargin = reserveAhead + 100*time.Millisecond
+
+// retryLag is how long after the instant a renewal named (Lease.Retry) the region renews
+// again: past it by the coordinator's clock, should the two differ by a little.
+const retryLag = 20 * time.Millisecond
 
 // leaseLingers is the slack beyond a renew period before a region's lowered share is handed to
 // others: the slots its workers reserved ahead (reserveAhead) and the renewal's own time.
@@ -66,6 +78,10 @@ type regionalLease struct {
 	since    time.Time     // when the region began to run without a lease (onSafe)
 	lost     bool          // the region has run without a lease for longer than lostAfter
 	failures int           // renewals failed in a row
+	// showing is the share sluice_region_share was last set to (shareGauge, made at the
+	// first share read).
+	showing    float64
+	shareGauge prometheus.Gauge
 }
 
 // on reports whether the queue of cfg is global in a deployment with regions.
@@ -83,7 +99,10 @@ func (rl *regionalLease) share() (float64, bool) {
 	defer rl.mu.Unlock()
 	if now.Before(rl.lease.Expires) {
 		rl.safe(false, 0, now)
-		return rl.lease.Share, true
+		if l := rl.lease; l.Was > l.Share && now.Before(l.WasUntil.Add(-formerMargin)) {
+			return rl.shown(l.Was), true // still counted as the region's: used, not left idle
+		}
+		return rl.shown(rl.lease.Share), true
 	}
 	budget := perSecond(cfg.Rate)
 	safe := min(rl.reg.SafeShare, budget)
@@ -91,7 +110,21 @@ func (rl *regionalLease) share() (float64, bool) {
 		safe = budget / float64(max(rl.reg.Regions, 1))
 	}
 	rl.safe(true, safe, now)
-	return safe, true
+	return rl.shown(safe), true
+}
+
+// shown sets sluice_region_share to s when it changed, so that the metric follows the share
+// as it is used (a lowered share's former value stops before the next renewal), and returns
+// s; rl.mu is held.
+func (rl *regionalLease) shown(s float64) float64 {
+	if s != rl.showing || rl.shareGauge == nil {
+		if rl.shareGauge == nil {
+			rl.shareGauge = rl.env.m.regionShare.WithLabelValues(rl.env.name)
+		}
+		rl.shareGauge.Set(s)
+		rl.showing = s
+	}
+	return s
 }
 
 // safe records whether the region runs on its safe share (the metric), and logs a change from
@@ -145,13 +178,18 @@ func (rl *regionalLease) checkLost() {
 		"queue", rl.env.name, "since", rl.since, "expired", rl.lease.Expires, "renewal_failures", rl.failures)
 }
 
-// rate is the region's share for the leak slot: > 0 lowers the queue's rate to it; 0 leaves it.
+// rate is the region's share for the leak slot: > 0 lowers the queue's rate to it; 0 (not
+// global) leaves it. A share below one delivery per renew period (0 included: a strict safe
+// share, a lease that gives nothing yet) is raised to that: admit holds new jobs then, and
+// the jobs admitted before the share fell, already waiting for their slots, get at most one
+// per renew period, not the queue's whole rate (a rate of 0 would leave the slot at it, and
+// a smaller one would reserve their slots past the next renewal).
 func (rl *regionalLease) rate() float64 {
 	s, ok := rl.share()
 	if !ok {
 		return 0
 	}
-	return s
+	return max(s, 1/rl.reg.Renew.Seconds())
 }
 
 // fraction is the region's part of the queue's global budgets now, share ÷ rate in [0, 1]:
@@ -204,8 +242,31 @@ func (rl *regionalLease) run(ctx context.Context) {
 	rl.env.every(ctx, rl.reg.Renew, rl.on, nil, rl.renew)
 }
 
-// renew renews the lease once, with the region's demand.
+// renew renews the lease, with the region's demand; and once more, before the next period,
+// when the coordinator said budget the region is short of frees up earlier (Lease.Retry: a
+// lowered share of another region stops lingering, a silent region's lease expires), so that
+// a shift is followed within the linger and not a renew period later.
 func (rl *regionalLease) renew(ctx context.Context) {
+	l, ok := rl.renewOnce(ctx)
+	if !ok || l.Retry.IsZero() {
+		return
+	}
+	wait := l.Retry.Sub(rl.env.now()) + retryLag
+	if wait <= 0 || wait >= rl.reg.Renew {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+		rl.renewOnce(ctx)
+	}
+}
+
+// renewOnce renews the lease once, with the region's demand, and returns the lease and
+// whether the renewal succeeded.
+func (rl *regionalLease) renewOnce(ctx context.Context) (regions.Lease, bool) {
 	cfg := rl.env.cfg()
 	budget := perSecond(cfg.Rate)
 	demand := rl.demand(ctx, budget)
@@ -228,7 +289,7 @@ func (rl *regionalLease) renew(ctx context.Context) {
 			rl.env.log.Warn("worker: cannot renew the region's lease of a global queue; using it until it expires",
 				"queue", rl.env.name, "expires", rl.lease.Expires, "err", err)
 		}
-		return
+		return l, false
 	}
 	if rl.failures > 0 {
 		rl.env.log.Info("worker: the region's lease of a global queue renews again", "queue", rl.env.name)
@@ -238,6 +299,7 @@ func (rl *regionalLease) renew(ctx context.Context) {
 		rl.lease = l
 		rl.env.m.regionExpiry.WithLabelValues(rl.env.name).Set(float64(l.Expires.UnixMilli()) / 1000)
 	}
+	return l, true
 }
 
 // demand is the region's demand for the queue's global rate: its backlog drained within one

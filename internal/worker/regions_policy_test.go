@@ -62,8 +62,34 @@ func TestRegionalLease(t *testing.T) {
 			if v := rl.admit(context.Background(), cfg, testJob("j", "")); (v.kind == admitHold) != tc.wantHold {
 				t.Errorf("verdict %+v, want hold %v", v, tc.wantHold)
 			}
+			// The leak slot's rate: the share, but never below one delivery per renew period,
+			// so that jobs admitted before it fell never run at the queue's whole rate.
+			if r, want := rl.rate(), max(tc.wantShare, 2); r != want {
+				t.Errorf("slot rate %v, want %v", r, want)
+			}
 		})
 	}
+	t.Run("a lowered share is used while it is counted", func(t *testing.T) {
+		clock := newFakeClock()
+		cfg := &QueueConfig{Name: "q", Rate: leaky.Every(50, time.Second), Global: true}
+		env := testEnv("q", func() *QueueConfig { return cfg })
+		env.now = clock.now
+		c := &renewer{lease: regions.Lease{Share: 10, Was: 40, WasUntil: clock.now().Add(time.Second),
+			Expires: clock.now().Add(2 * time.Second)}}
+		rl := &regionalLease{env: env, reg: &Regions{Coordinator: c, Regions: 2, SafeShare: -1,
+			Lease: 2 * time.Second, Renew: 500 * time.Millisecond}}
+		rl.renew(context.Background())
+		t0 := clock.now()
+		for _, step := range []struct {
+			at   time.Duration
+			want float64
+		}{{0, 40}, {time.Second - formerMargin - time.Millisecond, 40}, {time.Second - formerMargin, 10}, {time.Second, 10}} {
+			clock.advance(t0.Add(step.at).Sub(clock.now()))
+			if s, _ := rl.share(); s != step.want {
+				t.Errorf("%v after the lowering: share %v, want %v", step.at, s, step.want)
+			}
+		}
+	})
 	t.Run("not global", func(t *testing.T) {
 		cfg := &QueueConfig{Name: "q", Rate: leaky.Every(50, time.Second)}
 		rl := &regionalLease{env: testEnv("q", func() *QueueConfig { return cfg }), reg: &Regions{Renew: time.Second}}

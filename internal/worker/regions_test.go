@@ -23,6 +23,7 @@ import (
 // to the coordinator.
 type region struct {
 	name  string
+	home  string // the cluster the coordinator's bucket is made in ("": the coordinator's own)
 	qs    *queue.Queues
 	coord jetstream.JetStream
 	close func() // closes the connection to the coordinator: the region is cut off from it
@@ -65,7 +66,7 @@ func (r *region) runSpec(t *testing.T, h *harness, spec worker.QueueConfig, safe
 	spec.Global = true
 	reg := prometheus.NewRegistry()
 	deps := worker.Deps{Queues: r.qs, Schedule: sched, Registerer: reg,
-		Regions: &worker.Regions{Coordinator: regions.NewCoordinator(r.coord, r.name, nil), Regions: 2,
+		Regions: &worker.Regions{Coordinator: regions.NewCoordinator(r.coord, r.name, nil).Home(r.home), Regions: 2,
 			SafeShare: safe, Lease: 2 * time.Second, Renew: 500 * time.Millisecond}}
 	p, err := worker.New(deps, []worker.QueueConfig{spec})
 	if err != nil {
