@@ -40,10 +40,10 @@ rules:
 		t.Fatalf("rule %+v: want no limit of its own and 2 budgets", r)
 	}
 	in, out := r.Budgets[0], r.Budgets[1]
-	if got, want := in.LimitSpec(), (limit.Limit{Algorithm: limit.SlidingWindow, Limit: 400000, Period: time.Minute}); got != want {
+	if got, want := in.LimitSpec(), (limit.Limit{Algorithm: limit.SlidingWindow, Limit: 400000, Period: time.Minute, Refunds: true}); got != want {
 		t.Errorf("input limit %+v, want %+v", got, want)
 	}
-	if got, want := out.LimitSpec(), (limit.Limit{Algorithm: limit.TokenBucket, Limit: 80000, Period: time.Minute, Burst: 8000}); got != want {
+	if got, want := out.LimitSpec(), (limit.Limit{Algorithm: limit.TokenBucket, Limit: 80000, Period: time.Minute, Burst: 8000, Refunds: true}); got != want {
 		t.Errorf("output limit %+v, want %+v", got, want)
 	}
 	if in.CostFallback != 30000 || !in.Cost.IsExpr() || !in.CostFromResponse.IsExpr() || !out.CostFromResponse.IsSet() {
