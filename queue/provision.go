@@ -116,8 +116,9 @@ func (e *ProvisionError) Unwrap() error { return e.Err }
 // provisionParallel is how many queues Provision provisions at once.
 const provisionParallel = 32
 
-// provision creates or updates the streams and consumers of queue s; its schedule and
-// dead-letter streams only where ex says they exist.
+// provision creates or updates the stream and consumer of queue s, without a lookup where ex
+// says they are missing; its ledger, schedule and dead-letter streams only where ex says they
+// exist.
 func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.Stream, jetstream.Consumer, error) {
 	limit := func(n int64) int64 {
 		if n == 0 {
@@ -127,7 +128,11 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 	}
 	// Jobs are published to a subject of their own, <prefix>.q.<queue>.<job id>, so that one
 	// is found by id; the bare queue subject stays for publishers of earlier versions.
-	stream, err := q.ensureStream(ctx, jetstream.StreamConfig{
+	ensure := q.ensureStream
+	if !ex.queues[s.Name] {
+		ensure = q.createStream
+	}
+	stream, err := ensure(ctx, jetstream.StreamConfig{
 		Name:        q.streamName(s.Name),
 		Description: "Sluice queue " + s.Name,
 		Subjects:    []string{q.subject(s.Name), q.jobSubject(s.Name, "*")},
@@ -142,7 +147,13 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: %q: stream %s: %w", s.Name, q.streamName(s.Name), err)
 	}
-	cons, err := q.ensureConsumer(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
+	// A stream that holds no consumer (just made, here or by another process) gets it
+	// without a lookup first.
+	ensureCons := q.ensureConsumer
+	if stream.CachedInfo().State.Consumers == 0 {
+		ensureCons = q.createConsumer
+	}
+	cons, err := ensureCons(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
 		Durable:       consumerName,
 		Description:   "Sluice workers of queue " + s.Name,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -154,8 +165,12 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
 	}
-	if err := q.provisionLedger(ctx, s, limit); err != nil {
-		return nil, nil, err
+	// The admission ledger is made by the queue's first job (admit); one that exists is kept
+	// up to date here.
+	if ex.ledgers[s.Name] {
+		if err := q.provisionLedger(ctx, s, limit); err != nil {
+			return nil, nil, err
+		}
 	}
 	if ex.deadLetters[s.Name] {
 		if err := q.provisionDeadLetters(ctx, s.Name); err != nil {

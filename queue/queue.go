@@ -149,10 +149,13 @@ type core struct {
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)
 	// ledgers are the admission ledgers' streams by name (jetstream.Stream), for releases;
-	// budgets the deferral budgets' streams made, by name and size (ledger.go).
-	ledgers  sync.Map
-	budgets  sync.Map
-	releases sync.WaitGroup // background releases of tickets (ledger.go)
+	// ledgersMade the names of those this process made or found as its specs want them
+	// (admit makes the others on demand); budgets the deferral budgets' streams made, by name
+	// and size (ledger.go).
+	ledgers     sync.Map
+	ledgersMade sync.Map
+	budgets     sync.Map
+	releases    sync.WaitGroup // background releases of tickets (ledger.go)
 	// schedBytesInFlight is, per queue, the bytes of scheduled jobs being stored now
 	// (*atomic.Int64; reserveBytes).
 	schedBytesInFlight sync.Map
