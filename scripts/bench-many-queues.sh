@@ -14,7 +14,9 @@
 #              the busiest worker
 #   RSS        after that: nats-server, the ingress, the largest worker
 #   wake       p50 / p99 / max of SAMPLES jobs, one at a time 100 ms apart, each on a random
-#              idle queue, from POST to the upstream (scripts/wakeprobe)
+#              idle queue, from POST to the upstream (scripts/wakeprobe): "first" is each
+#              queue's first job (which makes the queue's admission ledger), "again" a second
+#              run on the same queues in the same order, each idle since its first job
 #
 #   load       the machine's 1-minute load average when the configuration started and ended
 #              (other processes on the machine stretch every time above)
@@ -89,8 +91,8 @@ wait_up "http://$UP/q/"
 echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3), commit $(git rev-parse --short HEAD)"
 echo "# stock nats-server -js -sd DIR (default limits), queues of rate 10/s without max_bytes, idle ${IDLE}s from ready, wake over $SAMPLES jobs"
 echo
-echo '| queues × workers | ingress ready | all ready (slowest) | all ready, warm restart | first job | idle CPU nats / ingress / worker (max) | RSS MiB nats / ingress / worker (max) | wake p50 / p99 / max | load |'
-echo '|---|---:|---:|---:|---:|---|---|---|---|'
+echo '| queues × workers | ingress ready | all ready (slowest) | all ready, warm restart | first job | idle CPU nats / ingress / worker (max) | RSS MiB nats / ingress / worker (max) | wake p50 / p99 / max, first | wake p50 / p99 / max, again | load |'
+echo '|---|---:|---:|---:|---:|---|---|---|---|---|'
 for c in $CONFIGS; do
   N=${c%x*} NW=${c#*x}
   R="$W/run-$c"
@@ -113,7 +115,7 @@ for c in $CONFIGS; do
   load0=$(load1)
   start_procs
   if [ "$(max_ready)" = timeout ]; then
-    printf '| %d × %d | %s | %s | — | — | — | — | — | %s |\n' "$N" "$NW" "$(fmt_ms "$(cat "$R/ready-ingress")")" "$(fmt_ms timeout)" "$load0"
+    printf '| %d × %d | %s | %s | — | — | — | — | — | — | %s |\n' "$N" "$NW" "$(fmt_ms "$(cat "$R/ready-ingress")")" "$(fmt_ms timeout)" "$load0"
     kill "${PIDS[@]}" "$NATS" "$REDIS" 2>/dev/null; wait "${PIDS[@]}" "$NATS" "$REDIS" 2>/dev/null || true
     if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP/$c"; cp "$R"/*.log "$KEEP/$c/"; fi
     rm -rf "$R/js"
@@ -133,7 +135,8 @@ for c in $CONFIGS; do
   done
   idle="$(cpu "$NATS")% / $(cpu "${PIDS[0]}")% / ${wcpu}%"
   rss="$(rss_mib "$NATS") / $(rss_mib "${PIDS[0]}") / $wrss"
-  wake=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
+  wake=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
+  again=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
   iready=$(cat "$R/ready-ingress")
 
   # The same processes again on the warm server: the streams and consumers exist.
@@ -143,7 +146,7 @@ for c in $CONFIGS; do
   warm=$(max_ready)
   kill "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null || true
   kill "$NATS" "$REDIS" 2>/dev/null; wait "$NATS" "$REDIS" 2>/dev/null || true
-  printf '| %d × %d | %s | %s | %s | %s ms | %s | %s | %s | %s–%s |\n' "$N" "$NW" "$(fmt_ms "$iready")" "$(fmt_ms "$wready")" "$(fmt_ms "$warm")" "$first" "$idle" "$rss" "$wake" "$load0" "$(load1)"
+  printf '| %d × %d | %s | %s | %s | %s ms | %s | %s | %s | %s | %s–%s |\n' "$N" "$NW" "$(fmt_ms "$iready")" "$(fmt_ms "$wready")" "$(fmt_ms "$warm")" "$first" "$idle" "$rss" "$wake" "$again" "$load0" "$(load1)"
   if grep -q "10047\|cannot be provisioned" "$R"/*.log; then echo "  (some queues could not be provisioned: see the logs)"; fi
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP/$c"; cp "$R"/*.log "$KEEP/$c/"; fi
   rm -rf "$R/js"
