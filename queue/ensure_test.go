@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -151,5 +152,36 @@ func TestProvisionFreshLooksNothingUp(t *testing.T) {
 		if n := w.take(t, b.nc, kind, ""); n != 0 {
 			t.Errorf("provisioning again sent %d %s, want 0", n, kind)
 		}
+	}
+}
+
+// A burst of first jobs on a queue whose ledger is not made yet makes it (several makes may
+// run at once, each idempotent) and max_depth holds exactly: 5 accepted of 16, the rest full.
+func TestLedgerMadeByConcurrentFirstJobs(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 5})
+	b.noStream("_A_q")
+	var wg sync.WaitGroup
+	var accepted, full atomic.Int64
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Go(func() {
+			_, err := b.q.Publish(b.ctx, &queue.Job{Queue: "q", Direct: true})
+			switch {
+			case err == nil:
+				accepted.Add(1)
+			case errors.Is(err, queue.ErrFull):
+				full.Add(1)
+			default:
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("publish: %v", err)
+	}
+	if accepted.Load() != 5 || full.Load() != 11 {
+		t.Fatalf("accepted %d, full %d; want 5 and 11", accepted.Load(), full.Load())
 	}
 }

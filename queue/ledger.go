@@ -101,6 +101,9 @@ func noLimitZero(n int64) int64 {
 	return n
 }
 
+// ledgerMakes is how many ledgers a process makes on demand at once.
+const ledgerMakes = 8
+
 // provisionLedger creates or updates the ledger stream of queue s. Lowering MaxDepth below
 // what the ledger holds refuses new jobs until enough leave (the server trims no DiscardNew
 // stream). Lowering TenantMaxDepth, or setting it, makes the server drop each tenant's oldest
@@ -155,8 +158,10 @@ func (q *core) ensureBudget(ctx context.Context, s Spec, b *Budget) error {
 // then no ticket is held.
 func (q *core) admit(ctx context.Context, spec Spec, job *Job, msgID string) ([]ticket, error) {
 	var owned []ticket
-	// The queue's first job in this process makes its ledger unless Provision found it.
-	if err := q.onDemand(ctx, &q.ledgersMade, q.ledgerName(spec.Name), func(ctx context.Context) error {
+	// The queue's first job in this process makes its ledger unless Provision found it, up to
+	// ledgerMakes at a time: a burst of first jobs on many queues right after a start does not
+	// wait for their ledgers one by one.
+	if err := onDemandIn(ctx, q.makingLedgers, &q.ledgersMade, q.ledgerName(spec.Name), func(ctx context.Context) error {
 		return q.makeLedger(ctx, spec.withDefaults(), noLimitZero, q.createStream)
 	}); err != nil {
 		return nil, err

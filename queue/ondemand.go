@@ -25,12 +25,18 @@ import (
 // a burst of first uses does not send the same creations many times; a caller gives up
 // waiting for it when ctx ends.
 func (q *core) onDemand(ctx context.Context, known *sync.Map, name string, make func(context.Context) error) error {
+	return onDemandIn(ctx, q.making, known, name, make)
+}
+
+// onDemandIn is onDemand with as many makes at a time as slots has room for. Two makes of the
+// same object may then run at once; each must be idempotent.
+func onDemandIn(ctx context.Context, slots chan struct{}, known *sync.Map, name string, make func(context.Context) error) error {
 	if _, ok := known.Load(name); ok {
 		return nil
 	}
 	select {
-	case q.making <- struct{}{}:
-		defer func() { <-q.making }()
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
 	case <-ctx.Done():
 		return fmt.Errorf("queue: %q: %w", name, ctx.Err())
 	}
