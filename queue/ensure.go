@@ -26,12 +26,19 @@ func (q *core) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (je
 		return nil, err
 	}
 	if err != nil {
-		// Not found: create it in one request (CreateOrUpdateStream would try an update
-		// first). Another process may have made it meanwhile, with other settings: update.
-		st, err = q.js.CreateStream(ctx, cfg)
-		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return st, classify(err)
-		}
+		return q.createStream(ctx, cfg)
+	}
+	st, err = q.js.CreateOrUpdateStream(ctx, cfg)
+	return st, classify(err)
+}
+
+// createStream is ensureStream for a stream known to be missing: it creates it in one request
+// (CreateOrUpdateStream would try an update first). Another process may have made it
+// meanwhile: as cfg, the creation returns it unchanged; with other settings, it is updated.
+func (q *core) createStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	st, err := q.js.CreateStream(ctx, cfg)
+	if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return st, classify(err)
 	}
 	st, err = q.js.CreateOrUpdateStream(ctx, cfg)
 	return st, classify(err)
@@ -87,6 +94,17 @@ func (q *core) ensureConsumer(ctx context.Context, stream string, cfg jetstream.
 		return nil, err
 	}
 	c, err = q.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	return c, classify(err)
+}
+
+// createConsumer is ensureConsumer for a consumer known to be missing (its stream holds
+// none): one request. One that another process made meanwhile with other settings is
+// updated.
+func (q *core) createConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := q.js.CreateConsumer(ctx, stream, cfg)
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		return q.ensureConsumer(ctx, stream, cfg)
+	}
 	return c, classify(err)
 }
 

@@ -101,18 +101,28 @@ func noLimitZero(n int64) int64 {
 	return n
 }
 
+// ledgerMakes is how many ledgers a process makes on demand at once.
+const ledgerMakes = 8
+
 // provisionLedger creates or updates the ledger stream of queue s. Lowering MaxDepth below
 // what the ledger holds refuses new jobs until enough leave (the server trims no DiscardNew
 // stream). Lowering TenantMaxDepth, or setting it, makes the server drop each tenant's oldest
 // tickets beyond it: a tenant over the new bound is then counted short by that many until its
 // jobs leave.
 func (q *core) provisionLedger(ctx context.Context, s Spec, limit func(int64) int64) error {
+	return q.makeLedger(ctx, s, limit, q.ensureStream)
+}
+
+// makeLedger is provisionLedger by ensure: ensureStream, or createStream for a ledger that is
+// likely missing (one request where it is).
+func (q *core) makeLedger(ctx context.Context, s Spec, limit func(int64) int64, ensure func(context.Context, jetstream.StreamConfig) (jetstream.Stream, error)) error {
 	cfg := q.ledgerConfig(s, limit)
-	st, err := q.ensureStream(ctx, cfg)
+	st, err := ensure(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("queue: %q: ledger %s: %w", s.Name, cfg.Name, err)
 	}
 	q.ledgers.Store(cfg.Name, st)
+	q.ledgersMade.Store(cfg.Name, struct{}{})
 	return nil
 }
 
@@ -148,6 +158,14 @@ func (q *core) ensureBudget(ctx context.Context, s Spec, b *Budget) error {
 // then no ticket is held.
 func (q *core) admit(ctx context.Context, spec Spec, job *Job, msgID string) ([]ticket, error) {
 	var owned []ticket
+	// The queue's first job in this process makes its ledger unless Provision found it, up to
+	// ledgerMakes at a time: a burst of first jobs on many queues right after a start does not
+	// wait for their ledgers one by one.
+	if err := onDemandIn(ctx, q.makingLedgers, &q.ledgersMade, q.ledgerName(spec.Name), func(ctx context.Context) error {
+		return q.makeLedger(ctx, spec.withDefaults(), noLimitZero, q.createStream)
+	}); err != nil {
+		return nil, err
+	}
 	subject := q.ledgerPrefix(spec.Name) + tenantToken(job.Tenant)
 	t, dup, err := q.take(ctx, q.ledgerName(spec.Name), subject, msgID, job)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {

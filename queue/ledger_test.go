@@ -203,6 +203,7 @@ func TestSweepLedger(t *testing.T) {
 // A ledger deleted behind the queue's back is made again by the next publish, which succeeds.
 func TestLedgerMadeAgain(t *testing.T) {
 	b := setup(t, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 5})
+	b.publish(&queue.Job{Queue: "q", Direct: true}) // makes the ledger
 	if err := b.js.DeleteStream(b.ctx, b.prefix+"_A_q"); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,12 +25,18 @@ import (
 // a burst of first uses does not send the same creations many times; a caller gives up
 // waiting for it when ctx ends.
 func (q *core) onDemand(ctx context.Context, known *sync.Map, name string, make func(context.Context) error) error {
+	return onDemandIn(ctx, q.making, known, name, make)
+}
+
+// onDemandIn is onDemand with as many makes at a time as slots has room for. Two makes of the
+// same object may then run at once; each must be idempotent.
+func onDemandIn(ctx context.Context, slots chan struct{}, known *sync.Map, name string, make func(context.Context) error) error {
 	if _, ok := known.Load(name); ok {
 		return nil
 	}
 	select {
-	case q.making <- struct{}{}:
-		defer func() { <-q.making }()
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
 	case <-ctx.Done():
 		return fmt.Errorf("queue: %q: %w", name, ctx.Err())
 	}
@@ -43,30 +50,39 @@ func (q *core) onDemand(ctx context.Context, known *sync.Map, name string, make 
 	return nil
 }
 
-// existing is what Provision finds made on demand: the queues that have a schedule stream
-// and those that have a dead-letter stream, by name.
-type existing struct{ schedules, deadLetters, backlogs map[string]bool }
+// existing is what Provision finds on the server, by queue name: the queues whose delivery
+// stream, admission ledger, schedule stream, dead-letter stream or tenants' backlog stream
+// exists.
+type existing struct{ queues, ledgers, schedules, deadLetters, backlogs map[string]bool }
 
-// listExisting lists the schedule, dead-letter and backlog streams of this prefix: three paged
-// listings.
+// listExisting lists the streams of this prefix by name: one paged listing (a page holds
+// 1 024 names) instead of a lookup per queue and kind. What it finds missing Provision creates
+// without looking first: on a fresh server every lookup would be answered "not found", and
+// nats-server answers lookups only when no creation waits (its info requests are queued
+// behind the others), so they stalled the creations of processes starting together.
 func (q *core) listExisting(ctx context.Context) (existing, error) {
-	ex := existing{schedules: map[string]bool{}, deadLetters: map[string]bool{}, backlogs: map[string]bool{}}
-	err := q.listStreams(ctx, q.opts.Prefix+".s.>", q.schedStreamPrefix(), func(name string, _ jetstream.StreamState) {
-		ex.schedules[name] = true
-	})
-	if err != nil {
-		return ex, err
+	ex := existing{queues: map[string]bool{}, ledgers: map[string]bool{}, schedules: map[string]bool{},
+		deadLetters: map[string]bool{}, backlogs: map[string]bool{}}
+	kinds := []struct {
+		prefix string
+		found  map[string]bool
+	}{
+		{q.streamName(""), ex.queues}, {q.ledgerName(""), ex.ledgers}, {q.schedStreamPrefix(), ex.schedules},
+		{q.dlqStreamName(""), ex.deadLetters}, {q.backlogStreamName(""), ex.backlogs},
 	}
-	err = q.listStreams(ctx, q.opts.Prefix+".dlq.>", q.dlqStreamName(""), func(name string, _ jetstream.StreamState) {
-		ex.deadLetters[name] = true
-	})
-	if err != nil {
-		return ex, err
+	l := q.js.StreamNames(ctx, jetstream.WithStreamListSubject(q.opts.Prefix+".>"))
+	for name := range l.Name() {
+		for _, k := range kinds {
+			if queue, ok := strings.CutPrefix(name, k.prefix); ok {
+				k.found[queue] = true
+				break
+			}
+		}
 	}
-	err = q.listStreams(ctx, q.opts.Prefix+".t.>", q.opts.Prefix+"_T_", func(name string, _ jetstream.StreamState) {
-		ex.backlogs[name] = true
-	})
-	return ex, err
+	if err := l.Err(); err != nil {
+		return ex, fmt.Errorf("queue: list streams: %w", err)
+	}
+	return ex, nil
 }
 
 // noStream reports whether err says that a stream does not exist.

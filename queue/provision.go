@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -21,7 +22,7 @@ import (
 // *ProvisionError for each queue that failed (the others are provisioned and known to Publish).
 //
 // A deadline in ctx bounds the whole call. Without one, each step has its own — the bucket and
-// the listing opTimeout each, each queue 4*opTimeout from when its turn comes — so that
+// the listing infoWait each, each queue 4*opTimeout from when its turn comes — so that
 // thousands of queues on a slow server are not cut off by a bound made for a few.
 func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	var errs []error
@@ -47,14 +48,14 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		return errors.Join(errs...)
 	}
 
-	bctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	bctx, cancel := withDefaultTimeout(ctx, infoWait)
 	defer cancel()
 	if err := q.ensureKeyValue(bctx, q.bucketConfig(ttl)); err != nil {
 		errs = append(errs, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err))
 	}
 	// Schedule and dead-letter streams are made on demand; those that exist are kept up to
 	// date here.
-	lctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	lctx, cancel := withDefaultTimeout(ctx, infoWait)
 	defer cancel()
 	ex, err := q.listExisting(lctx)
 	if err != nil {
@@ -113,11 +114,19 @@ type ProvisionError struct {
 func (e *ProvisionError) Error() string { return e.Err.Error() }
 func (e *ProvisionError) Unwrap() error { return e.Err }
 
+// infoWait bounds Provision's requests for information (the status bucket's, the listing of
+// streams) when its ctx has no deadline. nats-server answers those only when no other
+// JetStream request waits, so a process that starts while others create thousands of queues
+// gets them answered once those creations end (at 10 000 queues, about a minute on 2 busy
+// cores): it waits for that rather than fail and start over.
+const infoWait = time.Minute
+
 // provisionParallel is how many queues Provision provisions at once.
 const provisionParallel = 32
 
-// provision creates or updates the streams and consumers of queue s; its schedule and
-// dead-letter streams only where ex says they exist.
+// provision creates or updates the stream and consumer of queue s, without a lookup where ex
+// says they are missing; its ledger, schedule and dead-letter streams only where ex says they
+// exist.
 func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.Stream, jetstream.Consumer, error) {
 	limit := func(n int64) int64 {
 		if n == 0 {
@@ -127,7 +136,11 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 	}
 	// Jobs are published to a subject of their own, <prefix>.q.<queue>.<job id>, so that one
 	// is found by id; the bare queue subject stays for publishers of earlier versions.
-	stream, err := q.ensureStream(ctx, jetstream.StreamConfig{
+	ensure := q.ensureStream
+	if !ex.queues[s.Name] {
+		ensure = q.createStream
+	}
+	stream, err := ensure(ctx, jetstream.StreamConfig{
 		Name:        q.streamName(s.Name),
 		Description: "Sluice queue " + s.Name,
 		Subjects:    []string{q.subject(s.Name), q.jobSubject(s.Name, "*")},
@@ -142,7 +155,13 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: %q: stream %s: %w", s.Name, q.streamName(s.Name), err)
 	}
-	cons, err := q.ensureConsumer(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
+	// A stream that holds no consumer (just made, here or by another process) gets it
+	// without a lookup first.
+	ensureCons := q.ensureConsumer
+	if stream.CachedInfo().State.Consumers == 0 {
+		ensureCons = q.createConsumer
+	}
+	cons, err := ensureCons(ctx, q.streamName(s.Name), jetstream.ConsumerConfig{
 		Durable:       consumerName,
 		Description:   "Sluice workers of queue " + s.Name,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -154,8 +173,12 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
 	}
-	if err := q.provisionLedger(ctx, s, limit); err != nil {
-		return nil, nil, err
+	// The admission ledger is made by the queue's first job (admit); one that exists is kept
+	// up to date here.
+	if ex.ledgers[s.Name] {
+		if err := q.provisionLedger(ctx, s, limit); err != nil {
+			return nil, nil, err
+		}
 	}
 	if ex.deadLetters[s.Name] {
 		if err := q.provisionDeadLetters(ctx, s.Name); err != nil {

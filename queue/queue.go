@@ -149,10 +149,14 @@ type core struct {
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)
 	// ledgers are the admission ledgers' streams by name (jetstream.Stream), for releases;
-	// budgets the deferral budgets' streams made, by name and size (ledger.go).
-	ledgers  sync.Map
-	budgets  sync.Map
-	releases sync.WaitGroup // background releases of tickets (ledger.go)
+	// ledgersMade the names of those this process made or found as its specs want them
+	// (admit makes the others on demand); budgets the deferral budgets' streams made, by name
+	// and size (ledger.go).
+	ledgers       sync.Map
+	ledgersMade   sync.Map
+	makingLedgers chan struct{} // held by the ledgers being made on demand (admit)
+	budgets       sync.Map
+	releases      sync.WaitGroup // background releases of tickets (ledger.go)
 	// schedBytesInFlight is, per queue, the bytes of scheduled jobs being stored now
 	// (*atomic.Int64; reserveBytes).
 	schedBytesInFlight sync.Map
@@ -175,7 +179,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
 	}
 	q := &core{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{},
-		making: make(chan struct{}, 1)}
+		making: make(chan struct{}, 1), makingLedgers: make(chan struct{}, ledgerMakes)}
 	q.closing, q.stopBackground = context.WithCancel(context.Background())
 	// A JetStream context of our own for async publishes, the same API prefix or domain as js,
 	// whose ack timeout frees the futures of acks that never come (callers stop waiting at

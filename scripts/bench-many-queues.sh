@@ -14,21 +14,35 @@
 #              the busiest worker
 #   RSS        after that: nats-server, the ingress, the largest worker
 #   wake       p50 / p99 / max of SAMPLES jobs, one at a time 100 ms apart, each on a random
-#              idle queue, from POST to the upstream (scripts/wakeprobe)
+#              idle queue, from POST to the upstream (scripts/wakeprobe): "first" is each
+#              queue's first job (which makes the queue's admission ledger), "again" a second
+#              run on the same queues in the same order, each idle since its first job
+#
+#   load       the machine's 1-minute load average when the configuration started and ended
+#              (other processes on the machine stretch every time above)
 #
 # Usage: scripts/bench-many-queues.sh [configs] [idle seconds] [samples]
-#   configs: space-separated NxW, default "1000x2 1000x4"
+#   configs: space-separated NxW, default "1000x2 1000x4 10000x2 10000x4"
+# Environment: BIN=dir runs the ingress and worker binaries in dir instead of building them
+# (an A/B against another commit's build); READY_TIMEOUT (seconds, default 300) bounds the
+# wait for a process's /readyz: a process not ready by then is reported as such and the
+# configuration is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIGS=${1:-"1000x2 1000x4"}
+CONFIGS=${1:-"1000x2 1000x4 10000x2 10000x4"}
 IDLE=${2:-10}
 SAMPLES=${3:-100}
+READY_TIMEOUT=${READY_TIMEOUT:-300}
 W=$(mktemp -d)
 cleanup() { set +e; kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$W"; true; }
 trap cleanup EXIT
 
-go build -o "$W/ingress" ./cmd/ingress
-go build -o "$W/worker" ./cmd/worker
+if [ -n "${BIN:-}" ]; then
+  cp "$BIN/ingress" "$BIN/worker" "$W/"
+else
+  go build -o "$W/ingress" ./cmd/ingress
+  go build -o "$W/worker" ./cmd/worker
+fi
 go build -o "$W/wakeprobe" ./scripts/wakeprobe
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
 
@@ -39,8 +53,16 @@ now_ms() { echo $(($(date +%s%N) / 1000000)); }
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_mib() { awk '/VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
 wait_up() { for _ in $(seq 1 400); do curl -s -o /dev/null "$1" && return 0; sleep 0.025; done; echo "no answer from $1" >&2; exit 1; }
-# ready_at <url> <t0> <file>: writes the ms from t0 to the first 200 of url
-ready_at() { until curl -sf -o /dev/null "$1"; do sleep 0.025; done; echo $(($(now_ms) - $2)) > "$3"; }
+load1() { cut -d' ' -f1 /proc/loadavg; }
+# ready_at <url> <t0> <file>: writes the ms from t0 to the first 200 of url, or "timeout"
+# after READY_TIMEOUT seconds
+ready_at() {
+  until curl -sf -o /dev/null "$1"; do
+    if [ $(($(now_ms) - $2)) -gt $((READY_TIMEOUT * 1000)) ]; then echo timeout > "$3"; return; fi
+    sleep 0.025
+  done
+  echo $(($(now_ms) - $2)) > "$3"
+}
 
 # start_procs: the ingress and NW workers on $R's configs, at once; returns when all are ready,
 # each one's time to ready (ms from the start) in $R/ready-*
@@ -59,7 +81,9 @@ start_procs() {
   wait "${WAITERS[@]}"
 }
 # max_ready: the slowest of the processes' times to ready, ingress included
-max_ready() { cat "$R"/ready-* | sort -n | tail -1; }
+max_ready() { if grep -q timeout "$R"/ready-*; then echo timeout; else cat "$R"/ready-* | sort -n | tail -1; fi; }
+# fmt_ms: a time to ready as the table prints it
+fmt_ms() { if [ "$1" = timeout ]; then echo "not ready in ${READY_TIMEOUT}s"; else echo "$1 ms"; fi; }
 
 "$W/wakeprobe" -listen "$UP" -ingress "http://$PUB" &
 wait_up "http://$UP/q/"
@@ -67,8 +91,8 @@ wait_up "http://$UP/q/"
 echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3), commit $(git rev-parse --short HEAD)"
 echo "# stock nats-server -js -sd DIR (default limits), queues of rate 10/s without max_bytes, idle ${IDLE}s from ready, wake over $SAMPLES jobs"
 echo
-echo '| queues × workers | ingress ready | all ready (slowest) | all ready, warm restart | first job | idle CPU nats / ingress / worker (max) | RSS MiB nats / ingress / worker (max) | wake p50 / p99 / max |'
-echo '|---|---:|---:|---:|---:|---|---|---|'
+echo '| queues × workers | ingress ready | all ready (slowest) | all ready, warm restart | first job | idle CPU nats / ingress / worker (max) | RSS MiB nats / ingress / worker (max) | wake p50 / p99 / max, first | wake p50 / p99 / max, again | load |'
+echo '|---|---:|---:|---:|---:|---|---|---|---|---|'
 for c in $CONFIGS; do
   N=${c%x*} NW=${c#*x}
   R="$W/run-$c"
@@ -88,7 +112,15 @@ for c in $CONFIGS; do
   { echo "listen: $PUB"; echo "admin_listen: $ADM"; cat "$R/common.yaml"; } > "$R/ingress.yaml"
   cp "$R/common.yaml" "$R/worker.yaml"
 
+  load0=$(load1)
   start_procs
+  if [ "$(max_ready)" = timeout ]; then
+    printf '| %d × %d | %s | %s | — | — | — | — | — | — | %s |\n' "$N" "$NW" "$(fmt_ms "$(cat "$R/ready-ingress")")" "$(fmt_ms timeout)" "$load0"
+    kill "${PIDS[@]}" "$NATS" "$REDIS" 2>/dev/null; wait "${PIDS[@]}" "$NATS" "$REDIS" 2>/dev/null || true
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP/$c"; cp "$R"/*.log "$KEEP/$c/"; fi
+    rm -rf "$R/js"
+    continue
+  fi
   first=$(curl -sf "http://$UP/run?samples=1&gap=0s&queues=$N" | awk '{print $1}')
 
   declare -A T0=()
@@ -103,7 +135,8 @@ for c in $CONFIGS; do
   done
   idle="$(cpu "$NATS")% / $(cpu "${PIDS[0]}")% / ${wcpu}%"
   rss="$(rss_mib "$NATS") / $(rss_mib "${PIDS[0]}") / $wrss"
-  wake=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
+  wake=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
+  again=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
   iready=$(cat "$R/ready-ingress")
 
   # The same processes again on the warm server: the streams and consumers exist.
@@ -113,7 +146,7 @@ for c in $CONFIGS; do
   warm=$(max_ready)
   kill "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null || true
   kill "$NATS" "$REDIS" 2>/dev/null; wait "$NATS" "$REDIS" 2>/dev/null || true
-  printf '| %d × %d | %d ms | %d ms | %d ms | %s ms | %s | %s | %s |\n' "$N" "$NW" "$iready" "$wready" "$warm" "$first" "$idle" "$rss" "$wake"
+  printf '| %d × %d | %s | %s | %s | %s ms | %s | %s | %s | %s | %s–%s |\n' "$N" "$NW" "$(fmt_ms "$iready")" "$(fmt_ms "$wready")" "$(fmt_ms "$warm")" "$first" "$idle" "$rss" "$wake" "$again" "$load0" "$(load1)"
   if grep -q "10047\|cannot be provisioned" "$R"/*.log; then echo "  (some queues could not be provisioned: see the logs)"; fi
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP/$c"; cp "$R"/*.log "$KEEP/$c/"; fi
   rm -rf "$R/js"

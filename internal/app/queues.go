@@ -23,8 +23,11 @@ import (
 // workers of a fleet that lost NATS together do not come back in step.
 var openPolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5}
 
-// openTimeout bounds one attempt of openQueues.
-const openTimeout = 20 * time.Second
+// openTimeout bounds the first step of an attempt of openQueues (queue.New: the status
+// bucket). nats-server answers its lookup only when no other JetStream request waits, so a
+// process that starts beside others creating thousands of queues waits for their creations to
+// end (queue.infoWait): a shorter bound failed it, and it started over, after they had ended.
+const openTimeout = time.Minute
 
 // openQueues creates the queue layer and provisions the current config's queues, retrying
 // while NATS cannot be reached (openPolicy) until ctx ends: the one connect policy of the

@@ -2,7 +2,9 @@
 // (scripts/bench-many-queues.sh). It serves the queues' upstream on -listen, and on
 // GET /run?samples=K&gap=D&queues=N posts K jobs through the ingress's job API
 // (-ingress), one at a time D apart, each to a random queue of q0000..q<N-1>, and answers with
-// the latencies' p50, p99 and max in milliseconds: "p50 p99 max".
+// the latencies' p50, p99 and max in milliseconds: "p50 p99 max". With &seed=S the queues are
+// drawn from a generator seeded with S, so a second run with the same seed posts to the same
+// queues in the same order (a queue's first job, then a later job on the same idle queue).
 package main
 
 import (
@@ -43,6 +45,10 @@ func main() {
 		samples, _ := strconv.Atoi(r.URL.Query().Get("samples"))
 		queues, _ := strconv.Atoi(r.URL.Query().Get("queues"))
 		gap, _ := time.ParseDuration(r.URL.Query().Get("gap"))
+		pick := rand.IntN
+		if seed, err := strconv.ParseUint(r.URL.Query().Get("seed"), 10, 64); err == nil {
+			pick = rand.New(rand.NewPCG(seed, seed)).IntN
+		}
 		var ms []float64
 		for i := range max(samples, 1) {
 			token := fmt.Sprintf("probe-%d-%d", time.Now().UnixNano(), i)
@@ -50,7 +56,7 @@ func main() {
 			mu.Lock()
 			waiting[token] = ch
 			mu.Unlock()
-			q := fmt.Sprintf("q%04d", rand.IntN(max(queues, 1)))
+			q := fmt.Sprintf("q%04d", pick(max(queues, 1)))
 			sent := time.Now()
 			resp, err := http.Post(*ingress+"/v1/queues/"+q+"/jobs", "text/plain", strings.NewReader(token))
 			if err != nil || resp.StatusCode != http.StatusAccepted {
@@ -69,8 +75,8 @@ func main() {
 		}
 		slices.Sort(ms)
 		// nearest rank: the smallest latency at least p of the samples do not exceed
-		pick := func(p float64) float64 { return ms[max(0, int(math.Ceil(p*float64(len(ms))))-1)] }
-		fmt.Fprintf(w, "%.1f %.1f %.1f\n", pick(0.5), pick(0.99), ms[len(ms)-1])
+		rank := func(p float64) float64 { return ms[max(0, int(math.Ceil(p*float64(len(ms))))-1)] }
+		fmt.Fprintf(w, "%.1f %.1f %.1f\n", rank(0.5), rank(0.99), ms[len(ms)-1])
 	})
 	log.Fatal(http.ListenAndServe(*listen, mux))
 }
