@@ -185,7 +185,7 @@ const moverCreated = "$JS.EVENT.ADVISORY.CONSUMER.CREATED.*." + moverName
 // WatchSchedules calls fn with the name of every queue of this prefix that has a schedule
 // stream now (one paged stream listing), then with the name of every queue whose schedule
 // stream's mover is created later (JetStream's advisory, one subscription for all queues),
-// until ctx ends or the watch fails. fn may be called twice for a queue, and from another
+// until ctx ends (nil) or the watch fails. fn may be called twice for a queue, and from another
 // goroutine. An advisory sent while the connection was down is lost: a caller watches again
 // after a reconnect, which lists the streams again.
 func (s Schedules) WatchSchedules(ctx context.Context, fn func(queue string)) error {
@@ -204,10 +204,10 @@ func (s Schedules) WatchSchedules(ctx context.Context, fn func(queue string)) er
 	lctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	err = s.listStreams(lctx, s.opts.Prefix+".s.>", prefix, func(name string, _ jetstream.StreamState) { fn(name) })
 	cancel()
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("queue: watch schedule streams: %w", err)
 	}
-	<-ctx.Done()
+	<-ctx.Done() // a listing cut short by ctx's end is the watch's end, not its failure
 	return nil
 }
 
