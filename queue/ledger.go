@@ -152,12 +152,21 @@ func (q *core) ensureBudget(ctx context.Context, s Spec, b *Budget) error {
 }
 
 // admit takes job's tickets, published under msgID (so that a publish repeated within the
-// duplicate window takes none twice): its queue's, and its budget's when it has one. It
-// returns the tickets this call stored (not those a repeat found), which the caller releases
-// when the job is not stored after all. A refusal is ErrFull, ErrTenantFull or ErrBudgetFull;
-// then no ticket is held.
+// duplicate window takes none twice): its queue's, and its budget's when it has one. The two
+// are published together and awaited together (one round trip, not two: neither bound depends
+// on the other's ticket, and the job is published only once both are in). It returns the
+// tickets this call stored (not those a repeat found), which the caller releases when the job
+// is not stored after all. A refusal is ErrFull, ErrTenantFull or ErrBudgetFull (the queue's
+// first when both refuse); then no ticket is held: one stored beside a refused one is released,
+// and counted until then (toward refusing, as a ticket whose job never came).
 func (q *core) admit(ctx context.Context, spec Spec, job *Job, msgID string) ([]ticket, error) {
-	var owned []ticket
+	b := job.Budget
+	budgeted := b != nil && b.PerKey > 0
+	if budgeted {
+		if err := q.ensureBudget(ctx, spec, b); err != nil {
+			return nil, err
+		}
+	}
 	// The queue's first job in this process makes its ledger unless Provision found it, up to
 	// ledgerMakes at a time: a burst of first jobs on many queues right after a start does not
 	// wait for their ledgers one by one.
@@ -166,52 +175,73 @@ func (q *core) admit(ctx context.Context, spec Spec, job *Job, msgID string) ([]
 	}); err != nil {
 		return nil, err
 	}
-	subject := q.ledgerPrefix(spec.Name) + tenantToken(job.Tenant)
-	t, dup, err := q.take(ctx, q.ledgerName(spec.Name), subject, msgID, job)
+	queueStream, subject := q.ledgerName(spec.Name), q.ledgerPrefix(spec.Name)+tenantToken(job.Tenant)
+	qf, qerr := q.sendTicket(queueStream, subject, msgID, job)
+	var bf jetstream.PubAckFuture
+	var bstream string
+	var berr error
+	if budgeted {
+		bstream = q.budgetStreamName(b)
+		bf, berr = q.sendTicket(bstream, q.budgetPrefix(b)+q.ids.TenantID([]byte(b.Key)), msgID, job)
+	}
+	var owned []ticket
+	t, dup, err := q.awaitTicket(ctx, queueStream, qf, qerr, job)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {
 		// The ledger was deleted behind the queue's back: made again, it counts from here.
 		if err = q.provisionLedger(ctx, spec.withDefaults(), noLimitZero); err == nil {
-			t, dup, err = q.take(ctx, q.ledgerName(spec.Name), subject, msgID, job)
+			t, dup, err = q.take(ctx, queueStream, subject, msgID, job)
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	job.tickets = append(job.tickets[:0], t)
-	if !dup {
+	if err == nil && !dup {
 		owned = append(owned, t)
 	}
-	if b := job.Budget; b != nil && b.PerKey > 0 {
-		if err := q.ensureBudget(ctx, spec, b); err != nil {
-			q.release(ctx, owned)
-			return nil, err
+	tickets := []ticket{t}
+	if budgeted {
+		bt, bdup, e := q.awaitTicket(ctx, bstream, bf, berr, job)
+		if e == nil && !bdup {
+			owned = append(owned, bt)
 		}
-		subject := q.budgetPrefix(b) + q.ids.TenantID([]byte(b.Key))
-		t, dup, err := q.take(ctx, q.budgetStreamName(b), subject, msgID, job)
-		if err != nil {
-			q.release(ctx, owned)
-			job.tickets = nil
-			return nil, err
+		if err == nil {
+			err = e
 		}
-		job.tickets = append(job.tickets, t)
-		if !dup {
-			owned = append(owned, t)
-		}
+		tickets = append(tickets, bt)
 	}
+	if err != nil {
+		if ctx.Err() != nil {
+			q.releaseLater(owned) // past the caller's deadline: within opTimeout of its own
+		} else {
+			q.release(ctx, owned)
+		}
+		job.tickets = nil
+		return nil, err
+	}
+	job.tickets = append(job.tickets[:0], tickets...)
 	return owned, nil
 }
 
 // take stores one ticket of job on subject of ledger stream and returns it, and whether it
 // was a duplicate of one stored before.
 func (q *core) take(ctx context.Context, stream, subject, msgID string, job *Job) (ticket, bool, error) {
+	f, err := q.sendTicket(stream, subject, msgID, job)
+	return q.awaitTicket(ctx, stream, f, err, job)
+}
+
+// sendTicket publishes one ticket of job on subject of ledger stream without waiting for it:
+// asynchronously, as publish (a reconnect fails the future at once, where a request would
+// wait for its deadline). awaitTicket takes the future and the error.
+func (q *core) sendTicket(stream, subject, msgID string, job *Job) (jetstream.PubAckFuture, error) {
+	vals := []string{msgID, stream}
 	m := &nats.Msg{Subject: subject, Data: []byte(job.ID), Header: nats.Header{
-		hdrMsgID: {msgID}, hdrExpectedStream: {stream},
+		hdrMsgID: vals[0:1:1], hdrExpectedStream: vals[1:2:2],
 	}}
-	// Asynchronously, as publish: a reconnect fails the future at once, where a request
-	// would wait for its deadline.
-	f, err := q.pub.PublishMsgAsync(m, publishOpts...)
-	if err != nil {
-		return ticket{}, false, publishError(job, err)
+	return q.pub.PublishMsgAsync(m, publishOpts...)
+}
+
+// awaitTicket waits for the ticket that sendTicket published to stream (f, or its error
+// sendErr) and returns it, and whether it was a duplicate of one stored before.
+func (q *core) awaitTicket(ctx context.Context, stream string, f jetstream.PubAckFuture, sendErr error, job *Job) (ticket, bool, error) {
+	if sendErr != nil {
+		return ticket{}, false, publishError(job, sendErr)
 	}
 	select {
 	case ack := <-f.Ok():

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -210,5 +211,50 @@ func TestLedgerMadeAgain(t *testing.T) {
 	b.publish(&queue.Job{Queue: "q", Direct: true})
 	if _, err := b.js.Stream(b.ctx, b.prefix+"_A_q"); err != nil {
 		t.Fatalf("ledger after a publish: %v, want it made again", err)
+	}
+}
+
+// The queue's ticket and the budget's are taken together: when one refuses, the other is given
+// back before Publish returns, so a refused job holds no place in either ledger.
+func TestLedgerRefusalReleasesTheOtherTicket(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 2})
+	msgs := func(part string) uint64 { // messages of the one ledger stream whose name has part
+		t.Helper()
+		var n uint64
+		found := 0
+		for st := range b.js.ListStreams(b.ctx).Info() {
+			if strings.Contains(st.Config.Name, part) {
+				n, found = st.State.Msgs, found+1
+			}
+		}
+		if found != 1 {
+			t.Fatalf("%d streams named *%s*, want 1", found, part)
+		}
+		return n
+	}
+	job := func(key string, perKey int64) *queue.Job {
+		return &queue.Job{Queue: "q", Method: "POST", Path: "/api/orders",
+			Budget: &queue.Budget{Name: "orders", Key: key, PerKey: perKey}}
+	}
+	// The budget refuses (one per key): the queue's ticket is given back.
+	b.publish(job("a", 1))
+	for range 3 {
+		_, err := b.q.Publish(b.ctx, job("a", 1))
+		wantErr(t, err, queue.ErrBudgetFull)
+	}
+	if n := msgs("_A_q"); n != 1 {
+		t.Fatalf("the queue's ledger holds %d tickets after 3 budget refusals, want 1", n)
+	}
+	// The queue refuses (max_depth 2): the budget's ticket is given back.
+	b.publish(job("b", 10))
+	for range 5 {
+		_, err := b.q.Publish(b.ctx, job("b", 10))
+		wantErr(t, err, queue.ErrFull)
+	}
+	if n := msgs("_K_"); n != 2 {
+		t.Fatalf("the budget's ledger holds %d tickets after 5 refusals of a full queue, want 2 (a's and b's)", n)
+	}
+	if held := b.heldJobs("q"); held != 2 {
+		t.Fatalf("the queue holds %d jobs, want 2", held)
 	}
 }

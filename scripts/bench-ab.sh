@@ -4,7 +4,9 @@
 # same machine.
 #
 #   429      the memory 429 path of an ingress (wrk -t2 -c64)
-#   defer    the defer path: POST → JetStream (nats-server process, file store) → 202
+#   defer    the defer path: POST → JetStream (nats-server process, file store) → 202, beside
+#            scripts/jspub -per-job (the bare publisher, a subject and a Nats-Msg-Id per job):
+#            the ratio to it is printed for both sides
 #   drain    4 worker processes × concurrency 16 empty an unthrottled backlog of JOBS jobs, and
 #            PACED jobs at 200/s: achieved jobs/s and the most deliveries in any one second,
 #            from the arrival times at a recording upstream
@@ -45,6 +47,7 @@ go build -o "$W/plain" ./examples/upstream
 go build -o "$W/load" ./cmd/load
 go build -o "$W/recorder" ./cmd/worker/testdata/upstream
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
+go build -o "$W/jspub" ./scripts/jspub
 
 wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
 # wait_ready <url>: until it answers 2xx (an ingress opens its queues after its listeners)
@@ -53,6 +56,7 @@ wait_ready() { for _ in $(seq 1 400); do curl -sf -o /dev/null "$1" && return 0;
 redis-server --port 19679 --bind 127.0.0.1 --save '' --appendonly no --loglevel warning >/dev/null &
 "$W/nats-server" -a 127.0.0.1 -p 19622 -js -sd "$W/js" >/dev/null 2>&1 &
 wait_http http://127.0.0.1:19600/
+"$W/jspub" -listen 127.0.0.1:19630 -nats nats://127.0.0.1:19622 -per-job &
 # The arrivals are written beside, not among, the configs: a worker watches its config's
 # directory, and a write per delivery there woke it for every job (3% of its CPU).
 mkdir -p "$W/rec"
@@ -60,6 +64,9 @@ mkdir -p "$W/rec"
 for _ in $(seq 1 100); do [ -s "$W/rec/arrivals" ] && break; sleep 0.05; done
 REC=$(head -1 "$W/rec/arrivals")
 
+# max_waiting_per_key: a rule's deferral budget is at most 1 000 of one key's jobs by default,
+# and every request here has the same key; without it the defer runs measured the budget's 429
+# after the first 1 000 deferrals.
 config() { # side port
   cat <<YAML
 listen: 127.0.0.1:$2
@@ -75,7 +82,7 @@ $(for r in $(seq 1 "$ROUNDS"); do echo "  - { name: deferred-$1-$r, rate: 100/s,
   - { name: paced-$1, rate: 200/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/$1/paced" }
 rules:
   - { name: all, match: { methods: [GET] }, key: [const:all], algorithm: token_bucket, limit: 1, period: 1h }
-$(for r in $(seq 1 "$ROUNDS"); do echo "  - { name: orders-$r, match: { methods: [POST], path: /api/orders/$r }, action: enqueue, queue: deferred-$1-$r }"; done)
+$(for r in $(seq 1 "$ROUNDS"); do echo "  - { name: orders-$r, match: { methods: [POST], path: /api/orders/$r }, action: enqueue, queue: deferred-$1-$r, max_waiting_per_key: 100000000 }"; done)
 YAML
 }
 # The 429 ingresses keep their limiter in memory: a config without redis.
@@ -135,6 +142,7 @@ for round in $(seq 1 "$ROUNDS"); do
   # A queue of its own each round: a round's deferrals never meet a queue an earlier one
   # filled (max_bytes, 256 MiB by default since this round).
   for s in $order; do wrk_run "defer-$s" "http://127.0.0.1:${HTTP[$s]}/api/orders/$round" "$W/post.lua"; done
+  wrk_run jsperjob http://127.0.0.1:19630/ "$W/post.lua"
   [ "$JOBS" -gt 0 ] || continue
   for s in $order; do
     drain "$s" unthrottled "$JOBS" > "$W/out"; read -r rate most < "$W/out"; add "drain-$s" "$rate"; add "drainmax-$s" "$most"
@@ -149,6 +157,10 @@ echo "# HTTP: wrk -t2 -c64 -d${DUR}s; drain: 4 workers × concurrency 16, $JOBS 
 echo
 echo '| measure | before, per round | after, per round | after ÷ before (medians) |'
 echo '|---|---|---|---:|'
+printf '| jsperjob (bare publisher) | %s | %s | |\n' "${R[jsperjob]# }" "${R[jsperjob]# }"
+printf '| defer ÷ jsperjob (medians) | %.2f | %.2f | |\n' \
+  "$(awk -v a="$(median <<<"${R[defer-a]}")" -v b="$(median <<<"${R[jsperjob]}")" 'BEGIN {print a/b}')" \
+  "$(awk -v a="$(median <<<"${R[defer-b]}")" -v b="$(median <<<"${R[jsperjob]}")" 'BEGIN {print a/b}')"
 for k in 429 defer drain paced drainmax pacedmax; do
   [ -n "${R[$k-a]:-}" ] || continue
   printf '| %s | %s | %s | %.2f |\n' "$k" "${R[$k-a]# }" "${R[$k-b]# }" \
