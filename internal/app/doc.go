@@ -27,8 +27,8 @@
 //     with embedded NATS, "in-process workers"; the worker runs its "workers" (worker.Pool),
 //     and reports ready once every queue's runner has its consumer (worker.Pool.Started).
 //     Beside the workers, "leftovers" removes jobs that left their queue but stayed in its
-//     stream after a fault (leftovers.go), and with embedded NATS "embedded store" starts its
-//     JetStream again in place after a full disk, once there is room (embeddedstore.go);
+//     stream after a fault (leftovers.go), and with embedded NATS "embedded store" says when its
+//     store failed to write and when it has room again, for a restart (embeddedstore.go);
 //     With rls_listen the ingress also serves Envoy's rate-limit service ("rls": its domain
 //     files loaded and its listener opened; "rls listener", gRPC, internal/rls; "rls watcher",
 //     optional, which reloads the domain files when their directory changes), counting with

@@ -19,7 +19,7 @@ func (e *embeddedNATS) connect() (*nats.Conn, error) { return nil, errNoEmbedded
 func (e *embeddedNATS) storeDir() string             { return "" }
 func (e *embeddedNATS) stop()                        {}
 
-func (e *embeddedNATS) watchStore(ctx context.Context, _ *slog.Logger, _ func()) error {
+func (e *embeddedNATS) watchStore(ctx context.Context, _ *slog.Logger) error {
 	<-ctx.Done()
 	return nil
 }

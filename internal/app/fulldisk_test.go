@@ -148,11 +148,11 @@ queues:
 	}
 }
 
-// The quickstart's embedded JetStream on a disk that fills: deferrals answer 503 and /readyz
-// says to free space under data_dir; once space is freed the process restarts its JetStream
-// in place (no process restart), deferrals are accepted again, and depth counts only the jobs
-// really waiting: the jobs delivered while the disk was full are gone from the stream.
-func TestEmbeddedRecoversFromAFullDisk(t *testing.T) {
+// The quickstart's embedded JetStream on a disk that fills: deferrals answer 503, /readyz says
+// to free space under data_dir and restart the ingress, depth counts only the jobs really
+// waiting, and once space is freed /readyz still says to restart (the stream keeps its write
+// error until JetStream starts again; see embeddedstore.go for why it is not restarted in place).
+func TestEmbeddedFullDiskNamesTheFix(t *testing.T) {
 	mnt := testenv.TmpFS(t, 16)
 	up := workertest.NewRecorder(t)
 	r := startWithin(t, t.TempDir(), fmt.Sprintf(`listen: 127.0.0.1:0
@@ -200,16 +200,13 @@ queues:
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	t0 := time.Now()
-	testenv.WaitFor(t, 20*time.Second, "a deferral to be accepted again, without a restart", func() bool {
-		return do(t, "POST", "http://"+r.listen+"/v1/queues/orders/jobs", "{}").code == 202
+	testenv.WaitFor(t, 5*time.Second, "/readyz to say restart once there is room", func() bool {
+		a = do(t, "GET", "http://"+r.admin+"/readyz", "")
+		return a.code == 503 && strings.Contains(a.body, "restart the ingress")
 	})
-	took := time.Since(t0)
-	up.WaitCount(t, 60*time.Second, "the job accepted after recovery delivered", func(int) bool { return up.Distinct() == accepted+1 })
-	testenv.WaitFor(t, 10*time.Second, "depth 0 and /readyz 200", func() bool {
-		return queueDepth(t, r.admin, "orders") == 0 && do(t, "GET", "http://"+r.admin+"/readyz", "").code == 200
-	})
-	t.Logf("deferring again %v after space was freed; %d requests for %d jobs", took.Round(time.Millisecond), up.Count(), up.Distinct())
+	if code := do(t, "POST", "http://"+r.listen+"/v1/queues/orders/jobs", "{}").code; code != 503 {
+		t.Errorf("a deferral after space was freed, before a restart: %d, want 503 (never a 202 that is not stored)", code)
+	}
 }
 
 // A delivery whose upstream answers while nats-server is down (killed with SIGKILL, restarted

@@ -161,11 +161,7 @@ func (p *ingressProc) services(lc *lifecycle, cfg *config.Config) []service {
 		s = append(s, service{name: "worker pool", start: p.newPool},
 			lc.run("in-process workers", background{drainsFirst: true}, p.runPool),
 			lc.run("embedded store", background{optional: true}, func(ctx context.Context) error {
-				return p.ens.watchStore(ctx, p.log, func() {
-					if err := p.nc.ForceReconnect(); err != nil {
-						p.log.Warn("ingress: reconnect to the embedded NATS", "err", err)
-					}
-				})
+				return p.ens.watchStore(ctx, p.log)
 			}),
 			lc.run("leftovers", background{optional: true}, func(ctx context.Context) error {
 				return removeLeftovers(ctx, p.qs, p.nc, p.current.Load, p.late.breaker.fix, p.log)
@@ -237,7 +233,7 @@ func (p *ingressProc) startEmbedded(context.Context) error {
 		return err
 	}
 	p.ens = ens
-	p.late.breaker.fix = "free space under data_dir (" + ens.storeDir() + "): the embedded JetStream starts again by itself once there is room"
+	p.late.breaker.fix = "free space under data_dir (" + ens.storeDir() + "), then restart the ingress: its embedded JetStream keeps the write error until it starts again"
 	p.log.Info("ingress: embedded NATS with JetStream", "store", ens.storeDir())
 	return nil
 }
