@@ -95,17 +95,26 @@ func (c *RedisClusterServer) Shard(t testing.TB, key string) (master, replica *R
 	if err != nil {
 		t.Fatalf("testenv: CLUSTER KEYSLOT %q: %v", key, err)
 	}
-	nodes, err := shardOf(ctx, c.Client, slot)
-	if err != nil {
-		t.Fatalf("testenv: CLUSTER SHARDS: %v", err)
-	}
-	for _, n := range nodes {
-		switch n.Role {
-		case "master":
-			master = c.node(t, nodeAddr(n))
-		case "replica":
-			replica = c.node(t, nodeAddr(n))
+	// A replica that just joined may not be in the node's view of the shard yet (gossip):
+	// asked again until it is, for up to 10 s, on a replicated cluster (more nodes than masters).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		nodes, err := shardOf(ctx, c.Client, slot)
+		if err != nil {
+			t.Fatalf("testenv: CLUSTER SHARDS: %v", err)
 		}
+		master, replica = nil, nil
+		for _, n := range nodes {
+			switch n.Role {
+			case "master":
+				master = c.node(t, nodeAddr(n))
+			case "replica":
+				replica = c.node(t, nodeAddr(n))
+			}
+		}
+		if replica != nil || len(c.Nodes) <= 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if master == nil {
 		t.Fatalf("testenv: no node serves the slot %d of %q", slot, key)
