@@ -97,6 +97,7 @@ type Scheduler struct {
 	counts    counts
 	ahead     ahead // jobs moved and not delivered yet, as far as the leader knows
 	refreshed time.Time
+	readTo    uint64 // the backlog's last sequence in the last reading; 0: unknown
 	lastFlush time.Time
 	backlog   jetstream.Stream
 	cons      jetstream.Consumer // the workers' consumer, for how many jobs wait for them
@@ -242,7 +243,7 @@ func (s *Scheduler) renew(ctx context.Context) {
 
 // forget drops the leader's state of the tenants: another leader may have changed it.
 func (s *Scheduler) forget() {
-	s.picks, s.refreshed = picker{}, time.Time{}
+	s.picks, s.refreshed, s.readTo = picker{}, time.Time{}, 0
 	s.levels, s.cursor = map[string]*levels{}, map[string][3]uint64{}
 	s.ahead = ahead{}
 	s.costs.take()
@@ -312,11 +313,11 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 
 // refresh rereads which tenants have waiting jobs, and how many of each priority.
 func (s *Scheduler) refresh(ctx context.Context, opts Options) error {
-	byLevel, _, err := s.l.LevelDepths(ctx, s.backlog)
+	byLevel, last, err := s.l.LevelDepths(ctx, s.backlog)
 	if err != nil {
 		return err
 	}
-	s.refreshed = s.now()
+	s.refreshed, s.readTo = s.now(), last
 	depths := make(map[string]uint64, len(byLevel))
 	for id, d := range byLevel {
 		depths[id] = d.Sum()
@@ -348,18 +349,25 @@ type moved struct {
 }
 
 // move moves the picked jobs, tenants in parallel and each tenant's in order, and returns how
-// many it moved. Each tenant's share is split among its priorities (levels.take). A tenant
-// found empty gives no more until the next refresh.
+// many it moved. Each tenant's share is split among its priorities (levels.take). The shares
+// that are a tenant's one job of a level (levels.single) go together (moveSingles); the others
+// tenant by tenant. A tenant found empty gives no more until the next refresh.
 func (s *Scheduler) move(ctx context.Context, picks []pickN) int {
 	res := make([]moved, len(picks))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, moveParallel)
+	var singles []single
 	for i, p := range picks {
 		lv := s.levels[p.tenant]
 		if lv == nil {
 			continue // not in the last reading
 		}
+		before := lv.depth
 		split := lv.take(p.n)
+		if at, ok := lv.single(before, split); ok && s.readTo != 0 {
+			singles = append(singles, single{i: i, level: at, subj: s.l.BacklogSubject(p.tenant, queue.Priorities[at])})
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		from := s.cursor[p.tenant]
@@ -367,6 +375,9 @@ func (s *Scheduler) move(ctx context.Context, picks []pickN) int {
 			defer func() { <-sem; wg.Done() }()
 			res[i] = s.moveTenant(ctx, p.tenant, from, split)
 		}()
+	}
+	if len(singles) > 0 {
+		s.moveSingles(ctx, singles, res)
 	}
 	wg.Wait()
 	total := 0
