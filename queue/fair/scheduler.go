@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"sync"
 	"time"
@@ -23,6 +24,9 @@ const (
 	refreshIdle  = 100 * time.Millisecond
 	// pollEvery is how often the leader looks at the delivery stream while it is full enough.
 	pollEvery = 20 * time.Millisecond
+	// fullEvery is how often at least the leader lists the backlog's subjects, though no job
+	// arrived since the last listing (refresh).
+	fullEvery = 5 * time.Second
 	// flushEvery is how often the leader writes the tenants' delivered counts.
 	flushEvery = time.Second
 	// moveParallel bounds the tenants whose jobs one round moves at once.
@@ -98,10 +102,15 @@ type Scheduler struct {
 	ahead     ahead // jobs moved and not delivered yet, as far as the leader knows
 	refreshed time.Time
 	readTo    uint64 // the backlog's last sequence in the last reading; 0: unknown
-	lastFlush time.Time
-	backlog   jetstream.Stream
-	cons      jetstream.Consumer // the workers' consumer, for how many jobs wait for them
-	tenantsKV jetstream.KeyValue
+	// fullRead is when the backlog's subjects were last listed, and readWeights the weights
+	// given the picker then; stale, whether a move failed since (refresh).
+	fullRead    time.Time
+	readWeights map[string]float64
+	stale       bool
+	lastFlush   time.Time
+	backlog     jetstream.Stream
+	cons        jetstream.Consumer // the workers' consumer, for how many jobs wait for them
+	tenantsKV   jetstream.KeyValue
 	// costs are the workers' reports of reconciled costs (costs.go), heard by a subscription
 	// while Run runs.
 	costs reports
@@ -243,7 +252,7 @@ func (s *Scheduler) renew(ctx context.Context) {
 
 // forget drops the leader's state of the tenants: another leader may have changed it.
 func (s *Scheduler) forget() {
-	s.picks, s.refreshed, s.readTo = picker{}, time.Time{}, 0
+	s.picks, s.refreshed, s.readTo, s.stale = picker{}, time.Time{}, 0, false
 	s.levels, s.cursor = map[string]*levels{}, map[string][3]uint64{}
 	s.ahead = ahead{}
 	s.costs.take()
@@ -311,13 +320,28 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 	return s.move(ctx, s.picks.pick(b, opts.TenantRate, s.now(), tenantCaps{rates: opts.TenantRates, held: opts.Held})), nil
 }
 
-// refresh rereads which tenants have waiting jobs, and how many of each priority.
+// refresh rereads which tenants have waiting jobs, and how many of each priority. When no job
+// arrived since the last reading (the backlog's last sequence is the same), that reading and
+// the moves since still tell every tenant with jobs, so it asks only for the last sequence
+// instead of listing the subjects again (10 000 tenants: a listing of 10 000 subjects, twice a
+// second, through a drain): unless a move failed since, the weights changed, or the reading is
+// fullEvery old.
 func (s *Scheduler) refresh(ctx context.Context, opts Options) error {
+	if s.readTo != 0 && !s.stale && s.now().Sub(s.fullRead) < fullEvery && maps.Equal(opts.Weights, s.readWeights) {
+		si, err := s.backlog.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if si.State.LastSeq == s.readTo {
+			s.refreshed = s.now()
+			return nil
+		}
+	}
 	byLevel, last, err := s.l.LevelDepths(ctx, s.backlog)
 	if err != nil {
 		return err
 	}
-	s.refreshed, s.readTo = s.now(), last
+	s.refreshed, s.readTo, s.fullRead, s.readWeights, s.stale = s.now(), last, s.now(), opts.Weights, false
 	depths := make(map[string]uint64, len(byLevel))
 	for id, d := range byLevel {
 		depths[id] = d.Sum()
@@ -383,6 +407,7 @@ func (s *Scheduler) move(ctx context.Context, picks []pickN) int {
 	total := 0
 	for i, r := range res {
 		total += r.n
+		s.stale = s.stale || r.err != nil
 		if r.err != nil && ctx.Err() == nil {
 			s.Options().Logger.Warn("fair: scheduler: move", "queue", s.l.Queue, "tenant", picks[i].tenant, "err", r.err)
 		}

@@ -26,7 +26,8 @@ type single struct {
 // (readTo) on such a subject is its only one there, so the level's oldest: any job that arrived
 // since is above it. A subject with no job there is found empty (moved or canceled since). A
 // failed read is logged once, and leaves its tenants with nothing moved until the next
-// refresh, as a failed move of one tenant's share does.
+// refresh (which then lists the subjects), as a failed move of one tenant's share does. It
+// runs on Run's goroutine.
 func (s *Scheduler) moveSingles(ctx context.Context, singles []single, res []moved) {
 	raws := make([]*jetstream.RawStreamMsg, len(singles))
 	read := make([]bool, len(singles)) // the read of single k's subject answered
@@ -44,6 +45,7 @@ func (s *Scheduler) moveSingles(ctx context.Context, singles []single, res []mov
 			}
 		}
 		if err != nil {
+			s.stale = true
 			if ctx.Err() == nil {
 				s.Options().Logger.Warn("fair: scheduler: read", "queue", s.l.Queue, "tenants", len(chunk), "err", err)
 			}
