@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 )
 
-// BenchmarkFairDrainRatio measures the drain of a fair queue whose 10 000 jobs belong to 10 000
+// BenchmarkFairManyTenants measures the drain of a fair queue whose 10 000 jobs belong to 10 000
 // tenants (one job each) against the same queue's drain with one tenant, in rounds of the two
 // side by side against the same servers, so that the machine's load weighs on both alike: 4
 // worker processes (unthrottled: 1,000,000/s, concurrency 16) deliver a backlog published
@@ -18,10 +18,11 @@ import (
 // Each drain logs its rate and the CPU time per job of the workers and nats-server (from
 // /proc, Linux only); each round the ratio of its two rates. The figure is the median ratio
 // (ratio-10k/1). With -baseline, another worker binary drains too, every round, and the log
-// holds its ratios beside (see BenchmarkDrainCost for how to build one). One round per b.N:
+// holds its ratios beside (see BenchmarkDrainCost for how to build one). One round per b.N
+// (with -benchtime Nx the testing package runs one round, then N):
 //
-//	go test -run '^$' -bench FairDrainRatio -benchtime 3x ./cmd/worker/ [-args -baseline BIN]
-func BenchmarkFairDrainRatio(b *testing.B) {
+//	go test -run '^$' -bench FairManyTenants -benchtime 3x ./cmd/worker/ [-args -baseline BIN]
+func BenchmarkFairManyTenants(b *testing.B) {
 	const jobs = 10_000
 	c := newCluster(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
