@@ -291,8 +291,16 @@ func (l FairLayout) Depths(ctx context.Context, st jetstream.Stream) (map[string
 	return depths, msgs, err
 }
 
+// subjectsPage is how many subjects the server lists in one answer to a stream info request
+// (its JSMaxSubjectDetails); the client asks for more pages.
+const subjectsPage = 100_000
+
 // LevelDepths is Depths by priority: how many jobs of each level wait per tenant with any
-// waiting. One request, as Depths.
+// waiting. One request, as Depths. It returns too the backlog's last sequence as the server
+// read it before counting the subjects, so that every job at or below it still waiting was
+// counted: a subject counted once has at most one job at or below it (the scheduler reads such
+// jobs of many tenants in one request). It is 0 when the answer came in pages, each read
+// apart.
 func (l FairLayout) LevelDepths(ctx context.Context, st jetstream.Stream) (map[string]Levels, uint64, error) {
 	si, err := st.Info(ctx, jetstream.WithSubjectFilter(l.prefix+">"))
 	if err != nil {
@@ -306,7 +314,11 @@ func (l FairLayout) LevelDepths(ctx context.Context, st jetstream.Stream) (map[s
 		lv[i] += n
 		out[t] = lv
 	}
-	return out, si.State.Msgs, nil
+	last := si.State.LastSeq
+	if len(si.State.Subjects) >= subjectsPage {
+		last = 0
+	}
+	return out, last, nil
 }
 
 // depths is Depths, with the stream's last sequence in the same reading. A tenant is one

@@ -81,6 +81,19 @@ func (c *counts) flushOne(ctx context.Context, kv jetstream.KeyValue, id, key st
 		return
 	}
 	if !loaded {
+		// A tenant whose count is not in the bucket (new, or expired) has it written in one
+		// request; the others' are read once per leadership.
+		c.mu.Lock()
+		moved := e.moved
+		c.mu.Unlock()
+		if _, err := kv.Create(ctx, key, strconv.AppendUint(nil, moved, 10)); err == nil {
+			c.mu.Lock()
+			e.loaded, e.flushed = true, moved
+			c.mu.Unlock()
+			return
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return
+		}
 		var base uint64
 		got, err := kv.Get(ctx, key)
 		if err == nil {

@@ -44,9 +44,11 @@
 //
 // On top of a FIFO queue, each job is stored twice (backlog, then delivery stream) and has a
 // status entry. A tenant's share of a round is read with one batched direct get and removed
-// with one purge, so many tenants of one job each cost the most. By units, each job moved has
-// its envelope (not its body) decoded for its cost. Every 500ms the leader reads the backlog's
-// per-subject counts, one entry per tenant with waiting jobs. Per tenant: a subject while it has
+// with one purge; the one-job shares of up to 256 tenants are read with one request, but each
+// is removed with a delete of its own, so many tenants of one job each cost the most. By
+// units, each job moved has its envelope (not its body) decoded for its cost. Every 500ms the
+// leader reads the backlog's per-subject counts, one entry per tenant with waiting jobs, or,
+// when no job arrived since the last such reading (up to 5s old), the stream's state alone. Per tenant: a subject while it has
 // waiting jobs, ~100 bytes of the leader's state, and a delivered count in the tenants bucket
 // that expires 24h after its last change; no consumer and no Redis key. docs/design/fair.md has
 // the design and its rejected alternatives, docs/fairness.md the user's view, BENCHMARKS.md the

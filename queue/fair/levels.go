@@ -14,6 +14,8 @@ type levels struct {
 	// depth is the waiting jobs per level (in the order of queue.Priorities), as last read, less those taken
 	// since.
 	depth queue.Levels
+	// read is the waiting jobs per level of the last reading, as it was.
+	read queue.Levels
 	// since counts, for normal and low, the jobs taken from higher levels since the level
 	// last gave one or was seen empty.
 	since [3]int
@@ -21,7 +23,7 @@ type levels struct {
 
 // set takes the depths of a new reading; the guard's counts are kept.
 func (l *levels) set(d queue.Levels) {
-	l.depth = d
+	l.depth, l.read = d, d
 	for i, n := range d {
 		if n == 0 {
 			l.since[i] = 0
@@ -75,4 +77,25 @@ func (l *levels) next() int {
 // empty records that level i turned out to have no more jobs than were moved.
 func (l *levels) empty(i int) {
 	l.depth[i], l.since[i] = 0, 0
+}
+
+// single reports, for split, what take returned when the depth was before, whether it is one
+// job that was alone at its level in the last reading, none of the level's taken since, and
+// which level: the job is then the level's only one at or below the reading's last sequence
+// (FairLayout.LevelDepths), whichever jobs arrived since.
+func (l *levels) single(before queue.Levels, split [3]int) (int, bool) {
+	at := -1
+	for i, n := range split {
+		switch {
+		case n == 0:
+		case n == 1 && at < 0:
+			at = i
+		default:
+			return -1, false
+		}
+	}
+	if at < 0 || l.read[at] != 1 || before[at] != 1 {
+		return -1, false
+	}
+	return at, true
 }

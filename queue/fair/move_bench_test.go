@@ -108,3 +108,49 @@ func publishCosts(b *testing.B, ctx context.Context, qs *queue.Queues, n, tenant
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkMoveTenants is the scheduler's cost per job moved with 10 000 jobs of 1 or 10 000
+// tenants (one job each), by jobs, on an embedded NATS server, with the worker's largest
+// lookahead (512 jobs): rounds back to back as Run calls them, the delivery stream emptied
+// between rounds as workers would (not timed). ns/move is the figure; the ratio of the two is
+// what BenchmarkFairDrain of cmd/worker measures end to end. Run it with
+//
+//	go test -run '^$' -bench MoveTenants -benchtime 2x ./queue/fair/
+func BenchmarkMoveTenants(b *testing.B) {
+	const jobs, target = 10_000, 512
+	for _, tenants := range []int{1, 10_000} {
+		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
+			ctx, qs, js := moveSetup(b)
+			s, err := New(qs, "m", Options{Target: target})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.open(ctx); err != nil {
+				b.Fatal(err)
+			}
+			st, err := js.Stream(ctx, s.l.Delivery)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var elapsed time.Duration
+			for range b.N {
+				publishCosts(b, ctx, qs, jobs, tenants)
+				s.refreshed = time.Time{}
+				for moved := 0; moved < jobs; {
+					start := time.Now()
+					n, err := s.round(ctx)
+					elapsed += time.Since(start)
+					if err != nil {
+						b.Fatal(err)
+					}
+					moved += n
+					if err := st.Purge(ctx); err != nil {
+						b.Fatal(err)
+					}
+					s.ahead = ahead{}
+				}
+			}
+			b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N*jobs), "ns/move")
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"sync"
 	"time"
@@ -23,6 +24,9 @@ const (
 	refreshIdle  = 100 * time.Millisecond
 	// pollEvery is how often the leader looks at the delivery stream while it is full enough.
 	pollEvery = 20 * time.Millisecond
+	// fullEvery is how often at least the leader lists the backlog's subjects, though no job
+	// arrived since the last listing (refresh).
+	fullEvery = 5 * time.Second
 	// flushEvery is how often the leader writes the tenants' delivered counts.
 	flushEvery = time.Second
 	// moveParallel bounds the tenants whose jobs one round moves at once.
@@ -97,10 +101,16 @@ type Scheduler struct {
 	counts    counts
 	ahead     ahead // jobs moved and not delivered yet, as far as the leader knows
 	refreshed time.Time
-	lastFlush time.Time
-	backlog   jetstream.Stream
-	cons      jetstream.Consumer // the workers' consumer, for how many jobs wait for them
-	tenantsKV jetstream.KeyValue
+	readTo    uint64 // the backlog's last sequence in the last reading; 0: unknown
+	// fullRead is when the backlog's subjects were last listed, and readWeights the weights
+	// given the picker then; stale, whether a move failed since (refresh).
+	fullRead    time.Time
+	readWeights map[string]float64
+	stale       bool
+	lastFlush   time.Time
+	backlog     jetstream.Stream
+	cons        jetstream.Consumer // the workers' consumer, for how many jobs wait for them
+	tenantsKV   jetstream.KeyValue
 	// costs are the workers' reports of reconciled costs (costs.go), heard by a subscription
 	// while Run runs.
 	costs reports
@@ -242,7 +252,7 @@ func (s *Scheduler) renew(ctx context.Context) {
 
 // forget drops the leader's state of the tenants: another leader may have changed it.
 func (s *Scheduler) forget() {
-	s.picks, s.refreshed = picker{}, time.Time{}
+	s.picks, s.refreshed, s.readTo, s.stale = picker{}, time.Time{}, 0, false
 	s.levels, s.cursor = map[string]*levels{}, map[string][3]uint64{}
 	s.ahead = ahead{}
 	s.costs.take()
@@ -310,13 +320,28 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 	return s.move(ctx, s.picks.pick(b, opts.TenantRate, s.now(), tenantCaps{rates: opts.TenantRates, held: opts.Held})), nil
 }
 
-// refresh rereads which tenants have waiting jobs, and how many of each priority.
+// refresh rereads which tenants have waiting jobs, and how many of each priority. When no job
+// arrived since the last reading (the backlog's last sequence is the same), that reading and
+// the moves since still tell every tenant with jobs, so it asks only for the last sequence
+// instead of listing the subjects again (10 000 tenants: a listing of 10 000 subjects, twice a
+// second, through a drain): unless a move failed since, the weights changed, or the reading is
+// fullEvery old.
 func (s *Scheduler) refresh(ctx context.Context, opts Options) error {
-	byLevel, _, err := s.l.LevelDepths(ctx, s.backlog)
+	if s.readTo != 0 && !s.stale && s.now().Sub(s.fullRead) < fullEvery && maps.Equal(opts.Weights, s.readWeights) {
+		si, err := s.backlog.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if si.State.LastSeq == s.readTo {
+			s.refreshed = s.now()
+			return nil
+		}
+	}
+	byLevel, last, err := s.l.LevelDepths(ctx, s.backlog)
 	if err != nil {
 		return err
 	}
-	s.refreshed = s.now()
+	s.refreshed, s.readTo, s.fullRead, s.readWeights, s.stale = s.now(), last, s.now(), opts.Weights, false
 	depths := make(map[string]uint64, len(byLevel))
 	for id, d := range byLevel {
 		depths[id] = d.Sum()
@@ -348,18 +373,25 @@ type moved struct {
 }
 
 // move moves the picked jobs, tenants in parallel and each tenant's in order, and returns how
-// many it moved. Each tenant's share is split among its priorities (levels.take). A tenant
-// found empty gives no more until the next refresh.
+// many it moved. Each tenant's share is split among its priorities (levels.take). The shares
+// that are a tenant's one job of a level (levels.single) go together (moveSingles); the others
+// tenant by tenant. A tenant found empty gives no more until the next refresh.
 func (s *Scheduler) move(ctx context.Context, picks []pickN) int {
 	res := make([]moved, len(picks))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, moveParallel)
+	var singles []single
 	for i, p := range picks {
 		lv := s.levels[p.tenant]
 		if lv == nil {
 			continue // not in the last reading
 		}
+		before := lv.depth
 		split := lv.take(p.n)
+		if at, ok := lv.single(before, split); ok && s.readTo != 0 {
+			singles = append(singles, single{i: i, level: at, subj: s.l.BacklogSubject(p.tenant, queue.Priorities[at])})
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		from := s.cursor[p.tenant]
@@ -368,10 +400,14 @@ func (s *Scheduler) move(ctx context.Context, picks []pickN) int {
 			res[i] = s.moveTenant(ctx, p.tenant, from, split)
 		}()
 	}
+	if len(singles) > 0 {
+		s.moveSingles(ctx, singles, res)
+	}
 	wg.Wait()
 	total := 0
 	for i, r := range res {
 		total += r.n
+		s.stale = s.stale || r.err != nil
 		if r.err != nil && ctx.Err() == nil {
 			s.Options().Logger.Warn("fair: scheduler: move", "queue", s.l.Queue, "tenant", picks[i].tenant, "err", r.err)
 		}
