@@ -194,8 +194,10 @@ rules:
 		if total > bound+inFlight {
 			t.Errorf("period %d (%s): admitted %d > limit + R·(lease − 1) = %d, + %d in flight at the boundary", w+1, split, total, bound, inFlight)
 		}
-		if float64(total) < 0.95*float64(limit) {
-			t.Errorf("period %d (%s): admitted %d < 95%% of the limit %d, with demand at twice it", w+1, split, total, limit)
+		// With demand at twice the limit, 95% of it; a loaded machine whose clients asked less
+		// (the last period asked 119 of the 400 meant in one run) is held to what they asked.
+		if want := min(0.95*float64(limit), float64(asked)); float64(total) < want {
+			t.Errorf("period %d (%s): admitted %d of %d asked, want at least %.0f (95%% of the limit %d, or all asked)", w+1, split, total, asked, want, limit)
 		}
 	}
 }

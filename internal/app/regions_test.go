@@ -194,13 +194,17 @@ rls: {config_dir: %s}
 		burst(1)
 		return share("a") == 10 && share("b") == 10
 	})
+	// The region's part is 10 a second with a burst of 10: 10 at once, and what it refilled
+	// while the 30 were sent (a loaded machine sends them slower).
+	most := func(start time.Time) int { return 10 + int(10*time.Since(start).Seconds()) + 1 }
+	start := time.Now()
 	admitted, limit := burst(30)
-	t.Logf("b holding its half: %d of 30 admitted, X-RateLimit-Limit %s", admitted, limit)
-	if admitted < 10 || admitted > 11 || limit != "10" {
-		t.Errorf("with b holding half the limit: %d of 30 admitted, X-RateLimit-Limit %q; want 10 (and one refilled at most), 10", admitted, limit)
+	t.Logf("b holding its half: %d of 30 admitted in %v, X-RateLimit-Limit %s", admitted, time.Since(start), limit)
+	if bound := most(start); admitted < 10 || admitted > bound || limit != "10" {
+		t.Errorf("with b holding half the limit: %d of 30 admitted, X-RateLimit-Limit %q; want 10 and what refilled (at most %d), 10", admitted, limit, bound)
 	}
 	// The Envoy rate-limit service decides the rule behind a descriptor against the same share.
-	admitted, limit = 0, ""
+	admitted, limit, start = 0, "", time.Now()
 	for range 30 {
 		st := ask("rls-k1")
 		if st.Code == rlsv3.RateLimitResponse_OK {
@@ -209,8 +213,8 @@ rls: {config_dir: %s}
 		limit = fmt.Sprint(st.CurrentLimit.GetRequestsPerUnit())
 	}
 	t.Logf("ShouldRateLimit, b holding its half: %d of 30 admitted, current_limit %s", admitted, limit)
-	if admitted < 10 || admitted > 11 || limit != "10" {
-		t.Errorf("ShouldRateLimit with b holding half the limit: %d of 30 admitted, current_limit %s; want 10 (and one refilled at most), 10", admitted, limit)
+	if bound := most(start); admitted < 10 || admitted > bound || limit != "10" {
+		t.Errorf("ShouldRateLimit with b holding half the limit: %d of 30 admitted, current_limit %s; want 10 and what refilled (at most %d), 10", admitted, limit, bound)
 	}
 	stopB()
 	<-bDone
