@@ -96,22 +96,44 @@ func (b *builder) regions(c *Config, raw *rawConfig) {
 	}
 }
 
-func (b *builder) regionsSection(r *rawRegions, region string) *Regions {
-	rs := &Regions{SafeEven: true}
-	rs.Names = b.list("", "regions.names", r.Names)
-	if len(rs.Names) == 0 {
+// regionNames reads regions.names: required, each a valid name once, region among them.
+func (b *builder) regionNames(r *rawRegions, region string) []string {
+	names := b.list("", "regions.names", r.Names)
+	if len(names) == 0 {
 		b.p.add("", "regions.names", "regions.names is required: the regions that share the budgets, this one among them")
 	}
-	for i, n := range rs.Names {
+	for i, n := range names {
 		if !regionName.MatchString(n) {
 			b.p.addf("", fmt.Sprintf("regions.names[%d]", i), "regions.names[%d]: want 1 to 32 of A-Z, a-z, 0-9, _ and -, got %q", i, n)
-		} else if slices.Index(rs.Names, n) != i {
+		} else if slices.Index(names, n) != i {
 			b.p.addf("", fmt.Sprintf("regions.names[%d]", i), "regions.names[%d]: %q is listed twice", i, n)
 		}
 	}
-	if region != "" && len(rs.Names) > 0 && !slices.Contains(rs.Names, region) {
-		b.p.addf("", "regions.names", "regions.names: the region %q is not among %v", region, rs.Names)
+	if region != "" && len(names) > 0 && !slices.Contains(names, region) {
+		b.p.addf("", "regions.names", "regions.names: the region %q is not among %v", region, names)
 	}
+	return names
+}
+
+// safeShare reads regions.safe_share: even (true), 0, or a rate.
+func (b *builder) safeShare(r *rawRegions) (even bool, rate Rate) {
+	switch s := strings.TrimSpace(b.text("", "regions.safe_share", r.SafeShare, "")); s {
+	case "even":
+		return true, rate
+	case "0":
+		return false, rate
+	default:
+		rate, err := ParseRate(s)
+		if err != nil {
+			b.p.addf("", "regions.safe_share", "regions.safe_share: want even, 0 or a rate such as 10/s, got %q", s)
+		}
+		return false, rate
+	}
+}
+
+func (b *builder) regionsSection(r *rawRegions, region string) *Regions {
+	rs := &Regions{SafeEven: true}
+	rs.Names = b.regionNames(r, region)
 	rs.Coordinator = b.natsURL("regions.coordinator", r.Coordinator)
 	if r.Home != nil {
 		rs.Home = b.text("", "regions.home", r.Home, "")
@@ -120,17 +142,7 @@ func (b *builder) regionsSection(r *rawRegions, region string) *Regions {
 		}
 	}
 	if r.SafeShare != nil {
-		switch s := strings.TrimSpace(b.text("", "regions.safe_share", r.SafeShare, "")); s {
-		case "even":
-		case "0":
-			rs.SafeEven = false
-		default:
-			rate, err := ParseRate(s)
-			if err != nil {
-				b.p.addf("", "regions.safe_share", "regions.safe_share: want even, 0 or a rate such as 10/s, got %q", s)
-			}
-			rs.SafeEven, rs.SafeRate = false, rate
-		}
+		rs.SafeEven, rs.SafeRate = b.safeShare(r)
 	}
 	if r.MinShare != nil {
 		if s := b.text("", "regions.min_share", r.MinShare, ""); r.MinShare.shape == "" {
