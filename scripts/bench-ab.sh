@@ -66,8 +66,10 @@ REC=$(head -1 "$W/rec/arrivals")
 
 # max_waiting_per_key: a rule's deferral budget is at most 1 000 of one key's jobs by default,
 # and every request here has the same key; without it the defer runs measured the budget's 429
-# after the first 1 000 deferrals.
+# after the first 1 000 deferrals. A commit before the key had no budget and refuses the key.
 config() { # side port
+  local mw=", max_waiting_per_key: 100000000"
+  [ "$1" = a ] && ! git grep -q max_waiting_per_key "$BEFORE" -- internal/config && mw=""
   cat <<YAML
 listen: 127.0.0.1:$2
 admin_listen: 127.0.0.1:$(($2 + 1000))
@@ -82,7 +84,7 @@ $(for r in $(seq 1 "$ROUNDS"); do echo "  - { name: deferred-$1-$r, rate: 100/s,
   - { name: paced-$1, rate: 200/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/$1/paced" }
 rules:
   - { name: all, match: { methods: [GET] }, key: [const:all], algorithm: token_bucket, limit: 1, period: 1h }
-$(for r in $(seq 1 "$ROUNDS"); do echo "  - { name: orders-$r, match: { methods: [POST], path: /api/orders/$r }, action: enqueue, queue: deferred-$1-$r, max_waiting_per_key: 100000000 }"; done)
+$(for r in $(seq 1 "$ROUNDS"); do echo "  - { name: orders-$r, match: { methods: [POST], path: /api/orders/$r }, action: enqueue, queue: deferred-$1-$r$mw }"; done)
 YAML
 }
 # The 429 ingresses keep their limiter in memory: a config without redis.
