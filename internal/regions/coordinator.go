@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -21,28 +22,35 @@ const Bucket = "sluice_regions"
 // collided spread out.
 const casTries = 16
 
-// Coordinator renews one region's leases on the coordinator's bucket. Every worker of the
-// region may hold one and renew: writes are compare-and-set on the revision read, so
-// concurrent renewals never lose one another. It is safe for concurrent use.
+// Coordinator renews one holder's leases on the coordinator's bucket: a holder is one process
+// of the region (a worker pool, an ingress), named by a random id drawn here. Every holder of
+// the region renews: writes are compare-and-set on the revision read, so concurrent renewals
+// never lose one another. It is safe for concurrent use.
 type Coordinator struct {
 	js     jetstream.JetStream
 	region string
+	id     string // the holder's id in the records (Lease.Holders)
 	now    func() time.Time
 	home   string // the cluster the bucket is placed in when this coordinator makes it; "": the server's
 
-	mu sync.Mutex
-	kv jetstream.KeyValue // the bucket as last found; nil: none yet
+	mu      sync.Mutex
+	kv      jetstream.KeyValue // the bucket as last found; nil: none yet
+	demands map[string]float64 // by key, the demand of the holder's last renewal, for Watch
 }
 
-// NewCoordinator returns region's coordinator over js, a JetStream context on the
-// coordinator's NATS; now is the clock (nil: time.Now). The bucket is made at the first
+// NewCoordinator returns the coordinator of one holder of region over js, a JetStream context
+// on the coordinator's NATS; now is the clock (nil: time.Now). The bucket is made at the first
 // renewal, and again if the coordinator lost it.
 func NewCoordinator(js jetstream.JetStream, region string, now func() time.Time) *Coordinator {
 	if now == nil {
 		now = time.Now
 	}
-	return &Coordinator{js: js, region: region, now: now}
+	id := strconv.FormatUint(rand.Uint64(), 36)
+	return &Coordinator{js: js, region: region, id: id, now: now, demands: map[string]float64{}}
 }
+
+// ID is the holder's id in the records: random, drawn when the coordinator was made.
+func (c *Coordinator) ID() string { return c.id }
 
 // Home places the bucket, when this coordinator makes it, in the NATS cluster named home: in
 // a supercluster (regional clusters joined by gateways) the home region's cluster, wherever
@@ -51,15 +59,22 @@ func NewCoordinator(js jetstream.JetStream, region string, now func() time.Time)
 // bucket that exists stays where it is. It returns c.
 func (c *Coordinator) Home(cluster string) *Coordinator { c.home = cluster; return c }
 
-// Renew renews the region's lease of queue's global budget with demand (deliveries per
-// second) under the terms t, and returns the lease and the record it was written in. It
-// returns an error when the coordinator cannot be reached or the record cannot be written
-// within casTries; the region then goes on with the lease it holds.
-func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t Terms) (Lease, Record, error) {
+// Renew renews the holder's lease of queue's global budget with the region's demand
+// (deliveries per second) under the terms t, and returns the lease and the record it was
+// written in. Before each write it calls lower (when not nil) with the share the write gives
+// the holder: a holder applies it at once if it is lower than the share it uses, so that once
+// the write lands only the slots it reserved ahead at the former share are left (Terms.Lingers),
+// however long the reply takes. It returns an error when the coordinator cannot be reached or
+// the record cannot be written within casTries; the holder then goes on with the lease it
+// holds (lowered by lower, if a write may have landed).
+func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t Terms, lower func(share float64)) (Lease, Record, error) {
 	kv, err := c.bucket(ctx, false)
 	if err != nil {
 		return Lease{}, Record{}, err
 	}
+	c.mu.Lock()
+	c.demands[queue] = demand
+	c.mu.Unlock()
 	looked := false // the bucket was looked up again after a failed read
 	for try := range casTries {
 		if try > 0 {
@@ -92,10 +107,14 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 				return Lease{}, Record{}, fmt.Errorf("regions: record %q: %w", queue, err)
 			}
 		}
-		next, lease := Renew(rec, c.region, demand, t, c.now())
+		now := c.now()
+		next, lease := Renew(rec, c.region, c.id, demand, t, now)
 		b, err := json.Marshal(next)
 		if err != nil {
 			return Lease{}, Record{}, err
+		}
+		if lower != nil && lease.Expires.After(now) { // not while held: the holder's last lease stands
+			lower(lease.Share)
 		}
 		if rev == 0 {
 			_, err = kv.Create(ctx, queue, b)

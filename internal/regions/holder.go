@@ -9,6 +9,12 @@ import (
 	"time"
 )
 
+// atomicFloat is a float64 read and written atomically.
+type atomicFloat struct{ bits atomic.Uint64 }
+
+func (f *atomicFloat) Load() float64   { return math.Float64frombits(f.bits.Load()) }
+func (f *atomicFloat) Store(v float64) { f.bits.Store(math.Float64bits(v)) }
+
 // Holder keeps one region's leases of a set of global budgets for a process that decides
 // against them itself, request by request (the ingress, for its rules with global: true):
 // every renew period it renews each budget's lease on the coordinator with the demand it
@@ -31,8 +37,9 @@ type Holder struct {
 // holding is the region's lease of one budget.
 type holding struct {
 	budget float64      // per second
-	calls  atomic.Int64 // decisions since the last renewal: the demand
-	prev   float64      // the decisions per second of the renewal before; only renew touches it
+	calls  atomic.Int64 // decisions since the last periodic renewal: the demand
+	prev   float64      // the decisions per second of the periodic renewal before; only it touches it
+	demand atomicFloat  // the demand the last periodic renewal reported
 
 	mu     sync.Mutex
 	lease  Lease
@@ -90,21 +97,79 @@ func (h *Holder) Fraction(key string) float64 {
 	return math.Max(0, math.Min(1, share/b.budget))
 }
 
-// Run renews every budget's lease every renew period until ctx ends, and returns nil then.
+// Run keeps every budget's lease until ctx ends, and returns nil then: each budget renewed
+// every renew period, and in between when a change of its record makes a renewal matter
+// (Coordinator.Watch, Wants) or budget it is short of frees up (Lease.Retry); each released
+// when Run returns or the budget is dropped (Set).
 func (h *Holder) Run(ctx context.Context) error {
-	last := h.now()
+	running := map[*holding]context.CancelFunc{}
+	var wg sync.WaitGroup
+	defer func() {
+		for _, stop := range running {
+			stop()
+		}
+		wg.Wait()
+	}()
 	tick := time.NewTicker(h.t.Renew)
 	defer tick.Stop()
 	for {
-		h.renew(ctx, h.now().Sub(last))
-		last = h.now()
-		h.next.Store(last.Add(h.t.Renew).UnixNano())
+		h.mu.RLock()
+		keys := make(map[*holding]string, len(h.budgets))
+		for k, b := range h.budgets {
+			keys[b] = k
+		}
+		h.mu.RUnlock()
+		for b, key := range keys {
+			if _, ok := running[b]; !ok {
+				kctx, stop := context.WithCancel(ctx)
+				running[b] = stop
+				wg.Go(func() { h.keep(kctx, key, b) })
+			}
+		}
+		for b, stop := range running {
+			if _, ok := keys[b]; !ok {
+				stop()
+				delete(running, b)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
 	}
+}
+
+// keepGap is the least time between two renewals of one budget asked by its record's changes.
+const keepGap = 50 * time.Millisecond
+
+// keep keeps key's lease until ctx ends (Run), then releases it.
+func (h *Holder) keep(ctx context.Context, key string, b *holding) {
+	p := NewPacer()
+	go h.c.Watch(ctx, key, func() Terms { return h.terms(b) }, p.Soon)
+	last := h.now()
+	p.Run(ctx, h.t.Renew, keepGap, func(ctx context.Context, periodic bool) {
+		if periodic {
+			now := h.now()
+			h.renewKey(ctx, key, b, now.Sub(last), p)
+			last = now
+			h.next.Store(now.Add(h.t.Renew).UnixNano())
+			return
+		}
+		h.renewKey(ctx, key, b, 0, p)
+	})
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.t.Renew)
+	defer cancel()
+	_ = h.c.Release(rctx, key, h.terms(b))
+}
+
+// terms are the holder's terms for b's budget.
+func (h *Holder) terms(b *holding) Terms {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := h.t
+	t.Budget = b.budget
+	return t
 }
 
 // untilRenewal is how long until the next round of renewals is due: at most a renew period.
@@ -119,7 +184,7 @@ func (h *Holder) untilRenewal() time.Duration {
 }
 
 // renew renews each budget's lease once, with the decisions counted over elapsed (and the
-// period before) as demand. Only Run calls it, one round at a time.
+// period before) as demand.
 func (h *Holder) renew(ctx context.Context, elapsed time.Duration) {
 	h.mu.RLock()
 	keys := make(map[string]*holding, len(h.budgets))
@@ -128,40 +193,61 @@ func (h *Holder) renew(ctx context.Context, elapsed time.Duration) {
 	}
 	h.mu.RUnlock()
 	for key, b := range keys {
-		calls := b.calls.Swap(0)
-		rate := 0.0
-		if elapsed > 0 {
-			rate = float64(calls) / elapsed.Seconds()
-		}
+		h.renewKey(ctx, key, b, elapsed, nil)
+	}
+}
+
+// renewKey renews key's lease once. A periodic renewal (elapsed > 0) reports the decisions
+// counted over elapsed (and the period before) as demand; an asked one (elapsed 0) the demand
+// of the last periodic one. A lease short of its target asks p (if any) for a renewal when
+// the budget frees up (Lease.Retry).
+func (h *Holder) renewKey(ctx context.Context, key string, b *holding, elapsed time.Duration, p *Pacer) {
+	demand := b.demand.Load()
+	if elapsed > 0 {
+		rate := float64(b.calls.Swap(0)) / elapsed.Seconds()
 		// The demand is the larger of the last two periods' rates: a region whose requests
 		// paused for one renewal (a stall, a gap between bursts) does not give its share away
-		// and wait a linger to get it back; one that stopped yields it a renewal later.
-		demand := max(rate, b.prev)
+		// and wait for it to be freed again; one that stopped yields it a renewal later.
+		demand = max(rate, b.prev)
 		b.prev = rate
-		b.mu.Lock()
-		t := h.t
-		t.Budget = b.budget
-		b.mu.Unlock()
-		rctx, cancel := context.WithTimeout(ctx, h.t.Renew)
-		l, _, err := h.c.Renew(rctx, key, demand, t)
-		cancel()
-		b.mu.Lock()
-		switch {
-		case err != nil:
-			if !b.failed && ctx.Err() == nil {
-				h.log.Warn("regions: cannot renew the region's lease of a global budget; using it until it expires, then the safe share",
-					"budget", key, "expires", b.lease.Expires, "err", err)
-			}
-			b.failed = true
-		default:
-			if b.failed {
-				h.log.Info("regions: the region's lease of a global budget renews again", "budget", key)
-			}
-			b.failed = false
-			if l.Expires.After(h.now()) { // else the coordinator waits out a lost state's leases
-				b.lease = l
-			}
+		b.demand.Store(demand)
+	}
+	t := h.terms(b)
+	rctx, cancel := context.WithTimeout(ctx, h.t.Renew)
+	l, _, err := h.c.Renew(rctx, key, demand, t, func(share float64) { b.lower(share, h.now()) })
+	cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		if !b.failed && ctx.Err() == nil {
+			h.log.Warn("regions: cannot renew the region's lease of a global budget; using it until it expires, then the safe share",
+				"budget", key, "expires", b.lease.Expires, "err", err)
 		}
-		b.mu.Unlock()
+		b.failed = true
+		return
+	}
+	if b.failed {
+		h.log.Info("regions: the region's lease of a global budget renews again", "budget", key)
+	}
+	b.failed = false
+	if l.Expires.After(h.now()) { // else the coordinator waits out a lost state's leases
+		b.lease = l
+	}
+	if p != nil && !l.Retry.IsZero() {
+		p.Soon(l.Retry.Add(RetryLag))
+	}
+}
+
+// RetryLag is how long after the instant a renewal named (Lease.Retry) a holder renews again:
+// past it by the coordinator's clock, should the two differ by a little.
+const RetryLag = 20 * time.Millisecond
+
+// lower applies share at now if it is below the lease's unexpired share: Coordinator.Renew
+// calls it before a write that may lower the holder's acknowledged share.
+func (b *holding) lower(share float64, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now.Before(b.lease.Expires) && share < b.lease.Share {
+		b.lease.Share = share
 	}
 }

@@ -96,11 +96,12 @@ func TestHolderStrictSafeShare(t *testing.T) {
 	ctx := context.Background()
 	bt := terms
 	bt.Budget = 20
-	if _, _, err := NewCoordinator(js, "b", nil).Renew(ctx, "rule.x", 100, bt); err != nil {
+	b := NewCoordinator(js, "b", nil)
+	if _, _, err := b.Renew(ctx, "rule.x", 100, bt, nil); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "a on a lease of half the budget: a limit of 10", func() bool {
-		_, _, _ = NewCoordinator(js, "b", nil).Renew(ctx, "rule.x", 100, bt)
+		_, _, _ = b.Renew(ctx, "rule.x", 100, bt, nil)
 		for range 30 { // a demand of 30/s: more than half the budget
 			h.Limit("rule.x", spec)
 		}
