@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,7 +37,14 @@ type Coordinator struct {
 	mu      sync.Mutex
 	kv      jetstream.KeyValue // the bucket as last found; nil: none yet
 	demands map[string]float64 // by key, the demand of the holder's last renewal, for Watch
+	seen    map[string]seen    // by key, the latest record the holder saw
+
+	writes, conflicts atomic.Int64 // renewals' writes tried, and those that lost a race
 }
+
+// Writes reports the renewals' writes this holder tried, and how many of them lost to another
+// writer's (a compare-and-set conflict, retried): the cost of renewals on change.
+func (c *Coordinator) Writes() (tried, conflicts int64) { return c.writes.Load(), c.conflicts.Load() }
 
 // NewCoordinator returns the coordinator of one holder of region over js, a JetStream context
 // on the coordinator's NATS; now is the clock (nil: time.Now). The bucket is made at the first
@@ -46,7 +54,7 @@ func NewCoordinator(js jetstream.JetStream, region string, now func() time.Time)
 		now = time.Now
 	}
 	id := strconv.FormatUint(rand.Uint64(), 36)
-	return &Coordinator{js: js, region: region, id: id, now: now, demands: map[string]float64{}}
+	return &Coordinator{js: js, region: region, id: id, now: now, demands: map[string]float64{}, seen: map[string]seen{}}
 }
 
 // ID is the holder's id in the records: random, drawn when the coordinator was made.
@@ -75,7 +83,8 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 	c.mu.Lock()
 	c.demands[queue] = demand
 	c.mu.Unlock()
-	looked := false // the bucket was looked up again after a failed read
+	looked := false  // the bucket was looked up again after a failed read
+	var tried uint64 // the revision of the last write that lost a race
 	for try := range casTries {
 		if try > 0 {
 			wait := time.Duration(rand.Int64N(int64(try) * int64(2*time.Millisecond)))
@@ -85,27 +94,17 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 			case <-time.After(wait):
 			}
 		}
-		var rec Record
-		var rev uint64
-		e, err := kv.Get(ctx, queue)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			// No state: the coordinator is new or lost what it had; wait out the longest lease.
-			rec = Fresh(t, c.now())
-		case err != nil && !looked:
+		rec, rev, err := c.read(ctx, kv, queue, t, tried)
+		if err != nil && !looked && !errors.Is(err, errRecord) {
 			// The bucket kept may be gone (the coordinator lost it): look it up again, once.
 			if kv, err = c.bucket(ctx, true); err != nil {
 				return Lease{}, Record{}, err
 			}
 			looked = true
 			continue
-		case err != nil:
-			return Lease{}, Record{}, fmt.Errorf("regions: read %q: %w", queue, err)
-		default:
-			rev = e.Revision()
-			if err := json.Unmarshal(e.Value(), &rec); err != nil {
-				return Lease{}, Record{}, fmt.Errorf("regions: record %q: %w", queue, err)
-			}
+		}
+		if err != nil {
+			return Lease{}, Record{}, err
 		}
 		now := c.now()
 		next, lease := Renew(rec, c.region, c.id, demand, t, now)
@@ -116,19 +115,88 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 		if lower != nil && lease.Expires.After(now) { // not while held: the holder's last lease stands
 			lower(lease.Share)
 		}
+		c.writes.Add(1)
+		var wrote uint64
 		if rev == 0 {
-			_, err = kv.Create(ctx, queue, b)
+			wrote, err = kv.Create(ctx, queue, b)
 		} else {
-			_, err = kv.Update(ctx, queue, b, rev)
+			wrote, err = kv.Update(ctx, queue, b, rev)
 		}
 		if err == nil {
+			c.saw(queue, next, wrote)
 			return lease, next, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongRevision(err) {
-			return Lease{}, Record{}, fmt.Errorf("regions: write %q: %w", queue, err)
+			if looked {
+				return Lease{}, Record{}, fmt.Errorf("regions: write %q: %w", queue, err)
+			}
+			// The bucket may be gone (the coordinator lost it) behind the record seen: forget
+			// it, and look the bucket up again, once.
+			c.forget(queue)
+			if kv, err = c.bucket(ctx, true); err != nil {
+				return Lease{}, Record{}, err
+			}
+			looked = true
+			continue
 		}
+		c.conflicts.Add(1)
+		tried = max(rev, 1)
 	}
 	return Lease{}, Record{}, fmt.Errorf("regions: write %q: %d concurrent renewals in a row", queue, casTries)
+}
+
+// errRecord is a record that cannot be decoded.
+var errRecord = errors.New("regions: undecodable record")
+
+// seen is a record and its revision as the holder last saw it (its watch or its own write),
+// and when.
+type seen struct {
+	rec Record
+	rev uint64
+	at  time.Time
+}
+
+// saw keeps rec at rev as queue's latest seen, unless a later one was.
+func (c *Coordinator) saw(queue string, rec Record, rev uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.seen[queue]; !ok || rev > s.rev {
+		c.seen[queue] = seen{rec: rec, rev: rev, at: c.now()}
+	}
+}
+
+// forget drops queue's latest seen record.
+func (c *Coordinator) forget(queue string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.seen, queue)
+}
+
+// read returns queue's record and its revision (0: none, a fresh record): the one the holder's
+// watch delivered, if it is later than tried (a write on it lost a race) and was seen within a
+// renew period, so that a renewal over a gateway costs one round trip (the write), not two;
+// else the coordinator's, read.
+func (c *Coordinator) read(ctx context.Context, kv jetstream.KeyValue, queue string, t Terms, tried uint64) (Record, uint64, error) {
+	c.mu.Lock()
+	s, ok := c.seen[queue]
+	c.mu.Unlock()
+	if ok && s.rev > tried && c.now().Sub(s.at) < t.Renew {
+		return s.rec, s.rev, nil
+	}
+	e, err := kv.Get(ctx, queue)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// No state: the coordinator is new or lost what it had; wait out the longest lease.
+		return Fresh(t, c.now()), 0, nil
+	case err != nil:
+		return Record{}, 0, fmt.Errorf("regions: read %q: %w", queue, err)
+	}
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return Record{}, 0, fmt.Errorf("%w %q: %w", errRecord, queue, err)
+	}
+	c.saw(queue, rec, e.Revision())
+	return rec, e.Revision(), nil
 }
 
 // isWrongRevision reports whether err is a compare-and-set that lost to another writer.

@@ -141,14 +141,14 @@ func (h *Holder) Run(ctx context.Context) error {
 }
 
 // keepGap is the least time between two renewals of one budget asked by its record's changes.
-const keepGap = 50 * time.Millisecond
+const keepGap = 100 * time.Millisecond
 
 // keep keeps key's lease until ctx ends (Run), then releases it.
 func (h *Holder) keep(ctx context.Context, key string, b *holding) {
-	p := NewPacer()
+	p := NewPacer(keepGap)
 	go h.c.Watch(ctx, key, func() Terms { return h.terms(b) }, p.Soon)
 	last := h.now()
-	p.Run(ctx, h.t.Renew, keepGap, func(ctx context.Context, periodic bool) {
+	p.Run(ctx, h.t.Renew, func(ctx context.Context, periodic bool) {
 		if periodic {
 			now := h.now()
 			h.renewKey(ctx, key, b, now.Sub(last), p)

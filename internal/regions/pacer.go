@@ -2,6 +2,7 @@ package regions
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -14,14 +15,18 @@ type Pacer struct {
 	mu   sync.Mutex
 	at   time.Time // the earliest instant asked for; zero: none
 	kick chan struct{}
+	gap  time.Duration
 }
 
-// NewPacer returns a pacer with nothing asked.
-func NewPacer() *Pacer { return &Pacer{kick: make(chan struct{}, 1)} }
+// NewPacer returns a pacer with nothing asked, whose asked renewals start at least gap apart
+// (Run).
+func NewPacer(gap time.Duration) *Pacer { return &Pacer{kick: make(chan struct{}, 1), gap: gap} }
 
-// Soon asks for a renewal from at on; the earliest ask wins.
+// Soon asks for a renewal from at on (and a random part of Run's gap later); the earliest ask
+// wins.
 func (p *Pacer) Soon(at time.Time) {
 	p.mu.Lock()
+	at = at.Add(time.Duration(rand.Int64N(int64(p.gap) + 1)))
 	if p.at.IsZero() || at.Before(p.at) {
 		p.at = at
 	}
@@ -33,9 +38,18 @@ func (p *Pacer) Soon(at time.Time) {
 }
 
 // Run calls renew at once and every period after, and whenever asked, until ctx ends; periodic
-// tells renew which it is. Asked renewals start at least gap after the previous start.
-func (p *Pacer) Run(ctx context.Context, period, gap time.Duration, renew func(ctx context.Context, periodic bool)) {
+// tells renew which it is. Asked renewals start at least gap after the previous start, and a
+// random part of gap after the instant asked for.
+//
+// The region's holders see the same changes and may start together: their renewals would
+// then collide on the coordinator's compare-and-set (one read and write more each, over a
+// gateway two round trips). So the second periodic renewal comes a random half period to a
+// period after the first (holders started together spread over the period), each later one
+// up to a tenth of the period early, and asked ones spread over gap.
+func (p *Pacer) Run(ctx context.Context, period time.Duration, renew func(ctx context.Context, periodic bool)) {
+	gap := p.gap
 	next := time.Now()
+	first := true
 	var last time.Time
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -51,7 +65,11 @@ func (p *Pacer) Run(ctx context.Context, period, gap time.Duration, renew func(c
 		if periodic || asked {
 			last = now
 			if periodic {
-				next = now.Add(period)
+				early := period / 10
+				if first {
+					early, first = period/2, false
+				}
+				next = now.Add(period - time.Duration(rand.Int64N(int64(early)+1)))
 			}
 			renew(ctx, periodic)
 		}

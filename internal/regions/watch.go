@@ -87,6 +87,7 @@ func (c *Coordinator) watchOnce(ctx context.Context, queue string, terms func() 
 			if json.Unmarshal(e.Value(), &rec) != nil {
 				continue
 			}
+			c.saw(queue, rec, e.Revision())
 			c.mu.Lock()
 			demand, renewed := c.demands[queue]
 			c.mu.Unlock()

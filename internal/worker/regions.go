@@ -52,7 +52,7 @@ const leaseLingers = reserveAhead + 100*time.Millisecond
 // renewGap is the least time between two renewals of a lease asked by its record's changes or
 // by a Retry: every holder sees every write, and a change answered by a renewal is one more
 // write.
-const renewGap = 50 * time.Millisecond
+const renewGap = 100 * time.Millisecond
 
 // backlogReader reads a queue's depth, for the region's demand; *queue.Queues is one.
 type backlogReader interface {
@@ -241,9 +241,9 @@ func (rl *regionalLease) run(ctx context.Context) {
 	if rl.reg == nil {
 		return
 	}
-	p := regions.NewPacer()
+	p := regions.NewPacer(renewGap)
 	watching, renewed := false, false
-	p.Run(ctx, rl.reg.Renew, renewGap, func(ctx context.Context, _ bool) {
+	p.Run(ctx, rl.reg.Renew, func(ctx context.Context, _ bool) {
 		if !rl.on(rl.env.cfg()) {
 			return
 		}

@@ -34,7 +34,9 @@ func (r *renewer) Renew(_ context.Context, _ string, _ float64, _ regions.Terms,
 
 func (r *renewer) Release(context.Context, string, regions.Terms) error { return nil }
 
-func (r *renewer) Watch(ctx context.Context, _ string, _ func() regions.Terms, _ func(time.Time)) { <-ctx.Done() }
+func (r *renewer) Watch(ctx context.Context, _ string, _ func() regions.Terms, _ func(time.Time)) {
+	<-ctx.Done()
+}
 
 // TestRegionalLease: the share is the lease's until it expires, then the safe share; a renewal
 // that fails keeps the lease; a share below one delivery per renew period holds the job.
