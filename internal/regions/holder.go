@@ -18,10 +18,10 @@ func (f *atomicFloat) Store(v float64) { f.bits.Store(math.Float64bits(v)) }
 // Holder keeps one region's leases of a set of global budgets for a process that decides
 // against them itself, request by request (the ingress, for its rules with global: true):
 // every renew period it renews each budget's lease on the coordinator with the demand it
-// counted since the last renewal, and Fraction tells each decision what part of the budget
-// the region may use now: its lease's share of it until the lease expires, then its safe
-// share's. A budget is keyed as its record is on the coordinator. Safe for concurrent use;
-// Fraction takes a read lock and one atomic add.
+// counted over the last renew period, and Fraction tells each decision what part of the
+// budget the region may use now: its lease's share of it until the lease expires, then its
+// safe share's. A budget is keyed as its record is on the coordinator. Safe for concurrent
+// use; Fraction takes a read lock and one mutex.
 type Holder struct {
 	c    *Coordinator
 	safe func(budget float64) float64 // the safe share of a budget, per second
@@ -36,12 +36,11 @@ type Holder struct {
 
 // holding is the region's lease of one budget.
 type holding struct {
-	budget float64      // per second
-	calls  atomic.Int64 // decisions since the last periodic renewal: the demand
-	prev   float64      // the decisions per second of the periodic renewal before; only it touches it
-	demand atomicFloat  // the demand the last periodic renewal reported
+	budget float64     // per second
+	demand atomicFloat // the demand the last renewal reported
 
 	mu     sync.Mutex
+	calls  meter // the decisions: the demand
 	lease  Lease
 	failed bool // the last renewal failed (logged once)
 }
@@ -69,7 +68,7 @@ func (h *Holder) Set(budgets map[string]float64) {
 			next[k] = old
 			continue
 		}
-		next[k] = &holding{budget: b}
+		next[k] = &holding{budget: b, calls: meter{slot: max(h.t.Renew/meterSlots, time.Millisecond)}}
 	}
 	h.budgets = next
 }
@@ -84,14 +83,15 @@ func (h *Holder) Fraction(key string) float64 {
 	if b == nil {
 		return 1
 	}
-	b.calls.Add(1)
+	now := h.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.calls.add(now)
 	if b.budget <= 0 {
 		return 1
 	}
 	share := b.lease.Share
-	if !h.now().Before(b.lease.Expires) {
+	if !now.Before(b.lease.Expires) {
 		share = h.safe(b.budget)
 	}
 	return math.Max(0, math.Min(1, share/b.budget))
@@ -143,20 +143,35 @@ func (h *Holder) Run(ctx context.Context) error {
 // keepGap is the least time between two renewals of one budget asked by its record's changes.
 const keepGap = 100 * time.Millisecond
 
-// keep keeps key's lease until ctx ends (Run), then releases it.
+// keep keeps key's lease until ctx ends (Run), then releases it. Every quarter of a renew
+// period it checks the decisions' rate, and renews at once when it moved far from the demand
+// last reported (demandChanged): a region whose requests stopped yields its share within
+// about half a renew period and a check, not at its next period's end.
 func (h *Holder) keep(ctx context.Context, key string, b *holding) {
 	p := NewPacer(keepGap)
 	go h.c.Watch(ctx, key, func() Terms { return h.terms(b) }, p.Soon)
-	last := h.now()
+	go func() {
+		tick := time.NewTicker(max(h.t.Renew/meterSlots, time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				b.mu.Lock()
+				rate, budget := b.calls.rate(h.now()), b.budget
+				b.mu.Unlock()
+				if demandChanged(rate, b.demand.Load(), budget) {
+					p.Soon(h.now())
+				}
+			}
+		}
+	}()
 	p.Run(ctx, h.t.Renew, func(ctx context.Context, periodic bool) {
 		if periodic {
-			now := h.now()
-			h.renewKey(ctx, key, b, now.Sub(last), p)
-			last = now
-			h.next.Store(now.Add(h.t.Renew).UnixNano())
-			return
+			h.next.Store(h.now().Add(h.t.Renew).UnixNano())
 		}
-		h.renewKey(ctx, key, b, 0, p)
+		h.renewKey(ctx, key, b, p)
 	})
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.t.Renew)
 	defer cancel()
@@ -183,9 +198,8 @@ func (h *Holder) untilRenewal() time.Duration {
 	return d
 }
 
-// renew renews each budget's lease once, with the decisions counted over elapsed (and the
-// period before) as demand.
-func (h *Holder) renew(ctx context.Context, elapsed time.Duration) {
+// renew renews each budget's lease once.
+func (h *Holder) renew(ctx context.Context) {
 	h.mu.RLock()
 	keys := make(map[string]*holding, len(h.budgets))
 	for k, b := range h.budgets {
@@ -193,25 +207,18 @@ func (h *Holder) renew(ctx context.Context, elapsed time.Duration) {
 	}
 	h.mu.RUnlock()
 	for key, b := range keys {
-		h.renewKey(ctx, key, b, elapsed, nil)
+		h.renewKey(ctx, key, b, nil)
 	}
 }
 
-// renewKey renews key's lease once. A periodic renewal (elapsed > 0) reports the decisions
-// counted over elapsed (and the period before) as demand; an asked one (elapsed 0) the demand
-// of the last periodic one. A lease short of its target asks p (if any) for a renewal when
-// the budget frees up (Lease.Retry).
-func (h *Holder) renewKey(ctx context.Context, key string, b *holding, elapsed time.Duration, p *Pacer) {
-	demand := b.demand.Load()
-	if elapsed > 0 {
-		rate := float64(b.calls.Swap(0)) / elapsed.Seconds()
-		// The demand is the larger of the last two periods' rates: a region whose requests
-		// paused for one renewal (a stall, a gap between bursts) does not give its share away
-		// and wait for it to be freed again; one that stopped yields it a renewal later.
-		demand = max(rate, b.prev)
-		b.prev = rate
-		b.demand.Store(demand)
-	}
+// renewKey renews key's lease once, with the decisions' rate over the last renew period as
+// the demand. A lease short of its target asks p (if any) for a renewal when the budget frees
+// up (Lease.Retry).
+func (h *Holder) renewKey(ctx context.Context, key string, b *holding, p *Pacer) {
+	b.mu.Lock()
+	demand := b.calls.rate(h.now())
+	b.mu.Unlock()
+	b.demand.Store(demand)
 	t := h.terms(b)
 	rctx, cancel := context.WithTimeout(ctx, h.t.Renew)
 	l, _, err := h.c.Renew(rctx, key, demand, t, func(share float64) { b.lower(share, h.now()) })
