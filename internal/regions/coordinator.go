@@ -83,8 +83,9 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 	c.mu.Lock()
 	c.demands[queue] = demand
 	c.mu.Unlock()
-	looked := false  // the bucket was looked up again after a failed read
+	looked := false  // the bucket was looked up again after a failed read or write
 	var tried uint64 // the revision of the last write that lost a race
+	var lastErr error
 	for try := range casTries {
 		if try > 0 {
 			wait := time.Duration(rand.Int64N(int64(try) * int64(2*time.Millisecond)))
@@ -94,53 +95,48 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 			case <-time.After(wait):
 			}
 		}
-		rec, rev, err := c.read(ctx, kv, queue, t, tried)
-		if err != nil && !looked && !errors.Is(err, errRecord) {
-			// The bucket kept may be gone (the coordinator lost it): look it up again, once.
-			if kv, err = c.bucket(ctx, true); err != nil {
-				return Lease{}, Record{}, err
-			}
-			looked = true
-			continue
+		lease, next, rev, out, err := c.attempt(ctx, kv, queue, demand, t, lower, tried)
+		if out != conflicted {
+			lastErr = err
 		}
-		if err != nil {
-			return Lease{}, Record{}, err
-		}
-		now := c.now()
-		next, lease := Renew(rec, c.region, c.id, demand, t, now)
-		b, err := json.Marshal(next)
-		if err != nil {
-			return Lease{}, Record{}, err
-		}
-		if lower != nil && lease.Expires.After(now) { // not while held: the holder's last lease stands
-			lower(lease.Share)
-		}
-		c.writes.Add(1)
-		var wrote uint64
-		if rev == 0 {
-			wrote, err = kv.Create(ctx, queue, b)
-		} else {
-			wrote, err = kv.Update(ctx, queue, b, rev)
-		}
-		if err == nil {
-			c.saw(queue, next, wrote)
+		switch {
+		case out == written:
+			lease.Raced = try > 0 && tried > 0
 			return lease, next, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongRevision(err) {
-			if looked {
-				return Lease{}, Record{}, fmt.Errorf("regions: write %q: %w", queue, err)
+		case out == conflicted:
+			c.conflicts.Add(1)
+			tried = max(rev, 1)
+		case ctx.Err() != nil:
+			return Lease{}, Record{}, err
+		case out == timedOut:
+			// A request lost (a link that just came back, a reply dropped): try again.
+		case errors.Is(err, errRecord):
+			return Lease{}, Record{}, err
+		default:
+			// The bucket kept may be gone (the coordinator lost it): forget the record seen,
+			// and look the bucket up again, once, for half a renew period at most (a look-up
+			// needs the JetStream meta leader, which a supercluster elects again after a
+			// heal). Either way try again a tenth of a renew period later: after a heal the
+			// gateways learn the bucket's subjects within a second or so, and until then its
+			// reads find no responders.
+			if !looked {
+				looked = true
+				c.forget(queue)
+				lctx, cancel := context.WithTimeout(ctx, t.Renew/2)
+				if found, err := c.bucket(lctx, true); err == nil {
+					kv = found
+				}
+				cancel()
 			}
-			// The bucket may be gone (the coordinator lost it) behind the record seen: forget
-			// it, and look the bucket up again, once.
-			c.forget(queue)
-			if kv, err = c.bucket(ctx, true); err != nil {
+			select {
+			case <-ctx.Done():
 				return Lease{}, Record{}, err
+			case <-time.After(t.Renew / 10):
 			}
-			looked = true
-			continue
 		}
-		c.conflicts.Add(1)
-		tried = max(rev, 1)
+	}
+	if lastErr != nil {
+		return Lease{}, Record{}, lastErr
 	}
 	return Lease{}, Record{}, fmt.Errorf("regions: write %q: %d concurrent renewals in a row", queue, casTries)
 }
@@ -148,8 +144,7 @@ func (c *Coordinator) Renew(ctx context.Context, queue string, demand float64, t
 // errRecord is a record that cannot be decoded.
 var errRecord = errors.New("regions: undecodable record")
 
-// seen is a record and its revision as the holder last saw it (its watch or its own write),
-// and when.
+// seen is a record and its revision as the holder's watch last delivered it, and when.
 type seen struct {
 	rec Record
 	rev uint64
@@ -173,9 +168,10 @@ func (c *Coordinator) forget(queue string) {
 }
 
 // read returns queue's record and its revision (0: none, a fresh record): the one the holder's
-// watch delivered, if it is later than tried (a write on it lost a race) and was seen within a
-// renew period, so that a renewal over a gateway costs one round trip (the write), not two;
-// else the coordinator's, read.
+// watch delivered, if it is later than tried (a write on it lost a race) and was delivered
+// within a renew period (every holder writes once a period, so a watch that delivered nothing
+// for longer is broken or behind), so that a renewal over a gateway costs one round trip (the
+// write), not two; else the coordinator's, read.
 func (c *Coordinator) read(ctx context.Context, kv jetstream.KeyValue, queue string, t Terms, tried uint64) (Record, uint64, error) {
 	c.mu.Lock()
 	s, ok := c.seen[queue]
@@ -195,8 +191,58 @@ func (c *Coordinator) read(ctx context.Context, kv jetstream.KeyValue, queue str
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return Record{}, 0, fmt.Errorf("%w %q: %w", errRecord, queue, err)
 	}
-	c.saw(queue, rec, e.Revision())
 	return rec, e.Revision(), nil
+}
+
+// outcome is how one attempt of a renewal ended.
+type outcome int
+
+const (
+	written    outcome = iota
+	conflicted         // another writer's write landed first: read again
+	timedOut           // no answer within a renew period: try again
+	failed             // another error: the bucket may be gone
+)
+
+// attempt reads queue's record (or takes the one the watch delivered), applies the rule, calls
+// lower and writes the result on the revision read, all within a renew period. It returns the
+// lease and record written, the revision it wrote on, and how it ended.
+func (c *Coordinator) attempt(ctx context.Context, kv jetstream.KeyValue, queue string, demand float64, t Terms,
+	lower func(float64), tried uint64) (Lease, Record, uint64, outcome, error) {
+	actx, cancel := context.WithTimeout(ctx, t.Renew)
+	defer cancel()
+	ended := func(err error) outcome {
+		if actx.Err() != nil {
+			return timedOut
+		}
+		return failed
+	}
+	rec, rev, err := c.read(actx, kv, queue, t, tried)
+	if err != nil {
+		return Lease{}, Record{}, 0, ended(err), err
+	}
+	now := c.now()
+	next, lease := Renew(rec, c.region, c.id, demand, t, now)
+	b, err := json.Marshal(next)
+	if err != nil {
+		return Lease{}, Record{}, 0, failed, err
+	}
+	if lower != nil && lease.Expires.After(now) { // not while held: the holder's last lease stands
+		lower(lease.Share)
+	}
+	c.writes.Add(1)
+	if rev == 0 {
+		_, err = kv.Create(actx, queue, b)
+	} else {
+		_, err = kv.Update(actx, queue, b, rev)
+	}
+	switch {
+	case err == nil:
+		return lease, next, rev, written, nil
+	case errors.Is(err, jetstream.ErrKeyExists) || isWrongRevision(err):
+		return Lease{}, Record{}, rev, conflicted, err
+	}
+	return Lease{}, Record{}, rev, ended(err), fmt.Errorf("regions: write %q: %w", queue, err)
 }
 
 // isWrongRevision reports whether err is a compare-and-set that lost to another writer.

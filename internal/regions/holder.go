@@ -167,11 +167,11 @@ func (h *Holder) keep(ctx context.Context, key string, b *holding) {
 			}
 		}
 	}()
-	p.Run(ctx, h.t.Renew, func(ctx context.Context, periodic bool) {
+	p.Run(ctx, h.t.Renew, func(ctx context.Context, periodic bool) bool {
 		if periodic {
 			h.next.Store(h.now().Add(h.t.Renew).UnixNano())
 		}
-		h.renewKey(ctx, key, b, p)
+		return h.renewKey(ctx, key, b, p)
 	})
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.t.Renew)
 	defer cancel()
@@ -212,15 +212,15 @@ func (h *Holder) renew(ctx context.Context) {
 }
 
 // renewKey renews key's lease once, with the decisions' rate over the last renew period as
-// the demand. A lease short of its target asks p (if any) for a renewal when the budget frees
-// up (Lease.Retry).
-func (h *Holder) renewKey(ctx context.Context, key string, b *holding, p *Pacer) {
+// the demand, and reports whether it lost a race to another writer first. A lease short of
+// its target asks p (if any) for a renewal when the budget frees up (Lease.Retry).
+func (h *Holder) renewKey(ctx context.Context, key string, b *holding, p *Pacer) bool {
 	b.mu.Lock()
 	demand := b.calls.rate(h.now())
 	b.mu.Unlock()
 	b.demand.Store(demand)
 	t := h.terms(b)
-	rctx, cancel := context.WithTimeout(ctx, h.t.Renew)
+	rctx, cancel := context.WithTimeout(ctx, t.Deadline())
 	l, _, err := h.c.Renew(rctx, key, demand, t, func(share float64) { b.lower(share, h.now()) })
 	cancel()
 	b.mu.Lock()
@@ -231,7 +231,7 @@ func (h *Holder) renewKey(ctx context.Context, key string, b *holding, p *Pacer)
 				"budget", key, "expires", b.lease.Expires, "err", err)
 		}
 		b.failed = true
-		return
+		return false
 	}
 	if b.failed {
 		h.log.Info("regions: the region's lease of a global budget renews again", "budget", key)
@@ -243,6 +243,7 @@ func (h *Holder) renewKey(ctx context.Context, key string, b *holding, p *Pacer)
 	if p != nil && !l.Retry.IsZero() {
 		p.Soon(l.Retry.Add(RetryLag))
 	}
+	return l.Raced
 }
 
 // RetryLag is how long after the instant a renewal named (Lease.Retry) a holder renews again:

@@ -38,15 +38,16 @@ func (p *Pacer) Soon(at time.Time) {
 }
 
 // Run calls renew at once and every period after, and whenever asked, until ctx ends; periodic
-// tells renew which it is. Asked renewals start at least gap after the previous start, and a
-// random part of gap after the instant asked for.
+// tells renew which it is, and renew reports whether it lost a race to another writer.
+// Asked renewals start at least gap after the previous start, and a random part of gap after
+// the instant asked for.
 //
 // The region's holders see the same changes and may start together: their renewals would
-// then collide on the coordinator's compare-and-set (one read and write more each, over a
-// gateway two round trips). So the second periodic renewal comes a random half period to a
-// period after the first (holders started together spread over the period), each later one
-// up to a tenth of the period early, and asked ones spread over gap.
-func (p *Pacer) Run(ctx context.Context, period time.Duration, renew func(ctx context.Context, periodic bool)) {
+// then collide on the coordinator's compare-and-set (one more round trip each, over a gateway
+// a slow one). So the periodic renewal after the first, or after one that lost a race, comes
+// a random half period to a period later (holders in step spread over the period), each
+// other one up to a tenth of the period early, and asked ones spread over gap.
+func (p *Pacer) Run(ctx context.Context, period time.Duration, renew func(ctx context.Context, periodic bool) (raced bool)) {
 	gap := p.gap
 	next := time.Now()
 	first := true
@@ -64,14 +65,14 @@ func (p *Pacer) Run(ctx context.Context, period time.Duration, renew func(ctx co
 		p.mu.Unlock()
 		if periodic || asked {
 			last = now
-			if periodic {
+			raced := renew(ctx, periodic)
+			if periodic || raced {
 				early := period / 10
-				if first {
+				if first || raced {
 					early, first = period/2, false
 				}
 				next = now.Add(period - time.Duration(rand.Int64N(int64(early)+1)))
 			}
-			renew(ctx, periodic)
 		}
 		wake := next
 		p.mu.Lock()

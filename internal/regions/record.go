@@ -43,6 +43,9 @@ type Lease struct {
 	// (a lowered share stops lingering, or a lease expires), within one renew period. A
 	// holder that renews again then follows a shift without waiting for its next period.
 	Retry time.Time `json:"-"`
+	// Raced (never stored) reports that the renewal lost a compare-and-set race to another
+	// writer first: holders renewing in step, which a Pacer spreads apart.
+	Raced bool `json:"-"`
 }
 
 // Ack is one holder's acknowledged share: what it applies until Expires (then its safe
@@ -67,6 +70,13 @@ type Terms struct {
 	// only what it reserved ahead at the former share (slots, units) and a scheduling delay.
 	Lingers time.Duration
 }
+
+// Deadline is how long one renewal may take: half a lease, and at least a renew period. Each
+// compare-and-set that loses a race costs another round trip to the coordinator, over a
+// gateway a slow one; a renewal cut short at one renew period failed after a single conflict
+// on a loaded machine. A holder renewing at most a period apart still renews before its lease
+// (the longer of the two) expires.
+func (t Terms) Deadline() time.Duration { return max(t.Renew, t.Lease/2) }
 
 // held is the share an acknowledgement counts for at now: 0 once expired; its former share
 // while the slots reserved ahead at it may still be spent.

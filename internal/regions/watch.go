@@ -61,7 +61,9 @@ func (c *Coordinator) Watch(ctx context.Context, queue string, terms func() Term
 	}
 }
 
-// watchOnce watches queue's record until the watch breaks or ctx ends.
+// watchOnce watches queue's record until the watch breaks or ctx ends, or delivers nothing
+// for two renew periods: every holder writes once a period, so the watch is broken or stuck
+// behind (its consumer lost across a cut, say) and is made again.
 func (c *Coordinator) watchOnce(ctx context.Context, queue string, terms func() Terms, soon func(at time.Time)) {
 	kv, err := c.bucket(ctx, false)
 	if err != nil {
@@ -72,11 +74,16 @@ func (c *Coordinator) watchOnce(ctx context.Context, queue string, terms func() 
 		return
 	}
 	defer func() { _ = w.Stop() }()
+	quiet := time.NewTimer(2 * terms().Renew)
+	defer quiet.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-quiet.C:
+			return
 		case e, ok := <-w.Updates():
+			quiet.Reset(2 * terms().Renew)
 			if !ok {
 				return
 			}

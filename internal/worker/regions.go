@@ -243,9 +243,9 @@ func (rl *regionalLease) run(ctx context.Context) {
 	}
 	p := regions.NewPacer(renewGap)
 	watching, renewed := false, false
-	p.Run(ctx, rl.reg.Renew, func(ctx context.Context, _ bool) {
+	p.Run(ctx, rl.reg.Renew, func(ctx context.Context, _ bool) bool {
 		if !rl.on(rl.env.cfg()) {
-			return
+			return false
 		}
 		if !watching { // from the first renewal of a global queue on
 			watching = true
@@ -256,6 +256,7 @@ func (rl *regionalLease) run(ctx context.Context) {
 		if ok && !l.Retry.IsZero() {
 			p.Soon(l.Retry.Add(regions.RetryLag))
 		}
+		return l.Raced
 	})
 	if renewed {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rl.reg.Renew)
@@ -292,9 +293,10 @@ func (rl *regionalLease) renewOnce(ctx context.Context) (regions.Lease, bool) {
 	cfg := rl.env.cfg()
 	budget := perSecond(cfg.Rate)
 	demand := rl.demand(ctx, budget)
-	ctx, cancel := context.WithTimeout(ctx, rl.reg.Renew)
+	t := rl.terms()
+	ctx, cancel := context.WithTimeout(ctx, t.Deadline())
 	defer cancel()
-	l, _, err := rl.reg.Coordinator.Renew(ctx, rl.env.name, demand, rl.terms(), rl.lower)
+	l, _, err := rl.reg.Coordinator.Renew(ctx, rl.env.name, demand, t, rl.lower)
 	defer func() {
 		if s, ok := rl.share(); ok {
 			rl.env.m.regionShare.WithLabelValues(rl.env.name).Set(s)

@@ -248,15 +248,18 @@ func TestRegionsGatewayShare(t *testing.T) {
 	aIDs := idSet(workertest.Publish(t, a.qs, "llm", nA, false))
 	bIDs := idSet(workertest.Publish(t, b.qs, "llm", nB, false))
 	began := time.Now()
-	shares := sampleShares(t, a.runFast(t, h), b.runFast(t, h))
+	aRegs := a.runFast(t, h)
+	shares := sampleShares(t, aRegs, b.runFast(t, h))
 	h.up.WaitCount(t, time.Duration(nB/25+15)*time.Second, "region b's backlog delivered", func(int) bool {
 		return len(arrivalTimes(h.up, bIDs)) >= len(bIDs)
 	})
 	bDone := arrivalTimes(h.up, bIDs)[len(bIDs)-1]
-	// Wait up to 10 s for a alone near the budget; the figures are logged either way.
+	// Wait up to 10 s for a alone near the budget, delivered and handed out (both its pools'
+	// shares); the figures are logged either way.
 	var aAt time.Time
 	for aOK := false; !aOK && time.Since(bDone) < 10*time.Second; time.Sleep(50 * time.Millisecond) {
 		aAt, aOK = firstWindowAtLeast(arrivalTimes(h.up, aIDs), int(delivered(95)), bDone, time.Now())
+		aOK = aOK && regionGauge(t, aRegs, "sluice_region_share") >= 95
 	}
 	ss := shares()
 	if aAt.IsZero() {
@@ -271,7 +274,7 @@ func TestRegionsGatewayShare(t *testing.T) {
 	}
 	both := rateIn(all, from, bDone.Add(-500*time.Millisecond))
 	handed := handedOut(ss, from, bDone.Add(-500*time.Millisecond))
-	aShare, _ := handedFrom(aOnly(ss), 95, bDone)
+	aShare, aShareOK := handedFrom(aOnly(ss), 95, bDone)
 	t.Logf("budget 100/s over gateways (50 ms each way), backlogs %d/%d: most in any 1 s window %d (bound %d, aim 102); "+
 		"both backlogged %.1f/s delivered, %.1f/s handed out, over %.1fs; b empty at +%.1fs, a's share ≥ 95/s %.1fs later, "+
 		"a delivering ≥ %.0f/s %.1fs later; %d delivered",
@@ -286,8 +289,8 @@ func TestRegionsGatewayShare(t *testing.T) {
 	if handed < 97 {
 		t.Errorf("both regions backlogged were handed %.1f/s together; want ≥ 97", handed)
 	}
-	if aShare.Sub(bDone) > 5*time.Second {
-		t.Errorf("region a alone was handed 95/s %v after b's backlog ran out; want within 5 s", aShare.Sub(bDone))
+	if !aShareOK || aShare.Sub(bDone) > 5*time.Second {
+		t.Errorf("region a alone was handed 95/s %v after b's backlog ran out (%v); want within 5 s", aShare.Sub(bDone), aShareOK)
 	}
 	if regionsSoak() && both < 97 {
 		t.Errorf("both regions backlogged delivered %.1f/s together; want ≥ 97", both)
@@ -338,8 +341,8 @@ func aOnly(ss []shareSample) []shareSample {
 // loses the coordinator in a's cluster: it runs on its lease until it expires, then on its
 // even safe share (50/s), while a takes the whole budget once b's lease expired. The upstream
 // sees at most B·(1 + k/R) + R·(1 + b) = 154 in any 1 s window. After the heal the regions are
-// handed ≥ 95% of the budget again, for good, within 3·renew + the linger and four round
-// trips of the gateways' return, their shares following demand (50/s each) again.
+// handed ≥ 95% of the budget again, for good, within 2·renew and two renewals' round trips of
+// the gateways' return, their shares following demand (50/s each) again.
 func TestRegionsGatewayCut(t *testing.T) {
 	cutFor, nA, nB := 4*time.Second, 2000, 1000
 	if regionsSoak() {
@@ -417,21 +420,27 @@ func TestRegionsGatewayCut(t *testing.T) {
 	if regionsSoak() && aRate < 95 {
 		t.Errorf("a delivered %.1f/s once b's lease expired; want the budget, 100/s", aRate)
 	}
-	// b's first renewal (within a renew period of the gateways' return) gets what a does not
-	// hold: nothing. a's next renewal (within another) lowers a's share, which a uses while it
-	// lingers (renew + 0.5 s); b takes its part then (Lease.Retry). So 3·renew + 0.5 s and four
-	// round trips over the gateway (b's two renewals, a read and a write each): 2.4 s; and two
-	// renewals more, which a loaded machine makes fail (a renewal over the gateway then takes
-	// longer than its renew period).
+	// b's first renewal after the gateways' return (within a renew period, or at once when its
+	// watch of the record comes back first) gets what a's holders do not hold: nothing. a's
+	// holders see that write (their watch) and renew lower at once, each counting its former
+	// share only for the 200 ms of slots it reserved ahead (leaseLingers); b's holders see a's
+	// writes and renew when that ends (Lease.Retry), or at their next period without a watch.
+	// So within 2·renew and two renewals' round trips over the gateway (a read and a write
+	// each): 1.4 s (docs/design/regions.md, "Heal").
 	// The heal time is asserted in make soak; in make test it is logged (above): on a loaded
 	// machine renewals over the gateway fail for seconds after its return (one CI run under
 	// load 10: 4 s of failed renewals, handed out again after 7.3 s), which the upstream's
 	// bounds, asserted above, never depend on.
-	if heals := 5*renew + 500*time.Millisecond + 4*2*gatewayLatency; regionsSoak() && (!handedOK || handedAt.Sub(linked) > heals) {
+	heals := 2*renew + 2*2*2*gatewayLatency
+	if regionsSoak() && (!handedOK || handedAt.Sub(linked) > heals) {
 		t.Errorf("≥ 95/s handed out for good %v after the gateways were up again (%v); want within %v",
 			handedAt.Sub(linked), handedOK, heals)
 	} else if !handedOK {
 		t.Errorf("≥ 95/s never handed out for good after the gateways were up again")
+	}
+	if regionsSoak() && (!usedOK || usedAt.Sub(linked) > heals) {
+		t.Errorf("≥ 95/s delivered in every 1 s window from %v after the gateways were up again (%v); want within %v",
+			usedAt.Sub(linked), usedOK, heals)
 	}
 }
 
