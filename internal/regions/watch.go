@@ -48,7 +48,7 @@ func Wants(rec Record, region, holder string, demand float64, t Terms, now time.
 // Watch watches queue's record on the coordinator until ctx ends (a JetStream key-value watch:
 // an ordered push consumer, which crosses gateways as a renewal does) and calls soon with the
 // instant from which a renewal matters, whenever a change says it does (Wants, with the
-// holder's last demand and terms()). A watch that breaks is made again after a renew period;
+// lower of the holder's last demand and its region's latest, and terms()). A watch that breaks is made again after a renew period;
 // meanwhile the holder renews on its period alone, which the bound rests on: a holder that
 // hears nothing keeps its acknowledged share counted until it renews or expires.
 func (c *Coordinator) Watch(ctx context.Context, queue string, terms func() Terms, soon func(at time.Time)) {
@@ -69,11 +69,11 @@ func (c *Coordinator) watchOnce(ctx context.Context, queue string, terms func() 
 	if err != nil {
 		return
 	}
-	w, err := kv.Watch(ctx, queue)
-	if err != nil {
+	w, stop := c.startWatch(ctx, kv, queue, terms().Renew)
+	if w == nil {
 		return
 	}
-	defer func() { _ = w.Stop() }()
+	defer stop()
 	quiet := time.NewTimer(2 * terms().Renew)
 	defer quiet.Stop()
 	for {
@@ -101,10 +101,52 @@ func (c *Coordinator) watchOnce(ctx context.Context, queue string, terms func() 
 			if !renewed {
 				continue // the holder's first renewal is its period's
 			}
+			// Another holder of the region that reported less (it read the queue's backlog
+			// later) has lowered the region's share: this one acknowledges it now, and reads
+			// the backlog afresh for it. Only downward: a higher report moves nobody.
+			if l, ok := rec.Leases[c.region]; ok {
+				demand = min(demand, l.Demand)
+			}
 			if at, ok := Wants(rec, c.region, c.id, demand, terms(), c.now()); ok {
 				soon(at)
 			}
 		}
+	}
+}
+
+// startWatch starts a watch of queue's record, waiting at most wait for it: making its consumer
+// needs the JetStream meta leader, which a supercluster without quorum (two regions cut apart,
+// the minutes after a heal) does not have, and the request may hang well beyond a renew
+// period. It returns nil when the watch did not start in time; else the watch and the function
+// that stops it.
+func (c *Coordinator) startWatch(ctx context.Context, kv jetstream.KeyValue, queue string, wait time.Duration) (jetstream.KeyWatcher, func()) {
+	wctx, cancel := context.WithCancel(ctx)
+	type started struct {
+		w   jetstream.KeyWatcher
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		w, err := kv.Watch(wctx, queue)
+		done <- started{w, err}
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case s := <-done:
+		if s.err != nil {
+			cancel()
+			return nil, nil
+		}
+		return s.w, func() { _ = s.w.Stop(); cancel() }
+	case <-timer.C:
+		cancel()
+		go func() { // the watch may still start after all: stop it then
+			if s := <-done; s.err == nil {
+				_ = s.w.Stop()
+			}
+		}()
+		return nil, nil
 	}
 }
 

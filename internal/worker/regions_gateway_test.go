@@ -337,21 +337,25 @@ func aOnly(ss []shareSample) []shareSample {
 }
 
 // TestRegionsGatewayCut: the gateway link between the regions is cut (the proxies disabled)
-// for 30 s (4 s in make test) while both drain a global queue of 100/s, then healed. Region b
+// for 30 s (8 s in make test) while both drain a global queue of 100/s, then healed. Region b
 // loses the coordinator in a's cluster: it runs on its lease until it expires, then on its
 // even safe share (50/s), while a takes the whole budget once b's lease expired. The upstream
 // sees at most B·(1 + k/R) + R·(1 + b) = 154 in any 1 s window. After the heal the regions are
 // handed ≥ 95% of the budget again, for good, within 2·renew and two renewals' round trips of
 // the gateways' return, their shares following demand (50/s each) again.
 func TestRegionsGatewayCut(t *testing.T) {
-	cutFor, nA, nB := 4*time.Second, 2000, 1000
+	cutFor, nA, nB := 8*time.Second, 2000, 1000
 	if regionsSoak() {
 		cutFor, nA, nB = 30*time.Second, 6000, 3000
 	}
-	const lease, renew = 2 * time.Second, 500 * time.Millisecond // region.runSpec's terms
+	// A renew period of 1 s (lease 4 s): the heal's fixed costs (renewals of one or two 100 ms
+	// round trips, the 200 ms linger, the pacing) are then small beside it, as they are beside
+	// the default 2.5 s, and the heal's bound of two periods is measured, not those costs.
+	const lease, renew = 4 * time.Second, time.Second
 	h := newHarness(t)
 	sc := testenv.NewSupercluster(t, gatewayLatency, "a", "b")
 	a, b := newGatewayRegion(t, h.ctx, "a", sc), newGatewayRegion(t, h.ctx, "b", sc)
+	a.lease, a.renew, b.lease, b.renew = lease, renew, lease, renew
 	aIDs := idSet(workertest.Publish(t, a.qs, "llm", nA, false))
 	bIDs := idSet(workertest.Publish(t, b.qs, "llm", nB, false))
 	began := time.Now()
@@ -367,7 +371,7 @@ func TestRegionsGatewayCut(t *testing.T) {
 	}
 	testenv.WaitFor(t, 30*time.Second, "both regions on leases of 50/s", onLeases)
 	cut := sc.Cut()
-	testenv.WaitFor(t, 10*time.Second, "b on its safe share", func() bool { _, b := gauge("sluice_region_on_safe_share"); return b == 1 })
+	testenv.WaitFor(t, 2*lease, "b on its safe share", func() bool { _, b := gauge("sluice_region_on_safe_share"); return b == 1 })
 	bSafe := time.Now()
 	testenv.WaitFor(t, cutFor+10*time.Second, "the cut to last", func() bool { return time.Since(cut) >= cutFor })
 	heal := sc.Heal()
@@ -425,13 +429,15 @@ func TestRegionsGatewayCut(t *testing.T) {
 	// holders see that write (their watch) and renew lower at once, each counting its former
 	// share only for the 200 ms of slots it reserved ahead (leaseLingers); b's holders see a's
 	// writes and renew when that ends (Lease.Retry), or at their next period without a watch.
-	// So within 2·renew and two renewals' round trips over the gateway (a read and a write
-	// each): 1.4 s (docs/design/regions.md, "Heal").
+	// So within 2·renew and b's two renewals over the gateway, each a read and a write, and one
+	// of them a race lost to a's writes: 2.6 s at renew 1 s (docs/design/regions.md, "Heal").
+	// The watches do not enter it: a supercluster of two regions has no JetStream meta leader
+	// while they are cut apart and for seconds after, and a watch cannot start without one.
 	// The heal time is asserted in make soak; in make test it is logged (above): on a loaded
 	// machine renewals over the gateway fail for seconds after its return (one CI run under
 	// load 10: 4 s of failed renewals, handed out again after 7.3 s), which the upstream's
 	// bounds, asserted above, never depend on.
-	heals := 2*renew + 2*2*2*gatewayLatency
+	heals := 2*renew + 3*2*2*gatewayLatency
 	if regionsSoak() && (!handedOK || handedAt.Sub(linked) > heals) {
 		t.Errorf("≥ 95/s handed out for good %v after the gateways were up again (%v); want within %v",
 			handedAt.Sub(linked), handedOK, heals)

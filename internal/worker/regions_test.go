@@ -30,6 +30,8 @@ type region struct {
 
 	sched  leaky.Schedule         // the region's leak schedule (its redis-server), made by its first pool
 	coords []*regions.Coordinator // its pools' holders, for their writes and conflicts
+
+	lease, renew time.Duration // the regions' terms; zero: 2 s and 500 ms
 }
 
 // writes sums the region's holders' renewal writes and compare-and-set conflicts.
@@ -83,9 +85,12 @@ func (r *region) runSpec(t *testing.T, h *harness, spec worker.QueueConfig, safe
 	reg := prometheus.NewRegistry()
 	coord := regions.NewCoordinator(r.coord, r.name, nil).Home(r.home)
 	r.coords = append(r.coords, coord)
+	lease, renew := 2*time.Second, 500*time.Millisecond
+	if r.lease > 0 {
+		lease, renew = r.lease, r.renew
+	}
 	deps := worker.Deps{Queues: r.qs, Schedule: r.sched, Registerer: reg,
-		Regions: &worker.Regions{Coordinator: coord, Regions: 2,
-			SafeShare: safe, Lease: 2 * time.Second, Renew: 500 * time.Millisecond}}
+		Regions: &worker.Regions{Coordinator: coord, Regions: 2, SafeShare: safe, Lease: lease, Renew: renew}}
 	p, err := worker.New(deps, []worker.QueueConfig{spec})
 	if err != nil {
 		t.Fatal(err)
