@@ -88,13 +88,17 @@ func regionGauge(t *testing.T, pools []*prometheus.Registry, name string) float6
 }
 
 // logWrites logs the regions' renewal writes and compare-and-set conflicts over d: the cost of
-// renewing on change, beside the periodic renewals' 2 holders × 2 regions ÷ renew.
+// renewing on change, beside the periodic renewals' (a write per pool and renew period).
 func logWrites(t *testing.T, d time.Duration, rs ...*region) {
 	t.Helper()
 	for _, r := range rs {
 		w, c := r.writes()
+		renew := 500 * time.Millisecond
+		if r.renew > 0 {
+			renew = r.renew
+		}
 		t.Logf("region %s: %d renewal writes in %.1fs (%.1f/s; periodic alone %.1f/s), %d compare-and-set conflicts (%.1f%%)",
-			r.name, w, d.Seconds(), float64(w)/d.Seconds(), float64(len(r.coords))/0.5, c, 100*float64(c)/float64(max(w, 1)))
+			r.name, w, d.Seconds(), float64(w)/d.Seconds(), float64(len(r.coords))/renew.Seconds(), c, 100*float64(c)/float64(max(w, 1)))
 	}
 }
 
