@@ -120,6 +120,6 @@ soak: deps
 	$(GO) test -run '^$$' -bench UpstreamUnderStalls -benchtime 1x ./cmd/worker/
 	SLUICE_COST_WINDOW=1m $(GO) test -count=1 -timeout 15m -run '^TestCostBudgetDrain$$' -v ./cmd/worker/
 	SLUICE_FAIR_DRAIN=60s $(GO) test -count=1 -timeout 10m -run '^TestFairShareByUnits$$' -v ./internal/worker/
-	SLUICE_RULE_PERIOD=1m $(GO) test -count=1 -timeout 10m -run '^TestGlobalRuleTwoRegions$$' -v ./internal/app/
+	SLUICE_RULE_PERIOD=1m $(GO) test -count=1 -timeout 15m -run '^TestGlobalRuleTwoRegions(GCRA)?$$' -v ./internal/app/
 	SLUICE_REGIONS_SOAK=1 $(GO) test -count=1 -timeout 10m -run '^TestRegionsGateway(Share|Cut|Independent)$$' -v ./internal/worker/
 	scripts/bench-peers.sh 5 3 20000

@@ -51,12 +51,12 @@ func TestRegionsAPI(t *testing.T) {
 	}
 	terms := regions.Terms{Budget: 60, Lease: 2 * time.Second, Renew: 500 * time.Millisecond, Hold: time.Millisecond}
 	a, b := regions.NewCoordinator(js, "a", nil), regions.NewCoordinator(js, "b", nil)
-	if _, _, err := a.Renew(ctx, "llm", 100, terms); err != nil { // makes the record, held for 1 ms
+	if _, _, err := a.Renew(ctx, "llm", 100, terms, nil); err != nil { // makes the record, held for 1 ms
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "both regions on leases", func() bool {
-		la, _, err1 := a.Renew(ctx, "llm", 100, terms)
-		lb, _, err2 := b.Renew(ctx, "llm", 5, terms)
+		la, _, err1 := a.Renew(ctx, "llm", 100, terms, nil)
+		lb, _, err2 := b.Renew(ctx, "llm", 5, terms, nil)
 		return err1 == nil && err2 == nil && la.Share > 0 && lb.Share == 5
 	})
 	st = read()
@@ -77,7 +77,7 @@ func TestRegionsAPI(t *testing.T) {
 		t.Errorf("held %v of %v with shares %v and %v", q.Held, q.Budget, la.Share, lb.Share)
 	}
 	// A global rule's budget: its limit per key per second, its own record.
-	if _, _, err := a.Renew(ctx, "rule.per-key", 3, regions.Terms{Budget: 10, Lease: 2 * time.Second, Renew: 500 * time.Millisecond}); err != nil {
+	if _, _, err := a.Renew(ctx, "rule.per-key", 3, regions.Terms{Budget: 10, Lease: 2 * time.Second, Renew: 500 * time.Millisecond}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if rs := read().Rules; len(rs) != 1 || rs[0].Rule != "per-key" || rs[0].Queue != "" || rs[0].Budget != 10 || len(rs[0].Leases) != 3 ||

@@ -99,10 +99,16 @@ func (p *ingressProc) ruleLeases() *regions.Holder {
 		return min(rs.SafeRate.PerSecond(), budget)
 	}
 	h := regions.NewHolder(newCoordinator(cfg, js), regions.Terms{Minimum: rs.MinShare.PerSecond(),
-		Lease: rs.Lease, Renew: rs.Renew, Lingers: 500 * time.Millisecond}, safe, p.log.With("rules", "global"))
+		Lease: rs.Lease, Renew: rs.Renew, Lingers: ruleLingers}, safe, p.log.With("rules", "global"))
 	h.Set(ruleBudgets(cfg))
 	return h
 }
+
+// ruleLingers is how long the ingress's lowered part of a global rule stays counted after the
+// write that lowered it (regions.Terms.Lingers): the holder applies the lower part before the
+// write, so what is left are the decisions that read the former part just before and reach
+// their Redis after, within a scheduling delay and a round trip to it.
+const ruleLingers = 200 * time.Millisecond
 
 // ruleBudgets are cfg's global rules' limits per key, per second, keyed as the coordinator
 // keeps their records: ruleKey.

@@ -151,7 +151,7 @@ rls: {config_dir: %s}
 	go func() {
 		defer close(bDone)
 		for bctx.Err() == nil {
-			_, _, _ = b.Renew(bctx, "rule.per-key", 1000, terms)
+			_, _, _ = b.Renew(bctx, "rule.per-key", 1000, terms, nil)
 			select {
 			case <-bctx.Done():
 			case <-time.After(terms.Renew):

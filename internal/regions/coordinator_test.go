@@ -32,7 +32,7 @@ func TestCoordinatorConcurrentRenewals(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 20 {
-				if _, _, err := c.Renew(ctx, "llm", 100, terms); err != nil {
+				if _, _, err := c.Renew(ctx, "llm", 100, terms, nil); err != nil {
 					errs <- err
 					return
 				}
@@ -65,15 +65,15 @@ func TestCoordinatorConcurrentRenewals(t *testing.T) {
 	// Both regions share once the fresh record's hold is over.
 	a, b := NewCoordinator(js, "a", nil), NewCoordinator(js, "b", nil)
 	testenv.WaitFor(t, 5*time.Second, "both regions at 25", func() bool {
-		la, _, err1 := a.Renew(ctx, "llm", 100, terms)
-		lb, _, err2 := b.Renew(ctx, "llm", 100, terms)
+		la, _, err1 := a.Renew(ctx, "llm", 100, terms, nil)
+		lb, _, err2 := b.Renew(ctx, "llm", 100, terms, nil)
 		return err1 == nil && err2 == nil && la.Share == 25 && lb.Share == 25
 	})
 	// The coordinator loses its state: the next renewal makes a fresh record, held for a lease.
 	if err := js.DeleteKeyValue(ctx, Bucket); err != nil {
 		t.Fatal(err)
 	}
-	l, rec, err := a.Renew(ctx, "llm", 100, terms)
+	l, rec, err := a.Renew(ctx, "llm", 100, terms, nil)
 	if err != nil || l.Share != 0 || !rec.HoldUntil.After(time.Now()) {
 		t.Fatalf("after the bucket was lost: %+v, hold until %v, %v; want no share while held", l, rec.HoldUntil, err)
 	}

@@ -3,7 +3,6 @@ package regions
 import (
 	"math"
 	"testing"
-	"time"
 )
 
 func TestDivide(t *testing.T) {
@@ -40,66 +39,5 @@ func TestDivide(t *testing.T) {
 				t.Errorf("shares sum to %v, over the budget %v", sum, tc.budget)
 			}
 		})
-	}
-}
-
-// TestRenewNeverOverBudget renews in turns with shifting demands and checks, at every step,
-// that what the regions hold never exceeds the budget, and that shares follow demand within
-// two renewals.
-func TestRenewNeverOverBudget(t *testing.T) {
-	terms := Terms{Budget: 50, Lease: 10 * time.Second, Renew: time.Second, Lingers: 500 * time.Millisecond}
-	t0 := time.Unix(1_000_000, 0)
-	rec := Fresh(terms, t0)
-	now := t0
-	renew := func(region string, demand float64) Lease {
-		var l Lease
-		rec, l = Renew(rec, region, demand, terms, now)
-		if h := rec.Held(now); h > terms.Budget+1e-9 {
-			t.Fatalf("at %v: held %v > budget", now.Sub(t0), h)
-		}
-		return l
-	}
-	// Held: a fresh record hands out nothing for a lease period.
-	if l := renew("a", 100); l.Share != 0 || l.Expires.After(now) {
-		t.Fatalf("fresh record gave %+v", l)
-	}
-	now = now.Add(terms.Lease)
-	var la, lb Lease
-	for range 4 { // a alone first; b gets its part once a's lowered share stopped lingering
-		la, lb = renew("a", 100), renew("b", 100)
-		now = now.Add(terms.Renew)
-	}
-	if la.Share != 25 || lb.Share != 25 {
-		t.Fatalf("both busy: %v, %v; want 25 each", la.Share, lb.Share)
-	}
-	// B's demand falls: A gets the rest within two renewals (B's lowered share lingers).
-	for i := range 3 {
-		la, lb = renew("a", 100), renew("b", 0)
-		now = now.Add(terms.Renew)
-		t.Logf("renewal %d: a %.1f b %.1f held %.1f", i, la.Share, lb.Share, rec.Held(now))
-	}
-	if la.Share != 50 || lb.Share != 0 {
-		t.Fatalf("after the shift: %v, %v; want 50, 0", la.Share, lb.Share)
-	}
-	// B goes silent and its demand returns: A keeps its lease; B's lease expired, so B's renewal
-	// gets only what A does not hold until A renews lower.
-	for range 11 { // b silent for longer than its lease; a renews
-		la = renew("a", 100)
-		now = now.Add(terms.Renew)
-	}
-	lb = renew("b", 100)
-	if lb.Share != 0 {
-		t.Fatalf("b got %v while a holds the whole budget", lb.Share)
-	}
-	la = renew("a", 100)
-	// b's renewal while a's former share lingers gets nothing, and says when that ends.
-	now = now.Add(terms.Renew * 3 / 4)
-	if lb = renew("b", 100); lb.Share != 0 || !lb.Retry.Equal(la.WasUntil) {
-		t.Fatalf("b while a's share lingers: %+v; want share 0, retry at %v", lb, la.WasUntil)
-	}
-	now = lb.Retry
-	lb = renew("b", 100)
-	if la.Share != 25 || lb.Share != 25 || !lb.Retry.IsZero() {
-		t.Fatalf("after b's return: %v, %+v; want 25 each, no retry", la.Share, lb)
 	}
 }

@@ -9,13 +9,19 @@ import (
 	"time"
 )
 
+// atomicFloat is a float64 read and written atomically.
+type atomicFloat struct{ bits atomic.Uint64 }
+
+func (f *atomicFloat) Load() float64   { return math.Float64frombits(f.bits.Load()) }
+func (f *atomicFloat) Store(v float64) { f.bits.Store(math.Float64bits(v)) }
+
 // Holder keeps one region's leases of a set of global budgets for a process that decides
 // against them itself, request by request (the ingress, for its rules with global: true):
 // every renew period it renews each budget's lease on the coordinator with the demand it
-// counted since the last renewal, and Fraction tells each decision what part of the budget
-// the region may use now: its lease's share of it until the lease expires, then its safe
-// share's. A budget is keyed as its record is on the coordinator. Safe for concurrent use;
-// Fraction takes a read lock and one atomic add.
+// counted over the last renew period, and Fraction tells each decision what part of the
+// budget the region may use now: its lease's share of it until the lease expires, then its
+// safe share's. A budget is keyed as its record is on the coordinator. Safe for concurrent
+// use; Fraction takes a read lock and one mutex.
 type Holder struct {
 	c    *Coordinator
 	safe func(budget float64) float64 // the safe share of a budget, per second
@@ -30,11 +36,11 @@ type Holder struct {
 
 // holding is the region's lease of one budget.
 type holding struct {
-	budget float64      // per second
-	calls  atomic.Int64 // decisions since the last renewal: the demand
-	prev   float64      // the decisions per second of the renewal before; only renew touches it
+	budget float64     // per second
+	demand atomicFloat // the demand the last renewal reported
 
 	mu     sync.Mutex
+	calls  meter // the decisions: the demand
 	lease  Lease
 	failed bool // the last renewal failed (logged once)
 }
@@ -62,7 +68,7 @@ func (h *Holder) Set(budgets map[string]float64) {
 			next[k] = old
 			continue
 		}
-		next[k] = &holding{budget: b}
+		next[k] = &holding{budget: b, calls: meter{slot: max(h.t.Renew/meterSlots, time.Millisecond)}}
 	}
 	h.budgets = next
 }
@@ -77,34 +83,108 @@ func (h *Holder) Fraction(key string) float64 {
 	if b == nil {
 		return 1
 	}
-	b.calls.Add(1)
+	now := h.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.calls.add(now)
 	if b.budget <= 0 {
 		return 1
 	}
 	share := b.lease.Share
-	if !h.now().Before(b.lease.Expires) {
+	if !now.Before(b.lease.Expires) {
 		share = h.safe(b.budget)
 	}
 	return math.Max(0, math.Min(1, share/b.budget))
 }
 
-// Run renews every budget's lease every renew period until ctx ends, and returns nil then.
+// Run keeps every budget's lease until ctx ends, and returns nil then: each budget renewed
+// every renew period, and in between when a change of its record makes a renewal matter
+// (Coordinator.Watch, Wants) or budget it is short of frees up (Lease.Retry); each released
+// when Run returns or the budget is dropped (Set).
 func (h *Holder) Run(ctx context.Context) error {
-	last := h.now()
+	running := map[*holding]context.CancelFunc{}
+	var wg sync.WaitGroup
+	defer func() {
+		for _, stop := range running {
+			stop()
+		}
+		wg.Wait()
+	}()
 	tick := time.NewTicker(h.t.Renew)
 	defer tick.Stop()
 	for {
-		h.renew(ctx, h.now().Sub(last))
-		last = h.now()
-		h.next.Store(last.Add(h.t.Renew).UnixNano())
+		h.mu.RLock()
+		keys := make(map[*holding]string, len(h.budgets))
+		for k, b := range h.budgets {
+			keys[b] = k
+		}
+		h.mu.RUnlock()
+		for b, key := range keys {
+			if _, ok := running[b]; !ok {
+				kctx, stop := context.WithCancel(ctx)
+				running[b] = stop
+				wg.Go(func() { h.keep(kctx, key, b) })
+			}
+		}
+		for b, stop := range running {
+			if _, ok := keys[b]; !ok {
+				stop()
+				delete(running, b)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
 	}
+}
+
+// keepGap is the least time between two renewals of one budget asked by its record's changes.
+const keepGap = 100 * time.Millisecond
+
+// keep keeps key's lease until ctx ends (Run), then releases it. Every quarter of a renew
+// period it checks the decisions' rate, and renews at once when it moved far from the demand
+// last reported (demandChanged): a region whose requests stopped yields its share within
+// about half a renew period and a check, not at its next period's end.
+func (h *Holder) keep(ctx context.Context, key string, b *holding) {
+	p := NewPacer(keepGap)
+	go h.c.Watch(ctx, key, func() Terms { return h.terms(b) }, p.Soon)
+	go func() {
+		tick := time.NewTicker(max(h.t.Renew/meterSlots, time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				b.mu.Lock()
+				rate, budget := b.calls.rate(h.now()), b.budget
+				b.mu.Unlock()
+				if demandChanged(rate, b.demand.Load(), budget) {
+					p.Soon(h.now())
+				}
+			}
+		}
+	}()
+	p.Run(ctx, h.t.Renew, func(ctx context.Context, periodic bool) bool {
+		if periodic {
+			h.next.Store(h.now().Add(h.t.Renew).UnixNano())
+		}
+		return h.renewKey(ctx, key, b, p)
+	})
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.t.Renew)
+	defer cancel()
+	_ = h.c.Release(rctx, key, h.terms(b))
+}
+
+// terms are the holder's terms for b's budget.
+func (h *Holder) terms(b *holding) Terms {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := h.t
+	t.Budget = b.budget
+	return t
 }
 
 // untilRenewal is how long until the next round of renewals is due: at most a renew period.
@@ -118,9 +198,8 @@ func (h *Holder) untilRenewal() time.Duration {
 	return d
 }
 
-// renew renews each budget's lease once, with the decisions counted over elapsed (and the
-// period before) as demand. Only Run calls it, one round at a time.
-func (h *Holder) renew(ctx context.Context, elapsed time.Duration) {
+// renew renews each budget's lease once.
+func (h *Holder) renew(ctx context.Context) {
 	h.mu.RLock()
 	keys := make(map[string]*holding, len(h.budgets))
 	for k, b := range h.budgets {
@@ -128,40 +207,55 @@ func (h *Holder) renew(ctx context.Context, elapsed time.Duration) {
 	}
 	h.mu.RUnlock()
 	for key, b := range keys {
-		calls := b.calls.Swap(0)
-		rate := 0.0
-		if elapsed > 0 {
-			rate = float64(calls) / elapsed.Seconds()
+		h.renewKey(ctx, key, b, nil)
+	}
+}
+
+// renewKey renews key's lease once, with the decisions' rate over the last renew period as
+// the demand, and reports whether it lost a race to another writer first. A lease short of
+// its target asks p (if any) for a renewal when the budget frees up (Lease.Retry).
+func (h *Holder) renewKey(ctx context.Context, key string, b *holding, p *Pacer) bool {
+	b.mu.Lock()
+	demand := b.calls.rate(h.now())
+	b.mu.Unlock()
+	b.demand.Store(demand)
+	t := h.terms(b)
+	rctx, cancel := context.WithTimeout(ctx, t.Deadline())
+	l, _, err := h.c.Renew(rctx, key, demand, t, func(share float64) { b.lower(share, h.now()) })
+	cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		if !b.failed && ctx.Err() == nil {
+			h.log.Warn("regions: cannot renew the region's lease of a global budget; using it until it expires, then the safe share",
+				"budget", key, "expires", b.lease.Expires, "err", err)
 		}
-		// The demand is the larger of the last two periods' rates: a region whose requests
-		// paused for one renewal (a stall, a gap between bursts) does not give its share away
-		// and wait a linger to get it back; one that stopped yields it a renewal later.
-		demand := max(rate, b.prev)
-		b.prev = rate
-		b.mu.Lock()
-		t := h.t
-		t.Budget = b.budget
-		b.mu.Unlock()
-		rctx, cancel := context.WithTimeout(ctx, h.t.Renew)
-		l, _, err := h.c.Renew(rctx, key, demand, t)
-		cancel()
-		b.mu.Lock()
-		switch {
-		case err != nil:
-			if !b.failed && ctx.Err() == nil {
-				h.log.Warn("regions: cannot renew the region's lease of a global budget; using it until it expires, then the safe share",
-					"budget", key, "expires", b.lease.Expires, "err", err)
-			}
-			b.failed = true
-		default:
-			if b.failed {
-				h.log.Info("regions: the region's lease of a global budget renews again", "budget", key)
-			}
-			b.failed = false
-			if l.Expires.After(h.now()) { // else the coordinator waits out a lost state's leases
-				b.lease = l
-			}
-		}
-		b.mu.Unlock()
+		b.failed = true
+		return false
+	}
+	if b.failed {
+		h.log.Info("regions: the region's lease of a global budget renews again", "budget", key)
+	}
+	b.failed = false
+	if l.Expires.After(h.now()) { // else the coordinator waits out a lost state's leases
+		b.lease = l
+	}
+	if p != nil && !l.Retry.IsZero() {
+		p.Soon(l.Retry.Add(RetryLag))
+	}
+	return l.Raced
+}
+
+// RetryLag is how long after the instant a renewal named (Lease.Retry) a holder renews again:
+// past it by the coordinator's clock, should the two differ by a little.
+const RetryLag = 20 * time.Millisecond
+
+// lower applies share at now if it is below the lease's unexpired share: Coordinator.Renew
+// calls it before a write that may lower the holder's acknowledged share.
+func (b *holding) lower(share float64, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now.Before(b.lease.Expires) && share < b.lease.Share {
+		b.lease.Share = share
 	}
 }

@@ -14,7 +14,8 @@ import (
 
 // TestHolder: a holder's fraction of a budget is its safe share's before the first lease, its
 // lease's share after, its safe share's again once the lease expired unrenewed; the decisions
-// it counted are the demand it reports, for two renewals; a key it does not keep is whole.
+// it counted over the last renew period are the demand it reports; a key it does not keep is
+// whole.
 func TestHolder(t *testing.T) {
 	srv := testenv.NATS(t)
 	js, err := jetstream.New(testenv.Connect(t, srv.URL))
@@ -22,7 +23,7 @@ func TestHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	now := time.Now()
+	now := time.Now().Truncate(time.Second) // on a boundary of the demand's slots
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	ctx := context.Background()
@@ -38,12 +39,19 @@ func TestHolder(t *testing.T) {
 	for range 9 { // 10 decisions with the one above
 		h.Fraction("rule.x")
 	}
-	h.renew(ctx, time.Second) // makes the record, held for a nanosecond
-	if rec, _, err := Read(ctx, js, "rule.x"); err != nil || rec.Leases["a"].Demand != 10 {
-		t.Fatalf("first renewal: %+v %v; want demand 10 (10 decisions in 1 s)", rec.Leases["a"], err)
+	demand := func() float64 {
+		rec, _, err := Read(ctx, js, "rule.x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Leases["a"].Demand
 	}
-	advance(time.Millisecond)
-	h.renew(ctx, time.Second)
+	h.renew(ctx) // makes the record, held for a nanosecond
+	if d := demand(); d != 20 {
+		t.Fatalf("first renewal's demand %v; want 20 (10 decisions in the last renew period, 0.5 s)", d)
+	}
+	advance(terms.Renew / 4)
+	h.renew(ctx)
 	rec, ok, err := Read(ctx, js, "rule.x")
 	if err != nil || !ok || rec.Leases["a"].Share != 20 {
 		t.Fatalf("record %+v %v %v; want a's lease of the whole budget", rec, ok, err)
@@ -51,16 +59,14 @@ func TestHolder(t *testing.T) {
 	if f := h.Fraction("rule.x"); f != 1 {
 		t.Fatalf("on its lease of the whole budget: %v, want 1", f)
 	}
-	// The demand reported is the larger of the last two periods' rates: the first period's
-	// 10/s once more (a one-renewal pause does not give the share away), then the one decision
-	// counted since (the Fraction above) per second.
-	if d := rec.Leases["a"].Demand; d != 10 {
-		t.Errorf("second renewal's demand %v, want 10 (the period before's)", d)
+	// A quarter period later the first 10 decisions are still within the window.
+	if d := demand(); d != 20 {
+		t.Errorf("second renewal's demand %v, want 20 (10 decisions in the last 0.5 s)", d)
 	}
-	advance(time.Millisecond)
-	h.renew(ctx, time.Second)
-	if rec, _, err := Read(ctx, js, "rule.x"); err != nil || rec.Leases["a"].Demand != 1 {
-		t.Errorf("third renewal's demand %v %v, want 1 (one decision in its period, none in the one before)", rec.Leases["a"].Demand, err)
+	advance(terms.Renew) // the first 10 decisions leave the window, the 11th stays
+	h.renew(ctx)
+	if d := demand(); d != 2 {
+		t.Errorf("third renewal's demand %v, want 2 (one decision in 0.5 s)", d)
 	}
 	// The budget changes (a reload): the lease stays until the next renewal, its fraction of the new one.
 	h.Set(map[string]float64{"rule.x": 40})
@@ -70,6 +76,22 @@ func TestHolder(t *testing.T) {
 	advance(terms.Lease)
 	if f := h.Fraction("rule.x"); f != 0.5 {
 		t.Errorf("the lease expired: %v, want the safe share's 0.5", f)
+	}
+}
+
+// TestDemandChanged: a holder renews before its period ends when the decisions' rate fell
+// below half the demand it reported, or rose above twice it, beyond 1% of the budget.
+func TestDemandChanged(t *testing.T) {
+	for _, tc := range []struct {
+		rate, reported, budget float64
+		want                   bool
+	}{
+		{0, 10, 16, true}, {6, 10, 16, false}, {4.8, 10, 16, true}, {21, 10, 16, true}, {19, 10, 16, false},
+		{0.1, 0, 16, false}, {1, 0, 16, true},
+	} {
+		if got := demandChanged(tc.rate, tc.reported, tc.budget); got != tc.want {
+			t.Errorf("rate %v, reported %v, budget %v: %v, want %v", tc.rate, tc.reported, tc.budget, got, tc.want)
+		}
 	}
 }
 
@@ -96,15 +118,16 @@ func TestHolderStrictSafeShare(t *testing.T) {
 	ctx := context.Background()
 	bt := terms
 	bt.Budget = 20
-	if _, _, err := NewCoordinator(js, "b", nil).Renew(ctx, "rule.x", 100, bt); err != nil {
+	b := NewCoordinator(js, "b", nil)
+	if _, _, err := b.Renew(ctx, "rule.x", 100, bt, nil); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 5*time.Second, "a on a lease of half the budget: a limit of 10", func() bool {
-		_, _, _ = NewCoordinator(js, "b", nil).Renew(ctx, "rule.x", 100, bt)
+		_, _, _ = b.Renew(ctx, "rule.x", 100, bt, nil)
 		for range 30 { // a demand of 30/s: more than half the budget
 			h.Limit("rule.x", spec)
 		}
-		h.renew(ctx, time.Second)
+		h.renew(ctx)
 		got, _, ok := h.Limit("rule.x", spec)
 		return ok && got.Limit == 10
 	})

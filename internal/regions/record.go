@@ -21,9 +21,10 @@ type Record struct {
 	Leases map[string]Lease `json:"leases"`
 }
 
-// Lease is one region's share of a global budget for a bounded time.
+// Lease is one region's share of a global budget for a bounded time: the latest renewal of
+// any of its holders, and each holder's acknowledged share.
 type Lease struct {
-	// Share is the deliveries per second the region may send until Expires.
+	// Share is the deliveries per second the region's latest renewal was given, until Expires.
 	Share   float64   `json:"share"`
 	Expires time.Time `json:"expires"`
 	// Demand is the rate the region last asked for (its backlog drained within a renew
@@ -31,16 +32,30 @@ type Lease struct {
 	// division, even with no share yet (a record's hold, a budget others still hold).
 	Demand  float64   `json:"demand"`
 	Renewed time.Time `json:"renewed"`
-	// Was is a larger share the region held before its last renewal lowered it, counted as
-	// held until WasUntil: the region's other workers apply the lower share only at their
-	// next read, so the freed budget is handed out once none of them can still use it.
-	Was      float64   `json:"was,omitempty"`
-	WasUntil time.Time `json:"was_until,omitzero"`
+	// Holders are the shares the region's holders (each worker or ingress process, by its
+	// random id) last applied, each until its own expiry: the region counts, for the others,
+	// the largest of them, since its holders share one leak schedule (its Redis). A holder's
+	// share changes only by its own renewal (its acknowledgement), so a share lowered by one
+	// holder stays counted until every other holder has renewed or expired.
+	Holders map[string]Ack `json:"holders,omitempty"`
 	// Retry, when set (never stored), is when a renewal may get more: the region's share is
 	// below its target because another region still holds budget that it stops holding then
 	// (a lowered share stops lingering, or a lease expires), within one renew period. A
 	// holder that renews again then follows a shift without waiting for its next period.
 	Retry time.Time `json:"-"`
+	// Raced (never stored) reports that the renewal lost a compare-and-set race to another
+	// writer first: holders renewing in step, which a Pacer spreads apart.
+	Raced bool `json:"-"`
+}
+
+// Ack is one holder's acknowledged share: what it applies until Expires (then its safe
+// share), and, after its own renewal lowered it, the former share until WasUntil, for the
+// slots it reserved ahead before it applied the lower one (Terms.Lingers).
+type Ack struct {
+	Share    float64   `json:"share"`
+	Expires  time.Time `json:"expires"`
+	Was      float64   `json:"was,omitempty"`
+	WasUntil time.Time `json:"was_until,omitzero"`
 }
 
 // Terms are a region's settings for one renewal.
@@ -48,24 +63,48 @@ type Terms struct {
 	Budget  float64       // the global rate, deliveries per second
 	Minimum float64       // min_share, deliveries per second
 	Lease   time.Duration // how long a lease lasts
-	Renew   time.Duration // how often a worker renews; the longest a lowered share may linger
+	Renew   time.Duration // how often a holder renews at the latest
 	Hold    time.Duration // how long a fresh record hands out nothing; default Lease
-	Lingers time.Duration // slack beyond Renew before a lowered share is freed (reserved slots, skew)
+	// Lingers is how long a holder's former share stays counted after its own renewal lowered
+	// it: the holder applies the lower share before the write (Coordinator.Renew's lower), so
+	// only what it reserved ahead at the former share (slots, units) and a scheduling delay.
+	Lingers time.Duration
 }
 
-// held is the share a lease counts for at now: 0 once expired; its former share while that
-// may still be in use.
+// Deadline is how long one renewal may take: half a lease, and at least a renew period. Each
+// compare-and-set that loses a race costs another round trip to the coordinator, over a
+// gateway a slow one; a renewal cut short at one renew period failed after a single conflict
+// on a loaded machine. A holder renewing at most a period apart still renews before its lease
+// (the longer of the two) expires.
+func (t Terms) Deadline() time.Duration { return max(t.Renew, t.Lease/2) }
+
+// held is the share an acknowledgement counts for at now: 0 once expired; its former share
+// while the slots reserved ahead at it may still be spent.
+func (a Ack) held(now time.Time) float64 {
+	s := 0.0
+	if now.Before(a.Expires) {
+		s = a.Share
+	}
+	if now.Before(a.WasUntil) {
+		s = max(s, a.Was)
+	}
+	return s
+}
+
+// held is what a region counts for at now: the largest share any of its holders may apply;
+// a record written before holders were kept (no Holders) counts its unexpired share.
 func (l Lease) held(now time.Time) float64 {
-	if !now.Before(l.Expires) {
-		if now.Before(l.WasUntil) {
-			return l.Was
+	if len(l.Holders) == 0 {
+		if now.Before(l.Expires) {
+			return l.Share
 		}
 		return 0
 	}
-	if now.Before(l.WasUntil) {
-		return max(l.Share, l.Was)
+	s := 0.0
+	for _, a := range l.Holders {
+		s = max(s, a.held(now))
 	}
-	return l.Share
+	return s
 }
 
 // Fresh returns the record a coordinator without state starts from at now: it hands out
@@ -78,32 +117,36 @@ func Fresh(t Terms, now time.Time) Record {
 	return Record{Budget: t.Budget, HoldUntil: now.Add(hold), Leases: map[string]Lease{}}
 }
 
-// Renew applies the coordinator's rule for region's renewal at now, with the region's demand,
-// to rec, and returns the record to write back and the region's lease in it. The rule:
+// Renew applies the coordinator's rule for holder's renewal of region's lease at now, with the
+// region's demand, to rec, and returns the record to write back and the region's lease in it.
+// The rule:
 //
 //   - the target shares are Divide(budget, demands, minimum) over the regions whose lease has
 //     not expired or who renewed within a lease period, with region's new demand;
-//   - region's new share is its target, but never more than the budget less what every other
-//     region holds now (held: its unexpired share, or a lowered share's former value while
-//     it may linger): so the sum of the shares of unexpired leases never exceeds the budget;
-//   - a lowered share keeps its former value counted (Was) for Renew+Lingers;
-//   - while the record is held (HoldUntil), region gets share 0 with no time (its lease is
+//   - holder's new share is its region's target, but never more than the budget less what
+//     every other region holds now (held: the largest share any of its holders acknowledged
+//     and has not expired, or a lowered one's former share while it lingers);
+//   - holder's entry is replaced by its new share, until now + Lease; a lowered share's
+//     former value is counted for Lingers more. The other holders' entries stay as they are:
+//     a share one holder lowered is counted for its region until the others acknowledge it;
+//   - while the record is held (HoldUntil), holder gets share 0 with no time (its lease is
 //     expired at once), so it runs on its last lease, then its safe share.
 //
-// Expired leases stay in the record (the regions that take part), but count for nothing.
-// Renew does not change rec.
-func Renew(rec Record, region string, demand float64, t Terms, now time.Time) (Record, Lease) {
-	out := Record{Budget: t.Budget, HoldUntil: rec.HoldUntil, Leases: maps.Clone(rec.Leases)}
-	if out.Leases == nil {
-		out.Leases = map[string]Lease{}
+// So the sum over the regions of the largest share any holder may apply never exceeds the
+// budget. Entries expired and no longer lingering are dropped; expired leases stay (the
+// regions that take part) but count for nothing. Renew does not change rec.
+func Renew(rec Record, region, holder string, demand float64, t Terms, now time.Time) (Record, Lease) {
+	out := Record{Budget: t.Budget, HoldUntil: rec.HoldUntil, Leases: make(map[string]Lease, len(rec.Leases)+1)}
+	for r, l := range rec.Leases {
+		out.Leases[r] = pruned(l, now)
 	}
 	old := out.Leases[region]
 	if math.IsNaN(demand) || demand < 0 {
 		demand = 0
 	}
 	if now.Before(rec.HoldUntil) {
-		l := Lease{Expires: now, Demand: demand, Renewed: now}
-		l.Was, l.WasUntil = lingering(old, 0, now, old.Expires)
+		l := acked(old, holder, Ack{Expires: now}, t, now)
+		l.Share, l.Expires, l.Demand, l.Renewed = 0, now, demand, now
 		out.Leases[region] = l
 		return out, l
 	}
@@ -120,8 +163,8 @@ func Renew(rec Record, region string, demand float64, t Terms, now time.Time) (R
 	}
 	target := Divide(t.Budget, demands, t.Minimum)[region]
 	share := max(0, min(target, t.Budget-others))
-	l := Lease{Share: share, Expires: now.Add(t.Lease), Demand: demand, Renewed: now}
-	l.Was, l.WasUntil = lingering(old, share, now, now.Add(t.Renew+t.Lingers))
+	l := acked(old, holder, Ack{Share: share, Expires: now.Add(t.Lease)}, t, now)
+	l.Share, l.Expires, l.Demand, l.Renewed = share, now.Add(t.Lease), demand, now
 	out.Leases[region] = l
 	if share < target {
 		l.Retry = freed(out.Leases, region, now, now.Add(t.Renew))
@@ -129,8 +172,60 @@ func Renew(rec Record, region string, demand float64, t Terms, now time.Time) (R
 	return out, l
 }
 
+// Release is rec with holder's entry in region's lease given up at now (a holder that stops
+// cleanly): its share counts only while the slots it reserved ahead may still be spent
+// (Lingers), then not at all, instead of until its lease would have expired.
+func Release(rec Record, region, holder string, t Terms, now time.Time) Record {
+	out := Record{Budget: rec.Budget, HoldUntil: rec.HoldUntil, Leases: maps.Clone(rec.Leases)}
+	if l, ok := out.Leases[region]; ok {
+		out.Leases[region] = acked(pruned(l, now), holder, Ack{Expires: now}, t, now)
+	}
+	return out
+}
+
+// acked is l with holder's entry replaced by a at now, the entry's former share kept as Was
+// for t.Lingers when a lowers it (or its own former share while that still lingers). The
+// other holders' entries are l's.
+func acked(l Lease, holder string, a Ack, t Terms, now time.Time) Lease {
+	hs := make(map[string]Ack, len(l.Holders)+1)
+	maps.Copy(hs, l.Holders)
+	if old, ok := hs[holder]; ok {
+		if now.Before(old.WasUntil) && old.Was > a.Share {
+			a.Was, a.WasUntil = old.Was, old.WasUntil
+		}
+		if now.Before(old.Expires) && old.Share > a.Share {
+			a.Was = max(a.Was, old.Share)
+			if until := now.Add(t.Lingers); until.After(a.WasUntil) {
+				a.WasUntil = until
+			}
+		}
+	}
+	hs[holder] = a
+	l.Holders = hs
+	return l
+}
+
+// pruned is l without the entries that count for nothing at now and never will again; with
+// none left, its share is 0 (else it would count as a record written before holders were kept).
+func pruned(l Lease, now time.Time) Lease {
+	if len(l.Holders) == 0 {
+		return l
+	}
+	hs := make(map[string]Ack, len(l.Holders))
+	for h, a := range l.Holders {
+		if now.Before(a.Expires) || now.Before(a.WasUntil) {
+			hs[h] = a
+		}
+	}
+	l.Holders = hs
+	if len(hs) == 0 {
+		l.Share = 0
+	}
+	return l
+}
+
 // freed is the first instant after now and before by at which a region other than region
-// holds less (its lowered share stops lingering, or its lease expires); zero if none does.
+// holds less (a lowered share stops lingering, or an entry expires); zero if none does.
 func freed(leases map[string]Lease, region string, now, by time.Time) time.Time {
 	var at time.Time
 	earliest := func(t time.Time) {
@@ -142,32 +237,19 @@ func freed(leases map[string]Lease, region string, now, by time.Time) time.Time 
 		if r == region {
 			continue
 		}
-		if l.Was > 0 {
-			earliest(l.WasUntil)
-		}
-		if l.Share > 0 || l.Was > 0 {
+		if len(l.Holders) == 0 && l.Share > 0 {
 			earliest(l.Expires)
+		}
+		for _, a := range l.Holders {
+			if a.Was > 0 {
+				earliest(a.WasUntil)
+			}
+			if a.Share > 0 || a.Was > 0 {
+				earliest(a.Expires)
+			}
 		}
 	}
 	return at
-}
-
-// lingering is what a lease replacing old with share at now must still count as held (Was)
-// and until when: old's share, while old is unexpired and above share, until until; and old's
-// own lingering share while it lasts. Both together, conservatively, when both apply.
-func lingering(old Lease, share float64, now, until time.Time) (float64, time.Time) {
-	var was float64
-	var wasUntil time.Time
-	if now.Before(old.WasUntil) && old.Was > share {
-		was, wasUntil = old.Was, old.WasUntil
-	}
-	if now.Before(old.Expires) && old.Share > share {
-		was = max(was, old.Share)
-		if until.After(wasUntil) {
-			wasUntil = until
-		}
-	}
-	return was, wasUntil
 }
 
 // Held is the sum of what every region holds at now: never more than the budget while every

@@ -32,24 +32,27 @@ type Regions struct {
 	Lease, Renew time.Duration
 }
 
-// LeaseRenewer renews a region's lease of a queue's global budget; *regions.Coordinator is one.
+// LeaseRenewer keeps one holder's (this worker process's) leases of queues' global budgets;
+// *regions.Coordinator is one.
 type LeaseRenewer interface {
-	Renew(ctx context.Context, queue string, demand float64, t regions.Terms) (regions.Lease, regions.Record, error)
+	// Renew renews the lease, calling lower with the share a write gives before the write.
+	Renew(ctx context.Context, queue string, demand float64, t regions.Terms, lower func(share float64)) (regions.Lease, regions.Record, error)
+	// Release gives the holder's entry up (the worker stops).
+	Release(ctx context.Context, queue string, t regions.Terms) error
+	// Watch calls soon, until ctx ends, when a change of the record makes a renewal matter.
+	Watch(ctx context.Context, queue string, terms func() regions.Terms, soon func(at time.Time))
 }
 
-// formerMargin is how long before a lowered share stops being counted for the region
-// (Lease.WasUntil) the region stops using it: the slots and units its workers reserve ahead
-// (reserveAhead, unitAhead) and a scheduling delay, so that none is spent after the freed
-// budget may be handed to another region.
-const formerMargin = reserveAhead + 100*time.Millisecond
+// leaseLingers is how long a worker's lowered share stays counted after the write that
+// lowered it (regions.Terms.Lingers): the worker applies the lower share before the write
+// (regionalLease.lower), so what is left are the slots and units it reserved ahead at the
+// former share (reserveAhead, 100 ms; unitAhead, 20 ms) and a scheduling delay (100 ms).
+const leaseLingers = reserveAhead + 100*time.Millisecond
 
-// retryLag is how long after the instant a renewal named (Lease.Retry) the region renews
-// again: past it by the coordinator's clock, should the two differ by a little.
-const retryLag = 20 * time.Millisecond
-
-// leaseLingers is the slack beyond a renew period before a region's lowered share is handed to
-// others: the slots its workers reserved ahead (reserveAhead) and the renewal's own time.
-const leaseLingers = 500 * time.Millisecond
+// renewGap is the least time between two renewals of a lease asked by its record's changes or
+// by a Retry: every holder sees every write, and a change answered by a renewal is one more
+// write.
+const renewGap = 100 * time.Millisecond
 
 // backlogReader reads a queue's depth, for the region's demand; *queue.Queues is one.
 type backlogReader interface {
@@ -99,9 +102,6 @@ func (rl *regionalLease) share() (float64, bool) {
 	defer rl.mu.Unlock()
 	if now.Before(rl.lease.Expires) {
 		rl.safe(false, 0, now)
-		if l := rl.lease; l.Was > l.Share && now.Before(l.WasUntil.Add(-formerMargin)) {
-			return rl.shown(l.Was), true // still counted as the region's: used, not left idle
-		}
 		return rl.shown(rl.lease.Share), true
 	}
 	budget := perSecond(cfg.Rate)
@@ -114,8 +114,7 @@ func (rl *regionalLease) share() (float64, bool) {
 }
 
 // shown sets sluice_region_share to s when it changed, so that the metric follows the share
-// as it is used (a lowered share's former value stops before the next renewal), and returns
-// s; rl.mu is held.
+// as it is used, and returns s; rl.mu is held.
 func (rl *regionalLease) shown(s float64) float64 {
 	if s != rl.showing || rl.shareGauge == nil {
 		if rl.shareGauge == nil {
@@ -234,33 +233,57 @@ func (rl *regionalLease) admit(context.Context, *QueueConfig, *job) verdict {
 	return holdUntil(rl.env.now().Add(rl.reg.Renew), "the region's share of the global rate is too small")
 }
 
-// run renews the lease every Renew while the queue is global.
+// run keeps the lease while ctx lasts: renewed every Renew while the queue is global, and in
+// between when a change of the record makes a renewal matter (the coordinator's Watch: another
+// holder of the region lowered its share, another region asks for more, budget is free) or
+// when budget the region is short of frees up (Lease.Retry); released when ctx ends.
 func (rl *regionalLease) run(ctx context.Context) {
 	if rl.reg == nil {
 		return
 	}
-	rl.env.every(ctx, rl.reg.Renew, rl.on, nil, rl.renew)
+	p := regions.NewPacer(renewGap)
+	watching, renewed := false, false
+	p.Run(ctx, rl.reg.Renew, func(ctx context.Context, _ bool) bool {
+		if !rl.on(rl.env.cfg()) {
+			return false
+		}
+		if !watching { // from the first renewal of a global queue on
+			watching = true
+			go rl.reg.Coordinator.Watch(ctx, rl.env.name, rl.terms, p.Soon)
+		}
+		l, ok := rl.renewOnce(ctx)
+		renewed = renewed || ok
+		if ok && !l.Retry.IsZero() {
+			p.Soon(l.Retry.Add(regions.RetryLag))
+		}
+		return l.Raced
+	})
+	if renewed {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rl.reg.Renew)
+		defer cancel()
+		_ = rl.reg.Coordinator.Release(rctx, rl.env.name, rl.terms())
+	}
 }
 
-// renew renews the lease, with the region's demand; and once more, before the next period,
-// when the coordinator said budget the region is short of frees up earlier (Lease.Retry: a
-// lowered share of another region stops lingering, a silent region's lease expires), so that
-// a shift is followed within the linger and not a renew period later.
-func (rl *regionalLease) renew(ctx context.Context) {
-	l, ok := rl.renewOnce(ctx)
-	if !ok || l.Retry.IsZero() {
-		return
-	}
-	wait := l.Retry.Sub(rl.env.now()) + retryLag
-	if wait <= 0 || wait >= rl.reg.Renew {
-		return
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-		rl.renewOnce(ctx)
+// renew renews the lease once (the tests' step).
+func (rl *regionalLease) renew(ctx context.Context) { rl.renewOnce(ctx) }
+
+// terms are the terms of the lease's next renewal.
+func (rl *regionalLease) terms() regions.Terms {
+	return regions.Terms{Budget: perSecond(rl.env.cfg().Rate), Minimum: rl.reg.MinShare, Lease: rl.reg.Lease,
+		Renew: rl.reg.Renew, Lingers: leaseLingers}
+}
+
+// lower applies share at once if it is below the unexpired lease's: a renewal's write is
+// about to lower the worker's acknowledged share, and only what it reserved ahead before
+// now may still be spent at the former one once the write lands (leaseLingers).
+func (rl *regionalLease) lower(share float64) {
+	now := rl.env.now()
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if now.Before(rl.lease.Expires) && share < rl.lease.Share {
+		rl.lease.Share = share
+		rl.shown(share)
 	}
 }
 
@@ -270,11 +293,10 @@ func (rl *regionalLease) renewOnce(ctx context.Context) (regions.Lease, bool) {
 	cfg := rl.env.cfg()
 	budget := perSecond(cfg.Rate)
 	demand := rl.demand(ctx, budget)
-	ctx, cancel := context.WithTimeout(ctx, rl.reg.Renew)
+	t := rl.terms()
+	ctx, cancel := context.WithTimeout(ctx, t.Deadline())
 	defer cancel()
-	t := regions.Terms{Budget: budget, Minimum: rl.reg.MinShare, Lease: rl.reg.Lease, Renew: rl.reg.Renew,
-		Lingers: leaseLingers}
-	l, _, err := rl.reg.Coordinator.Renew(ctx, rl.env.name, demand, t)
+	l, _, err := rl.reg.Coordinator.Renew(ctx, rl.env.name, demand, t, rl.lower)
 	defer func() {
 		if s, ok := rl.share(); ok {
 			rl.env.m.regionShare.WithLabelValues(rl.env.name).Set(s)

@@ -59,17 +59,50 @@ func newGatewayRegion(t *testing.T, ctx context.Context, name string, sc *testen
 	return &region{name: name, home: sc.Names[0], qs: qs, coord: cjs, close: nc.Close}
 }
 
-// runFast starts r's pool on the global queue llm at 100/s with 16 deliveries in flight: at
-// the default 4, a job's turn (slot, request, ack) on a loaded 2-core machine caps a region
-// below 50/s, and the figures would measure that, not the leases.
-func (r *region) runFast(t *testing.T, h *harness) *prometheus.Registry {
+// runFast starts r's two worker pools (two holders of the region's lease, sharing its leak
+// schedule and queue, as two worker processes do) on the global queue llm at 100/s with 8
+// deliveries in flight each: at the default 4, a job's turn (slot, request, ack) on a loaded
+// 2-core machine caps a region below 50/s, and the figures would measure that, not the
+// leases. It returns the pools' metrics.
+func (r *region) runFast(t *testing.T, h *harness) []*prometheus.Registry {
 	t.Helper()
 	spec := h.spec("llm", 100)
-	spec.Concurrency = 16
-	return r.runSpec(t, h, spec, -1)
+	spec.Concurrency = 8
+	return []*prometheus.Registry{r.runSpec(t, h, spec, -1), r.runSpec(t, h, spec, -1)}
 }
 
-// shareSample is both regions' sluice_region_share at one instant.
+// regionGauge is a region's gauge name of the queue llm over its pools: for
+// sluice_region_on_safe_share the most (any pool on it), else the least (a share: the region
+// delivers at least its pools' least share, whose leak slots take from one schedule).
+func regionGauge(t *testing.T, pools []*prometheus.Registry, name string) float64 {
+	t.Helper()
+	v := metric(t, pools[0], name, "queue", "llm")
+	for _, p := range pools[1:] {
+		if name == "sluice_region_on_safe_share" {
+			v = max(v, metric(t, p, name, "queue", "llm"))
+		} else {
+			v = min(v, metric(t, p, name, "queue", "llm"))
+		}
+	}
+	return v
+}
+
+// logWrites logs the regions' renewal writes and compare-and-set conflicts over d: the cost of
+// renewing on change, beside the periodic renewals' (a write per pool and renew period).
+func logWrites(t *testing.T, d time.Duration, rs ...*region) {
+	t.Helper()
+	for _, r := range rs {
+		w, c := r.writes()
+		renew := 500 * time.Millisecond
+		if r.renew > 0 {
+			renew = r.renew
+		}
+		t.Logf("region %s: %d renewal writes in %.1fs (%.1f/s; periodic alone %.1f/s), %d compare-and-set conflicts (%.1f%%)",
+			r.name, w, d.Seconds(), float64(w)/d.Seconds(), float64(len(r.coords))/renew.Seconds(), c, 100*float64(c)/float64(max(w, 1)))
+	}
+}
+
+// shareSample is both regions' sluice_region_share (the least of its pools') at one instant.
 type shareSample struct {
 	at   time.Time
 	a, b float64
@@ -80,7 +113,7 @@ type shareSample struct {
 // sampleShares reads a's and b's sluice_region_share every 20 ms until the returned function is
 // called, which returns the samples: what the regions were handed out, apart from what a
 // loaded machine lets them deliver.
-func sampleShares(t *testing.T, a, b prometheus.Gatherer) func() []shareSample {
+func sampleShares(t *testing.T, a, b []*prometheus.Registry) func() []shareSample {
 	var out []shareSample
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -88,10 +121,10 @@ func sampleShares(t *testing.T, a, b prometheus.Gatherer) func() []shareSample {
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			out = append(out, shareSample{time.Now(), testenv.Metric(t, a, "sluice_region_share", "queue", "llm"),
-				testenv.Metric(t, b, "sluice_region_share", "queue", "llm"),
-				testenv.Metric(t, b, "sluice_region_lease_expiry_timestamp_seconds", "queue", "llm"),
-				testenv.Metric(t, b, "sluice_region_renewal_failures_total", "queue", "llm")})
+			out = append(out, shareSample{time.Now(), regionGauge(t, a, "sluice_region_share"),
+				regionGauge(t, b, "sluice_region_share"),
+				testenv.Metric(t, b[0], "sluice_region_lease_expiry_timestamp_seconds", "queue", "llm"),
+				testenv.Metric(t, b[0], "sluice_region_renewal_failures_total", "queue", "llm")})
 			select {
 			case <-done:
 				return
@@ -218,15 +251,19 @@ func TestRegionsGatewayShare(t *testing.T) {
 	a, b := newGatewayRegion(t, h.ctx, "a", sc), newGatewayRegion(t, h.ctx, "b", sc)
 	aIDs := idSet(workertest.Publish(t, a.qs, "llm", nA, false))
 	bIDs := idSet(workertest.Publish(t, b.qs, "llm", nB, false))
-	shares := sampleShares(t, a.runFast(t, h), b.runFast(t, h))
+	began := time.Now()
+	aRegs := a.runFast(t, h)
+	shares := sampleShares(t, aRegs, b.runFast(t, h))
 	h.up.WaitCount(t, time.Duration(nB/25+15)*time.Second, "region b's backlog delivered", func(int) bool {
 		return len(arrivalTimes(h.up, bIDs)) >= len(bIDs)
 	})
 	bDone := arrivalTimes(h.up, bIDs)[len(bIDs)-1]
-	// Wait up to 10 s for a alone near the budget; the figures are logged either way.
+	// Wait up to 10 s for a alone near the budget, delivered and handed out (both its pools'
+	// shares); the figures are logged either way.
 	var aAt time.Time
 	for aOK := false; !aOK && time.Since(bDone) < 10*time.Second; time.Sleep(50 * time.Millisecond) {
 		aAt, aOK = firstWindowAtLeast(arrivalTimes(h.up, aIDs), int(delivered(95)), bDone, time.Now())
+		aOK = aOK && regionGauge(t, aRegs, "sluice_region_share") >= 95
 	}
 	ss := shares()
 	if aAt.IsZero() {
@@ -241,13 +278,14 @@ func TestRegionsGatewayShare(t *testing.T) {
 	}
 	both := rateIn(all, from, bDone.Add(-500*time.Millisecond))
 	handed := handedOut(ss, from, bDone.Add(-500*time.Millisecond))
-	aShare, _ := handedFrom(aOnly(ss), 95, bDone)
+	aShare, aShareOK := handedFrom(aOnly(ss), 95, bDone)
 	t.Logf("budget 100/s over gateways (50 ms each way), backlogs %d/%d: most in any 1 s window %d (bound %d, aim 102); "+
 		"both backlogged %.1f/s delivered, %.1f/s handed out, over %.1fs; b empty at +%.1fs, a's share ≥ 95/s %.1fs later, "+
 		"a delivering ≥ %.0f/s %.1fs later; %d delivered",
 		nA, nB, most, 100+connectedBound, both, handed, bDone.Sub(from).Seconds()-0.5, bDone.Sub(first).Seconds(),
 		aShare.Sub(bDone).Seconds(), delivered(95), aAt.Sub(bDone).Seconds(), len(all))
 	t.Logf("per second a/b: %s", timeline(arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs), first, aAt))
+	logWrites(t, time.Since(began), a, b)
 	t.Logf("shares every 0.5 s a/b: %s", shareLine(ss, first, aAt, 500*time.Millisecond))
 	if most > 100+connectedBound+spread(100) {
 		t.Errorf("the upstream saw %d in a 1 s window; budget 100 + bound %d + spread %d", most, connectedBound, spread(100))
@@ -255,8 +293,8 @@ func TestRegionsGatewayShare(t *testing.T) {
 	if handed < 97 {
 		t.Errorf("both regions backlogged were handed %.1f/s together; want ≥ 97", handed)
 	}
-	if aShare.Sub(bDone) > 5*time.Second {
-		t.Errorf("region a alone was handed 95/s %v after b's backlog ran out; want within 5 s", aShare.Sub(bDone))
+	if !aShareOK || aShare.Sub(bDone) > 5*time.Second {
+		t.Errorf("region a alone was handed 95/s %v after b's backlog ran out (%v); want within 5 s", aShare.Sub(bDone), aShareOK)
 	}
 	if regionsSoak() && both < 97 {
 		t.Errorf("both regions backlogged delivered %.1f/s together; want ≥ 97", both)
@@ -303,27 +341,32 @@ func aOnly(ss []shareSample) []shareSample {
 }
 
 // TestRegionsGatewayCut: the gateway link between the regions is cut (the proxies disabled)
-// for 30 s (4 s in make test) while both drain a global queue of 100/s, then healed. Region b
+// for 30 s (8 s in make test) while both drain a global queue of 100/s, then healed. Region b
 // loses the coordinator in a's cluster: it runs on its lease until it expires, then on its
 // even safe share (50/s), while a takes the whole budget once b's lease expired. The upstream
 // sees at most B·(1 + k/R) + R·(1 + b) = 154 in any 1 s window. After the heal the regions are
-// handed ≥ 95% of the budget again, for good, within 3·renew + the linger and four round
-// trips of the gateways' return, their shares following demand (50/s each) again.
+// handed ≥ 95% of the budget again, for good, within 2·renew and two renewals' round trips of
+// the gateways' return, their shares following demand (50/s each) again.
 func TestRegionsGatewayCut(t *testing.T) {
-	cutFor, nA, nB := 4*time.Second, 2000, 1000
+	cutFor, nA, nB := 8*time.Second, 2000, 1000
 	if regionsSoak() {
 		cutFor, nA, nB = 30*time.Second, 6000, 3000
 	}
-	const lease, renew = 2 * time.Second, 500 * time.Millisecond // region.runSpec's terms
+	// A renew period of 1 s (lease 4 s): the heal's fixed costs (renewals of one or two 100 ms
+	// round trips, the 200 ms linger, the pacing) are then small beside it, as they are beside
+	// the default 2.5 s, and the heal's bound of two periods is measured, not those costs.
+	const lease, renew = 4 * time.Second, time.Second
 	h := newHarness(t)
 	sc := testenv.NewSupercluster(t, gatewayLatency, "a", "b")
 	a, b := newGatewayRegion(t, h.ctx, "a", sc), newGatewayRegion(t, h.ctx, "b", sc)
+	a.lease, a.renew, b.lease, b.renew = lease, renew, lease, renew
 	aIDs := idSet(workertest.Publish(t, a.qs, "llm", nA, false))
 	bIDs := idSet(workertest.Publish(t, b.qs, "llm", nB, false))
-	regs := map[string]*prometheus.Registry{"a": a.runFast(t, h), "b": b.runFast(t, h)}
+	began := time.Now()
+	regs := map[string][]*prometheus.Registry{"a": a.runFast(t, h), "b": b.runFast(t, h)}
 	shares := sampleShares(t, regs["a"], regs["b"])
 	gauge := func(name string) (a, b float64) {
-		return metric(t, regs["a"], name, "queue", "llm"), metric(t, regs["b"], name, "queue", "llm")
+		return regionGauge(t, regs["a"], name), regionGauge(t, regs["b"], name)
 	}
 	onLeases := func() bool {
 		shareA, shareB := gauge("sluice_region_share")
@@ -332,7 +375,7 @@ func TestRegionsGatewayCut(t *testing.T) {
 	}
 	testenv.WaitFor(t, 30*time.Second, "both regions on leases of 50/s", onLeases)
 	cut := sc.Cut()
-	testenv.WaitFor(t, 10*time.Second, "b on its safe share", func() bool { _, b := gauge("sluice_region_on_safe_share"); return b == 1 })
+	testenv.WaitFor(t, 2*lease, "b on its safe share", func() bool { _, b := gauge("sluice_region_on_safe_share"); return b == 1 })
 	bSafe := time.Now()
 	testenv.WaitFor(t, cutFor+10*time.Second, "the cut to last", func() bool { return time.Since(cut) >= cutFor })
 	heal := sc.Heal()
@@ -358,6 +401,7 @@ func TestRegionsGatewayCut(t *testing.T) {
 		cutFor, before, during, after, afterSettled, bSafe.Sub(cut).Seconds(), bRate, aRate, linked.Sub(heal).Seconds(),
 		handedAt.Sub(linked).Seconds(), handedOK, delivered(95), usedAt.Sub(linked).Seconds(), usedOK, settled.Sub(linked).Seconds())
 	t.Logf("per second a/b from the cut: %s", timeline(aAts, bAts, cut, end))
+	logWrites(t, time.Since(began), a, b)
 	t.Logf("shares every 0.5 s a/b from the cut: %s", shareLine(ss, cut, end, 500*time.Millisecond))
 	t.Logf("shares every 0.1 s a/b from the gateways' return: %s", shareLine(ss, linked, settled, 100*time.Millisecond))
 	t.Logf("b's renewals with a lease from the gateways' return, s (share): %s", renewals(ss, linked, settled))
@@ -384,21 +428,29 @@ func TestRegionsGatewayCut(t *testing.T) {
 	if regionsSoak() && aRate < 95 {
 		t.Errorf("a delivered %.1f/s once b's lease expired; want the budget, 100/s", aRate)
 	}
-	// b's first renewal (within a renew period of the gateways' return) gets what a does not
-	// hold: nothing. a's next renewal (within another) lowers a's share, which a uses while it
-	// lingers (renew + 0.5 s); b takes its part then (Lease.Retry). So 3·renew + 0.5 s and four
-	// round trips over the gateway (b's two renewals, a read and a write each): 2.4 s; and two
-	// renewals more, which a loaded machine makes fail (a renewal over the gateway then takes
-	// longer than its renew period).
+	// b's first renewal after the gateways' return (within a renew period, or at once when its
+	// watch of the record comes back first) gets what a's holders do not hold: nothing. a's
+	// holders see that write (their watch) and renew lower at once, each counting its former
+	// share only for the 200 ms of slots it reserved ahead (leaseLingers); b's holders see a's
+	// writes and renew when that ends (Lease.Retry), or at their next period without a watch.
+	// So within 2·renew and b's two renewals over the gateway, each a read and a write, and one
+	// of them a race lost to a's writes: 2.6 s at renew 1 s (docs/design/regions.md, "Heal").
+	// The watches do not enter it: a supercluster of two regions has no JetStream meta leader
+	// while they are cut apart and for seconds after, and a watch cannot start without one.
 	// The heal time is asserted in make soak; in make test it is logged (above): on a loaded
 	// machine renewals over the gateway fail for seconds after its return (one CI run under
 	// load 10: 4 s of failed renewals, handed out again after 7.3 s), which the upstream's
 	// bounds, asserted above, never depend on.
-	if heals := 5*renew + 500*time.Millisecond + 4*2*gatewayLatency; regionsSoak() && (!handedOK || handedAt.Sub(linked) > heals) {
+	heals := 2*renew + 3*2*2*gatewayLatency
+	if regionsSoak() && (!handedOK || handedAt.Sub(linked) > heals) {
 		t.Errorf("≥ 95/s handed out for good %v after the gateways were up again (%v); want within %v",
 			handedAt.Sub(linked), handedOK, heals)
 	} else if !handedOK {
 		t.Errorf("≥ 95/s never handed out for good after the gateways were up again")
+	}
+	if regionsSoak() && (!usedOK || usedAt.Sub(linked) > heals) {
+		t.Errorf("≥ 95/s delivered in every 1 s window from %v after the gateways were up again (%v); want within %v",
+			usedAt.Sub(linked), usedOK, heals)
 	}
 }
 
@@ -453,9 +505,9 @@ func TestRegionsGatewayHomeKilled(t *testing.T) {
 	a, b := newGatewayRegion(t, h.ctx, "a", sc), newGatewayRegion(t, h.ctx, "b", sc)
 	aIDs := idSet(workertest.Publish(t, a.qs, "llm", nA, false))
 	bIDs := idSet(workertest.Publish(t, b.qs, "llm", nB, false))
-	regs := map[string]*prometheus.Registry{"a": a.runFast(t, h), "b": b.runFast(t, h)}
+	regs := map[string][]*prometheus.Registry{"a": a.runFast(t, h), "b": b.runFast(t, h)}
 	gauge := func(name string) (a, b float64) {
-		return metric(t, regs["a"], name, "queue", "llm"), metric(t, regs["b"], name, "queue", "llm")
+		return regionGauge(t, regs["a"], name), regionGauge(t, regs["b"], name)
 	}
 	testenv.WaitFor(t, 30*time.Second, "both regions on leases of 50/s", func() bool {
 		shareA, shareB := gauge("sluice_region_share")

@@ -17,14 +17,25 @@ import (
 	"github.com/sluice-rl/sluice/queue"
 )
 
-// renewer is a coordinator that answers with lease, or err.
+// renewer is a coordinator that answers with lease, or err; lowering (> 0) is the share its
+// write would give, which it tells the holder before answering.
 type renewer struct {
-	lease regions.Lease
-	err   error
+	lease    regions.Lease
+	err      error
+	lowering float64
 }
 
-func (r *renewer) Renew(context.Context, string, float64, regions.Terms) (regions.Lease, regions.Record, error) {
+func (r *renewer) Renew(_ context.Context, _ string, _ float64, _ regions.Terms, lower func(float64)) (regions.Lease, regions.Record, error) {
+	if r.lowering > 0 {
+		lower(r.lowering)
+	}
 	return r.lease, regions.Record{}, r.err
+}
+
+func (r *renewer) Release(context.Context, string, regions.Terms) error { return nil }
+
+func (r *renewer) Watch(ctx context.Context, _ string, _ func() regions.Terms, _ func(time.Time)) {
+	<-ctx.Done()
 }
 
 // TestRegionalLease: the share is the lease's until it expires, then the safe share; a renewal
@@ -69,25 +80,34 @@ func TestRegionalLease(t *testing.T) {
 			}
 		})
 	}
-	t.Run("a lowered share is used while it is counted", func(t *testing.T) {
+	t.Run("a lowering applies before the write", func(t *testing.T) {
+		// The worker holds 40; a renewal's write would lower it to 10 and its answer is lost:
+		// the worker uses 10 from before the write (the coordinator counts 40 only for the
+		// slots reserved ahead), until the lease expires.
 		clock := newFakeClock()
 		cfg := &QueueConfig{Name: "q", Rate: leaky.Every(50, time.Second), Global: true}
 		env := testEnv("q", func() *QueueConfig { return cfg })
 		env.now = clock.now
-		c := &renewer{lease: regions.Lease{Share: 10, Was: 40, WasUntil: clock.now().Add(time.Second),
-			Expires: clock.now().Add(2 * time.Second)}}
+		c := &renewer{lease: regions.Lease{Share: 40, Expires: clock.now().Add(2 * time.Second)}}
 		rl := &regionalLease{env: env, reg: &Regions{Coordinator: c, Regions: 2, SafeShare: -1,
 			Lease: 2 * time.Second, Renew: 500 * time.Millisecond}}
 		rl.renew(context.Background())
-		t0 := clock.now()
-		for _, step := range []struct {
-			at   time.Duration
-			want float64
-		}{{0, 40}, {time.Second - formerMargin - time.Millisecond, 40}, {time.Second - formerMargin, 10}, {time.Second, 10}} {
-			clock.advance(t0.Add(step.at).Sub(clock.now()))
-			if s, _ := rl.share(); s != step.want {
-				t.Errorf("%v after the lowering: share %v, want %v", step.at, s, step.want)
-			}
+		if s, _ := rl.share(); s != 40 {
+			t.Fatalf("share %v, want 40", s)
+		}
+		c.lowering, c.err = 10, errors.New("the answer was lost")
+		rl.renew(context.Background())
+		if s, _ := rl.share(); s != 10 {
+			t.Errorf("after a write that lowered it: share %v, want 10", s)
+		}
+		c.lowering = 30 // a later write that would give more changes nothing until it answers
+		rl.renew(context.Background())
+		if s, _ := rl.share(); s != 10 {
+			t.Errorf("after a write that would raise it, unanswered: share %v, want 10", s)
+		}
+		clock.advance(2 * time.Second)
+		if s, _ := rl.share(); s != 25 {
+			t.Errorf("once the lease expired: share %v, want the safe share 25", s)
 		}
 	})
 	t.Run("not global", func(t *testing.T) {

@@ -27,6 +27,20 @@ type region struct {
 	qs    *queue.Queues
 	coord jetstream.JetStream
 	close func() // closes the connection to the coordinator: the region is cut off from it
+
+	sched  leaky.Schedule         // the region's leak schedule (its redis-server), made by its first pool
+	coords []*regions.Coordinator // its pools' holders, for their writes and conflicts
+
+	lease, renew time.Duration // the regions' terms; zero: 2 s and 500 ms
+}
+
+// writes sums the region's holders' renewal writes and compare-and-set conflicts.
+func (r *region) writes() (tried, conflicts int64) {
+	for _, c := range r.coords {
+		w, n := c.Writes()
+		tried, conflicts = tried+w, conflicts+n
+	}
+	return tried, conflicts
 }
 
 func newRegion(t *testing.T, ctx context.Context, name, coordURL string) *region {
@@ -58,16 +72,25 @@ func (r *region) run(t *testing.T, h *harness, budget int, safe float64) *promet
 	return r.runSpec(t, h, h.spec("llm", budget), safe)
 }
 
-// runSpec starts the region's pool on spec, made global, and returns its metrics.
+// runSpec starts a pool of the region on spec, made global, and returns its metrics. A
+// region's pools share its leak schedule (one redis-server) and its queue, as its worker
+// processes do; each is a holder of its own.
 func (r *region) runSpec(t *testing.T, h *harness, spec worker.QueueConfig, safe float64) *prometheus.Registry {
 	t.Helper()
-	rs := testenv.Redis(t)
-	sched := leaky.NewRedis(rs.Client, leaky.RedisConfig{Prefix: testenv.Name(t) + ":"})
+	if r.sched == nil {
+		rs := testenv.Redis(t)
+		r.sched = leaky.NewRedis(rs.Client, leaky.RedisConfig{Prefix: testenv.Name(t) + ":"})
+	}
 	spec.Global = true
 	reg := prometheus.NewRegistry()
-	deps := worker.Deps{Queues: r.qs, Schedule: sched, Registerer: reg,
-		Regions: &worker.Regions{Coordinator: regions.NewCoordinator(r.coord, r.name, nil).Home(r.home), Regions: 2,
-			SafeShare: safe, Lease: 2 * time.Second, Renew: 500 * time.Millisecond}}
+	coord := regions.NewCoordinator(r.coord, r.name, nil).Home(r.home)
+	r.coords = append(r.coords, coord)
+	lease, renew := 2*time.Second, 500*time.Millisecond
+	if r.lease > 0 {
+		lease, renew = r.lease, r.renew
+	}
+	deps := worker.Deps{Queues: r.qs, Schedule: r.sched, Registerer: reg,
+		Regions: &worker.Regions{Coordinator: coord, Regions: 2, SafeShare: safe, Lease: lease, Renew: renew}}
 	p, err := worker.New(deps, []worker.QueueConfig{spec})
 	if err != nil {
 		t.Fatal(err)
