@@ -184,7 +184,8 @@ type (
 	rawNATS struct {
 		URL         *scalar `yaml:"url"`
 		Replicas    *scalar `yaml:"replicas"`
-		StoreBudget *scalar `yaml:"store_budget"`
+		StoreBudget   *scalar `yaml:"store_budget"`
+		SharedStreams *scalar `yaml:"shared_streams"`
 	}
 	rawQueue struct {
 		Name             *scalar                       `yaml:"name"`
