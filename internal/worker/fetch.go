@@ -79,6 +79,9 @@ func (r *runner) run(ctx, hard context.Context) {
 			continue
 		}
 		fetchWait.Reset()
+		if len(msgs) == 0 && r.shared && r.fs.idle && r.stopIdle(ctx, cons) {
+			break
+		}
 		r.readRecords(ctx, cfg, msgs)
 		for _, m := range msgs {
 			if m.Job != nil {
@@ -191,13 +194,14 @@ func (r *runner) fetch(ctx context.Context, cons consumer, n int) ([]*queue.Msg,
 		return msgs, err
 	}
 	r.fs.idle = false
+	r.rang.Store(false) // a bell from now on is for a job this pull may miss (stopIdle)
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.p.pulls.current(), cancel)()
 	if lv != nil {
-		msgs, err = lv.wait(lctx, cancel, idleWait)
+		msgs, err = lv.wait(lctx, cancel, r.p.idleWait)
 	} else {
-		msgs, err = cons.Fetch(lctx, 1, idleWait)
+		msgs, err = cons.Fetch(lctx, 1, r.p.idleWait)
 	}
 	if err != nil && lctx.Err() != nil {
 		return msgs, nil // cut short: the caller pulls again, or stops

@@ -22,9 +22,12 @@ func (p *Pool) Ready() error {
 	defer p.mu.Unlock()
 	var waiting []string
 	for name, r := range p.runners {
-		if !r.fetching.Load() {
+		if !r.fetching.Load() && !r.shared {
 			waiting = append(waiting, name)
 		}
+	}
+	if len(p.shared) > 0 && !p.bellOn.Load() {
+		return fmt.Errorf("the doorbell of %d shared queues is not subscribed yet, or its first look for queues that hold jobs failed", len(p.shared))
 	}
 	if len(waiting) == 0 {
 		return nil
@@ -77,9 +80,12 @@ func (p *Pool) checkStartedLocked() {
 		return
 	}
 	for _, r := range p.runners {
-		if !r.fetching.Load() {
+		if !r.fetching.Load() && !r.shared {
 			return
 		}
+	}
+	if len(p.shared) > 0 && !p.bellOn.Load() {
+		return
 	}
 	p.started.close()
 }
