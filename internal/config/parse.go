@@ -182,8 +182,8 @@ type (
 		SampleRatio *scalar `yaml:"sample_ratio"`
 	}
 	rawNATS struct {
-		URL         *scalar `yaml:"url"`
-		Replicas    *scalar `yaml:"replicas"`
+		URL           *scalar `yaml:"url"`
+		Replicas      *scalar `yaml:"replicas"`
 		StoreBudget   *scalar `yaml:"store_budget"`
 		SharedStreams *scalar `yaml:"shared_streams"`
 	}

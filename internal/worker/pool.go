@@ -136,10 +136,10 @@ type Pool struct {
 	specs   []QueueConfig          // the current queues, in order
 	runners map[string]*runner     // while running, by queue name
 	shared  map[string]QueueConfig // the queues of shared streams, run on demand (shared.go)
-	started startSignal        // every runner has its consumer (ready.go)
-	ctx     context.Context    // Run's context while running; nil before and after
-	hard    context.Context    // cancelled when the shutdown timeout has passed
-	wg      sync.WaitGroup     // the runners
+	started startSignal            // every runner has its consumer (ready.go)
+	ctx     context.Context        // Run's context while running; nil before and after
+	hard    context.Context        // cancelled when the shutdown timeout has passed
+	wg      sync.WaitGroup         // the runners
 	ran     bool
 }
 
