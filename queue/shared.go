@@ -320,3 +320,23 @@ func (c *Consumer) Idle(ctx context.Context) (bool, error) {
 	}
 	return ci.NumPending == 0 && ci.NumAckPending == 0, nil
 }
+
+// sharedBacklog is Backlog for shared queue s of stream st. Its consumer's ack floor counts
+// in the shared stream's sequences, which every queue of the stream advances: AckFloor is
+// instead the stream's last sequence less the queue's jobs, so that a job just stored has the
+// queue's jobs ahead of it (an estimate: the eta of a job stored long ago comes out short).
+func (q *core) sharedBacklog(ctx context.Context, s Spec, st jetstream.Stream) (Backlog, error) {
+	var info Info
+	if err := q.sharedInfo(ctx, s, &info); err != nil {
+		return Backlog{}, err
+	}
+	si, err := st.Info(ctx)
+	if err != nil {
+		return Backlog{}, fmt.Errorf("queue: backlog of %q: %w", s.Name, err)
+	}
+	out := Backlog{Pending: info.Pending, InFlight: info.InFlight}
+	if held := info.Pending + uint64(max(info.InFlight, 0)); si.State.LastSeq > held {
+		out.AckFloor = si.State.LastSeq - held
+	}
+	return out, nil
+}

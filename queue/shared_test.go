@@ -57,6 +57,9 @@ func TestSharedStreamReaders(t *testing.T) {
 	if in, err := b.q.Info(b.ctx, "s"); err != nil || in.Depth != 3 {
 		t.Fatalf("info before any consumer: %+v, %v", in, err)
 	}
+	if bl, err := b.q.Backlog(b.ctx, "s"); err != nil || bl.Pending != 3 || bl.AckFloor != 0 {
+		t.Fatalf("backlog before any consumer: %+v, %v; want 3 pending, the stream's 3 jobs ahead of the last", bl, err)
+	}
 	if _, err := b.q.Cancel(b.ctx, r2.ID); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
