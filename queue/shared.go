@@ -26,11 +26,12 @@ import (
 // consumer yet, the count of its subjects in the stream (Waiting, Info, Counts).
 //
 // How a worker learns that an idle shared queue has a job without holding a pull on it:
-// Doorbell, a core NATS subscription to "<prefix>.j.>" that sees every job published (a
-// work-queue stream refuses the headers-only ordered consumer docs/design/scale.md first
-// planned: its consumers must acknowledge and must not overlap), and Waiting, which finds the
-// queues that hold jobs when no bell rang for them (before a worker started, a bell lost
-// with the connection, a job handed back or lost by a worker).
+// Doorbell, a core NATS subscription to "<prefix>.b.>", where each shared stream republishes
+// the headers of every job it stores (a work-queue stream refuses the headers-only ordered
+// consumer docs/design/scale.md first planned: its consumers must acknowledge and must not
+// overlap), and Waiting, which finds the queues that hold jobs when no bell rang for them
+// (before a worker started, a bell lost with the connection, a job handed back or lost by a
+// worker).
 
 // MaxSharedStreams is the largest Options.SharedStreams.
 const MaxSharedStreams = 1024
@@ -60,6 +61,7 @@ func sharedSlot(name string, n int) int {
 
 func (q *core) sharedStreamName(k int) string { return q.opts.Prefix + "_J_" + strconv.Itoa(k) }
 func (q *core) sharedRoot() string            { return q.opts.Prefix + ".j." }
+func (q *core) bellRoot() string              { return q.opts.Prefix + ".b." }
 
 // Shared reports whether queue name keeps its jobs in a shared stream.
 func (q *Queues) Shared(name string) bool {
@@ -110,6 +112,9 @@ func (q *core) provisionShared(ctx context.Context, specs []Spec) (map[int]jetst
 			Storage:     jetstream.FileStorage,
 			Replicas:    replicas,
 			Duplicates:  dup,
+			// The doorbell: every job stored, headers only, on <prefix>.b.<k>.<queue>.<id>.
+			RePublish: &jetstream.RePublish{Source: q.sharedRoot() + strconv.Itoa(k) + ".>",
+				Destination: q.bellRoot() + strconv.Itoa(k) + ".>", HeadersOnly: true},
 		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("queue: shared stream %s: %w", q.sharedStreamName(k), err))
@@ -148,13 +153,13 @@ func (q *core) sharedConsumer(ctx context.Context, s Spec) (jetstream.Consumer, 
 	return c, nil
 }
 
-// Doorbell calls ring with the name of the queue of every job published to a shared stream
-// from now on (the bell), in the connection's dispatch goroutine: ring must return at once.
-// It sees a job's whole message (a core NATS subscription to the jobs' subjects), and may ring
-// before JetStream stored it; a bell is lost while the connection is down or the
-// subscription falls behind, which Waiting makes up for. It returns the subscription's stop.
+// Doorbell calls ring with the name of the queue of every job stored in a shared stream from
+// now on (the bell), in the connection's dispatch goroutine: ring must return at once. The
+// bells are the shared streams' republished headers (RePublish, HeadersOnly: no body), sent
+// once the job is stored; a bell is lost while the connection is down or the subscription
+// falls behind, which Waiting makes up for. It returns the subscription's stop.
 func (q *Queues) Doorbell(ring func(queue string)) (stop func(), err error) {
-	root := q.sharedRoot()
+	root := q.bellRoot()
 	sub, err := q.nc.Subscribe(root+">", func(m *nats.Msg) {
 		// <root><k>.<queue>.<id>
 		rest, ok := strings.CutPrefix(m.Subject, root)
