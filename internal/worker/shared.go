@@ -10,9 +10,8 @@ import (
 // Runners on demand. A queue of a shared stream (queue.Shareable, with nats.shared_streams
 // set) has no runner while it is idle: the pool holds one doorbell per process instead
 // (sharedBroker.Doorbell, a subscription to the headers the shared streams republish of every
-// job they store),
-// and a bell for a queue without a runner starts one, which makes the queue's consumer if it
-// has none yet. A runner whose long pull expired empty (idleWait, 30 s) stops once its
+// job they store), and a bell for a queue without a runner starts one, which makes the
+// queue's consumer if it has none yet. A runner whose long pull expired empty (idleWait, 30 s) stops once its
 // consumer holds nothing — no job waiting, none unacknowledged (a job handed back with a
 // delay, or held by another worker, rings no bell when it comes back) — and no bell rang
 // since that pull began (rang). A queue with a schedule stream keeps its runner: the runner
