@@ -60,6 +60,9 @@ func TestSharedStreamReaders(t *testing.T) {
 	if bl, err := b.q.Backlog(b.ctx, "s"); err != nil || bl.Pending != 3 || bl.AckFloor != 0 {
 		t.Fatalf("backlog before any consumer: %+v, %v; want 3 pending, the stream's 3 jobs ahead of the last", bl, err)
 	}
+	if l, err := b.q.Ledgers(b.ctx); err != nil || l["s"] != 3 || len(l) != 1 {
+		t.Fatalf("ledgers: %v, %v; want s's alone, with 3 tickets", l, err)
+	}
 	if _, err := b.q.Cancel(b.ctx, r2.ID); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
