@@ -175,6 +175,8 @@ type core struct {
 	// sharedCons holds their durable consumers once looked up or made (jetstream.Consumer).
 	sharedOf   atomic.Pointer[map[string]int]
 	sharedCons sync.Map
+	// sharedStreams are the shared streams' handles by index as text (jetstream.Stream).
+	sharedStreams sync.Map
 }
 
 // validName reports whether s is a queue name or key prefix: 1 to 64 of [A-Za-z0-9_-].

@@ -121,8 +121,22 @@ func (q *core) provisionShared(ctx context.Context, specs []Spec) (map[int]jetst
 			continue
 		}
 		out[k] = st
+		q.sharedStreams.Store(strconv.Itoa(k), st)
 	}
 	return out, errors.Join(errs...)
+}
+
+// sharedStream is shared stream k (its index, as text), looked up once.
+func (q *core) sharedStream(ctx context.Context, k string) (jetstream.Stream, error) {
+	if st, ok := q.sharedStreams.Load(k); ok {
+		return st.(jetstream.Stream), nil
+	}
+	st, err := q.js.Stream(ctx, q.opts.Prefix+"_J_"+k)
+	if err != nil {
+		return nil, fmt.Errorf("queue: shared stream %s: %w", k, err)
+	}
+	q.sharedStreams.Store(k, st)
+	return st, nil
 }
 
 // sharedConsumerConfig is the durable consumer of shared queue s in its stream.
@@ -189,59 +203,75 @@ func (q *Queues) Doorbell(ring func(queue string)) (stop func(), err error) {
 func (q *Queues) Waiting(ctx context.Context) (map[string]uint64, error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
+	counts, err := q.sharedScan(ctx, false)
 	out := map[string]uint64{}
-	var held []string
-	err := q.listStreams(ctx, q.sharedRoot()+">", q.opts.Prefix+"_J_", func(name string, s jetstream.StreamState) {
-		if s.Msgs > 0 {
-			held = append(held, name)
+	for name, c := range counts {
+		if c.Depth > 0 {
+			out[name] = c.Depth
+		}
+	}
+	return out, err
+}
+
+// sharedScan returns the shared queues' Counts: Depth as Waiting says; with left, the Left of
+// every queue that has a consumer (its ack floor, which counts redeliveries too), which lists
+// the consumers of the shared streams that hold none.
+func (q *core) sharedScan(ctx context.Context, left bool) (map[string]Counts, error) {
+	type held struct {
+		k     string
+		state jetstream.StreamState
+	}
+	var streams []held
+	err := q.listStreams(ctx, q.sharedRoot()+">", q.opts.Prefix+"_J_", func(k string, s jetstream.StreamState) {
+		if s.Msgs > 0 || (left && s.Consumers > 0) {
+			streams = append(streams, held{k, s})
 		}
 	})
+	out := map[string]Counts{}
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	for _, k := range held {
-		if err := q.waitingIn(ctx, k, out); err != nil {
+	for _, h := range streams {
+		name := q.opts.Prefix + "_J_" + h.k
+		var counted uint64
+		hasCons := map[string]bool{}
+		st, err := q.sharedStream(ctx, h.k)
+		if err != nil {
 			return out, err
+		}
+		if h.state.Consumers > 0 {
+			l := st.ListConsumers(ctx)
+			for ci := range l.Info() {
+				hasCons[ci.Name] = true
+				c := out[ci.Name]
+				c.Depth = ci.NumPending + uint64(ci.NumAckPending)
+				c.Left = ci.AckFloor.Consumer
+				out[ci.Name] = c
+				counted += c.Depth
+			}
+			if err := l.Err(); err != nil {
+				return out, fmt.Errorf("queue: consumers of %s: %w", name, err)
+			}
+		}
+		if counted >= h.state.Msgs {
+			continue
+		}
+		// Jobs of queues without a consumer yet: by subject.
+		prefix := q.sharedRoot() + h.k + "."
+		si, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+		if err != nil {
+			return out, fmt.Errorf("queue: subjects of %s: %w", name, err)
+		}
+		for subj, n := range si.State.Subjects {
+			rest := strings.TrimPrefix(subj, prefix)
+			if i := strings.IndexByte(rest, '.'); i > 0 && !hasCons[rest[:i]] {
+				c := out[rest[:i]]
+				c.Depth += n
+				out[rest[:i]] = c
+			}
 		}
 	}
 	return out, nil
-}
-
-// waitingIn adds the depths of the queues of shared stream k (its index, as text) to out.
-func (q *core) waitingIn(ctx context.Context, k string, out map[string]uint64) error {
-	name := q.opts.Prefix + "_J_" + k
-	st, err := q.js.Stream(ctx, name)
-	if err != nil {
-		return fmt.Errorf("queue: shared stream %s: %w", name, err)
-	}
-	var counted uint64
-	hasCons := map[string]bool{}
-	l := st.ListConsumers(ctx)
-	for ci := range l.Info() {
-		hasCons[ci.Name] = true
-		if n := ci.NumPending + uint64(ci.NumAckPending); n > 0 {
-			out[ci.Name] += n
-			counted += n
-		}
-	}
-	if err := l.Err(); err != nil {
-		return fmt.Errorf("queue: consumers of %s: %w", name, err)
-	}
-	if counted >= st.CachedInfo().State.Msgs {
-		return nil
-	}
-	prefix := q.sharedRoot() + k + "."
-	si, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
-	if err != nil {
-		return fmt.Errorf("queue: subjects of %s: %w", name, err)
-	}
-	for subj, n := range si.State.Subjects {
-		rest := strings.TrimPrefix(subj, prefix)
-		if i := strings.IndexByte(rest, '.'); i > 0 && !hasCons[rest[:i]] {
-			out[rest[:i]] += n
-		}
-	}
-	return nil
 }
 
 // sharedInfo fills in info for shared queue s: from its consumer, or, while it has none, from
@@ -277,40 +307,6 @@ func (q *core) sharedInfo(ctx context.Context, s Spec, info *Info) error {
 	// Jobs acknowledged: the consumer's ack floor counts deliveries, redeliveries included.
 	info.Left = ci.AckFloor.Consumer
 	return nil
-}
-
-// sharedCounts adds the shared queues' depths (Waiting) to out, and what left them (their
-// consumers' ack floors, which count redeliveries too).
-func (q *Queues) sharedCounts(ctx context.Context, out map[string]Counts) error {
-	var names []string
-	err := q.listStreams(ctx, q.sharedRoot()+">", q.opts.Prefix+"_J_", func(name string, _ jetstream.StreamState) {
-		names = append(names, name)
-	})
-	if err != nil || len(names) == 0 {
-		return err
-	}
-	for _, k := range names {
-		st, err := q.js.Stream(ctx, q.opts.Prefix+"_J_"+k)
-		if err != nil {
-			return fmt.Errorf("queue: shared stream %s: %w", k, err)
-		}
-		l := st.ListConsumers(ctx)
-		for ci := range l.Info() {
-			c := out[ci.Name]
-			c.Left = ci.AckFloor.Consumer
-			out[ci.Name] = c
-		}
-		if err := l.Err(); err != nil {
-			return fmt.Errorf("queue: consumers of shared stream %s: %w", k, err)
-		}
-	}
-	depths, err := q.Waiting(ctx)
-	for name, n := range depths {
-		c := out[name]
-		c.Depth = n
-		out[name] = c
-	}
-	return err
 }
 
 // Idle reports whether the consumer holds no job for anyone: none waiting, none delivered and

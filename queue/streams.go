@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -40,9 +41,11 @@ func (q *Queues) Counts(ctx context.Context, backlogs bool) (map[string]Counts, 
 		return out, err
 	}
 	if q.opts.SharedStreams > 0 {
-		if err := q.sharedCounts(ctx, out); err != nil {
+		shared, err := q.sharedScan(ctx, true)
+		if err != nil {
 			return out, err
 		}
+		maps.Copy(out, shared)
 	}
 	if !backlogs {
 		return out, nil
