@@ -78,6 +78,80 @@ func TestSharedStreamsProcesses(t *testing.T) {
 	})
 }
 
+// BenchmarkDrainShared compares the unthrottled drain of a backlog by 4 worker processes
+// (concurrency 16) from a queue with a stream of its own and from a queue of a shared stream,
+// whose every job also rings each worker's doorbell, alternately against one NATS server, 2
+// rounds each. Run it with
+//
+//	go test -run '^$' -bench DrainShared -benchtime 1x ./cmd/worker/
+func BenchmarkDrainShared(b *testing.B) {
+	c := newCluster(b)
+	js, err := jetstream.New(testenv.Connect(b, c.nats.URL))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if c.qs, err = queue.New(c.ctx, js, queue.Options{SharedStreams: 4}); err != nil {
+		b.Fatal(err)
+	}
+	n := max(b.N, benchJobs)
+	rates := map[string][]float64{}
+	for round := 1; round <= 2; round++ {
+		for _, kind := range []string{"own", "shared"} {
+			name := fmt.Sprintf("%s%d", kind, round)
+			extra := []string{"concurrency: 16"}
+			if kind == "own" {
+				extra = append(extra, "max_bytes: 268435456") // keeps a stream of its own
+			}
+			path := filepath.Join(c.dir, name+".yaml")
+			c.writeConfig(path, c.queueYAML(name, "1000000/s", extra...))
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(strings.Replace(string(raw), "nats: { url: ", "nats: { shared_streams: 4, url: ", 1)), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			cfg, err := config.Load(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := c.qs.Provision(c.ctx, app.QueueSpecs(cfg)); err != nil {
+				b.Fatal(err)
+			}
+			if c.qs.Shared(name) != (kind == "shared") {
+				b.Fatalf("queue %s: shared %v", name, c.qs.Shared(name))
+			}
+			base := c.up.Count()
+			workertest.Publish(b, c.qs, name, n, true)
+			release := c.holdPaused(name)
+			var procs []*proc
+			for range 4 {
+				p := spawn(b, path)
+				p.waitReady()
+				procs = append(procs, p)
+			}
+			release()
+			c.up.WaitCount(b, 2*time.Minute, "the backlog to drain", func(k int) bool { return k-base >= n })
+			for _, p := range procs {
+				p.kill()
+			}
+			var ts []time.Time
+			for _, a := range c.up.Arrivals() {
+				if strings.HasSuffix(a.URI, "/q/"+name) {
+					ts = append(ts, a.At)
+				}
+			}
+			r := workertest.Rate(workertest.Times(arrivalsAt(ts)))
+			rates[kind] = append(rates[kind], r)
+			b.Logf("%-6s round %d: %.0f jobs/s", kind, round, r)
+		}
+	}
+	mean := func(v []float64) float64 { return (v[0] + v[1]) / 2 }
+	b.ReportMetric(mean(rates["own"]), "own-jobs/s")
+	b.ReportMetric(mean(rates["shared"]), "shared-jobs/s")
+	b.Logf("shared / own: %.2f", mean(rates["shared"])/mean(rates["own"]))
+}
+
 // arrivalsAt wraps instants as arrivals, for workertest.Times to sort.
 func arrivalsAt(ts []time.Time) []workertest.Arrival {
 	out := make([]workertest.Arrival, len(ts))
