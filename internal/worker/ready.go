@@ -13,7 +13,8 @@ import (
 // (Redis) cannot be reached, saying since when and why — the Pool then hands back the jobs it
 // holds and fetches none, so that workers that can reach the schedule deliver them, and
 // resumes by itself once it answers — or one naming the queues whose consumer it still waits
-// for. Before Run it has no runner, and reports nil.
+// for, or saying that the doorbell of the shared queues is not subscribed yet (shared.go: their
+// runners start on demand and do not count). Before Run it has no runner, and reports nil.
 func (p *Pool) Ready() error {
 	if err := p.health.err(); err != nil {
 		return err
