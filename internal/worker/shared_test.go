@@ -196,3 +196,27 @@ func TestSharedManyQueuesStockStore(t *testing.T) {
 		t.Fatalf("info of an unknown queue: %v", err)
 	}
 }
+
+// TestSharedReload: a shared queue added by a reload to a pool that had none is drained (its
+// doorbell starts then), and one removed is no more.
+func TestSharedReload(t *testing.T) {
+	h := sharedHarness(t, 2, queue.Spec{Name: "own", MaxBytes: 1 << 20})
+	p := h.run(worker.Deps{}, h.spec("own", 100))
+	<-p.Started()
+	if err := h.qs.Provision(h.ctx, []queue.Spec{{Name: "own", MaxBytes: 1 << 20}, {Name: "late"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Reload([]worker.QueueConfig{h.spec("own", 100), h.spec("late", 100)}); err != nil {
+		t.Fatal(err)
+	}
+	ids := workertest.Publish(t, h.qs, "late", 3, true)
+	for _, id := range ids {
+		h.waitState(id, queue.StateSucceeded, 10*time.Second)
+	}
+	if err := p.Reload([]worker.QueueConfig{h.spec("own", 100)}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "late's runner to go", func() bool {
+		return slices.Equal(worker.Running(p.Pool), []string{"own"})
+	})
+}
