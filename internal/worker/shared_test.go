@@ -220,3 +220,29 @@ func TestSharedReload(t *testing.T) {
 		return slices.Equal(worker.Running(p.Pool), []string{"own"})
 	})
 }
+
+// deafQueues is the queue layer with a doorbell that never rings: every bell is lost.
+type deafQueues struct{ *queue.Queues }
+
+func (d deafQueues) Doorbell(func(string)) (func(), error) {
+	return d.Queues.Doorbell(func(string) {})
+}
+
+// TestSharedLostBell: a job whose bell is lost (here: every bell) is still delivered, found by
+// the worker's sweep within its period.
+func TestSharedLostBell(t *testing.T) {
+	h := sharedHarness(t, 2, queue.Spec{Name: "deaf"})
+	p, err := worker.New(worker.Deps{Queues: deafQueues{h.qs}, Schedule: h.sched}, []worker.QueueConfig{h.spec("deaf", 100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-p.Started()
+	sent := time.Now()
+	ids := workertest.Publish(t, h.qs, "deaf", 1, true)
+	h.waitState(ids[0], queue.StateSucceeded, 10*time.Second)
+	t.Logf("a job whose bell was lost was delivered after %s", time.Since(sent))
+}
