@@ -79,9 +79,6 @@ func (r *runner) run(ctx, hard context.Context) {
 			continue
 		}
 		fetchWait.Reset()
-		if len(msgs) == 0 && r.shared && r.fs.idle && r.stopIdle(ctx, cons) {
-			break
-		}
 		r.readRecords(ctx, cfg, msgs)
 		for _, m := range msgs {
 			if m.Job != nil {
@@ -207,6 +204,9 @@ func (r *runner) fetch(ctx context.Context, cons consumer, n int) ([]*queue.Msg,
 		return msgs, nil // cut short: the caller pulls again, or stops
 	}
 	r.fs.idle = len(msgs) == 0 && err == nil && lctx.Err() == nil
+	if r.fs.idle {
+		r.stopIdle(ctx, cons) // a shared queue's runner stops: ctx ends, and run with it
+	}
 	return msgs, err
 }
 

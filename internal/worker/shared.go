@@ -124,9 +124,10 @@ func (p *Pool) sweep(ctx context.Context) error {
 
 // stopIdle stops runner r of a shared queue, after a long pull that expired empty, when its
 // consumer holds no job, no bell rang since the pull began and its queue has no schedule
-// stream; it reports whether it did.
+// stream: it takes r out of the pool and cancels r's context, which ends its run. It reports
+// whether it did.
 func (r *runner) stopIdle(ctx context.Context, cons consumer) bool {
-	if r.inHand.Load() > 0 || r.p.schedules.known(r.name) {
+	if !r.shared || r.inHand.Load() > 0 || r.p.schedules.known(r.name) {
 		return false
 	}
 	if c, ok := cons.(idler); ok {
