@@ -99,6 +99,9 @@ func (q *core) provisionShared(ctx context.Context, specs []Spec) (map[int]jetst
 	if !used {
 		return out, nil
 	}
+	if err := q.sameSharedCount(ctx); err != nil {
+		return out, err
+	}
 	var errs []error
 	for k := range q.opts.SharedStreams {
 		st, err := q.ensureStream(ctx, jetstream.StreamConfig{
@@ -124,6 +127,32 @@ func (q *core) provisionShared(ctx context.Context, specs []Spec) (map[int]jetst
 		q.sharedStreams.Store(strconv.Itoa(k), st)
 	}
 	return out, errors.Join(errs...)
+}
+
+// ErrSharedCount is Provision's error when the NATS server holds shared streams made with
+// another Options.SharedStreams: the processes would look for a queue's jobs in different
+// streams.
+var ErrSharedCount = errors.New("queue: shared streams of another count")
+
+// sameSharedCount returns ErrSharedCount, wrapped with both counts, when the shared streams on
+// the server were made for another count than Options.SharedStreams (one stream listing).
+func (q *core) sameSharedCount(ctx context.Context) error {
+	want := "of " + strconv.Itoa(q.opts.SharedStreams)
+	var other string
+	l := q.js.ListStreams(ctx, jetstream.WithStreamListSubject(q.sharedRoot()+">"))
+	for si := range l.Info() {
+		if strings.HasPrefix(si.Config.Name, q.opts.Prefix+"_J_") && !strings.HasSuffix(si.Config.Description, " "+want) {
+			other = si.Config.Description
+		}
+	}
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("queue: list the shared streams: %w", err)
+	}
+	if other != "" {
+		return fmt.Errorf("%w: this process has nats.shared_streams %d, the NATS server holds %q: every process of a deployment must use the same value, and changing it needs the shared queues drained first (docs/scaling.md)",
+			ErrSharedCount, q.opts.SharedStreams, other)
+	}
+	return nil
 }
 
 // sharedStream is shared stream k (its index, as text), looked up once.

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,4 +127,21 @@ func sharedSlot(t *testing.T, b *bundle, name string) string {
 		}
 	}
 	return "none"
+}
+
+// TestSharedCountMismatch: a process whose shared_streams differs from the one that made the
+// shared streams is refused at Provision, naming both, instead of looking for jobs elsewhere.
+func TestSharedCountMismatch(t *testing.T) {
+	b := setup(t, queue.Options{SharedStreams: 4}, queue.Spec{Name: "s"})
+	other, err := queue.New(b.ctx, b.js, queue.Options{Prefix: b.prefix, SharedStreams: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = other.Provision(b.ctx, []queue.Spec{{Name: "s"}})
+	if !errors.Is(err, queue.ErrSharedCount) || !strings.Contains(err.Error(), "shared_streams 8") || !strings.Contains(err.Error(), "of 4") {
+		t.Fatalf("provision with 8 shared streams over 4: %v", err)
+	}
+	if err := other.Provision(b.ctx, []queue.Spec{{Name: "own", MaxBytes: 1 << 20}}); err != nil {
+		t.Fatalf("provision without a shared queue: %v", err)
+	}
 }
