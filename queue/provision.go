@@ -58,10 +58,8 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	// are looked up again, so that a changed ack wait reaches them.
 	q.planShared(specs)
 	q.sharedCons.Clear()
-	shared, err := q.provisionShared(bctx, specs)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	// A failure is each shared queue's, in its ProvisionError.
+	shared, sharedErr := q.provisionShared(bctx, specs)
 	// Schedule and dead-letter streams are made on demand; those that exist are kept up to
 	// date here.
 	lctx, cancel := withDefaultTimeout(ctx, infoWait)
@@ -89,7 +87,7 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 			defer func() { <-sem; wg.Done() }()
 			qctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
 			defer cancel()
-			st, cons, err := q.provision(qctx, s, ex, shared)
+			st, cons, err := q.provision(qctx, s, ex, shared, sharedErr)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -139,7 +137,7 @@ const provisionParallel = 32
 // provision creates or updates the stream and consumer of queue s, without a lookup where ex
 // says they are missing; its ledger, schedule and dead-letter streams only where ex says they
 // exist.
-func (q *core) provision(ctx context.Context, s Spec, ex existing, shared map[int]jetstream.Stream) (jetstream.Stream, jetstream.Consumer, error) {
+func (q *core) provision(ctx context.Context, s Spec, ex existing, shared map[int]jetstream.Stream, sharedErr error) (jetstream.Stream, jetstream.Consumer, error) {
 	limit := func(n int64) int64 {
 		if n == 0 {
 			return -1
@@ -149,7 +147,7 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing, shared map[in
 	if k, ok := q.sharedIndex(s.Name); ok {
 		stream, ok := shared[k]
 		if !ok {
-			return nil, nil, fmt.Errorf("queue: %q: shared stream %s not provisioned", s.Name, q.sharedStreamName(k))
+			return nil, nil, fmt.Errorf("queue: %q: shared stream %s not provisioned: %w", s.Name, q.sharedStreamName(k), sharedErr)
 		}
 		return stream, nil, q.provisionParts(ctx, s, ex, limit)
 	}
