@@ -28,11 +28,22 @@ type Consumer struct {
 	c     jetstream.Consumer
 }
 
-// Consumer returns the shared consumer of queue name. It returns ErrUnknownQueue when name is
-// not provisioned.
+// Consumer returns the shared consumer of queue name, making it first for a queue of a
+// shared stream that has none yet. It returns ErrUnknownQueue when name is not provisioned.
 func (d Deliveries) Consumer(ctx context.Context, name string) (*Consumer, error) {
-	if _, ok := d.spec(name); !ok {
+	s, ok := d.spec(name)
+	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
+	}
+	if _, shared := d.sharedIndex(name); shared {
+		// A shared queue's consumer is made by the first worker that wants it (shared.go).
+		ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+		defer cancel()
+		c, err := d.sharedConsumer(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("queue: consumer of %q: %w", name, err)
+		}
+		return &Consumer{q: d.core, queue: name, c: c}, nil
 	}
 	d.mu.RLock()
 	c, ok := d.consumers[name]

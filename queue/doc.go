@@ -56,6 +56,14 @@
 // consumer; its dead-letter and schedule streams cost nothing until first used. A scheduled
 // job costs two stream reads, its schedule and a status entry, and when due a get, a publish
 // and an ack; a high or low job a status entry beside its message. A long pull (Fetch,
-// MoveDue) gets an idle heartbeat per 40% of its wait. docs/design/queue.md and
+// MoveDue) gets an idle heartbeat per 40% of its wait.
+//
+// With Options.SharedStreams, the plain queues ([Shareable]) keep their jobs in that many
+// shared streams instead (shared.go): provisioning them costs the shared streams, once, and no
+// consumer; a queue's consumer is made by its first worker; each stored job is republished,
+// headers only, to the workers' doorbell ([Queues.Doorbell]); [Queues.Waiting] finds the queues
+// that hold jobs in a listing of the shared streams and of the consumers and subjects of those
+// that hold messages. The guarantees above hold for them unchanged, but for leftovers, which
+// RemoveLeftovers does not remove from a shared stream. docs/design/queue.md and
 // docs/design/time.md have the design and its history; BENCHMARKS.md ("queue") the figures.
 package queue

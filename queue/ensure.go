@@ -69,7 +69,8 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		have.MaxAge == want.MaxAge && unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) &&
 		have.Storage == want.Storage && have.Replicas == max(want.Replicas, 1) &&
 		(want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
-		have.AllowDirect == want.AllowDirect
+		have.AllowDirect == want.AllowDirect &&
+		(have.RePublish == nil) == (want.RePublish == nil) && (want.RePublish == nil || *have.RePublish == *want.RePublish)
 }
 
 // unlimited maps JetStream's two spellings of "no limit", 0 and -1, to one.

@@ -380,6 +380,19 @@ func (d Deliveries) SweepLedger(ctx context.Context, name string, from uint64, o
 	return removed, next, nil
 }
 
+// Ledgers returns the tickets held in each queue's admission ledger, by queue name, for the
+// ledgers that exist: one paged stream listing (256 a request), so that a sweep looks only at
+// ledgers that hold tickets rather than asking for every queue's.
+func (d Deliveries) Ledgers(ctx context.Context) (map[string]uint64, error) {
+	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
+	defer cancel()
+	out := map[string]uint64{}
+	err := d.listStreams(ctx, d.opts.Prefix+".a.>", d.opts.Prefix+"_A_", func(name string, s jetstream.StreamState) {
+		out[name] = s.Msgs
+	})
+	return out, err
+}
+
 // SweepBudgets is SweepLedger for the deferral budgets' streams (Job.Budget): the first limit
 // tickets of each (one stream listing, then as SweepLedger per stream). It returns how many
 // it deleted in all.

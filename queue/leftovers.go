@@ -81,6 +81,11 @@ func countLeftovers(ctx context.Context, st jetstream.Stream, ackFloor uint64) (
 // or the purge fails (the stream still cannot write: nats-server has not been restarted since
 // its store failed).
 func (d Deliveries) RemoveLeftovers(ctx context.Context, name string, from uint64, limit int) (removed int, next uint64, err error) {
+	if _, shared := d.sharedIndex(name); shared {
+		// Not built for a queue of a shared stream: a purge by ack floor would take the other
+		// queues' jobs, and a pass per queue is what shared streams save (docs/design/scale.md).
+		return 0, 0, nil
+	}
 	ctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
 	defer cancel()
 	st, ok := d.stream(name)

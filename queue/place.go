@@ -53,6 +53,9 @@ func (p Publisher) Backlog(ctx context.Context, name string) (Backlog, error) {
 			return Backlog{}, fmt.Errorf("queue: backlog of %q: %w", name, err)
 		}
 	}
+	if _, shared := p.sharedIndex(name); shared {
+		return p.sharedBacklog(ctx, s, st)
+	}
 	c, err := st.Consumer(ctx, consumerName)
 	if err != nil {
 		return Backlog{}, fmt.Errorf("queue: backlog of %q: consumer: %w", name, err)

@@ -53,6 +53,13 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 	if err := q.ensureKeyValue(bctx, q.bucketConfig(ttl)); err != nil {
 		errs = append(errs, fmt.Errorf("queue: status bucket %s: %w", q.bucketName(), err))
 	}
+	// The shared queues and their streams first: every name of a shared queue follows from
+	// its stream (shared.go). Their consumers are made by the workers, on demand; those kept
+	// are looked up again, so that a changed ack wait reaches them.
+	q.planShared(specs)
+	q.sharedCons.Clear()
+	// A failure is each shared queue's, in its ProvisionError.
+	shared, sharedErr := q.provisionShared(bctx, specs)
 	// Schedule and dead-letter streams are made on demand; those that exist are kept up to
 	// date here.
 	lctx, cancel := withDefaultTimeout(ctx, infoWait)
@@ -80,14 +87,17 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 			defer func() { <-sem; wg.Done() }()
 			qctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
 			defer cancel()
-			st, cons, err := q.provision(qctx, s, ex)
+			st, cons, err := q.provision(qctx, s, ex, shared, sharedErr)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, &ProvisionError{Queue: s.Name, Err: err})
 				return
 			}
-			provisioned[s.Name], streams[s.Name], consumers[s.Name] = s, st, cons
+			provisioned[s.Name], streams[s.Name] = s, st
+			if cons != nil {
+				consumers[s.Name] = cons
+			}
 		}()
 	}
 	wg.Wait()
@@ -127,12 +137,19 @@ const provisionParallel = 32
 // provision creates or updates the stream and consumer of queue s, without a lookup where ex
 // says they are missing; its ledger, schedule and dead-letter streams only where ex says they
 // exist.
-func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.Stream, jetstream.Consumer, error) {
+func (q *core) provision(ctx context.Context, s Spec, ex existing, shared map[int]jetstream.Stream, sharedErr error) (jetstream.Stream, jetstream.Consumer, error) {
 	limit := func(n int64) int64 {
 		if n == 0 {
 			return -1
 		}
 		return n
+	}
+	if k, ok := q.sharedIndex(s.Name); ok {
+		stream, ok := shared[k]
+		if !ok {
+			return nil, nil, fmt.Errorf("queue: %q: shared stream %s not provisioned: %w", s.Name, q.sharedStreamName(k), sharedErr)
+		}
+		return stream, nil, q.provisionParts(ctx, s, ex, limit)
 	}
 	// Jobs are published to a subject of their own, <prefix>.q.<queue>.<job id>, so that one
 	// is found by id; the bare queue subject stays for publishers of earlier versions.
@@ -173,35 +190,42 @@ func (q *core) provision(ctx context.Context, s Spec, ex existing) (jetstream.St
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: %q: consumer %s: %w", s.Name, consumerName, err)
 	}
+	return stream, cons, q.provisionParts(ctx, s, ex, limit)
+}
+
+// provisionParts keeps up to date the parts of queue s that exist beside its jobs' stream:
+// ledger, dead letters, schedule; and makes a fair queue's backlog and a priority queue's
+// levels.
+func (q *core) provisionParts(ctx context.Context, s Spec, ex existing, limit func(int64) int64) error {
 	// The admission ledger is made by the queue's first job (admit); one that exists is kept
 	// up to date here.
 	if ex.ledgers[s.Name] {
 		if err := q.provisionLedger(ctx, s, limit); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
 	if ex.deadLetters[s.Name] {
 		if err := q.provisionDeadLetters(ctx, s.Name); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
 	if s.Fair {
 		if err := q.provisionBacklog(ctx, s, limit); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
 	if ex.schedules[s.Name] {
 		if err := q.provisionSchedule(ctx, s); err != nil {
-			return nil, nil, err
+			return err
 		}
 		q.schedules.Store(s.Name, struct{}{})
 	}
 	if s.Priorities && !s.Fair {
 		if err := q.provisionLevels(ctx, s, limit); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
-	return stream, cons, nil
+	return nil
 }
 
 // ResetConsumers deletes the shared consumer of each named queue that exists, so that the next
@@ -215,7 +239,12 @@ func (q *Queues) ResetConsumers(ctx context.Context, names []string) error {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 	for _, name := range names {
-		err := q.js.DeleteConsumer(ctx, q.streamName(name), consumerName)
+		cname := consumerName
+		if q.Shared(name) {
+			cname = name
+			q.sharedCons.Delete(name)
+		}
+		err := q.js.DeleteConsumer(ctx, q.streamName(name), cname)
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("queue: reset consumer of %q: %w", name, err)
 		}

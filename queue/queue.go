@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,10 @@ type Options struct {
 	// bytes. Nil: New reads the deployment's secret from the "<Prefix>_META" key-value bucket,
 	// where the first process to start stores 32 random bytes, so every process agrees.
 	IDSecret []byte
+	// SharedStreams is how many shared job streams the queues that need nothing beyond a plain
+	// job stream ([Shareable]) keep their jobs in (shared.go), 0 to MaxSharedStreams; 0, the
+	// default, gives every queue a stream of its own.
+	SharedStreams int
 }
 
 func (o Options) withDefaults() Options {
@@ -166,6 +171,12 @@ type core struct {
 	schedules   sync.Map
 	deadLetters sync.Map
 	making      chan struct{}
+	// sharedOf maps the shared queues of the last Provision to their shared stream (shared.go);
+	// sharedCons holds their durable consumers once looked up or made (jetstream.Consumer).
+	sharedOf   atomic.Pointer[map[string]int]
+	sharedCons sync.Map
+	// sharedStreams are the shared streams' handles by index as text (jetstream.Stream).
+	sharedStreams sync.Map
 }
 
 // validName reports whether s is a queue name or key prefix: 1 to 64 of [A-Za-z0-9_-].
@@ -175,6 +186,9 @@ func validName(s string) bool { return isToken(s, 64) }
 // [Queues.Provision] before publishing or consuming.
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, error) {
 	opts = opts.withDefaults()
+	if opts.SharedStreams < 0 || opts.SharedStreams > MaxSharedStreams {
+		return nil, fmt.Errorf("queue: SharedStreams %d: want 0 to %d", opts.SharedStreams, MaxSharedStreams)
+	}
 	if !validName(opts.Prefix) {
 		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
 	}
@@ -311,9 +325,24 @@ func (q *core) bucketConfig(ttl time.Duration) jetstream.KeyValueConfig {
 	}
 }
 
-func (q *core) streamName(queue string) string     { return q.opts.Prefix + "_Q_" + queue }
-func (q *core) subject(queue string) string        { return q.opts.Prefix + ".q." + queue }
-func (q *core) jobSubject(queue, id string) string { return q.opts.Prefix + ".q." + queue + "." + id }
+// streamName is the stream of queue's jobs: its own, or its shared stream (shared.go).
+func (q *core) streamName(queue string) string {
+	if k, ok := q.sharedIndex(queue); ok {
+		return q.sharedStreamName(k)
+	}
+	return q.opts.Prefix + "_Q_" + queue
+}
+
+// subject is the root of queue's job subjects: "<prefix>.q.<queue>", or on a shared stream
+// "<prefix>.j.<k>.<queue>".
+func (q *core) subject(queue string) string {
+	if k, ok := q.sharedIndex(queue); ok {
+		return q.sharedRoot() + strconv.Itoa(k) + "." + queue
+	}
+	return q.opts.Prefix + ".q." + queue
+}
+
+func (q *core) jobSubject(queue, id string) string { return q.subject(queue) + "." + id }
 func (q *core) dlqStreamName(queue string) string  { return q.opts.Prefix + "_DLQ_" + queue }
 func (q *core) dlqSubject(queue, id string) string {
 	return q.opts.Prefix + ".dlq." + queue + "." + id

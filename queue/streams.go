@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -36,8 +37,18 @@ func (q *Queues) Counts(ctx context.Context, backlogs bool) (map[string]Counts, 
 		}
 		out[name] = c
 	})
-	if err != nil || !backlogs {
+	if err != nil {
 		return out, err
+	}
+	if q.opts.SharedStreams > 0 {
+		shared, err := q.sharedScan(ctx, true)
+		if err != nil {
+			return out, err
+		}
+		maps.Copy(out, shared)
+	}
+	if !backlogs {
+		return out, nil
 	}
 	err = q.listStreams(ctx, q.opts.Prefix+".t.>", q.opts.Prefix+"_T_", func(name string, s jetstream.StreamState) {
 		c := out[name]
@@ -78,6 +89,12 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 			return Info{}, err
 		}
 	}
+	if _, shared := q.sharedIndex(name); shared {
+		if err := q.sharedInfo(ctx, s, &info); err != nil {
+			return Info{}, err
+		}
+		return info, q.infoParts(ctx, s, &info)
+	}
 	st, err := q.js.Stream(ctx, q.streamName(name))
 	if err != nil {
 		return Info{}, fmt.Errorf("queue: info %q: %w", name, err)
@@ -114,20 +131,31 @@ func (q *Queues) Info(ctx context.Context, name string) (Info, error) {
 	}
 	info.Pending, info.InFlight = ci.NumPending, ci.NumAckPending
 	info.Redelivered, info.Waiting = ci.NumRedelivered, ci.NumWaiting
+	if err := q.infoParts(ctx, s, &info); err != nil {
+		return Info{}, err
+	}
+	return info, nil
+}
+
+// infoParts adds to info what queue s holds beside its jobs' stream: dead letters, scheduled
+// jobs, priority levels.
+func (q *Queues) infoParts(ctx context.Context, s Spec, info *Info) error {
+	name := s.Name
+	var err error
 	if info.DeadLetters, err = q.deadLetterCount(ctx, name); err != nil {
-		return Info{}, fmt.Errorf("queue: info %q: dead letters: %w", name, err)
+		return fmt.Errorf("queue: info %q: dead letters: %w", name, err)
 	}
 	if info.Scheduled, err = q.scheduled(ctx, name); err != nil {
-		return Info{}, fmt.Errorf("queue: info %q: scheduled: %w", name, err)
+		return fmt.Errorf("queue: info %q: scheduled: %w", name, err)
 	}
 	if s.Priorities && !s.Fair {
 		levels, err := q.levelDepths(ctx, name)
 		if err != nil {
-			return Info{}, fmt.Errorf("queue: info %q: priorities: %w", name, err)
+			return fmt.Errorf("queue: info %q: priorities: %w", name, err)
 		}
 		info.Depth += levels
 	}
-	return info, nil
+	return nil
 }
 
 // List describes every provisioned queue, sorted by name.

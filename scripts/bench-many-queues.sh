@@ -26,7 +26,8 @@
 # Environment: BIN=dir runs the ingress and worker binaries in dir instead of building them
 # (an A/B against another commit's build); READY_TIMEOUT (seconds, default 300) bounds the
 # wait for a process's /readyz: a process not ready by then is reported as such and the
-# configuration is skipped.
+# configuration is skipped. SHARED=S sets nats.shared_streams: S (the queues' jobs in S shared
+# streams, runners on demand: docs/scaling.md); unset or 0, every queue has a stream of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIGS=${1:-"1000x2 1000x4 10000x2 10000x4"}
@@ -89,10 +90,17 @@ fmt_ms() { if [ "$1" = timeout ]; then echo "not ready in ${READY_TIMEOUT}s"; el
 wait_up "http://$UP/q/"
 
 echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3), commit $(git rev-parse --short HEAD)"
-echo "# stock nats-server -js -sd DIR (default limits), queues of rate 10/s without max_bytes, idle ${IDLE}s from ready, wake over $SAMPLES jobs"
+echo "# stock nats-server -js -sd DIR (default limits), queues of rate 10/s without max_bytes, nats.shared_streams ${SHARED:-0}, idle ${IDLE}s from ready, wake over $SAMPLES jobs"
 echo
-echo '| queues × workers | ingress ready | all ready (slowest) | all ready, warm restart | first job | idle CPU nats / ingress / worker (max) | RSS MiB nats / ingress / worker (max) | wake p50 / p99 / max, first | wake p50 / p99 / max, again | load |'
-echo '|---|---:|---:|---:|---:|---|---|---|---|---|'
+if [ "${SHARED:-0}" != 0 ]; then
+  # With shared streams a runner stops after 30 s idle: "stopped" is a third run on the same
+  # queues once every runner the first two started has stopped (35 s after them).
+  echo '| queues × workers | ingress ready | all ready (slowest) | all ready, warm restart | first job | idle CPU nats / ingress / worker (max) | RSS MiB nats / ingress / worker (max) | wake p50 / p99 / max, first | wake p50 / p99 / max, again | wake p50 / p99 / max, runners stopped | load |'
+  echo '|---|---:|---:|---:|---:|---|---|---|---|---|---|'
+else
+  echo '| queues × workers | ingress ready | all ready (slowest) | all ready, warm restart | first job | idle CPU nats / ingress / worker (max) | RSS MiB nats / ingress / worker (max) | wake p50 / p99 / max, first | wake p50 / p99 / max, again | load |'
+  echo '|---|---:|---:|---:|---:|---|---|---|---|---|'
+fi
 for c in $CONFIGS; do
   N=${c%x*} NW=${c#*x}
   R="$W/run-$c"
@@ -105,7 +113,7 @@ for c in $CONFIGS; do
   until (exec 3<>/dev/tcp/127.0.0.1/19722) 2>/dev/null; do sleep 0.02; done
   {
     echo "redis: { url: redis://127.0.0.1:19723 }"
-    echo "nats: { url: nats://127.0.0.1:19722 }"
+    echo "nats: { url: nats://127.0.0.1:19722, shared_streams: ${SHARED:-0} }"
     echo "queues:"
     for i in $(seq 0 $((N - 1))); do printf '  - { name: q%04d, rate: 10/s, target: POST http://%s/q/q%04d }\n' "$i" "$UP" "$i"; done
   } > "$R/common.yaml"
@@ -137,6 +145,12 @@ for c in $CONFIGS; do
   rss="$(rss_mib "$NATS") / $(rss_mib "${PIDS[0]}") / $wrss"
   wake=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
   again=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
+  if [ "${SHARED:-0}" != 0 ]; then
+    sleep 35
+    stopped="$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}') | "
+  else
+    stopped=""
+  fi
   iready=$(cat "$R/ready-ingress")
 
   # The same processes again on the warm server: the streams and consumers exist.
@@ -146,7 +160,7 @@ for c in $CONFIGS; do
   warm=$(max_ready)
   kill "${PIDS[@]}" 2>/dev/null; wait "${PIDS[@]}" 2>/dev/null || true
   kill "$NATS" "$REDIS" 2>/dev/null; wait "$NATS" "$REDIS" 2>/dev/null || true
-  printf '| %d × %d | %s | %s | %s | %s ms | %s | %s | %s | %s | %s–%s |\n' "$N" "$NW" "$(fmt_ms "$iready")" "$(fmt_ms "$wready")" "$(fmt_ms "$warm")" "$first" "$idle" "$rss" "$wake" "$again" "$load0" "$(load1)"
+  printf '| %d × %d | %s | %s | %s | %s ms | %s | %s | %s | %s | %s%s–%s |\n' "$N" "$NW" "$(fmt_ms "$iready")" "$(fmt_ms "$wready")" "$(fmt_ms "$warm")" "$first" "$idle" "$rss" "$wake" "$again" "$stopped" "$load0" "$(load1)"
   if grep -q "10047\|cannot be provisioned" "$R"/*.log; then echo "  (some queues could not be provisioned: see the logs)"; fi
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP/$c"; cp "$R"/*.log "$KEEP/$c/"; fi
   rm -rf "$R/js"

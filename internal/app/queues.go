@@ -140,7 +140,11 @@ func openQueuesOnce(pctx context.Context, js jetstream.JetStream, current func()
 	ctx, cancel := context.WithTimeout(pctx, openTimeout)
 	defer cancel()
 	cfg := current()
-	qs, err := queue.New(ctx, js, queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas(cfg), IDSecret: cfg.IDSecretBytes()})
+	opts := queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas(cfg), IDSecret: cfg.IDSecretBytes()}
+	if cfg.NATS != nil {
+		opts.SharedStreams = cfg.NATS.SharedStreams
+	}
+	qs, err := queue.New(ctx, js, opts)
 	if err != nil {
 		return nil, err
 	}

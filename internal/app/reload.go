@@ -85,6 +85,7 @@ func restartOnly(old, next *config.Config) []string {
 	add(old.AdminToken != next.AdminToken, "admin_token")
 	add(redisURL(old) != redisURL(next), "redis")
 	add(natsURL(old) != natsURL(next), "nats")
+	add(sharedStreams(old) != sharedStreams(next), "nats.shared_streams")
 	add(old.DataDir != next.DataDir, "data_dir")
 	add(old.DemoUpstream != next.DemoUpstream, "demo_upstream")
 	add(old.MaxHeaderBytes != next.MaxHeaderBytes, "max_header_bytes")
@@ -116,4 +117,12 @@ func natsURL(c *config.Config) string {
 		return ""
 	}
 	return c.NATS.URL
+}
+
+// sharedStreams is c's nats.shared_streams; the queue layer takes it once, at start.
+func sharedStreams(c *config.Config) int {
+	if c.NATS == nil {
+		return 0
+	}
+	return c.NATS.SharedStreams
 }

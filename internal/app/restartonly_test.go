@@ -22,3 +22,12 @@ func TestRestartOnlyNamesTracing(t *testing.T) {
 		}
 	}
 }
+
+// A reload that changes nats.shared_streams names it: the queue layer takes it at start.
+func TestRestartOnlyNamesSharedStreams(t *testing.T) {
+	off := &config.Config{NATS: &config.NATS{URL: "nats://h:4222"}}
+	on := &config.Config{NATS: &config.NATS{URL: "nats://h:4222", SharedStreams: 16}}
+	if !slices.Contains(restartOnly(off, on), "nats.shared_streams") || slices.Contains(restartOnly(on, on), "nats.shared_streams") {
+		t.Errorf("off -> on: %v; on -> on: %v", restartOnly(off, on), restartOnly(on, on))
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluice-rl/sluice/queue"
 )
 
 // builder turns the raw file into a Config, filling in defaults and reporting every problem.
@@ -77,6 +79,12 @@ func (b *builder) stores(c *Config, raw *rawConfig) {
 		}
 		c.NATS.StoreBudget = b.integer("", "nats.store_budget", raw.NATS.StoreBudget, 0, 64)
 		b.bound("", "nats.store_budget", c.NATS.StoreBudget, 0, 1<<50)
+		shared := b.integer("", "nats.shared_streams", raw.NATS.SharedStreams, 0, strconv.IntSize)
+		b.bound("", "nats.shared_streams", shared, 0, queue.MaxSharedStreams)
+		c.NATS.SharedStreams = int(shared)
+		if shared > 0 && c.NATS.StoreBudget > 0 {
+			b.p.add("", "nats.shared_streams", "nats.shared_streams cannot be set with nats.store_budget: the budget gives every queue a max_bytes of its own, which keeps it out of the shared streams; unset one of them")
+		}
 	}
 }
 

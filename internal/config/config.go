@@ -224,6 +224,13 @@ type NATS struct {
 	// streams of their own, each with the queue's max_bytes). 0, the default: no budget, and
 	// such queues reserve nothing (DefaultMaxBytes).
 	StoreBudget int64
+	// SharedStreams (YAML shared_streams) is how many shared job streams hold the jobs of the
+	// queues that need nothing beyond a plain job stream: not fair, no priorities, no
+	// max_bytes of their own (queue.Shareable). Each such queue then costs the NATS server no
+	// stream and, while idle, no consumer and no pull (docs/scaling.md). 0 to
+	// queue.MaxSharedStreams; 0, the default: every queue has a stream of its own. Not with
+	// StoreBudget (which gives every queue a max_bytes of its own). Read at start only.
+	SharedStreams int
 }
 
 // StoreErrorMode says what a rule decides when the limiter store cannot be reached.

@@ -182,9 +182,10 @@ type (
 		SampleRatio *scalar `yaml:"sample_ratio"`
 	}
 	rawNATS struct {
-		URL         *scalar `yaml:"url"`
-		Replicas    *scalar `yaml:"replicas"`
-		StoreBudget *scalar `yaml:"store_budget"`
+		URL           *scalar `yaml:"url"`
+		Replicas      *scalar `yaml:"replicas"`
+		StoreBudget   *scalar `yaml:"store_budget"`
+		SharedStreams *scalar `yaml:"shared_streams"`
 	}
 	rawQueue struct {
 		Name             *scalar                       `yaml:"name"`

@@ -69,6 +69,13 @@
 // cap has room (inflight.Reuse), per delivery while it binds. Concurrency must cover rate ×
 // (slot-to-ack time + the longest stall) across all workers for the rate to hold.
 //
+// Queues of shared streams (queue.Options.SharedStreams) have runners on demand (shared.go):
+// none while idle, one started by the first job's doorbell or by the sweep that finds jobs no
+// bell announced (at start and every 5 s), stopped after an idle long pull when its consumer
+// holds nothing. Idle, such a queue costs a worker nothing; a job on it waits for the bell, a
+// consumer lookup (or creation, on the queue's first job) and a fetch, and at most 5 s when its
+// bell was lost.
+//
 // The reasoning behind each rule and the rejected designs are in docs/design/worker.md;
 // figures are in BENCHMARKS.md.
 package worker

@@ -56,6 +56,13 @@ func (s *schedules) add(name string) {
 	}
 }
 
+// known reports whether queue name has a schedule stream.
+func (s *schedules) known(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.has[name]
+}
+
 // wait returns true once queue name has a schedule stream, false if ctx ends first.
 func (s *schedules) wait(ctx context.Context, name string) bool {
 	s.mu.Lock()
@@ -89,7 +96,10 @@ func (p *Pool) watchSchedules(ctx context.Context) {
 		cut := p.pulls.current()
 		wctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(cut, cancel)
-		err := mv.WatchSchedules(wctx, p.schedules.add)
+		err := mv.WatchSchedules(wctx, func(name string) {
+			p.schedules.add(name)
+			p.ring(name) // a shared queue's runner moves its due jobs: it starts now
+		})
 		stop()
 		cancel()
 		if err != nil && ctx.Err() == nil {

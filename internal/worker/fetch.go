@@ -191,18 +191,22 @@ func (r *runner) fetch(ctx context.Context, cons consumer, n int) ([]*queue.Msg,
 		return msgs, err
 	}
 	r.fs.idle = false
+	r.rang.Store(false) // a bell from now on is for a job this pull may miss (stopIdle)
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.p.pulls.current(), cancel)()
 	if lv != nil {
-		msgs, err = lv.wait(lctx, cancel, idleWait)
+		msgs, err = lv.wait(lctx, cancel, r.p.idleWait)
 	} else {
-		msgs, err = cons.Fetch(lctx, 1, idleWait)
+		msgs, err = cons.Fetch(lctx, 1, r.p.idleWait)
 	}
 	if err != nil && lctx.Err() != nil {
 		return msgs, nil // cut short: the caller pulls again, or stops
 	}
 	r.fs.idle = len(msgs) == 0 && err == nil && lctx.Err() == nil
+	if r.fs.idle {
+		r.stopIdle(ctx, cons) // a shared queue's runner stops: ctx ends, and run with it
+	}
 	return msgs, err
 }
 

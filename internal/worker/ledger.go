@@ -32,6 +32,11 @@ type ledgerSweeper interface {
 
 var _ ledgerSweeper = (*queue.Queues)(nil)
 
+// ledgerLister lists the ledgers that exist with their tickets (queue.Deliveries.Ledgers).
+type ledgerLister interface {
+	Ledgers(ctx context.Context) (map[string]uint64, error)
+}
+
 // sweepLedgers sweeps the ledgers of the Pool's queues every ledgerSweepEvery until ctx ends.
 // A Broker without SweepLedger (a test's fake) is not swept.
 func (p *Pool) sweepLedgers(ctx context.Context) {
@@ -48,7 +53,17 @@ func (p *Pool) sweepLedgers(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// Only the ledgers that hold tickets, where the broker can list them: a queue whose
+		// ledger was never made (most, with thousands of queues) costs the sweep nothing.
+		var held map[string]uint64
+		if l, ok := p.q.(ledgerLister); ok {
+			held, _ = l.Ledgers(ctx)
+		}
 		for _, s := range p.Queues() {
+			if held != nil && held[s.Name] == 0 {
+				from[s.Name] = 0
+				continue
+			}
 			removed, next, err := sw.SweepLedger(ctx, s.Name, from[s.Name], ledgerSweepAge, ledgerSweepPage)
 			from[s.Name] = next
 			switch {

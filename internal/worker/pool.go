@@ -126,13 +126,20 @@ type Pool struct {
 	canceled   sync.Map // job id -> time.Time it was announced
 	inHand     sync.Map // job id -> struct{}
 
+	// bells is the broker's shared streams (shared.go), nil when it has none; idleWait is how
+	// long a long pull waits (the const, but in tests).
+	bells    sharedBroker
+	bellOn   atomic.Bool // the doorbell is subscribed and its first sweep done
+	idleWait time.Duration
+
 	mu      sync.Mutex
-	specs   []QueueConfig      // the current queues, in order
-	runners map[string]*runner // while running, by queue name
-	started startSignal        // every runner has its consumer (ready.go)
-	ctx     context.Context    // Run's context while running; nil before and after
-	hard    context.Context    // cancelled when the shutdown timeout has passed
-	wg      sync.WaitGroup     // the runners
+	specs   []QueueConfig          // the current queues, in order
+	runners map[string]*runner     // while running, by queue name
+	shared  map[string]QueueConfig // the queues of shared streams, run on demand (shared.go)
+	started startSignal            // every runner has its consumer (ready.go)
+	ctx     context.Context        // Run's context while running; nil before and after
+	hard    context.Context        // cancelled when the shutdown timeout has passed
+	wg      sync.WaitGroup         // the runners
 	ran     bool
 }
 
@@ -164,6 +171,8 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 		now:      time.Now,
 		specs:    specs,
 		runners:  map[string]*runner{},
+		shared:   map[string]QueueConfig{},
+		idleWait: idleWait,
 
 		runningAfter: runningAfter,
 		suspicion:    suspicion,
@@ -176,6 +185,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 		store = inflight.NewMemory()
 	}
 	p.places = inflight.Reuse(store, 0, 0)
+	p.bells, _ = deps.Queues.(sharedBroker)
 	p.consumer = brokerConsumer(deps.Queues)
 	p.settler = func(m *queue.Msg) message { return m }
 	p.exec = &executor{ctx: context.Background(), store: p.q, sched: p.sched, m: m, log: p.log, now: p.now,
@@ -268,10 +278,14 @@ func (p *Pool) Run(ctx context.Context) error {
 		p.log.Warn("worker: reading queue controls; the watch will retry", "err", err)
 	}
 	ccancel()
-	watching := p.watch(ctx)
 	for _, s := range p.specs {
+		if p.isShared(s.Name) {
+			p.shared[s.Name] = s
+			continue
+		}
 		p.startLocked(s)
 	}
+	watching := p.watch(ctx)
 	p.checkStartedLocked()
 	p.mu.Unlock()
 
@@ -339,6 +353,10 @@ func (p *Pool) drain(watching <-chan struct{}, cancelHard, cancelSettling contex
 // cannot be reached; the returned channel is closed once it has stopped.
 func (p *Pool) watch(ctx context.Context) (stopped <-chan struct{}) {
 	var wg sync.WaitGroup
+	if len(p.shared) > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.doorbell(ctx) }()
+	}
 	wg.Add(6)
 	go func() { defer wg.Done(); p.watchPulls(ctx) }()
 	go func() { defer wg.Done(); p.watchSchedules(ctx) }()
@@ -458,7 +476,7 @@ func (p *Pool) startLocked(s QueueConfig) {
 // concurrency places, its unit budget, its leak slot, no operator's cancel meanwhile; then the
 // learners, the mover and the fair scheduler, which only observe or run.
 func (p *Pool) newRunner(s QueueConfig, cancel context.CancelFunc) *runner {
-	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1)}
+	r := &runner{p: p, name: s.Name, cancel: cancel, wake: make(chan struct{}, 1), shared: p.isShared(s.Name)}
 	r.cfg.Store(&s)
 	r.reconfigured()
 	r.memo.reconnects.Store(p.q.Reconnects())
@@ -516,15 +534,33 @@ func (p *Pool) Reload(specs []QueueConfig) error {
 		return nil
 	}
 	keep := map[string]bool{}
+	hadShared := len(p.shared) > 0
+	clear(p.shared)
 	for _, s := range specs {
 		keep[s.Name] = true
+		shared := p.isShared(s.Name)
+		if r, ok := p.runners[s.Name]; ok && r.shared != shared {
+			// The queue moved between its own stream and a shared one: its runner's consumer
+			// is the old stream's.
+			r.cancel()
+			delete(p.runners, s.Name)
+		}
+		if shared {
+			p.shared[s.Name] = s
+		}
 		if r, ok := p.runners[s.Name]; ok {
 			r.cfg.Store(&s)
 			r.reconfigured()
 			r.poke()
 			continue
 		}
-		p.startLocked(s)
+		if !shared {
+			p.startLocked(s)
+		}
+	}
+	if !hadShared && len(p.shared) > 0 {
+		// The doorbell starts with the first shared queue; it stays once started.
+		go p.doorbell(p.ctx)
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.runners)) {
 		if !keep[name] {
@@ -535,64 +571,4 @@ func (p *Pool) Reload(specs []QueueConfig) error {
 	}
 	p.log.Info("worker: reloaded", "queues", len(specs))
 	return nil
-}
-
-// runner drains one queue: it fetches jobs, keeps the counts of those in hand, and takes each
-// through its life (handle) over its policies. It knows no feature by name.
-type runner struct {
-	p      *Pool
-	name   string
-	cfg    atomic.Pointer[QueueConfig]
-	cancel context.CancelFunc
-	// inHand counts the jobs in hand; settling, those whose place was freed while their plan
-	// is carried out (handle); slotWaiters, those in hand waiting for their leak slot, and
-	// slotUnits their units (Job.Cost, at least 1).
-	inHand      atomic.Int64
-	settling    atomic.Int64
-	slotWaiters atomic.Int64
-	slotUnits   atomic.Int64
-	pol         policies   // in admission order (newRunner)
-	fs          fetchState // the fetch loop's own state
-	memo        recallMemo // what recall knows across jobs
-	// wake is signalled when a job was finished, the last slot waiter got its slot, or the
-	// config changed; changed is closed (and replaced) when the config changes.
-	wake    chan struct{}
-	changed atomic.Pointer[chan struct{}]
-	// fetching is set once the runner has its queue's consumer: a job published from then on
-	// reaches its fetch (Pool.Ready).
-	fetching atomic.Bool
-}
-
-// fetchState is the fetch loop's state of a runner; only that loop uses it.
-type fetchState struct {
-	lv       *levels // its queue's priority levels, once looked up (fetch)
-	idle     bool    // the last long pull expired empty
-	lastCost int64   // the cost of the last job fetched (fairLookahead's estimate of the next)
-}
-
-// reconfigured tells the runner's loops that its config changed.
-func (r *runner) reconfigured() {
-	ch := make(chan struct{})
-	if old := r.changed.Swap(&ch); old != nil {
-		close(*old)
-	}
-}
-
-// untilChanged waits until the runner's config changes or ctx ends, and reports whether ctx
-// lasts: the loops of features a queue does not use wait here instead of ticking, so an idle
-// queue costs its worker no wake-ups.
-func (r *runner) untilChanged(ctx context.Context) bool {
-	select {
-	case <-*r.changed.Load():
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func (r *runner) poke() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
 }

@@ -13,7 +13,8 @@ import (
 // (Redis) cannot be reached, saying since when and why — the Pool then hands back the jobs it
 // holds and fetches none, so that workers that can reach the schedule deliver them, and
 // resumes by itself once it answers — or one naming the queues whose consumer it still waits
-// for. Before Run it has no runner, and reports nil.
+// for, or saying that the doorbell of the shared queues is not subscribed yet (shared.go: their
+// runners start on demand and do not count). Before Run it has no runner, and reports nil.
 func (p *Pool) Ready() error {
 	if err := p.health.err(); err != nil {
 		return err
@@ -22,9 +23,12 @@ func (p *Pool) Ready() error {
 	defer p.mu.Unlock()
 	var waiting []string
 	for name, r := range p.runners {
-		if !r.fetching.Load() {
+		if !r.fetching.Load() && !r.shared {
 			waiting = append(waiting, name)
 		}
+	}
+	if len(p.shared) > 0 && !p.bellOn.Load() {
+		return fmt.Errorf("the doorbell of %d shared queues is not subscribed yet, or its first look for queues that hold jobs failed", len(p.shared))
 	}
 	if len(waiting) == 0 {
 		return nil
@@ -77,9 +81,12 @@ func (p *Pool) checkStartedLocked() {
 		return
 	}
 	for _, r := range p.runners {
-		if !r.fetching.Load() {
+		if !r.fetching.Load() && !r.shared {
 			return
 		}
+	}
+	if len(p.shared) > 0 && !p.bellOn.Load() {
+		return
 	}
 	p.started.close()
 }
