@@ -87,6 +87,9 @@ type ingressProc struct {
 	// coordinator is the connection to the regions' coordinator; nil without regions.
 	coordinator *nats.Conn
 	holder      *regions.Holder // the region's leases of the global rules; nil without regions
+	// shownHolder is holder for the metrics' scrapes (ruleLeaseMetrics), registered once.
+	shownHolder atomic.Pointer[regions.Holder]
+	ruleMetrics sync.Once
 	current     atomic.Pointer[config.Config]
 	lc          *lifecycle // stops the process when the queues can never open (startQueues)
 
@@ -342,6 +345,8 @@ func (p *ingressProc) startRules(context.Context) error {
 	if p.holder = p.ruleLeases(); p.holder != nil {
 		opts.RegionalLimit = p.regionalLimit
 	}
+	p.shownHolder.Store(p.holder)
+	p.ruleMetrics.Do(func() { p.reg.MustRegister(ruleLeaseMetrics{holder: p.shownHolder.Load}) })
 	srv, err := ingress.New(p.current.Load(), opts)
 	if err != nil {
 		return connect.ConfigError(err)

@@ -3,10 +3,12 @@ package app
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/connect"
@@ -158,4 +160,53 @@ func (p *ingressProc) closeCoordinator(context.Context) error {
 // and the Envoy rate-limit service alike: one holder, one count of the region's demand.
 func (p *ingressProc) regionalLimit(rule string, spec limit.Limit) (limit.Limit, time.Duration, bool) {
 	return p.holder.Limit(ruleKey(rule), spec)
+}
+
+// ruleLeaseMetrics exports the ingress's leases of its global rules' limits, as the workers
+// export theirs of the global queues' rates (docs/regions.md, "Metrics"), by rule. It reads
+// the holder of the moment: a reload that rebuilds the front keeps one registration.
+type ruleLeaseMetrics struct{ holder func() *regions.Holder }
+
+var (
+	descRuleShare = prometheus.NewDesc("sluice_region_rule_share",
+		"Requests per second per key this ingress's region may admit of a global rule's limit now: its lease's share, or its safe share once the lease expired unrenewed. By rule.", []string{"rule"}, nil)
+	descRuleExpiry = prometheus.NewDesc("sluice_region_rule_lease_expiry_timestamp_seconds",
+		"When the region's lease of a global rule's limit, as this ingress last renewed it, expires (Unix seconds; 0 before the first). By rule.", []string{"rule"}, nil)
+	descRuleOnSafe = prometheus.NewDesc("sluice_region_rule_on_safe_share",
+		"1 while this ingress decides a global rule against its region's safe share (no lease yet, or its lease expired unrenewed), else 0. By rule.", []string{"rule"}, nil)
+	descRuleLost = prometheus.NewDesc("sluice_region_rule_lease_lost",
+		"1 while this ingress has held no lease of a global rule's limit for longer than a lease and a renew period, else 0: the alert. By rule.", []string{"rule"}, nil)
+	descRuleFailures = prometheus.NewDesc("sluice_region_rule_renewal_failures_total",
+		"Renewals of the region's lease of a global rule's limit that failed (coordinator out of reach). By rule.", []string{"rule"}, nil)
+)
+
+func (m ruleLeaseMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRuleShare, descRuleExpiry, descRuleOnSafe, descRuleLost, descRuleFailures} {
+		ch <- d
+	}
+}
+
+func (m ruleLeaseMetrics) Collect(ch chan<- prometheus.Metric) {
+	h := m.holder()
+	if h == nil {
+		return
+	}
+	one := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for _, l := range h.Leases() {
+		rule := strings.TrimPrefix(l.Key, "rule.")
+		expiry := 0.0
+		if !l.Expires.IsZero() {
+			expiry = float64(l.Expires.UnixNano()) / 1e9
+		}
+		ch <- prometheus.MustNewConstMetric(descRuleShare, prometheus.GaugeValue, l.Share, rule)
+		ch <- prometheus.MustNewConstMetric(descRuleExpiry, prometheus.GaugeValue, expiry, rule)
+		ch <- prometheus.MustNewConstMetric(descRuleOnSafe, prometheus.GaugeValue, one(l.OnSafe), rule)
+		ch <- prometheus.MustNewConstMetric(descRuleLost, prometheus.GaugeValue, one(l.Lost), rule)
+		ch <- prometheus.MustNewConstMetric(descRuleFailures, prometheus.CounterValue, float64(l.Failures), rule)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -194,6 +195,11 @@ rls: {config_dir: %s}
 		burst(1)
 		return share("a") == 10 && share("b") == 10
 	})
+	// The ingress shows its lease of the rule in its metrics, as the workers show theirs.
+	if got := metricLines(t, r.admin, `{rule="per-key"}`); got["sluice_region_rule_share"] != "10" ||
+		got["sluice_region_rule_on_safe_share"] != "0" || got["sluice_region_rule_lease_lost"] != "0" {
+		t.Errorf("the rule's lease in the metrics: %v; want share 10, on_safe_share 0, lease_lost 0", got)
+	}
 	// The region's part is 10 a second with a burst of 10: 10 at once, and what it refilled
 	// while the 30 were sent (a loaded machine sends them slower).
 	most := func(start time.Time) int { return 10 + int(10*time.Since(start).Seconds()) + 1 }
@@ -310,4 +316,38 @@ rls: {config_dir: %s}
 	if n := up.Count(); n != 1 {
 		t.Errorf("the upstream saw %d requests, want 1 (the local rule's)", n)
 	}
+	// Cut off from the start: the metrics say the safe share (0) applies, and once that lasted
+	// a lease and a renew period (1.25 s) the alert rises, beside the failed renewals.
+	testenv.WaitFor(t, 10*time.Second, "the rule's lease lost in the metrics", func() bool {
+		got := metricLines(t, r.admin, `{rule="per-key"}`)
+		return got["sluice_region_rule_lease_lost"] == "1"
+	})
+	got := metricLines(t, r.admin, `{rule="per-key"}`)
+	if got["sluice_region_rule_share"] != "0" || got["sluice_region_rule_on_safe_share"] != "1" ||
+		got["sluice_region_rule_renewal_failures_total"] == "0" || got["sluice_region_rule_lease_expiry_timestamp_seconds"] != "0" {
+		t.Errorf("the rule's lease in the metrics, cut off: %v; want share 0, on_safe_share 1, failures above 0, no expiry", got)
+	}
+	if _, ok := metricLines(t, r.admin, `{rule="local"}`)["sluice_region_rule_share"]; ok {
+		t.Error("the rule that is not global has a lease in the metrics")
+	}
+}
+
+// metricLines scrapes the admin listener's /metrics and returns the values of the
+// sluice_region_rule_* samples whose labels are labels, by metric name.
+func metricLines(t *testing.T, admin, labels string) map[string]string {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	out := map[string]string{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		name, rest, ok := strings.Cut(line, labels+" ")
+		if ok && strings.HasPrefix(name, "sluice_region_rule_") {
+			out[name] = rest
+		}
+	}
+	return out
 }

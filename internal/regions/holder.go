@@ -39,10 +39,12 @@ type holding struct {
 	budget float64     // per second
 	demand atomicFloat // the demand the last renewal reported
 
-	mu     sync.Mutex
-	calls  meter // the decisions: the demand
-	lease  Lease
-	failed bool // the last renewal failed (logged once)
+	mu       sync.Mutex
+	calls    meter // the decisions: the demand
+	lease    Lease
+	failed   bool      // the last renewal failed (logged once)
+	started  time.Time // when the holder began keeping the budget: without a lease since then
+	failures int64     // renewals that failed since the holder began keeping the budget
 }
 
 // NewHolder returns a holder renewing on c under t (its Budget is ignored: each budget has its
@@ -68,7 +70,7 @@ func (h *Holder) Set(budgets map[string]float64) {
 			next[k] = old
 			continue
 		}
-		next[k] = &holding{budget: b, calls: meter{slot: max(h.t.Renew/meterSlots, time.Millisecond)}}
+		next[k] = &holding{budget: b, started: h.now(), calls: meter{slot: max(h.t.Renew/meterSlots, time.Millisecond)}}
 	}
 	h.budgets = next
 }
@@ -231,6 +233,7 @@ func (h *Holder) renewKey(ctx context.Context, key string, b *holding, p *Pacer)
 				"budget", key, "expires", b.lease.Expires, "err", err)
 		}
 		b.failed = true
+		b.failures++
 		return false
 	}
 	if b.failed {
@@ -258,4 +261,40 @@ func (b *holding) lower(share float64, now time.Time) {
 	if now.Before(b.lease.Expires) && share < b.lease.Share {
 		b.lease.Share = share
 	}
+}
+
+// Held is what the region holds of one budget at an instant, as a holder sees it (metrics).
+type Held struct {
+	Key     string
+	Share   float64   // per second the region may use: its lease's share, or its safe share once that expired
+	Expires time.Time // when the lease the holder last renewed expires; zero before the first
+	OnSafe  bool      // no unexpired lease: the safe share applies
+	// Lost: on the safe share for longer than a lease and a renew period, the threshold of the
+	// workers' sluice_region_lease_lost (docs/regions.md): a holder that starts while the
+	// coordinator's record is new waits a lease (the hold) and up to a renewal for its first.
+	Lost     bool
+	Failures int64 // renewals that failed since the holder began keeping the budget
+}
+
+// Leases returns what the holder holds of each of its budgets now, by key.
+func (h *Holder) Leases() []Held {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	now := h.now()
+	out := make([]Held, 0, len(h.budgets))
+	for k, b := range h.budgets {
+		b.mu.Lock()
+		hd := Held{Key: k, Share: b.lease.Share, Expires: b.lease.Expires, Failures: b.failures}
+		if !now.Before(b.lease.Expires) {
+			since := b.started
+			if b.lease.Expires.After(since) {
+				since = b.lease.Expires
+			}
+			hd.Share, hd.OnSafe = h.safe(b.budget), true
+			hd.Lost = now.Sub(since) > h.t.Lease+h.t.Renew
+		}
+		b.mu.Unlock()
+		out = append(out, hd)
+	}
+	return out
 }

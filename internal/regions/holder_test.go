@@ -33,6 +33,32 @@ func TestHolder(t *testing.T) {
 	if f := h.Fraction("rule.x"); f != 0.5 {
 		t.Fatalf("before a lease: %v, want the safe share's 0.5", f)
 	}
+	// What the metrics show: on the safe share from the start, lost only after a lease and a
+	// renew period without one.
+	held := func() Held {
+		ls := h.Leases()
+		if len(ls) != 1 || ls[0].Key != "rule.x" {
+			t.Fatalf("Leases %+v; want rule.x alone", ls)
+		}
+		return ls[0]
+	}
+	if l := held(); !l.OnSafe || l.Lost || l.Share != 10 || !l.Expires.IsZero() {
+		t.Fatalf("before a lease: %+v; want on the safe share (10), not lost, no expiry", l)
+	}
+	// Another holder, on a clock of its own, that never gets a lease: lost once a lease and a
+	// renew period passed since it began keeping the budget, not before.
+	since := clock()
+	later := since
+	h2 := NewHolder(NewCoordinator(js, "c", func() time.Time { return later }), terms, func(float64) float64 { return 0 }, nil)
+	h2.Set(map[string]float64{"rule.y": 20})
+	later = since.Add(terms.Lease + terms.Renew)
+	if ls := h2.Leases(); len(ls) != 1 || !ls[0].OnSafe || ls[0].Lost {
+		t.Fatalf("a lease and a renew period without one: %+v; on the safe share, not lost yet (the threshold is exceeded, not met)", ls)
+	}
+	later = later.Add(time.Millisecond)
+	if ls := h2.Leases(); len(ls) != 1 || !ls[0].Lost {
+		t.Fatalf("past a lease and a renew period without one: %+v; want lost", ls)
+	}
 	if f := h.Fraction("rule.other"); f != 1 {
 		t.Fatalf("a key it does not keep: %v, want 1", f)
 	}
@@ -59,6 +85,9 @@ func TestHolder(t *testing.T) {
 	if f := h.Fraction("rule.x"); f != 1 {
 		t.Fatalf("on its lease of the whole budget: %v, want 1", f)
 	}
+	if l := held(); l.OnSafe || l.Lost || l.Share != 20 || !l.Expires.Equal(clock().Add(terms.Lease)) {
+		t.Fatalf("on its lease: %+v; want share 20 until a lease from now, not on the safe share", l)
+	}
 	// A quarter period later the first 10 decisions are still within the window.
 	if d := demand(); d != 20 {
 		t.Errorf("second renewal's demand %v, want 20 (10 decisions in the last 0.5 s)", d)
@@ -76,6 +105,14 @@ func TestHolder(t *testing.T) {
 	advance(terms.Lease)
 	if f := h.Fraction("rule.x"); f != 0.5 {
 		t.Errorf("the lease expired: %v, want the safe share's 0.5", f)
+	}
+	// The episode starts at the lease's expiry, not at the holder's start.
+	if l := held(); !l.OnSafe || l.Lost || l.Share != 20 {
+		t.Errorf("just past the lease: %+v; want on the safe share (20 of 40), not lost", l)
+	}
+	advance(terms.Lease + terms.Renew + time.Millisecond)
+	if l := held(); !l.Lost {
+		t.Errorf("a lease and a renew period past the lease: %+v; want lost", l)
 	}
 }
 
