@@ -77,7 +77,7 @@ func budgetToken(name string) string {
 }
 
 func (q *core) budgetStreamName(b *Budget) string { return q.budgetStreams() + budgetToken(b.Name) }
-func (q *core) budgetStreams() string              { return q.opts.Prefix + "_KW_" }
+func (q *core) budgetStreams() string             { return q.opts.Prefix + "_KW_" }
 func (q *core) budgetPrefix(b *Budget) string {
 	return q.opts.Prefix + ".kw." + budgetToken(b.Name) + "."
 }
