@@ -5,9 +5,6 @@ import "time"
 // SetClock makes q read the time from now, for tests of what depends on how old a record is.
 func SetClock(q *Queues, now func() time.Time) { q.now = now }
 
-// ReleaseFallbacks is how many releases by acknowledgement q fell back to deletion.
-func ReleaseFallbacks(q *Queues) uint64 { return q.releaseFallbacks.Load() }
-
 // DropHold unsubscribes q from the hold consumers' deliveries and bounds its releases by
 // acknowledgement to wait: a ledger made from then on delivers no ticket to its hold.
 func DropHold(q *Queues, wait time.Duration) {

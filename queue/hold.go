@@ -188,3 +188,9 @@ func (q *core) readTickets(ctx context.Context, stream string, from uint64, limi
 		out = append(out, heldTicket{seq: seq, stored: stored, job: string(m.Data)})
 	}
 }
+
+// ReleaseFallbacks is how many releases by acknowledgement this process sent that got no
+// answer within their wait and deleted the ticket instead (the ticket not delivered to its
+// hold: no process subscribed when it was stored, the hold consumer missing, the server
+// gone). Workers export it as sluice_ticket_release_fallbacks_total.
+func (d Deliveries) ReleaseFallbacks() uint64 { return d.releaseFallbacks.Load() }

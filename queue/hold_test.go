@@ -74,11 +74,11 @@ func TestReleaseByAckSendsNoAPIRequests(t *testing.T) {
 	}
 	after := waitTickets(t, ns, ledger, 0)
 	t.Logf("%d jobs drained: %d JetStream API requests, %d releases fell back to deletion",
-		jobs, after-before, queue.ReleaseFallbacks(b.q))
+		jobs, after-before, b.q.ReleaseFallbacks())
 	if after-before > jobs/30 {
 		t.Errorf("the drain of %d jobs sent %d JetStream API requests; want none per job", jobs, after-before)
 	}
-	if n := queue.ReleaseFallbacks(b.q); n != 0 {
+	if n := b.q.ReleaseFallbacks(); n != 0 {
 		t.Errorf("%d releases fell back to deletion; want 0", n)
 	}
 	// The ledger still bounds: max_depth 1000 admits 1000 again, not more.
@@ -118,7 +118,7 @@ func TestReleaseFallsBackWhenTicketNotHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitTickets(t, ns, ledger, 0)
-	if n := queue.ReleaseFallbacks(b.q); n != 1 {
+	if n := b.q.ReleaseFallbacks(); n != 1 {
 		t.Errorf("%d releases fell back to deletion; want 1", n)
 	}
 }
@@ -148,7 +148,7 @@ func TestReleaseOfOldLedgerTicketDeletes(t *testing.T) {
 	if _, err := st.GetMsg(b.ctx, 2); err != nil {
 		t.Errorf("old ticket 2, not released: %v", err)
 	}
-	if n := queue.ReleaseFallbacks(b.q); n != 0 {
+	if n := b.q.ReleaseFallbacks(); n != 0 {
 		t.Errorf("%d releases counted as fallbacks; want 0 (an old ticket is deleted by design)", n)
 	}
 }

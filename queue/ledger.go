@@ -302,10 +302,10 @@ func ticketError(job *Job, budget bool, stream string, err error) error {
 	return publishError(job, err)
 }
 
-// release deletes tickets ts, waiting for each: a refusal's, a Cancel's, a job not stored
-// after all (a worker's acknowledgement releases by releaseAcked, hold.go). A ticket already gone (released twice: a job
-// taken again after a lost ack) is no error; other failures are dropped (the ticket then
-// counts until purged, see above).
+// release deletes tickets ts, waiting for each: a refusal's, a Cancel's, a job's not stored
+// after all, an old ledger's (a worker's acknowledgement releases by releaseAcked, hold.go). A
+// ticket already gone (released twice: a job taken again after a lost ack) is no error; other
+// failures are dropped (the ticket then counts until swept, see above).
 func (q *core) release(ctx context.Context, ts []ticket) {
 	for _, t := range ts {
 		st, err := q.ledgerStream(ctx, t.stream)
