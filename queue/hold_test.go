@@ -152,3 +152,40 @@ func TestReleaseOfOldLedgerTicketDeletes(t *testing.T) {
 		t.Errorf("%d releases counted as fallbacks; want 0 (an old ticket is deleted by design)", n)
 	}
 }
+
+// In a three-node cluster, where nats-server answers an acknowledgement once it is replicated,
+// a drain's releases are answered too: the tickets leave, none by the fallback.
+func TestReleaseByAckInACluster(t *testing.T) {
+	ns := testenv.NATSCluster(t)
+	spec := queue.Spec{Name: "q", Replicas: 3, MaxDepth: 100}
+	b := setupURL(t, ns.URL, queue.Options{Replicas: 3}, spec)
+	const jobs = 20
+	for range jobs {
+		b.publish(&queue.Job{Queue: "q", Direct: true})
+	}
+	ledger, err := b.js.Stream(b.ctx, b.prefix+"_L_q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func() uint64 {
+		info, err := ledger.Info(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	if n := held(); n != jobs {
+		t.Fatalf("the ledger holds %d tickets, want %d", n, jobs)
+	}
+	b.drain("q")
+	deadline := time.Now().Add(10 * time.Second)
+	for held() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ledger still holds %d tickets after the drain", held())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the condition
+	}
+	if n := b.q.ReleaseFallbacks(); n != 0 {
+		t.Errorf("%d releases fell back to deletion; want 0", n)
+	}
+}
