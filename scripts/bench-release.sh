@@ -5,7 +5,9 @@
 # job arrived and its ledger is empty): messages into nats-server (/varz in_msgs), JetStream
 # API requests (/jsz api.total), nats-server's CPU and the worker's (/proc). Rounds alternate
 # who goes first. CPU per job and request counts are the steady figures on a shared machine;
-# the wall rate is printed too and is noisy.
+# the wall rate is printed too and is noisy. Beside the drain, nats-server's CPU per job of the
+# intake: from the load's start until the server is idle again (a ticket's delivery to its
+# ledger's hold consumer follows its store).
 #
 # Usage: scripts/bench-release.sh BEFORE [AFTER] [rounds] [jobs]
 # BEFORE and AFTER are commits (AFTER defaults to the work tree as it is).
@@ -82,8 +84,14 @@ drain() { # side
   local port=${PORT[$1]} admin=$((${PORT[$1]} + 1000)) key="/$1/unthrottled"
   SENT[$1]=$(( ${SENT[$1]:-0} + JOBS ))
   curl -s -o /dev/null -X POST "http://127.0.0.1:$admin/v1/queues/unthrottled-$1/pause"
+  local l0; l0=$(cpu $NATS_PID)
   "$W/load" -url "http://127.0.0.1:$port/v1/queues/unthrottled-$1/jobs" -method POST -body x -c 32 -n "$JOBS" -warmup 0 -d 10m >/dev/null
   sed "s/admin_listen: .*/admin_listen: 127.0.0.1:20730/" "$W/drain-$1.yaml" > "$W/worker-$1.yaml"
+  # The hold consumer delivers each ticket soon after its store: wait for the server to settle
+  # (its CPU still for 1 s) before the intake's CPU is read.
+  local l1 l2; l1=$(cpu $NATS_PID); sleep 1; l2=$(cpu $NATS_PID)
+  while [ $((l2 - l1)) -gt 2 ]; do l1=$l2; sleep 1; l2=$(cpu $NATS_PID); done
+  add "intake-$1" "$(awk -v a="$l0" -v b="$l1" -v j="$JOBS" -v t="$TCK" 'BEGIN {printf "%.0f", (b - a) / t / j * 1e6}')"
   "$W/worker-$1" -config "$W/worker-$1.yaml" 2>"$W/worker-$1.log" & local wpid=$!
   for _ in $(seq 1 200); do [ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:20730/readyz)" = 200 ] && break; sleep 0.05; done
   read -r in0 api0 < <(counters); local n0 w0 t0
@@ -113,6 +121,6 @@ echo "# before: $(git rev-parse --short "$BEFORE"), after: ${AFTER:-the work tre
 echo
 echo '| per job of the drain | before, per round | after, per round |'
 echo '|---|---|---|'
-for k in in:messages\ into\ nats-server api:JetStream\ API\ requests nats:nats-server\ CPU\ \(µs\) worker:worker\ CPU\ \(µs\) rate:drain\ rate\ \(jobs/s,\ noisy\); do
+for k in intake:nats-server\ CPU\ at\ intake\ \(µs,\ the\ load\ by\ 32\ clients\ and\ what\ follows\ it\) in:messages\ into\ nats-server api:JetStream\ API\ requests nats:nats-server\ CPU\ \(µs\) worker:worker\ CPU\ \(µs\) rate:drain\ rate\ \(jobs/s,\ noisy\); do
   printf '| %s | %s | %s |\n' "${k#*:}" "${R[${k%%:*}-a]# }" "${R[${k%%:*}-b]# }"
 done
