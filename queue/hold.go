@@ -18,8 +18,8 @@ import (
 // Model. Every ledger (a queue's <prefix>_L_<queue>, a deferral budget's <prefix>_KW_<token>)
 // is a work-queue stream with one durable push consumer, "hold", that never acknowledges:
 // AckExplicit, an AckWait of ten years (no redelivery in practice), no bound on acks pending,
-// headers only, delivered to <prefix>.hold in the queue group "hold", where every process of
-// the queue layer has one subscription that drops what it receives. So each ticket, soon after
+// delivered to <prefix>.hold in the queue group "hold", where every process of the queue layer
+// has one subscription that drops what it receives. So each ticket, soon after
 // it is stored, is pending in its ledger's hold consumer. When a job leaves through a worker
 // (acked, dead-lettered), its tickets are released by publishing, for each, the consumer's
 // acknowledgement of the ticket's stream sequence ($JS.ACK.<stream>.hold.1.<seq>.0.0.0; the
@@ -38,9 +38,10 @@ import (
 //
 // Costs. nats-server spends ~6 µs of CPU on an acknowledgement that removes a work-queue
 // message, where a deletion costs ~30 µs; the hold consumer adds one delivery per ticket (a
-// message out, headers only, to one process, which drops it) and keeps one pending entry per
-// ticket held, which its state on disk writes at most 10 times a second while it changes
-// (O(tickets held) each). A ledger costs one more request when it is made (the consumer); a
+// message out, to one process, which drops it; a ticket's body is its job's id, and headers
+// only would cost the server a copy of each) and keeps one pending entry per ticket held,
+// which its state on disk writes at most 10 times a second while it changes (O(tickets held)
+// each). A ledger costs one more request when it is made (the consumer); a
 // Provision that finds it with a consumer sends none. The sweep reads a ledger with one
 // batched direct get per page (a work-queue stream admits no second consumer).
 
@@ -74,7 +75,6 @@ func (q *core) holdConfig() jetstream.ConsumerConfig {
 		AckWait:        holdAckWait,
 		MaxDeliver:     -1,
 		MaxAckPending:  -1,
-		HeadersOnly:    true,
 	}
 }
 
