@@ -10,7 +10,8 @@
 # ledger's hold consumer follows its store).
 #
 # Usage: scripts/bench-release.sh BEFORE [AFTER] [rounds] [jobs]
-# BEFORE and AFTER are commits (AFTER defaults to the work tree as it is).
+# BEFORE and AFTER are commits (AFTER defaults to the work tree as it is); KEEP=1 keeps the
+# work directory (configs, logs) and prints its path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BEFORE=${1:?usage: scripts/bench-release.sh BEFORE [AFTER] [rounds] [jobs]}
