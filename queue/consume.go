@@ -302,7 +302,7 @@ func (m *Msg) term(ctx context.Context, reason string) error {
 // acknowledgement, never before, so a crash in between errs toward refusing. m.mu is held.
 func (m *Msg) left() {
 	if m.q != nil && m.Job != nil {
-		m.q.releaseLater(m.Job.tickets)
+		m.q.releaseAcked(m.Job.tickets)
 	}
 }
 

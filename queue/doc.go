@@ -17,8 +17,9 @@
 // (Spec.Fair) adds its tenants' backlogs ([FairLayout], scheduled by package queue/fair); a
 // high or low job (Job.Priority) waits in SLUICE_QH_orders or SLUICE_QL_orders; a job with a
 // Job.NotBefore ahead waits as a message schedule in SLUICE_S_orders until MoveDue moves it.
-// SLUICE_A_orders is the queue's admission ledger: one ticket per job it holds, in any of
-// those streams (ledger.go).
+// SLUICE_L_orders is the queue's admission ledger: one ticket per job it holds, in any of
+// those streams (ledger.go), held by its "hold" consumer until the job's exit acknowledges it
+// (hold.go).
 //
 // Queues is safe for concurrent use, by any number of processes on the same streams. It runs
 // goroutines of three kinds: one following the connection's status, the withdrawals of failed

@@ -127,19 +127,19 @@ func TestProvisionFreshLooksNothingUp(t *testing.T) {
 	if n := w.take(t, b.nc, "STREAM.NAMES", ""); n != 1 {
 		t.Errorf("fresh provision sent %d stream listings, want 1", n)
 	}
-	if n := w.take(t, b.nc, "", b.prefix+"_A_"); n != 0 {
+	if n := w.take(t, b.nc, "", b.prefix+"_L_"); n != 0 {
 		t.Errorf("fresh provision sent %d requests about ledgers, want 0 (made on demand)", n)
 	}
-	b.noStream("_A_a")
+	b.noStream("_L_a")
 
 	b.publish(&queue.Job{Queue: "a", Direct: true})
 	b.publish(&queue.Job{Queue: "a", Direct: true})
 	_, err := b.q.Publish(b.ctx, &queue.Job{Queue: "a", Direct: true})
 	wantErr(t, err, queue.ErrFull)
-	if _, err := b.js.Stream(b.ctx, b.prefix+"_A_a"); err != nil {
+	if _, err := b.js.Stream(b.ctx, b.prefix+"_L_a"); err != nil {
 		t.Fatalf("ledger after the first jobs: %v", err)
 	}
-	b.noStream("_A_b")
+	b.noStream("_L_b")
 
 	w.take(t, b.nc, "", "")
 	w.mu.Lock()
@@ -159,7 +159,7 @@ func TestProvisionFreshLooksNothingUp(t *testing.T) {
 // run at once, each idempotent) and max_depth holds exactly: 5 accepted of 16, the rest full.
 func TestLedgerMadeByConcurrentFirstJobs(t *testing.T) {
 	b := setup(t, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 5})
-	b.noStream("_A_q")
+	b.noStream("_L_q")
 	var wg sync.WaitGroup
 	var accepted, full atomic.Int64
 	errs := make(chan error, 16)

@@ -205,11 +205,11 @@ func TestSweepLedger(t *testing.T) {
 func TestLedgerMadeAgain(t *testing.T) {
 	b := setup(t, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 5})
 	b.publish(&queue.Job{Queue: "q", Direct: true}) // makes the ledger
-	if err := b.js.DeleteStream(b.ctx, b.prefix+"_A_q"); err != nil {
+	if err := b.js.DeleteStream(b.ctx, b.prefix+"_L_q"); err != nil {
 		t.Fatal(err)
 	}
 	b.publish(&queue.Job{Queue: "q", Direct: true})
-	if _, err := b.js.Stream(b.ctx, b.prefix+"_A_q"); err != nil {
+	if _, err := b.js.Stream(b.ctx, b.prefix+"_L_q"); err != nil {
 		t.Fatalf("ledger after a publish: %v, want it made again", err)
 	}
 }
@@ -242,7 +242,7 @@ func TestLedgerRefusalReleasesTheOtherTicket(t *testing.T) {
 		_, err := b.q.Publish(b.ctx, job("a", 1))
 		wantErr(t, err, queue.ErrBudgetFull)
 	}
-	if n := msgs("_A_q"); n != 1 {
+	if n := msgs("_L_q"); n != 1 {
 		t.Fatalf("the queue's ledger holds %d tickets after 3 budget refusals, want 1", n)
 	}
 	// The queue refuses (max_depth 2): the budget's ticket is given back.
@@ -251,7 +251,7 @@ func TestLedgerRefusalReleasesTheOtherTicket(t *testing.T) {
 		_, err := b.q.Publish(b.ctx, job("b", 10))
 		wantErr(t, err, queue.ErrFull)
 	}
-	if n := msgs("_K_"); n != 2 {
+	if n := msgs("_KW_"); n != 2 {
 		t.Fatalf("the budget's ledger holds %d tickets after 5 refusals of a full queue, want 2 (a's and b's)", n)
 	}
 	if held := b.heldJobs("q"); held != 2 {

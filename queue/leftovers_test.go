@@ -42,7 +42,7 @@ func TestRemoveLeftoversFinal(t *testing.T) {
 		}
 	}
 	ledger := func() uint64 {
-		st, err := b.js.Stream(b.ctx, b.prefix+"_A_q")
+		st, err := b.js.Stream(b.ctx, b.prefix+"_L_q")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -353,7 +353,13 @@ func (q *Queues) Close(ctx context.Context) error {
 	defer q.conn.stop(q.nc)
 	defer q.stopBackground()
 	done := make(chan struct{})
-	go func() { q.retracts.Wait(); q.moves.Wait(); q.releases.Wait(); close(done) }()
+	go func() {
+		q.retracts.Wait()
+		q.moves.Wait()
+		q.releases.Wait()
+		_ = q.holdSub.Unsubscribe() // after the releases: their fallbacks do not need it
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil

@@ -162,6 +162,11 @@ type core struct {
 	makingLedgers chan struct{} // held by the ledgers being made on demand (admit)
 	budgets       sync.Map
 	releases      sync.WaitGroup // background releases of tickets (ledger.go)
+	// holdSub drops the hold consumers' deliveries; holdWait bounds a release by
+	// acknowledgement; releaseFallbacks counts those that fell back to deletion (hold.go).
+	holdSub          *nats.Subscription
+	holdWait         time.Duration
+	releaseFallbacks atomic.Uint64
 	// schedBytesInFlight is, per queue, the bytes of scheduled jobs being stored now
 	// (*atomic.Int64; reserveBytes).
 	schedBytesInFlight sync.Map
@@ -193,7 +198,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
 	}
 	q := &core{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{},
-		making: make(chan struct{}, 1), makingLedgers: make(chan struct{}, ledgerMakes)}
+		making: make(chan struct{}, 1), makingLedgers: make(chan struct{}, ledgerMakes), holdWait: defaultHoldWait}
 	q.closing, q.stopBackground = context.WithCancel(context.Background())
 	// A JetStream context of our own for async publishes, the same API prefix or domain as js,
 	// whose ack timeout frees the futures of acks that never come (callers stop waiting at
@@ -236,6 +241,9 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 		if q.ids.secret, err = q.sharedSecret(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if err := q.subscribeHold(); err != nil {
+		return nil, err
 	}
 	q.conn.watch(q.nc)
 	return &Queues{core: q, Publisher: Publisher{q}, Deliveries: Deliveries{q}, Operator: Operator{q},

@@ -100,7 +100,7 @@ func (m *fakeMsg) InProgress(ctx context.Context) error { m.add("in progress"); 
 
 func newFakeExecutor(t *testing.T, ctx context.Context, store *fakeStore) *executor {
 	t.Helper()
-	m, err := newMetrics(nil)
+	m, err := newMetrics(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

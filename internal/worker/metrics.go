@@ -41,7 +41,9 @@ type metrics struct {
 	answers answers
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// fallbacks, when not nil, reads the queue layer's count of ticket releases by acknowledgement
+// that fell back to deletion (queue.Deliveries.ReleaseFallbacks).
+func newMetrics(reg prometheus.Registerer, fallbacks func() uint64) (*metrics, error) {
 	m := &metrics{
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_deliveries_total",
@@ -147,6 +149,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg == nil {
 		return m, nil
+	}
+	if fallbacks != nil {
+		f := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_ticket_release_fallbacks_total",
+			Help: "Admission tickets of acknowledged jobs released by deletion because their ledger's hold consumer did not answer the release's acknowledgement within 2s (the ticket not delivered to it: no process subscribed to its deliveries, the consumer missing). Each costs nats-server a JetStream API request; steadily rising means the cheap release is not working.",
+		}, func() float64 { return float64(fallbacks()) })
+		if err := reg.Register(f); err != nil {
+			return nil, errors.Join(errors.New("worker: register metrics"), err)
+		}
 	}
 	for _, c := range []prometheus.Collector{m.deliveries, m.latency, m.slotWait, m.slotLate, m.pauses,
 		m.deadLetters, m.takeErrors, m.placeWait, m.placeErrors, m.givenUp, m.handedBack, m.skipped, m.inFlight, m.drain,

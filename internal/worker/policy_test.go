@@ -35,7 +35,7 @@ func (c *fakeClock) advance(d time.Duration) {
 // (set now for a fake one), a discarded log, unregistered metrics, no operator's control, and
 // a config that never changes.
 func testEnv(name string, cfg func() *QueueConfig) queueEnv {
-	m, err := newMetrics(nil)
+	m, err := newMetrics(nil, nil)
 	if err != nil {
 		panic(err)
 	}

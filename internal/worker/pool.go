@@ -154,7 +154,11 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(deps.Registerer)
+	var fallbacks func() uint64
+	if f, ok := deps.Queues.(interface{ ReleaseFallbacks() uint64 }); ok {
+		fallbacks = f.ReleaseFallbacks
+	}
+	m, err := newMetrics(deps.Registerer, fallbacks)
 	if err != nil {
 		return nil, err
 	}

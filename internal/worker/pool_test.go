@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
@@ -69,7 +70,7 @@ func TestDeliveryRequests(t *testing.T) {
 	d.Upstream = h.up.URL + "/base/"
 	dir := h.spec("direct", 100)
 	dir.Target = &worker.Target{Method: http.MethodPut, URL: h.up.URL + "/target/x?k=v"}
-	h.run(worker.Deps{}, d, dir)
+	r := h.run(worker.Deps{}, d, dir)
 	h.up.WaitCount(t, 10*time.Second, "both deliveries", func(n int) bool { return n >= 2 })
 	h.waitState(deferred.ID, queue.StateSucceeded, 5*time.Second)
 	st := h.waitState(direct.ID, queue.StateSucceeded, 5*time.Second)
@@ -117,6 +118,14 @@ func TestDeliveryRequests(t *testing.T) {
 		a.Header.Get("Idempotency-Key") != direct.ID || a.Header.Get("Sluice-Job") != direct.ID ||
 		a.Header.Get("Sluice-Attempt") != "1" {
 		t.Errorf("direct headers = %v", a.Header)
+	}
+	// The queue layer's count of ticket releases that fell back to deletion is exported.
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(mfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == "sluice_ticket_release_fallbacks_total" }) {
+		t.Error("sluice_ticket_release_fallbacks_total is not registered")
 	}
 }
 

@@ -1,0 +1,196 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Release by acknowledgement: the hold consumer.
+//
+// Model. Every ledger (a queue's <prefix>_L_<queue>, a deferral budget's <prefix>_KW_<token>)
+// is a work-queue stream with one durable push consumer, "hold", that never acknowledges:
+// AckExplicit, an AckWait of ten years (no redelivery in practice), no bound on acks pending,
+// delivered to <prefix>.hold in the queue group "hold", where every process of the queue layer
+// has one subscription that drops what it receives. So each ticket, soon after
+// it is stored, is pending in its ledger's hold consumer. When a job leaves through a worker
+// (acked, dead-lettered), its tickets are released by publishing, for each, the consumer's
+// acknowledgement of the ticket's stream sequence ($JS.ACK.<stream>.hold.1.<seq>.0.0.0; the
+// server looks the sequence up among the consumer's pending and uses its own delivery
+// sequence) with a reply subject: the server removes the ticket from the work-queue stream and
+// then answers (in a cluster, once the acknowledgement is replicated).
+//
+// Guarantees. A ticket still leaves only after its job's acknowledgement, and an
+// acknowledgement names one stream sequence, which the stream never reuses: a repeated release
+// removes nothing else. The server ignores, without an answer, an acknowledgement of a ticket
+// its hold consumer has not delivered yet (no process subscribed, the consumer missing, the
+// delivery behind): when no answer comes within holdWait, the release falls back to deleting
+// the ticket (a JetStream API request), as before the hold consumer; a deletion of a pending
+// ticket also drops it from the consumer's pending. Refusals, Cancel and jobs not stored
+// after all release by deletion: their tickets are seldom delivered yet.
+//
+// Costs. nats-server spends ~6 µs of CPU on an acknowledgement that removes a work-queue
+// message, where a deletion costs ~30 µs; the hold consumer adds one delivery per ticket (a
+// message out, to one process, which drops it; a ticket's body is its job's id, and headers
+// only would cost the server a copy of each) and keeps one pending entry per ticket held,
+// which its state on disk writes at most 10 times a second while it changes (O(tickets held)
+// each). A ledger costs one more request when it is made (the consumer); a
+// Provision that finds it with a consumer sends none. The sweep reads a ledger with one
+// batched direct get per page (a work-queue stream admits no second consumer).
+
+// holdName is the durable name of every ledger's hold consumer and its delivery's queue group.
+const holdName = "hold"
+
+// holdAckWait is the hold consumer's AckWait: a ticket is held, undelivered again, this long.
+const holdAckWait = 10 * 365 * 24 * time.Hour
+
+// defaultHoldWait bounds the wait for the answer to a release by acknowledgement before it
+// falls back to deletion.
+const defaultHoldWait = 2 * time.Second
+
+func (q *core) holdSubject() string { return q.opts.Prefix + ".hold" }
+
+// isHeld reports whether ledger stream name is one with a hold consumer (not a limits ledger
+// from before it).
+func (q *core) isHeld(name string) bool {
+	return strings.HasPrefix(name, q.ledgerName("")) || strings.HasPrefix(name, q.budgetStreams())
+}
+
+// holdConfig is the hold consumer of every ledger.
+func (q *core) holdConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        holdName,
+		Description:    "Sluice: holds each ticket until its job's release acknowledges it",
+		DeliverSubject: q.holdSubject(),
+		DeliverGroup:   holdName,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        holdAckWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  -1,
+	}
+}
+
+// ensureHold makes the hold consumer of ledger st unless st's info counts a consumer (the
+// hold is the only one a ledger has).
+func (q *core) ensureHold(ctx context.Context, st jetstream.Stream) error {
+	info := st.CachedInfo()
+	if info == nil || info.State.Consumers > 0 {
+		return nil
+	}
+	_, err := q.js.CreatePushConsumer(ctx, info.Config.Name, q.holdConfig())
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		return nil // another process made it first
+	}
+	if err != nil {
+		return fmt.Errorf("hold consumer: %w", classify(err))
+	}
+	return nil
+}
+
+// subscribeHold subscribes this process to the hold consumers' deliveries, which it drops.
+func (q *core) subscribeHold() error {
+	sub, err := q.nc.QueueSubscribe(q.holdSubject(), holdName, func(*nats.Msg) {})
+	if err != nil {
+		return fmt.Errorf("queue: subscribe %s: %w", q.holdSubject(), err)
+	}
+	// Dropped deliveries cost nothing: a slow process loses some of them, not its connection.
+	_ = sub.SetPendingLimits(1<<20, 64<<20)
+	q.holdSub = sub
+	return nil
+}
+
+// releaseAcked releases tickets ts of a job a worker acknowledged or dead-lettered, in the
+// background: each of a held ledger by its hold consumer's acknowledgement, awaited up to
+// holdWait, the others (a limits ledger's, an unanswered acknowledgement's) by deletion.
+// Close waits for it.
+func (q *core) releaseAcked(ts []ticket) {
+	if len(ts) == 0 {
+		return
+	}
+	q.releases.Add(1)
+	go func() {
+		defer q.releases.Done()
+		var rest []ticket
+		for _, t := range ts {
+			if !q.isHeld(t.stream) {
+				rest = append(rest, t)
+				continue
+			}
+			subject := "$JS.ACK." + t.stream + "." + holdName + ".1." + strconv.FormatUint(t.seq, 10) + ".0.0.0"
+			if _, err := q.nc.Request(subject, nil, q.holdWait); err != nil {
+				q.releaseFallbacks.Add(1)
+				rest = append(rest, t)
+			}
+		}
+		if len(rest) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			defer cancel()
+			q.release(ctx, rest)
+		}
+	}()
+}
+
+// heldTicket is a ticket as the sweep reads it: its sequence, when it was stored, its job.
+type heldTicket struct {
+	seq    uint64
+	stored time.Time
+	job    string
+}
+
+// readTickets reads up to limit tickets of ledger stream from sequence from on, in order, in
+// one batched direct get (nats-server ≥ 2.11; the ledger allows direct gets).
+func (q *core) readTickets(ctx context.Context, stream string, from uint64, limit int) ([]heldTicket, error) {
+	inbox := q.nc.NewRespInbox()
+	ch := make(chan *nats.Msg, limit+1)
+	sub, err := q.nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // the inbox is this call's alone
+	req, err := json.Marshal(struct {
+		Seq   uint64 `json:"seq"`
+		Batch int    `json:"batch"`
+	}{from, limit})
+	if err != nil {
+		return nil, err
+	}
+	if err := q.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, req); err != nil {
+		return nil, err
+	}
+	var out []heldTicket
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+		case "204", "404": // end of batch; nothing from `from` on
+			return out, nil
+		default:
+			return out, fmt.Errorf("read ledger %s: %s %s", stream, status, m.Header.Get("Description"))
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			continue
+		}
+		stored, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		out = append(out, heldTicket{seq: seq, stored: stored, job: string(m.Data)})
+	}
+}
+
+// ReleaseFallbacks is how many releases by acknowledgement this process sent that got no
+// answer within their wait and deleted the ticket instead (the ticket not delivered to its
+// hold: no process subscribed when it was stored, the hold consumer missing, the server
+// gone). Workers export it as sluice_ticket_release_fallbacks_total.
+func (d Deliveries) ReleaseFallbacks() uint64 { return d.releaseFallbacks.Load() }

@@ -1,0 +1,191 @@
+package queue_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// jsState reads, in process (not through JetStream's API, which would count), the server's
+// API request count and how many tickets stream holds.
+func jsState(t *testing.T, ns *testenv.NATSServer, stream string) (apiTotal, msgs uint64) {
+	t.Helper()
+	info, err := ns.Server.Jsz(&server.JSzOptions{Accounts: true, Streams: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range info.AccountDetails {
+		for _, s := range a.Streams {
+			if s.Name == stream {
+				msgs = s.State.Msgs
+			}
+		}
+	}
+	return info.API.Total, msgs
+}
+
+// waitTickets waits until stream holds want tickets, and returns the API request count then.
+func waitTickets(t *testing.T, ns *testenv.NATSServer, stream string, want uint64) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		api, n := jsState(t, ns, stream)
+		if n == want {
+			return api
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %d tickets, want %d", stream, n, want)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the condition, in process
+	}
+}
+
+// A drain releases its jobs' tickets by the hold consumer's acknowledgements: 300 jobs acked,
+// their tickets gone, and JetStream's API asked nothing per job (a DeleteMsg per ticket, the
+// release before the hold consumer, would be 300 requests), nor did any release fall back.
+func TestReleaseByAckSendsNoAPIRequests(t *testing.T) {
+	ns := testenv.NATS(t)
+	b := setupURL(t, ns.URL, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 1000})
+	const jobs = 300
+	for range jobs {
+		b.publish(&queue.Job{Queue: "q", Direct: true, Body: []byte("x")})
+	}
+	ledger := b.prefix + "_L_q"
+	waitTickets(t, ns, ledger, jobs)
+	c := b.consumer("q")
+	before, _ := jsState(t, ns, ledger)
+	for got := 0; got < jobs; {
+		msgs, err := c.Fetch(b.ctx, 100, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if err := m.Ack(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got += len(msgs)
+	}
+	after := waitTickets(t, ns, ledger, 0)
+	t.Logf("%d jobs drained: %d JetStream API requests, %d releases fell back to deletion",
+		jobs, after-before, b.q.ReleaseFallbacks())
+	if after-before > jobs/30 {
+		t.Errorf("the drain of %d jobs sent %d JetStream API requests; want none per job", jobs, after-before)
+	}
+	if n := b.q.ReleaseFallbacks(); n != 0 {
+		t.Errorf("%d releases fell back to deletion; want 0", n)
+	}
+	// The ledger still bounds: max_depth 1000 admits 1000 again, not more.
+	for range 1000 {
+		b.publish(&queue.Job{Queue: "q", Direct: true})
+	}
+	_, err := b.q.Publish(b.ctx, &queue.Job{Queue: "q", Direct: true})
+	wantErr(t, err, queue.ErrFull)
+}
+
+// A ticket its hold consumer has not delivered (no process subscribed to the holds'
+// deliveries when the ledger was made) is not released by an acknowledgement, which the
+// server ignores unanswered: the release falls back to deletion after its wait, and the
+// ticket leaves all the same, after the job's ack and not before.
+func TestReleaseFallsBackWhenTicketNotHeld(t *testing.T) {
+	ns := testenv.NATS(t)
+	b := setupURL(t, ns.URL, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 10})
+	queue.DropHold(b.q, 200*time.Millisecond)
+	b.publish(&queue.Job{Queue: "q", Direct: true, Body: []byte("x")})
+	ledger := b.prefix + "_L_q"
+	hold, err := b.js.PushConsumer(b.ctx, ledger, "hold")
+	if err != nil {
+		t.Fatalf("hold consumer: %v", err)
+	}
+	info, err := hold.Info(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 0 || info.NumPending != 1 {
+		t.Fatalf("hold consumer: %d delivered, %d undelivered; want the ticket undelivered", info.NumAckPending, info.NumPending)
+	}
+	m := b.fetchOne(b.consumer("q"), 5*time.Second)
+	if _, n := jsState(t, ns, ledger); n != 1 {
+		t.Fatalf("the ledger holds %d tickets before the ack, want 1", n)
+	}
+	if err := m.Ack(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitTickets(t, ns, ledger, 0)
+	if n := b.q.ReleaseFallbacks(); n != 1 {
+		t.Errorf("%d releases fell back to deletion; want 1", n)
+	}
+}
+
+// A job accepted before the upgrade carries a ticket of the old limits-retention ledger
+// (<prefix>_A_<queue>), which has no hold consumer: its ack releases it by deletion, that
+// ticket alone, and the new ledger does not count it.
+func TestReleaseOfOldLedgerTicketDeletes(t *testing.T) {
+	ns := testenv.NATS(t)
+	b := setupURL(t, ns.URL, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 1})
+	old := b.prefix + "_A_q"
+	st, err := b.js.CreateStream(b.ctx, jetstream.StreamConfig{Name: old, Subjects: []string{b.prefix + ".a.q.*"},
+		Discard: jetstream.DiscardNew, MaxMsgs: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := b.js.Publish(b.ctx, b.prefix+".a.q.t", []byte("old-job")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.publish(&queue.Job{Queue: "q", Direct: true}) // max_depth 1: the old tickets do not count
+	queue.ReleaseAcked(b.q, old+":1")
+	if _, err := st.GetMsg(b.ctx, 1); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("old ticket 1 after its release: %v, want deleted", err)
+	}
+	if _, err := st.GetMsg(b.ctx, 2); err != nil {
+		t.Errorf("old ticket 2, not released: %v", err)
+	}
+	if n := b.q.ReleaseFallbacks(); n != 0 {
+		t.Errorf("%d releases counted as fallbacks; want 0 (an old ticket is deleted by design)", n)
+	}
+}
+
+// In a three-node cluster, where nats-server answers an acknowledgement once it is replicated,
+// a drain's releases are answered too: the tickets leave, none by the fallback.
+func TestReleaseByAckInACluster(t *testing.T) {
+	ns := testenv.NATSCluster(t)
+	spec := queue.Spec{Name: "q", Replicas: 3, MaxDepth: 100}
+	b := setupURL(t, ns.URL, queue.Options{Replicas: 3}, spec)
+	const jobs = 20
+	for range jobs {
+		b.publish(&queue.Job{Queue: "q", Direct: true})
+	}
+	ledger, err := b.js.Stream(b.ctx, b.prefix+"_L_q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func() uint64 {
+		info, err := ledger.Info(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	if n := held(); n != jobs {
+		t.Fatalf("the ledger holds %d tickets, want %d", n, jobs)
+	}
+	b.drain("q")
+	deadline := time.Now().Add(10 * time.Second)
+	for held() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ledger still holds %d tickets after the drain", held())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the condition
+	}
+	if n := b.q.ReleaseFallbacks(); n != 0 {
+		t.Errorf("%d releases fell back to deletion; want 0", n)
+	}
+}
