@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,62 +28,6 @@ func publishCost(t *testing.T, qs *queue.Queues, name string, n int, cost int64)
 	}
 }
 
-// slotLog is a Memory schedule that records, per queue, every slot a take charged units for:
-// its instant on the schedule's clock (leaky.Slot.At; on Memory, exact to the µs the schedule
-// counts in), the instants before and after the take ran, and when its charge was
-// reconciled. A test reads the spacing the schedule gave from it, which the trip of a
-// delivery to the upstream (the arrival stamp) does not move.
-type slotLog struct {
-	*leaky.Memory
-	mu    sync.Mutex
-	slots map[string][]*loggedSlot
-}
-
-// loggedSlot is one charged take.
-type loggedSlot struct {
-	at, before, after time.Time
-	charge            leaky.Charge
-	reconciled        time.Time // zero: not reconciled (yet, or ever: a slot given up)
-}
-
-func newSlotLog() *slotLog {
-	return &slotLog{Memory: leaky.NewMemory(nil), slots: map[string][]*loggedSlot{}}
-}
-
-func (s *slotLog) TakeCost(ctx context.Context, q string, r leaky.Rate, a leaky.Ask) (leaky.Slot, leaky.Charge, error) {
-	before := time.Now()
-	sl, c, err := s.Memory.TakeCost(ctx, q, r, a)
-	if err == nil && c.Cost > 0 { // a take beyond Ask.Ahead reserves and charges nothing
-		s.mu.Lock()
-		s.slots[q] = append(s.slots[q], &loggedSlot{at: sl.At, before: before, after: time.Now(), charge: c})
-		s.mu.Unlock()
-	}
-	return sl, c, err
-}
-
-func (s *slotLog) Reconcile(ctx context.Context, q string, c leaky.Charge, actual int64) error {
-	err := s.Memory.Reconcile(ctx, q, c, actual)
-	s.mu.Lock()
-	for _, sl := range s.slots[q] {
-		if sl.charge == c {
-			sl.reconciled = time.Now()
-		}
-	}
-	s.mu.Unlock()
-	return err
-}
-
-// of returns queue q's charged slots, in the order taken.
-func (s *slotLog) of(q string) []loggedSlot {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []loggedSlot
-	for _, sl := range s.slots[q] {
-		out = append(out, *sl)
-	}
-	return out
-}
-
 // TestUnitBudget: a queue with a unit budget (1000 units/s) spaces its jobs by their units,
 // and refunds of true costs read from the answer bring the jobs waiting forward: 6 jobs
 // charged 200 units (200ms each) that cost 50 get slots at least 50ms apart, and a job that
@@ -107,7 +50,7 @@ func TestUnitBudget(t *testing.T) {
 	}
 	publishCost(t, h.qs, "tokens", 6, 200)
 	publishCost(t, h.qs, "big", 1, 5000)
-	sl := newSlotLog()
+	sl := newMemorySlotLog()
 	r := h.run(worker.Deps{Schedule: sl}, units(h.spec("tokens", 100)), units(h.spec("big", 100)))
 	h.up.WaitCount(t, 10*time.Second, "7 deliveries", func(n int) bool { return n >= 7 })
 	testenv.WaitFor(t, 5*time.Second, "the units delivered counted", func() bool {
