@@ -114,34 +114,82 @@ func TestRegionsShareOneUnitBudget(t *testing.T) {
 	// A Redis slot's At is placed at most the shortest round trip seen after its instant on
 	// the server (leaky.Slot): well under the 20 ms between a region's slots, which rounds
 	// U·(w + that) down to the same whole jobs.
+	from := first.Add(time.Second) // past the first renewals: both regions hold their shares
 	var slots []time.Time
+	var shares, handed, due float64 // the regions' fractions; units handed out, and due at them
 	for _, l := range logs {
-		for _, s := range l.of("llm") {
+		ls := l.of("llm")
+		for _, s := range ls {
 			slots = append(slots, s.at)
 		}
+		r := regionSlots(ls, from, end)
+		shares += r.share
+		handed += float64(r.slots * cost)
+		due += r.share * budget * (end.Sub(from) - r.dry).Seconds()
+		t.Logf("a region: share %.3f, %d slots, dry %v", r.share, r.slots, r.dry)
 	}
 	sort.Slice(slots, func(i, j int) bool { return slots[i].Before(slots[j]) })
 	// The windows that end by end: every region was backlogged throughout.
 	most := unitsWindow(slots, cost, first, end.Add(-time.Second))
-	handed := rateIn(slots, first.Add(time.Second), end) * cost
-	used := rateIn(all, first.Add(time.Second), end) * cost
+	used := rateIn(all, from, end) * cost
 	givenUp := 0.0
 	for _, reg := range given {
 		givenUp += metric(t, reg, "sluice_worker_slots_given_up_total", "queue", "llm")
 	}
 	left := 600 - len(all)
 	t.Logf("cost_rate %d units/s, jobs of %d: most units handed out in any 1 s window %d (bound %d), %d arrived; "+
-		"both backlogged %.0f units/s handed out (%.0f%%), %.0f arrived (%.0f%%), %.0f slots given up; a %d, b %d delivered, %d left",
+		"both backlogged: shares %.3f, %.0f units handed out of %.0f due at them while not dry (%.0f%%), "+
+		"%.0f units/s arrived (%.0f%%), %.0f slots given up; a %d, b %d delivered, %d left",
 		budget, cost, most, budget+bound, unitsWindow(all, cost, first, end.Add(-time.Second)),
-		handed, 100*handed/budget, used, 100*used/budget, givenUp, len(aAts), len(bAts), left)
+		shares, handed, due, 100*handed/due, used, 100*used/budget, givenUp, len(aAts), len(bAts), left)
 	t.Logf("jobs per second a/b: %s", timeline(aAts, bAts, first, end))
 	if most > budget+bound {
 		t.Errorf("the schedules handed out %d units in a 1 s window; cost_rate %d + bound %d", most, budget, bound)
 	}
-	if handed < 0.85*budget {
-		t.Errorf("both regions backlogged were handed %.0f units/s together; want ≥ 85%% of %d", handed, budget)
+	// The lower bound, in two parts that a starved machine does not move. The shares the
+	// regions charged at sum to the budget while both are backlogged (each 0.500 under -race
+	// beside two CPU-bound loops, where 50–85% of the budget was handed out). And at those
+	// shares a schedule hands out its units without a gap, except where it ran dry: a take
+	// that came after its units were due ("go now"), which only a starved worker makes with
+	// 300 jobs waiting, as TestRedisAggregateRate counts it.
+	if shares < 0.85 {
+		t.Errorf("both regions backlogged charged at shares summing to %.3f; want ≥ 0.85 of the budget", shares)
 	}
-	if len(aAts) < 100 || len(bAts) < 100 || left <= 0 {
-		t.Errorf("a delivered %d, b %d, %d left: want both regions backlogged and delivering throughout", len(aAts), len(bAts), left)
+	if handed < 0.85*due {
+		t.Errorf("both regions backlogged were handed %.0f units, under 85%% of the %.0f due at their shares while not dry", handed, due)
 	}
+	// Both backlogged throughout: each region has jobs left of the 300 it had at the start.
+	// (How many each delivered is the machine's speed: 73 and 66 under a load average of 15.)
+	if len(aAts) == 0 || len(bAts) == 0 || len(aAts) >= 300 || len(bAts) >= 300 {
+		t.Errorf("a delivered %d, b %d of 300 each: want both regions delivering and backlogged throughout", len(aAts), len(bAts))
+	}
+}
+
+// regionSlots sums up a region's charged slots ls (in the order taken) whose instants fall in
+// [from, to).
+type regionSlotsSum struct {
+	share float64       // the mean fraction of cost_rate they were charged at
+	slots int           // how many
+	dry   time.Duration // how long the schedule ran dry before them: a "go now" slot's gap
+	// beyond the span of its predecessor's charge
+}
+
+func regionSlots(ls []loggedSlot, from, to time.Time) regionSlotsSum {
+	var r regionSlotsSum
+	for i, s := range ls {
+		if s.at.Before(from) || !s.at.Before(to) {
+			continue
+		}
+		r.slots++
+		r.share += float64(time.Second) / float64(s.charge.Units.Per) // regionalUnits: Per / fraction
+		if i > 0 && s.wait == 0 {
+			prev := ls[i-1]
+			span := time.Duration(prev.charge.Cost) * prev.charge.Units.Per / time.Duration(prev.charge.Units.N)
+			r.dry += max(0, s.at.Sub(prev.at)-span)
+		}
+	}
+	if r.slots > 0 {
+		r.share /= float64(r.slots)
+	}
+	return r
 }

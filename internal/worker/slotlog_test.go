@@ -23,6 +23,7 @@ type slotLog struct {
 // loggedSlot is one charged take.
 type loggedSlot struct {
 	at, before, after time.Time
+	wait              time.Duration // leaky.Slot.Wait: 0 is "go now", the schedule ran dry
 	charge            leaky.Charge
 	reconciled        time.Time // zero: not reconciled (yet, or ever: a slot given up)
 }
@@ -37,7 +38,7 @@ func (l *slotLog) took(q string, before time.Time, s leaky.Slot, c leaky.Charge,
 	if l.slots == nil {
 		l.slots = map[string][]*loggedSlot{}
 	}
-	l.slots[q] = append(l.slots[q], &loggedSlot{at: s.At, before: before, after: time.Now(), charge: c})
+	l.slots[q] = append(l.slots[q], &loggedSlot{at: s.At, before: before, after: time.Now(), wait: s.Wait, charge: c})
 }
 
 // reconciled records that charge c of queue q has been reconciled.
