@@ -137,7 +137,7 @@ func TestReadWorkersWhileTheyRewrite(t *testing.T) {
 		}()
 	}
 	defer func() { stop(); wg.Wait() }()
-	for n := range 100 {
+	for n := range 30 {
 		ws, err := readWorkers(ctx, js, kv)
 		if err != nil {
 			t.Fatal(err)
