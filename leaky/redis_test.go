@@ -410,13 +410,20 @@ func TestRedisHeldReply(t *testing.T) {
 	}
 
 	// givenUpThenOnTime waits for a slot of queue that was held up: one slot given up about
-	// delay late, then the next one on time.
+	// delay late, then the next one on time. A slot after it may be given up too, when the
+	// machine wakes Wait later than the tolerance for it (68ms beside two CPU-bound loops):
+	// Wait reports each such slot, and is right to take another. The held one comes first.
 	givenUpThenOnTime := func(name string, s *lastSlot, queue string) {
 		t.Helper()
-		if err := WaitHooks(ctx, s, queue, perSecond10, hooks); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second) // a slot given up for ever fails
+		defer cancel()
+		if err := WaitHooks(wctx, s, queue, perSecond10, hooks); err != nil {
 			t.Fatal(err)
 		}
-		if len(lates) != 1 || lates[0] < delay-5*time.Millisecond {
+		if len(lates) > 1 {
+			t.Logf("%s: given up %v: the first for the held reply, the others woken late", name, lates)
+		}
+		if len(lates) == 0 || lates[0] < delay-5*time.Millisecond {
 			t.Fatalf("%s: given up %v, want one slot given up about %v late", name, lates, delay)
 		}
 		if late := time.Since(time.UnixMicro(s.last.sched)); late < 0 || late > onTime {
