@@ -117,7 +117,6 @@ func TestRedisAggregateRate(t *testing.T) {
 	type delivery struct {
 		at    time.Time // when Wait returned
 		sched int64     // the slot, µs of the Redis server's clock
-		dry   bool      // the slot was "go now": no worker held a reservation ahead of it
 	}
 	var (
 		mu         sync.Mutex
@@ -142,7 +141,7 @@ func TestRedisAggregateRate(t *testing.T) {
 						}
 						return
 					}
-					d := delivery{time.Now(), s.last.sched, s.last.Wait == 0}
+					d := delivery{time.Now(), s.last.sched}
 					mu.Lock()
 					deliveries = append(deliveries, d)
 					mu.Unlock()
@@ -163,23 +162,35 @@ func TestRedisAggregateRate(t *testing.T) {
 	// backlog", and is left out of the accuracy check (and logged). The ±2: at the edges a
 	// slot's holder can lose the race against the deadline while a later one wins.
 	interval := r.Interval.Microseconds()
-	var starved time.Duration
 	for i := 1; i < len(deliveries); i++ {
-		gap := deliveries[i].sched - deliveries[i-1].sched
-		if gap < interval {
+		if gap := deliveries[i].sched - deliveries[i-1].sched; gap < interval {
 			t.Fatalf("slots %d and %d are %dµs apart, less than the interval %dµs", i-1, i, gap, interval)
 		}
-		if deliveries[i].dry {
-			starved += time.Duration(gap-interval) * time.Microsecond
+	}
+	first, last := deliveries[0].sched, deliveries[len(deliveries)-1].sched
+	span := time.Duration(last-first) * time.Microsecond
+	// The time starved is read on every slot reserved, used or given up: a dry take leaves a
+	// gap beyond one interval after the slot reserved before it, and a given-up slot (a worker
+	// the machine starved past its slot: not "with a backlog" either) is one interval of the
+	// span with no slot used. Read on the used slots alone, a given-up slot followed by a dry
+	// take was counted twice, once in the dry gap and once as given up (271 slots used in
+	// 1.49s, "want 255 ± 5", under -race beside two CPU-bound loops). Slots given up before
+	// the first used one or after the last leave no gap in the span.
+	reserved := make([]int64, 0, len(deliveries)+len(givenUpAt))
+	for _, d := range deliveries {
+		reserved = append(reserved, d.sched)
+	}
+	var starved time.Duration
+	for _, g := range givenUpAt {
+		if g > first && g < last {
+			reserved = append(reserved, g)
+			starved += r.Interval
 		}
 	}
-	span := time.Duration(deliveries[len(deliveries)-1].sched-deliveries[0].sched) * time.Microsecond
-	// A given-up slot between the first and the last used is a gap of one interval in the slots
-	// used, left by a worker the machine starved past its slot: not "with a backlog" either.
-	// (Slots given up before the first used one, at the start, leave no gap in the span.)
-	for _, g := range givenUpAt {
-		if g > deliveries[0].sched && g < deliveries[len(deliveries)-1].sched {
-			starved += r.Interval
+	slices.Sort(reserved)
+	for i := 1; i < len(reserved); i++ {
+		if gap := reserved[i] - reserved[i-1]; gap > interval {
+			starved += time.Duration(gap-interval) * time.Microsecond // only a dry take leaves one
 		}
 	}
 	if starved > 0 {
@@ -362,6 +373,12 @@ func TestRedisHeldReply(t *testing.T) {
 	s := &lastSlot{Redis: NewRedis(client, RedisConfig{Prefix: prefix})}
 	ctx := context.Background()
 	const delay = 80 * time.Millisecond // the tolerance at 10/s is 50ms
+	// onTime is how late after its slot Wait may return a slot it used: the rate's tolerance
+	// (a slot woken later is given up, the package's guarantee). It was 20ms, which a loaded
+	// machine's timer wake-up overran (20.7ms under -race beside two CPU-bound loops) while
+	// Wait was right to use the slot. A slot placed as late as the held reply would come
+	// 80ms late, or be given up: either fails the checks below.
+	onTime := perSecond10.Tolerance()
 
 	// Reserved ahead: three takes make a backlog (and measure the round trip); the fourth's
 	// reply is held up, and its slot is 300ms out.
@@ -375,7 +392,7 @@ func TestRedisHeldReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Redis runs on this host: its TIME and time.Now read the same clock.
-	if late := time.Since(time.UnixMicro(s.last.sched)); late < 0 || late > 20*time.Millisecond || len(lates) != 0 {
+	if late := time.Since(time.UnixMicro(s.last.sched)); late < 0 || late > onTime || len(lates) != 0 {
 		t.Fatalf("reserved ahead: Wait returned %v after the slot (given up: %v), want on time", late, lates)
 	}
 
@@ -388,21 +405,28 @@ func TestRedisHeldReply(t *testing.T) {
 	if err := WaitHooks(ctx, s, "cold", perSecond10, hooks); err != nil {
 		t.Fatal(err)
 	}
-	if late := time.Since(time.UnixMicro(s.last.sched)); late < 0 || late > 20*time.Millisecond || len(lates) != 0 {
+	if late := time.Since(time.UnixMicro(s.last.sched)); late < 0 || late > onTime || len(lates) != 0 {
 		t.Fatalf("first take: Wait returned %v after the slot (given up: %v), want on time", late, lates)
 	}
 
 	// givenUpThenOnTime waits for a slot of queue that was held up: one slot given up about
-	// delay late, then the next one on time.
+	// delay late, then the next one on time. A slot after it may be given up too, when the
+	// machine wakes Wait later than the tolerance for it (68ms beside two CPU-bound loops):
+	// Wait reports each such slot, and is right to take another. The held one comes first.
 	givenUpThenOnTime := func(name string, s *lastSlot, queue string) {
 		t.Helper()
-		if err := WaitHooks(ctx, s, queue, perSecond10, hooks); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second) // a slot given up for ever fails
+		defer cancel()
+		if err := WaitHooks(wctx, s, queue, perSecond10, hooks); err != nil {
 			t.Fatal(err)
 		}
-		if len(lates) != 1 || lates[0] < delay-5*time.Millisecond {
+		if len(lates) > 1 {
+			t.Logf("%s: given up %v: the first for the held reply, the others woken late", name, lates)
+		}
+		if len(lates) == 0 || lates[0] < delay-5*time.Millisecond {
 			t.Fatalf("%s: given up %v, want one slot given up about %v late", name, lates, delay)
 		}
-		if late := time.Since(time.UnixMicro(s.last.sched)); late < 0 || late > 20*time.Millisecond {
+		if late := time.Since(time.UnixMicro(s.last.sched)); late < 0 || late > onTime {
 			t.Fatalf("%s: Wait returned %v after the slot, want on time", name, late)
 		}
 		lates = nil

@@ -67,7 +67,7 @@ func waitWorkers(t *testing.T, js jetstream.JetStream, what string, cond func([]
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer stopWatch(ctx, w)
 	for {
 		ws, err := presentWorkers(ctx, js)
 		if err == nil && cond(ws) {

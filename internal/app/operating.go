@@ -1,11 +1,13 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,25 +100,112 @@ func version() string {
 	return v
 }
 
-// readWorkers reads every worker's current entry in the presence bucket kv.
-func readWorkers(ctx context.Context, kv jetstream.KeyValue) ([]admin.Worker, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+// readWorkers reads every worker's current entry in the presence bucket kv of js.
+//
+// A watcher's initial values are not a snapshot: its end marker comes after as many messages
+// as the bucket held when the watch began, and a key rewritten meanwhile (each worker rewrites
+// its own every presenceEvery) can come twice before the marker while another key comes only
+// after it. So the entries are kept by key, the latest revision of each, and the keys the
+// bucket holds once the marker is in (its stream's subjects) that the watch has not delivered
+// are read one by one: a worker present throughout is never missed nor counted twice. Costs:
+// one watch, one stream info listing the keys, and one get per key rewritten during the read
+// (usually none). The entries come in the order they were written.
+func readWorkers(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) ([]admin.Worker, error) {
+	latest := map[string]jetstream.KeyValueEntry{} // deletes too: a key deleted since is not read
+	keep := func(e jetstream.KeyValueEntry) {
+		if prev, ok := latest[e.Key()]; !ok || e.Revision() > prev.Revision() {
+			latest[e.Key()] = e
+		}
+	}
+	if err := initialValues(ctx, kv, keep); err != nil {
+		return nil, err
+	}
+	keys, err := bucketKeys(ctx, js, kv.Bucket())
 	if err != nil {
 		return nil, err
 	}
-	defer w.Stop()
-	var out []admin.Worker
+	for _, k := range keys {
+		if _, ok := latest[k]; ok {
+			continue
+		}
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // deleted or expired since the listing
+		}
+		if err != nil {
+			return nil, err
+		}
+		keep(e)
+	}
+	entries := make([]jetstream.KeyValueEntry, 0, len(latest))
+	for _, e := range latest {
+		if e.Operation() == jetstream.KeyValuePut {
+			entries = append(entries, e)
+		}
+	}
+	slices.SortFunc(entries, func(a, b jetstream.KeyValueEntry) int { return cmp.Compare(a.Revision(), b.Revision()) })
+	out := make([]admin.Worker, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, parsePresence(e.Key(), e.Value(), e.Created()))
+	}
+	return out, nil
+}
+
+// initialValues passes keep the entries of kv (deletes too) that a watcher delivers up to its
+// end of initial values, then stops the watcher.
+func initialValues(ctx context.Context, kv jetstream.KeyValue, keep func(jetstream.KeyValueEntry)) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopWatch(ctx, w)
 	for {
 		select {
 		case e := <-w.Updates():
 			if e == nil {
-				return out, nil // the end of the current values
+				return nil // the end of the initial values, as far as the watcher counts
 			}
-			out = append(out, parsePresence(e.Key(), e.Value(), e.Created()))
+			keep(e)
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
+}
+
+// stopWatch stops w and takes what it still delivers until it closes its channel (or ctx
+// ends): a watcher's delivery blocks, holding its goroutine, on a full channel (256 entries,
+// which a busy bucket fills within a read) that nobody reads any more.
+func stopWatch(ctx context.Context, w jetstream.KeyWatcher) {
+	_ = w.Stop()
+	for {
+		select {
+		case _, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// bucketKeys lists the keys key-value bucket holds a message for (a value or a delete
+// marker), from its stream's subjects: one request, the server's state at one instant.
+func bucketKeys(ctx context.Context, js jetstream.JetStream, bucket string) ([]string, error) {
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$KV." + bucket + "."
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		keys = append(keys, strings.TrimPrefix(subj, prefix))
+	}
+	return keys, nil
 }
 
 // parsePresence reads a presence entry: JSON, or the older comma-separated queue names.
@@ -159,7 +248,7 @@ func presentWorkers(ctx context.Context, js jetstream.JetStream) ([]admin.Worker
 	if err != nil {
 		return nil, err
 	}
-	return readWorkers(ctx, kv)
+	return readWorkers(ctx, js, kv)
 }
 
 // counts reads every queue's stream counters at once, for the history.

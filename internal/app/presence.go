@@ -148,7 +148,7 @@ func (m *consumersMetric) read() (map[string]int, bool) {
 	if err != nil {
 		return nil, false
 	}
-	ws, err := readWorkers(ctx, kv)
+	ws, err := readWorkers(ctx, js, kv)
 	if err != nil {
 		return nil, false
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 )
@@ -100,4 +102,63 @@ queues:
 		t.Fatalf("worker: %v", err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "sluice_queue_consumers 0 once the worker stopped", func() bool { return gauge() == "0" })
+}
+
+// readWorkers lists each worker present once, while every one of them rewrites its entry as
+// fast as it can: a watcher's end of initial values counts messages, and a key rewritten as
+// the watch begins came twice before it while another came after (the history then lost a
+// worker's attempts, and sluice_queue_consumers counted a worker twice).
+func TestReadWorkersWhileTheyRewrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(testenv.Connect(t, testenv.NATS(t).URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: presenceBucket, TTL: presenceTTL,
+		History: 1, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers = 8
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range writers {
+		key := fmt.Sprintf("w%d", i)
+		if _, err := kv.Put(ctx, key, announcement("h", time.Now(), []string{"q"}, nil)); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for wctx.Err() == nil {
+				_, _ = kv.Put(wctx, key, announcement("h", time.Now(), []string{"q"}, nil))
+			}
+		}()
+	}
+	defer func() { stop(); wg.Wait() }()
+	for n := range 30 {
+		ws, err := readWorkers(ctx, js, kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for _, w := range ws {
+			seen[w.ID]++
+		}
+		for i := range writers {
+			if k := fmt.Sprintf("w%d", i); seen[k] != 1 {
+				t.Fatalf("read %d: %s listed %d times, want once (%d entries: %v)", n, k, seen[k], len(ws), seen)
+			}
+		}
+	}
+	// A deleted entry is not listed.
+	stop()
+	wg.Wait()
+	if err := kv.Delete(ctx, "w0"); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := readWorkers(ctx, js, kv); err != nil || len(ws) != writers-1 {
+		t.Fatalf("after deleting w0: %d entries (%v), want %d", len(ws), err, writers-1)
+	}
 }
