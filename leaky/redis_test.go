@@ -454,10 +454,10 @@ func (c *calls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 // TestCheckFromLatestRead: a slot's check is answered from the queue's state as the latest take
-// read it when that take was sent less than checkLead ago, without a round trip, once the
-// clock is no longer young; an older reading is asked again, and so sees another process's
-// pause and a lost state; a pause made through the same schedule is never answered from a
-// reading before it.
+// read it when that take was sent less than checkLead ago, without a round trip, placed
+// strictly (lateness from its earliest bound) while the clock is young; an older reading is
+// read again, and so sees another process's pause and a lost state; a pause made through the
+// same schedule is never answered from a reading before it.
 func TestCheckFromLatestRead(t *testing.T) {
 	srv := testenv.Redis(t)
 	client := srv.NewClient()
@@ -512,10 +512,16 @@ func TestCheckFromLatestRead(t *testing.T) {
 		return slot
 	}
 	slot := reserve("q")
-	// While the clock is young the check is a sample of its own: it asks.
-	check("fresh take, young clock", "q", slot, 1, false, true)
+	// While the clock is young the slot is placed strictly; after, at its latest bound.
+	check("fresh take, young clock", "q", slot, 0, false, true)
+	if _, _, placed, _ := s.check(ctx, "q", slot); !placed.strict {
+		t.Fatal("a young clock's slot was placed without strict lateness")
+	}
 	mature("q")
 	check("fresh take", "q", slot, 0, false, true)
+	if _, _, placed, _ := s.check(ctx, "q", slot); placed.strict {
+		t.Fatal("a mature clock's slot was placed with strict lateness")
+	}
 
 	// Another process pauses the queue: a reading from after it sees the pause.
 	if err := other.Pause(ctx, "q", time.Minute); err != nil {

@@ -173,18 +173,26 @@ func BenchmarkDrainCost(b *testing.B) {
 						}
 						return workers, cpuTime(natsPID), cpuTime(redisPID)
 					}
+					switches := func() (n int64) {
+						for _, p := range procs {
+							n += contextSwitches(p.cmd.Process.Pid)
+						}
+						return n
+					}
 					w0, n0, r0 := cpu()
+					s0 := switches()
 					release()
 					up.WaitCount(b, 2*time.Minute, "the backlog to drain", func(k int) bool { return k-base >= n })
 					w1, n1, r1 := cpu()
+					s1 := switches()
 					for _, p := range procs {
 						p.kill()
 					}
 					per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
 					r := drainCost{workertest.Rate(workertest.Times(up.Arrivals("/q/" + name))), per(w1 - w0), per(n1 - n0), per(r1 - r0)}
 					results[v.name] = append(results[v.name], r)
-					b.Logf("%-8s round %d: %7.0f jobs/s, CPU µs/job: workers %4.0f, nats-server %4.0f, redis-server %3.0f",
-						v.name, round, r.rate, r.workers, r.nats, r.redis)
+					b.Logf("%-8s round %d: %7.0f jobs/s, CPU µs/job: workers %4.0f, nats-server %4.0f, redis-server %3.0f; workers' context switches per job %.2f",
+						v.name, round, r.rate, r.workers, r.nats, r.redis, float64(s1-s0)/float64(n))
 				}
 			}
 			this := medianCost(results["this"])
@@ -244,6 +252,26 @@ func cpuTime(pid int) time.Duration {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * clockTick
+}
+
+// contextSwitches returns the context switches, voluntary and not, of every thread of process
+// pid so far, from /proc/<pid>/task/*/status: about one per time a thread went to sleep and
+// woke, which is what a throttled drain pays per job that an unthrottled one does not.
+func contextSwitches(pid int) (n int64) {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
 }
 
 // childPID returns the pid of a child process of this one whose command name is comm, or 0.
