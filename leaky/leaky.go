@@ -111,6 +111,9 @@ type Slot struct {
 	epoch int64
 	// retry: nothing was reserved (TakeCost beyond Ask.Ahead); ask again after Wait.
 	retry bool
+	// wide: the wait for the slot is on a grid (above StrictRate), whose tolerance lets a
+	// young clock's check be answered from the latest reading (Redis.check).
+	wide bool
 }
 
 // late is how late it is for s at now: since At, the latest the slot can be, or for a strict
@@ -329,6 +332,7 @@ func onGrid(t time.Time, g time.Duration) time.Time {
 // check asks the schedule whether the queue was paused since slot was taken and whether the
 // reservation still stands, and places slot again where the schedule can (Redis).
 func (w *waiter) check(ctx context.Context, slot Slot) (paused time.Duration, valid bool, _ Slot, err error) {
+	slot.wide = w.grid > 0
 	if w.ck != nil {
 		return w.ck.check(ctx, w.queue, slot)
 	}

@@ -120,9 +120,11 @@ func (r *Redis) PausedFor(ctx context.Context, queue string) (time.Duration, err
 // reply, seenState) when the request that read it was sent less than checkLead ago and the
 // queue's clock is no longer young (youngFor). When
 // that state is older, the checks of the queue that find it so share one round trip that reads
-// it again (refresh): the slots a process lets go together (Grid) wake their checks together.
-// A young clock, or a state this process dropped meanwhile (its own Pause), takes a round trip
-// of the check's own (ask). Wait checks at most checkLead before the slot, so a slot is used
+// it again (refresh): the slots a process lets go together (Grid) check together. While the
+// clock is young, or when this process dropped the state meanwhile (its own Pause), a check
+// takes a round trip of its own (ask): its sample, on a calmer machine than a loaded start's,
+// narrows the clock's bounds for its slot. A slot on a grid (Slot.wide), whose tolerance is
+// MinTolerance, is answered from the reading while the clock is young too, placed strictly. Wait checks at most checkLead before the slot, so a slot is used
 // only if the queue's state was read at most twice checkLead before it, and not paused then: a pause made by another process stops the slots
 // due that long after it, one made by this process every slot it has not yet released.
 func (r *Redis) check(ctx context.Context, queue string, s Slot) (time.Duration, bool, Slot, error) {
@@ -130,16 +132,18 @@ func (r *Redis) check(ctx context.Context, queue string, s Slot) (time.Duration,
 		from := time.Now().Add(-checkLead)
 		for read := false; ; read = true {
 			if server, epoch, pu, ok := r.seen(queue).since(from); ok {
-				// A young clock's bounds may still be as wide as a loaded start's round trips:
-				// lateness then counts from the earliest bound (strict), as for a take's slot.
-				if lo, hi, young, ok := r.clock(queue).bounds(time.Now()); ok {
-					c := r.clock(queue)
+				c := r.clock(queue)
+				// While the clock is young its bounds may still be as wide as a loaded start's
+				// round trips: the check's own round trip, on a calmer machine, narrows them.
+				// A slot on a grid tolerates MinTolerance: it is placed strictly (lateness from
+				// the earliest bound) while the clock is young, as a take's slot is.
+				if lo, hi, young, ok := c.bounds(time.Now()); ok && (!young || s.wide) {
 					s.At, s.early, s.strict = c.local(s.sched, hi), c.local(s.sched, lo), young
 					return time.Duration(max(pu-server, 0)) * time.Microsecond, epoch == s.epoch, s, nil
 				}
 				break
 			}
-			if read {
+			if read || (young(r.clock(queue)) && !s.wide) {
 				break
 			}
 			if err := r.refresh(ctx, queue, from); err != nil {
@@ -184,6 +188,12 @@ func (r *Redis) refresh(ctx context.Context, queue string, from time.Time) error
 	st.mu.Unlock()
 	close(f.done)
 	return f.err
+}
+
+// young reports whether c has no sample yet or is young (youngFor).
+func young(c *serverClock) bool {
+	_, _, y, ok := c.bounds(time.Now())
+	return !ok || y
 }
 
 // ask is check with a round trip to Redis of its own.

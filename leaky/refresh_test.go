@@ -53,7 +53,12 @@ func TestChecksShareARead(t *testing.T) {
 	if _, err := s.PausedFor(ctx, "q"); err != nil { // loads the script: one call from now on
 		t.Fatal(err)
 	}
-	// The latest reading is older than checkLead.
+	// The clock is no longer young (two seconds of samples), and the latest reading is older
+	// than checkLead.
+	c := s.clock("q")
+	c.mu.Lock()
+	c.born -= youngFor.Microseconds()
+	c.mu.Unlock()
 	st := s.seen("q")
 	st.mu.Lock()
 	st.sent = st.sent.Add(-2 * checkLead)
