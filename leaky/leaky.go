@@ -171,8 +171,8 @@ const (
 )
 
 // Wait reserves a slot of queue at rate r and returns when the caller may deliver: it takes a
-// slot and sleeps until it. Shortly before the slot (checkLead) it asks whether the queue was
-// paused meanwhile (PausedFor); if it was, it sleeps the pause out and takes a new slot. On a
+// slot and sleeps until it. Shortly before the slot (checkLead; above StrictRate, at the slot,
+// on the Grid) it asks whether the queue was paused meanwhile (PausedFor); if it was, it sleeps the pause out and takes a new slot. On a
 // Redis schedule it also takes a new slot if the state the reservation was made in has been
 // lost. A slot it wakes for later than r.Tolerance() is given up, and it takes a new one.
 // onWait, if not nil, is called before each sleep of at least ProgressThreshold and every
