@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// TestGrid: above StrictRate a wait ends on a multiple of Grid, never before its slot, and at
-// most Grid after it; at StrictRate and below there is no grid.
+// TestGrid: above StrictRate a wait for a slot reserved ahead ends on a multiple of Grid, never
+// before its slot, and at most Grid after it; at StrictRate and below there is no grid.
 func TestGrid(t *testing.T) {
 	for _, c := range []struct {
 		rate Rate
@@ -36,24 +36,30 @@ func TestGrid(t *testing.T) {
 		}
 	}
 
-	// A wait at 1000/s on the real clock: each slot still ahead when taken is let go at or
-	// after the grid instant of its slot, which is at most Grid after it.
+	// A wait at 500/s on the real clock: each slot taken more than checkMin ahead is let go at
+	// or after the grid instant of its slot, which is at most Grid after it; one closer is let
+	// go at its instant (not reserved ahead: an unthrottled queue's).
 	s := NewMemory(nil)
-	r := Every(1000, time.Second)
-	ahead := 0
-	for ahead < 5 {
+	r := Every(500, time.Second)
+	checked := 0
+	for range 20 {
+		take(t, s, "q", r)
+		take(t, s, "q", r) // the waited slot is then about 4ms ahead
 		var at, taken time.Time
 		h := Hooks{OnTake: func(a time.Time) { at, taken = a, time.Now() }}
 		if err := WaitHooks(context.Background(), s, "q", r, h); err != nil {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		if !at.After(taken) {
-			continue // free at once: it goes without a sleep
+		if at.Sub(taken) <= checkMin {
+			continue // the machine was slow to get here: not reserved ahead any more
 		}
-		ahead++
+		checked++
 		if g := onGrid(at, Grid); now.Before(g) || g.Sub(at) > Grid {
 			t.Fatalf("slot at %v let go at %v: want at or after its grid instant %v", at, now, g)
 		}
+	}
+	if checked < 5 {
+		t.Fatalf("only %d of 20 slots were reserved more than %v ahead", checked, checkMin)
 	}
 }

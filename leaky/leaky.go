@@ -65,9 +65,9 @@ func (r Rate) Tolerance() time.Duration {
 // MinTolerance is the lateness Wait tolerates before it gives up a slot above StrictRate.
 const MinTolerance = 10 * time.Millisecond
 
-// Grid is the spacing of the instants on which Wait ends its sleeps above StrictRate: a slot
-// is let go at the first multiple of Grid of the Unix clock at or after it (at most Grid late,
-// well within MinTolerance), and its check wakes at the multiple at or after its lead. The
+// Grid is the spacing of the instants on which Wait ends its sleeps above StrictRate, for a
+// slot reserved more than a millisecond ahead (checkMin): it is let go at the first multiple of
+// Grid of the Unix clock at or after it (at most Grid late, well within MinTolerance). The
 // slots a process holds then wake together, a few per wake-up at thousands a second, rather
 // than one wake-up of the process each: every wake from idle costs a thread's wake, the
 // scheduler's spinning and the runtime's monitor's shorter sleeps (docs/design/worker-costs.md).
@@ -261,8 +261,10 @@ func (w *waiter) await(ctx context.Context, slot Slot) (bool, error) {
 	}
 	if slot.Wait <= checkMin {
 		// No check could answer before such a slot (one of a batch at a high rate, say): it
-		// is used as a slot free at once is, after a sleep to its instant.
-		if err := w.sleep(ctx, w.until(slot.At), nil, ProgressThreshold, ProgressInterval); err != nil {
+		// is used as a slot free at once is, after a sleep to its instant. Not on the grid:
+		// a slot this close was not reserved ahead (an unthrottled queue's, or a runner's
+		// behind its rate), and the grid would hold its job up to thousands of intervals.
+		if err := w.sleep(ctx, slot.At.Sub(w.now()), nil, ProgressThreshold, ProgressInterval); err != nil {
 			return false, err
 		}
 		return w.release(slot, false)
