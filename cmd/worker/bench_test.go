@@ -135,11 +135,15 @@ func BenchmarkDrainCost(b *testing.B) {
 		name, rate        string
 		jobs, concurrency int
 		extra             []string
+		settle            time.Duration // after the workers are ready, before the drain
 	}{
-		{"unthrottled", "1000000/s", 5000, 16, nil},
-		{"throttled-2000", "2000/s", 8000, 64, nil},
+		{"unthrottled", "1000000/s", 5000, 16, nil, 0},
+		// The same drain from workers that have run for a while: what a fresh worker's first
+		// seconds cost (issue 44 item 5, docs/design/worker-costs.md).
+		{"unthrottled-settled", "1000000/s", 5000, 16, nil, 3 * time.Second},
+		{"throttled-2000", "2000/s", 8000, 64, nil, 0},
 		// Each delivery takes and gives back a concurrency place, under a cap never reached.
-		{"max-in-flight-64", "1000000/s", 5000, 16, []string{"max_in_flight: 64"}},
+		{"max-in-flight-64", "1000000/s", 5000, 16, []string{"max_in_flight: 64"}, 0},
 	} {
 		b.Run(cs.name, func(b *testing.B) {
 			c := newCluster(b)
@@ -178,6 +182,9 @@ func BenchmarkDrainCost(b *testing.B) {
 							n += contextSwitches(p.cmd.Process.Pid)
 						}
 						return n
+					}
+					if cs.settle > 0 {
+						time.Sleep(cs.settle) // the condition measured, not a wait for one
 					}
 					w0, n0, r0 := cpu()
 					s0 := switches()
