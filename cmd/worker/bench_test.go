@@ -115,10 +115,11 @@ func report(b *testing.B, n int, span time.Duration) {
 // baselineBin: see BenchmarkDrainCost.
 var baselineBin = flag.String("baseline", "", "another worker `binary` that BenchmarkDrainCost runs alternately with this one")
 
-// BenchmarkDrainCost measures what delivering a job costs 4 worker processes, unthrottled, at
-// a throttled 2000/s, and unthrottled under a max_in_flight they never reach: the rate they
-// reach and the CPU time per delivered job of the workers, nats-server and redis-server (from
-// /proc, so on Linux only). The upstream is the no-op testdata/upstream process. Each case
+// BenchmarkDrainCost measures what delivering a job costs 4 worker processes, unthrottled
+// (from the moment they are ready, and again 3 s after: a fresh worker's start window), at a
+// throttled 2000/s, and unthrottled under a max_in_flight they never reach: the rate they
+// reach, the CPU time per delivered job of the workers, nats-server and redis-server, and the
+// workers' context switches per job (from /proc, so on Linux only). The upstream is the no-op testdata/upstream process. Each case
 // drains 3 backlogs and reports the medians.
 //
 // With -baseline, another worker binary (built from an earlier commit, say) drains every other
