@@ -65,6 +65,24 @@ func (r Rate) Tolerance() time.Duration {
 // MinTolerance is the lateness Wait tolerates before it gives up a slot above StrictRate.
 const MinTolerance = 10 * time.Millisecond
 
+// Grid is the spacing of the instants on which Wait ends its sleeps above StrictRate, for a
+// slot reserved more than a millisecond ahead (checkMin): it is let go at the first multiple of
+// Grid of the Unix clock at or after it (at most Grid late, well within MinTolerance). The
+// slots a process holds then wake together, a few per wake-up at thousands a second, rather
+// than one wake-up of the process each: every wake from idle costs a thread's wake, the
+// scheduler's spinning and the runtime's monitor's shorter sleeps (docs/design/worker-costs.md).
+// At StrictRate and below a slot is let go at its instant, as its tolerance is tighter.
+const Grid = MinTolerance / 4
+
+// grid is the spacing of the instants a wait at r ends its sleeps on: Grid above StrictRate,
+// 0 (none) at or below it.
+func (r Rate) grid() time.Duration {
+	if r.Interval > 0 && r.Interval*StrictRate < time.Second {
+		return Grid
+	}
+	return 0
+}
+
 // StrictRate is the highest rate, per second, at which Tolerance keeps every one-second window
 // to rate + Burst + 1 deliveries.
 const StrictRate = 200
@@ -93,6 +111,9 @@ type Slot struct {
 	epoch int64
 	// retry: nothing was reserved (TakeCost beyond Ask.Ahead); ask again after Wait.
 	retry bool
+	// wide: the wait for the slot is on a grid (above StrictRate), whose tolerance lets a
+	// young clock's check be answered from the latest reading (Redis.check).
+	wide bool
 }
 
 // late is how late it is for s at now: since At, the latest the slot can be, or for a strict
@@ -150,8 +171,8 @@ const (
 )
 
 // Wait reserves a slot of queue at rate r and returns when the caller may deliver: it takes a
-// slot and sleeps until it. Shortly before the slot (checkLead) it asks whether the queue was
-// paused meanwhile (PausedFor); if it was, it sleeps the pause out and takes a new slot. On a
+// slot and sleeps until it. Shortly before the slot (checkLead; above StrictRate, at the slot,
+// on the Grid) it asks whether the queue was paused meanwhile (PausedFor); if it was, it sleeps the pause out and takes a new slot. On a
 // Redis schedule it also takes a new slot if the state the reservation was made in has been
 // lost. A slot it wakes for later than r.Tolerance() is given up, and it takes a new one.
 // onWait, if not nil, is called before each sleep of at least ProgressThreshold and every
@@ -197,7 +218,7 @@ var ErrPaused = errors.New("leaky: queue paused")
 
 // WaitHooks is Wait with hooks that observe it.
 func WaitHooks(ctx context.Context, s Schedule, queue string, r Rate, h Hooks) error {
-	w := waiter{s: s, queue: queue, rate: r, h: h, sleeper: sleeper{clock: h.Clock}}
+	w := waiter{s: s, queue: queue, rate: r, h: h, sleeper: sleeper{clock: h.Clock}, grid: r.grid()}
 	w.ck, _ = s.(checker)
 	defer w.stop()
 	for {
@@ -224,6 +245,8 @@ type waiter struct {
 	queue string
 	rate  Rate
 	h     Hooks
+	// grid is the spacing of the instants the waiter's sleeps end on (Rate.grid; 0: none).
+	grid time.Duration
 	sleeper
 }
 
@@ -238,7 +261,9 @@ func (w *waiter) await(ctx context.Context, slot Slot) (bool, error) {
 	}
 	if slot.Wait <= checkMin {
 		// No check could answer before such a slot (one of a batch at a high rate, say): it
-		// is used as a slot free at once is, after a sleep to its instant.
+		// is used as a slot free at once is, after a sleep to its instant. Not on the grid:
+		// a slot this close was not reserved ahead (an unthrottled queue's, or a runner's
+		// behind its rate), and the grid would hold its job up to thousands of intervals.
 		if err := w.sleep(ctx, slot.At.Sub(w.now()), nil, ProgressThreshold, ProgressInterval); err != nil {
 			return false, err
 		}
@@ -256,12 +281,20 @@ func (w *waiter) await(ctx context.Context, slot Slot) (bool, error) {
 // not after Slot.Wait: that counts from when the schedule ran the take, which may be well
 // before its reply came back. It returns the slot as the check placed it again, or retake
 // (after sleeping out a pause) when the slot may not be used.
+//
+// On a grid (above StrictRate) it checks at the slot instead, with one wake-up: the answer
+// then nearly always comes from the latest take's reading (Redis.check), at thousands of slots
+// a second taken every few milliseconds, and a round trip when it does not is within the
+// slot's tolerance of MinTolerance.
 func (w *waiter) sleepToSlot(ctx context.Context, slot Slot) (_ Slot, retake bool, err error) {
 	wake := slot.early
 	if wake.IsZero() {
 		wake = slot.At
 	}
-	if err := w.sleep(ctx, wake.Add(-checkLead).Sub(w.now()), w.h.OnWait, ProgressThreshold, ProgressInterval); err != nil {
+	if w.grid == 0 {
+		wake = wake.Add(-checkLead)
+	}
+	if err := w.sleep(ctx, w.until(wake), w.h.OnWait, ProgressThreshold, ProgressInterval); err != nil {
 		return slot, false, err
 	}
 	paused, valid, slot, err := w.check(ctx, slot)
@@ -273,12 +306,35 @@ func (w *waiter) sleepToSlot(ctx context.Context, slot Slot) (_ Slot, retake boo
 	case !valid:
 		return slot, true, nil
 	}
-	return slot, false, w.sleep(ctx, slot.At.Sub(w.now()), nil, ProgressThreshold, ProgressInterval)
+	return slot, false, w.sleep(ctx, w.until(slot.At), nil, ProgressThreshold, ProgressInterval)
+}
+
+// until returns how long to sleep until t, moved up to the waiter's next grid instant: a slot
+// is never let go early, and a check never reads the queue earlier than checkLead before its
+// slot (it may read it up to a grid later).
+func (w *waiter) until(t time.Time) time.Duration {
+	if w.grid > 0 {
+		t = onGrid(t, w.grid)
+	}
+	return t.Sub(w.now())
+}
+
+// onGrid returns the first multiple of g of the Unix clock at or after t.
+func onGrid(t time.Time, g time.Duration) time.Time {
+	off := time.Duration(t.UnixNano() % int64(g))
+	if off < 0 {
+		off += g
+	}
+	if off == 0 {
+		return t
+	}
+	return t.Add(g - off)
 }
 
 // check asks the schedule whether the queue was paused since slot was taken and whether the
 // reservation still stands, and places slot again where the schedule can (Redis).
 func (w *waiter) check(ctx context.Context, slot Slot) (paused time.Duration, valid bool, _ Slot, err error) {
+	slot.wide = w.grid > 0
 	if w.ck != nil {
 		return w.ck.check(ctx, w.queue, slot)
 	}

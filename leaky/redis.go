@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,6 +54,8 @@ type Redis struct {
 	now    func() time.Time
 	clocks sync.Map // queue → *serverClock
 	states sync.Map // queue → *seenState
+	// refreshes counts the round trips checks shared (refresh), for tests.
+	refreshes atomic.Int64
 }
 
 // NewRedis returns a schedule kept in rdb (a *redis.Client, *redis.ClusterClient, Ring, …).
@@ -115,56 +118,131 @@ func (r *Redis) PausedFor(ctx context.Context, queue string) (time.Duration, err
 //
 // The answer comes from the latest state of the queue this Redis read (a take's or a check's
 // reply, seenState) when the request that read it was sent less than checkLead ago and the
-// queue's clock is no longer young (youngFor), and from a round trip otherwise. Wait checks
-// checkLead before the slot, so a slot is used only if the queue's state was read at most
-// twice checkLead before it, and not paused then: a pause made by another process stops the
-// slots due that long after it, one made by this process (Pause drops what it saw) every slot
-// it has not yet released.
+// queue's clock is no longer young (youngFor). When
+// that state is older, the checks of the queue that find it so share one round trip that reads
+// it again (refresh): the slots a process lets go together (Grid) check together. While the
+// clock is young, or when this process dropped the state meanwhile (its own Pause), a check
+// takes a round trip of its own (ask): its sample, on a calmer machine than a loaded start's,
+// narrows the clock's bounds for its slot. A slot on a grid (Slot.wide), whose tolerance is
+// MinTolerance, is answered from the reading while the clock is young too, placed strictly. Wait checks at most checkLead before the slot, so a slot is used
+// only if the queue's state was read at most twice checkLead before it, and not paused then: a pause made by another process stops the slots
+// due that long after it, one made by this process every slot it has not yet released.
 func (r *Redis) check(ctx context.Context, queue string, s Slot) (time.Duration, bool, Slot, error) {
 	if r.now == nil && s.epoch != 0 {
-		now := time.Now()
-		if server, epoch, pu, ok := r.seen(queue).since(now.Add(-checkLead)); ok {
-			c := r.clock(queue)
-			// While the clock is young its bounds may still be as wide as a loaded start's
-			// round trips: the check's own round trip, on a calmer machine, narrows them.
-			if lo, hi, young, ok := c.bounds(now); ok && !young {
-				s.At, s.early, s.strict = c.local(s.sched, hi), c.local(s.sched, lo), false
-				return time.Duration(max(pu-server, 0)) * time.Microsecond, epoch == s.epoch, s, nil
+		from := time.Now().Add(-checkLead)
+		for read := false; ; read = true {
+			if server, epoch, pu, ok := r.seen(queue).since(from); ok {
+				c := r.clock(queue)
+				// While the clock is young its bounds may still be as wide as a loaded start's
+				// round trips: the check's own round trip, on a calmer machine, narrows them.
+				// A slot on a grid tolerates MinTolerance: it is placed strictly (lateness from
+				// the earliest bound) while the clock is young, as a take's slot is.
+				if lo, hi, young, ok := c.bounds(time.Now()); ok && (!young || s.wide) {
+					s.At, s.early, s.strict = c.local(s.sched, hi), c.local(s.sched, lo), young
+					return time.Duration(max(pu-server, 0)) * time.Microsecond, epoch == s.epoch, s, nil
+				}
+				break
+			}
+			if read || (young(r.clock(queue)) && !s.wide) {
+				break
+			}
+			if err := r.refresh(ctx, queue, from); err != nil {
+				return 0, false, s, err
 			}
 		}
 	}
 	return r.ask(ctx, queue, s)
 }
 
-// ask is check with a round trip to Redis.
+// refresh reads the queue's state into seen, in a round trip sent at or after from: the one in
+// flight when it was sent so, otherwise a new one that the refreshes arriving meanwhile share.
+// The call outlives a caller that leaves, with the deadline of the one that sent it.
+func (r *Redis) refresh(ctx context.Context, queue string, from time.Time) error {
+	st := r.seen(queue)
+	st.mu.Lock()
+	if f := st.reading; f != nil && !f.sent.Before(from) {
+		st.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f := &stateRead{sent: time.Now(), done: make(chan struct{})}
+	st.reading = f
+	st.mu.Unlock()
+
+	cctx := context.WithoutCancel(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(cctx, dl)
+		defer cancel()
+	}
+	r.refreshes.Add(1)
+	_, _, _, f.err = r.read(cctx, queue, 0, f.sent)
+	st.mu.Lock()
+	if st.reading == f {
+		st.reading = nil
+	}
+	st.mu.Unlock()
+	close(f.done)
+	return f.err
+}
+
+// young reports whether c has no sample yet or is young (youngFor).
+func young(c *serverClock) bool {
+	_, _, y, ok := c.bounds(time.Now())
+	return !ok || y
+}
+
+// ask is check with a round trip to Redis of its own.
 func (r *Redis) ask(ctx context.Context, queue string, s Slot) (time.Duration, bool, Slot, error) {
-	args := []any{s.epoch}
+	paused, valid, placed, err := r.read(ctx, queue, s.epoch, time.Now())
+	if err != nil {
+		return 0, false, s, err
+	}
+	if placed != nil && s.sched != 0 {
+		lo, hi, young := placed.lo, placed.hi, placed.young
+		c := r.clock(queue)
+		s.At, s.early, s.strict = c.local(s.sched, hi), c.local(s.sched, lo), young
+	}
+	return paused, valid, s, nil
+}
+
+// offsets are a serverClock's bounds as a sample left them.
+type offsets struct {
+	lo, hi int64
+	young  bool
+}
+
+// read runs the paused script for a reservation of epoch (0: none), sent at sent: it records
+// the state it read (seen) and, on the real clock, the sample in the queue's clock, whose
+// bounds it returns (nil on a fixed clock).
+func (r *Redis) read(ctx context.Context, queue string, epoch int64, sent time.Time) (time.Duration, bool, *offsets, error) {
+	args := []any{epoch}
 	if r.now != nil {
 		args = append(args, r.now().UnixMicro())
 	}
-	sent := time.Now()
 	res, err := pausedScript.Run(ctx, r.rdb, []string{r.key(queue)}, args...).Int64Slice()
 	recv := time.Now()
 	if err != nil {
-		return 0, false, s, fmt.Errorf("leaky: paused %q: %w", queue, err)
+		return 0, false, nil, fmt.Errorf("leaky: paused %q: %w", queue, err)
 	}
 	if len(res) != 4 {
-		return 0, false, s, fmt.Errorf("leaky: paused %q: unexpected reply %v", queue, res)
+		return 0, false, nil, fmt.Errorf("leaky: paused %q: unexpected reply %v", queue, res)
 	}
-	paused, server, epoch := res[0], res[2], res[3]
-	if r.now == nil {
-		if paused > 0 {
-			r.seen(queue).saw(sent, server, epoch, server+paused)
-		} else {
-			r.seen(queue).saw(sent, server, epoch, 0)
-		}
+	paused, server, state := res[0], res[2], res[3]
+	if r.now != nil {
+		return time.Duration(paused) * time.Microsecond, res[1] == 1, nil, nil
 	}
-	if r.now == nil && s.sched != 0 {
-		c := r.clock(queue)
-		lo, hi, young := c.observe(sent, recv, server)
-		s.At, s.early, s.strict = c.local(s.sched, hi), c.local(s.sched, lo), young
+	if paused > 0 {
+		r.seen(queue).saw(sent, server, state, server+paused)
+	} else {
+		r.seen(queue).saw(sent, server, state, 0)
 	}
-	return time.Duration(paused) * time.Microsecond, res[1] == 1, s, nil
+	lo, hi, young := r.clock(queue).observe(sent, recv, server)
+	return time.Duration(paused) * time.Microsecond, res[1] == 1, &offsets{lo, hi, young}, nil
 }
 
 var (

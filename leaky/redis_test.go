@@ -479,7 +479,7 @@ func (c *calls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // TestCheckFromLatestRead: a slot's check is answered from the queue's state as the latest take
 // read it when that take was sent less than checkLead ago, without a round trip, once the
-// clock is no longer young; an older reading is asked again, and so sees another process's
+// clock is no longer young; an older reading is read again, and so sees another process's
 // pause and a lost state; a pause made through the same schedule is never answered from a
 // reading before it.
 func TestCheckFromLatestRead(t *testing.T) {
@@ -538,6 +538,14 @@ func TestCheckFromLatestRead(t *testing.T) {
 	slot := reserve("q")
 	// While the clock is young the check is a sample of its own: it asks.
 	check("fresh take, young clock", "q", slot, 1, false, true)
+	// A slot on a grid is answered from the reading all the same, placed strictly.
+	wide := slot
+	wide.wide = true
+	before := n.n.Load()
+	if _, _, placed, err := s.check(ctx, "q", wide); err != nil || n.n.Load() != before || !placed.strict {
+		t.Fatalf("a slot on a grid, young clock: %v, %d round trips, strict %v; want 0, strict",
+			err, n.n.Load()-before, placed.strict)
+	}
 	mature("q")
 	check("fresh take", "q", slot, 0, false, true)
 
@@ -567,7 +575,7 @@ func TestCheckFromLatestRead(t *testing.T) {
 	check("state lost", "l", slot, 1, false, false)
 
 	// PausedFor always asks.
-	before := n.n.Load()
+	before = n.n.Load()
 	if _, err := s.PausedFor(ctx, "l"); err != nil || n.n.Load()-before != 1 {
 		t.Fatalf("PausedFor: %v, %d round trips; want 1", err, n.n.Load()-before)
 	}

@@ -16,6 +16,16 @@ type seenState struct {
 	epoch  int64
 	pu     int64     // paused_until, µs of the server's clock; 0 = never paused
 	floor  time.Time // states read by requests sent before it are not recorded (forget)
+	// reading is the round trip in flight that checks share (Redis.refresh); nil: none.
+	reading *stateRead
+}
+
+// stateRead is one round trip reading a queue's state, which the checks that need a state
+// read no earlier than sent wait for.
+type stateRead struct {
+	sent time.Time
+	done chan struct{} // closed when it is over
+	err  error         // set before done is closed
 }
 
 // saw records a state read by a request sent at sent, when it is newer than the one recorded.

@@ -115,10 +115,11 @@ func report(b *testing.B, n int, span time.Duration) {
 // baselineBin: see BenchmarkDrainCost.
 var baselineBin = flag.String("baseline", "", "another worker `binary` that BenchmarkDrainCost runs alternately with this one")
 
-// BenchmarkDrainCost measures what delivering a job costs 4 worker processes, unthrottled, at
-// a throttled 2000/s, and unthrottled under a max_in_flight they never reach: the rate they
-// reach and the CPU time per delivered job of the workers, nats-server and redis-server (from
-// /proc, so on Linux only). The upstream is the no-op testdata/upstream process. Each case
+// BenchmarkDrainCost measures what delivering a job costs 4 worker processes, unthrottled
+// (from the moment they are ready, and again 3 s after: a fresh worker's start window), at a
+// throttled 2000/s, and unthrottled under a max_in_flight they never reach: the rate they
+// reach, the CPU time per delivered job of the workers, nats-server and redis-server, and the
+// workers' context switches per job (from /proc, so on Linux only). The upstream is the no-op testdata/upstream process. Each case
 // drains 3 backlogs and reports the medians.
 //
 // With -baseline, another worker binary (built from an earlier commit, say) drains every other
@@ -135,11 +136,15 @@ func BenchmarkDrainCost(b *testing.B) {
 		name, rate        string
 		jobs, concurrency int
 		extra             []string
+		settle            time.Duration // after the workers are ready, before the drain
 	}{
-		{"unthrottled", "1000000/s", 5000, 16, nil},
-		{"throttled-2000", "2000/s", 8000, 64, nil},
+		{"unthrottled", "1000000/s", 5000, 16, nil, 0},
+		// The same drain from workers that have run for a while: what a fresh worker's first
+		// seconds cost (issue 44 item 5, docs/design/worker-costs.md).
+		{"unthrottled-settled", "1000000/s", 5000, 16, nil, 3 * time.Second},
+		{"throttled-2000", "2000/s", 8000, 64, nil, 0},
 		// Each delivery takes and gives back a concurrency place, under a cap never reached.
-		{"max-in-flight-64", "1000000/s", 5000, 16, []string{"max_in_flight: 64"}},
+		{"max-in-flight-64", "1000000/s", 5000, 16, []string{"max_in_flight: 64"}, 0},
 	} {
 		b.Run(cs.name, func(b *testing.B) {
 			c := newCluster(b)
@@ -173,18 +178,29 @@ func BenchmarkDrainCost(b *testing.B) {
 						}
 						return workers, cpuTime(natsPID), cpuTime(redisPID)
 					}
+					switches := func() (n int64) {
+						for _, p := range procs {
+							n += contextSwitches(p.cmd.Process.Pid)
+						}
+						return n
+					}
+					if cs.settle > 0 {
+						time.Sleep(cs.settle) // the condition measured, not a wait for one
+					}
 					w0, n0, r0 := cpu()
+					s0 := switches()
 					release()
 					up.WaitCount(b, 2*time.Minute, "the backlog to drain", func(k int) bool { return k-base >= n })
 					w1, n1, r1 := cpu()
+					s1 := switches()
 					for _, p := range procs {
 						p.kill()
 					}
 					per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
 					r := drainCost{workertest.Rate(workertest.Times(up.Arrivals("/q/" + name))), per(w1 - w0), per(n1 - n0), per(r1 - r0)}
 					results[v.name] = append(results[v.name], r)
-					b.Logf("%-8s round %d: %7.0f jobs/s, CPU µs/job: workers %4.0f, nats-server %4.0f, redis-server %3.0f",
-						v.name, round, r.rate, r.workers, r.nats, r.redis)
+					b.Logf("%-8s round %d: %7.0f jobs/s, CPU µs/job: workers %4.0f, nats-server %4.0f, redis-server %3.0f; workers' context switches per job %.2f",
+						v.name, round, r.rate, r.workers, r.nats, r.redis, float64(s1-s0)/float64(n))
 				}
 			}
 			this := medianCost(results["this"])
@@ -244,6 +260,26 @@ func cpuTime(pid int) time.Duration {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * clockTick
+}
+
+// contextSwitches returns the context switches, voluntary and not, of every thread of process
+// pid so far, from /proc/<pid>/task/*/status: about one per time a thread went to sleep and
+// woke, which is what a throttled drain pays per job that an unthrottled one does not.
+func contextSwitches(pid int) (n int64) {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
 }
 
 // childPID returns the pid of a child process of this one whose command name is comm, or 0.

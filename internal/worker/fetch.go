@@ -61,7 +61,7 @@ func (r *runner) run(ctx, hard context.Context) {
 			// Jobs in hand are served before whatever the scheduler chooses next.
 			n = min(n, r.fairLookahead(cfg))
 		}
-		if n <= 0 || (!cfg.Fair && n < fetchBatch(cfg.Concurrency) && r.slotWaiters.Load() > 0) {
+		if !r.fetchDue(cfg, n) {
 			select {
 			case <-r.wake:
 			case <-ctx.Done():
@@ -130,9 +130,9 @@ func (r *runner) handleOne(ctx, hard context.Context, m *queue.Msg) {
 	var once sync.Once
 	free := func() {
 		once.Do(func() {
-			r.inHand.Add(-1)
+			left := r.inHand.Add(-1)
 			r.p.m.inFlight.WithLabelValues(r.name).Dec()
-			r.poke()
+			r.freed(left)
 		})
 	}
 	r.handle(ctx, hard, m, free)
@@ -156,6 +156,23 @@ func (r *runner) fairLookahead(cfg *QueueConfig) int {
 		n = min(n, max(1, int(math.Ceil(room/float64(max(r.fs.lastCost, 1))))))
 	}
 	return n
+}
+
+// fetchDue reports whether the fetch loop fetches with n places free: when n > 0, and for a
+// queue that is not fair, once n reaches fetchBatch or no job in hand waits for its slot.
+func (r *runner) fetchDue(cfg *QueueConfig, n int) bool {
+	return n > 0 && (cfg.Fair || n >= fetchBatch(cfg.Concurrency) || r.slotWaiters.Load() == 0)
+}
+
+// freed is called when a job in hand has finished, inHand the jobs still in hand: it wakes
+// the fetch loop when that may now fetch (fetchDue) or must probe the schedule, and not
+// otherwise: at thousands of jobs a second a wake-up per finished job, to find less than a
+// batch free, cost a goroutine's (and, in an idle process, a thread's) wake-up each.
+func (r *runner) freed(inHand int64) {
+	cfg := r.cfg.Load()
+	if r.fetchDue(cfg, cfg.Concurrency-int(inHand)) || r.p.health.err() != nil {
+		r.poke()
+	}
 }
 
 // fetchBatch is the fewest free places in hand a runner fetches for, at concurrency c: a

@@ -350,15 +350,34 @@ func (s *leakSlot) takeTurn(ctx context.Context, rate leaky.Rate) (release func(
 	var once sync.Once
 	release = func() { once.Do(func() { s.turn.release(turns(rate)) }) }
 	for {
-		wait := time.Duration(s.horizon.Load()-s.env.now().UnixNano()) - reserveAhead
+		now := s.env.now()
+		wait := time.Duration(s.horizon.Load()-now.UnixNano()) - reserveAhead
 		if wait <= 0 {
 			return release, nil
 		}
+		// The turns whose time falls in one turnGrid wake together, so that their takes share
+		// a call: each turn's own instant set a timer, a wake-up and a round trip per slot.
+		wait = onTurnGrid(now.Add(wait)).Sub(now)
 		if err := retry.Sleep(ctx, nil, wait); err != nil {
 			release()
 			return nil, err
 		}
 	}
+}
+
+// turnGrid is the spacing of the instants on which turns waiting for the reservations to come
+// within reserveAhead wake: a tenth of reserveAhead, so a runner reserves at most that much more
+// ahead, and at thousands of slots a second the turns of a grid (up to maxTurns) take their
+// slots in one call, consecutive slots that its jobs let go together (leaky.Grid).
+const turnGrid = reserveAhead / 10
+
+// onTurnGrid returns the first multiple of turnGrid of the Unix clock at or after t.
+func onTurnGrid(t time.Time) time.Time {
+	off := time.Duration(t.UnixNano() % int64(turnGrid))
+	if off <= 0 {
+		return t.Add(-off)
+	}
+	return t.Add(turnGrid - off)
 }
 
 // turnGate lets up to a limit of holders in at once, the others in the order they came. A

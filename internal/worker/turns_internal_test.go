@@ -73,3 +73,47 @@ func TestTurnGate(t *testing.T) {
 		t.Fatalf("after every release: %d out, %d waiting; want 0, 0", out, waiting)
 	}
 }
+
+// TestTurnGrid: turns wake on multiples of turnGrid, never before their time.
+func TestTurnGrid(t *testing.T) {
+	base := time.Unix(1_700_000_000, 0)
+	for _, c := range []struct{ in, want time.Duration }{
+		{0, 0}, {time.Nanosecond, turnGrid}, {turnGrid, turnGrid}, {turnGrid + 1, 2 * turnGrid},
+	} {
+		if got := onTurnGrid(base.Add(c.in)); !got.Equal(base.Add(c.want)) {
+			t.Errorf("onTurnGrid(+%v) = +%v, want +%v", c.in, got.Sub(base), c.want)
+		}
+	}
+}
+
+// TestFreedWakesFetchWhenDue counts the fetch loop's wake-ups as the 64 jobs of a runner
+// finish one by one: while jobs wait for their slots, one per job only from a batch
+// (fetchBatch, 16) free on, so 49; with none waiting, or a fair queue, one per job.
+func TestFreedWakesFetchWhenDue(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		fair    bool
+		waiters int64
+		want    int
+	}{
+		{"slot waiters", false, 5, 49},
+		{"no slot waiter", false, 0, 64},
+		{"fair", true, 5, 64},
+	} {
+		r := &runner{p: &Pool{}, wake: make(chan struct{}, 1)}
+		r.cfg.Store(&QueueConfig{Concurrency: 64, Fair: c.fair})
+		r.slotWaiters.Store(c.waiters)
+		woken := 0
+		for left := int64(63); left >= 0; left-- {
+			r.freed(left)
+			select {
+			case <-r.wake:
+				woken++
+			default:
+			}
+		}
+		if woken != c.want {
+			t.Errorf("%s: the fetch loop woken %d times for 64 finished jobs, want %d", c.name, woken, c.want)
+		}
+	}
+}
