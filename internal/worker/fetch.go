@@ -172,7 +172,11 @@ func fetchBatch(c int) int { return max(1, c/4) }
 //
 // A queue's jobs of priority high and low come from their own consumers (levels), the
 // higher level first (priority.go); an idle queue's long pull waits on every level at once.
+// The jobs still in the queue's former streams come before all of them (former.go).
 func (r *runner) fetch(ctx context.Context, cons consumer, n int) ([]*queue.Msg, error) {
+	if msgs := r.fromFormers(ctx, n); len(msgs) > 0 {
+		return msgs, nil
+	}
 	fctx := context.WithoutCancel(ctx)
 	lv := r.levelsOf(ctx, cons)
 	var (
@@ -195,6 +199,8 @@ func (r *runner) fetch(ctx context.Context, cons consumer, n int) ([]*queue.Msg,
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.p.pulls.current(), cancel)()
+	r.pullCut.Store(&cancel)
+	defer r.pullCut.Store(nil)
 	if lv != nil {
 		msgs, err = lv.wait(lctx, cancel, r.p.idleWait)
 	} else {
