@@ -40,6 +40,14 @@ func (r *runner) run(ctx, hard context.Context) {
 	if cons == nil {
 		return
 	}
+	if r.p.bells != nil {
+		// The first sweep tells the queue's former streams, whose jobs go first (former.go).
+		select {
+		case <-r.p.swept.ch():
+		case <-ctx.Done():
+			return
+		}
+	}
 	r.fetching.Store(true)
 	r.p.checkStarted()
 	log := r.p.log.With("queue", r.name)
@@ -201,10 +209,14 @@ func (r *runner) fetch(ctx context.Context, cons consumer, n int) ([]*queue.Msg,
 	defer context.AfterFunc(r.p.pulls.current(), cancel)()
 	r.pullCut.Store(&cancel)
 	defer r.pullCut.Store(nil)
+	wait := r.p.idleWait
+	if len(r.p.formersOf(r.name)) > 0 {
+		wait = formerRetry // back soon to the former streams: to retire them, or for a job handed back
+	}
 	if lv != nil {
-		msgs, err = lv.wait(lctx, cancel, r.p.idleWait)
+		msgs, err = lv.wait(lctx, cancel, wait)
 	} else {
-		msgs, err = cons.Fetch(lctx, 1, r.p.idleWait)
+		msgs, err = cons.Fetch(lctx, 1, wait)
 	}
 	if err != nil && lctx.Err() != nil {
 		return msgs, nil // cut short: the caller pulls again, or stops

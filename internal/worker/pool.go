@@ -135,6 +135,7 @@ type Pool struct {
 	// streams the last sweep found (former.go).
 	sweepNow chan struct{}
 	formers  atomic.Pointer[map[string][]string]
+	swept    startSignal // the first sweep ended (with or without an error)
 
 	mu      sync.Mutex
 	specs   []QueueConfig          // the current queues, in order

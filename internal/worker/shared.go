@@ -67,9 +67,11 @@ func (p *Pool) ring(name string) {
 }
 
 // doorbell holds the pool's doorbell while it has shared queues, and sweeps until ctx ends
-// (every sweepEvery, and at once after a reload); the pool is ready (bellOn) once the
-// doorbell is subscribed and the first sweep found the queues that hold jobs. It runs whether
-// or not the pool has shared queues: the sweep finds the former streams of every queue.
+// (every sweepEvery, and at once after a reload). It runs whether or not the pool has shared
+// queues: the sweep finds the former streams of every queue. The runners make their first
+// fetch once the first sweep ended (swept), so that they know their queue's former streams
+// from the start; the pool is ready once, in addition, the doorbell is subscribed and a sweep
+// found the queues that hold jobs (bellOn).
 func (p *Pool) doorbell(ctx context.Context) {
 	var stop func()
 	defer func() {
@@ -83,20 +85,21 @@ func (p *Pool) doorbell(ctx context.Context) {
 		p.mu.Lock()
 		hasShared := len(p.shared) > 0
 		p.mu.Unlock()
-		var err error
 		if hasShared && stop == nil {
+			var err error
 			if stop, err = p.bells.Doorbell(p.ring); err != nil {
 				p.log.Warn("worker: subscribing the doorbell of shared queues; retrying", "err", err)
 			}
 		}
-		if stop != nil || !hasShared {
-			if err := p.sweep(ctx); err == nil && stop != nil && !p.bellOn.Load() {
-				p.bellOn.Store(true)
-				p.checkStarted()
-			} else if err != nil && ctx.Err() == nil {
-				p.log.Warn("worker: looking for queues that hold jobs; retrying", "err", err)
-			}
+		err := p.sweep(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.log.Warn("worker: looking for queues that hold jobs; retrying", "err", err)
+		case err == nil && stop != nil && !p.bellOn.Load():
+			p.bellOn.Store(true)
 		}
+		p.swept.close()
+		p.checkStarted()
 		wait := t.C
 		if hasShared && stop == nil {
 			wait = time.After(watchRetry)

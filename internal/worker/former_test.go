@@ -1,0 +1,99 @@
+package worker_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/internal/testenv"
+	"github.com/sluice-rl/sluice/internal/worker"
+	"github.com/sluice-rl/sluice/internal/worker/workertest"
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// TestFormerMigration: the jobs waiting in a queue's own stream when it becomes shared are
+// delivered, each once, before those posted after the switch, at the queue's one rate (at
+// most rate+1 in any second across both streams), and its own stream is then retired. The
+// reverse: a pool without shared streams drains the jobs left in the queue's shared stream,
+// each once, and the queue's consumer there is deleted.
+func TestFormerMigration(t *testing.T) {
+	const rate = 20
+	h := sharedHarness(t, 0, queue.Spec{Name: "m"})
+	old := workertest.Publish(t, h.qs, "m", 15, true)
+	on := h.with(2)
+	if !on.qs.Shared("m") {
+		t.Fatal(`"m" is not shared`)
+	}
+	spec := h.spec("m", rate)
+	spec.Concurrency = 1 // one job in hand: the order of the deliveries is the order of the fetches
+	p := on.run(worker.Deps{}, spec)
+	<-p.Started()
+	newer := workertest.Publish(t, on.qs, "m", 5, true)
+	want := len(old) + len(newer)
+	h.up.WaitCount(t, 20*time.Second, "every job delivered", func(int) bool { return h.up.Distinct() >= want })
+	arr := h.up.Arrivals()
+	if len(arr) != want {
+		t.Errorf("%d deliveries of %d jobs", len(arr), want)
+	}
+	for i, a := range arr[:len(old)] {
+		if !slices.Contains(old, a.ID) {
+			t.Errorf("delivery %d is of %s, posted after the switch, before the jobs of the own stream", i, a.ID)
+		}
+	}
+	if w := workertest.MaxWindow(workertest.Times(arr), time.Second); w > rate+1 {
+		t.Errorf("a 1s window holds %d deliveries at %d/s", w, rate)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the own stream to be retired", func() bool {
+		_, err := h.js.Stream(h.ctx, h.prefix+"_Q_m")
+		return errors.Is(err, jetstream.ErrStreamNotFound)
+	})
+	p.stop(t)
+
+	// Back to a stream of its own: the jobs left in the shared stream go first.
+	left := workertest.Publish(t, on.qs, "m", 6, true)
+	off := h.with(0)
+	p = off.run(worker.Deps{}, spec)
+	<-p.Started()
+	after := workertest.Publish(t, off.qs, "m", 3, true)
+	want += len(left) + len(after)
+	h.up.WaitCount(t, 20*time.Second, "every job delivered", func(int) bool { return h.up.Distinct() >= want })
+	if n := h.up.Count(); n != want {
+		t.Errorf("%d deliveries of %d jobs", n, want)
+	}
+	back := h.up.Arrivals()[want-len(left)-len(after):]
+	for i, a := range back[:len(left)] {
+		if !slices.Contains(left, a.ID) {
+			t.Errorf("delivery %d after the switch back is of %s, not one left in the shared stream", i, a.ID)
+		}
+	}
+	testenv.WaitFor(t, 10*time.Second, "the queue's consumer on its former shared stream to be deleted", func() bool {
+		l := h.js.ListStreams(h.ctx, jetstream.WithStreamListSubject(h.prefix+".j.>"))
+		cons := 0
+		for si := range l.Info() {
+			if strings.HasPrefix(si.Config.Name, h.prefix+"_J_") {
+				cons += si.State.Consumers
+			}
+		}
+		return l.Err() == nil && cons == 0
+	})
+}
+
+// with returns the harness over a queue layer of the same prefix with n shared streams (0:
+// none), its queues provisioned again: another configuration of the same deployment.
+func (h *sharedH) with(n int) *sharedH {
+	h.t.Helper()
+	qs, err := queue.New(h.ctx, h.js, queue.Options{Prefix: h.prefix, SharedStreams: n})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := qs.Provision(h.ctx, []queue.Spec{{Name: "m"}}); err != nil {
+		h.t.Fatal(err)
+	}
+	c := *h.harness
+	c.qs = qs
+	return &sharedH{&c, h.prefix}
+}
