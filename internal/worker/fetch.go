@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"time"
@@ -80,6 +81,16 @@ func (r *runner) run(ctx, hard context.Context) {
 		if err != nil && len(msgs) == 0 {
 			if ctx.Err() != nil {
 				break
+			}
+			if errors.Is(err, queue.ErrConsumerGone) {
+				// Deleted (a shared queue's, idle for queue.SharedInactive) or its stream
+				// retired: get it again, made again where the queue's stream still is.
+				log.Info("worker: queue consumer gone; getting it again", "err", err)
+				if cons = r.consumer(ctx); cons == nil {
+					break
+				}
+				r.fs.lv = nil
+				continue
 			}
 			wait, _ := fetchWait.Next(0)
 			log.Warn("worker: fetch failed", "err", err, "retry_in", wait)

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,4 +97,60 @@ func (h *sharedH) with(n int) *sharedH {
 	c := *h.harness
 	c.qs = qs
 	return &sharedH{&c, h.prefix}
+}
+
+// TestSharedIdleConsumer: a shared queue's consumer is deleted by nats-server once no worker
+// pulled from it for queue.SharedInactive (here 2s); the next job makes it again and is
+// delivered. A consumer deleted under a running runner (by hand) is made again too, and the
+// jobs stored meanwhile are delivered, each once.
+func TestSharedIdleConsumer(t *testing.T) {
+	was := queue.SharedInactive
+	queue.SharedInactive = 2 * time.Second
+	t.Cleanup(func() { queue.SharedInactive = was })
+	h := sharedHarness(t, 2, queue.Spec{Name: "i"})
+	p := h.runWith(worker.Deps{}, func(p *worker.Pool) { worker.SetIdleWait(p, 300*time.Millisecond) }, h.spec("i", 100))
+	<-p.Started()
+	first := workertest.Publish(t, h.qs, "i", 1, true)
+	h.waitState(first[0], queue.StateSucceeded, 5*time.Second)
+	consumers := func() int {
+		l := h.js.ListStreams(h.ctx, jetstream.WithStreamListSubject(h.prefix+".j.>"))
+		n := 0
+		for si := range l.Info() {
+			n += si.State.Consumers
+		}
+		if err := l.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	testenv.WaitFor(t, 15*time.Second, "the idle queue's consumer to be deleted", func() bool {
+		return len(worker.Running(p.Pool)) == 0 && consumers() == 0
+	})
+	second := workertest.Publish(t, h.qs, "i", 3, true)
+	for _, id := range second {
+		h.waitState(id, queue.StateSucceeded, 5*time.Second)
+	}
+
+	// Deleted by hand while this process keeps its handle (less than SharedInactive/2 old),
+	// under a runner in its long pull or one that a bell starts: made again by the runner.
+	var stream string
+	for k := range 2 {
+		name := h.prefix + "_J_" + strconv.Itoa(k)
+		if _, err := h.js.Consumer(h.ctx, name, "i"); err == nil {
+			stream = name
+		}
+	}
+	if stream == "" {
+		t.Fatal("no consumer of i")
+	}
+	if err := h.js.DeleteConsumer(h.ctx, stream, "i"); err != nil {
+		t.Fatal(err)
+	}
+	third := workertest.Publish(t, h.qs, "i", 3, true)
+	for _, id := range third {
+		h.waitState(id, queue.StateSucceeded, 10*time.Second)
+	}
+	if n, want := h.up.Count(), 7; n != want {
+		t.Fatalf("%d deliveries of %d jobs", n, want)
+	}
 }
