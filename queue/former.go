@@ -209,3 +209,53 @@ func (q *core) retireOwnFormer(ctx context.Context, name, stream string) (bool, 
 	}
 	return true, nil
 }
+
+// formerSnap is the former streams a scan found (sharedScan), by queue, and when.
+type formerSnap struct {
+	at time.Time
+	m  map[string][]string
+}
+
+// formerStale is how old the last scan's former streams may be for a status read or a
+// cancel that looks for a job there: older, the reader scans again (one at a time).
+const formerStale = 5 * time.Second
+
+// formerStreams returns queue name's former streams as the last scan found them, scanning
+// again when that is older than formerStale: a process that does not sweep (the ingress)
+// scans only when a job is not found where its queue keeps it now, at most once per
+// formerStale.
+func (q *core) formerStreams(ctx context.Context, name string) []string {
+	snap := q.formerSeen.Load()
+	if (snap == nil || q.now().Sub(snap.at) > formerStale) && q.scanning.TryLock() {
+		_, _, _ = q.sharedScan(ctx, false) // stores what it found
+		q.scanning.Unlock()
+		snap = q.formerSeen.Load()
+	}
+	if snap == nil {
+		return nil
+	}
+	return snap.m[name]
+}
+
+// formerSubject is the subject of job id of queue name in its former stream.
+func (q *core) formerSubject(stream, name, id string) string {
+	if k, shared := strings.CutPrefix(stream, q.opts.Prefix+"_J_"); shared {
+		return q.sharedRoot() + k + "." + name + "." + id
+	}
+	return q.opts.Prefix + ".q." + name + "." + id
+}
+
+// findFormer returns the message of job id of queue name in one of its former streams, and
+// that stream; ok is false when none holds it.
+func (q *core) findFormer(ctx context.Context, name, id string) (jetstream.Stream, *jetstream.RawStreamMsg, bool) {
+	for _, stream := range q.formerStreams(ctx, name) {
+		st, err := q.js.Stream(ctx, stream)
+		if err != nil {
+			continue
+		}
+		if raw, err := st.GetLastMsgForSubject(ctx, q.formerSubject(stream, name, id)); err == nil {
+			return st, raw, true
+		}
+	}
+	return nil, nil, false
+}

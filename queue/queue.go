@@ -153,6 +153,10 @@ type core struct {
 	// formerOwn are the shared queues whose own stream (from before they were shared) still
 	// exists at the last Provision, until RetireFormer removes it (former.go).
 	formerOwn map[string]bool
+	// formerSeen are the former streams the last scan found; scanning is held by the reader
+	// that scans for them (former.go).
+	formerSeen atomic.Pointer[formerSnap]
+	scanning   sync.Mutex
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)

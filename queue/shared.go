@@ -317,6 +317,7 @@ func (q *core) sharedScan(ctx context.Context, left bool) (map[string]Counts, ma
 			out[queue] = c
 		}
 	}
+	q.formerSeen.Store(&formerSnap{at: q.now(), m: formers})
 	return out, formers, nil
 }
 

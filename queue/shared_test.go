@@ -166,6 +166,21 @@ func TestFormerStreams(t *testing.T) {
 	if err != nil || !slices.Equal(formers["s"], []string{b.stream("s")}) {
 		t.Fatalf("formers: %v, %v; want s's own stream", formers, err)
 	}
+	// A job waiting in the former stream is read, and canceled, there.
+	var ownIDs []string
+	for id := range own {
+		ownIDs = append(ownIDs, id)
+	}
+	if st, err := sh.Status(b.ctx, ownIDs[0]); err != nil || st.State != queue.StateQueued || st.Queue != "s" {
+		t.Fatalf("status of a job in the former stream: %+v, %v", st, err)
+	}
+	if _, err := sh.Cancel(b.ctx, ownIDs[1]); err != nil {
+		t.Fatalf("cancel of a job in the former stream: %v", err)
+	}
+	delete(own, ownIDs[1])
+	if d := b.depth("s"); d != 2 {
+		t.Fatalf("the own stream holds %d jobs after a cancel; want 2", d)
+	}
 	shared := map[string]bool{}
 	for range 2 {
 		r, err := sh.Publish(b.ctx, job())
@@ -181,7 +196,7 @@ func TestFormerStreams(t *testing.T) {
 	if gone, err := sh.RetireFormer(b.ctx, "s", b.stream("s")); gone || err != nil {
 		t.Fatalf("retire a former stream that holds jobs: %v, %v", gone, err)
 	}
-	for range 3 {
+	for range len(own) {
 		m := b.fetchOne(fc, time.Second)
 		if !own[m.Job.ID] {
 			t.Fatalf("job %s from the own stream: not one published there", m.Job.ID)
@@ -208,6 +223,11 @@ func TestFormerStreams(t *testing.T) {
 	_, formers, err = sh2.Waiting(b.ctx)
 	if err != nil || !slices.Equal(formers["s"], []string{oldStream}) {
 		t.Fatalf("formers after a count change: %v, %v; want %s", formers, err, oldStream)
+	}
+	for id := range shared {
+		if st, err := sh2.Status(b.ctx, id); err != nil || st.State != queue.StateQueued {
+			t.Fatalf("status of a job in the former shared stream: %+v, %v", st, err)
+		}
 	}
 	fc, err = sh2.FormerConsumer(b.ctx, "s", oldStream)
 	if err != nil {
