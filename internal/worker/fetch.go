@@ -37,21 +37,12 @@ func (r *runner) run(ctx, hard context.Context) {
 		wg.Add(1)
 		go func() { defer wg.Done(); l.run(ctx) }()
 	}
-	cons := r.consumer(ctx)
+	cons := r.firstConsumer(ctx)
 	if cons == nil {
 		return
 	}
-	if r.p.bells != nil {
-		// The first sweep tells the queue's former streams, whose jobs go first (former.go).
-		select {
-		case <-r.p.swept.ch():
-		case <-ctx.Done():
-			return
-		}
-	}
 	r.fetching.Store(true)
 	r.p.checkStarted()
-	log := r.p.log.With("queue", r.name)
 	fetchWait, probeWait := fetchBackoff.Backoff(nil), probeBackoff.Backoff(nil)
 	idle := make(chan *queue.Msg) // handlers done with a job, waiting for the next
 	for ctx.Err() == nil {
@@ -79,22 +70,9 @@ func (r *runner) run(ctx, hard context.Context) {
 		}
 		msgs, err := r.fetch(ctx, cons, n)
 		if err != nil && len(msgs) == 0 {
-			if ctx.Err() != nil {
+			if cons = r.fetchFailed(ctx, cons, err, fetchWait.Next); cons == nil {
 				break
 			}
-			if errors.Is(err, queue.ErrConsumerGone) {
-				// Deleted (a shared queue's, idle for queue.SharedInactive) or its stream
-				// retired: get it again, made again where the queue's stream still is.
-				log.Info("worker: queue consumer gone; getting it again", "err", err)
-				if cons = r.consumer(ctx); cons == nil {
-					break
-				}
-				r.fs.lv = nil
-				continue
-			}
-			wait, _ := fetchWait.Next(0)
-			log.Warn("worker: fetch failed", "err", err, "retry_in", wait)
-			_ = retry.Sleep(ctx, nil, wait)
 			continue
 		}
 		fetchWait.Reset()
@@ -237,6 +215,47 @@ func (r *runner) fetch(ctx context.Context, cons consumer, n int) ([]*queue.Msg,
 		r.stopIdle(ctx, cons) // a shared queue's runner stops: ctx ends, and run with it
 	}
 	return msgs, err
+}
+
+// fetchFailed answers a fetch that failed with err and no job: it waits for the next try
+// (next, the fetch's backoff), or gets the consumer again when it is gone, and returns the
+// consumer to fetch from; nil when ctx ended.
+func (r *runner) fetchFailed(ctx context.Context, cons consumer, err error, next func(time.Duration) (time.Duration, bool)) consumer {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if errors.Is(err, queue.ErrConsumerGone) {
+		return r.consumerAgain(ctx, err)
+	}
+	wait, _ := next(0)
+	r.p.log.Warn("worker: fetch failed", "queue", r.name, "err", err, "retry_in", wait)
+	_ = retry.Sleep(ctx, nil, wait)
+	return cons
+}
+
+// firstConsumer returns the queue's consumer once the runner may make its first fetch: when
+// the pool sweeps, after its first sweep, which tells the queue's former streams, whose jobs
+// go first (former.go). Nil when ctx ends first.
+func (r *runner) firstConsumer(ctx context.Context) consumer {
+	cons := r.consumer(ctx)
+	if cons == nil || r.p.bells == nil {
+		return cons
+	}
+	select {
+	case <-r.p.swept.ch():
+		return cons
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// consumerAgain returns the queue's consumer after a fetch found it gone (err): deleted (a
+// shared queue's, idle for queue.SharedInactive) or its stream retired; it is made again
+// where the queue's stream is now. Nil when ctx ends first.
+func (r *runner) consumerAgain(ctx context.Context, err error) consumer {
+	r.p.log.Info("worker: queue consumer gone; getting it again", "queue", r.name, "err", err)
+	r.fs.lv = nil
+	return r.consumer(ctx)
 }
 
 // consumer returns the queue's consumer, retrying while the queue does not exist yet (the
