@@ -176,8 +176,9 @@ func (q *core) retireSharedFormer(ctx context.Context, name, stream, k string) (
 	return false, err
 }
 
-// retireOwnFormer deletes queue name's own former stream once it holds no message, its
-// subjects changed first so that nothing is stored in it any more.
+// retireOwnFormer deletes queue name's own former stream once it holds no message (or only
+// acked leftovers, purged first), its subjects changed first so that nothing is stored in it
+// any more.
 func (q *core) retireOwnFormer(ctx context.Context, name, stream string) (bool, error) {
 	st, err := q.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -186,8 +187,23 @@ func (q *core) retireOwnFormer(ctx context.Context, name, stream string) (bool, 
 	if err != nil {
 		return false, err
 	}
-	if st.CachedInfo().State.Msgs > 0 {
-		return false, nil
+	if state := st.CachedInfo().State; state.Msgs > 0 {
+		// Only acked leftovers (leftovers.go) — none waiting, none unacknowledged — do not
+		// keep it: they are purged.
+		c, err := st.Consumer(ctx, consumerName)
+		if err != nil {
+			return false, err
+		}
+		ci := c.CachedInfo()
+		if ci.NumPending > 0 || ci.NumAckPending > 0 || !hasLeftovers(state, ci.AckFloor.Stream) {
+			return false, nil
+		}
+		if err := purgeLeftovers(ctx, st, ci.AckFloor.Stream); err != nil {
+			return false, err
+		}
+		if si, err := st.Info(ctx); err != nil || si.State.Msgs > 0 {
+			return false, err
+		}
 	}
 	cfg := st.CachedInfo().Config
 	if retired := []string{q.opts.Prefix + ".x." + stream}; !slices.Equal(cfg.Subjects, retired) {
