@@ -120,6 +120,9 @@ func (c *Consumer) fetchErr(err error) error {
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
 		errors.Is(err, jetstream.ErrConsumerNotFound) {
 		c.q.sharedCons.Delete(c.queue)
+		c.q.mu.Lock()
+		delete(c.q.consumers, c.queue) // looked up again (Deliveries.Consumer)
+		c.q.mu.Unlock()
 		return fmt.Errorf("queue: fetch %q: %w: %w", c.queue, ErrConsumerGone, err)
 	}
 	return fmt.Errorf("queue: fetch %q: %w", c.queue, err)
