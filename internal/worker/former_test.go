@@ -84,14 +84,18 @@ func TestFormerMigration(t *testing.T) {
 }
 
 // with returns the harness over a queue layer of the same prefix with n shared streams (0:
-// none), its queues provisioned again: another configuration of the same deployment.
-func (h *sharedH) with(n int) *sharedH {
+// none), specs (default: queue "m") provisioned again: another configuration of the same
+// deployment.
+func (h *sharedH) with(n int, specs ...queue.Spec) *sharedH {
 	h.t.Helper()
 	qs, err := queue.New(h.ctx, h.js, queue.Options{Prefix: h.prefix, SharedStreams: n})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := qs.Provision(h.ctx, []queue.Spec{{Name: "m"}}); err != nil {
+	if len(specs) == 0 {
+		specs = []queue.Spec{{Name: "m"}}
+	}
+	if err := qs.Provision(h.ctx, specs); err != nil {
 		h.t.Fatal(err)
 	}
 	c := *h.harness
@@ -153,4 +157,35 @@ func TestSharedIdleConsumer(t *testing.T) {
 	if n, want := h.up.Count(), 7; n != want {
 		t.Fatalf("%d deliveries of %d jobs", n, want)
 	}
+}
+
+// TestFormerFairToShared: a fair queue's jobs wait in its tenants' backlogs when it stops
+// being fair and becomes shared: its runner, started by the sweep, drains the backlogs into
+// the shared stream and delivers every job once; its own former delivery stream is retired.
+func TestFormerFairToShared(t *testing.T) {
+	h := sharedHarness(t, 0, queue.Spec{Name: "f", Fair: true})
+	var ids []string
+	for i := range 10 {
+		r, err := h.qs.Publish(h.ctx, &queue.Job{Queue: "f", Tenant: "t" + strconv.Itoa(i%2), Method: "POST", Path: "/x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	on := h.with(2, queue.Spec{Name: "f"})
+	if !on.qs.Shared("f") {
+		t.Fatal(`"f" is not shared`)
+	}
+	p := on.run(worker.Deps{}, h.spec("f", 50))
+	<-p.Started()
+	for _, id := range ids {
+		h.waitState(id, queue.StateSucceeded, 15*time.Second)
+	}
+	if n := h.up.Count(); n != len(ids) {
+		t.Errorf("%d deliveries of %d jobs", n, len(ids))
+	}
+	testenv.WaitFor(t, 10*time.Second, "the own delivery stream to be retired", func() bool {
+		_, err := h.js.Stream(h.ctx, h.prefix+"_Q_f")
+		return errors.Is(err, jetstream.ErrStreamNotFound)
+	})
 }

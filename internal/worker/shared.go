@@ -113,9 +113,10 @@ func (p *Pool) doorbell(ctx context.Context) {
 	}
 }
 
-// sweep rings for every shared queue that holds jobs (in its current or former streams), and
-// every shared queue that has a schedule stream (its runner moves the due jobs), and hands
-// the runners their queues' former streams.
+// sweep rings for every shared queue that holds jobs (in its current or former streams), every
+// shared queue that has a schedule stream (its runner moves the due jobs) or a tenants'
+// backlog stream from when it was fair (its runner drains it: fairsched.go), and hands the
+// runners their queues' former streams.
 func (p *Pool) sweep(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -132,7 +133,7 @@ func (p *Pool) sweep(ctx context.Context) error {
 	p.mu.Lock()
 	var scheduled []string
 	for name := range p.shared {
-		if p.schedules.known(name) && p.runners[name] == nil {
+		if p.runners[name] == nil && (p.schedules.known(name) || p.hasBacklog(name)) {
 			scheduled = append(scheduled, name)
 		}
 	}
@@ -167,4 +168,10 @@ func (r *runner) stopIdle(ctx context.Context, cons consumer) bool {
 	r.cancel()
 	p.log.Debug("worker: shared queue idle; runner stopped", "queue", r.name)
 	return true
+}
+
+// hasBacklog reports whether queue name has a tenants' backlog stream, from when it was fair.
+func (p *Pool) hasBacklog(name string) bool {
+	l, err := p.q.FairLayout(name)
+	return err == nil && l.HasBacklog
 }
