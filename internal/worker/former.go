@@ -56,10 +56,15 @@ func (p *Pool) setFormers(m map[string][]string) {
 		for _, st := range streams {
 			if !slices.Contains(before, st) {
 				grown = append(grown, name)
-				p.log.Info("worker: queue has jobs in a former stream; draining it first", "queue", name, "stream", st)
+				p.log.Debug("worker: queue has jobs in a former stream; draining it first", "queue", name, "stream", st)
 				break
 			}
 		}
+	}
+	if len(grown) > 0 {
+		slices.Sort(grown)
+		p.log.Info("worker: queues moved to other streams have jobs where they were; draining those first",
+			"queues", len(grown), "first", quoteSome(grown, 5))
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -83,7 +88,7 @@ func (p *Pool) formerGone(name, stream string) {
 			delete(m, name)
 		}
 		if p.formers.CompareAndSwap(old, &m) {
-			p.log.Info("worker: former stream drained and retired", "queue", name, "stream", stream)
+			p.log.Debug("worker: former stream drained and retired", "queue", name, "stream", stream)
 			return
 		}
 	}
