@@ -1,7 +1,9 @@
 package worker_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
+	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
 )
 
@@ -188,4 +191,75 @@ func TestFormerFairToShared(t *testing.T) {
 		_, err := h.js.Stream(h.ctx, h.prefix+"_Q_f")
 		return errors.Is(err, jetstream.ErrStreamNotFound)
 	})
+}
+
+// BenchmarkFormerMigration: 1 000 queues with a stream of their own, 2 jobs waiting in each,
+// become shared (16 shared streams); two pools start on them. It reports the time from the
+// start to every job delivered and to every own stream retired. Run it with
+//
+//	go test -run '^$' -bench FormerMigration -benchtime 1x ./internal/worker/
+func BenchmarkFormerMigration(b *testing.B) {
+	const n = 1000
+	var specs []queue.Spec
+	var cfgs []worker.QueueConfig
+	for i := range n {
+		specs = append(specs, queue.Spec{Name: fmt.Sprintf("q%04d", i)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	b.Cleanup(cancel)
+	js, err := jetstream.New(testenv.Connect(b, testenv.NATS(b, testenv.StockStore()).URL))
+	if err != nil {
+		b.Fatal(err)
+	}
+	prefix := "bench"
+	qs, err := queue.New(ctx, js, queue.Options{Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := qs.Provision(ctx, specs); err != nil {
+		b.Fatal(err)
+	}
+	h := &sharedH{&harness{ctx: ctx, js: js, qs: qs, up: workertest.NewRecorder(b), sched: leaky.NewMemory(nil)}, prefix}
+	for _, s := range specs {
+		workertest.Publish(b, h.qs, s.Name, 2, true)
+		cfgs = append(cfgs, h.spec(s.Name, 100))
+	}
+	on, err := queue.New(h.ctx, h.js, queue.Options{Prefix: h.prefix, SharedStreams: 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := on.Provision(h.ctx, specs); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for range 2 {
+		p, err := worker.New(worker.Deps{Queues: on, Schedule: h.sched}, cfgs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(h.ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		b.Cleanup(func() { cancel(); <-done })
+	}
+	h.up.WaitCount(b, 2*time.Minute, "every job delivered", func(int) bool { return h.up.Distinct() >= 2*n })
+	delivered := time.Since(start)
+	testenv.WaitFor(b, 2*time.Minute, "every own stream retired", func() bool {
+		names := 0
+		l := h.js.StreamNames(h.ctx, jetstream.WithStreamListSubject(h.prefix+".>"))
+		for name := range l.Name() {
+			if strings.HasPrefix(name, h.prefix+"_Q_") {
+				names++
+			}
+		}
+		return l.Err() == nil && names == 0
+	})
+	retired := time.Since(start)
+	if c := h.up.Count(); c != 2*n {
+		b.Errorf("%d deliveries of %d jobs", c, 2*n)
+	}
+	b.ReportMetric(delivered.Seconds(), "s-delivered")
+	b.ReportMetric(retired.Seconds(), "s-retired")
+	b.Logf("%d queues × 2 jobs moved to 16 shared streams, 2 pools: every job delivered in %s, every own stream retired in %s", n, delivered, retired)
 }
