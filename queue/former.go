@@ -22,8 +22,8 @@ import (
 //     now: found by Provision's listing of stream names, so known from a start or reload;
 //   - a shared stream "<prefix>_J_<k>" other than its current one (another count, or it has a
 //     stream of its own now), where its jobs are the subjects "<prefix>.j.<k>.<queue>.>" and
-//     its consumer is the one named after it: found by the shared streams' scan (Waiting,
-//     Formers), which lists the consumers of the shared streams that hold jobs, and their
+//     its consumer is the one named after it: found by the shared streams' scan (Waiting),
+//     which lists the consumers of the shared streams that hold jobs, and their
 //     subjects when consumers do not account for all of them.
 //
 // The workers drain a queue's former streams through the queue's runner, before its current
@@ -43,19 +43,6 @@ import (
 // Order: each stream delivers in its own order, as before; between a queue's former and
 // current streams there is none, but a worker that knows the former stream takes its jobs
 // first, so jobs stored before the switch mostly go before those stored after it.
-
-// Formers returns, by queue, the former streams (their names) that may hold its jobs: its
-// own stream while it is shared, known from the last Provision, and the shared streams other
-// than its current one where the scan found its jobs. Only provisioned queues are listed: the
-// jobs of a queue no longer configured wait for it to be configured again, as in a stream of
-// its own. It costs one stream listing, and the consumers (and subjects) of the shared
-// streams that hold jobs.
-func (q *Queues) Formers(ctx context.Context) (map[string][]string, error) {
-	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
-	defer cancel()
-	_, formers, err := q.sharedScan(ctx, false)
-	return formers, err
-}
 
 // ownFormers returns the queues' own former streams of the last Provision, by queue.
 func (q *core) ownFormers(into map[string][]string) {
