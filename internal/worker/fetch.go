@@ -235,18 +235,47 @@ func (r *runner) fetchFailed(ctx context.Context, cons consumer, err error, next
 
 // firstConsumer returns the queue's consumer once the runner may make its first fetch: when
 // the pool sweeps, after its first sweep, which tells the queue's former streams, whose jobs
-// go first (former.go). Nil when ctx ends first.
+// go first (former.go). A shared queue with former streams gets its consumer at its first
+// fetch from its current stream (lazyConsumer), once the former streams had nothing to give:
+// a migration of thousands of queues then does not make thousands of consumers while it
+// drains. Nil when ctx ends first.
 func (r *runner) firstConsumer(ctx context.Context) consumer {
-	cons := r.consumer(ctx)
-	if cons == nil || r.p.bells == nil {
-		return cons
+	if r.p.bells != nil {
+		select {
+		case <-r.p.swept.ch():
+		case <-ctx.Done():
+			return nil
+		}
+		if r.shared && len(r.p.formersOf(r.name)) > 0 {
+			return &lazyConsumer{r: r, ctx: ctx}
+		}
 	}
-	select {
-	case <-r.p.swept.ch():
-		return cons
-	case <-ctx.Done():
-		return nil
+	return r.consumer(ctx)
+}
+
+// lazyConsumer is a runner's consumer got at its first fetch (firstConsumer), under the
+// runner's ctx.
+type lazyConsumer struct {
+	r   *runner
+	ctx context.Context
+	c   consumer
+}
+
+func (l *lazyConsumer) Fetch(ctx context.Context, n int, wait time.Duration) ([]*queue.Msg, error) {
+	if l.c == nil {
+		if l.c = l.r.consumer(l.ctx); l.c == nil {
+			return nil, l.ctx.Err()
+		}
 	}
+	return l.c.Fetch(ctx, n, wait)
+}
+
+// Idle is the consumer's (queue.Consumer.Idle); true before the first fetch.
+func (l *lazyConsumer) Idle(ctx context.Context) (bool, error) {
+	if i, ok := l.c.(idler); ok {
+		return i.Idle(ctx)
+	}
+	return true, nil
 }
 
 // consumerAgain returns the queue's consumer after a fetch found it gone (err): deleted (a

@@ -122,34 +122,44 @@ func (r *runner) fromFormers(ctx context.Context, n int) []*queue.Msg {
 		c := fs.cons[stream]
 		if c == nil {
 			qc, err := src.FormerConsumer(ctx, r.name, stream)
-			if err != nil {
+			if err == nil {
+				c, fs.cons[stream] = qc, qc
+			} else {
 				r.p.log.Debug("worker: former stream's consumer", "queue", r.name, "stream", stream, "err", err)
-				continue
 			}
-			c, fs.cons[stream] = qc, qc
 		}
-		msgs, err := c.Fetch(context.WithoutCancel(ctx), n, 0)
-		if len(msgs) > 0 {
-			return msgs
-		}
-		if err != nil {
-			delete(fs.cons, stream) // its consumer may be gone: look it up again next time
-			continue
-		}
-		if now := r.p.now(); now.After(fs.retryAt[stream]) {
-			fs.retryAt[stream] = now.Add(formerRetry)
-			gone, err := src.RetireFormer(ctx, r.name, stream)
+		if c != nil {
+			msgs, err := c.Fetch(context.WithoutCancel(ctx), n, 0)
+			if len(msgs) > 0 {
+				return msgs
+			}
 			if err != nil {
-				r.p.log.Warn("worker: retiring a drained former stream; retrying", "queue", r.name, "stream", stream, "err", err)
-			}
-			if gone {
-				delete(fs.cons, stream)
-				delete(fs.retryAt, stream)
-				r.p.formerGone(r.name, stream)
+				delete(fs.cons, stream) // its consumer may be gone: look it up again next time
 			}
 		}
+		// Empty, or gone (another worker retired it: its consumer or stream is not found).
+		r.retireFormer(ctx, src, stream)
 	}
 	return nil
+}
+
+// retireFormer tries to retire the queue's former stream, at most once per formerRetry.
+func (r *runner) retireFormer(ctx context.Context, src formerSource, stream string) {
+	fs := &r.fs.formers
+	now := r.p.now()
+	if !now.After(fs.retryAt[stream]) {
+		return
+	}
+	fs.retryAt[stream] = now.Add(formerRetry)
+	gone, err := src.RetireFormer(ctx, r.name, stream)
+	if err != nil {
+		r.p.log.Warn("worker: retiring a drained former stream; retrying", "queue", r.name, "stream", stream, "err", err)
+	}
+	if gone {
+		delete(fs.cons, stream)
+		delete(fs.retryAt, stream)
+		r.p.formerGone(r.name, stream)
+	}
 }
 
 // cutPull cuts the runner's long pull short, if it waits in one.

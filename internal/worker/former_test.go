@@ -245,6 +245,12 @@ func BenchmarkFormerMigration(b *testing.B) {
 	}
 	h.up.WaitCount(b, 2*time.Minute, "every job delivered", func(int) bool { return h.up.Distinct() >= 2*n })
 	delivered := time.Since(start)
+	if arr := h.up.Arrivals(); len(arr) > 0 {
+		ts := workertest.Times(arr)
+		for _, q := range []int{1, 10, 50, 90, 99} {
+			b.Logf("p%d delivery at %s", q, ts[len(ts)*q/100].Sub(start))
+		}
+	}
 	testenv.WaitFor(b, 2*time.Minute, "every own stream retired", func() bool {
 		names := 0
 		l := h.js.StreamNames(h.ctx, jetstream.WithStreamListSubject(h.prefix+".>"))
