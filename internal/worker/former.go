@@ -25,8 +25,12 @@ import (
 // stream is cut short when the sweep finds a former stream it did not know, so that the old
 // jobs go first from then on.
 
-// formerRetry is how often a runner tries to retire a former stream that it found empty.
-const formerRetry = time.Second
+// formerRetry is how often a runner tries to retire a former stream that it found empty;
+// formerRetiring, how many retirements a pool makes at once.
+const (
+	formerRetry    = time.Second
+	formerRetiring = 4
+)
 
 // formerSource is what the sweep and the runners need of the queue layer for former streams
 // (queue.Deliveries).
@@ -143,7 +147,10 @@ func (r *runner) fromFormers(ctx context.Context, n int) []*queue.Msg {
 	return nil
 }
 
-// retireFormer tries to retire the queue's former stream, at most once per formerRetry.
+// retireFormer tries to retire the queue's former stream, at most once per formerRetry, and
+// while fewer than formerRetiring retirements of the pool are under way: a stream's deletion
+// is heavy work for nats-server, and thousands at once delay the fetches of the queues still
+// draining past their deadline (their jobs then wait for their ack_wait).
 func (r *runner) retireFormer(ctx context.Context, src formerSource, stream string) {
 	fs := &r.fs.formers
 	now := r.p.now()
@@ -151,6 +158,12 @@ func (r *runner) retireFormer(ctx context.Context, src formerSource, stream stri
 		return
 	}
 	fs.retryAt[stream] = now.Add(formerRetry)
+	select {
+	case r.p.retiring <- struct{}{}:
+		defer func() { <-r.p.retiring }()
+	default:
+		return
+	}
 	gone, err := src.RetireFormer(ctx, r.name, stream)
 	if err != nil {
 		r.p.log.Warn("worker: retiring a drained former stream; retrying", "queue", r.name, "stream", stream, "err", err)

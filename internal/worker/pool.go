@@ -136,6 +136,7 @@ type Pool struct {
 	sweepNow chan struct{}
 	formers  atomic.Pointer[map[string][]string]
 	swept    startSignal // the first sweep ended (with or without an error)
+	retiring chan struct{} // held by the retirements of former streams under way (former.go)
 
 	mu      sync.Mutex
 	specs   []QueueConfig          // the current queues, in order
@@ -179,6 +180,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 		shared:   map[string]QueueConfig{},
 		idleWait: idleWait,
 		sweepNow: make(chan struct{}, 1),
+		retiring: make(chan struct{}, formerRetiring),
 
 		runningAfter: runningAfter,
 		suspicion:    suspicion,
