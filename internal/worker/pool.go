@@ -135,7 +135,7 @@ type Pool struct {
 	// streams the last sweep found (former.go).
 	sweepNow chan struct{}
 	formers  atomic.Pointer[map[string][]string]
-	swept    startSignal // the first sweep ended (with or without an error)
+	swept    startSignal   // the first sweep ended (with or without an error)
 	retiring chan struct{} // held by the retirements of former streams under way (former.go)
 
 	mu      sync.Mutex
