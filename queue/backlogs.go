@@ -264,10 +264,20 @@ func (q *Queues) FairLayout(name string) (FairLayout, error) {
 	return l, nil
 }
 
+// deliveryConsumer is the name of queue's workers' consumer on its delivery stream: "workers",
+// or on a shared stream the queue's name (a queue that was fair and is shared now, whose
+// backlogs' leftovers are moved there).
+func (q *core) deliveryConsumer(queue string) string {
+	if _, shared := q.sharedIndex(queue); shared {
+		return queue
+	}
+	return consumerName
+}
+
 func (q *core) layout(name string, fair bool) FairLayout {
 	return FairLayout{
 		JetStream: q.pub, Queue: name, Fair: fair,
-		Backlog: q.backlogStreamName(name), Delivery: q.streamName(name), Consumer: consumerName,
+		Backlog: q.backlogStreamName(name), Delivery: q.streamName(name), Consumer: q.deliveryConsumer(name),
 		Tenants: q.tenantsBucketName(), Meta: q.metaBucketName(), LeaseKey: "fair." + name,
 		prefix: q.backlogPrefix(name), jobPrefix: q.jobSubject(name, ""),
 		costSubject: q.opts.Prefix + ".fcost." + name,

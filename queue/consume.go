@@ -92,7 +92,7 @@ func (c *Consumer) Fetch(ctx context.Context, limit int, wait time.Duration) ([]
 		batch, err = c.c.Fetch(limit, longPull(fctx)...)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("queue: fetch %q: %w", c.queue, err)
+		return nil, c.fetchErr(err)
 	}
 	var out []*Msg
 	for raw := range batch.Messages() {
@@ -106,12 +106,26 @@ func (c *Consumer) Fetch(ctx context.Context, limit int, wait time.Duration) ([]
 	if err := batch.Error(); err != nil && len(out) == 0 &&
 		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
 		!errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
-		return nil, fmt.Errorf("queue: fetch %q: %w", c.queue, err)
+		return nil, c.fetchErr(err)
 	}
 	if out == nil && ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	return out, nil
+}
+
+// fetchErr wraps a failed fetch's err, in ErrConsumerGone too when the consumer no longer
+// answers, and then forgets the handle this process keeps of a shared queue's consumer.
+func (c *Consumer) fetchErr(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrConsumerNotFound) {
+		c.q.sharedCons.Delete(c.queue)
+		c.q.mu.Lock()
+		delete(c.q.consumers, c.queue) // looked up again (Deliveries.Consumer)
+		c.q.mu.Unlock()
+		return fmt.Errorf("queue: fetch %q: %w: %w", c.queue, ErrConsumerGone, err)
+	}
+	return fmt.Errorf("queue: fetch %q: %w", c.queue, err)
 }
 
 // longPull returns the options of a pull request that waits until ctx ends: ctx's deadline

@@ -64,7 +64,10 @@
 // consumer; a queue's consumer is made by its first worker; each stored job is republished,
 // headers only, to the workers' doorbell ([Queues.Doorbell]); [Queues.Waiting] finds the queues
 // that hold jobs in a listing of the shared streams and of the consumers and subjects of those
-// that hold messages. The guarantees above hold for them unchanged, but for leftovers, which
-// RemoveLeftovers does not remove from a shared stream. docs/design/queue.md and
+// that hold messages. The guarantees above hold for them unchanged; their leftovers go in one
+// pass over the shared streams (RemoveSharedLeftovers). A queue that moves between its own
+// stream and a shared one, or between counts, keeps its waiting jobs in its former stream,
+// which Waiting reports, the workers drain (FormerConsumer) and then retire (RetireFormer):
+// former.go. docs/design/queue.md, docs/design/scale.md and
 // docs/design/time.md have the design and its history; BENCHMARKS.md ("queue") the figures.
 package queue

@@ -88,7 +88,8 @@ func (q *core) ensureConsumer(ctx context.Context, stream string, cfg jetstream.
 		have := c.CachedInfo().Config
 		if have.Description == cfg.Description && have.AckPolicy == cfg.AckPolicy &&
 			have.AckWait == cfg.AckWait && have.MaxDeliver == cfg.MaxDeliver &&
-			have.MaxAckPending == cfg.MaxAckPending && have.DeliverPolicy == cfg.DeliverPolicy {
+			have.MaxAckPending == cfg.MaxAckPending && have.DeliverPolicy == cfg.DeliverPolicy &&
+			have.InactiveThreshold == cfg.InactiveThreshold {
 			return c, nil
 		}
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {

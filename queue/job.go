@@ -252,6 +252,10 @@ var (
 	ErrBudgetFull = errors.New("queue: deferral budget of the key spent")
 	// ErrUnknownQueue means no queue of that name has been provisioned.
 	ErrUnknownQueue = errors.New("queue: unknown queue")
+	// ErrConsumerGone is Consumer.Fetch's error when the consumer no longer answers: deleted
+	// (a shared queue's after SharedInactive, a former stream's once retired) or its stream
+	// gone. Get the consumer again (Deliveries.Consumer).
+	ErrConsumerGone = errors.New("queue: consumer gone")
 	// ErrNotFound means there is no job (or dead letter) with that id.
 	ErrNotFound = errors.New("queue: job not found")
 	// ErrTooLarge means the job's body is larger than the queue (or the server) accepts.

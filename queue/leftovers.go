@@ -82,8 +82,8 @@ func countLeftovers(ctx context.Context, st jetstream.Stream, ackFloor uint64) (
 // its store failed).
 func (d Deliveries) RemoveLeftovers(ctx context.Context, name string, from uint64, limit int) (removed int, next uint64, err error) {
 	if _, shared := d.sharedIndex(name); shared {
-		// Not built for a queue of a shared stream: a purge by ack floor would take the other
-		// queues' jobs, and a pass per queue is what shared streams save (docs/design/scale.md).
+		// A queue of a shared stream: RemoveSharedLeftovers, one pass over the shared streams
+		// rather than requests per queue (what shared streams save).
 		return 0, 0, nil
 	}
 	ctx, cancel := withDefaultTimeout(ctx, 4*opTimeout)
@@ -113,18 +113,18 @@ func (d Deliveries) RemoveLeftovers(ctx context.Context, name string, from uint6
 			removed = int(si.State.Msgs - after.State.Msgs)
 		}
 	}
-	n, next, err := d.removeFinal(ctx, name, st, max(from, floor+1), ci.Delivered.Stream, limit)
+	n, next, err := d.removeFinal(ctx, d.jobSubject(name, ""), st, max(from, floor+1), ci.Delivered.Stream, limit)
 	if err != nil {
 		return removed + n, 0, fmt.Errorf("queue: leftovers of %q: %w", name, err)
 	}
 	return removed + n, next, nil
 }
 
-// removeFinal deletes the final leftovers among up to limit jobs of queue name's stream st
-// from sequence from to delivered, the consumer's last delivery. It returns how many it
-// deleted and the sequence to go on from (0: it reached delivered).
-func (q *core) removeFinal(ctx context.Context, name string, st jetstream.Stream, from, delivered uint64, limit int) (int, uint64, error) {
-	prefix := q.jobSubject(name, "")
+// removeFinal deletes the final leftovers among up to limit jobs of a queue in stream st, its
+// jobs' subjects prefix followed by their id, from sequence from to delivered, the
+// consumer's last delivery. It returns how many it deleted and the sequence to go on from (0:
+// it reached delivered).
+func (q *core) removeFinal(ctx context.Context, prefix string, st jetstream.Stream, from, delivered uint64, limit int) (int, uint64, error) {
 	removed, seq := 0, from
 	for range max(limit, 1) {
 		if seq > delivered {

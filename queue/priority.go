@@ -139,8 +139,8 @@ func (q *core) levelDepths(ctx context.Context, name string) (uint64, error) {
 	return n, nil
 }
 
-// deleteWaiting deletes job id of queue from the stream it waits in, whichever priority, if
-// it is there: for Cancel.
+// deleteWaiting deletes job id of queue from the stream it waits in, whichever priority, or
+// from a former stream of the queue (former.go), if it is there: for Cancel.
 func (q *core) deleteWaiting(ctx context.Context, queue, id string) {
 	for _, p := range Priorities {
 		st, err := q.js.Stream(ctx, q.levelStreamName(queue, p))
@@ -151,6 +151,10 @@ func (q *core) deleteWaiting(ctx context.Context, queue, id string) {
 			if st.DeleteMsg(ctx, raw.Sequence) == nil { // a worker that holds it sees the status
 				q.releaseMsg(ctx, raw.Header)
 			}
+			return
 		}
+	}
+	if st, raw, ok := q.findFormer(ctx, queue, id); ok && st.DeleteMsg(ctx, raw.Sequence) == nil {
+		q.releaseMsg(ctx, raw.Header)
 	}
 }

@@ -109,6 +109,12 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		}
 	}
 	q.specs, q.streams, q.consumers, q.hasBacklog = provisioned, streams, consumers, ex.backlogs
+	q.formerOwn = map[string]bool{}
+	for name := range provisioned {
+		if _, shared := q.sharedIndex(name); shared && ex.queues[name] {
+			q.formerOwn[name] = true
+		}
+	}
 	q.mu.Unlock()
 	return errors.Join(errs...)
 }

@@ -150,6 +150,13 @@ type core struct {
 	// hasBacklog are the queues with a tenants' backlog stream at the last Provision: the fair
 	// ones, and those that were fair once and may hold leftovers.
 	hasBacklog map[string]bool
+	// formerOwn are the shared queues whose own stream (from before they were shared) still
+	// exists at the last Provision, until RetireFormer removes it (former.go).
+	formerOwn map[string]bool
+	// formerSeen are the former streams the last scan found; scanning is held by the reader
+	// that scans for them (former.go).
+	formerSeen atomic.Pointer[formerSnap]
+	scanning   sync.Mutex
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)

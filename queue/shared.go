@@ -99,9 +99,6 @@ func (q *core) provisionShared(ctx context.Context, specs []Spec) (map[int]jetst
 	if !used {
 		return out, nil
 	}
-	if err := q.sameSharedCount(ctx); err != nil {
-		return out, err
-	}
 	var errs []error
 	for k := range q.opts.SharedStreams {
 		st, err := q.ensureStream(ctx, jetstream.StreamConfig{
@@ -129,32 +126,6 @@ func (q *core) provisionShared(ctx context.Context, specs []Spec) (map[int]jetst
 	return out, errors.Join(errs...)
 }
 
-// ErrSharedCount is Provision's error when the NATS server holds shared streams made with
-// another Options.SharedStreams: the processes would look for a queue's jobs in different
-// streams.
-var ErrSharedCount = errors.New("queue: shared streams of another count")
-
-// sameSharedCount returns ErrSharedCount, wrapped with both counts, when the shared streams on
-// the server were made for another count than Options.SharedStreams (one stream listing).
-func (q *core) sameSharedCount(ctx context.Context) error {
-	want := "of " + strconv.Itoa(q.opts.SharedStreams)
-	var other string
-	l := q.js.ListStreams(ctx, jetstream.WithStreamListSubject(q.sharedRoot()+">"))
-	for si := range l.Info() {
-		if strings.HasPrefix(si.Config.Name, q.opts.Prefix+"_J_") && !strings.HasSuffix(si.Config.Description, " "+want) {
-			other = si.Config.Description
-		}
-	}
-	if err := l.Err(); err != nil {
-		return fmt.Errorf("queue: list the shared streams: %w", err)
-	}
-	if other != "" {
-		return fmt.Errorf("%w: this process has nats.shared_streams %d, the NATS server holds %q: every process of a deployment must use the same value, and changing it needs the shared queues drained first (docs/scaling.md)",
-			ErrSharedCount, q.opts.SharedStreams, other)
-	}
-	return nil
-}
-
 // sharedStream is shared stream k (its index, as text), looked up once.
 func (q *core) sharedStream(ctx context.Context, k string) (jetstream.Stream, error) {
 	if st, ok := q.sharedStreams.Load(k); ok {
@@ -179,20 +150,46 @@ func (q *core) sharedConsumerConfig(s Spec) jetstream.ConsumerConfig {
 		MaxDeliver:    -1,
 		MaxAckPending: s.MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// A queue idle that long loses its consumer (nats-server deletes it): see
+		// SharedInactive.
+		InactiveThreshold: SharedInactive,
 	}
 }
 
+// SharedInactive is how long a shared queue's consumer stays with no worker pulling from it
+// before nats-server deletes it: a queue idle that long, or no longer configured, costs the
+// server nothing more. No job is lost with it: a job in the shared stream stays there (work-
+// queue retention keeps every message until a consumer acknowledges it), the workers' scan
+// finds its subject (Waiting) and the consumer is made again, delivering from the first job.
+// A runner pulls from its consumer while any of its jobs is waiting or unacknowledged
+// (stopIdle), so a consumer is deleted only when no worker ran for SharedInactive, or its
+// queue was idle that long; then a job handed back with a delay is delivered again at once.
+// A variable for tests.
+var SharedInactive = time.Hour
+
+// sharedConsumerTTL is how long a process uses a shared consumer's handle before it looks the
+// consumer up again: less than SharedInactive, so that a handle kept is of a consumer that
+// was in use (by this process) less than SharedInactive ago, hence not deleted.
+func sharedConsumerTTL() time.Duration { return SharedInactive / 2 }
+
+// cachedConsumer is a shared consumer's handle and when it was looked up or made.
+type cachedConsumer struct {
+	c  jetstream.Consumer
+	at time.Time
+}
+
 // sharedConsumer returns the durable consumer of shared queue s, making it when it is missing
-// (one lookup, and one creation on the queue's first job ever), and keeps it for the next call.
+// (one lookup, and one creation on the queue's first job ever, or after SharedInactive idle),
+// and keeps it for the calls of the next sharedConsumerTTL.
 func (q *core) sharedConsumer(ctx context.Context, s Spec) (jetstream.Consumer, error) {
-	if c, ok := q.sharedCons.Load(s.Name); ok {
-		return c.(jetstream.Consumer), nil
+	if c, ok := q.sharedCons.Load(s.Name); ok && q.now().Sub(c.(cachedConsumer).at) < sharedConsumerTTL() {
+		return c.(cachedConsumer).c, nil
 	}
 	c, err := q.ensureConsumer(ctx, q.streamName(s.Name), q.sharedConsumerConfig(s.withDefaults()))
 	if err != nil {
 		return nil, err
 	}
-	q.sharedCons.Store(s.Name, c)
+	q.sharedCons.Store(s.Name, cachedConsumer{c, q.now()})
 	return c, nil
 }
 
@@ -224,28 +221,32 @@ func (q *Queues) Doorbell(ring func(queue string)) (stop func(), err error) {
 	return func() { _ = sub.Unsubscribe() }, nil
 }
 
-// Waiting returns the shared queues that hold jobs, waiting or unacknowledged, by depth:
-// one listing of the shared streams, then, of each that holds messages, a listing of its
-// consumers and, when they do not account for all of them, of its subjects (the jobs of
-// queues without a consumer yet). Its cost grows with the shared streams and the consumers
-// of those that hold jobs, not with the queues configured.
-func (q *Queues) Waiting(ctx context.Context) (map[string]uint64, error) {
+// Waiting returns the shared queues that hold jobs, waiting or unacknowledged, by depth (in
+// their current and former streams), and by queue the former streams that may hold its jobs
+// (former.go): one listing of the shared streams, then, of each that holds messages, a
+// listing of its consumers and, when they do not account for all of them, of its subjects
+// (the jobs of queues without a consumer yet). Its cost grows with the shared streams and the
+// consumers of those that hold jobs, not with the queues configured.
+func (q *Queues) Waiting(ctx context.Context) (waiting map[string]uint64, formers map[string][]string, err error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	counts, err := q.sharedScan(ctx, false)
-	out := map[string]uint64{}
+	counts, formers, err := q.sharedScan(ctx, false)
+	waiting = map[string]uint64{}
 	for name, c := range counts {
 		if c.Depth > 0 {
-			out[name] = c.Depth
+			waiting[name] = c.Depth
 		}
 	}
-	return out, err
+	return waiting, formers, err
 }
 
-// sharedScan returns the shared queues' Counts: Depth as Waiting says; with left, the Left of
-// every queue that has a consumer (its ack floor, which counts redeliveries too), which lists
-// the consumers of the shared streams that hold none.
-func (q *core) sharedScan(ctx context.Context, left bool) (map[string]Counts, error) {
+// sharedScan returns the Counts of the queues with jobs in shared streams: Depth as Waiting
+// says; with left, the Left of every shared queue that has a consumer in its current stream
+// (its ack floor, which counts redeliveries too), which lists the consumers of the shared
+// streams that hold none. It returns too, by provisioned queue, its former streams: its own
+// stream while it is shared (from the last Provision), and the shared streams other than its
+// current one that hold its jobs.
+func (q *core) sharedScan(ctx context.Context, left bool) (map[string]Counts, map[string][]string, error) {
 	type held struct {
 		k     string
 		state jetstream.StreamState
@@ -256,9 +257,10 @@ func (q *core) sharedScan(ctx context.Context, left bool) (map[string]Counts, er
 			streams = append(streams, held{k, s})
 		}
 	})
-	out := map[string]Counts{}
+	out, formers := map[string]Counts{}, map[string][]string{}
+	q.ownFormers(formers)
 	if err != nil {
-		return out, err
+		return out, formers, err
 	}
 	for _, h := range streams {
 		name := q.opts.Prefix + "_J_" + h.k
@@ -266,20 +268,27 @@ func (q *core) sharedScan(ctx context.Context, left bool) (map[string]Counts, er
 		hasCons := map[string]bool{}
 		st, err := q.sharedStream(ctx, h.k)
 		if err != nil {
-			return out, err
+			return out, formers, err
 		}
 		if h.state.Consumers > 0 {
 			l := st.ListConsumers(ctx)
 			for ci := range l.Info() {
 				hasCons[ci.Name] = true
 				c := out[ci.Name]
-				c.Depth = ci.NumPending + uint64(ci.NumAckPending)
-				c.Left = ci.AckFloor.Consumer
+				depth := ci.NumPending + uint64(ci.NumAckPending)
+				c.Depth += depth
+				if q.formerOf(ci.Name, h.k) {
+					if depth > 0 {
+						formers[ci.Name] = append(formers[ci.Name], name)
+					}
+				} else {
+					c.Left = ci.AckFloor.Consumer
+				}
 				out[ci.Name] = c
-				counted += c.Depth
+				counted += depth
 			}
 			if err := l.Err(); err != nil {
-				return out, fmt.Errorf("queue: consumers of %s: %w", name, err)
+				return out, formers, fmt.Errorf("queue: consumers of %s: %w", name, err)
 			}
 		}
 		if counted >= h.state.Msgs {
@@ -289,18 +298,27 @@ func (q *core) sharedScan(ctx context.Context, left bool) (map[string]Counts, er
 		prefix := q.sharedRoot() + h.k + "."
 		si, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
 		if err != nil {
-			return out, fmt.Errorf("queue: subjects of %s: %w", name, err)
+			return out, formers, fmt.Errorf("queue: subjects of %s: %w", name, err)
 		}
+		added := map[string]bool{}
 		for subj, n := range si.State.Subjects {
 			rest := strings.TrimPrefix(subj, prefix)
-			if i := strings.IndexByte(rest, '.'); i > 0 && !hasCons[rest[:i]] {
-				c := out[rest[:i]]
-				c.Depth += n
-				out[rest[:i]] = c
+			i := strings.IndexByte(rest, '.')
+			if i <= 0 || hasCons[rest[:i]] {
+				continue
 			}
+			queue := rest[:i]
+			c := out[queue]
+			if !added[queue] && q.formerOf(queue, h.k) {
+				added[queue] = true
+				formers[queue] = append(formers[queue], name)
+			}
+			c.Depth += n
+			out[queue] = c
 		}
 	}
-	return out, nil
+	q.formerSeen.Store(&formerSnap{at: q.now(), m: formers})
+	return out, formers, nil
 }
 
 // sharedInfo fills in info for shared queue s: from its consumer, or, while it has none, from

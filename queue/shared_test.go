@@ -2,8 +2,11 @@ package queue_test
 
 import (
 	"errors"
+	"fmt"
+	"hash/fnv"
+	"maps"
 	"net/http"
-	"strings"
+	"slices"
 	"testing"
 	"time"
 
@@ -98,7 +101,7 @@ func TestSharedStreamReaders(t *testing.T) {
 	if in, err := b.q.Info(b.ctx, "s"); err != nil || in.Depth != 0 || in.Left == 0 {
 		t.Fatalf("info after the drain: %+v, %v", in, err)
 	}
-	waiting, err := b.q.Waiting(b.ctx)
+	waiting, _, err := b.q.Waiting(b.ctx)
 	if err != nil || len(waiting) != 0 {
 		t.Fatalf("waiting after the drain: %v, %v", waiting, err)
 	}
@@ -129,19 +132,167 @@ func sharedSlot(t *testing.T, b *bundle, name string) string {
 	return "none"
 }
 
-// TestSharedCountMismatch: a process whose shared_streams differs from the one that made the
-// shared streams is refused at Provision, naming both, instead of looking for jobs elsewhere.
-func TestSharedCountMismatch(t *testing.T) {
-	b := setup(t, queue.Options{SharedStreams: 4}, queue.Spec{Name: "s"})
-	other, err := queue.New(b.ctx, b.js, queue.Options{Prefix: b.prefix, SharedStreams: 8})
+// TestFormerStreams: a queue whose jobs wait in its own stream becomes shared (another
+// process turns shared_streams on); its own stream is its former stream, drained through
+// FormerConsumer and then retired (a publish to its old subjects fails, the stream goes);
+// then, with another count, and then with no shared streams at all, its former shared
+// stream's consumer (made for jobs that had none) is drained and deleted, while a job still
+// unacknowledged keeps it, and it delivers again after that refusal.
+func TestFormerStreams(t *testing.T) {
+	b := setup(t, queue.Options{}, queue.Spec{Name: "s"})
+	job := func() *queue.Job { return &queue.Job{Queue: "s", Method: http.MethodPost, Path: "/x"} }
+	own := map[string]bool{}
+	for range 3 {
+		own[b.publish(job()).ID] = true
+	}
+	// The same deployment with shared streams: a count under which "s" moves each time.
+	counts := []int{2, 3, 5, 7}
+	slot := func(n int) int { h := fnv.New32a(); h.Write([]byte("s")); return int(h.Sum32() % uint32(n)) }
+	first, second := counts[0], 0
+	for _, n := range counts[1:] {
+		if slot(n) != slot(first) {
+			second = n
+			break
+		}
+	}
+	if second == 0 {
+		t.Fatal("no count moves the queue")
+	}
+	sh := reopen(t, b, first)
+	if !sh.Shared("s") {
+		t.Fatal(`"s" is not shared`)
+	}
+	_, formers, err := sh.Waiting(b.ctx)
+	if err != nil || !slices.Equal(formers["s"], []string{b.stream("s")}) {
+		t.Fatalf("formers: %v, %v; want s's own stream", formers, err)
+	}
+	// A job waiting in the former stream is read, and canceled, there.
+	var ownIDs []string
+	for id := range own {
+		ownIDs = append(ownIDs, id)
+	}
+	if st, err := sh.Status(b.ctx, ownIDs[0]); err != nil || st.State != queue.StateQueued || st.Queue != "s" {
+		t.Fatalf("status of a job in the former stream: %+v, %v", st, err)
+	}
+	if _, err := sh.Cancel(b.ctx, ownIDs[1]); err != nil {
+		t.Fatalf("cancel of a job in the former stream: %v", err)
+	}
+	delete(own, ownIDs[1])
+	if d := b.depth("s"); d != 2 {
+		t.Fatalf("the own stream holds %d jobs after a cancel; want 2", d)
+	}
+	shared := map[string]bool{}
+	for range 2 {
+		r, err := sh.Publish(b.ctx, job())
+		if err != nil {
+			t.Fatal(err)
+		}
+		shared[r.ID] = true
+	}
+	fc, err := sh.FormerConsumer(b.ctx, "s", b.stream("s"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = other.Provision(b.ctx, []queue.Spec{{Name: "s"}})
-	if !errors.Is(err, queue.ErrSharedCount) || !strings.Contains(err.Error(), "shared_streams 8") || !strings.Contains(err.Error(), "of 4") {
-		t.Fatalf("provision with 8 shared streams over 4: %v", err)
+	if gone, err := sh.RetireFormer(b.ctx, "s", b.stream("s")); gone || err != nil {
+		t.Fatalf("retire a former stream that holds jobs: %v, %v", gone, err)
 	}
-	if err := other.Provision(b.ctx, []queue.Spec{{Name: "own", MaxBytes: 1 << 20}}); err != nil {
-		t.Fatalf("provision without a shared queue: %v", err)
+	for range len(own) {
+		m := b.fetchOne(fc, time.Second)
+		if !own[m.Job.ID] {
+			t.Fatalf("job %s from the own stream: not one published there", m.Job.ID)
+		}
+		if err := m.Ack(b.ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
+	if gone, err := sh.RetireFormer(b.ctx, "s", b.stream("s")); !gone || err != nil {
+		t.Fatalf("retire the drained own stream: %v, %v", gone, err)
+	}
+	b.noStream("_Q_s")
+	if _, formers, err := sh.Waiting(b.ctx); err != nil || len(formers) != 0 {
+		t.Fatalf("formers after the retirement: %v, %v", formers, err)
+	}
+	if _, err := b.js.Publish(b.ctx, b.subject("s")+".late", nil); err == nil {
+		t.Fatal("a publish to the retired stream's subject was stored")
+	}
+
+	// Another count: the jobs stored under the first, which no consumer took yet, are found by
+	// their subjects in the former shared stream.
+	sh2 := reopen(t, b, second)
+	oldStream := fmt.Sprintf("%s_J_%d", b.prefix, slot(first))
+	_, formers, err = sh2.Waiting(b.ctx)
+	if err != nil || !slices.Equal(formers["s"], []string{oldStream}) {
+		t.Fatalf("formers after a count change: %v, %v; want %s", formers, err, oldStream)
+	}
+	for id := range shared {
+		if st, err := sh2.Status(b.ctx, id); err != nil || st.State != queue.StateQueued {
+			t.Fatalf("status of a job in the former shared stream: %+v, %v", st, err)
+		}
+	}
+	fc, err = sh2.FormerConsumer(b.ctx, "s", oldStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := b.fetchOne(fc, time.Second)
+	if gone, err := sh2.RetireFormer(b.ctx, "s", oldStream); gone || err != nil {
+		t.Fatalf("retire a former consumer with a job unacknowledged: %v, %v", gone, err)
+	}
+	if err := held.Nak(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for len(got) < 2 {
+		m := b.fetchOne(fc, 2*time.Second) // resumed after the refusal
+		got[m.Job.ID] = true
+		if err := m.Ack(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !maps.Equal(got, shared) {
+		t.Fatalf("jobs from the former shared stream: %v, want %v", got, shared)
+	}
+	if gone, err := sh2.RetireFormer(b.ctx, "s", oldStream); !gone || err != nil {
+		t.Fatalf("retire the drained former consumer: %v, %v", gone, err)
+	}
+	if _, err := b.js.Consumer(b.ctx, oldStream, "s"); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("former consumer after its retirement: %v", err)
+	}
+
+	// No shared streams: a job stored under the second count is found, and drained, from its
+	// consumer.
+	r, err := sh2.Publish(b.ctx, job())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := reopen(t, b, 0)
+	newStream := fmt.Sprintf("%s_J_%d", b.prefix, slot(second))
+	_, formers, err = plain.Waiting(b.ctx)
+	if err != nil || !slices.Equal(formers["s"], []string{newStream}) {
+		t.Fatalf("formers with no shared streams: %v, %v; want %s", formers, err, newStream)
+	}
+	fc, err = plain.FormerConsumer(b.ctx, "s", newStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := b.fetchOne(fc, time.Second); m.Job.ID != r.ID {
+		t.Fatalf("job %s, want %s", m.Job.ID, r.ID)
+	} else if err := m.Ack(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if gone, err := plain.RetireFormer(b.ctx, "s", newStream); !gone || err != nil {
+		t.Fatalf("retire: %v, %v", gone, err)
+	}
+}
+
+// reopen returns a Queues over b's prefix with n shared streams, "s" provisioned.
+func reopen(t *testing.T, b *bundle, n int) *queue.Queues {
+	t.Helper()
+	q, err := queue.New(b.ctx, b.js, queue.Options{Prefix: b.prefix, SharedStreams: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Provision(b.ctx, []queue.Spec{{Name: "s"}}); err != nil {
+		t.Fatalf("provision with %d shared streams: %v", n, err)
+	}
+	return q
 }

@@ -149,6 +149,15 @@ func (q *core) waiting(ctx context.Context, id string) (st Status, looked bool, 
 		return Status{ID: id, Queue: c.name, State: StateQueued, CreatedAt: job.CreatedAt,
 			UpdatedAt: raw.Time.UTC(), Tenant: job.Tenant, Seq: raw.Sequence}, true, nil
 	}
+	// A queue that moved (former.go): the job may still wait where the queue kept it before.
+	for _, c := range cands {
+		if _, raw, ok := q.findFormer(ctx, c.name, id); ok {
+			if job, err := decode(raw.Header, raw.Data); err == nil && job.ID == id {
+				return Status{ID: id, Queue: c.name, State: StateQueued, CreatedAt: job.CreatedAt,
+					UpdatedAt: raw.Time.UTC(), Tenant: job.Tenant, Seq: raw.Sequence}, true, nil
+			}
+		}
+	}
 	return Status{}, len(cands) > 0, fmt.Errorf("%w: %s", ErrNotFound, id)
 }
 

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -40,12 +39,15 @@ func (q *Queues) Counts(ctx context.Context, backlogs bool) (map[string]Counts, 
 	if err != nil {
 		return out, err
 	}
-	if q.opts.SharedStreams > 0 {
-		shared, err := q.sharedScan(ctx, true)
-		if err != nil {
-			return out, err
-		}
-		maps.Copy(out, shared)
+	// Shared streams, current and former (a queue's jobs may be in both while it moves).
+	shared, _, err := q.sharedScan(ctx, true)
+	if err != nil {
+		return out, err
+	}
+	for name, s := range shared {
+		c := out[name]
+		c.Depth, c.Left = c.Depth+s.Depth, c.Left+s.Left
+		out[name] = c
 	}
 	if !backlogs {
 		return out, nil

@@ -44,7 +44,16 @@ type leftoverRemover interface {
 	RemoveLeftovers(ctx context.Context, name string, from uint64, limit int) (removed int, next uint64, err error)
 }
 
-var _ leftoverRemover = (*queue.Queues)(nil)
+// sharedLeftoverRemover is the queue layer's removal of the shared streams' leftovers, one
+// pass over them all; *queue.Queues has it.
+type sharedLeftoverRemover interface {
+	RemoveSharedLeftovers(ctx context.Context, from map[string]uint64, limit int) (map[string]int, error)
+}
+
+var (
+	_ leftoverRemover       = (*queue.Queues)(nil)
+	_ sharedLeftoverRemover = (*queue.Queues)(nil)
+)
 
 // removeLeftovers runs passes over the queues of cfg() on q until ctx ends (see above); nc
 // (nil: none) is the connection whose reconnections start a pass, fix what to do about a
@@ -116,6 +125,20 @@ func removeLeftoversOnce(ctx context.Context, q leftoverRemover, cfg *config.Con
 		if err == nil && stuck[qc.Name] {
 			delete(stuck, qc.Name)
 			log.Info("the queue's stream writes again", "queue", qc.Name)
+		}
+	}
+	if sq, is := q.(sharedLeftoverRemover); is {
+		// The shared streams' queues, in one pass (from keys them "<stream>/<queue>").
+		removed, err := sq.RemoveSharedLeftovers(ctx, from, leftoverPage)
+		for name, n := range removed {
+			log.Warn("removed jobs from their shared stream that had left the queue (acked while the stream could not write, or final with their ack lost); they were not waiting",
+				"queue", name, "jobs", n)
+		}
+		if err != nil {
+			ok = false
+			if ctx.Err() == nil {
+				log.Debug("remove the leftovers of the shared streams", "err", err)
+			}
 		}
 	}
 	return ok

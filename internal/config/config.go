@@ -229,7 +229,10 @@ type NATS struct {
 	// max_bytes of their own (queue.Shareable). Each such queue then costs the NATS server no
 	// stream and, while idle, no consumer and no pull (docs/scaling.md). 0 to
 	// queue.MaxSharedStreams; 0, the default: every queue has a stream of its own. Not with
-	// StoreBudget (which gives every queue a max_bytes of its own). Read at start only.
+	// StoreBudget (which gives every queue a max_bytes of its own). Read at start only;
+	// changing it (or a queue becoming shareable or not) moves the queues' new jobs, and the
+	// workers drain what waits where they were, then remove it (docs/scaling.md, "Changing
+	// it").
 	SharedStreams int
 }
 

@@ -74,7 +74,10 @@
 // bell announced (at start and every 5 s), stopped after an idle long pull when its consumer
 // holds nothing. Idle, such a queue costs a worker nothing; a job on it waits for the bell, a
 // consumer lookup (or creation, on the queue's first job) and a fetch, and at most 5 s when its
-// bell was lost.
+// bell was lost. Every pool sweeps, shared queues or not: the sweep also finds the former
+// streams of queues that moved (shared streams turned on, off or recounted), which their
+// runners drain first, at the queue's one rate, and retire once empty (former.go); each costs
+// one stream listing per 5 s.
 //
 // The reasoning behind each rule and the rejected designs are in docs/design/worker.md;
 // figures are in BENCHMARKS.md.

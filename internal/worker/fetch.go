@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"time"
@@ -36,13 +37,12 @@ func (r *runner) run(ctx, hard context.Context) {
 		wg.Add(1)
 		go func() { defer wg.Done(); l.run(ctx) }()
 	}
-	cons := r.consumer(ctx)
+	cons := r.firstConsumer(ctx)
 	if cons == nil {
 		return
 	}
 	r.fetching.Store(true)
 	r.p.checkStarted()
-	log := r.p.log.With("queue", r.name)
 	fetchWait, probeWait := fetchBackoff.Backoff(nil), probeBackoff.Backoff(nil)
 	idle := make(chan *queue.Msg) // handlers done with a job, waiting for the next
 	for ctx.Err() == nil {
@@ -70,12 +70,9 @@ func (r *runner) run(ctx, hard context.Context) {
 		}
 		msgs, err := r.fetch(ctx, cons, n)
 		if err != nil && len(msgs) == 0 {
-			if ctx.Err() != nil {
+			if cons = r.fetchFailed(ctx, cons, err, fetchWait.Next); cons == nil {
 				break
 			}
-			wait, _ := fetchWait.Next(0)
-			log.Warn("worker: fetch failed", "err", err, "retry_in", wait)
-			_ = retry.Sleep(ctx, nil, wait)
 			continue
 		}
 		fetchWait.Reset()
@@ -189,7 +186,11 @@ func fetchBatch(c int) int { return max(1, c/4) }
 //
 // A queue's jobs of priority high and low come from their own consumers (levels), the
 // higher level first (priority.go); an idle queue's long pull waits on every level at once.
+// The jobs still in the queue's former streams come before all of them (former.go).
 func (r *runner) fetch(ctx context.Context, cons consumer, n int) ([]*queue.Msg, error) {
+	if msgs := r.fromFormers(ctx, n); len(msgs) > 0 {
+		return msgs, nil
+	}
 	fctx := context.WithoutCancel(ctx)
 	lv := r.levelsOf(ctx, cons)
 	var (
@@ -212,10 +213,16 @@ func (r *runner) fetch(ctx context.Context, cons consumer, n int) ([]*queue.Msg,
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(r.p.pulls.current(), cancel)()
+	r.pullCut.Store(&cancel)
+	defer r.pullCut.Store(nil)
+	wait := r.p.idleWait
+	if len(r.p.formersOf(r.name)) > 0 {
+		wait = formerRetry // back soon to the former streams: to retire them, or for a job handed back
+	}
 	if lv != nil {
-		msgs, err = lv.wait(lctx, cancel, r.p.idleWait)
+		msgs, err = lv.wait(lctx, cancel, wait)
 	} else {
-		msgs, err = cons.Fetch(lctx, 1, r.p.idleWait)
+		msgs, err = cons.Fetch(lctx, 1, wait)
 	}
 	if err != nil && lctx.Err() != nil {
 		return msgs, nil // cut short: the caller pulls again, or stops
@@ -225,6 +232,76 @@ func (r *runner) fetch(ctx context.Context, cons consumer, n int) ([]*queue.Msg,
 		r.stopIdle(ctx, cons) // a shared queue's runner stops: ctx ends, and run with it
 	}
 	return msgs, err
+}
+
+// fetchFailed answers a fetch that failed with err and no job: it waits for the next try
+// (next, the fetch's backoff), or gets the consumer again when it is gone, and returns the
+// consumer to fetch from; nil when ctx ended.
+func (r *runner) fetchFailed(ctx context.Context, cons consumer, err error, next func(time.Duration) (time.Duration, bool)) consumer {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if errors.Is(err, queue.ErrConsumerGone) {
+		return r.consumerAgain(ctx, err)
+	}
+	wait, _ := next(0)
+	r.p.log.Warn("worker: fetch failed", "queue", r.name, "err", err, "retry_in", wait)
+	_ = retry.Sleep(ctx, nil, wait)
+	return cons
+}
+
+// firstConsumer returns the queue's consumer once the runner may make its first fetch: when
+// the pool sweeps, after its first sweep, which tells the queue's former streams, whose jobs
+// go first (former.go). A shared queue with former streams gets its consumer at its first
+// fetch from its current stream (lazyConsumer), once the former streams had nothing to give:
+// a migration of thousands of queues then does not make thousands of consumers while it
+// drains. Nil when ctx ends first.
+func (r *runner) firstConsumer(ctx context.Context) consumer {
+	if r.p.bells != nil {
+		select {
+		case <-r.p.swept.ch():
+		case <-ctx.Done():
+			return nil
+		}
+		if r.shared && len(r.p.formersOf(r.name)) > 0 {
+			return &lazyConsumer{r: r, ctx: ctx}
+		}
+	}
+	return r.consumer(ctx)
+}
+
+// lazyConsumer is a runner's consumer got at its first fetch (firstConsumer), under the
+// runner's ctx.
+type lazyConsumer struct {
+	r   *runner
+	ctx context.Context
+	c   consumer
+}
+
+func (l *lazyConsumer) Fetch(ctx context.Context, n int, wait time.Duration) ([]*queue.Msg, error) {
+	if l.c == nil {
+		if l.c = l.r.consumer(l.ctx); l.c == nil {
+			return nil, l.ctx.Err()
+		}
+	}
+	return l.c.Fetch(ctx, n, wait)
+}
+
+// Idle is the consumer's (queue.Consumer.Idle); true before the first fetch.
+func (l *lazyConsumer) Idle(ctx context.Context) (bool, error) {
+	if i, ok := l.c.(idler); ok {
+		return i.Idle(ctx)
+	}
+	return true, nil
+}
+
+// consumerAgain returns the queue's consumer after a fetch found it gone (err): deleted (a
+// shared queue's, idle for queue.SharedInactive) or its stream retired; it is made again
+// where the queue's stream is now. Nil when ctx ends first.
+func (r *runner) consumerAgain(ctx context.Context, err error) consumer {
+	r.p.log.Info("worker: queue consumer gone; getting it again", "queue", r.name, "err", err)
+	r.fs.lv = nil
+	return r.consumer(ctx)
 }
 
 // consumer returns the queue's consumer, retrying while the queue does not exist yet (the

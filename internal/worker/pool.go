@@ -131,6 +131,12 @@ type Pool struct {
 	bells    sharedBroker
 	bellOn   atomic.Bool // the doorbell is subscribed and its first sweep done
 	idleWait time.Duration
+	// sweepNow asks the sweep to look at once (a reload); formers are the queues' former
+	// streams the last sweep found (former.go).
+	sweepNow chan struct{}
+	formers  atomic.Pointer[map[string][]string]
+	swept    startSignal   // the first sweep ended (with or without an error)
+	retiring chan struct{} // held by the retirements of former streams under way (former.go)
 
 	mu      sync.Mutex
 	specs   []QueueConfig          // the current queues, in order
@@ -177,6 +183,8 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 		runners:  map[string]*runner{},
 		shared:   map[string]QueueConfig{},
 		idleWait: idleWait,
+		sweepNow: make(chan struct{}, 1),
+		retiring: make(chan struct{}, formerRetiring),
 
 		runningAfter: runningAfter,
 		suspicion:    suspicion,
@@ -357,7 +365,7 @@ func (p *Pool) drain(watching <-chan struct{}, cancelHard, cancelSettling contex
 // cannot be reached; the returned channel is closed once it has stopped.
 func (p *Pool) watch(ctx context.Context) (stopped <-chan struct{}) {
 	var wg sync.WaitGroup
-	if len(p.shared) > 0 {
+	if p.bells != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); p.doorbell(ctx) }()
 	}
@@ -538,7 +546,6 @@ func (p *Pool) Reload(specs []QueueConfig) error {
 		return nil
 	}
 	keep := map[string]bool{}
-	hadShared := len(p.shared) > 0
 	clear(p.shared)
 	for _, s := range specs {
 		keep[s.Name] = true
@@ -562,9 +569,11 @@ func (p *Pool) Reload(specs []QueueConfig) error {
 			p.startLocked(s)
 		}
 	}
-	if !hadShared && len(p.shared) > 0 {
-		// The doorbell starts with the first shared queue; it stays once started.
-		go p.doorbell(p.ctx)
+	// The sweep looks at once: for former streams (a queue that moved), and to subscribe
+	// the doorbell of the first shared queue.
+	select {
+	case p.sweepNow <- struct{}{}:
+	default:
 	}
 	for _, name := range slices.Sorted(maps.Keys(p.runners)) {
 		if !keep[name] {

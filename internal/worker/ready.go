@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,6 +27,9 @@ func (p *Pool) Ready() error {
 		if !r.fetching.Load() && !r.shared {
 			waiting = append(waiting, name)
 		}
+	}
+	if p.bells != nil && p.ctx != nil && !p.swept.done() {
+		return errors.New("the first look for queues that hold jobs in their former streams has not ended yet")
 	}
 	if len(p.shared) > 0 && !p.bellOn.Load() {
 		return fmt.Errorf("the doorbell of %d shared queues is not subscribed yet, or its first look for queues that hold jobs failed", len(p.shared))
@@ -69,6 +73,16 @@ func (s *startSignal) ch() chan struct{} {
 
 func (s *startSignal) close() { s.closed.Do(func() { close(s.ch()) }) }
 
+// done reports whether s was closed.
+func (s *startSignal) done() bool {
+	select {
+	case <-s.ch():
+		return true
+	default:
+		return false
+	}
+}
+
 // checkStarted closes p.started when every runner has its consumer.
 func (p *Pool) checkStarted() {
 	p.mu.Lock()
@@ -86,6 +100,9 @@ func (p *Pool) checkStartedLocked() {
 		}
 	}
 	if len(p.shared) > 0 && !p.bellOn.Load() {
+		return
+	}
+	if p.bells != nil && !p.swept.done() {
 		return
 	}
 	p.started.close()

@@ -33,6 +33,8 @@ type runner struct {
 	// its last long pull began (shared.go).
 	shared bool
 	rang   atomic.Bool
+	// pullCut cuts the long pull the runner waits in, if any (former.go).
+	pullCut atomic.Pointer[context.CancelFunc]
 }
 
 // fetchState is the fetch loop's state of a runner; only that loop uses it.
@@ -40,6 +42,7 @@ type fetchState struct {
 	lv       *levels // its queue's priority levels, once looked up (fetch)
 	idle     bool    // the last long pull expired empty
 	lastCost int64   // the cost of the last job fetched (fairLookahead's estimate of the next)
+	formers  formerState
 }
 
 // reconfigured tells the runner's loops that its config changed.

@@ -3,8 +3,6 @@ package worker
 import (
 	"context"
 	"time"
-
-	"github.com/sluice-rl/sluice/retry"
 )
 
 // Runners on demand. A queue of a shared stream (queue.Shareable, with nats.shared_streams
@@ -35,8 +33,10 @@ type sharedBroker interface {
 	// Doorbell calls ring with the queue of every job published to a shared stream, until
 	// stop.
 	Doorbell(ring func(queue string)) (stop func(), err error)
-	// Waiting returns the shared queues that hold jobs, by depth.
-	Waiting(ctx context.Context) (map[string]uint64, error)
+	// Waiting returns the shared queues that hold jobs, by depth, and by queue the former
+	// streams that may hold its jobs (former.go).
+	Waiting(ctx context.Context) (waiting map[string]uint64, formers map[string][]string, err error)
+	formerSource
 }
 
 // idler is a consumer that tells whether it holds any job (queue.Consumer).
@@ -66,52 +66,74 @@ func (p *Pool) ring(name string) {
 	p.startLocked(s)
 }
 
-// doorbell holds the pool's doorbell and sweeps until ctx ends; the pool is ready (bellOn)
-// once the doorbell is subscribed and the first sweep found the queues that hold jobs.
+// doorbell holds the pool's doorbell while it has shared queues, and sweeps until ctx ends
+// (every sweepEvery, and at once after a reload). It runs whether or not the pool has shared
+// queues: the sweep finds the former streams of every queue. The runners make their first
+// fetch once the first sweep ended (swept), so that they know their queue's former streams
+// from the start; the pool is ready once, in addition, the doorbell is subscribed and a sweep
+// found the queues that hold jobs (bellOn).
 func (p *Pool) doorbell(ctx context.Context) {
 	var stop func()
-	for ctx.Err() == nil {
-		var err error
-		if stop, err = p.bells.Doorbell(p.ring); err == nil {
-			break
+	defer func() {
+		if stop != nil {
+			stop()
 		}
-		p.log.Warn("worker: subscribing the doorbell of shared queues; retrying", "err", err)
-		retry.Sleep(ctx, nil, watchRetry)
-	}
-	if stop == nil {
-		return
-	}
-	defer stop()
+	}()
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
 	for {
-		if err := p.sweep(ctx); err == nil && !p.bellOn.Load() {
+		p.mu.Lock()
+		hasShared := len(p.shared) > 0
+		p.mu.Unlock()
+		if hasShared && stop == nil {
+			var err error
+			if stop, err = p.bells.Doorbell(p.ring); err != nil {
+				p.log.Warn("worker: subscribing the doorbell of shared queues; retrying", "err", err)
+			}
+		}
+		err := p.sweep(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.log.Warn("worker: looking for queues that hold jobs; retrying", "err", err)
+		case err == nil && stop != nil && !p.bellOn.Load():
 			p.bellOn.Store(true)
-			p.checkStarted()
-		} else if err != nil && ctx.Err() == nil {
-			p.log.Warn("worker: looking for shared queues that hold jobs; retrying", "err", err)
+		}
+		p.swept.close()
+		p.checkStarted()
+		wait := t.C
+		if hasShared && stop == nil {
+			wait = time.After(watchRetry)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-wait:
+		case <-p.sweepNow:
 		}
 	}
 }
 
-// sweep rings for every shared queue that holds jobs, and every shared queue that has a
-// schedule stream (its runner moves the due jobs).
+// sweep rings for every shared queue that holds jobs (in its current or former streams), every
+// shared queue that has a schedule stream (its runner moves the due jobs) or a tenants'
+// backlog stream from when it was fair (its runner drains it: fairsched.go), and hands the
+// runners their queues' former streams.
 func (p *Pool) sweep(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	waiting, err := p.bells.Waiting(sctx)
+	waiting, formers, err := p.bells.Waiting(sctx)
+	if err == nil {
+		p.setFormers(formers)
+	}
 	for name := range waiting {
+		p.ring(name)
+	}
+	for name := range formers {
 		p.ring(name)
 	}
 	p.mu.Lock()
 	var scheduled []string
 	for name := range p.shared {
-		if p.schedules.known(name) && p.runners[name] == nil {
+		if p.runners[name] == nil && (p.schedules.known(name) || p.hasBacklog(name)) {
 			scheduled = append(scheduled, name)
 		}
 	}
@@ -127,7 +149,7 @@ func (p *Pool) sweep(ctx context.Context) error {
 // stream: it takes r out of the pool and cancels r's context, which ends its run. It reports
 // whether it did.
 func (r *runner) stopIdle(ctx context.Context, cons consumer) bool {
-	if !r.shared || r.inHand.Load() > 0 || r.p.schedules.known(r.name) {
+	if !r.shared || r.inHand.Load() > 0 || r.p.schedules.known(r.name) || len(r.p.formersOf(r.name)) > 0 {
 		return false
 	}
 	if c, ok := cons.(idler); ok {
@@ -146,4 +168,10 @@ func (r *runner) stopIdle(ctx context.Context, cons consumer) bool {
 	r.cancel()
 	p.log.Debug("worker: shared queue idle; runner stopped", "queue", r.name)
 	return true
+}
+
+// hasBacklog reports whether queue name has a tenants' backlog stream, from when it was fair.
+func (p *Pool) hasBacklog(name string) bool {
+	l, err := p.q.FairLayout(name)
+	return err == nil && l.HasBacklog
 }
