@@ -20,6 +20,14 @@
 #   of deliveries in any one-second window, from the arrival times at the upstream. Beside them,
 #   4 scripts/jsdrain processes: JetStream's ceiling for a worker that delivers over HTTP, and
 #   for one that also records each job's outcome in the status bucket (-record), as Sluice does.
+#   Then DRAIN_ROUNDS rounds (default 3) of the figures issue 44 sets for the drain, each from
+#   its own backlog: Sluice unthrottled with its workers settled (the queue paused until all
+#   four are ready) and from their start (the start window inside the measure), both against
+#   jsdrain -record in the same round; the workers' CPU per job (from /proc) at rate 2000/s
+#   against the settled unthrottled drain's; and a fair queue whose FAIR_JOBS jobs (default
+#   10 000) belong to one tenant each against the same queue with one tenant. The defer path's
+#   ratio to the bare publisher with a subject and id per job is the HTTP part's "sdefer ÷
+#   jsperjob". SHARED=S runs the drains with nats.shared_streams: S.
 #
 # Installs what it lacks: wrk nginx haproxy caddy redis-server (apt), bullmq (npm, into
 # scripts/peers). Usage: scripts/bench-peers.sh [seconds per HTTP run] [rounds] [jobs]
@@ -29,6 +37,8 @@ DUR=${1:-5}
 ROUNDS=${2:-2}   # 0: the drains only
 JOBS=${3:-20000}
 PACED_JOBS=3000
+DRAIN_ROUNDS=${DRAIN_ROUNDS:-3}
+FAIR_JOBS=${FAIR_JOBS:-10000}
 W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
 
@@ -221,52 +231,72 @@ stats() {
       span = (t[NR] - t[1]) / 1e9; printf "%.1f %d %.2f\n", (NR - 1) / span, best, span }'
 }
 
-cat > "$W/drain.yaml" <<YAML
+# The drains' queues: one of each kind per round, so that each drain counts its own arrivals.
+# The ingress has them all; each drain's workers only the queue they drain.
+cat > "$W/drain-head.yaml" <<YAML
 listen: 127.0.0.1:19401
 admin_listen: 127.0.0.1:20401
 upstream: http://127.0.0.1:19100
-nats: { url: nats://127.0.0.1:19422 }
+nats: { url: nats://127.0.0.1:19422${SHARED:+, shared_streams: $SHARED} }
 redis: { url: redis://127.0.0.1:19379/0 }
 shutdown_timeout: 1s
 queues:
-  - { name: unthrottled, rate: 1000000/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/sluice/unthrottled" }
-  - { name: paced, rate: 200/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/sluice/paced" }
-  - { name: bare, rate: 1000000/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/bare/bare" }
-  - { name: bared, rate: 1000000/s, concurrency: 16, max_depth: 10000000, target: "POST $REC/bare/bared" }
 YAML
+declare -A QLINE
+qline() { # name rate target [more]
+  QLINE[$1]="  - { name: $1, rate: $2, concurrency: 16, max_depth: 10000000, ${4:+$4, }target: \"POST $REC/$3/$1\" }"
+}
+qline paced 200/s sluice
+for r in $(seq 1 "$DRAIN_ROUNDS"); do
+  qline "settled$r" 1000000/s sluice; qline "fresh$r" 1000000/s sluice; qline "throttled$r" 2000/s sluice
+  qline "fairone$r" 1000000/s sluice 'tenant: "header:X-Tenant", fair: true'
+  qline "fairmany$r" 1000000/s sluice 'tenant: "header:X-Tenant", fair: true'
+  qline "bare$r" 1000000/s bare; qline "bared$r" 1000000/s bare
+done
+{ cat "$W/drain-head.yaml"; printf '%s\n' "${QLINE[@]}"; } > "$W/drain.yaml"
 "$W/ingress" -config "$W/drain.yaml" 2>"$W/drain-ingress.log" &
 wait_ready http://127.0.0.1:20401/readyz
-sluice_drain() { # queue jobs
-  # Fill the backlog, start 4 worker processes with the queue paused, and resume it once every
-  # one is ready: the drain is measured without processes starting up beside it.
-  "$W/load" -url "http://127.0.0.1:19401/v1/queues/$1/jobs" -method POST -body x -c 32 -n "$2" -warmup 0 -d 10m >/dev/null
-  curl -s -o /dev/null -X POST "http://127.0.0.1:20401/v1/queues/$1/pause"
+TCK=$(getconf CLK_TCK)
+cpu_ticks() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+fill() { # queue jobs [load flags]: the backlog, through the ingress
+  local q=$1 n=$2; shift 2
+  "$W/load" -url "http://127.0.0.1:19401/v1/queues/$q/jobs" -method POST -body x -c 32 -n "$n" -warmup 0 -d 10m "$@" >/dev/null
+}
+sluice_drain() { # queue jobs [fresh]
+  # Four worker processes on a backlog filled before they start. Settled (the default): the
+  # queue is paused until every worker is ready, so the drain is measured without processes
+  # starting up beside it. fresh: the workers start straight onto the backlog, their start
+  # window inside the measure. Prints "rate/s max-in-1s seconds workers'-CPU-µs-per-job".
   local pids=()
+  [ "${3:-}" = fresh ] || curl -s -o /dev/null -X POST "http://127.0.0.1:20401/v1/queues/$1/pause"
   for i in 1 2 3 4; do
-    sed "s/admin_listen: .*/admin_listen: 127.0.0.1:$((20410 + i))/" "$W/drain.yaml" > "$W/worker$i.yaml"
+    { sed "s/admin_listen: .*/admin_listen: 127.0.0.1:$((20410 + i))/" "$W/drain-head.yaml"; echo "${QLINE[$1]}"; } > "$W/worker$i.yaml"
     "$W/worker" -config "$W/worker$i.yaml" 2>"$W/worker$i.log" & pids+=($!)
   done
-  for i in 1 2 3 4; do
-    for _ in $(seq 1 200); do [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((20410 + i))/readyz")" = 200 ] && break; sleep 0.05; done
-  done
-  curl -s -o /dev/null -X POST "http://127.0.0.1:20401/v1/queues/$1/resume"
-  stats "/sluice/$1" "$2"
+  if [ "${3:-}" != fresh ]; then
+    for i in 1 2 3 4; do
+      for _ in $(seq 1 200); do [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$((20410 + i))/readyz")" = 200 ] && break; sleep 0.05; done
+    done
+  fi
+  local c0; c0=$(cpu_ticks "${pids[@]}")
+  [ "${3:-}" = fresh ] || curl -s -o /dev/null -X POST "http://127.0.0.1:20401/v1/queues/$1/resume"
+  local s; s=$(stats "/sluice/$1" "$2")
+  local c1; c1=$(cpu_ticks "${pids[@]}")
+  echo "$s $(awk -v d=$((c1 - c0)) -v t="$TCK" -v n="$2" 'BEGIN {printf "%.0f", d / t * 1e6 / n}')"
   kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
 }
-bare_drain() { # jobs [-record]
+bare_drain() { # queue jobs [-record]
   # The JetStream ceiling: 4 scripts/jsdrain processes fetch, POST and ack, nothing else (with
   # -record, they also record each job's outcome in the status bucket, as Sluice's workers do).
-  local q=bare${2:+d}
-  "$W/load" -url "http://127.0.0.1:19401/v1/queues/$q/jobs" -method POST -body x -c 32 -n "$1" -warmup 0 -d 10m >/dev/null
-  local pids=()
+  local q=$1 pids=()
   for i in 1 2 3 4; do
-    "$W/jsdrain" -config "$W/drain.yaml" -queue "$q" -target "$REC/bare/$q" -c 16 ${2:-} > "$W/jsdrain$i.out" 2>"$W/jsdrain$i.log" & pids+=($!)
+    "$W/jsdrain" -config "$W/drain.yaml" -queue "$q" -target "$REC/bare/$q" -c 16 ${3:-} > "$W/jsdrain$i.out" 2>"$W/jsdrain$i.log" & pids+=($!)
   done
   for i in 1 2 3 4; do
     for _ in $(seq 1 200); do grep -q ready "$W/jsdrain$i.out" && break; sleep 0.05; done
   done
   kill -USR1 "${pids[@]}"
-  stats "/bare/$q" "$1"
+  stats "/bare/$q" "$2"
   kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
 }
 bull_drain() { # name jobs max
@@ -277,16 +307,42 @@ bull_drain() { # name jobs max
   stats "/bull/$1" "$2"
   kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
 }
+row() { printf '| %s | %s |\n' "$1" "$(sed 's/ / | /g' <<<"$2")"; }
+div() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
 echo
-echo "# drain: 4 worker processes × concurrency 16, one redis-server; $JOBS jobs unthrottled, $PACED_JOBS at 200/s"
+echo "# drain: 4 worker processes × concurrency 16, one redis-server; $JOBS jobs unthrottled, $PACED_JOBS at 200/s, $DRAIN_ROUNDS rounds${SHARED:+, shared_streams: $SHARED}"
 echo
-echo '| drain | achieved jobs/s | most in any 1 s | seconds |'
-echo '|---|---:|---:|---:|'
-printf '| Sluice, unthrottled | %s |\n' "$(sluice_drain unthrottled "$JOBS" | sed 's/ / | /g')"
-printf '| BullMQ, unthrottled | %s |\n' "$(bull_drain unthrottled "$JOBS" 0 | sed 's/ / | /g')"
-printf '| bare JetStream: fetch, POST, ack (scripts/jsdrain) | %s |\n' "$(bare_drain "$JOBS" | sed 's/ / | /g')"
-printf '| bare JetStream: fetch, POST, record the outcome, ack (jsdrain -record) | %s |\n' "$(bare_drain "$JOBS" -record | sed 's/ / | /g')"
+echo '| drain | achieved jobs/s | most in any 1 s | seconds | workers'"'"' CPU µs/job |'
+echo '|---|---:|---:|---:|---:|'
+declare -A R
+for r in $(seq 1 "$DRAIN_ROUNDS"); do
+  fill "settled$r" "$JOBS"; out=$(sluice_drain "settled$r" "$JOBS"); row "$r: Sluice, unthrottled, settled" "$out"; set -- $out; R[settled]+=" $1"; cpu_un=$4
+  fill "bared$r" "$JOBS"; out=$(bare_drain "bared$r" "$JOBS" -record); row "$r: bare JetStream, fetch, POST, record, ack (jsdrain -record)" "$out -"; set -- $out; rec=$1
+  fill "fresh$r" "$JOBS"; out=$(sluice_drain "fresh$r" "$JOBS" fresh); row "$r: Sluice, unthrottled, from the workers' start" "$out"; set -- $out
+  R[fresh]+=" $(div "$1" "$rec")"; R[settledr]+=" $(div "${R[settled]##* }" "$rec")"
+  fill "throttled$r" "$JOBS"; out=$(sluice_drain "throttled$r" "$JOBS"); row "$r: Sluice, rate 2000/s" "$out"; set -- $out; R[cpu]+=" $(div "$4" "$cpu_un")"
+  fill "fairone$r" "$FAIR_JOBS" -header "X-Tenant: t0"; out=$(sluice_drain "fairone$r" "$FAIR_JOBS"); row "$r: Sluice, fair, 1 tenant" "$out"; set -- $out; one=$1
+  fill "fairmany$r" "$FAIR_JOBS" -unique-header X-Tenant; out=$(sluice_drain "fairmany$r" "$FAIR_JOBS"); row "$r: Sluice, fair, $FAIR_JOBS tenants of one job" "$out"; set -- $out; R[fair]+=" $(div "$1" "$one")"
+done
+printf '| BullMQ, unthrottled | %s | - |\n' "$(bull_drain unthrottled "$JOBS" 0 | sed 's/ / | /g')"
+fill bare1 "$JOBS"
+printf '| bare JetStream: fetch, POST, ack (scripts/jsdrain) | %s | - |\n' "$(bare_drain bare1 "$JOBS" | sed 's/ / | /g')"
+fill paced "$PACED_JOBS"
 printf '| Sluice, rate 200/s | %s |\n' "$(sluice_drain paced "$PACED_JOBS" | sed 's/ / | /g')"
-printf '| BullMQ, limiter 200/s | %s |\n' "$(bull_drain paced "$PACED_JOBS" 200 | sed 's/ / | /g')"
+printf '| BullMQ, limiter 200/s | %s | - |\n' "$(bull_drain paced "$PACED_JOBS" 200 | sed 's/ / | /g')"
+
+minof() { tr ' ' '\n' <<<"$1" | grep . | sort -g | head -1; }
+echo
+echo "# the drain's ratios (issue 44, item 5), per round"
+echo
+echo '| ratio | rounds | median | least | target |'
+echo '|---|---|---:|---:|---|'
+for k in "fresh:Sluice unthrottled from the workers' start ÷ jsdrain -record:≥ 0.9 every round" \
+         "settledr:Sluice unthrottled, settled ÷ jsdrain -record:≥ 0.9" \
+         "cpu:workers' CPU per job at 2 000/s ÷ unthrottled:≤ 1.5" \
+         "fair:fair queue, $FAIR_JOBS tenants ÷ 1 tenant:≥ 0.8"; do
+  IFS=: read -r key name target <<<"$k"
+  printf '| %s | %s | %s | %s | %s |\n' "$name" "${R[$key]# }" "$(median <<<"${R[$key]}")" "$(minof "${R[$key]}")" "$target"
+done
 [ -z "${KEEP_ARRIVALS:-}" ] || cp "$W/rec/arrivals" "$KEEP_ARRIVALS"   # for a closer look at the drains
