@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Many queues on a stock nats-server (BENCHMARKS.md, "Many queues on a stock server"): for each
+# Many queues on a stock nats-server (BENCHMARKS.md, "Issue 44: many queues and the drain, where they stand"): for each
 # configuration, a fresh `nats-server -js -sd DIR` with its default limits (built from the
 # nats-server module this repository requires), a fresh redis-server, one ingress and W workers
 # (cmd/ingress, cmd/worker) on a config of N queues of rate 10/s with no max_bytes, all started
