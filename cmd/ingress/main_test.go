@@ -261,8 +261,20 @@ rules:
 	// Ingress a takes all 4 places with requests that stay at the upstream; then it dies.
 	up.high.Store(0)
 	taken := time.Now()
+	// A place is released once its request's handler returns, which can be after its client
+	// read the answer: a /hold that finds one of the first part's places not yet released is
+	// refused (429) and asks again, until the 4 are held.
+	holdCtx, stopHolds := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stopHolds()
 	for range 4 {
-		go get(context.Background(), a.url, "/hold") // ends with an error when a dies
+		go func() {
+			for holdCtx.Err() == nil {
+				// ends with an error when a dies
+				if code, _, err := get(holdCtx, a.url, "/hold"); err != nil || code != http.StatusTooManyRequests {
+					return
+				}
+			}
+		}()
 	}
 	testenv.WaitFor(t, 10*time.Second, "4 requests held at the upstream", func() bool { return up.open.Load() == 4 })
 	arrived := time.Now()
