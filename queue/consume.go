@@ -35,6 +35,9 @@ func (d Deliveries) Consumer(ctx context.Context, name string) (*Consumer, error
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
+	if err := d.subscribeHold(); err != nil {
+		return nil, err
+	}
 	if _, shared := d.sharedIndex(name); shared {
 		// A shared queue's consumer is made by the first worker that wants it (shared.go).
 		ctx, cancel := withDefaultTimeout(ctx, opTimeout)

@@ -8,8 +8,18 @@ func SetClock(q *Queues, now func() time.Time) { q.now = now }
 // DropHold unsubscribes q from the hold consumers' deliveries and bounds its releases by
 // acknowledgement to wait: a ledger made from then on delivers no ticket to its hold.
 func DropHold(q *Queues, wait time.Duration) {
-	_ = q.holdSub.Unsubscribe()
+	q.holdMu.Lock()
+	q.holdDropped = true
+	q.holdMu.Unlock()
+	q.unsubscribeHold()
 	q.holdWait = wait
+}
+
+// HoldSubscribed reports whether q receives the hold consumers' deliveries.
+func HoldSubscribed(q *Queues) bool {
+	q.holdMu.Lock()
+	defer q.holdMu.Unlock()
+	return q.holdSub != nil
 }
 
 // ReleaseAcked releases the tickets a Sluice-Tickets header names as a worker's ack does, and

@@ -72,6 +72,9 @@ func (d Deliveries) FormerConsumer(ctx context.Context, name, stream string) (*C
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
+	if err := d.subscribeHold(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 	var (

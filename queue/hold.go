@@ -95,8 +95,20 @@ func (q *core) ensureHold(ctx context.Context, st jetstream.Stream) error {
 	return nil
 }
 
-// subscribeHold subscribes this process to the hold consumers' deliveries, which it drops.
+// subscribeHold subscribes this process to the hold consumers' deliveries, which it drops,
+// unless it is already subscribed. The first consumer a process opens (Consumer,
+// LevelConsumer, FormerConsumer) calls it: the processes that acknowledge jobs, whose
+// releases need their tickets delivered, receive the deliveries; a process that only
+// publishes (an ingress without in-process workers) does not, and while no worker runs the
+// server delivers no ticket at all, so intake pays no delivery and the holds' state stays
+// empty. A ledger's tickets stored meanwhile are delivered once a worker subscribes, from
+// the oldest on, before its first fetch returns in practice.
 func (q *core) subscribeHold() error {
+	q.holdMu.Lock()
+	defer q.holdMu.Unlock()
+	if q.holdSub != nil || q.holdDropped {
+		return nil
+	}
 	sub, err := q.nc.QueueSubscribe(q.holdSubject(), holdName, func(*nats.Msg) {})
 	if err != nil {
 		return fmt.Errorf("queue: subscribe %s: %w", q.holdSubject(), err)
@@ -105,6 +117,16 @@ func (q *core) subscribeHold() error {
 	_ = sub.SetPendingLimits(1<<20, 64<<20)
 	q.holdSub = sub
 	return nil
+}
+
+// unsubscribeHold ends this process's subscription to the hold consumers' deliveries, if any.
+func (q *core) unsubscribeHold() {
+	q.holdMu.Lock()
+	defer q.holdMu.Unlock()
+	if q.holdSub != nil {
+		_ = q.holdSub.Unsubscribe()
+		q.holdSub = nil
+	}
 }
 
 // releaseAcked releases tickets ts of a job a worker acknowledged or dead-lettered, in the
@@ -125,7 +147,14 @@ func (q *core) releaseAcked(ts []ticket) {
 				continue
 			}
 			subject := "$JS.ACK." + t.stream + "." + holdName + ".1." + strconv.FormatUint(t.seq, 10) + ".0.0.0"
-			if _, err := q.nc.Request(subject, nil, q.holdWait); err != nil {
+			// A second try: a ticket stored while no worker ran is delivered once one
+			// subscribes (subscribeHold), and a fair queue's job can be acked before the
+			// hold's catch-up reached its ticket.
+			_, err := q.nc.Request(subject, nil, q.holdWait)
+			if err != nil {
+				_, err = q.nc.Request(subject, nil, q.holdWait)
+			}
+			if err != nil {
 				q.releaseFallbacks.Add(1)
 				rest = append(rest, t)
 			}

@@ -99,17 +99,7 @@ func TestReleaseFallsBackWhenTicketNotHeld(t *testing.T) {
 	queue.DropHold(b.q, 200*time.Millisecond)
 	b.publish(&queue.Job{Queue: "q", Direct: true, Body: []byte("x")})
 	ledger := b.prefix + "_L_q"
-	hold, err := b.js.PushConsumer(b.ctx, ledger, "hold")
-	if err != nil {
-		t.Fatalf("hold consumer: %v", err)
-	}
-	info, err := hold.Info(b.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.NumAckPending != 0 || info.NumPending != 1 {
-		t.Fatalf("hold consumer: %d delivered, %d undelivered; want the ticket undelivered", info.NumAckPending, info.NumPending)
-	}
+	waitHold(t, b, ledger, 0, 1) // the ticket undelivered
 	m := b.fetchOne(b.consumer("q"), 5*time.Second)
 	if _, n := jsState(t, ns, ledger); n != 1 {
 		t.Fatalf("the ledger holds %d tickets before the ack, want 1", n)
@@ -186,6 +176,86 @@ func TestReleaseByAckInACluster(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling the condition
 	}
 	if n := b.q.ReleaseFallbacks(); n != 0 {
+		t.Errorf("%d releases fell back to deletion; want 0", n)
+	}
+}
+
+// holdState reads ledger's hold consumer: tickets delivered (pending its acknowledgement) and
+// not delivered yet.
+func holdState(t *testing.T, b *bundle, ledger string) (delivered, undelivered uint64) {
+	t.Helper()
+	hold, err := b.js.PushConsumer(b.ctx, ledger, "hold")
+	if err != nil {
+		t.Fatalf("hold consumer of %s: %v", ledger, err)
+	}
+	info, err := hold.Info(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(info.NumAckPending), info.NumPending
+}
+
+// waitHold waits until ledger's hold consumer has delivered (pending their acknowledgement)
+// and not delivered the given numbers of tickets; it fails the test with what it read last
+// after 10 s.
+func waitHold(t *testing.T, b *bundle, ledger string, delivered, undelivered uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, u := holdState(t, b, ledger)
+		if d == delivered && u == undelivered {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hold consumer of %s: %d tickets delivered, %d undelivered; want %d and %d", ledger, d, u, delivered, undelivered)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the condition
+	}
+}
+
+// A process that only publishes (an ingress without workers) does not receive the holds'
+// deliveries, so while no worker runs the server delivers no ticket (intake pays no delivery,
+// the hold's state stays empty); the first consumer a process opens subscribes, the tickets
+// stored meanwhile are delivered, and a drain releases every one by acknowledgement. The
+// bounds hold throughout: the undelivered tickets count.
+func TestHoldDeliversOnlyOnceAConsumerIsOpen(t *testing.T) {
+	ns := testenv.NATS(t)
+	spec := queue.Spec{Name: "q", MaxDepth: 60}
+	ingress := setupURL(t, ns.URL, queue.Options{}, spec)
+	if queue.HoldSubscribed(ingress.q) {
+		t.Fatal("a Queues that opened no consumer receives the holds' deliveries")
+	}
+	const jobs = 60
+	for range jobs {
+		ingress.publish(&queue.Job{Queue: "q", Direct: true, Body: []byte("x")})
+	}
+	_, err := ingress.q.Publish(ingress.ctx, &queue.Job{Queue: "q", Direct: true})
+	wantErr(t, err, queue.ErrFull)
+	ledger := ingress.prefix + "_L_q"
+	waitHold(t, ingress, ledger, 0, jobs) // with no consumer open anywhere
+
+	// A worker: another Queues over another connection, same prefix.
+	worker := setupURL(t, ns.URL, queue.Options{Prefix: ingress.prefix}, spec)
+	c := worker.consumer("q")
+	if !queue.HoldSubscribed(worker.q) || queue.HoldSubscribed(ingress.q) {
+		t.Fatalf("after the worker opened a consumer: worker subscribed %v, ingress %v; want true, false",
+			queue.HoldSubscribed(worker.q), queue.HoldSubscribed(ingress.q))
+	}
+	waitHold(t, worker, ledger, jobs, 0) // delivered once the worker subscribed
+	for got := 0; got < jobs; {
+		msgs, err := c.Fetch(worker.ctx, 20, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if err := m.Ack(worker.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got += len(msgs)
+	}
+	waitTickets(t, ns, ledger, 0)
+	if n := worker.q.ReleaseFallbacks(); n != 0 {
 		t.Errorf("%d releases fell back to deletion; want 0", n)
 	}
 }

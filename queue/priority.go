@@ -116,6 +116,9 @@ func (d Deliveries) LevelConsumer(ctx context.Context, name string, p Priority) 
 	if _, ok := d.spec(name); !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
 	}
+	if err := d.subscribeHold(); err != nil {
+		return nil, err
+	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
 	c, err := d.js.Consumer(ctx, d.levelStreamName(name, p), consumerName)

@@ -357,7 +357,7 @@ func (q *Queues) Close(ctx context.Context) error {
 		q.retracts.Wait()
 		q.moves.Wait()
 		q.releases.Wait()
-		_ = q.holdSub.Unsubscribe() // after the releases: their fallbacks do not need it
+		q.unsubscribeHold() // after the releases: their fallbacks do not need it
 		close(done)
 	}()
 	select {

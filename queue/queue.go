@@ -169,9 +169,12 @@ type core struct {
 	makingLedgers chan struct{} // held by the ledgers being made on demand (admit)
 	budgets       sync.Map
 	releases      sync.WaitGroup // background releases of tickets (ledger.go)
-	// holdSub drops the hold consumers' deliveries; holdWait bounds a release by
+	// holdSub drops the hold consumers' deliveries, subscribed by the first consumer this
+	// process opens (holdMu; holdDropped: a test's DropHold); holdWait bounds a release by
 	// acknowledgement; releaseFallbacks counts those that fell back to deletion (hold.go).
+	holdMu           sync.Mutex
 	holdSub          *nats.Subscription
+	holdDropped      bool
 	holdWait         time.Duration
 	releaseFallbacks atomic.Uint64
 	// schedBytesInFlight is, per queue, the bytes of scheduled jobs being stored now
@@ -248,9 +251,6 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 		if q.ids.secret, err = q.sharedSecret(ctx); err != nil {
 			return nil, err
 		}
-	}
-	if err := q.subscribeHold(); err != nil {
-		return nil, err
 	}
 	q.conn.watch(q.nc)
 	return &Queues{core: q, Publisher: Publisher{q}, Deliveries: Deliveries{q}, Operator: Operator{q},
