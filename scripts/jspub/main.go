@@ -9,6 +9,15 @@
 // two cost in the server, apart from everything else the ingress does. -expect-stream and
 // -work-queue add the rest of what a Sluice queue asks of the server for each message: a
 // Nats-Expected-Stream header, and work-queue retention with a durable consumer.
+//
+// With -tickets N (1 or 2; implies -per-job), each request first stores N admission tickets,
+// published together and awaited together, one per ticket stream of its own (work-queue
+// retention, DiscardNew, a bound that is never reached; the second with a per-subject bound,
+// DiscardNewPerSubject), each under the job's Nats-Msg-Id, and only then the job: what the
+// admission ledger asks of the server for a rule's deferral (2: the queue's ticket and the
+// rule's deferral budget's) or a direct submission (1), without anything else Sluice does.
+// Its rate is the ceiling of the exact ledger as built on this machine
+// (docs/design/queue.md, "The defer path's ceiling").
 package main
 
 import (
@@ -31,7 +40,14 @@ func main() {
 	perJob := flag.Bool("per-job", false, "a subject and a Nats-Msg-Id per message")
 	expect := flag.Bool("expect-stream", false, "a Nats-Expected-Stream header on each message, as Sluice sends")
 	workQueue := flag.Bool("work-queue", false, "work-queue retention with a durable pull consumer, as a Sluice queue has")
+	tickets := flag.Int("tickets", 0, "admission tickets stored before each job, 0 to 2 (implies -per-job)")
 	flag.Parse()
+	if *tickets < 0 || *tickets > 2 {
+		log.Fatalf("-tickets %d: want 0, 1 or 2", *tickets)
+	}
+	if *tickets > 0 {
+		*perJob = true
+	}
 
 	nc, err := nats.Connect(*url)
 	if err != nil {
@@ -44,6 +60,9 @@ func main() {
 	name := "JSPUB"
 	if *perJob {
 		name = "JSPUB_PERJOB"
+	}
+	if *tickets > 0 {
+		name += "_T" + strconv.Itoa(*tickets)
 	}
 	ctx := context.Background()
 	cfg := jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage}
@@ -64,6 +83,24 @@ func main() {
 		}
 	}
 
+	// The ticket streams: the queue's ledger (one subject: one tenant) and a deferral
+	// budget's (one subject: one key), bounds far above what a run stores.
+	var ticketSubjects []string
+	for i := range *tickets {
+		tcfg := jetstream.StreamConfig{
+			Name: name + "_L" + strconv.Itoa(i), Retention: jetstream.WorkQueuePolicy,
+			Discard: jetstream.DiscardNew, MaxMsgs: 1e9, Storage: jetstream.FileStorage,
+		}
+		if i == 1 {
+			tcfg.MaxMsgs, tcfg.MaxMsgsPerSubject, tcfg.DiscardNewPerSubject = -1, 1e9, true
+		}
+		tcfg.Subjects = []string{tcfg.Name + ".*"}
+		if _, err := js.CreateOrUpdateStream(ctx, tcfg); err != nil {
+			log.Fatal(err)
+		}
+		ticketSubjects = append(ticketSubjects, tcfg.Name+".t")
+	}
+
 	var n atomic.Uint64
 	body := []byte(`{"id":"0","state":"queued"}` + "\n")
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -77,6 +114,25 @@ func main() {
 			id := strconv.FormatUint(n.Add(1), 36) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			m.Subject = name + ".jobs." + id
 			m.Header = nats.Header{jetstream.MsgIDHeader: []string{id}}
+		}
+		if len(ticketSubjects) > 0 {
+			id := m.Header.Get(jetstream.MsgIDHeader)
+			var fs [2]jetstream.PubAckFuture
+			for i, subj := range ticketSubjects {
+				t := &nats.Msg{Subject: subj, Data: []byte(id), Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
+				if fs[i], err = js.PublishMsgAsync(t); err != nil {
+					http.Error(w, err.Error(), http.StatusServiceUnavailable)
+					return
+				}
+			}
+			for _, f := range fs[:len(ticketSubjects)] {
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					http.Error(w, err.Error(), http.StatusTooManyRequests)
+					return
+				}
+			}
 		}
 		if *expect {
 			if m.Header == nil {
