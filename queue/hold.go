@@ -18,9 +18,11 @@ import (
 // Model. Every ledger (a queue's <prefix>_L_<queue>, a deferral budget's <prefix>_KW_<token>)
 // is a work-queue stream with one durable push consumer, "hold", that never acknowledges:
 // AckExplicit, an AckWait of ten years (no redelivery in practice), no bound on acks pending,
-// delivered to <prefix>.hold in the queue group "hold", where every process of the queue layer
-// has one subscription that drops what it receives. So each ticket, soon after
-// it is stored, is pending in its ledger's hold consumer. When a job leaves through a worker
+// delivered to <prefix>.hold in the queue group "hold", where every process that consumes a
+// queue has one subscription, made with its first consumer, that drops what it receives. So
+// while a worker runs, each ticket is pending in its ledger's hold consumer soon after it is
+// stored; tickets stored while none runs wait undelivered (costing intake no delivery) and
+// are delivered, oldest first, when one subscribes. When a job leaves through a worker
 // (acked, dead-lettered), its tickets are released by publishing, for each, the consumer's
 // acknowledgement of the ticket's stream sequence ($JS.ACK.<stream>.hold.1.<seq>.0.0.0; the
 // server looks the sequence up among the consumer's pending and uses its own delivery
@@ -31,15 +33,17 @@ import (
 // acknowledgement names one stream sequence, which the stream never reuses: a repeated release
 // removes nothing else. The server ignores, without an answer, an acknowledgement of a ticket
 // its hold consumer has not delivered yet (no process subscribed, the consumer missing, the
-// delivery behind): when no answer comes within holdWait, the release falls back to deleting
+// delivery behind): when no answer comes within holdWait, nor to a second try (the catch-up
+// after a worker's start may have reached the ticket by then), the release falls back to deleting
 // the ticket (a JetStream API request), as before the hold consumer; a deletion of a pending
 // ticket also drops it from the consumer's pending. Refusals, Cancel and jobs not stored
 // after all release by deletion: their tickets are seldom delivered yet.
 //
 // Costs. nats-server spends ~6 µs of CPU on an acknowledgement that removes a work-queue
 // message, where a deletion costs ~30 µs; the hold consumer adds one delivery per ticket (a
-// message out, to one process, which drops it; a ticket's body is its job's id, and headers
-// only would cost the server a copy of each) and keeps one pending entry per ticket held,
+// message out, to one worker, which drops it; a ticket's body is its job's id, and headers
+// only would cost the server a copy of each; none while no worker runs, the backlog's at the
+// first worker's start) and keeps one pending entry per ticket delivered,
 // which its state on disk writes at most 10 times a second while it changes (O(tickets held)
 // each). A ledger costs one more request when it is made (the consumer); a
 // Provision that finds it with a consumer sends none. The sweep reads a ledger with one
@@ -219,7 +223,6 @@ func (q *core) readTickets(ctx context.Context, stream string, from uint64, limi
 }
 
 // ReleaseFallbacks is how many releases by acknowledgement this process sent that got no
-// answer within their wait and deleted the ticket instead (the ticket not delivered to its
-// hold: no process subscribed when it was stored, the hold consumer missing, the server
-// gone). Workers export it as sluice_ticket_release_fallbacks_total.
+// answer within their wait, twice, and deleted the ticket instead (the ticket not delivered
+// to its hold: the hold consumer missing, its delivery far behind, the server gone). Workers export it as sluice_ticket_release_fallbacks_total.
 func (d Deliveries) ReleaseFallbacks() uint64 { return d.releaseFallbacks.Load() }
