@@ -8,7 +8,9 @@
 #                store) → PubAck → 202. Beside it, scripts/jspub: a net/http server that only
 #                publishes the body and answers 202 after the PubAck, to one subject (jspub) and
 #                to a subject and Nats-Msg-Id per message as Sluice does (jsperjob): the ceiling
-#                of any such server on this machine
+#                of any such server on this machine; and jspub -tickets 2 (jsticket2): two
+#                admission tickets stored together before each job, the stores of a rule's
+#                deferral, the ceiling of exact admission as built (docs/design/queue.md)
 #   429 path     Sluice ingress (memory; Redis, answered from its cache of rejections),
 #                nginx limit_req, HAProxy stick table: every request over a spent limit
 #   forward path Sluice ingress (memory limiter, a limit never reached), Go's
@@ -101,6 +103,7 @@ sluice memfwd 127.0.0.1:19202 mem 1000000000000
 "$W/goproxy" -listen 127.0.0.1:19310 -upstream http://127.0.0.1:19100 &
 "$W/jspub" -listen 127.0.0.1:19330 -nats nats://127.0.0.1:19422 &
 "$W/jspub" -listen 127.0.0.1:19331 -nats nats://127.0.0.1:19422 -per-job &
+"$W/jspub" -listen 127.0.0.1:19332 -nats nats://127.0.0.1:19422 -tickets 2 &
 
 mkdir -p "$W/nginx"
 cat > "$W/nginx.conf" <<CONF
@@ -164,7 +167,7 @@ CONF
 caddy run --config "$W/Caddyfile" --adapter caddyfile >/dev/null 2>&1 &
 
 # Wait for every server; on the 429 paths, that first request spends the one the limit allows.
-for p in 19201 19203 19301 19305 19202 19302 19306 19307 19310 19330 19331; do wait_http "http://127.0.0.1:$p/x"; done
+for p in 19201 19203 19301 19305 19202 19302 19306 19307 19310 19330 19331 19332; do wait_http "http://127.0.0.1:$p/x"; done
 # The plain server again, answering with the memory ingress's 429 as recorded: what net/http
 # costs for the same bytes (headers and body) without a decision.
 curl -si http://127.0.0.1:19201/x > "$W/429.txt"
@@ -187,7 +190,7 @@ wrk_run() { # key url
 }
 runs=(plain:http://127.0.0.1:19100/x
   same429:http://127.0.0.1:19320/x s429mem:http://127.0.0.1:19201/x s429redis:http://127.0.0.1:19203/x n429:http://127.0.0.1:19301/x h429:http://127.0.0.1:19305/x
-  sdefer:http://127.0.0.1:19202/api/orders jspub:http://127.0.0.1:19330/x jsperjob:http://127.0.0.1:19331/x
+  sdefer:http://127.0.0.1:19202/api/orders jspub:http://127.0.0.1:19330/x jsperjob:http://127.0.0.1:19331/x jsticket2:http://127.0.0.1:19332/x
   sfwd:http://127.0.0.1:19202/x gofwd:http://127.0.0.1:19310/x nfwd:http://127.0.0.1:19302/x hfwd:http://127.0.0.1:19306/x cfwd:http://127.0.0.1:19307/x)
 for _ in $(seq 1 "$ROUNDS"); do
   for r in "${runs[@]}"; do wrk_run "${r%%:*}" "${r#*:}"; done
@@ -208,7 +211,7 @@ for r in "${runs[@]}"; do
 done
 echo
 ratio() { awk -v a="$(median <<<"${RPS[$1]}")" -v b="$(median <<<"${RPS[$2]}")" 'BEGIN {printf "%.2f", a/b}'; }
-echo "sdefer ÷ jspub $(ratio sdefer jspub), ÷ jsperjob $(ratio sdefer jsperjob); s429mem ÷ same429 $(ratio s429mem same429); sfwd ÷ gofwd $(ratio sfwd gofwd)"
+echo "sdefer ÷ jspub $(ratio sdefer jspub), ÷ jsperjob $(ratio sdefer jsperjob), ÷ jsticket2 $(ratio sdefer jsticket2) (jsticket2 ÷ jsperjob $(ratio jsticket2 jsperjob)); s429mem ÷ same429 $(ratio s429mem same429); sfwd ÷ gofwd $(ratio sfwd gofwd)"
 fi
 
 # ---- drain ---------------------------------------------------------------------------------
