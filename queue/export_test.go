@@ -18,3 +18,9 @@ func ReleaseAcked(q *Queues, tickets string) {
 	q.releaseAcked(parseTickets(tickets))
 	q.releases.Wait()
 }
+
+// ReleaseFlushes is how many release ticks of q published releases (release.go).
+func ReleaseFlushes(q *Queues) int { return q.releaser.flushCount() }
+
+// ReleaseTick is the period of the release ticks.
+const ReleaseTick = releaseTick

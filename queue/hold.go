@@ -108,34 +108,22 @@ func (q *core) subscribeHold() error {
 }
 
 // releaseAcked releases tickets ts of a job a worker acknowledged or dead-lettered, in the
-// background: each of a held ledger by its hold consumer's acknowledgement, awaited up to
-// holdWait, the others (a limits ledger's, an unanswered acknowledgement's) by deletion.
-// Close waits for it.
+// background: those of a held ledger by its hold consumer's acknowledgement, gathered to the
+// next release tick (release.go), the others (a limits ledger's) by deletion. Close waits for
+// them.
 func (q *core) releaseAcked(ts []ticket) {
-	if len(ts) == 0 {
-		return
+	var held, rest []ticket
+	for _, t := range ts {
+		if q.isHeld(t.stream) {
+			held = append(held, t)
+		} else {
+			rest = append(rest, t)
+		}
 	}
-	q.releases.Add(1)
-	go func() {
-		defer q.releases.Done()
-		var rest []ticket
-		for _, t := range ts {
-			if !q.isHeld(t.stream) {
-				rest = append(rest, t)
-				continue
-			}
-			subject := "$JS.ACK." + t.stream + "." + holdName + ".1." + strconv.FormatUint(t.seq, 10) + ".0.0.0"
-			if _, err := q.nc.Request(subject, nil, q.holdWait); err != nil {
-				q.releaseFallbacks.Add(1)
-				rest = append(rest, t)
-			}
-		}
-		if len(rest) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			defer cancel()
-			q.release(ctx, rest)
-		}
-	}()
+	if len(held) > 0 {
+		q.releaser.enqueue(held)
+	}
+	q.releaseLater(rest)
 }
 
 // heldTicket is a ticket as the sweep reads it: its sequence, when it was stored, its job.

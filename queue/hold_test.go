@@ -189,3 +189,42 @@ func TestReleaseByAckInACluster(t *testing.T) {
 		t.Errorf("%d releases fell back to deletion; want 0", n)
 	}
 }
+
+// The releases of jobs acked near each other go out together, at the release ticks: 200 jobs
+// acked one after another cost as many flushes of releases as ticks passed meanwhile (a
+// release sent on its own, per job, would be 200), every ticket leaves, none by the fallback.
+func TestReleasesShareAFlush(t *testing.T) {
+	ns := testenv.NATS(t)
+	b := setupURL(t, ns.URL, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 1000})
+	const jobs = 200
+	for range jobs {
+		b.publish(&queue.Job{Queue: "q", Direct: true, Body: []byte("x")})
+	}
+	ledger := b.prefix + "_L_q"
+	waitTickets(t, ns, ledger, jobs)
+	c := b.consumer("q")
+	var msgs []*queue.Msg
+	for len(msgs) < jobs {
+		got, err := c.Fetch(b.ctx, jobs-len(msgs), 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, got...)
+	}
+	start := time.Now()
+	for _, m := range msgs {
+		if err := m.AckNoWait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	waitTickets(t, ns, ledger, 0)
+	flushes := queue.ReleaseFlushes(b.q)
+	t.Logf("%d jobs acked in %v: their releases in %d flushes", jobs, took, flushes)
+	if most := int(took/queue.ReleaseTick) + 2; flushes < 1 || flushes > most {
+		t.Errorf("%d releases went out in %d flushes over %v; want at most %d (one per release tick)", jobs, flushes, took, most)
+	}
+	if n := b.q.ReleaseFallbacks(); n != 0 {
+		t.Errorf("%d releases fell back to deletion; want 0", n)
+	}
+}
