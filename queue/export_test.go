@@ -19,8 +19,5 @@ func ReleaseAcked(q *Queues, tickets string) {
 	q.releases.Wait()
 }
 
-// ReleaseFlushes is how many release ticks of q published releases (release.go).
-func ReleaseFlushes(q *Queues) int { return q.releaser.flushCount() }
-
-// ReleaseTick is the period of the release ticks.
-const ReleaseTick = releaseTick
+// ReleasesPublished is how many releases by acknowledgement q published (release.go).
+func ReleasesPublished(q *Queues) int { return q.releaser.publishedCount() }

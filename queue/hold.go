@@ -24,8 +24,9 @@ import (
 // (acked, dead-lettered), its tickets are released by publishing, for each, the consumer's
 // acknowledgement of the ticket's stream sequence ($JS.ACK.<stream>.hold.1.<seq>.0.0.0; the
 // server looks the sequence up among the consumer's pending and uses its own delivery
-// sequence) with a reply subject: the server removes the ticket from the work-queue stream and
-// then answers (in a cluster, once the acknowledgement is replicated).
+// sequence) with a reply subject (release.go: one subscription takes every answer): the server
+// removes the ticket from the work-queue stream and then answers (in a cluster, once the
+// acknowledgement is replicated).
 //
 // Guarantees. A ticket still leaves only after its job's acknowledgement, and an
 // acknowledgement names one stream sequence, which the stream never reuses: a repeated release
@@ -108,9 +109,9 @@ func (q *core) subscribeHold() error {
 }
 
 // releaseAcked releases tickets ts of a job a worker acknowledged or dead-lettered, in the
-// background: those of a held ledger by its hold consumer's acknowledgement, gathered to the
-// next release tick (release.go), the others (a limits ledger's) by deletion. Close waits for
-// them.
+// background: those of a held ledger by its hold consumer's acknowledgement, published now
+// and answered on the releaser's subscription (release.go), the others (a limits ledger's) by
+// deletion. Close waits for them.
 func (q *core) releaseAcked(ts []ticket) {
 	var held, rest []ticket
 	for _, t := range ts {
@@ -121,7 +122,8 @@ func (q *core) releaseAcked(ts []ticket) {
 		}
 	}
 	if len(held) > 0 {
-		q.releaser.enqueue(held)
+		q.releases.Add(len(held))
+		go q.releaser.send(held)
 	}
 	q.releaseLater(rest)
 }
