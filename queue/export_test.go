@@ -28,3 +28,6 @@ func ReleaseAcked(q *Queues, tickets string) {
 	q.releaseAcked(parseTickets(tickets))
 	q.releases.Wait()
 }
+
+// ReleasesPublished is how many releases by acknowledgement q published (release.go).
+func ReleasesPublished(q *Queues) int { return q.releaser.publishedCount() }

@@ -26,8 +26,9 @@ import (
 // (acked, dead-lettered), its tickets are released by publishing, for each, the consumer's
 // acknowledgement of the ticket's stream sequence ($JS.ACK.<stream>.hold.1.<seq>.0.0.0; the
 // server looks the sequence up among the consumer's pending and uses its own delivery
-// sequence) with a reply subject: the server removes the ticket from the work-queue stream and
-// then answers (in a cluster, once the acknowledgement is replicated).
+// sequence) with a reply subject (release.go: one subscription takes every answer): the server
+// removes the ticket from the work-queue stream and then answers (in a cluster, once the
+// acknowledgement is replicated).
 //
 // Guarantees. A ticket still leaves only after its job's acknowledgement, and an
 // acknowledgement names one stream sequence, which the stream never reuses: a repeated release
@@ -134,41 +135,23 @@ func (q *core) unsubscribeHold() {
 }
 
 // releaseAcked releases tickets ts of a job a worker acknowledged or dead-lettered, in the
-// background: each of a held ledger by its hold consumer's acknowledgement, awaited up to
-// holdWait, the others (a limits ledger's, an unanswered acknowledgement's) by deletion.
-// Close waits for it.
+// background: those of a held ledger by its hold consumer's acknowledgement, published now
+// and answered on the releaser's subscription (release.go), the others (a limits ledger's) by
+// deletion. Close waits for them.
 func (q *core) releaseAcked(ts []ticket) {
-	if len(ts) == 0 {
-		return
+	var held, rest []ticket
+	for _, t := range ts {
+		if q.isHeld(t.stream) {
+			held = append(held, t)
+		} else {
+			rest = append(rest, t)
+		}
 	}
-	q.releases.Add(1)
-	go func() {
-		defer q.releases.Done()
-		var rest []ticket
-		for _, t := range ts {
-			if !q.isHeld(t.stream) {
-				rest = append(rest, t)
-				continue
-			}
-			subject := "$JS.ACK." + t.stream + "." + holdName + ".1." + strconv.FormatUint(t.seq, 10) + ".0.0.0"
-			// A second try: a ticket stored while no worker ran is delivered once one
-			// subscribes (subscribeHold), and a fair queue's job can be acked before the
-			// hold's catch-up reached its ticket.
-			_, err := q.nc.Request(subject, nil, q.holdWait)
-			if err != nil {
-				_, err = q.nc.Request(subject, nil, q.holdWait)
-			}
-			if err != nil {
-				q.releaseFallbacks.Add(1)
-				rest = append(rest, t)
-			}
-		}
-		if len(rest) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			defer cancel()
-			q.release(ctx, rest)
-		}
-	}()
+	if len(held) > 0 {
+		q.releases.Add(len(held))
+		go q.releaser.send(held)
+	}
+	q.releaseLater(rest)
 }
 
 // heldTicket is a ticket as the sweep reads it: its sequence, when it was stored, its job.

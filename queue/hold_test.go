@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -257,5 +258,56 @@ func TestHoldDeliversOnlyOnceAConsumerIsOpen(t *testing.T) {
 	waitTickets(t, ns, ledger, 0)
 	if n := worker.q.ReleaseFallbacks(); n != 0 {
 		t.Errorf("%d releases fell back to deletion; want 0", n)
+	}
+}
+
+// Releases wait for their answers on one subscription, not each in a goroutine of its own: 100
+// jobs acked whose tickets the hold consumer never delivered (so no answer comes) leave their
+// 100 releases published and waiting, with no goroutine per release (a request per release,
+// each waited for by its goroutine, kept 100 until holdWait), and each, published once more at
+// holdWait, falls back to deletion at twice holdWait: every ticket leaves.
+func TestReleasesWaitWithoutAGoroutineEach(t *testing.T) {
+	ns := testenv.NATS(t)
+	b := setupURL(t, ns.URL, queue.Options{}, queue.Spec{Name: "q", MaxDepth: 1000})
+	queue.DropHold(b.q, time.Second)
+	const jobs = 100
+	for range jobs {
+		b.publish(&queue.Job{Queue: "q", Direct: true, Body: []byte("x")})
+	}
+	ledger := b.prefix + "_L_q"
+	waitTickets(t, ns, ledger, jobs)
+	c := b.consumer("q")
+	var msgs []*queue.Msg
+	for len(msgs) < jobs {
+		got, err := c.Fetch(b.ctx, jobs-len(msgs), 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, got...)
+	}
+	before := runtime.NumGoroutine()
+	start := time.Now()
+	for _, m := range msgs {
+		if err := m.AckNoWait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for queue.ReleasesPublished(b.q) < jobs {
+		if time.Since(start) > 900*time.Millisecond { // before holdWait: no second try yet
+			t.Fatalf("%d of %d releases published", queue.ReleasesPublished(b.q), jobs)
+		}
+		time.Sleep(time.Millisecond) // polling the condition, in process
+	}
+	grew := runtime.NumGoroutine() - before // no fallback before twice holdWait
+	t.Logf("%d releases published and waiting: %d more goroutines", jobs, grew)
+	if grew > jobs/10 {
+		t.Errorf("%d releases waiting for their answers kept %d more goroutines; want none per release", jobs, grew)
+	}
+	waitTickets(t, ns, ledger, 0)
+	if n := queue.ReleasesPublished(b.q); n != 2*jobs {
+		t.Errorf("%d releases published; want %d, each tried twice", n, 2*jobs)
+	}
+	if n := b.q.ReleaseFallbacks(); n != jobs {
+		t.Errorf("%d releases fell back to deletion; want %d", n, jobs)
 	}
 }

@@ -357,6 +357,7 @@ func (q *Queues) Close(ctx context.Context) error {
 		q.retracts.Wait()
 		q.moves.Wait()
 		q.releases.Wait()
+		q.releaser.stop()
 		q.unsubscribeHold() // after the releases: their fallbacks do not need it
 		close(done)
 	}()

@@ -176,6 +176,7 @@ type core struct {
 	holdSub          *nats.Subscription
 	holdDropped      bool
 	holdWait         time.Duration
+	releaser         releaser // gathers the releases by acknowledgement (release.go)
 	releaseFallbacks atomic.Uint64
 	// schedBytesInFlight is, per queue, the bytes of scheduled jobs being stored now
 	// (*atomic.Int64; reserveBytes).
@@ -210,6 +211,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 	q := &core{js: js, nc: js.Conn(), opts: opts, now: time.Now, specs: map[string]Spec{},
 		making: make(chan struct{}, 1), makingLedgers: make(chan struct{}, ledgerMakes), holdWait: defaultHoldWait}
 	q.closing, q.stopBackground = context.WithCancel(context.Background())
+	q.releaser.q = q
 	// A JetStream context of our own for async publishes, the same API prefix or domain as js,
 	// whose ack timeout frees the futures of acks that never come (callers stop waiting at
 	// their ctx deadline; on a reconnect nats.go fails pending futures anyway).
