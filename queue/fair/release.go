@@ -3,6 +3,7 @@ package fair
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -18,9 +19,9 @@ import (
 // job is pending there soon after it is stored. A job moved to the delivery stream leaves the
 // backlog by the hold's acknowledgement of its stream sequence (FairLayout.HoldAck), sent with
 // a reply subject: nats-server removes it from the work-queue stream and answers. A round
-// reads how far the hold has delivered (its consumer info, once per round that moves jobs past
-// the last reading) and sends the acknowledgements of all its moved jobs at once, then awaits
-// their answers together.
+// knows how far the hold has delivered (its consumer info, reread when a moved job is past the
+// last reading: about once per round that moves jobs stored since) and sends the
+// acknowledgements of all its moved jobs at once, then awaits their answers together.
 //
 // Guarantees. A job still leaves only after its copy in the delivery stream is acknowledged,
 // and an acknowledgement names one stream sequence, which the stream never reuses: a repeated
@@ -57,20 +58,28 @@ func (s *Scheduler) openHold(ctx context.Context) {
 		}
 		return
 	}
-	s.hold, s.heldTo = h, h.CachedInfo().Delivered.Stream
+	s.hold = h
+	s.heldTo.Store(h.CachedInfo().Delivered.Stream)
 }
 
-// readHeld rereads how far the hold has delivered when the last reading of the backlog is
-// past it: jobs up to there are pending in the hold and leave by acknowledgement. Run's
-// goroutine, before a round's moves.
-func (s *Scheduler) readHeld(ctx context.Context) {
-	s.openHold(ctx)
-	if s.hold == nil || s.readTo != 0 && s.readTo <= s.heldTo {
-		return
+// heldBy reports whether the hold had delivered backlog sequence seq, rereading how far it
+// has (its consumer info) when the last reading is short of seq: once per round that moves
+// jobs stored since. Safe for concurrent use while a round moves.
+func (s *Scheduler) heldBy(ctx context.Context, seq uint64) bool {
+	if s.hold == nil {
+		return false
 	}
-	if ci, err := s.hold.Info(ctx); err == nil {
-		s.heldTo = ci.Delivered.Stream
+	if seq <= s.heldTo.Load() {
+		return true
 	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if seq > s.heldTo.Load() {
+		if ci, err := s.hold.Info(ctx); err == nil {
+			s.heldTo.Store(ci.Delivered.Stream)
+		}
+	}
+	return seq <= s.heldTo.Load()
 }
 
 // remove removes raws, a tenant's oldest jobs on subj just moved, from the backlog: by
@@ -97,9 +106,12 @@ func (s *Scheduler) remove(ctx context.Context, subj string, raws []*jetstream.R
 // deleteParallel at once. Safe for concurrent use while a round moves.
 func (s *Scheduler) removeSeqs(ctx context.Context, seqs []uint64) []error {
 	errs := make([]error, len(seqs))
+	if len(seqs) > 0 {
+		s.heldBy(ctx, slices.Max(seqs)) // rereads the hold once if needed
+	}
 	var held []int
 	for k, seq := range seqs {
-		if s.hold != nil && seq <= s.heldTo {
+		if s.hold != nil && seq <= s.heldTo.Load() {
 			held = append(held, k)
 		}
 	}

@@ -33,17 +33,27 @@ func releaseSetup(t *testing.T, singles, deep int) (context.Context, *testenv.NA
 	if err := qs.Provision(ctx, []queue.Spec{{Name: "r", Fair: true}}); err != nil {
 		t.Fatal(err)
 	}
-	publish := func(tenant string) {
-		if _, err := qs.Publish(ctx, &queue.Job{Queue: "r", Tenant: tenant, Method: "POST", Path: "/x", Body: []byte(tenant)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for i := range singles {
-		publish(fmt.Sprintf("t%03d", i))
+		publishR(t, ctx, qs, fmt.Sprintf("t%03d", i))
 	}
 	for range deep {
-		publish("deep")
+		publishR(t, ctx, qs, "deep")
 	}
+	waitHeld(t, ctx, js, qs, singles+deep)
+	return ctx, ns, js, qs
+}
+
+// publishR publishes a job of tenant to queue r.
+func publishR(t *testing.T, ctx context.Context, qs *queue.Queues, tenant string) {
+	t.Helper()
+	if _, err := qs.Publish(ctx, &queue.Job{Queue: "r", Tenant: tenant, Method: "POST", Path: "/x", Body: []byte(tenant)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitHeld waits until queue r's backlog hold has delivered every job stored and holds want.
+func waitHeld(t *testing.T, ctx context.Context, js jetstream.JetStream, qs *queue.Queues, want int) {
+	t.Helper()
 	l, err := qs.FairLayout("r")
 	if err != nil {
 		t.Fatal(err)
@@ -57,15 +67,14 @@ func releaseSetup(t *testing.T, singles, deep int) (context.Context, *testenv.NA
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ci.NumPending == 0 && ci.NumAckPending == singles+deep {
-			break
+		if ci.NumPending == 0 && ci.NumAckPending == want {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the hold delivered %d of %d jobs", ci.NumAckPending, singles+deep)
+			t.Fatalf("the hold holds %d jobs (%d undelivered), want %d", ci.NumAckPending, ci.NumPending, want)
 		}
 		time.Sleep(5 * time.Millisecond) // polling the condition
 	}
-	return ctx, ns, js, qs
 }
 
 // apiTotal is the server's JetStream API request count, read in process (not through the
@@ -140,6 +149,28 @@ func TestFairReleaseByAck(t *testing.T) {
 	}
 	if b, d := backlogAndDelivery(t, ctx, js, s); b != 0 || d != singles+deep {
 		t.Errorf("backlog holds %d, delivery stream %d; want 0 and %d", b, d, singles+deep)
+	}
+	// Jobs stored after the scheduler last read how far the hold delivered: it reads again
+	// (once) and releases them by acknowledgement too.
+	const more = 25
+	for i := range more {
+		publishR(t, ctx, qs, "deep")
+		publishR(t, ctx, qs, fmt.Sprintf("new%02d", i))
+	}
+	waitHeld(t, ctx, js, qs, 2*more)
+	s.refreshed = time.Time{}
+	before = apiTotal(t, ns)
+	rounds = moveAll(t, ctx, s, 2*more)
+	api = apiTotal(t, ns) - before
+	t.Logf("%d more jobs moved in %d rounds: %d JetStream API requests, %d removed by deletion", 2*more, rounds, api, s.deleted.Load())
+	if api > uint64(8*rounds) {
+		t.Errorf("the later moves sent %d JetStream API requests in %d rounds; want a few per round", api, rounds)
+	}
+	if n := s.deleted.Load(); n != 0 {
+		t.Errorf("%d moved jobs were deleted; want all released by acknowledgement", n)
+	}
+	if b, d := backlogAndDelivery(t, ctx, js, s); b != 0 || d != singles+deep+2*more {
+		t.Errorf("backlog holds %d, delivery stream %d; want 0 and %d", b, d, singles+deep+2*more)
 	}
 }
 

@@ -111,10 +111,11 @@ type Scheduler struct {
 	lastFlush   time.Time
 	backlog     jetstream.Stream
 	// hold is the backlog's hold consumer (release.go), nil while it has none; heldTo, the
-	// last backlog sequence it had delivered when last read; holdLooked, when it was last
+	// last backlog sequence it had delivered when last read (heldBy); holdLooked, when it was last
 	// looked for. deleted counts the moved jobs removed by deletion instead.
 	hold       jetstream.PushConsumer
-	heldTo     uint64
+	heldTo     atomic.Uint64
+	heldMu     sync.Mutex // one reread of heldTo at a time
 	holdLooked time.Time
 	deleted    atomic.Uint64
 	cons       jetstream.Consumer // the workers' consumer, for how many jobs wait for them
@@ -263,7 +264,8 @@ func (s *Scheduler) forget() {
 	s.picks, s.refreshed, s.readTo, s.stale = picker{}, time.Time{}, 0, false
 	s.levels, s.cursor = map[string]*levels{}, map[string][3]uint64{}
 	s.ahead = ahead{}
-	s.hold, s.heldTo, s.holdLooked = nil, 0, time.Time{}
+	s.hold, s.holdLooked = nil, time.Time{}
+	s.heldTo.Store(0)
 	s.costs.take()
 }
 
@@ -326,7 +328,7 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 	if b.jobs <= 0 || b.units <= 0 {
 		return 0, nil
 	}
-	s.readHeld(ctx)
+	s.openHold(ctx)
 	return s.move(ctx, s.picks.pick(b, opts.TenantRate, s.now(), tenantCaps{rates: opts.TenantRates, held: opts.Held})), nil
 }
 
