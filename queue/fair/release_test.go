@@ -200,3 +200,67 @@ func TestFairReleaseWithoutHold(t *testing.T) {
 		t.Errorf("backlog holds %d, delivery stream %d; want 0 and %d", b, d, singles+deep)
 	}
 }
+
+// One tenant's shares, the only jobs the backlog holds at the listing, leave by one purge of
+// the backlog's head each (not an acknowledgement per job, not a subject purge, which would
+// load every job the hold holds): all moved, the backlog and the hold emptied, nothing
+// deleted. A second tenant's job, stored after the listing, is not taken by
+// those purges and is moved too.
+func TestFairReleaseSoleTenant(t *testing.T) {
+	const deep, target = 100, 30
+	ctx, ns, js, qs := releaseSetup(t, 0, deep)
+	s, err := New(qs, "r", Options{Target: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	del, err := js.Stream(ctx, s.l.Delivery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := apiTotal(t, ns)
+	n, err := s.round(ctx) // lists the backlog: one subject
+	if err != nil || n != target {
+		t.Fatalf("first round moved %d (%v), want %d", n, err, target)
+	}
+	if s.sole == "" {
+		t.Fatal("the listing of one tenant's jobs named no sole subject")
+	}
+	publishR(t, ctx, qs, "late") // after the listing: above its last sequence
+	for moved := n; moved < deep; {
+		if err := del.Purge(ctx); err != nil { // the workers took them
+			t.Fatal(err)
+		}
+		s.ahead = ahead{}
+		if n, err = s.round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		moved += n
+	}
+	api := apiTotal(t, ns) - before
+	t.Logf("%d jobs of one tenant moved: %d JetStream API requests, %d deleted", deep, api, s.deleted.Load())
+	if api > 30 {
+		t.Errorf("%d JetStream API requests for 4 rounds; want a few per round", api)
+	}
+	if n := s.deleted.Load(); n != 0 {
+		t.Errorf("%d moved jobs were deleted; want none", n)
+	}
+	if n := s.purged.Load(); n != deep {
+		t.Errorf("%d moved jobs were purged; want all %d", n, deep)
+	}
+	b, _ := backlogAndDelivery(t, ctx, js, s)
+	if b != 1 {
+		t.Fatalf("backlog holds %d jobs, want the late tenant's 1", b)
+	}
+	waitHeld(t, ctx, js, qs, 1)
+	s.refreshed = time.Time{}
+	if n := moveAll(t, ctx, s, 1); n == 0 {
+		t.Fatal("no round")
+	}
+	if b, _ := backlogAndDelivery(t, ctx, js, s); b != 0 {
+		t.Errorf("backlog holds %d jobs after the late one moved, want 0", b)
+	}
+	waitHeld(t, ctx, js, qs, 0)
+}
