@@ -32,8 +32,12 @@ import (
 // the server gone), is deleted instead (a JetStream API request), which also drops it from the
 // hold's pending. While the backlog has a hold, a tenant's share is never removed by a subject
 // purge: nats-server 2.15 then walks the hold's whole pending map and loads each entry's
-// message. A backlog without one (made before it, and not provisioned since) is emptied as
-// before: a job by its deletion, a larger share by one purge of its subject.
+// message. One exception, one tenant alone: a share of the subject that alone had jobs at the
+// last listing (at most soleMax of them), all at or below that listing's last sequence, is
+// the backlog's whole head up to its last job, and goes by one unfiltered purge below it,
+// which walks the pending map without loading messages. A backlog without a hold (made before
+// it, and not provisioned since) is emptied as before: a job by its deletion, a larger share
+// by one purge of its subject.
 //
 // Costs. nats-server spends ~6 µs of CPU on an acknowledgement that removes a work-queue
 // message, where a deletion costs ~30 µs (the API request path); the hold adds one delivery
