@@ -47,9 +47,8 @@
 // shares of up to 256 tenants with one request; a moved job leaves its backlog by the
 // acknowledgement of the backlog's hold consumer (release.go: ~6 µs of nats-server's CPU, where
 // a JetStream API request such as a delete costs ~30), all of a round's sent at once, and the
-// hold delivers each job's headers once to a process that drops them; a lone tenant's share
-// (its subject alone has jobs) still leaves by one purge. A backlog without a hold (made
-// before it) removes a job by a delete and a larger share by one purge. By
+// hold delivers each job's headers once to a process that drops them. A backlog without a hold
+// (made before it) removes a job by a delete and a larger share by one purge. By
 // units, each job moved has its envelope (not its body) decoded for its cost. Every 500ms the
 // leader reads the backlog's per-subject counts, one entry per tenant with waiting jobs, or,
 // when no job arrived since the last such reading (up to 5s old), the stream's state alone. Per tenant: a subject while it has

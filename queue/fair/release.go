@@ -10,8 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sluice-rl/sluice/queue"
 )
 
 // Release by acknowledgement: how a moved job leaves its tenant's backlog.
@@ -32,12 +30,8 @@ import (
 // the server gone), is deleted instead (a JetStream API request), which also drops it from the
 // hold's pending. While the backlog has a hold, a tenant's share is never removed by a subject
 // purge: nats-server 2.15 then walks the hold's whole pending map and loads each entry's
-// message. One exception, one tenant alone: a share of the subject that alone had jobs at the
-// last listing (at most soleMax of them), all at or below that listing's last sequence, is
-// the backlog's whole head up to its last job, and goes by one unfiltered purge below it,
-// which walks the pending map without loading messages. A backlog without a hold (made before
-// it, and not provisioned since) is emptied as before: a job by its deletion, a larger share
-// by one purge of its subject.
+// message. A backlog without one (made before it, and not provisioned since) is emptied as
+// before: a job by its deletion, a larger share by one purge of its subject.
 //
 // Costs. nats-server spends ~6 µs of CPU on an acknowledgement that removes a work-queue
 // message, where a deletion costs ~30 µs (the API request path); the hold adds one delivery
@@ -88,54 +82,14 @@ func (s *Scheduler) heldBy(ctx context.Context, seq uint64) bool {
 	return seq <= s.heldTo.Load()
 }
 
-// soleMax bounds the jobs of the sole subject whose shares are removed by a purge of the
-// backlog's head: such a purge walks the hold's pending map once (no message loaded), which
-// past this costs more than the acknowledgements it replaces.
-const soleMax = 50_000
-
-// soleSubject is the backlog subject that alone had jobs in listing byLevel (taken at last
-// sequence last), if it had at most soleMax; "" otherwise.
-func soleSubject(l queue.FairLayout, byLevel map[string]queue.Levels, last uint64) string {
-	if len(byLevel) != 1 || last == 0 {
-		return ""
-	}
-	sole := ""
-	for id, d := range byLevel {
-		for i, n := range d {
-			switch {
-			case n == 0:
-			case sole != "" || n > soleMax:
-				return ""
-			default:
-				sole = l.BacklogSubject(id, queue.Priorities[i])
-			}
-		}
-	}
-	return sole
-}
-
 // remove removes raws, a tenant's oldest jobs on subj just moved, from the backlog: by
 // acknowledgement when the backlog has a hold (removeSeqs), else one job by its deletion and
-// more by one purge of the subject below the last one's. A larger share of the subject that
-// alone had jobs at the last listing (one tenant, one level: sole), all at or below that
-// listing's last sequence, is every job the backlog holds up to its last one (jobs stored
-// since are above it; the subject's older ones left before), so one purge of the backlog's
-// head removes exactly it: not wider than the hold, which nats-server then walks without
-// loading messages (a subject purge would load each pending job's).
+// more by one purge of the subject below the last one's.
 func (s *Scheduler) remove(ctx context.Context, subj string, raws []*jetstream.RawStreamMsg) error {
-	last := raws[len(raws)-1].Sequence
-	head := s.hold != nil && len(raws) > 1 && subj == s.sole && last <= s.readTo
-	if s.hold == nil && len(raws) > 1 || head {
-		opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSequence(last + 1)}
-		if !head {
-			opts = append(opts, jetstream.WithPurgeSubject(subj))
-		}
-		err := s.backlog.Purge(ctx, opts...)
+	if s.hold == nil && len(raws) > 1 {
+		err := s.backlog.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(raws[len(raws)-1].Sequence+1))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			err = nil
-		}
-		if err == nil {
-			s.purged.Add(uint64(len(raws)))
+			return nil
 		}
 		return err
 	}

@@ -118,12 +118,8 @@ type Scheduler struct {
 	heldMu     sync.Mutex // one reread of heldTo at a time
 	holdLooked time.Time
 	deleted    atomic.Uint64
-	purged     atomic.Uint64 // the moved jobs removed by purges
-	// sole is the backlog subject that alone had jobs at the last listing, and not too many
-	// (release.go); "": none.
-	sole      string
-	cons      jetstream.Consumer // the workers' consumer, for how many jobs wait for them
-	tenantsKV jetstream.KeyValue
+	cons       jetstream.Consumer // the workers' consumer, for how many jobs wait for them
+	tenantsKV  jetstream.KeyValue
 	// costs are the workers' reports of reconciled costs (costs.go), heard by a subscription
 	// while Run runs.
 	costs reports
@@ -265,7 +261,7 @@ func (s *Scheduler) renew(ctx context.Context) {
 
 // forget drops the leader's state of the tenants: another leader may have changed it.
 func (s *Scheduler) forget() {
-	s.picks, s.refreshed, s.readTo, s.stale, s.sole = picker{}, time.Time{}, 0, false, ""
+	s.picks, s.refreshed, s.readTo, s.stale = picker{}, time.Time{}, 0, false
 	s.levels, s.cursor = map[string]*levels{}, map[string][3]uint64{}
 	s.ahead = ahead{}
 	s.hold, s.holdLooked = nil, time.Time{}
@@ -358,7 +354,6 @@ func (s *Scheduler) refresh(ctx context.Context, opts Options) error {
 		return err
 	}
 	s.refreshed, s.readTo, s.fullRead, s.readWeights, s.stale = s.now(), last, s.now(), opts.Weights, false
-	s.sole = soleSubject(s.l, byLevel, last)
 	depths := make(map[string]uint64, len(byLevel))
 	for id, d := range byLevel {
 		depths[id] = d.Sum()
