@@ -103,7 +103,7 @@ func countKey(queue, tenant string) string { return queue + "." + tenantToken(te
 // the scheduler. A stream provisioned before levels, with the tenants' subjects only, gets the
 // level subjects added by an update; one that has them is left alone (ensureStream).
 func (q *core) provisionBacklog(ctx context.Context, s Spec, limit func(int64) int64) error {
-	_, err := q.ensureStream(ctx, jetstream.StreamConfig{
+	st, err := q.ensureStream(ctx, jetstream.StreamConfig{
 		Name:        q.backlogStreamName(s.Name),
 		Description: "Sluice tenants' backlogs of fair queue " + s.Name,
 		Subjects:    []string{q.backlogPrefix(s.Name) + "*", q.backlogPrefix(s.Name) + "*.*"},
@@ -116,6 +116,9 @@ func (q *core) provisionBacklog(ctx context.Context, s Spec, limit func(int64) i
 		Duplicates:  s.StreamDuplicates,
 		AllowDirect: true,
 	})
+	if err == nil {
+		err = q.ensureHoldAs(ctx, st, q.backlogHoldConfig())
+	}
 	if err != nil {
 		return fmt.Errorf("queue: %q: backlog stream %s: %w", s.Name, q.backlogStreamName(s.Name), err)
 	}
@@ -224,8 +227,11 @@ type FairLayout struct {
 	Fair  bool
 	// Backlog is the stream of the tenants' backlogs, one subject per tenant and priority
 	// (BacklogSubject), work-queue retention, direct gets allowed. It does not exist while the queue was never
-	// fair.
+	// fair. Its one consumer, Hold, delivers each job's headers to processes that drop them
+	// and never acknowledges: a job it delivered leaves the backlog by the acknowledgement
+	// HoldAck names (a backlog made before the hold may lack it).
 	Backlog string
+	Hold    string
 	// HasBacklog is whether the Backlog stream existed at the last Provision (or the queue is
 	// fair): a queue without one has no leftovers to drain.
 	HasBacklog bool
@@ -277,7 +283,7 @@ func (q *core) deliveryConsumer(queue string) string {
 func (q *core) layout(name string, fair bool) FairLayout {
 	return FairLayout{
 		JetStream: q.pub, Queue: name, Fair: fair,
-		Backlog: q.backlogStreamName(name), Delivery: q.streamName(name), Consumer: q.deliveryConsumer(name),
+		Backlog: q.backlogStreamName(name), Hold: holdName, Delivery: q.streamName(name), Consumer: q.deliveryConsumer(name),
 		Tenants: q.tenantsBucketName(), Meta: q.metaBucketName(), LeaseKey: "fair." + name,
 		prefix: q.backlogPrefix(name), jobPrefix: q.jobSubject(name, ""),
 		costSubject: q.opts.Prefix + ".fcost." + name,
@@ -288,6 +294,13 @@ func (q *core) layout(name string, fair bool) FairLayout {
 // unnamed tenant).
 func (l FairLayout) BacklogSubject(tenant string, p Priority) string {
 	return l.prefix + tenantToken(tenant) + backlogLevel(p)
+}
+
+// HoldAck is the subject of the acknowledgement by which backlog job seq, once delivered to
+// the Hold consumer, leaves the backlog (a request: the server answers once it is removed, and
+// ignores, unanswered, a job the consumer has not delivered).
+func (l FairLayout) HoldAck(seq uint64) string {
+	return "$JS.ACK." + l.Backlog + "." + l.Hold + ".1." + strconv.FormatUint(seq, 10) + ".0.0.0"
 }
 
 // CountKey is the key of tenant's delivered count in the Tenants bucket.

@@ -14,7 +14,8 @@
 // SLUICE_DLQ_orders, made by the queue's first dead letter. The bucket SLUICE_STATUS holds job
 // statuses by id, SLUICE_META the id secret and the operators' controls. A job is one message:
 // its body byte-exact as the payload, the rest as JSON in the Sluice-Job header. A fair queue
-// (Spec.Fair) adds its tenants' backlogs ([FairLayout], scheduled by package queue/fair); a
+// (Spec.Fair) adds its tenants' backlogs ([FairLayout], scheduled by package queue/fair; a
+// moved job leaves by the backlog's hold consumer's acknowledgement, as a ticket does); a
 // high or low job (Job.Priority) waits in SLUICE_QH_orders or SLUICE_QL_orders; a job with a
 // Job.NotBefore ahead waits as a message schedule in SLUICE_S_orders until MoveDue moves it.
 // SLUICE_L_orders is the queue's admission ledger: one ticket per job it holds, in any of

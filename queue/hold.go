@@ -83,14 +83,29 @@ func (q *core) holdConfig() jetstream.ConsumerConfig {
 	}
 }
 
+// backlogHoldConfig is the hold consumer of a fair queue's backlog stream: holdConfig, with
+// each job's headers only (its envelope, without its body) delivered to the holds.
+func (q *core) backlogHoldConfig() jetstream.ConsumerConfig {
+	cfg := q.holdConfig()
+	cfg.Description = "Sluice: holds each backlog job until the fair scheduler's move acknowledges it"
+	cfg.HeadersOnly = true
+	return cfg
+}
+
 // ensureHold makes the hold consumer of ledger st unless st's info counts a consumer (the
 // hold is the only one a ledger has).
 func (q *core) ensureHold(ctx context.Context, st jetstream.Stream) error {
+	return q.ensureHoldAs(ctx, st, q.holdConfig())
+}
+
+// ensureHoldAs makes hold consumer cfg on st (a ledger or a backlog) unless st's info counts a
+// consumer (the hold is the only one either has).
+func (q *core) ensureHoldAs(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig) error {
 	info := st.CachedInfo()
 	if info == nil || info.State.Consumers > 0 {
 		return nil
 	}
-	_, err := q.js.CreatePushConsumer(ctx, info.Config.Name, q.holdConfig())
+	_, err := q.js.CreatePushConsumer(ctx, info.Config.Name, cfg)
 	if errors.Is(err, jetstream.ErrConsumerExists) {
 		return nil // another process made it first
 	}

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -109,8 +110,16 @@ type Scheduler struct {
 	stale       bool
 	lastFlush   time.Time
 	backlog     jetstream.Stream
-	cons        jetstream.Consumer // the workers' consumer, for how many jobs wait for them
-	tenantsKV   jetstream.KeyValue
+	// hold is the backlog's hold consumer (release.go), nil while it has none; heldTo, the
+	// last backlog sequence it had delivered when last read (heldBy); holdLooked, when it was last
+	// looked for. deleted counts the moved jobs removed by deletion instead.
+	hold       jetstream.PushConsumer
+	heldTo     atomic.Uint64
+	heldMu     sync.Mutex // one reread of heldTo at a time
+	holdLooked time.Time
+	deleted    atomic.Uint64
+	cons       jetstream.Consumer // the workers' consumer, for how many jobs wait for them
+	tenantsKV  jetstream.KeyValue
 	// costs are the workers' reports of reconciled costs (costs.go), heard by a subscription
 	// while Run runs.
 	costs reports
@@ -255,6 +264,8 @@ func (s *Scheduler) forget() {
 	s.picks, s.refreshed, s.readTo, s.stale = picker{}, time.Time{}, 0, false
 	s.levels, s.cursor = map[string]*levels{}, map[string][3]uint64{}
 	s.ahead = ahead{}
+	s.hold, s.holdLooked = nil, time.Time{}
+	s.heldTo.Store(0)
 	s.costs.take()
 }
 
@@ -317,6 +328,7 @@ func (s *Scheduler) round(ctx context.Context) (int, error) {
 	if b.jobs <= 0 || b.units <= 0 {
 		return 0, nil
 	}
+	s.openHold(ctx)
 	return s.move(ctx, s.picks.pick(b, opts.TenantRate, s.now(), tenantCaps{rates: opts.TenantRates, held: opts.Held})), nil
 }
 
@@ -553,21 +565,6 @@ func acked(ctx context.Context, futs []jetstream.PubAckFuture) ([]uint64, error)
 		}
 	}
 	return seqs, nil
-}
-
-// remove deletes raws, a tenant's oldest jobs on subj, from the backlog: one job by its
-// sequence, more with one purge of the subject below the last one's.
-func (s *Scheduler) remove(ctx context.Context, subj string, raws []*jetstream.RawStreamMsg) error {
-	var err error
-	if len(raws) == 1 {
-		err = s.backlog.DeleteMsg(ctx, raws[0].Sequence)
-	} else {
-		err = s.backlog.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(raws[len(raws)-1].Sequence+1))
-	}
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil // canceled meanwhile
-	}
-	return err
 }
 
 // flush writes the delivered counts that changed.

@@ -2,12 +2,11 @@ package fair
 
 import (
 	"context"
-	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// deleteParallel bounds the backlog deletes of one moveSingles under way at once.
+// deleteParallel bounds the backlog deletes of one removeSeqs under way at once.
 const deleteParallel = 128
 
 // single is a share that is one job of a tenant's level where the last reading counted one
@@ -21,8 +20,8 @@ type single struct {
 // moveSingles moves the jobs of singles, and writes what it did into res[single.i]. Many
 // tenants of one job each would cost a round trip per tenant for its read, its copy and its
 // delete, tenant after tenant; here the reads are one multi_last direct get per maxMulti
-// subjects, the copies are all published before any acknowledgement is awaited, and the deletes
-// are under way together (deleteParallel). The last job at or below the reading's last sequence
+// subjects, the copies are all published before any acknowledgement is awaited, and the jobs
+// leave the backlog together (removeSeqs: by the hold's acknowledgements, all sent at once). The last job at or below the reading's last sequence
 // (readTo) on such a subject is its only one there, so the level's oldest: any job that arrived
 // since is above it. A subject with no job there is found empty (moved or canceled since). A
 // failed read is logged once, and leaves its tenants with nothing moved until the next
@@ -71,8 +70,7 @@ func (s *Scheduler) moveSingles(ctx context.Context, singles []single, res []mov
 	// Once copies are sent, the moves are finished even when ctx ends, as in moveLevel.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, deleteParallel)
+	var moved []int // singles k whose copies were acknowledged
 	for k, fut := range futs {
 		if fut == nil {
 			continue
@@ -84,16 +82,18 @@ func (s *Scheduler) moveSingles(ctx context.Context, singles []single, res []mov
 			continue
 		}
 		r.n, r.seqs, r.costs = 1, seqs, []int64{s.l.Cost(raws[k])}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := s.remove(fctx, singles[k].subj, raws[k:k+1]); err != nil {
-				r.err = err // moved again by a later round, and dropped as a duplicate
-				return
-			}
-			r.upTo[singles[k].level] = raws[k].Sequence + 1
-		}()
+		moved = append(moved, k)
 	}
-	wg.Wait()
+	seqs := make([]uint64, len(moved))
+	for j, k := range moved {
+		seqs[j] = raws[k].Sequence
+	}
+	for j, err := range s.removeSeqs(fctx, seqs) {
+		k := moved[j]
+		if err != nil {
+			res[singles[k].i].err = err // moved again by a later round, and dropped as a duplicate
+			continue
+		}
+		res[singles[k].i].upTo[singles[k].level] = raws[k].Sequence + 1
+	}
 }
