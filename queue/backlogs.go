@@ -257,11 +257,18 @@ type FairLayout struct {
 func (l FairLayout) CostSubject() string { return l.costSubject }
 
 // FairLayout returns the layout of queue name, for its scheduler. It returns ErrUnknownQueue
-// when name is not provisioned.
+// when name is not provisioned. The process then receives the hold consumers' deliveries
+// (subscribeHold): a scheduler removes moved jobs from the backlog by its hold's
+// acknowledgement, which needs them delivered.
 func (q *Queues) FairLayout(name string) (FairLayout, error) {
 	s, ok := q.spec(name)
 	if !ok {
 		return FairLayout{}, fmt.Errorf("%w: %q", ErrUnknownQueue, name)
+	}
+	if s.Fair {
+		if err := q.subscribeHold(); err != nil {
+			return FairLayout{}, err
+		}
 	}
 	l := q.layout(name, s.Fair)
 	q.mu.RLock()

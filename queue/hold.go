@@ -117,8 +117,9 @@ func (q *core) ensureHoldAs(ctx context.Context, st jetstream.Stream, cfg jetstr
 
 // subscribeHold subscribes this process to the hold consumers' deliveries, which it drops,
 // unless it is already subscribed. The first consumer a process opens (Consumer,
-// LevelConsumer, FormerConsumer) calls it: the processes that acknowledge jobs, whose
-// releases need their tickets delivered, receive the deliveries; a process that only
+// LevelConsumer, FormerConsumer) and a fair queue's layout (FairLayout, for its scheduler)
+// call it: the processes that acknowledge jobs, whose releases need their tickets (or
+// backlog jobs) delivered, receive the deliveries; a process that only
 // publishes (an ingress without in-process workers) does not, and while no worker runs the
 // server delivers no ticket at all, so intake pays no delivery and the holds' state stays
 // empty. A ledger's tickets stored meanwhile are delivered once a worker subscribes, from
