@@ -25,7 +25,7 @@
 #   Then DRAIN_ROUNDS rounds (default 3) of the figures issue 44 sets for the drain, each from
 #   its own backlog: Sluice unthrottled with its workers settled (the queue paused until all
 #   four are ready) and from their start (the start window inside the measure), both against
-#   jsdrain -record in the same round; the workers' CPU per job (from /proc) at rate 2000/s
+#   jsdrain -record in the same round (the mean of its drains before and after them); the workers' CPU per job (from /proc) at rate 2000/s
 #   against the settled unthrottled drain's; and a fair queue whose FAIR_JOBS jobs (default
 #   10 000) belong to one tenant each against the same queue with one tenant. The defer path's
 #   ratio to the bare publisher with a subject and id per job is the HTTP part's "sdefer ÷
@@ -254,7 +254,7 @@ for r in $(seq 1 "$DRAIN_ROUNDS"); do
   qline "settled$r" 1000000/s sluice; qline "fresh$r" 1000000/s sluice; qline "throttled$r" 2000/s sluice
   qline "fairone$r" 1000000/s sluice 'tenant: "header:X-Tenant", fair: true'
   qline "fairmany$r" 1000000/s sluice 'tenant: "header:X-Tenant", fair: true'
-  qline "bare$r" 1000000/s bare; qline "bared$r" 1000000/s bare
+  qline "bare$r" 1000000/s bare; qline "bared$r" 1000000/s bare; qline "baredb$r" 1000000/s bare
 done
 { cat "$W/drain-head.yaml"; printf '%s\n' "${QLINE[@]}"; } > "$W/drain.yaml"
 "$W/ingress" -config "$W/drain.yaml" 2>"$W/drain-ingress.log" &
@@ -320,10 +320,16 @@ echo '| drain | achieved jobs/s | most in any 1 s | seconds | workers'"'"' CPU �
 echo '|---|---:|---:|---:|---:|'
 declare -A R
 for r in $(seq 1 "$DRAIN_ROUNDS"); do
+  # The recording consumer drains before and after Sluice's two unthrottled drains, and their
+  # mean is the round's baseline: the machine's speed drifts within a round (jsdrain -record
+  # alone ran at 8 253–13 407 jobs/s across the rounds of one quiet run), and a baseline on one
+  # side of the drains it divides moved their ratios with that drift.
+  fill "bared$r" "$JOBS"; out=$(bare_drain "bared$r" "$JOBS" -record); row "$r: bare JetStream, fetch, POST, record, ack (jsdrain -record), before" "$out -"; set -- $out; rec=$1
   fill "settled$r" "$JOBS"; out=$(sluice_drain "settled$r" "$JOBS"); row "$r: Sluice, unthrottled, settled" "$out"; set -- $out; R[settled]+=" $1"; cpu_un=$4
-  fill "bared$r" "$JOBS"; out=$(bare_drain "bared$r" "$JOBS" -record); row "$r: bare JetStream, fetch, POST, record, ack (jsdrain -record)" "$out -"; set -- $out; rec=$1
-  fill "fresh$r" "$JOBS"; out=$(sluice_drain "fresh$r" "$JOBS" fresh); row "$r: Sluice, unthrottled, from the workers' start" "$out"; set -- $out
-  R[fresh]+=" $(div "$1" "$rec")"; R[settledr]+=" $(div "${R[settled]##* }" "$rec")"
+  fill "fresh$r" "$JOBS"; out=$(sluice_drain "fresh$r" "$JOBS" fresh); row "$r: Sluice, unthrottled, from the workers' start" "$out"; set -- $out; fresh=$1
+  fill "baredb$r" "$JOBS"; out=$(bare_drain "baredb$r" "$JOBS" -record); row "$r: bare JetStream, fetch, POST, record, ack (jsdrain -record), after" "$out -"; set -- $out
+  rec=$(awk -v a="$rec" -v b="$1" 'BEGIN {print (a + b) / 2}')
+  R[fresh]+=" $(div "$fresh" "$rec")"; R[settledr]+=" $(div "${R[settled]##* }" "$rec")"
   fill "throttled$r" "$JOBS"; out=$(sluice_drain "throttled$r" "$JOBS"); row "$r: Sluice, rate 2000/s" "$out"; set -- $out; R[cpu]+=" $(div "$4" "$cpu_un")"
   fill "fairone$r" "$FAIR_JOBS" -header "X-Tenant: t0"; out=$(sluice_drain "fairone$r" "$FAIR_JOBS"); row "$r: Sluice, fair, 1 tenant" "$out"; set -- $out; one=$1
   fill "fairmany$r" "$FAIR_JOBS" -unique-header X-Tenant; out=$(sluice_drain "fairmany$r" "$FAIR_JOBS"); row "$r: Sluice, fair, $FAIR_JOBS tenants of one job" "$out"; set -- $out; R[fair]+=" $(div "$1" "$one")"
