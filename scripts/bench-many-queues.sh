@@ -26,14 +26,18 @@
 # Environment: BIN=dir runs the ingress and worker binaries in dir instead of building them
 # (an A/B against another commit's build); READY_TIMEOUT (seconds, default 300) bounds the
 # wait for a process's /readyz: a process not ready by then is reported as such and the
-# configuration is skipped. SHARED=S sets nats.shared_streams: S (the queues' jobs in S shared
-# streams, runners on demand: docs/scaling.md); unset or 0, every queue has a stream of its own.
+# configuration is skipped. Unset, SHARED leaves nats.shared_streams out of the config: the
+# default, 16 shared streams (the queues' jobs as subjects of them, runners on demand:
+# docs/scaling.md). SHARED=S sets nats.shared_streams: S; SHARED=0, every queue has a stream
+# of its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIGS=${1:-"1000x2 1000x4 10000x2 10000x4"}
 IDLE=${2:-10}
 SAMPLES=${3:-100}
 READY_TIMEOUT=${READY_TIMEOUT:-300}
+# The count in effect: SHARED, or the config's default (internal/config.DefaultSharedStreams).
+STREAMS=${SHARED:-16}
 W=$(mktemp -d)
 cleanup() { set +e; kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$W"; true; }
 trap cleanup EXIT
@@ -90,9 +94,9 @@ fmt_ms() { if [ "$1" = timeout ]; then echo "not ready in ${READY_TIMEOUT}s"; el
 wait_up "http://$UP/q/"
 
 echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3), commit $(git rev-parse --short HEAD)"
-echo "# stock nats-server -js -sd DIR (default limits), queues of rate 10/s without max_bytes, nats.shared_streams ${SHARED:-0}, idle ${IDLE}s from ready, wake over $SAMPLES jobs"
+echo "# stock nats-server -js -sd DIR (default limits), queues of rate 10/s without max_bytes, nats.shared_streams ${SHARED:-unset (default $STREAMS)}, idle ${IDLE}s from ready, wake over $SAMPLES jobs"
 echo
-if [ "${SHARED:-0}" != 0 ]; then
+if [ "$STREAMS" != 0 ]; then
   # With shared streams a runner stops after 30 s idle: "stopped" is a third run on the same
   # queues once every runner the first two started has stopped (35 s after them).
   echo '| queues × workers | ingress ready | all ready (slowest) | all ready, warm restart | first job | idle CPU nats / ingress / worker (max) | RSS MiB nats / ingress / worker (max) | wake p50 / p99 / max, first | wake p50 / p99 / max, again | wake p50 / p99 / max, runners stopped | load |'
@@ -113,7 +117,7 @@ for c in $CONFIGS; do
   until (exec 3<>/dev/tcp/127.0.0.1/19722) 2>/dev/null; do sleep 0.02; done
   {
     echo "redis: { url: redis://127.0.0.1:19723 }"
-    echo "nats: { url: nats://127.0.0.1:19722, shared_streams: ${SHARED:-0} }"
+    echo "nats: { url: nats://127.0.0.1:19722${SHARED:+, shared_streams: $SHARED} }"
     echo "queues:"
     for i in $(seq 0 $((N - 1))); do printf '  - { name: q%04d, rate: 10/s, target: POST http://%s/q/q%04d }\n' "$i" "$UP" "$i"; done
   } > "$R/common.yaml"
@@ -145,7 +149,7 @@ for c in $CONFIGS; do
   rss="$(rss_mib "$NATS") / $(rss_mib "${PIDS[0]}") / $wrss"
   wake=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
   again=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
-  if [ "${SHARED:-0}" != 0 ]; then
+  if [ "$STREAMS" != 0 ]; then
     sleep 35
     stopped="$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}') | "
   else
