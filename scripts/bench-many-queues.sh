@@ -29,7 +29,7 @@
 # configuration is skipped. Unset, SHARED leaves nats.shared_streams out of the config: the
 # default, 16 shared streams (the queues' jobs as subjects of them, runners on demand:
 # docs/scaling.md). SHARED=S sets nats.shared_streams: S; SHARED=0, every queue has a stream
-# of its own.
+# of its own. PORT_BASE=P moves the run's ports (P to P+23; default 19700).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIGS=${1:-"1000x2 1000x4 10000x2 10000x4"}
@@ -51,9 +51,17 @@ fi
 go build -o "$W/wakeprobe" ./scripts/wakeprobe
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
 
-UP=127.0.0.1:19700
-PUB=127.0.0.1:19701
-ADM=127.0.0.1:19702
+# PORT_BASE (default 19700) moves every port the run listens on, so that two runs on one
+# machine do not answer each other's probes.
+B=${PORT_BASE:-19700}
+for p in $B $((B + 1)) $((B + 2)) $((B + 22)) $((B + 23)); do
+  if (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "port $p is in use (another run?): set PORT_BASE" >&2; exit 1; fi
+done
+UP=127.0.0.1:$B
+PUB=127.0.0.1:$((B + 1))
+ADM=127.0.0.1:$((B + 2))
+NATSP=$((B + 22))
+REDISP=$((B + 23))
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_mib() { awk '/VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
@@ -77,12 +85,12 @@ start_procs() {
   "$W/ingress" -config "$R/ingress.yaml" 2>>"$R/ingress.log" &
   PIDS=($!)
   for i in $(seq 1 "$NW"); do
-    SLUICE_ADMIN_LISTEN=127.0.0.1:$((19710 + i)) "$W/worker" -config "$R/worker.yaml" 2>>"$R/worker$i.log" &
+    SLUICE_ADMIN_LISTEN=127.0.0.1:$((B + 10 + i)) "$W/worker" -config "$R/worker.yaml" 2>>"$R/worker$i.log" &
     PIDS+=($!)
   done
   ready_at "http://$ADM/readyz" "$t0" "$R/ready-ingress" &
   WAITERS=($!)
-  for i in $(seq 1 "$NW"); do ready_at "http://127.0.0.1:$((19710 + i))/readyz" "$t0" "$R/ready-worker$i" & WAITERS+=($!); done
+  for i in $(seq 1 "$NW"); do ready_at "http://127.0.0.1:$((B + 10 + i))/readyz" "$t0" "$R/ready-worker$i" & WAITERS+=($!); done
   wait "${WAITERS[@]}"
 }
 # max_ready: the slowest of the processes' times to ready, ingress included
@@ -109,15 +117,15 @@ for c in $CONFIGS; do
   N=${c%x*} NW=${c#*x}
   R="$W/run-$c"
   mkdir -p "$R"
-  "$W/nats-server" -a 127.0.0.1 -p 19722 -js -sd "$R/js" >"$R/nats.log" 2>&1 &
+  "$W/nats-server" -a 127.0.0.1 -p $NATSP -js -sd "$R/js" >"$R/nats.log" 2>&1 &
   NATS=$!
-  redis-server --port 19723 --bind 127.0.0.1 --save '' --appendonly no >"$R/redis.log" 2>&1 &
+  redis-server --port $REDISP --bind 127.0.0.1 --save '' --appendonly no >"$R/redis.log" 2>&1 &
   REDIS=$!
-  until redis-cli -p 19723 ping >/dev/null 2>&1; do sleep 0.02; done
-  until (exec 3<>/dev/tcp/127.0.0.1/19722) 2>/dev/null; do sleep 0.02; done
+  until redis-cli -p $REDISP ping >/dev/null 2>&1; do sleep 0.02; done
+  until (exec 3<>/dev/tcp/127.0.0.1/$NATSP) 2>/dev/null; do sleep 0.02; done
   {
-    echo "redis: { url: redis://127.0.0.1:19723 }"
-    echo "nats: { url: nats://127.0.0.1:19722${SHARED:+, shared_streams: $SHARED} }"
+    echo "redis: { url: redis://127.0.0.1:$REDISP }"
+    echo "nats: { url: nats://127.0.0.1:$NATSP${SHARED:+, shared_streams: $SHARED} }"
     echo "queues:"
     for i in $(seq 0 $((N - 1))); do printf '  - { name: q%04d, rate: 10/s, target: POST http://%s/q/q%04d }\n' "$i" "$UP" "$i"; done
   } > "$R/common.yaml"
