@@ -65,41 +65,8 @@ func main() {
 		name += "_T" + strconv.Itoa(*tickets)
 	}
 	ctx := context.Background()
-	cfg := jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage}
-	if *workQueue {
-		cfg.Name += "_WQ"
-		cfg.Subjects = []string{cfg.Name + ".>"}
-		cfg.Retention = jetstream.WorkQueuePolicy
-		name = cfg.Name
-	}
-	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-		log.Fatal(err)
-	}
-	if *workQueue {
-		if _, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{
-			Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: -1,
-		}); err != nil {
-			log.Fatal(err)
-		}
-	}
-
-	// The ticket streams: the queue's ledger (one subject: one tenant) and a deferral
-	// budget's (one subject: one key), bounds far above what a run stores.
-	var ticketSubjects []string
-	for i := range *tickets {
-		tcfg := jetstream.StreamConfig{
-			Name: name + "_L" + strconv.Itoa(i), Retention: jetstream.WorkQueuePolicy,
-			Discard: jetstream.DiscardNew, MaxMsgs: 1e9, Storage: jetstream.FileStorage,
-		}
-		if i == 1 {
-			tcfg.MaxMsgs, tcfg.MaxMsgsPerSubject, tcfg.DiscardNewPerSubject = -1, 1e9, true
-		}
-		tcfg.Subjects = []string{tcfg.Name + ".*"}
-		if _, err := js.CreateOrUpdateStream(ctx, tcfg); err != nil {
-			log.Fatal(err)
-		}
-		ticketSubjects = append(ticketSubjects, tcfg.Name+".t")
-	}
+	name = jobStream(ctx, js, name, *workQueue)
+	ticketSubjects := ticketStreams(ctx, js, name, *tickets)
 
 	var n atomic.Uint64
 	body := []byte(`{"id":"0","state":"queued"}` + "\n")
@@ -116,22 +83,9 @@ func main() {
 			m.Header = nats.Header{jetstream.MsgIDHeader: []string{id}}
 		}
 		if len(ticketSubjects) > 0 {
-			id := m.Header.Get(jetstream.MsgIDHeader)
-			var fs [2]jetstream.PubAckFuture
-			for i, subj := range ticketSubjects {
-				t := &nats.Msg{Subject: subj, Data: []byte(id), Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
-				if fs[i], err = js.PublishMsgAsync(t); err != nil {
-					http.Error(w, err.Error(), http.StatusServiceUnavailable)
-					return
-				}
-			}
-			for _, f := range fs[:len(ticketSubjects)] {
-				select {
-				case <-f.Ok():
-				case err := <-f.Err():
-					http.Error(w, err.Error(), http.StatusTooManyRequests)
-					return
-				}
+			if status, err := storeTickets(js, ticketSubjects, m.Header.Get(jetstream.MsgIDHeader)); err != nil {
+				http.Error(w, err.Error(), status)
+				return
 			}
 		}
 		if *expect {
@@ -156,4 +110,71 @@ func main() {
 		w.Write(body)
 	})
 	log.Fatal(http.ListenAndServe(*listen, h))
+}
+
+// ticketStreams makes the ticket streams: the queue's ledger (one subject: one tenant) and a
+// deferral budget's (one subject: one key), bounds far above what a run stores. It returns
+// the subject to store each stream's tickets on.
+func ticketStreams(ctx context.Context, js jetstream.JetStream, name string, tickets int) []string {
+	var subjects []string
+	for i := range tickets {
+		tcfg := jetstream.StreamConfig{
+			Name: name + "_L" + strconv.Itoa(i), Retention: jetstream.WorkQueuePolicy,
+			Discard: jetstream.DiscardNew, MaxMsgs: 1e9, Storage: jetstream.FileStorage,
+		}
+		if i == 1 {
+			tcfg.MaxMsgs, tcfg.MaxMsgsPerSubject, tcfg.DiscardNewPerSubject = -1, 1e9, true
+		}
+		tcfg.Subjects = []string{tcfg.Name + ".*"}
+		if _, err := js.CreateOrUpdateStream(ctx, tcfg); err != nil {
+			log.Fatal(err)
+		}
+		subjects = append(subjects, tcfg.Name+".t")
+	}
+	return subjects
+}
+
+// storeTickets stores a ticket of job id on each of subjects, published together and awaited
+// together. On failure it returns the status to answer: 503 when a publish could not be sent,
+// 429 when the server refused a ticket.
+func storeTickets(js jetstream.JetStream, subjects []string, id string) (int, error) {
+	fs := make([]jetstream.PubAckFuture, len(subjects))
+	for i, subj := range subjects {
+		t := &nats.Msg{Subject: subj, Data: []byte(id), Header: nats.Header{jetstream.MsgIDHeader: []string{id}}}
+		f, err := js.PublishMsgAsync(t)
+		if err != nil {
+			return http.StatusServiceUnavailable, err
+		}
+		fs[i] = f
+	}
+	for _, f := range fs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return http.StatusTooManyRequests, err
+		}
+	}
+	return 0, nil
+}
+
+// jobStream makes the jobs' stream, name (with workQueue, name_WQ: work-queue retention and a
+// durable pull consumer, as a Sluice queue has), and returns its name.
+func jobStream(ctx context.Context, js jetstream.JetStream, name string, workQueue bool) string {
+	cfg := jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage}
+	if workQueue {
+		cfg.Name += "_WQ"
+		cfg.Subjects = []string{cfg.Name + ".>"}
+		cfg.Retention = jetstream.WorkQueuePolicy
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		log.Fatal(err)
+	}
+	if workQueue {
+		if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Name, jetstream.ConsumerConfig{
+			Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: -1,
+		}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	return cfg.Name
 }
