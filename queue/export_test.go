@@ -31,3 +31,6 @@ func ReleaseAcked(q *Queues, tickets string) {
 
 // ReleasesPublished is how many releases by acknowledgement q published (release.go).
 func ReleasesPublished(q *Queues) int { return q.releaser.publishedCount() }
+
+// SubjectWalks is how many times q read a shared stream's subjects (shared.go, subjectCounts).
+func SubjectWalks(q *Queues) uint64 { return q.subjectWalks.Load() }

@@ -158,6 +158,10 @@ type core struct {
 	// that scans for them (former.go).
 	formerSeen atomic.Pointer[formerSnap]
 	scanning   sync.Mutex
+	// walks are the last subject counts read of each shared stream by the scan, with the
+	// stream's state they were read at (shared.go, subjectCounts).
+	walks        sync.Map      // shared stream index k -> subjectWalk
+	subjectWalks atomic.Uint64 // subject listings read (tests)
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)

@@ -296,3 +296,39 @@ func reopen(t *testing.T, b *bundle, n int) *queue.Queues {
 	}
 	return q
 }
+
+// A queue no worker serves (no consumer) with jobs in a shared stream: the scan reads the
+// stream's subjects (one per job) to find it, and while the stream stores and removes nothing
+// it reads them no more, counting the same jobs; a job stored or removed makes it read them
+// again. Reading them at every scan, every worker's 5 s sweep read a backlog's subjects over
+// and over, and the other queues' throttled drains in that stream fell below their rate.
+func TestSharedScanReadsUnchangedSubjectsOnce(t *testing.T) {
+	b := setup(t, queue.Options{SharedStreams: 1}, queue.Spec{Name: "a"}, queue.Spec{Name: "b"})
+	const jobs = 50
+	for range jobs {
+		b.publish(&queue.Job{Queue: "a", Method: http.MethodPost, Path: "/x", Body: []byte("x")})
+	}
+	scan := func(want uint64, walks uint64) {
+		t.Helper()
+		waiting, _, err := b.q.Waiting(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting["a"] != want || len(waiting) != 1 {
+			t.Fatalf("waiting %v; want a: %d alone", waiting, want)
+		}
+		if got := queue.SubjectWalks(b.q); got != walks {
+			t.Fatalf("%d subject listings read; want %d", got, walks)
+		}
+	}
+	scan(jobs, 1)
+	scan(jobs, 1)
+	scan(jobs, 1)
+	r := b.publish(&queue.Job{Queue: "a", Method: http.MethodPost, Path: "/x", Body: []byte("x")})
+	scan(jobs+1, 2)
+	scan(jobs+1, 2)
+	if _, err := b.q.Cancel(b.ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	scan(jobs, 3)
+}
