@@ -158,8 +158,8 @@ type core struct {
 	// that scans for them (former.go).
 	formerSeen atomic.Pointer[formerSnap]
 	scanning   sync.Mutex
-	// walks are the last subject counts read of each shared stream by the scan, with the
-	// stream's state they were read at (shared.go, subjectCounts).
+	// walks are the last subject counts read of each shared stream by the scan, with how
+	// many of its messages no consumer counted then (shared.go, subjectCounts).
 	walks        sync.Map      // shared stream index k -> subjectWalk
 	subjectWalks atomic.Uint64 // subject listings read (tests)
 

@@ -296,7 +296,7 @@ func (q *core) sharedScan(ctx context.Context, left bool) (map[string]Counts, ma
 		}
 		// Jobs of queues without a consumer yet: by subject.
 		prefix := q.sharedRoot() + h.k + "."
-		subjects, err := q.subjectCounts(ctx, st, h.k, h.state, prefix+">")
+		subjects, err := q.subjectCounts(ctx, st, h.k, h.state.Msgs-counted, prefix+">")
 		if err != nil {
 			return out, formers, fmt.Errorf("queue: subjects of %s: %w", name, err)
 		}
@@ -321,23 +321,33 @@ func (q *core) sharedScan(ctx context.Context, left bool) (map[string]Counts, ma
 	return out, formers, nil
 }
 
-// subjectWalk is a shared stream's subject counts as read at the stream's state.
+// subjectWalk is a shared stream's subject counts as last read: when, and how many of the
+// stream's messages no consumer counted then.
 type subjectWalk struct {
-	first, last, msgs uint64
-	subjects          map[string]uint64
+	at       time.Time
+	unowned  uint64
+	subjects map[string]uint64
 }
 
+// walkAgain is how long a shared stream's subject counts are used while its messages that no
+// consumer counts stay as many.
+const walkAgain = time.Minute
+
 // subjectCounts returns the message count of each subject of shared stream st (index k) under
-// filter, st being in state at the listing. A job has a subject of its own, so the answer is
-// O(jobs in the stream): a queue no worker serves (no consumer) with a backlog of 100 000 made
-// every worker read 100 000 subjects every 5 s, which took the throttled drains of the other
-// queues in that stream below their rate (bench-peers). The walk is kept with the stream's
-// first and last sequences and message count, and while those are the same no message was
-// stored or removed, so the counts are the same: the kept ones are returned without asking.
-func (q *core) subjectCounts(ctx context.Context, st jetstream.Stream, k string, state jetstream.StreamState, filter string) (map[string]uint64, error) {
+// filter, when unowned of its messages are counted by no consumer (jobs of queues that no
+// worker pulls yet). A job has a subject of its own, so the listing is O(jobs in the stream):
+// a queue that no worker serves, with a backlog of 100 000 in a shared stream, made every
+// worker list 100 000 subjects every 5 s, and the other queues' throttled drains in that
+// stream fell below their rate (bench-peers). So the last listing is used again while as many
+// messages are unowned as then, for up to walkAgain: the drains of the queues with consumers
+// change the stream's messages, not that number. A job stored for a queue without a consumer
+// changes it, so it is found at the next scan; one stored while another such job is removed
+// (canceled) in the same scan period is found within walkAgain (its bell starts its runner in
+// any case; the scan finds the jobs whose bell was lost).
+func (q *core) subjectCounts(ctx context.Context, st jetstream.Stream, k string, unowned uint64, filter string) (map[string]uint64, error) {
 	if v, ok := q.walks.Load(k); ok {
 		w := v.(subjectWalk)
-		if w.first == state.FirstSeq && w.last == state.LastSeq && w.msgs == state.Msgs {
+		if w.unowned == unowned && q.now().Sub(w.at) < walkAgain {
 			return w.subjects, nil
 		}
 	}
@@ -346,9 +356,8 @@ func (q *core) subjectCounts(ctx context.Context, st jetstream.Stream, k string,
 	if err != nil {
 		return nil, err
 	}
-	s := si.State
-	q.walks.Store(k, subjectWalk{first: s.FirstSeq, last: s.LastSeq, msgs: s.Msgs, subjects: s.Subjects})
-	return s.Subjects, nil
+	q.walks.Store(k, subjectWalk{at: q.now(), unowned: unowned, subjects: si.State.Subjects})
+	return si.State.Subjects, nil
 }
 
 // sharedInfo fills in info for shared queue s: from its consumer, or, while it has none, from

@@ -298,37 +298,56 @@ func reopen(t *testing.T, b *bundle, n int) *queue.Queues {
 }
 
 // A queue no worker serves (no consumer) with jobs in a shared stream: the scan reads the
-// stream's subjects (one per job) to find it, and while the stream stores and removes nothing
-// it reads them no more, counting the same jobs; a job stored or removed makes it read them
-// again. Reading them at every scan, every worker's 5 s sweep read a backlog's subjects over
-// and over, and the other queues' throttled drains in that stream fell below their rate.
+// stream's subjects (one per job) to find it, and while as many of the stream's jobs have no
+// consumer it reads them no more, counting the same jobs, even as another queue of the stream
+// drains through its consumer; a job stored or removed for a queue without a consumer makes
+// it read them again. Reading them at every scan, every worker's 5 s sweep read a backlog's
+// subjects over and over, and the other queues' throttled drains in that stream fell below
+// their rate.
 func TestSharedScanReadsUnchangedSubjectsOnce(t *testing.T) {
 	b := setup(t, queue.Options{SharedStreams: 1}, queue.Spec{Name: "a"}, queue.Spec{Name: "b"})
+	job := func(q string) *queue.Job {
+		return &queue.Job{Queue: q, Method: http.MethodPost, Path: "/x", Body: []byte("x")}
+	}
 	const jobs = 50
 	for range jobs {
-		b.publish(&queue.Job{Queue: "a", Method: http.MethodPost, Path: "/x", Body: []byte("x")})
+		b.publish(job("a"))
 	}
-	scan := func(want uint64, walks uint64) {
+	scan := func(wantA, wantB int, walks uint64) {
 		t.Helper()
 		waiting, _, err := b.q.Waiting(b.ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if waiting["a"] != want || len(waiting) != 1 {
-			t.Fatalf("waiting %v; want a: %d alone", waiting, want)
+		if int(waiting["a"]) != wantA || int(waiting["b"]) != wantB {
+			t.Fatalf("waiting %v; want a: %d, b: %d", waiting, wantA, wantB)
 		}
 		if got := queue.SubjectWalks(b.q); got != walks {
 			t.Fatalf("%d subject listings read; want %d", got, walks)
 		}
 	}
-	scan(jobs, 1)
-	scan(jobs, 1)
-	scan(jobs, 1)
-	r := b.publish(&queue.Job{Queue: "a", Method: http.MethodPost, Path: "/x", Body: []byte("x")})
-	scan(jobs+1, 2)
-	scan(jobs+1, 2)
+	scan(jobs, 0, 1)
+	scan(jobs, 0, 1)
+
+	// b drains through its consumer beside a's backlog: no listing.
+	for range 5 {
+		b.publish(job("b"))
+	}
+	c := b.consumer("b")
+	scan(jobs, 5, 1) // b's jobs counted by its consumer
+	for i := 4; i >= 0; i-- {
+		m := b.fetchOne(c, time.Second)
+		if err := m.Ack(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		scan(jobs, i, 1)
+	}
+
+	r := b.publish(job("a"))
+	scan(jobs+1, 0, 2)
+	scan(jobs+1, 0, 2)
 	if _, err := b.q.Cancel(b.ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
-	scan(jobs, 3)
+	scan(jobs, 0, 3)
 }
