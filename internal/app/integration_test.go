@@ -220,11 +220,11 @@ queues:
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	cfg, err := config.Load(filepath.Join(dir, "sluice.yaml"))
+	qs, err := queue.New(ctx, js, queue.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	qs, err := queue.New(ctx, js, QueueOptions(cfg))
+	cfg, err := config.Load(filepath.Join(dir, "sluice.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

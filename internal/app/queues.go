@@ -140,7 +140,11 @@ func openQueuesOnce(pctx context.Context, js jetstream.JetStream, current func()
 	ctx, cancel := context.WithTimeout(pctx, openTimeout)
 	defer cancel()
 	cfg := current()
-	qs, err := queue.New(ctx, js, QueueOptions(cfg))
+	opts := queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas(cfg), IDSecret: cfg.IDSecretBytes()}
+	if cfg.NATS != nil {
+		opts.SharedStreams = cfg.NATS.SharedStreams
+	}
+	qs, err := queue.New(ctx, js, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -188,16 +192,6 @@ func QueueSpecs(cfg *config.Config) []queue.Spec {
 }
 
 // replicas is the stream replicas of cfg's queues: nats.replicas, 1 for the embedded server.
-// QueueOptions are the queue layer's options for cfg: its job retention, replicas, id secret
-// and shared streams (none for the embedded server of a config without a nats section).
-func QueueOptions(cfg *config.Config) queue.Options {
-	opts := queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas(cfg), IDSecret: cfg.IDSecretBytes()}
-	if cfg.NATS != nil {
-		opts.SharedStreams = cfg.NATS.SharedStreams
-	}
-	return opts
-}
-
 func replicas(cfg *config.Config) int {
 	if cfg.NATS == nil {
 		return 1

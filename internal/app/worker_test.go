@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 	"github.com/sluice-rl/sluice/queue"
@@ -66,13 +65,12 @@ queues:
 		t.Errorf("/readyz = %d, want 200", resp.StatusCode)
 	}
 
-	// Publish through a queue layer of our own, as the ingress would: to the queue's shared
-	// stream, the default.
+	// Publish through a queue layer of our own, as the ingress would.
 	js, err := jetstream.New(testenv.Connect(t, ns.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	qs, err := queue.New(context.Background(), js, queue.Options{SharedStreams: config.DefaultSharedStreams})
+	qs, err := queue.New(context.Background(), js, queue.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
