@@ -140,11 +140,7 @@ func openQueuesOnce(pctx context.Context, js jetstream.JetStream, current func()
 	ctx, cancel := context.WithTimeout(pctx, openTimeout)
 	defer cancel()
 	cfg := current()
-	opts := queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas(cfg), IDSecret: cfg.IDSecretBytes()}
-	if cfg.NATS != nil {
-		opts.SharedStreams = cfg.NATS.SharedStreams
-	}
-	qs, err := queue.New(ctx, js, opts)
+	qs, err := queue.New(ctx, js, QueueOptions(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -189,6 +185,16 @@ func QueueSpecs(cfg *config.Config) []queue.Spec {
 		})
 	}
 	return out
+}
+
+// QueueOptions are the queue layer's options for cfg: its job retention, replicas, id secret
+// and shared streams (none for the embedded server of a config without a nats section).
+func QueueOptions(cfg *config.Config) queue.Options {
+	opts := queue.Options{StatusTTL: cfg.JobRetention, Replicas: replicas(cfg), IDSecret: cfg.IDSecretBytes()}
+	if cfg.NATS != nil {
+		opts.SharedStreams = cfg.NATS.SharedStreams
+	}
+	return opts
 }
 
 // replicas is the stream replicas of cfg's queues: nats.replicas, 1 for the embedded server.

@@ -53,7 +53,7 @@ func main() {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
-	qs, err := queue.New(ctx, js, queue.Options{StatusTTL: cfg.JobRetention})
+	qs, err := queue.New(ctx, js, app.QueueOptions(cfg)) // the same streams as the workers: shared or own
 	if err != nil {
 		log.Fatal(err)
 	}
