@@ -18,10 +18,11 @@
 //   - A connection goes back to the idle set only when its answer's body was read to EOF and
 //     closed, and neither the answer nor the request said Connection: close (nor HTTP/1.0
 //     without keep-alive); otherwise Close closes it.
-//   - The request's context bounds all of it: its deadline is the connection's deadline, and
-//     its cancellation sets the deadline to the past (context.AfterFunc, no goroutine). An
-//     error while the context is done is the context's error (context.DeadlineExceeded for
-//     a timeout), wrapped in *url.Error as http.Client returns it.
+//   - The request's context bounds all of it, the body's reads included: when it ends (its
+//     deadline or its cancellation), the connection's deadline is set to the past
+//     (context.AfterFunc: no goroutine while it runs). An error once the context has ended is
+//     the context's (context.DeadlineExceeded for a timeout), wrapped in *url.Error as
+//     http.Client returns it, and a body's read fails only after the context reports it.
 //   - A request that failed on a reused connection before any byte of its answer arrived (the
 //     server closed the connection while it was idle) is sent once more on a new connection
 //     under net/http's rule: when no byte of it was written, or when it can be replayed (no
@@ -46,7 +47,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -76,9 +76,8 @@ type Client struct {
 	// closed it). It must not block. Nil: every idle connection is tried.
 	Alive func(net.Conn) bool
 
-	mu     sync.Mutex
-	idle   map[string][]*conn // by address; the most recently returned last
-	closed bool
+	mu   sync.Mutex
+	idle map[string][]*conn // by address; the most recently returned last
 }
 
 // conn is one connection and its buffers.
@@ -127,7 +126,7 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 		}
 		cn.stop()
 		cn.c.Close()
-		if !fresh && cn.reuse && !answered && ctx.Err() == nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		if !fresh && cn.reuse && !answered && ctx.Err() == nil {
 			if again, ok := replay(req, cn.w.n == 0); ok {
 				req = again
 				continue
@@ -182,12 +181,9 @@ func (c *Client) take(ctx context.Context, addr string, fresh bool) (*conn, erro
 	return cn, nil
 }
 
-// put returns cn to the idle set, or closes it when the set is full or the Client closed.
+// put returns cn to the idle set, or closes it when the set is full. Its deadline is unset:
+// the request's context did not end while it was used.
 func (c *Client) put(cn *conn) {
-	if cn.c.SetDeadline(time.Time{}) != nil {
-		cn.c.Close()
-		return
-	}
 	cn.idle = time.Now()
 	max := c.MaxIdle
 	if max <= 0 {
@@ -213,11 +209,9 @@ var aLongTimeAgo = time.Unix(1, 0)
 // roundTrip writes req on cn and reads its answer's header. answered is whether any byte of
 // the answer arrived.
 func (cn *conn) roundTrip(ctx context.Context, req *http.Request) (_ *http.Response, answered bool, _ error) {
-	d, _ := ctx.Deadline() // zero: none
-	if err := cn.c.SetDeadline(d); err != nil {
-		cn.stop = func() bool { return true }
-		return nil, false, err
-	}
+	// The context's end, not its deadline, sets the connection's: a deadline of its own could
+	// pass a moment before the context reports its error, and a body cut short then would look
+	// like one that ended.
 	nc := cn.c
 	cn.stop = context.AfterFunc(ctx, func() { nc.SetDeadline(aLongTimeAgo) })
 	cn.w.n = 0
@@ -344,14 +338,10 @@ func hostPort(u *url.URL) string {
 	return net.JoinHostPort(u.Hostname(), port)
 }
 
-// ctxErr is err as the caller sees it: the context's error when the context has ended, or
-// when the connection's deadline (the context's) passed first.
+// ctxErr is err as the caller sees it: the context's error when the context has ended.
 func ctxErr(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return context.DeadlineExceeded
 	}
 	return err
 }
