@@ -59,9 +59,11 @@ type Deps struct {
 	// shared by all workers of every process (inflight.NewRedis on the leak schedule's Redis).
 	// Nil: an inflight.NewMemory, for a single process.
 	Places inflight.Store
-	// HTTP delivers jobs. Nil: a client that keeps up to 64 idle connections per host and
-	// does not follow redirects. Per-attempt timeouts come from QueueConfig.Timeout; a
-	// client's own Timeout applies too.
+	// HTTP delivers jobs. Nil: the Pool's own, which sends requests to plain http://
+	// upstreams that no proxy serves from the job's goroutine (package h1), and the rest
+	// through a net/http client; both keep up to 64 idle connections per host and follow no
+	// redirect. Per-attempt timeouts come from QueueConfig.Timeout; a client's own Timeout
+	// applies too.
 	HTTP *http.Client
 	// Registerer receives the worker's metrics. Nil: they are kept but not registered.
 	Registerer prometheus.Registerer
