@@ -30,10 +30,12 @@
 //     Idempotency-Key or X-Idempotency-Key header). Otherwise Do returns the error.
 //
 // Costs. One Do on an idle connection: the request's write, its flush (one write system
-// call for a body that fits 4 KiB), and the answer's reads; two allocations of bufio buffers
-// (4 KiB each) per connection, not per request; a Client's lock twice per request. An idle
-// connection the server has closed is found by Alive (when set) at the next take, else by
-// the failed request and its one retry.
+// call for a request that fits 4 KiB), and the answer's reads; two bufio buffers (4 KiB each)
+// per connection, not per request; a Client's lock twice per request. An idle connection the
+// server has closed is found by Alive (when set) at its next take, else by the failed request
+// and its one retry. One idle for IdleTimeout is closed at the next take or return of a
+// connection to its host; a host no longer asked keeps its idle ones (MaxIdle at most) until
+// CloseIdleConnections: there is no timer.
 //
 // Not handled here, and left to net/http by the caller: https, proxies, HTTP/2, requests
 // expecting 100-continue, protocol upgrades.
@@ -76,8 +78,17 @@ type Client struct {
 	// closed it). It must not block. Nil: every idle connection is tried.
 	Alive func(net.Conn) bool
 
+	now func() time.Time // nil: time.Now (a test's clock)
+
 	mu   sync.Mutex
 	idle map[string][]*conn // by address; the most recently returned last
+}
+
+func (c *Client) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
 }
 
 // conn is one connection and its buffers.
@@ -164,7 +175,7 @@ func (c *Client) take(ctx context.Context, addr string, fresh bool) (*conn, erro
 		cs[len(cs)-1] = nil
 		c.idle[addr] = cs[:len(cs)-1]
 		c.mu.Unlock()
-		if time.Since(cn.idle) < IdleTimeout && cn.br.Buffered() == 0 && (c.Alive == nil || c.Alive(cn.c)) {
+		if c.clock().Sub(cn.idle) < IdleTimeout && cn.br.Buffered() == 0 && (c.Alive == nil || c.Alive(cn.c)) {
 			cn.reuse = true
 			return cn, nil
 		}
@@ -184,22 +195,38 @@ func (c *Client) take(ctx context.Context, addr string, fresh bool) (*conn, erro
 // put returns cn to the idle set, or closes it when the set is full. Its deadline is unset:
 // the request's context did not end while it was used.
 func (c *Client) put(cn *conn) {
-	cn.idle = time.Now()
+	cn.idle = c.clock()
 	max := c.MaxIdle
 	if max <= 0 {
 		max = DefaultMaxIdle
 	}
+	var stale *conn
 	c.mu.Lock()
-	if len(c.idle[cn.addr]) >= max {
+	cs := c.idle[cn.addr]
+	if len(cs) > 0 && cn.idle.Sub(cs[0].idle) >= IdleTimeout {
+		// The longest idle one, which a steady load at fewer connections never takes again.
+		stale = cs[0]
+		cs = cs[1:]
+	}
+	if len(cs) >= max {
+		c.idle[cn.addr] = cs
 		c.mu.Unlock()
 		cn.c.Close()
+		closeConn(stale)
 		return
 	}
 	if c.idle == nil {
 		c.idle = map[string][]*conn{}
 	}
-	c.idle[cn.addr] = append(c.idle[cn.addr], cn)
+	c.idle[cn.addr] = append(cs, cn)
 	c.mu.Unlock()
+	closeConn(stale)
+}
+
+func closeConn(cn *conn) {
+	if cn != nil {
+		cn.c.Close()
+	}
 }
 
 // aLongTimeAgo is a deadline that has passed: it ends the connection's blocked reads and
