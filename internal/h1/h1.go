@@ -1,7 +1,7 @@
 // Package h1 sends HTTP/1.1 requests to plain http:// servers from the caller's goroutine.
 //
-// Model. A Client keeps, per "host:port", up to MaxIdle idle connections, each with its own
-// bufio reader and writer. Do takes the most recently returned one (or dials), writes the
+// Model. A Client keeps, per "host:port", up to MaxIdle idle connections (and up to
+// MaxIdleTotal in all), each with its own bufio reader and writer. Do takes the most recently returned one (or dials), writes the
 // request with Request.Write, flushes, and reads the answer with http.ReadResponse, all in the
 // goroutine that called it; the response's Body reads from the same connection. net/http's
 // Transport instead hands each request to a connection's write loop and its answer back from
@@ -43,6 +43,7 @@ package h1
 
 import (
 	"bufio"
+	"container/list"
 	"context"
 	"errors"
 	"io"
@@ -74,6 +75,9 @@ type Client struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// MaxIdle bounds the idle connections kept per host. Zero: DefaultMaxIdle.
 	MaxIdle int
+	// MaxIdleTotal bounds the idle connections kept across hosts: past it, the longest idle
+	// one is closed. Zero: no bound.
+	MaxIdleTotal int
 	// Alive, if set, tells whether an idle connection can carry a request (the server has not
 	// closed it). It must not block. Nil: every idle connection is tried.
 	Alive func(net.Conn) bool
@@ -82,6 +86,7 @@ type Client struct {
 
 	mu   sync.Mutex
 	idle map[string][]*conn // by address; the most recently returned last
+	lru  list.List          // every idle connection, the longest idle first
 }
 
 func (c *Client) clock() time.Time {
@@ -97,10 +102,11 @@ type conn struct {
 	addr  string
 	br    *bufio.Reader
 	bw    *bufio.Writer
-	w     countWriter // under bw: bytes that reached the connection
-	idle  time.Time   // when it was last returned
-	stop  func() bool // the request's context.AfterFunc
-	reuse bool        // it carried a request before this one
+	w     countWriter   // under bw: bytes that reached the connection
+	idle  time.Time     // when it was last returned
+	el    *list.Element // in Client.lru while idle
+	stop  func() bool   // the request's context.AfterFunc
+	reuse bool          // it carried a request before this one
 }
 
 // countWriter counts the bytes written to the connection of a request.
@@ -153,6 +159,7 @@ func (c *Client) CloseIdleConnections() {
 	c.mu.Lock()
 	idle := c.idle
 	c.idle = nil
+	c.lru.Init()
 	c.mu.Unlock()
 	for _, cs := range idle {
 		for _, cn := range cs {
@@ -174,6 +181,7 @@ func (c *Client) take(ctx context.Context, addr string, fresh bool) (*conn, erro
 		cn := cs[len(cs)-1]
 		cs[len(cs)-1] = nil
 		c.idle[addr] = cs[:len(cs)-1]
+		c.lru.Remove(cn.el)
 		c.mu.Unlock()
 		if c.clock().Sub(cn.idle) < IdleTimeout && cn.br.Buffered() == 0 && (c.Alive == nil || c.Alive(cn.c)) {
 			cn.reuse = true
@@ -200,13 +208,14 @@ func (c *Client) put(cn *conn) {
 	if max <= 0 {
 		max = DefaultMaxIdle
 	}
-	var stale *conn
+	var stale, evicted *conn
 	c.mu.Lock()
 	cs := c.idle[cn.addr]
 	if len(cs) > 0 && cn.idle.Sub(cs[0].idle) >= IdleTimeout {
 		// The longest idle one, which a steady load at fewer connections never takes again.
 		stale = cs[0]
 		cs = cs[1:]
+		c.lru.Remove(stale.el)
 	}
 	if len(cs) >= max {
 		c.idle[cn.addr] = cs
@@ -219,8 +228,15 @@ func (c *Client) put(cn *conn) {
 		c.idle = map[string][]*conn{}
 	}
 	c.idle[cn.addr] = append(cs, cn)
+	cn.el = c.lru.PushBack(cn)
+	if c.MaxIdleTotal > 0 && c.lru.Len() > c.MaxIdleTotal {
+		// The longest idle of all is the longest idle of its host: the first of its list.
+		evicted = c.lru.Remove(c.lru.Front()).(*conn)
+		c.idle[evicted.addr] = c.idle[evicted.addr][1:]
+	}
 	c.mu.Unlock()
 	closeConn(stale)
+	closeConn(evicted)
 }
 
 func closeConn(cn *conn) {

@@ -23,16 +23,23 @@ import (
 // server is a real net/http server that counts the connections it accepted.
 type server struct {
 	*httptest.Server
-	conns atomic.Int64
+	conns  atomic.Int64
+	closed chan struct{} // a connection closed (its first 16)
 }
 
 func newServer(t *testing.T, h http.HandlerFunc) *server {
 	t.Helper()
-	s := &server{}
+	s := &server{closed: make(chan struct{}, 16)}
 	s.Server = httptest.NewUnstartedServer(h)
 	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
+		switch st {
+		case http.StateNew:
 			s.conns.Add(1)
+		case http.StateClosed:
+			select {
+			case s.closed <- struct{}{}:
+			default:
+			}
 		}
 	}
 	s.Start()
@@ -415,5 +422,25 @@ func TestTheRequestIsWrittenAsNetHTTPWritesIt(t *testing.T) {
 	}
 	if strings.Contains(want, "Accept-Encoding") {
 		t.Fatalf("an Accept-Encoding was added: %q", want)
+	}
+}
+
+// TestIdleConnectionsBoundedAcrossHosts: past MaxIdleTotal the longest idle connection, of
+// whichever host, is closed; the others stay for their next request.
+func TestIdleConnectionsBoundedAcrossHosts(t *testing.T) {
+	a, b := newServer(t, echo), newServer(t, echo)
+	c := &h1.Client{Dial: (&net.Dialer{}).DialContext, MaxIdleTotal: 1}
+	defer c.CloseIdleConnections()
+	call(t, c, context.Background(), http.MethodGet, a.URL, "", nil)
+	call(t, c, context.Background(), http.MethodGet, b.URL, "", nil) // a's idle one goes
+	select {
+	case <-a.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the longest idle connection was not closed past MaxIdleTotal")
+	}
+	call(t, c, context.Background(), http.MethodGet, b.URL, "", nil)
+	call(t, c, context.Background(), http.MethodGet, a.URL, "", nil)
+	if na, nb := a.conns.Load(), b.conns.Load(); na != 2 || nb != 1 {
+		t.Fatalf("connections: %d to a, %d to b; want 2 and 1", na, nb)
 	}
 }

@@ -21,7 +21,8 @@ func defaultClient() (*http.Client, *spares, *direct) {
 	t.DisableCompression = true
 	// As http.DefaultTransport dials.
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	d := &direct{h1: &h1.Client{Dial: dialer.DialContext, MaxIdle: t.MaxIdleConnsPerHost}, proxy: t.Proxy}
+	d := &direct{h1: &h1.Client{Dial: dialer.DialContext, MaxIdle: t.MaxIdleConnsPerHost, MaxIdleTotal: t.MaxIdleConns},
+		proxy: t.Proxy}
 	var sp *spares
 	if sparesWork {
 		sp = newSpares(dialer, t.Proxy)
