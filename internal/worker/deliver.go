@@ -107,7 +107,7 @@ func (r *runner) deliver(ctx context.Context, cfg *QueueConfig, j *queue.Job, at
 	if r.p.tr.On() {
 		tracing.Inject(ctx, req.Header) // the delivery span's, over any the job's headers hold
 	}
-	resp, err := r.p.client.Do(req)
+	resp, err := r.p.do(req)
 	if err != nil {
 		return nil, nil, nil, err
 	}

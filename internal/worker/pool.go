@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -60,9 +59,11 @@ type Deps struct {
 	// shared by all workers of every process (inflight.NewRedis on the leak schedule's Redis).
 	// Nil: an inflight.NewMemory, for a single process.
 	Places inflight.Store
-	// HTTP delivers jobs. Nil: a client that keeps up to 64 idle connections per host and
-	// does not follow redirects. Per-attempt timeouts come from QueueConfig.Timeout; a
-	// client's own Timeout applies too.
+	// HTTP delivers jobs. Nil: the Pool's own, which sends requests to plain http://
+	// upstreams that no proxy serves from the job's goroutine (package h1), and the rest
+	// through a net/http client; both keep up to 64 idle connections per host and follow no
+	// redirect. Per-attempt timeouts come from QueueConfig.Timeout; a client's own Timeout
+	// applies too.
 	HTTP *http.Client
 	// Registerer receives the worker's metrics. Nil: they are kept but not registered.
 	Registerer prometheus.Registerer
@@ -103,6 +104,9 @@ type Pool struct {
 	// two per job. Run gives the kept places back when it returns.
 	places *inflight.Reuser
 	client *http.Client
+	// direct delivers plain http:// requests in the job's goroutine (client.go); nil for a
+	// client of Deps.
+	direct *direct
 	// ownClient is whether New made client, so Run closes its idle connections at the end.
 	ownClient bool
 	// spares are the connections client's transport dials ahead; nil for a client of Deps.
@@ -203,7 +207,7 @@ func New(deps Deps, specs []QueueConfig) (*Pool, error) {
 	p.exec = &executor{ctx: context.Background(), store: p.q, sched: p.sched, m: m, log: p.log, now: p.now,
 		handedBack: func() { p.handedBack.Add(1) }, tenantsPaused: p.tenantsPaused, outbox: newOutbox()}
 	if p.client == nil {
-		p.client, p.spares = defaultClient()
+		p.client, p.spares, p.direct = defaultClient()
 		p.ownClient = true
 	}
 	if p.shutdown <= 0 {
@@ -230,28 +234,6 @@ func prepare(specs []QueueConfig, sched leaky.Schedule) ([]QueueConfig, error) {
 		out = append(out, s)
 	}
 	return out, errors.Join(errs...)
-}
-
-// defaultClient returns the Pool's own client, and the spares its transport dials from (nil
-// where they cannot work).
-func defaultClient() (*http.Client, *spares) {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 256
-	t.MaxIdleConnsPerHost = 64
-	// Deliver the request as the client sent it: no Accept-Encoding of our own (the default
-	// transport adds gzip and decompresses behind the caller's back).
-	t.DisableCompression = true
-	var sp *spares
-	if sparesWork {
-		// As http.DefaultTransport dials.
-		sp = newSpares(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}, t.Proxy)
-		t.DialContext = sp.dial
-	}
-	return &http.Client{
-		Transport: t,
-		// A redirect is the upstream's answer, not a place to deliver to: 3xx fails the job.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}, sp
 }
 
 // Queues returns the configs the Pool drains, with defaults filled in.
@@ -315,6 +297,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	pcancel()
 	if p.ownClient {
 		p.client.CloseIdleConnections()
+		p.direct.h1.CloseIdleConnections()
 	}
 	if p.spares != nil {
 		p.spares.close()

@@ -31,7 +31,7 @@ func BenchmarkDialAhead(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			stop := burnCores(b, 2)
 			defer stop()
-			client, sp := defaultClient()
+			client, sp, _ := defaultClient()
 			if name == "on-demand" {
 				client.Transport.(*http.Transport).DialContext = (&net.Dialer{Timeout: 30 * time.Second}).DialContext
 				sp.close()

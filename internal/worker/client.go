@@ -1,0 +1,77 @@
+package worker
+
+import (
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/sluice-rl/sluice/internal/h1"
+)
+
+// defaultClient returns the Pool's own client, the spares its connections are dialed from
+// (nil where they cannot work), and the direct path for plain http:// upstreams.
+func defaultClient() (*http.Client, *spares, *direct) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 256
+	t.MaxIdleConnsPerHost = 64
+	// Deliver the request as the client sent it: no Accept-Encoding of our own (the default
+	// transport adds gzip and decompresses behind the caller's back).
+	t.DisableCompression = true
+	// As http.DefaultTransport dials.
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	d := &direct{h1: &h1.Client{Dial: dialer.DialContext, MaxIdle: t.MaxIdleConnsPerHost, MaxIdleTotal: t.MaxIdleConns},
+		proxy: t.Proxy}
+	var sp *spares
+	if sparesWork {
+		sp = newSpares(dialer, t.Proxy)
+		t.DialContext = sp.dial
+		d.h1.Dial = sp.dial
+		d.h1.Alive = open
+	}
+	return &http.Client{
+		Transport: t,
+		// A redirect is the upstream's answer, not a place to deliver to: 3xx fails the job.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}, sp, d
+}
+
+// direct delivers the requests to plain http:// upstreams that no proxy serves in the job's
+// own goroutine (package h1), on connections dialed as the client's are (the spares): net/http's
+// Transport hands each request to a connection's write loop and its answer back from its read
+// loop, four goroutine hand-offs per job, which at a throttled drain's pace cost more CPU than
+// the delivery itself (docs/design/worker-costs.md, "Third round"). https, proxied upstreams
+// and requests that expect 100-continue or ask for an upgrade go through the client.
+type direct struct {
+	h1    *h1.Client
+	proxy func(*http.Request) (*url.URL, error) // the transport's; nil: none
+	// proxied is, by URL host, whether a proxy serves it (or choosing one failed): the
+	// environment's proxy settings are read once per process, so the answer stays true.
+	proxied sync.Map
+}
+
+// serves reports whether req goes the direct way.
+func (d *direct) serves(req *http.Request) bool {
+	if req.URL.Scheme != "http" || req.Header["Expect"] != nil || req.Header["Upgrade"] != nil {
+		return false
+	}
+	if d.proxy == nil {
+		return true
+	}
+	if v, ok := d.proxied.Load(req.URL.Host); ok {
+		return !v.(bool)
+	}
+	u, err := d.proxy(req)
+	via := err != nil || u != nil
+	d.proxied.Store(req.URL.Host, via)
+	return !via
+}
+
+// do sends one delivery's request: the direct way when it serves it, else by the client.
+func (p *Pool) do(req *http.Request) (*http.Response, error) {
+	if p.direct != nil && p.direct.serves(req) {
+		return p.direct.h1.Do(req)
+	}
+	return p.client.Do(req)
+}

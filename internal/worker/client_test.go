@@ -1,0 +1,160 @@
+//go:build unix
+
+package worker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-rl/sluice/queue"
+)
+
+// TestDirectServesPlainHTTPWithoutProxy: the direct path takes plain http:// requests that no
+// proxy serves, and leaves https, proxied hosts, 100-continue and upgrades to net/http.
+func TestDirectServesPlainHTTPWithoutProxy(t *testing.T) {
+	proxied := 0
+	d := &direct{proxy: func(r *http.Request) (*url.URL, error) {
+		proxied++
+		if r.URL.Hostname() == "behind.proxy" {
+			return url.Parse("http://proxy:3128")
+		}
+		return nil, nil
+	}}
+	for _, c := range []struct {
+		url    string
+		header http.Header
+		want   bool
+	}{
+		{"http://upstream:8080/x", nil, true},
+		{"http://upstream:8080/y", nil, true}, // the host's answer is kept: no second proxy call
+		{"https://upstream/x", nil, false},
+		{"http://behind.proxy/x", nil, false},
+		{"http://upstream:8080/x", http.Header{"Expect": {"100-continue"}}, false},
+		{"http://upstream:8080/x", http.Header{"Upgrade": {"websocket"}}, false},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, c.url, nil)
+		for k, v := range c.header {
+			req.Header[k] = v
+		}
+		if got := d.serves(req); got != c.want {
+			t.Errorf("%s %v: serves %v, want %v", c.url, c.header, got, c.want)
+		}
+	}
+	if proxied != 2 {
+		t.Errorf("the proxy was asked %d times for 2 hosts", proxied)
+	}
+}
+
+// rawUpstream accepts connections and sends each request's bytes, as they arrived, to the
+// returned channel; it answers 204 and keeps the connection.
+func rawUpstream(t *testing.T) (base string, raw chan string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	raw = make(chan string, 4)
+	go func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				br := bufio.NewReader(nc)
+				for {
+					var msg bytes.Buffer
+					n := 0
+					for {
+						line, err := br.ReadString('\n')
+						if err != nil {
+							return
+						}
+						msg.WriteString(line)
+						if v, ok := strings.CutPrefix(line, "Content-Length: "); ok {
+							n, _ = strconv.Atoi(strings.TrimSpace(v))
+						}
+						if line == "\r\n" {
+							break
+						}
+					}
+					if _, err := io.CopyN(&msg, br, int64(n)); err != nil {
+						return
+					}
+					raw <- msg.String()
+					io.WriteString(nc, "HTTP/1.1 204 No Content\r\n\r\n")
+				}
+			}()
+		}
+	}()
+	return "http://" + l.Addr().String(), raw
+}
+
+// TestDirectWritesWhatTheClientWrote: a deferred job's request reaches the upstream byte for
+// byte as the Pool's net/http client sends it (headers, body, no Accept-Encoding), and the
+// direct path rides on the spare dialed ahead.
+func TestDirectWritesWhatTheClientWrote(t *testing.T) {
+	base, raw := rawUpstream(t)
+	client, sp, d := defaultClient()
+	t.Cleanup(func() { client.CloseIdleConnections(); d.h1.CloseIdleConnections(); sp.close() })
+	cfg := &QueueConfig{Name: "q", Upstream: base + "/api"}
+	j := &queue.Job{ID: "job-1", Method: http.MethodPatch, Path: "/orders?id=7&x=a%20b",
+		Header: http.Header{"Content-Type": {"application/octet-stream"}, "X-Multi": {"1", "2"},
+			"Traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
+		IdempotencyKey: "order-1", Body: []byte("binary\x00body\xff")}
+	send := func(do func(*http.Request) (*http.Response, error)) string {
+		t.Helper()
+		req, err := request(context.Background(), cfg, j, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return <-raw
+	}
+	want := send(client.Do)
+	sp.warm(base)
+	spare := waitParked(sp, base)
+	req, _ := http.NewRequest(http.MethodGet, base, nil)
+	if !d.serves(req) {
+		t.Fatal("the direct path does not serve a plain http:// upstream")
+	}
+	if got := send(d.h1.Do); got != want {
+		t.Fatalf("the direct path wrote\n%q\nnet/http wrote\n%q", got, want)
+	}
+	if strings.Contains(want, "Accept-Encoding") {
+		t.Fatalf("an Accept-Encoding was added: %q", want)
+	}
+	// The request took the spare (the client's idle connection is net/http's, not the direct
+	// path's), and another was dialed behind it.
+	addr := strings.TrimPrefix(base, "http://")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sp.mu.Lock()
+		sc := sp.conns[addr]
+		sp.mu.Unlock()
+		if sc != nil && sc.c != spare {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the direct path did not take the spare, or none was dialed behind it")
+		}
+		runtime.Gosched()
+	}
+}
