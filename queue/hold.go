@@ -123,30 +123,78 @@ func (q *core) ensureHoldAs(ctx context.Context, st jetstream.Stream, cfg jetstr
 // publishes (an ingress without in-process workers) does not, and while no worker runs the
 // server delivers no ticket at all, so intake pays no delivery and the holds' state stays
 // empty. A ledger's tickets stored meanwhile are delivered once a worker subscribes, from
-// the oldest on, before its first fetch returns in practice.
+// the oldest on, all at once: the catch-up.
+//
+// The subscription is on a connection of its own (holdConnect), not the one the process
+// fetches, records and acknowledges on: a catch-up of N tickets is N messages that one
+// connection reads in order, and on the process's connection every reply behind them (the
+// first fetches' jobs, the status writes', the releases' answers) waited until they were
+// read. A fresh worker that subscribed first on a backlog of 20 000 jobs stood still for the
+// 40–130 ms of its catch-up (docs/design/worker-costs.md, "A fresh worker's start"). Where
+// the second connection cannot be made, the process's own is used, as before.
 func (q *core) subscribeHold() error {
 	q.holdMu.Lock()
 	defer q.holdMu.Unlock()
 	if q.holdSub != nil || q.holdDropped {
 		return nil
 	}
-	sub, err := q.nc.QueueSubscribe(q.holdSubject(), holdName, func(*nats.Msg) {})
+	nc := q.holdConnect()
+	sub, err := nc.QueueSubscribe(q.holdSubject(), holdName, func(*nats.Msg) {
+	})
 	if err != nil {
+		if nc != q.nc {
+			nc.Close()
+		}
 		return fmt.Errorf("queue: subscribe %s: %w", q.holdSubject(), err)
 	}
 	// Dropped deliveries cost nothing: a slow process loses some of them, not its connection.
 	_ = sub.SetPendingLimits(1<<20, 64<<20)
-	q.holdSub = sub
+	q.holdSub, q.holdConn = sub, nc
 	return nil
 }
 
-// unsubscribeHold ends this process's subscription to the hold consumers' deliveries, if any.
+// holdConnect returns a new connection for the hold deliveries: the process's connection's
+// options (servers, credentials, TLS, reconnection) under the name "<name> holds", without
+// its handlers (a deployment's disconnect and error logs are about the process's connection;
+// this one only drops messages, and a delivery it misses costs nothing: the ticket is pending
+// in its hold from the moment the server sent it). It returns the process's connection when
+// the new one cannot be made.
+func (q *core) holdConnect() *nats.Conn {
+	o := q.nc.Opts
+	o.Name = strings.TrimSpace(o.Name + " holds")
+	o.ClosedCB, o.DisconnectedCB, o.DisconnectedErrCB, o.ConnectedCB = nil, nil, nil, nil
+	o.ReconnectedCB, o.DiscoveredServersCB, o.ReconnectErrCB, o.LameDuckModeHandler = nil, nil, nil, nil
+	o.AsyncErrorCB = func(*nats.Conn, *nats.Subscription, error) {} // not nats.go's default, which logs
+	hc, err := o.Connect()
+	if err != nil {
+		return q.nc
+	}
+	// It ends with the process's connection, as a subscription on that one did.
+	mainClosed, closed := q.nc.StatusChanged(nats.CLOSED), hc.StatusChanged(nats.CLOSED)
+	go func() {
+		if !q.nc.IsClosed() {
+			select {
+			case <-mainClosed:
+			case <-closed:
+			}
+		}
+		q.nc.RemoveStatusListener(mainClosed)
+		hc.Close()
+	}()
+	return hc
+}
+
+// unsubscribeHold ends this process's subscription to the hold consumers' deliveries, if any,
+// and closes its connection.
 func (q *core) unsubscribeHold() {
 	q.holdMu.Lock()
 	defer q.holdMu.Unlock()
 	if q.holdSub != nil {
 		_ = q.holdSub.Unsubscribe()
-		q.holdSub = nil
+		if q.holdConn != q.nc {
+			q.holdConn.Close()
+		}
+		q.holdSub, q.holdConn = nil, nil
 	}
 }
 
