@@ -60,6 +60,10 @@ const holdAckWait = 10 * 365 * 24 * time.Hour
 // falls back to deletion.
 const defaultHoldWait = 2 * time.Second
 
+// holdFlush bounds the wait for the server to have a new hold subscription (subscribeHold); a
+// server that does not answer within it gets the subscription when it can.
+const holdFlush = 2 * time.Second
+
 func (q *core) holdSubject() string { return q.opts.Prefix + ".hold" }
 
 // isHeld reports whether ledger stream name is one with a hold consumer (not a limits ledger
@@ -149,6 +153,12 @@ func (q *core) subscribeHold() error {
 	}
 	// Dropped deliveries cost nothing: a slow process loses some of them, not its connection.
 	_ = sub.SetPendingLimits(1<<20, 64<<20)
+	if nc != q.nc {
+		// The server has the subscription before this returns, as it had when it came first on
+		// the process's connection, ahead of the fetches and acknowledgements that follow: a
+		// release or a fair move right after it finds the catch-up under way, not yet to start.
+		_ = nc.FlushTimeout(holdFlush)
+	}
 	q.holdSub, q.holdConn = sub, nc
 	return nil
 }
