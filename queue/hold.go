@@ -19,7 +19,8 @@ import (
 // is a work-queue stream with one durable push consumer, "hold", that never acknowledges:
 // AckExplicit, an AckWait of ten years (no redelivery in practice), no bound on acks pending,
 // delivered to <prefix>.hold in the queue group "hold", where every process that consumes a
-// queue has one subscription, made with its first consumer, that drops what it receives. So
+// queue has one subscription, made with its first consumer on a connection of its own
+// (subscribeHold), that drops what it receives. So
 // while a worker runs, each ticket is pending in its ledger's hold consumer soon after it is
 // stored; tickets stored while none runs wait undelivered (costing intake no delivery) and
 // are delivered, oldest first, when one subscribes. When a job leaves through a worker
