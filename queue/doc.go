@@ -5,7 +5,8 @@
 //
 // # Model
 //
-// [Queues] is one connection. It provisions the queues and reads their state, and hands out
+// [Queues] is one connection (and a second, for the admission holds' deliveries, once it
+// opens a consumer: hold.go). It provisions the queues and reads their state, and hands out
 // its roles, which it also embeds: [Publisher] (publish, job status), [Deliveries] (consumers,
 // dead letters), [Operator] (controls, cancels), [Schedules] (due scheduled jobs) and [IDs]
 // (the id scheme). A caller names the role it uses. With the default prefix SLUICE, queue

@@ -44,6 +44,19 @@ import (
 // current streams there is none, but a worker that knows the former stream takes its jobs
 // first, so jobs stored before the switch mostly go before those stored after it.
 
+// FormersPossible reports whether a queue may have a former stream to drain first: whether
+// the last Provision's listing of the streams found a shared stream (a queue that is shared,
+// or was, has its jobs in one). Without one no queue has a former stream (an own stream is
+// only a former one of a shared queue), and a worker's runners need not wait for the first
+// sweep, which looks for them, before their first fetch. A shared stream made after that
+// listing, by a process with another shared_streams during a rolling restart, is found by the
+// sweeps as before (docs/design/scale.md, "Former streams").
+func (d Deliveries) FormersPossible() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.sharedSeen
+}
+
 // ownFormers returns the queues' own former streams of the last Provision, by queue.
 func (q *core) ownFormers(into map[string][]string) {
 	q.mu.RLock()

@@ -19,7 +19,8 @@ import (
 // is a work-queue stream with one durable push consumer, "hold", that never acknowledges:
 // AckExplicit, an AckWait of ten years (no redelivery in practice), no bound on acks pending,
 // delivered to <prefix>.hold in the queue group "hold", where every process that consumes a
-// queue has one subscription, made with its first consumer, that drops what it receives. So
+// queue has one subscription, made with its first consumer on a connection of its own
+// (subscribeHold), that drops what it receives. So
 // while a worker runs, each ticket is pending in its ledger's hold consumer soon after it is
 // stored; tickets stored while none runs wait undelivered (costing intake no delivery) and
 // are delivered, oldest first, when one subscribes. When a job leaves through a worker
@@ -59,6 +60,10 @@ const holdAckWait = 10 * 365 * 24 * time.Hour
 // defaultHoldWait bounds the wait for the answer to a release by acknowledgement before it
 // falls back to deletion.
 const defaultHoldWait = 2 * time.Second
+
+// holdFlush bounds the wait for the server to have a new hold subscription (subscribeHold); a
+// server that does not answer within it gets the subscription when it can.
+const holdFlush = 2 * time.Second
 
 func (q *core) holdSubject() string { return q.opts.Prefix + ".hold" }
 
@@ -123,30 +128,84 @@ func (q *core) ensureHoldAs(ctx context.Context, st jetstream.Stream, cfg jetstr
 // publishes (an ingress without in-process workers) does not, and while no worker runs the
 // server delivers no ticket at all, so intake pays no delivery and the holds' state stays
 // empty. A ledger's tickets stored meanwhile are delivered once a worker subscribes, from
-// the oldest on, before its first fetch returns in practice.
+// the oldest on, all at once: the catch-up.
+//
+// The subscription is on a connection of its own (holdConnect), not the one the process
+// fetches, records and acknowledges on: a catch-up of N tickets is N messages that one
+// connection reads in order, and on the process's connection every reply behind them (the
+// first fetches' jobs, the status writes', the releases' answers) waited until they were
+// read. A fresh worker that subscribed first on a backlog of 20 000 jobs stood still for the
+// 40–130 ms of its catch-up (docs/design/worker-costs.md, "A fresh worker's start"). Where
+// the second connection cannot be made, the process's own is used, as before.
 func (q *core) subscribeHold() error {
 	q.holdMu.Lock()
 	defer q.holdMu.Unlock()
 	if q.holdSub != nil || q.holdDropped {
 		return nil
 	}
-	sub, err := q.nc.QueueSubscribe(q.holdSubject(), holdName, func(*nats.Msg) {})
+	nc := q.holdConnect()
+	sub, err := nc.QueueSubscribe(q.holdSubject(), holdName, func(*nats.Msg) {
+	})
 	if err != nil {
+		if nc != q.nc {
+			nc.Close()
+		}
 		return fmt.Errorf("queue: subscribe %s: %w", q.holdSubject(), err)
 	}
 	// Dropped deliveries cost nothing: a slow process loses some of them, not its connection.
 	_ = sub.SetPendingLimits(1<<20, 64<<20)
-	q.holdSub = sub
+	if nc != q.nc {
+		// The server has the subscription before this returns, as it had when it came first on
+		// the process's connection, ahead of the fetches and acknowledgements that follow: a
+		// release or a fair move right after it finds the catch-up under way, not yet to start.
+		_ = nc.FlushTimeout(holdFlush)
+	}
+	q.holdSub, q.holdConn = sub, nc
 	return nil
 }
 
-// unsubscribeHold ends this process's subscription to the hold consumers' deliveries, if any.
+// holdConnect returns a new connection for the hold deliveries: the process's connection's
+// options (servers, credentials, TLS, reconnection) under the name "<name> holds", without
+// its handlers (a deployment's disconnect and error logs are about the process's connection;
+// this one only drops messages, and a delivery it misses costs nothing: the ticket is pending
+// in its hold from the moment the server sent it). It returns the process's connection when
+// the new one cannot be made.
+func (q *core) holdConnect() *nats.Conn {
+	o := q.nc.Opts
+	o.Name = strings.TrimSpace(o.Name + " holds")
+	o.ClosedCB, o.DisconnectedCB, o.DisconnectedErrCB, o.ConnectedCB = nil, nil, nil, nil
+	o.ReconnectedCB, o.DiscoveredServersCB, o.ReconnectErrCB, o.LameDuckModeHandler = nil, nil, nil, nil
+	o.AsyncErrorCB = func(*nats.Conn, *nats.Subscription, error) {} // not nats.go's default, which logs
+	hc, err := o.Connect()
+	if err != nil {
+		return q.nc
+	}
+	// It ends with the process's connection, as a subscription on that one did.
+	mainClosed, closed := q.nc.StatusChanged(nats.CLOSED), hc.StatusChanged(nats.CLOSED)
+	go func() {
+		if !q.nc.IsClosed() {
+			select {
+			case <-mainClosed:
+			case <-closed:
+			}
+		}
+		q.nc.RemoveStatusListener(mainClosed)
+		hc.Close()
+	}()
+	return hc
+}
+
+// unsubscribeHold ends this process's subscription to the hold consumers' deliveries, if any,
+// and closes its connection.
 func (q *core) unsubscribeHold() {
 	q.holdMu.Lock()
 	defer q.holdMu.Unlock()
 	if q.holdSub != nil {
 		_ = q.holdSub.Unsubscribe()
-		q.holdSub = nil
+		if q.holdConn != q.nc {
+			q.holdConn.Close()
+		}
+		q.holdSub, q.holdConn = nil, nil
 	}
 }
 

@@ -53,7 +53,10 @@ func onDemandIn(ctx context.Context, slots chan struct{}, known *sync.Map, name 
 // existing is what Provision finds on the server, by queue name: the queues whose delivery
 // stream, admission ledger, schedule stream, dead-letter stream or tenants' backlog stream
 // exists.
-type existing struct{ queues, ledgers, schedules, deadLetters, backlogs map[string]bool }
+type existing struct {
+	queues, ledgers, schedules, deadLetters, backlogs map[string]bool
+	shared                                            bool // a shared stream exists
+}
 
 // listExisting lists the streams of this prefix by name: one paged listing (a page holds
 // 1 024 names) instead of a lookup per queue and kind. What it finds missing Provision creates
@@ -72,6 +75,9 @@ func (q *core) listExisting(ctx context.Context) (existing, error) {
 	}
 	l := q.js.StreamNames(ctx, jetstream.WithStreamListSubject(q.opts.Prefix+".>"))
 	for name := range l.Name() {
+		if strings.HasPrefix(name, q.opts.Prefix+"_J_") {
+			ex.shared = true
+		}
 		for _, k := range kinds {
 			if queue, ok := strings.CutPrefix(name, k.prefix); ok {
 				k.found[queue] = true

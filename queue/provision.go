@@ -109,7 +109,7 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		}
 	}
 	q.specs, q.streams, q.consumers, q.hasBacklog = provisioned, streams, consumers, ex.backlogs
-	q.formerOwn = map[string]bool{}
+	q.formerOwn, q.sharedSeen = map[string]bool{}, ex.shared
 	for name := range provisioned {
 		if _, shared := q.sharedIndex(name); shared && ex.queues[name] {
 			q.formerOwn[name] = true

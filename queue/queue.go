@@ -153,6 +153,8 @@ type core struct {
 	// formerOwn are the shared queues whose own stream (from before they were shared) still
 	// exists at the last Provision, until RetireFormer removes it (former.go).
 	formerOwn map[string]bool
+	// sharedSeen says whether the last Provision found any shared stream (FormersPossible).
+	sharedSeen bool
 	// formerSeen are the former streams the last scan found; scanning is held by the reader
 	// that scans for them (former.go).
 	formerSeen atomic.Pointer[formerSnap]
@@ -174,10 +176,12 @@ type core struct {
 	budgets       sync.Map
 	releases      sync.WaitGroup // background releases of tickets (ledger.go)
 	// holdSub drops the hold consumers' deliveries, subscribed by the first consumer this
-	// process opens (holdMu; holdDropped: a test's DropHold); holdWait bounds a release by
-	// acknowledgement; releaseFallbacks counts those that fell back to deletion (hold.go).
+	// process opens on a connection of its own, holdConn (holdMu; holdDropped: a test's
+	// DropHold); holdWait bounds a release by acknowledgement; releaseFallbacks counts those
+	// that fell back to deletion (hold.go).
 	holdMu           sync.Mutex
 	holdSub          *nats.Subscription
+	holdConn         *nats.Conn
 	holdDropped      bool
 	holdWait         time.Duration
 	releaser         releaser // gathers the releases by acknowledgement (release.go)

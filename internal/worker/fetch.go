@@ -252,12 +252,13 @@ func (r *runner) fetchFailed(ctx context.Context, cons consumer, err error, next
 
 // firstConsumer returns the queue's consumer once the runner may make its first fetch: when
 // the pool sweeps, after its first sweep, which tells the queue's former streams, whose jobs
-// go first (former.go). A shared queue with former streams gets its consumer at its first
+// go first (former.go), unless no queue can have one (no shared stream existed at the last
+// Provision: formersPossible). A shared queue with former streams gets its consumer at its first
 // fetch from its current stream (lazyConsumer), once the former streams had nothing to give:
 // a migration of thousands of queues then does not make thousands of consumers while it
 // drains. Nil when ctx ends first.
 func (r *runner) firstConsumer(ctx context.Context) consumer {
-	if r.p.bells != nil {
+	if r.p.bells != nil && r.p.formersPossible() {
 		select {
 		case <-r.p.swept.ch():
 		case <-ctx.Done():

@@ -39,6 +39,16 @@ type formerSource interface {
 	RetireFormer(ctx context.Context, name, stream string) (bool, error)
 }
 
+// formersPossible reports whether a queue of the pool may have a former stream: unless the
+// queue layer says that none can (queue.Deliveries.FormersPossible: no shared stream exists),
+// a runner's first fetch waits for the first sweep, which finds them. On a deployment that
+// never used shared streams a fresh worker's runners fetch at once instead of after a listing
+// of the streams (docs/design/worker-costs.md, "A fresh worker's start").
+func (p *Pool) formersPossible() bool {
+	f, ok := p.bells.(interface{ FormersPossible() bool })
+	return !ok || f.FormersPossible()
+}
+
 // formersOf returns the former streams of queue name that the last sweep found.
 func (p *Pool) formersOf(name string) []string {
 	if m := p.formers.Load(); m != nil {
