@@ -48,7 +48,7 @@ func TestSharedThrottledBesideUnserved(t *testing.T) {
 		backlog     = 100_000
 		tolerance   = 0.10
 		perJob      = 2048 // bytes sent to the workers per job drained
-		trickle     = 20 // jobs a second to "unserved" during the drain
+		trickle     = 20   // jobs a second to "unserved" during the drain
 	)
 	c := newCluster(t)
 	mon := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
@@ -235,7 +235,6 @@ func trickleTo(t testing.TB, qs *queue.Queues, name string, perSecond int) (stop
 		}
 	}
 }
-
 
 // workerBytes is what nats-server (monitoring on mon) has sent the open connections of worker
 // processes.
