@@ -35,19 +35,22 @@ import (
 // fix, each change in the count of the stream's jobs that no consumer counts made every
 // worker's 5 s sweep list the subjects of the whole stream, one per job (the walk), which
 // nats-server computes under the stream's lock: 10.8 KB sent to the workers per job drained,
-// against 0.6-1 KB after. The test asserts, counted at the boundaries: nats-server sends the
-// workers at most 2 KB per job during the drain (the walk of the unserved backlog is ~4 MB);
-// the drain reaches 0.9 of its rate at the upstream; no one-second window holds more than
-// rate + burst + 1. The machine is shared (2 cores, other engineers' builds), so a run that
-// misses is repeated with a fresh queue, up to 3 attempts; a cause in Sluice misses every
-// time.
+// against 0.6-1 KB after (the throttled queue alone). The test asserts, counted at the boundaries: nats-server sends the
+// workers at most 4 KB per job of the throttled queue during the drain (with the control's,
+// below, 1-1.4 KB were measured; each walk of the unserved backlog is ~4 MB);
+// the drain's rate at the upstream is within 5% of its rate; no one-second window holds more
+// than rate + burst + 1. The machine is shared (2 cores, other engineers' builds and tests:
+// load averages of 15-20 were seen), which starves every drain alike, so a control queue of
+// the same rate on a stream of its own drains beside it in the same worker processes, and
+// the rate is asserted within 5% of the lower of the rate and the control's achieved rate;
+// a run that misses is repeated with fresh queues, up to 3 attempts.
 func TestSharedThrottledBesideUnserved(t *testing.T) {
 	const (
 		rate, burst = 200, 5
 		jobs        = 6 * rate
 		backlog     = 100_000
-		tolerance   = 0.10
-		perJob      = 2048 // bytes sent to the workers per job drained
+		tolerance   = 0.05
+		perJob      = 4096 // bytes sent to the workers per job drained (two drains)
 		trickle     = 20   // jobs a second to "unserved" during the drain
 	)
 	c := newCluster(t)
@@ -63,10 +66,16 @@ func TestSharedThrottledBesideUnserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	paced := func(name string) string {
-		return c.queueYAMLTo(up.URL, name, fmt.Sprintf("%d/s", rate), fmt.Sprintf("burst: %d", burst), "concurrency: 16")
+	paced := func(name string, extra ...string) string {
+		return c.queueYAMLTo(up.URL, name, fmt.Sprintf("%d/s", rate),
+			append([]string{fmt.Sprintf("burst: %d", burst), "concurrency: 16"}, extra...)...)
 	}
-	all := paced("paced1") + paced("paced2") + paced("paced3") + c.queueYAMLTo(up.URL, "unserved", "100/s", "max_depth: 1000000")
+	const ownStream = "max_bytes: 67108864" // keeps a stream of its own
+	var all string
+	for try := 1; try <= 3; try++ {
+		all += paced(fmt.Sprintf("paced%d", try)) + paced(fmt.Sprintf("control%d", try), ownStream)
+	}
+	all += c.queueYAMLTo(up.URL, "unserved", "100/s", "max_depth: 1000000")
 	c.writeShared(pub, "all.yaml", all)
 	start := time.Now()
 	publishMany(t, pub, "unserved", backlog, 64)
@@ -74,10 +83,11 @@ func TestSharedThrottledBesideUnserved(t *testing.T) {
 
 	var table, problems []string
 	for try := 1; try <= 3; try++ {
-		name := fmt.Sprintf("paced%d", try)
+		name, control := fmt.Sprintf("paced%d", try), fmt.Sprintf("control%d", try)
 		workertest.Publish(t, pub, name, jobs, true)
-		path := c.writeShared(nil, name+".yaml", paced(name))
-		stopPause := c.holdPaused(name)
+		workertest.Publish(t, pub, control, jobs, true)
+		path := c.writeShared(nil, name+".yaml", paced(name)+paced(control, ownStream))
+		stopPause, stopControl := c.holdPaused(name), c.holdPaused(control)
 		procs := []*proc{spawn(t, path), spawn(t, path)}
 		for _, p := range procs {
 			p.waitReady()
@@ -92,14 +102,21 @@ func TestSharedThrottledBesideUnserved(t *testing.T) {
 			ci, err := cons.Info(c.ctx)
 			return err == nil && ci.NumPending == 0
 		})
-		before := workerBytes(t, mon)
+		// Delivered is not yet written: wait until nats-server holds nothing for the workers.
+		testenv.WaitFor(t, 30*time.Second, "nats-server to have written the holds' deliveries", func() bool {
+			_, pending := workerConns(t, mon)
+			return pending == 0
+		})
+		before, _ := workerConns(t, mon)
 		stopPause()
+		stopControl()
 		stopTrickle := trickleTo(t, pub, "unserved", trickle)
 		up.WaitCount(t, time.Duration(jobs/rate+30)*time.Second, "the throttled backlog to drain", func(int) bool {
-			return len(up.Arrivals("/q/"+name)) >= jobs
+			return len(up.Arrivals("/q/"+name)) >= jobs && len(up.Arrivals("/q/"+control)) >= jobs
 		})
 		stopTrickle()
-		sent := workerBytes(t, mon) - before
+		after, _ := workerConns(t, mon)
+		sent := after - before
 		for _, p := range procs {
 			p.kill()
 		}
@@ -109,14 +126,16 @@ func TestSharedThrottledBesideUnserved(t *testing.T) {
 		}
 		ts := workertest.Times(as)
 		achieved := workertest.Rate(ts[burst:]) // the burst leaves at once: the steady rate after it
+		controlRate := workertest.Rate(workertest.Times(up.Arrivals("/q/" + control))[burst:])
+		want := (1 - tolerance) * min(rate, controlRate)
 		window := workertest.MaxWindow(ts, time.Second)
 		gap, at := workertest.Gaps(ts, time.Time{})
-		table = append(table, fmt.Sprintf("| %d | %7.1f/s | %+6.2f%% | %4d | %v at +%v | %d |", try, achieved,
-			100*(achieved-rate)/rate, window, gap.Round(time.Millisecond), at.Sub(ts[0]).Round(time.Millisecond), sent/jobs))
+		table = append(table, fmt.Sprintf("| %d | %7.1f/s | %+6.2f%% | %7.1f/s | %4d | %v at +%v | %d |", try, achieved,
+			100*(achieved-rate)/rate, controlRate, window, gap.Round(time.Millisecond), at.Sub(ts[0]).Round(time.Millisecond), sent/jobs))
 		problems = problems[:0]
-		if dev := (rate - achieved) / rate; dev > tolerance || math.IsNaN(dev) {
-			problems = append(problems, fmt.Sprintf("%s: %.1f/s of %d/s beside the unserved backlog, want at least %.2f of it",
-				name, achieved, rate, 1-tolerance))
+		if achieved < want || math.IsNaN(achieved) {
+			problems = append(problems, fmt.Sprintf("%s: %.1f/s of %d/s beside the unserved backlog (the control on its own stream %.1f/s), want ≥ %.1f/s",
+				name, achieved, rate, controlRate, want))
 		}
 		if sent > perJob*jobs {
 			problems = append(problems, fmt.Sprintf("%s: nats-server sent the workers %d bytes during the drain, %d per job, want ≤ %d per job",
@@ -130,7 +149,7 @@ func TestSharedThrottledBesideUnserved(t *testing.T) {
 		}
 		t.Logf("attempt %d missed: %s", try, strings.Join(problems, "; "))
 	}
-	t.Logf("throttled drain at %d/s beside %d unserved jobs, 2 workers, shared_streams 1:\n| try | achieved | error | largest 1-s window | max gap | bytes to the workers per job |\n%s",
+	t.Logf("throttled drain at %d/s beside %d unserved jobs, 2 workers, shared_streams 1:\n| try | achieved | error | control (own stream) | largest 1-s window | max gap | bytes to the workers per job |\n%s",
 		rate, backlog, strings.Join(table, "\n"))
 	for _, p := range problems {
 		t.Error(p)
@@ -236,9 +255,9 @@ func trickleTo(t testing.TB, qs *queue.Queues, name string, perSecond int) (stop
 	}
 }
 
-// workerBytes is what nats-server (monitoring on mon) has sent the open connections of worker
-// processes.
-func workerBytes(t testing.TB, mon string) uint64 {
+// workerConns is what nats-server (monitoring on mon) has sent the open connections of worker
+// processes, and what it holds for them, not yet written.
+func workerConns(t testing.TB, mon string) (sent, pending uint64) {
 	t.Helper()
 	r, err := http.Get("http://" + mon + "/connz?limit=4096")
 	if err != nil {
@@ -249,16 +268,17 @@ func workerBytes(t testing.TB, mon string) uint64 {
 		Connections []struct {
 			Name     string `json:"name"`
 			OutBytes uint64 `json:"out_bytes"`
+			Pending  uint64 `json:"pending_bytes"`
 		} `json:"connections"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&z); err != nil {
 		t.Fatal(err)
 	}
-	var n uint64
 	for _, c := range z.Connections {
 		if c.Name == "sluice-worker" {
-			n += c.OutBytes
+			sent += c.OutBytes
+			pending += c.Pending
 		}
 	}
-	return n
+	return sent, pending
 }
