@@ -34,3 +34,6 @@ func ReleasesPublished(q *Queues) int { return q.releaser.publishedCount() }
 
 // SubjectWalks is how many times q read a shared stream's subjects (shared.go, subjectCounts).
 func SubjectWalks(q *Queues) uint64 { return q.subjectWalks.Load() }
+
+// SubjectsRead is how many subjects those listings returned in all.
+func SubjectsRead(q *Queues) uint64 { return q.subjectsRead.Load() }

@@ -163,6 +163,8 @@ type core struct {
 	// many of its messages no consumer counted then (shared.go, subjectCounts).
 	walks        sync.Map      // shared stream index k -> subjectWalk
 	subjectWalks atomic.Uint64 // subject listings read (tests)
+	subjectsRead atomic.Uint64 // subjects those listings returned (tests)
+	provisions   atomic.Uint64 // Provisions so far: a walk by queue is of the queues then
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)

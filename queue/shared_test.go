@@ -351,3 +351,50 @@ func TestSharedScanReadsUnchangedSubjectsOnce(t *testing.T) {
 	}
 	scan(jobs, 0, 3)
 }
+
+// TestSharedScanListsOnlyItsQueues: a scan that must find the jobs of queues without a
+// consumer lists, when a shared stream's unowned jobs far outnumber the queues this process
+// provisioned, the subjects of those queues only: a queue it does not serve (another
+// process's config, or no worker's), with a backlog in the same stream, is not read one
+// subject per job, at every change of the count of unowned jobs. Listing it held the stream's
+// lock for over a second at 130 000 jobs and the drains of the queues served there missed
+// their rates (scale.md, "A throttled queue beside an unserved backlog").
+func TestSharedScanListsOnlyItsQueues(t *testing.T) {
+	// pub knows every queue, as an ingress does; b is a worker whose config lacks "unserved".
+	pub := setup(t, queue.Options{SharedStreams: 1}, queue.Spec{Name: "a"}, queue.Spec{Name: "b"}, queue.Spec{Name: "unserved"})
+	b := setupURL(t, pub.url, pub.opts, queue.Spec{Name: "a"}, queue.Spec{Name: "b"})
+	job := func(q string) *queue.Job {
+		return &queue.Job{Queue: q, Method: http.MethodPost, Path: "/x", Body: []byte("x")}
+	}
+	const backlog = 300
+	for range backlog {
+		pub.publish(job("unserved"))
+	}
+	for range 3 {
+		b.publish(job("a"))
+	}
+	scan := func(wantA, wantB int, walks, read uint64) {
+		t.Helper()
+		waiting, _, err := b.q.Waiting(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(waiting["a"]) != wantA || int(waiting["b"]) != wantB || waiting["unserved"] != 0 {
+			t.Fatalf("waiting %v; want a: %d, b: %d and not unserved", waiting, wantA, wantB)
+		}
+		if w, r := queue.SubjectWalks(b.q), queue.SubjectsRead(b.q); w != walks || r != read {
+			t.Fatalf("%d walks read %d subjects; want %d walks of %d", w, r, walks, read)
+		}
+	}
+	scan(3, 0, 1, 3)
+	// b's first job changes the unowned count: a walk, of a's 3 and b's 1 subjects.
+	b.publish(job("b"))
+	scan(3, 1, 2, 3+4)
+	// a and b with consumers: the unserved jobs alone are unowned; a walk by queue lists none.
+	b.consumer("a")
+	b.consumer("b")
+	scan(3, 1, 3, 3+4)
+	// A job for the unserved queue changes the count: a walk, which lists nothing.
+	pub.publish(job("unserved"))
+	scan(3, 1, 4, 3+4)
+}
