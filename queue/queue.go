@@ -56,8 +56,9 @@ type Options struct {
 	// where the first process to start stores 32 random bytes, so every process agrees.
 	IDSecret []byte
 	// SharedStreams is how many shared job streams the queues that need nothing beyond a plain
-	// job stream ([Shareable]) keep their jobs in (shared.go), 0 to MaxSharedStreams; 0, the
-	// default, gives every queue a stream of its own.
+	// job stream ([Shareable]) keep their jobs in (shared.go), 0 to MaxSharedStreams; 0 gives
+	// every queue a stream of its own. The zero Options keep that; the processes pass the
+	// config's nats.shared_streams, 16 unless the file says otherwise (internal/config).
 	SharedStreams int
 }
 
