@@ -146,3 +146,25 @@ func TestSharedLeftTicketHidesNoJob(t *testing.T) {
 		}
 	}
 }
+
+// A job without a ticket (as a replayed dead letter is) of a queue without a consumer, stored
+// while no worker ran (its bell lost), is found by the sweep all the same: the tickets leave
+// it unexplained, and the queue is read for it.
+func TestSharedUnticketedJobFound(t *testing.T) {
+	b := setup(t, queue.Options{SharedStreams: 1}, queue.Spec{Name: "x"}, queue.Spec{Name: "y"})
+	b.publish(&queue.Job{Queue: "y", Method: http.MethodPost, Path: "/x", Body: []byte("y")})
+	ledger, err := b.js.Stream(b.ctx, b.prefix+"_L_y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.Purge(b.ctx); err != nil { // y's job stays, its ticket gone
+		t.Fatal(err)
+	}
+	waiting, _, err := b.q.Waiting(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waiting["y"] < 1 || waiting["x"] != 0 {
+		t.Fatalf("waiting %v; want y found (a job without a ticket), x not", waiting)
+	}
+}
