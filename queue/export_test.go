@@ -32,8 +32,6 @@ func ReleaseAcked(q *Queues, tickets string) {
 // ReleasesPublished is how many releases by acknowledgement q published (release.go).
 func ReleasesPublished(q *Queues) int { return q.releaser.publishedCount() }
 
-// SubjectWalks is how many times q read a shared stream's subjects (shared.go, subjectCounts).
-func SubjectWalks(q *Queues) uint64 { return q.subjectWalks.Load() }
-
-// SubjectsRead is how many subjects those listings returned in all.
-func SubjectsRead(q *Queues) uint64 { return q.subjectsRead.Load() }
+// FormerProbes is how many times q looked for a queue's jobs in a shared stream other than
+// its current one (sharedcount.go, probeFormer).
+func FormerProbes(q *Queues) uint64 { return q.probes.Load() }

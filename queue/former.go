@@ -246,7 +246,7 @@ const formerStale = 5 * time.Second
 func (q *core) formerStreams(ctx context.Context, name string) []string {
 	snap := q.formerSeen.Load()
 	if (snap == nil || q.now().Sub(snap.at) > formerStale) && q.scanning.TryLock() {
-		_, _, _ = q.sharedScan(ctx, false) // stores what it found
+		_, _, _ = q.sharedScan(ctx, false, nil) // stores what it found
 		q.scanning.Unlock()
 		snap = q.formerSeen.Load()
 	}

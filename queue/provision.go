@@ -109,7 +109,7 @@ func (q *Queues) Provision(ctx context.Context, specs []Spec) error {
 		}
 	}
 	q.specs, q.streams, q.consumers, q.hasBacklog = provisioned, streams, consumers, ex.backlogs
-	q.provisions.Add(1) // a walk by queue read the queues before (shared.go, subjectCounts)
+	q.provisions.Add(1) // an absence found was of the queues before (sharedcount.go)
 	q.formerOwn, q.sharedSeen = map[string]bool{}, ex.shared
 	for name := range provisioned {
 		if _, shared := q.sharedIndex(name); shared && ex.queues[name] {

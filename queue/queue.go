@@ -56,8 +56,9 @@ type Options struct {
 	// where the first process to start stores 32 random bytes, so every process agrees.
 	IDSecret []byte
 	// SharedStreams is how many shared job streams the queues that need nothing beyond a plain
-	// job stream ([Shareable]) keep their jobs in (shared.go), 0 to MaxSharedStreams; 0, the
-	// default, gives every queue a stream of its own.
+	// job stream ([Shareable]) keep their jobs in (shared.go), 0 to MaxSharedStreams; 0 gives
+	// every queue a stream of its own. The zero Options keep that; the processes pass the
+	// config's nats.shared_streams, 16 unless the file says otherwise (internal/config).
 	SharedStreams int
 }
 
@@ -159,12 +160,11 @@ type core struct {
 	// that scans for them (former.go).
 	formerSeen atomic.Pointer[formerSnap]
 	scanning   sync.Mutex
-	// walks are the last subject counts read of each shared stream by the scan, with how
-	// many of its messages no consumer counted then (shared.go, subjectCounts).
-	walks        sync.Map      // shared stream index k -> subjectWalk
-	subjectWalks atomic.Uint64 // subject listings read (tests)
-	subjectsRead atomic.Uint64 // subjects those listings returned (tests)
-	provisions   atomic.Uint64 // Provisions so far: a walk by queue is of the queues then
+	// absent are the queues a scan found no job of in a shared stream other than their
+	// current one, and when (sharedcount.go, probeFormer); probes counts those reads (tests).
+	absent     sync.Map      // absentKey -> time.Time
+	probes     atomic.Uint64 // former probes read
+	provisions atomic.Uint64 // Provisions so far: an absence found is of the queues then
 
 	backlogs sync.Map // fair queue name -> its backlog stream (jetstream.Stream), for Backlog and Place
 	movers   sync.Map // queue name -> the mover consumer of its schedule stream (MoveDue)

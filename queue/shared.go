@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -24,7 +23,8 @@ import (
 // filtered on "<prefix>.j.<k>.<queue>.>"), made by the first worker that wants it (Consumer),
 // not by Provision: a start makes S streams and no consumer whatever the number of queues.
 // A queue's depth is its consumer's pending and unacknowledged jobs, or, while it has no
-// consumer yet, the count of its subjects in the stream (Waiting, Info, Counts).
+// consumer yet, the count of its subjects in the stream (Info, on demand) or of its ledger's
+// tickets (Waiting, Counts: periodic passes list no stream's subjects, sharedcount.go).
 //
 // How a worker learns that an idle shared queue has a job without holding a pull on it:
 // Doorbell, a core NATS subscription to "<prefix>.b.>", where each shared stream republishes
@@ -225,13 +225,14 @@ func (q *Queues) Doorbell(ring func(queue string)) (stop func(), err error) {
 // Waiting returns the shared queues that hold jobs, waiting or unacknowledged, by depth (in
 // their current and former streams), and by queue the former streams that may hold its jobs
 // (former.go): one listing of the shared streams, then, of each that holds messages, a
-// listing of its consumers and, when they do not account for all of them, of its subjects
-// (the jobs of queues without a consumer yet). Its cost grows with the shared streams and the
-// consumers of those that hold jobs, not with the queues configured.
+// listing of its consumers and, when they do not account for all of them, one listing of the
+// ledgers (the jobs of queues without a consumer yet, by their tickets: sharedcount.go). Its
+// cost grows with the shared streams, the consumers of those that hold jobs and the queues
+// that ever had a job / 256, not with the jobs held.
 func (q *Queues) Waiting(ctx context.Context) (waiting map[string]uint64, formers map[string][]string, err error) {
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
-	counts, formers, err := q.sharedScan(ctx, false)
+	counts, formers, err := q.sharedScan(ctx, false, nil)
 	waiting = map[string]uint64{}
 	for name, c := range counts {
 		if c.Depth > 0 {
@@ -239,169 +240,6 @@ func (q *Queues) Waiting(ctx context.Context) (waiting map[string]uint64, former
 		}
 	}
 	return waiting, formers, err
-}
-
-// sharedScan returns the Counts of the queues with jobs in shared streams: Depth as Waiting
-// says; with left, the Left of every shared queue that has a consumer in its current stream
-// (its ack floor, which counts redeliveries too), which lists the consumers of the shared
-// streams that hold none. It returns too, by provisioned queue, its former streams: its own
-// stream while it is shared (from the last Provision), and the shared streams other than its
-// current one that hold its jobs.
-func (q *core) sharedScan(ctx context.Context, left bool) (map[string]Counts, map[string][]string, error) {
-	type held struct {
-		k     string
-		state jetstream.StreamState
-	}
-	var streams []held
-	err := q.listStreams(ctx, q.sharedRoot()+">", q.opts.Prefix+"_J_", func(k string, s jetstream.StreamState) {
-		if s.Msgs > 0 || (left && s.Consumers > 0) {
-			streams = append(streams, held{k, s})
-		}
-	})
-	out, formers := map[string]Counts{}, map[string][]string{}
-	q.ownFormers(formers)
-	if err != nil {
-		return out, formers, err
-	}
-	for _, h := range streams {
-		name := q.opts.Prefix + "_J_" + h.k
-		var counted uint64
-		hasCons := map[string]bool{}
-		st, err := q.sharedStream(ctx, h.k)
-		if err != nil {
-			return out, formers, err
-		}
-		if h.state.Consumers > 0 {
-			l := st.ListConsumers(ctx)
-			for ci := range l.Info() {
-				hasCons[ci.Name] = true
-				c := out[ci.Name]
-				depth := ci.NumPending + uint64(ci.NumAckPending)
-				c.Depth += depth
-				if q.formerOf(ci.Name, h.k) {
-					if depth > 0 {
-						formers[ci.Name] = append(formers[ci.Name], name)
-					}
-				} else {
-					c.Left = ci.AckFloor.Consumer
-				}
-				out[ci.Name] = c
-				counted += depth
-			}
-			if err := l.Err(); err != nil {
-				return out, formers, fmt.Errorf("queue: consumers of %s: %w", name, err)
-			}
-		}
-		if counted >= h.state.Msgs {
-			continue
-		}
-		// Jobs of queues without a consumer yet: by subject.
-		prefix := q.sharedRoot() + h.k + "."
-		subjects, err := q.subjectCounts(ctx, st, h.k, h.state.Msgs-counted, prefix, hasCons)
-		if err != nil {
-			return out, formers, fmt.Errorf("queue: subjects of %s: %w", name, err)
-		}
-		added := map[string]bool{}
-		for subj, n := range subjects {
-			rest := strings.TrimPrefix(subj, prefix)
-			i := strings.IndexByte(rest, '.')
-			if i <= 0 || hasCons[rest[:i]] {
-				continue
-			}
-			queue := rest[:i]
-			c := out[queue]
-			if !added[queue] && q.formerOf(queue, h.k) {
-				added[queue] = true
-				formers[queue] = append(formers[queue], name)
-			}
-			c.Depth += n
-			out[queue] = c
-		}
-	}
-	q.formerSeen.Store(&formerSnap{at: q.now(), m: formers})
-	return out, formers, nil
-}
-
-// subjectWalk is a shared stream's subject counts as last read: when, how many of the
-// stream's messages no consumer counted then, and of which Provision (gen).
-type subjectWalk struct {
-	at       time.Time
-	unowned  uint64
-	gen      uint64
-	subjects map[string]uint64
-}
-
-// walkAgain is how long a shared stream's subject counts are used while its messages that no
-// consumer counts stay as many.
-const walkAgain = time.Minute
-
-// walkByQueue: a walk lists the subjects of each provisioned queue without a consumer on the
-// stream, one request each, rather than all the stream's unowned subjects in one, when the
-// unowned messages outnumber those queues by more than this. A subject listed costs ~10 µs
-// end to end, most of it nats-server's under the stream's lock, a request per queue a few
-// times that, without holding the lock for long.
-const walkByQueue = 10
-
-// subjectCounts returns the message count of each subject of shared stream st (index k) under
-// prefix (<P>.j.<k>.) that may hold jobs no consumer counts, when unowned of its messages are
-// counted by none (jobs of queues without a consumer on it: not pulled yet, not configured
-// here, or former). hasCons are the queues with a consumer on st.
-//
-// A job has a subject of its own, so listing the stream's subjects costs O(jobs), and
-// nats-server computes the listing holding the stream's lock: beside a queue that no worker
-// serves with 130 000 jobs in the stream, one listing took 1.1-1.7 s, the other queues' pulls
-// and acknowledgements on that stream waited for it, and their throttled drains lost a second
-// of deliveries at each (bench-peers, TestSharedThrottledBesideUnserved). So:
-//
-//   - a walk lists only the queues this process has provisioned and that have no consumer on
-//     st (the only ones whose jobs it may deliver: a queue of another deployment's config, or
-//     one no worker serves, is never listed by the workers), one filtered listing each, when
-//     the unowned messages outnumber those queues walkByQueue times; else the whole stream in
-//     one listing (cheap: few unowned messages);
-//   - the last walk is used again while as many messages are unowned as then, the provisioned
-//     queues are those of the same Provision, and for up to walkAgain: the drains of the
-//     queues with consumers change the stream's messages, not that number. A job stored for a
-//     queue without a consumer changes it, so it is found at the next scan; one stored while
-//     another such job is removed (canceled) in the same scan period is found within
-//     walkAgain (its bell starts its runner in any case; the scan finds the jobs whose bell
-//     was lost).
-func (q *core) subjectCounts(ctx context.Context, st jetstream.Stream, k string, unowned uint64, prefix string, hasCons map[string]bool) (map[string]uint64, error) {
-	gen := q.provisions.Load()
-	if v, ok := q.walks.Load(k); ok {
-		w := v.(subjectWalk)
-		if w.unowned == unowned && w.gen == gen && q.now().Sub(w.at) < walkAgain {
-			return w.subjects, nil
-		}
-	}
-	q.subjectWalks.Add(1)
-	var cands []string
-	q.mu.RLock()
-	for name := range q.specs {
-		if !hasCons[name] {
-			cands = append(cands, name)
-		}
-	}
-	q.mu.RUnlock()
-	var subjects map[string]uint64
-	if uint64(len(cands))*walkByQueue < unowned {
-		subjects = map[string]uint64{}
-		for _, name := range cands {
-			si, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+name+".>"))
-			if err != nil {
-				return nil, err
-			}
-			maps.Copy(subjects, si.State.Subjects)
-		}
-	} else {
-		si, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
-		if err != nil {
-			return nil, err
-		}
-		subjects = si.State.Subjects
-	}
-	q.subjectsRead.Add(uint64(len(subjects)))
-	q.walks.Store(k, subjectWalk{at: q.now(), unowned: unowned, gen: gen, subjects: subjects})
-	return subjects, nil
 }
 
 // sharedInfo fills in info for shared queue s: from its consumer, or, while it has none, from

@@ -297,14 +297,11 @@ func reopen(t *testing.T, b *bundle, n int) *queue.Queues {
 	return q
 }
 
-// A queue no worker serves (no consumer) with jobs in a shared stream: the scan reads the
-// stream's subjects (one per job) to find it, and while as many of the stream's jobs have no
-// consumer it reads them no more, counting the same jobs, even as another queue of the stream
-// drains through its consumer; a job stored or removed for a queue without a consumer makes
-// it read them again. Reading them at every scan, every worker's 5 s sweep read a backlog's
-// subjects over and over, and the other queues' throttled drains in that stream fell below
-// their rate.
-func TestSharedScanReadsUnchangedSubjectsOnce(t *testing.T) {
+// A queue no worker serves (no consumer) with jobs in a shared stream: the scan counts them
+// by the queue's tickets, not by listing the stream's subjects (one per job, built under the
+// stream's lock), at every scan, as another queue of the stream drains through its consumer,
+// and after a job of the unserved queue is stored or canceled. It reads no job of the stream.
+func TestSharedScanCountsByTickets(t *testing.T) {
 	b := setup(t, queue.Options{SharedStreams: 1}, queue.Spec{Name: "a"}, queue.Spec{Name: "b"})
 	job := func(q string) *queue.Job {
 		return &queue.Job{Queue: q, Method: http.MethodPost, Path: "/x", Body: []byte("x")}
@@ -313,7 +310,7 @@ func TestSharedScanReadsUnchangedSubjectsOnce(t *testing.T) {
 	for range jobs {
 		b.publish(job("a"))
 	}
-	scan := func(wantA, wantB int, walks uint64) {
+	scan := func(wantA, wantB int) {
 		t.Helper()
 		waiting, _, err := b.q.Waiting(b.ctx)
 		if err != nil {
@@ -322,43 +319,39 @@ func TestSharedScanReadsUnchangedSubjectsOnce(t *testing.T) {
 		if int(waiting["a"]) != wantA || int(waiting["b"]) != wantB {
 			t.Fatalf("waiting %v; want a: %d, b: %d", waiting, wantA, wantB)
 		}
-		if got := queue.SubjectWalks(b.q); got != walks {
-			t.Fatalf("%d subject listings read; want %d", got, walks)
+		if got := queue.FormerProbes(b.q); got != 0 {
+			t.Fatalf("%d reads of jobs in former streams; want none (no former stream)", got)
 		}
 	}
-	scan(jobs, 0, 1)
-	scan(jobs, 0, 1)
+	scan(jobs, 0)
+	scan(jobs, 0)
 
-	// b drains through its consumer beside a's backlog: no listing.
+	// b drains through its consumer beside a's backlog.
 	for range 5 {
 		b.publish(job("b"))
 	}
 	c := b.consumer("b")
-	scan(jobs, 5, 1) // b's jobs counted by its consumer
+	scan(jobs, 5) // b's jobs counted by its consumer
 	for i := 4; i >= 0; i-- {
 		m := b.fetchOne(c, time.Second)
 		if err := m.Ack(b.ctx); err != nil {
 			t.Fatal(err)
 		}
-		scan(jobs, i, 1)
+		// The ticket's release follows the ack: b's depth is its consumer's, whatever its ledger.
+		scan(jobs, i)
 	}
 
 	r := b.publish(job("a"))
-	scan(jobs+1, 0, 2)
-	scan(jobs+1, 0, 2)
+	scan(jobs+1, 0)
 	if _, err := b.q.Cancel(b.ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
-	scan(jobs, 0, 3)
+	scan(jobs, 0)
 }
 
-// TestSharedScanListsOnlyItsQueues: a scan that must find the jobs of queues without a
-// consumer lists, when a shared stream's unowned jobs far outnumber the queues this process
-// provisioned, the subjects of those queues only: a queue it does not serve (another
-// process's config, or no worker's), with a backlog in the same stream, is not read one
-// subject per job, at every change of the count of unowned jobs. Listing it held the stream's
-// lock for over a second at 130 000 jobs and the drains of the queues served there missed
-// their rates (scale.md, "A throttled queue beside an unserved backlog").
+// TestSharedScanListsOnlyItsQueues: a worker's scan reports the queues it provisioned only: a
+// queue it does not serve (another process's config, or no worker's), with a backlog in the
+// same stream, is neither reported nor read, whatever its jobs do.
 func TestSharedScanListsOnlyItsQueues(t *testing.T) {
 	// pub knows every queue, as an ingress does; b is a worker whose config lacks "unserved".
 	pub := setup(t, queue.Options{SharedStreams: 1}, queue.Spec{Name: "a"}, queue.Spec{Name: "b"}, queue.Spec{Name: "unserved"})
@@ -373,7 +366,7 @@ func TestSharedScanListsOnlyItsQueues(t *testing.T) {
 	for range 3 {
 		b.publish(job("a"))
 	}
-	scan := func(wantA, wantB int, walks, read uint64) {
+	scan := func(wantA, wantB int) {
 		t.Helper()
 		waiting, _, err := b.q.Waiting(b.ctx)
 		if err != nil {
@@ -382,19 +375,21 @@ func TestSharedScanListsOnlyItsQueues(t *testing.T) {
 		if int(waiting["a"]) != wantA || int(waiting["b"]) != wantB || waiting["unserved"] != 0 {
 			t.Fatalf("waiting %v; want a: %d, b: %d and not unserved", waiting, wantA, wantB)
 		}
-		if w, r := queue.SubjectWalks(b.q), queue.SubjectsRead(b.q); w != walks || r != read {
-			t.Fatalf("%d walks read %d subjects; want %d walks of %d", w, r, walks, read)
+		if got := queue.FormerProbes(b.q); got != 0 {
+			t.Fatalf("%d reads of jobs in former streams; want none", got)
 		}
 	}
-	scan(3, 0, 1, 3)
-	// b's first job changes the unowned count: a walk, of a's 3 and b's 1 subjects.
+	scan(3, 0)
 	b.publish(job("b"))
-	scan(3, 1, 2, 3+4)
-	// a and b with consumers: the unserved jobs alone are unowned; a walk by queue lists none.
+	scan(3, 1)
 	b.consumer("a")
 	b.consumer("b")
-	scan(3, 1, 3, 3+4)
-	// A job for the unserved queue changes the count: a walk, which lists nothing.
+	scan(3, 1)
 	pub.publish(job("unserved"))
-	scan(3, 1, 4, 3+4)
+	scan(3, 1)
+	// The ingress counts the unserved backlog, by its tickets.
+	counts, err := pub.q.Counts(pub.ctx, false)
+	if err != nil || counts["unserved"].Depth != backlog+1 || counts["a"].Depth != 3 {
+		t.Fatalf("the ingress's counts: %+v, %v; want unserved at %d, a at 3", counts, err, backlog+1)
+	}
 }

@@ -39,8 +39,13 @@ func (q *Queues) Counts(ctx context.Context, backlogs bool) (map[string]Counts, 
 	if err != nil {
 		return out, err
 	}
-	// Shared streams, current and former (a queue's jobs may be in both while it moves).
-	shared, _, err := q.sharedScan(ctx, true)
+	// Shared streams, current and former (a queue's jobs may be in both while it moves); the
+	// own streams' jobs hold tickets too.
+	own := make(map[string]uint64, len(out))
+	for name, c := range out {
+		own[name] = c.Depth
+	}
+	shared, _, err := q.sharedScan(ctx, true, own)
 	if err != nil {
 		return out, err
 	}

@@ -26,14 +26,18 @@
 # Environment: BIN=dir runs the ingress and worker binaries in dir instead of building them
 # (an A/B against another commit's build); READY_TIMEOUT (seconds, default 300) bounds the
 # wait for a process's /readyz: a process not ready by then is reported as such and the
-# configuration is skipped. SHARED=S sets nats.shared_streams: S (the queues' jobs in S shared
-# streams, runners on demand: docs/scaling.md); unset or 0, every queue has a stream of its own.
+# configuration is skipped. Unset, SHARED leaves nats.shared_streams out of the config: the
+# default, 16 shared streams (the queues' jobs as subjects of them, runners on demand:
+# docs/scaling.md). SHARED=S sets nats.shared_streams: S; SHARED=0, every queue has a stream
+# of its own. PORT_BASE=P moves the run's ports (P to P+23; default 19700).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIGS=${1:-"1000x2 1000x4 10000x2 10000x4"}
 IDLE=${2:-10}
 SAMPLES=${3:-100}
 READY_TIMEOUT=${READY_TIMEOUT:-300}
+# The count in effect: SHARED, or the config's default (internal/config.DefaultSharedStreams).
+STREAMS=${SHARED:-16}
 W=$(mktemp -d)
 cleanup() { set +e; kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$W"; true; }
 trap cleanup EXIT
@@ -47,9 +51,17 @@ fi
 go build -o "$W/wakeprobe" ./scripts/wakeprobe
 go build -o "$W/nats-server" github.com/nats-io/nats-server/v2
 
-UP=127.0.0.1:19700
-PUB=127.0.0.1:19701
-ADM=127.0.0.1:19702
+# PORT_BASE (default 19700) moves every port the run listens on, so that two runs on one
+# machine do not answer each other's probes.
+B=${PORT_BASE:-19700}
+for p in $B $((B + 1)) $((B + 2)) $((B + 22)) $((B + 23)); do
+  if (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then echo "port $p is in use (another run?): set PORT_BASE" >&2; exit 1; fi
+done
+UP=127.0.0.1:$B
+PUB=127.0.0.1:$((B + 1))
+ADM=127.0.0.1:$((B + 2))
+NATSP=$((B + 22))
+REDISP=$((B + 23))
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_mib() { awk '/VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
@@ -73,12 +85,12 @@ start_procs() {
   "$W/ingress" -config "$R/ingress.yaml" 2>>"$R/ingress.log" &
   PIDS=($!)
   for i in $(seq 1 "$NW"); do
-    SLUICE_ADMIN_LISTEN=127.0.0.1:$((19710 + i)) "$W/worker" -config "$R/worker.yaml" 2>>"$R/worker$i.log" &
+    SLUICE_ADMIN_LISTEN=127.0.0.1:$((B + 10 + i)) "$W/worker" -config "$R/worker.yaml" 2>>"$R/worker$i.log" &
     PIDS+=($!)
   done
   ready_at "http://$ADM/readyz" "$t0" "$R/ready-ingress" &
   WAITERS=($!)
-  for i in $(seq 1 "$NW"); do ready_at "http://127.0.0.1:$((19710 + i))/readyz" "$t0" "$R/ready-worker$i" & WAITERS+=($!); done
+  for i in $(seq 1 "$NW"); do ready_at "http://127.0.0.1:$((B + 10 + i))/readyz" "$t0" "$R/ready-worker$i" & WAITERS+=($!); done
   wait "${WAITERS[@]}"
 }
 # max_ready: the slowest of the processes' times to ready, ingress included
@@ -90,9 +102,9 @@ fmt_ms() { if [ "$1" = timeout ]; then echo "not ready in ${READY_TIMEOUT}s"; el
 wait_up "http://$UP/q/"
 
 echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(go version | cut -d' ' -f3), commit $(git rev-parse --short HEAD)"
-echo "# stock nats-server -js -sd DIR (default limits), queues of rate 10/s without max_bytes, nats.shared_streams ${SHARED:-0}, idle ${IDLE}s from ready, wake over $SAMPLES jobs"
+echo "# stock nats-server -js -sd DIR (default limits), queues of rate 10/s without max_bytes, nats.shared_streams ${SHARED:-unset (default $STREAMS)}, idle ${IDLE}s from ready, wake over $SAMPLES jobs"
 echo
-if [ "${SHARED:-0}" != 0 ]; then
+if [ "$STREAMS" != 0 ]; then
   # With shared streams a runner stops after 30 s idle: "stopped" is a third run on the same
   # queues once every runner the first two started has stopped (35 s after them).
   echo '| queues × workers | ingress ready | all ready (slowest) | all ready, warm restart | first job | idle CPU nats / ingress / worker (max) | RSS MiB nats / ingress / worker (max) | wake p50 / p99 / max, first | wake p50 / p99 / max, again | wake p50 / p99 / max, runners stopped | load |'
@@ -105,15 +117,15 @@ for c in $CONFIGS; do
   N=${c%x*} NW=${c#*x}
   R="$W/run-$c"
   mkdir -p "$R"
-  "$W/nats-server" -a 127.0.0.1 -p 19722 -js -sd "$R/js" >"$R/nats.log" 2>&1 &
+  "$W/nats-server" -a 127.0.0.1 -p $NATSP -js -sd "$R/js" >"$R/nats.log" 2>&1 &
   NATS=$!
-  redis-server --port 19723 --bind 127.0.0.1 --save '' --appendonly no >"$R/redis.log" 2>&1 &
+  redis-server --port $REDISP --bind 127.0.0.1 --save '' --appendonly no >"$R/redis.log" 2>&1 &
   REDIS=$!
-  until redis-cli -p 19723 ping >/dev/null 2>&1; do sleep 0.02; done
-  until (exec 3<>/dev/tcp/127.0.0.1/19722) 2>/dev/null; do sleep 0.02; done
+  until redis-cli -p $REDISP ping >/dev/null 2>&1; do sleep 0.02; done
+  until (exec 3<>/dev/tcp/127.0.0.1/$NATSP) 2>/dev/null; do sleep 0.02; done
   {
-    echo "redis: { url: redis://127.0.0.1:19723 }"
-    echo "nats: { url: nats://127.0.0.1:19722, shared_streams: ${SHARED:-0} }"
+    echo "redis: { url: redis://127.0.0.1:$REDISP }"
+    echo "nats: { url: nats://127.0.0.1:$NATSP${SHARED:+, shared_streams: $SHARED} }"
     echo "queues:"
     for i in $(seq 0 $((N - 1))); do printf '  - { name: q%04d, rate: 10/s, target: POST http://%s/q/q%04d }\n' "$i" "$UP" "$i"; done
   } > "$R/common.yaml"
@@ -145,7 +157,7 @@ for c in $CONFIGS; do
   rss="$(rss_mib "$NATS") / $(rss_mib "${PIDS[0]}") / $wrss"
   wake=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
   again=$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}')
-  if [ "${SHARED:-0}" != 0 ]; then
+  if [ "$STREAMS" != 0 ]; then
     sleep 35
     stopped="$(curl -sf "http://$UP/run?samples=$SAMPLES&gap=100ms&queues=$N&seed=7" | awk '{printf "%s / %s / %s ms", $1, $2, $3}') | "
   else

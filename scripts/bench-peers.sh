@@ -29,7 +29,10 @@
 #   against the settled unthrottled drain's; and a fair queue whose FAIR_JOBS jobs (default
 #   10 000) belong to one tenant each against the same queue with one tenant. The defer path's
 #   ratio to the bare publisher with a subject and id per job is the HTTP part's "sdefer ÷
-#   jsperjob". SHARED=S runs the drains with nats.shared_streams: S.
+#   jsperjob". The drains' queues are plain ones (but the fair ones): with SHARED unset they
+#   take the config's default, 16 shared streams; SHARED=S runs them with
+#   nats.shared_streams: S, SHARED=0 with a stream per queue (the jsdrain processes follow the
+#   config either way).
 #
 # Installs what it lacks: wrk nginx haproxy caddy redis-server (apt), bullmq (npm, into
 # scripts/peers). Usage: scripts/bench-peers.sh [seconds per HTTP run] [rounds] [jobs]
@@ -314,7 +317,7 @@ row() { printf '| %s | %s |\n' "$1" "$(sed 's/ / | /g' <<<"$2")"; }
 div() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
 echo
-echo "# drain: 4 worker processes × concurrency 16, one redis-server; $JOBS jobs unthrottled, $PACED_JOBS at 200/s, $DRAIN_ROUNDS rounds${SHARED:+, shared_streams: $SHARED}"
+echo "# drain: 4 worker processes × concurrency 16, one redis-server; $JOBS jobs unthrottled, $PACED_JOBS at 200/s, $DRAIN_ROUNDS rounds, shared_streams: ${SHARED:-unset (default 16)}"
 echo
 echo '| drain | achieved jobs/s | most in any 1 s | seconds | workers'"'"' CPU µs/job |'
 echo '|---|---:|---:|---:|---:|'

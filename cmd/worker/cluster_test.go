@@ -70,7 +70,11 @@ type cluster struct {
 	nats  *testenv.NATSProcess
 	up    *workertest.Recorder
 	qs    *queue.Queues
+	js    jetstream.JetStream
 	dir   string
+	// shared is the configs' nats.shared_streams, and qs's: the default unless a test calls
+	// ownStreams (the configs then say shared_streams: 0).
+	shared int
 	// redisURL, when set, replaces the redis-server's URL in the configs (a Redis Cluster).
 	redisURL string
 	// upstreamURL, when set, replaces up as the configs' upstream, where deferred jobs go.
@@ -88,15 +92,26 @@ func newClusterOn(t testing.TB, rs *testenv.RedisServer) *cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	c := &cluster{t: t, ctx: ctx, redis: rs, nats: testenv.NATSProc(t),
-		up: workertest.NewRecorder(t), dir: t.TempDir()}
-	js, err := jetstream.New(testenv.Connect(t, c.nats.URL))
-	if err != nil {
+		up: workertest.NewRecorder(t), dir: t.TempDir(), shared: config.DefaultSharedStreams}
+	var err error
+	if c.js, err = jetstream.New(testenv.Connect(t, c.nats.URL)); err != nil {
 		t.Fatal(err)
 	}
-	if c.qs, err = queue.New(ctx, js, queue.Options{}); err != nil {
+	if c.qs, err = queue.New(ctx, c.js, queue.Options{SharedStreams: c.shared}); err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// ownStreams makes the cluster's configs, and its queue layer, give every queue a stream of
+// its own (nats.shared_streams: 0), for tests of that mode; call it before config.
+func (c *cluster) ownStreams() {
+	c.t.Helper()
+	c.shared = 0
+	var err error
+	if c.qs, err = queue.New(c.ctx, c.js, queue.Options{}); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // config writes a config file with queues (YAML list items, indented by two spaces) and the
@@ -118,13 +133,24 @@ func (c *cluster) config(queues string) string {
 
 func (c *cluster) writeConfig(path, queues string) {
 	c.t.Helper()
+	c.writeConfigShared(path, queues, c.shared)
+}
+
+// writeConfigShared is writeConfig with nats.shared_streams n: unset (the default) when n is
+// config.DefaultSharedStreams, so that the tests run what a config that says nothing gets.
+func (c *cluster) writeConfigShared(path, queues string, n int) {
+	c.t.Helper()
+	shared := ""
+	if n != config.DefaultSharedStreams {
+		shared = fmt.Sprintf("shared_streams: %d, ", n)
+	}
 	yaml := fmt.Sprintf(`upstream: %s
 admin_listen: 127.0.0.1:1
 redis: { url: %q }
-nats: { url: %q }
+nats: { %surl: %q }
 shutdown_timeout: 5s
 queues:
-%s`, cmp.Or(c.upstreamURL, c.up.URL), c.redisURLOrDefault(), c.nats.URL, queues)
+%s`, cmp.Or(c.upstreamURL, c.up.URL), c.redisURLOrDefault(), shared, c.nats.URL, queues)
 	// Write and rename, as editors do, so a watching worker never reads half a file.
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(yaml), 0o644); err != nil {

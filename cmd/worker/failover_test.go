@@ -19,7 +19,7 @@ import (
 )
 
 // TestJetStreamFailoverLosesNothing: on a real three-node JetStream cluster with
-// nats.replicas: 3, the queue's stream leader is killed while jobs are being published and
+// nats.replicas: 3, the leader of the queue's stream (a shared one, the default) is killed while jobs are being published and
 // drained by two worker processes; every job whose publish was acknowledged is delivered at the
 // upstream.
 func TestJetStreamFailoverLosesNothing(t *testing.T) {
@@ -55,7 +55,7 @@ queues:
 	if err != nil {
 		t.Fatal(err)
 	}
-	qs, err := queue.New(ctx, js, queue.Options{Replicas: 3})
+	qs, err := queue.New(ctx, js, app.QueueOptions(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,14 +102,16 @@ queues:
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
 	testenv.WaitFor(t, time.Minute, "jobs published and draining", func() bool { return count() >= 300 && up.Count() >= 100 })
-	st, err := js.Stream(ctx, "SLUICE_Q_failover")
+	// The queue is a plain one: its jobs are in a shared stream (nats.shared_streams default).
+	stream := fmt.Sprintf("SLUICE_J_%d", sharedSlot("failover", config.DefaultSharedStreams))
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := st.CachedInfo().Config.Replicas; r != 3 {
 		t.Fatalf("the queue's stream has %d replicas, want 3", r)
 	}
-	leader := ns.StreamLeader(t, nc, "SLUICE_Q_failover")
+	leader := ns.StreamLeader(t, nc, stream)
 	killedAt := time.Now()
 	leader.Kill()
 	before := count()

@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +27,7 @@ import (
 func TestSharedMigrationProcesses(t *testing.T) {
 	const rate = 50
 	c := newCluster(t)
+	c.ownStreams()
 	queues := c.queueYAML("mig", fmt.Sprintf("%d/s", rate))
 	ownPath := c.config(queues)
 	waiting := workertest.Publish(t, c.qs, "mig", 30, true)
@@ -112,15 +111,7 @@ func TestSharedMigrationProcesses(t *testing.T) {
 func (c *cluster) sharedConfig(js jetstream.JetStream, queues string, n int) (string, *queue.Queues) {
 	c.t.Helper()
 	path := filepath.Join(c.dir, fmt.Sprintf("shared%d.yaml", n))
-	c.writeConfig(path, queues)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	yaml := strings.Replace(string(b), "nats: { url: ", fmt.Sprintf("nats: { shared_streams: %d, url: ", n), 1)
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		c.t.Fatal(err)
-	}
+	c.writeConfigShared(path, queues, n)
 	cfg, err := config.Load(path)
 	if err != nil || cfg.NATS.SharedStreams != n {
 		c.t.Fatalf("config: %v", err)
@@ -136,8 +127,11 @@ func (c *cluster) sharedConfig(js jetstream.JetStream, queues string, n int) (st
 }
 
 // slot is the shared stream of queue "mig" among n (queue's FNV-1a of the name).
-func slot(n int) int {
+func slot(n int) int { return sharedSlot("mig", n) }
+
+// sharedSlot is the shared stream of queue name among n (queue's FNV-1a of the name).
+func sharedSlot(name string, n int) int {
 	h := fnv.New32a()
-	h.Write([]byte("mig"))
+	h.Write([]byte(name))
 	return int(h.Sum32() % uint32(n))
 }

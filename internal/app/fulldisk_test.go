@@ -212,8 +212,20 @@ queues:
 // A delivery whose upstream answers while nats-server is down (killed with SIGKILL, restarted
 // after the answer): the worker's outbox records the job succeeded once NATS is back, but its
 // ack was lost, so JetStream would keep the job in flight for its ack_wait (an hour here).
-// The worker removes it as a leftover: depth 0 within seconds, the job delivered once.
+// The worker removes it as a leftover: depth 0 within seconds, the job delivered once. Both
+// ways a plain queue keeps its jobs: in a shared stream (the default) and in its own.
 func TestDepthTrueAfterAnAckLostInANATSCrash(t *testing.T) {
+	for _, mode := range []struct{ name, nats, stream string }{
+		{"shared", "", jobStream("orders")},
+		{"own", "shared_streams: 0, ", "SLUICE_Q_orders"},
+	} {
+		t.Run(mode.name, func(t *testing.T) { ackLostInANATSCrash(t, mode.nats, mode.stream) })
+	}
+}
+
+// ackLostInANATSCrash is TestDepthTrueAfterAnAckLostInANATSCrash with nats (keys of the nats
+// section before its url), the queue's jobs in stream.
+func ackLostInANATSCrash(t *testing.T, nats, stream string) {
 	np := testenv.NATSProc(t)
 	rs := testenv.Redis(t)
 	up := workertest.NewRecorder(t)
@@ -222,11 +234,11 @@ func TestDepthTrueAfterAnAckLostInANATSCrash(t *testing.T) {
 	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
 admin_listen: 127.0.0.1:0
 redis: { url: %q }
-nats: { url: %s }
+nats: { %surl: %s }
 shutdown_timeout: 2s
 queues:
   - { name: orders, rate: 10/s, ack_wait: 1h, timeout: 30s, target: "POST %s/jobs" }
-`, rs.URL(), np.URL, up.URL)
+`, rs.URL(), nats, np.URL, up.URL)
 	r := startWithin(t, t.TempDir(), cfg, 10*time.Second)
 	waitReady(t, r)
 	runWorker(t, t.TempDir(), cfg)
@@ -240,7 +252,7 @@ queues:
 	np.Start()
 	t0 := time.Now()
 	testenv.WaitFor(t, 20*time.Second, "the job gone from the stream", func() bool {
-		return streamMsgs(t, np.URL, "SLUICE_Q_orders") == 0
+		return streamMsgs(t, np.URL, stream) == 0
 	})
 	gone := time.Since(t0)
 	if d := queueDepth(t, r.admin, "orders"); d != 0 {

@@ -220,11 +220,11 @@ queues:
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	qs, err := queue.New(ctx, js, queue.Options{})
+	cfg, err := config.Load(filepath.Join(dir, "sluice.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(filepath.Join(dir, "sluice.yaml"))
+	qs, err := queue.New(ctx, js, QueueOptions(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,10 +14,19 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	sluiceconfig "github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/connect"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/queue"
 )
+
+// jobStream is the stream that holds the jobs of plain queue name under a config that does not
+// set nats.shared_streams: one of the default count of shared streams.
+func jobStream(name string) string {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return fmt.Sprintf("SLUICE_J_%d", h.Sum32()%uint32(sluiceconfig.DefaultSharedStreams))
+}
 
 // natsUsers is a nats-server config with users of narrower and narrower permissions; admin
 // (with every permission) serves the connections without a user, as testenv's own probe.
@@ -96,7 +106,7 @@ queues:
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
-	names := []string{"SLUICE_Q_q", "KV_SLUICE_STATUS"}
+	names := []string{jobStream("q"), "KV_SLUICE_STATUS"}
 	for _, name := range names {
 		testenv.WaitFor(t, 10*time.Second, "the ingress as enough to provision "+name, func() bool {
 			_, err := js.Stream(ctx, name)

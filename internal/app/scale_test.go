@@ -109,13 +109,21 @@ func adminOf(cfg string) string {
 // `nats-server -js -sd DIR` sets it): with max_bytes unset nothing is reserved, every queue
 // comes up in the ingress and the worker, and a job on the last queue is delivered at once
 // (issue 44). With the earlier default of 256 MiB reserved per queue, 400 queues needed 100 GiB
-// of store and most failed with err 10047.
+// of store and most failed with err 10047. Both ways a plain queue keeps its jobs: the shared
+// streams (the default) and a stream per queue (shared_streams: 0).
 func TestManyQueuesOnStockStore(t *testing.T) {
+	for _, mode := range []struct{ name, extra string }{{"shared", ""}, {"own", ", shared_streams: 0"}} {
+		t.Run(mode.name, func(t *testing.T) { manyQueuesOnStockStore(t, mode.extra) })
+	}
+}
+
+// manyQueuesOnStockStore is TestManyQueuesOnStockStore with extra in the nats section.
+func manyQueuesOnStockStore(t *testing.T, extra string) {
 	const n = 400
 	rs := testenv.Redis(t)
 	ns := testenv.NATS(t, testenv.StockStore())
 	up := workertest.NewRecorder(t)
-	icfg, wcfg := scaleConfig(t, rs, ns.URL, "", up.URL, n, "")
+	icfg, wcfg := scaleConfig(t, rs, ns.URL, extra, up.URL, n, "")
 	began := time.Now()
 	ing := start(t, t.TempDir(), icfg)
 	wready, wdone := runScaleWorker(t, wcfg)

@@ -108,11 +108,11 @@ queues:
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	qs, err := queue.New(ctx, js, queue.Options{})
+	cfg, err := config.Load(filepath.Join(dir, "sluice.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(filepath.Join(dir, "sluice.yaml"))
+	qs, err := queue.New(ctx, js, QueueOptions(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ queues:
 	// Count what is in the stream, by outcome, until the ingress's withdrawals have landed.
 	var stored503, lost202, stored, answered503 int
 	count := func() bool {
-		st, err := js.Stream(ctx, "SLUICE_Q_truth")
+		st, err := js.Stream(ctx, jobStream("truth")) // the queue's alone in it
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
 	"github.com/sluice-rl/sluice/queue"
@@ -65,12 +66,13 @@ queues:
 		t.Errorf("/readyz = %d, want 200", resp.StatusCode)
 	}
 
-	// Publish through a queue layer of our own, as the ingress would.
+	// Publish through a queue layer of our own, as the ingress would: to the queue's shared
+	// stream, the default.
 	js, err := jetstream.New(testenv.Connect(t, ns.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	qs, err := queue.New(context.Background(), js, queue.Options{})
+	qs, err := queue.New(context.Background(), js, queue.Options{SharedStreams: config.DefaultSharedStreams})
 	if err != nil {
 		t.Fatal(err)
 	}

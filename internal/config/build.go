@@ -79,11 +79,17 @@ func (b *builder) stores(c *Config, raw *rawConfig) {
 		}
 		c.NATS.StoreBudget = b.integer("", "nats.store_budget", raw.NATS.StoreBudget, 0, 64)
 		b.bound("", "nats.store_budget", c.NATS.StoreBudget, 0, 1<<50)
-		shared := b.integer("", "nats.shared_streams", raw.NATS.SharedStreams, 0, strconv.IntSize)
+		// A budget gives every queue a max_bytes of its own, which keeps it out of the shared
+		// streams: with store_budget and no shared_streams, the default is a stream per queue.
+		def := int64(DefaultSharedStreams)
+		if c.NATS.StoreBudget > 0 {
+			def = 0
+		}
+		shared := b.integer("", "nats.shared_streams", raw.NATS.SharedStreams, def, strconv.IntSize)
 		b.bound("", "nats.shared_streams", shared, 0, queue.MaxSharedStreams)
 		c.NATS.SharedStreams = int(shared)
 		if shared > 0 && c.NATS.StoreBudget > 0 {
-			b.p.add("", "nats.shared_streams", "nats.shared_streams cannot be set with nats.store_budget: the budget gives every queue a max_bytes of its own, which keeps it out of the shared streams; unset one of them")
+			b.p.add("", "nats.shared_streams", "nats.shared_streams cannot be set above 0 with nats.store_budget: the budget gives every queue a max_bytes of its own, which keeps it out of the shared streams; unset one of them, or set shared_streams: 0")
 		}
 	}
 }

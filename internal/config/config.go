@@ -24,9 +24,14 @@ const (
 	DefaultJobRetention    = queue.DefaultStatusTTL
 	DefaultMaxHeaderBytes  = 64 << 10
 	DefaultNATSReplicas    = 1
-	DefaultReadTimeout     = 30 * time.Second
-	DefaultReadAheadBytes  = 64 << 20
-	DefaultIPv6Prefix      = 64
+	// DefaultSharedStreams is nats.shared_streams when the file does not set it (and sets no
+	// nats.store_budget, which keeps the default of a stream per queue): the plain queues share
+	// 16 streams, so that thousands of queues start in seconds and cost an idle NATS server
+	// next to nothing (docs/scaling.md, docs/design/scale.md).
+	DefaultSharedStreams  = 16
+	DefaultReadTimeout    = 30 * time.Second
+	DefaultReadAheadBytes = 64 << 20
+	DefaultIPv6Prefix     = 64
 
 	DefaultMaxDepth     = 100000
 	DefaultMaxBodyBytes = 1 << 20
@@ -228,11 +233,12 @@ type NATS struct {
 	// queues that need nothing beyond a plain job stream: not fair, no priorities, no
 	// max_bytes of their own (queue.Shareable). Each such queue then costs the NATS server no
 	// stream and, while idle, no consumer and no pull (docs/scaling.md). 0 to
-	// queue.MaxSharedStreams; 0, the default: every queue has a stream of its own. Not with
-	// StoreBudget (which gives every queue a max_bytes of its own). Read at start only;
-	// changing it (or a queue becoming shareable or not) moves the queues' new jobs, and the
-	// workers drain what waits where they were, then remove it (docs/scaling.md, "Changing
-	// it").
+	// queue.MaxSharedStreams; 0: every queue has a stream of its own. Default
+	// DefaultSharedStreams, or 0 when the file sets StoreBudget and not shared_streams (the
+	// budget gives every queue a max_bytes of its own); both set, with shared_streams above 0,
+	// is refused. Read at start only; changing it (or a queue becoming shareable or not) moves
+	// the queues' new jobs, and the workers drain what waits where they were, then remove it
+	// (docs/scaling.md, "Changing it").
 	SharedStreams int
 }
 

@@ -56,23 +56,37 @@ queues:
 	}
 }
 
-// TestSharedStreams checks nats.shared_streams: its default (0, every queue a stream of its
-// own), a value of the file's, and bad values and the combination with store_budget refused
+// TestSharedStreams checks nats.shared_streams: its default (16 shared streams, or a stream
+// per queue when the file sets store_budget and not shared_streams), an explicit 0 beside a
+// budget, a value of the file's, and bad values and an explicit count with store_budget refused
 // naming the file and the field.
 func TestSharedStreams(t *testing.T) {
 	c, err := Parse("t.yaml", []byte("nats: {url: \"nats://h:4222\"}\n"), nil)
-	if err != nil || c.NATS.SharedStreams != 0 {
+	if err != nil || c.NATS.SharedStreams != DefaultSharedStreams || DefaultSharedStreams != 16 {
 		t.Fatalf("default: %v, %v", c, err)
 	}
-	c, err = Parse("t.yaml", []byte("nats: {url: \"nats://h:4222\", shared_streams: 16}\nqueues:\n  - {name: a, rate: 1/s}\n"), nil)
-	if err != nil || c.NATS.SharedStreams != 16 {
-		t.Fatalf("shared_streams 16: %v, %v", c, err)
+	c, err = Parse("t.yaml", []byte("nats: {url: \"nats://h:4222\", shared_streams: 0}\n"), nil)
+	if err != nil || c.NATS.SharedStreams != 0 {
+		t.Fatalf("shared_streams 0: %v, %v", c, err)
+	}
+	for _, file := range []string{
+		"nats: {url: \"nats://h:4222\", store_budget: 104857600}\nqueues:\n  - {name: a, rate: 1/s}\n",
+		"nats: {url: \"nats://h:4222\", store_budget: 104857600, shared_streams: 0}\nqueues:\n  - {name: a, rate: 1/s}\n",
+	} {
+		c, err = Parse("t.yaml", []byte(file), nil)
+		if err != nil || c.NATS.SharedStreams != 0 || c.Queues[0].MaxBytes != 104857600 {
+			t.Fatalf("%s: %+v, %v: want a stream per queue, the budget as the queue's max_bytes", file, c.NATS, err)
+		}
+	}
+	c, err = Parse("t.yaml", []byte("nats: {url: \"nats://h:4222\", shared_streams: 4}\nqueues:\n  - {name: a, rate: 1/s}\n"), nil)
+	if err != nil || c.NATS.SharedStreams != 4 {
+		t.Fatalf("shared_streams 4: %v, %v", c, err)
 	}
 	for _, tc := range []struct{ file, want string }{
 		{"nats: {url: \"nats://h:4222\", shared_streams: -1}\n", `nats.shared_streams must be between 0 and 1024, got -1`},
 		{"nats: {url: \"nats://h:4222\", shared_streams: 5000}\n", `nats.shared_streams must be between 0 and 1024, got 5000`},
 		{"nats: {url: \"nats://h:4222\", shared_streams: many}\n", `nats.shared_streams: want an integer, got "many"`},
-		{"nats: {url: \"nats://h:4222\", shared_streams: 4, store_budget: 104857600}\n", `nats.shared_streams cannot be set with nats.store_budget`},
+		{"nats: {url: \"nats://h:4222\", shared_streams: 4, store_budget: 104857600}\n", `nats.shared_streams cannot be set above 0 with nats.store_budget`},
 	} {
 		_, err := Parse("t.yaml", []byte(tc.file), nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "t.yaml") {
