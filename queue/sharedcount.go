@@ -192,6 +192,9 @@ func (q *core) countByTickets(ctx context.Context, streams []*scanned, own map[s
 	// queue: where it is not (fair, prioritised), a job without a ticket beside its jobs waits
 	// for its bell or its queue's next job.
 	for name, n := range foreign {
+		if q.opts.SharedStreams == 0 { // the streams are former ones here: where it is, unknown
+			break
+		}
 		if h := byK[strconv.Itoa(sharedSlot(name, q.opts.SharedStreams))]; h != nil {
 			unexplained[h] -= min(unexplained[h], n)
 		}

@@ -168,3 +168,21 @@ func TestSharedUnticketedJobFound(t *testing.T) {
 		t.Fatalf("waiting %v; want y found (a job without a ticket), x not", waiting)
 	}
 }
+
+// A process without shared streams reads the shared streams another configuration left (its
+// queues' former streams) beside a queue it does not provision: it counts, and does not fail.
+func TestUnsharedScanBesideForeignBacklog(t *testing.T) {
+	pub := setup(t, queue.Options{SharedStreams: 1}, queue.Spec{Name: "a"}, queue.Spec{Name: "unserved"})
+	pub.publish(&queue.Job{Queue: "unserved", Method: http.MethodPost, Path: "/x", Body: []byte("x")})
+	pub.publish(&queue.Job{Queue: "a", Method: http.MethodPost, Path: "/x", Body: []byte("x")})
+	own := pub.opts
+	own.SharedStreams = 0
+	b := setupURL(t, pub.url, own, queue.Spec{Name: "a"})
+	counts, err := b.q.Counts(b.ctx, true)
+	if err != nil || counts["a"].Depth != 1 {
+		t.Fatalf("counts %+v, %v; want a at 1 (its job in its former shared stream)", counts, err)
+	}
+	if _, _, err := b.q.Waiting(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
