@@ -237,7 +237,8 @@ type heldTicket struct {
 }
 
 // readTickets reads up to limit tickets of ledger stream from sequence from on, in order, in
-// one batched direct get (nats-server ≥ 2.11; the ledger allows direct gets).
+// one batched direct get (nats-server ≥ 2.11; the ledger allows direct gets), on js's API
+// prefix (apiPrefix).
 func (q *core) readTickets(ctx context.Context, stream string, from uint64, limit int) ([]heldTicket, error) {
 	inbox := q.nc.NewRespInbox()
 	ch := make(chan *nats.Msg, limit+1)
@@ -253,7 +254,7 @@ func (q *core) readTickets(ctx context.Context, stream string, from uint64, limi
 	if err != nil {
 		return nil, err
 	}
-	if err := q.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, req); err != nil {
+	if err := q.nc.PublishRequest(q.api+"DIRECT.GET."+stream, inbox, req); err != nil {
 		return nil, err
 	}
 	var out []heldTicket
