@@ -49,9 +49,11 @@ import (
 // only would cost the server a copy of each; none while no worker runs, the backlog's at the
 // first worker's start) and keeps one pending entry per ticket delivered,
 // which its state on disk writes at most 10 times a second while it changes (O(tickets held)
-// each). A ledger costs one more request when it is made (the consumer); a
-// Provision that finds it with a consumer sends none. The sweep reads a ledger with one
-// batched direct get per page (a work-queue stream admits no second consumer).
+// each). A ledger costs one more request when it is made (the consumer); a Provision that
+// finds it with a consumer and the stamp of the current hold settings in its metadata sends
+// none, and one without the stamp brings the hold to them (ensureHoldAs: three requests, once).
+// The sweep reads a ledger with one batched direct get per page (a work-queue stream admits no
+// second consumer), on the JetStream context's API prefix (apiPrefix).
 
 // holdName is the durable name of every ledger's hold consumer and its delivery's queue group.
 const holdName = "hold"
