@@ -103,7 +103,8 @@ func countKey(queue, tenant string) string { return queue + "." + tenantToken(te
 // the scheduler. A stream provisioned before levels, with the tenants' subjects only, gets the
 // level subjects added by an update; one that has them is left alone (ensureStream).
 func (q *core) provisionBacklog(ctx context.Context, s Spec, limit func(int64) int64) error {
-	st, err := q.ensureStream(ctx, jetstream.StreamConfig{
+	hold := q.backlogHoldConfig()
+	st, err := q.ensureStream(ctx, withHoldStamp(jetstream.StreamConfig{
 		Name:        q.backlogStreamName(s.Name),
 		Description: "Sluice tenants' backlogs of fair queue " + s.Name,
 		Subjects:    []string{q.backlogPrefix(s.Name) + "*", q.backlogPrefix(s.Name) + "*.*"},
@@ -115,9 +116,9 @@ func (q *core) provisionBacklog(ctx context.Context, s Spec, limit func(int64) i
 		Replicas:    s.Replicas,
 		Duplicates:  s.StreamDuplicates,
 		AllowDirect: true,
-	})
+	}, hold))
 	if err == nil {
-		err = q.ensureHoldAs(ctx, st, q.backlogHoldConfig())
+		err = q.ensureHoldAs(ctx, st, hold)
 	}
 	if err != nil {
 		return fmt.Errorf("queue: %q: backlog stream %s: %w", s.Name, q.backlogStreamName(s.Name), err)

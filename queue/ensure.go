@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,20 +29,38 @@ func (q *core) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (je
 	if err != nil {
 		return q.createStream(ctx, cfg)
 	}
-	st, err = q.js.CreateOrUpdateStream(ctx, cfg)
+	st, err = q.js.CreateOrUpdateStream(ctx, keepHoldStamp(st.CachedInfo().Config, cfg))
 	return st, classify(err)
+}
+
+// keepHoldStamp is the update of stream have to cfg with the hold stamp have has (none when it
+// has none): only ensureHoldAs, which has looked at the hold, stamps an existing stream.
+func keepHoldStamp(have, cfg jetstream.StreamConfig) jetstream.StreamConfig {
+	stamp, had := have.Metadata[holdStampKey]
+	if _, wants := cfg.Metadata[holdStampKey]; !wants && !had {
+		return cfg
+	}
+	cfg.Metadata = maps.Clone(cfg.Metadata)
+	delete(cfg.Metadata, holdStampKey)
+	if had {
+		if cfg.Metadata == nil {
+			cfg.Metadata = map[string]string{}
+		}
+		cfg.Metadata[holdStampKey] = stamp
+	}
+	return cfg
 }
 
 // createStream is ensureStream for a stream known to be missing: it creates it in one request
 // (CreateOrUpdateStream would try an update first). Another process may have made it
-// meanwhile: as cfg, the creation returns it unchanged; with other settings, it is updated.
+// meanwhile: as cfg, the creation returns it unchanged; with other settings, it is looked up
+// and updated (ensureStream: a hold stamp it lacks is not added).
 func (q *core) createStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	st, err := q.js.CreateStream(ctx, cfg)
 	if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		return st, classify(err)
 	}
-	st, err = q.js.CreateOrUpdateStream(ctx, cfg)
-	return st, classify(err)
+	return q.ensureStream(ctx, cfg)
 }
 
 // classify wraps the JetStream errors of a creation that retrying will not mend soon in this

@@ -35,3 +35,6 @@ func ReleasesPublished(q *Queues) int { return q.releaser.publishedCount() }
 // FormerProbes is how many times q looked for a queue's jobs in a shared stream other than
 // its current one (sharedcount.go, probeFormer).
 func FormerProbes(q *Queues) uint64 { return q.probes.Load() }
+
+// APIPrefix is the start of js's JetStream API subjects, as the queue layer's own requests use it.
+var APIPrefix = apiPrefix

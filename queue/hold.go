@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -47,9 +49,11 @@ import (
 // only would cost the server a copy of each; none while no worker runs, the backlog's at the
 // first worker's start) and keeps one pending entry per ticket delivered,
 // which its state on disk writes at most 10 times a second while it changes (O(tickets held)
-// each). A ledger costs one more request when it is made (the consumer); a
-// Provision that finds it with a consumer sends none. The sweep reads a ledger with one
-// batched direct get per page (a work-queue stream admits no second consumer).
+// each). A ledger costs one more request when it is made (the consumer); a Provision that
+// finds it with a consumer and the stamp of the current hold settings in its metadata sends
+// none, and one without the stamp brings the hold to them (ensureHoldAs: three requests, once).
+// The sweep reads a ledger with one batched direct get per page (a work-queue stream admits no
+// second consumer), on the JetStream context's API prefix (apiPrefix).
 
 // holdName is the durable name of every ledger's hold consumer and its delivery's queue group.
 const holdName = "hold"
@@ -97,27 +101,109 @@ func (q *core) backlogHoldConfig() jetstream.ConsumerConfig {
 	return cfg
 }
 
-// ensureHold makes the hold consumer of ledger st unless st's info counts a consumer (the
-// hold is the only one a ledger has).
+// ensureHold makes the hold consumer of ledger st, or brings the one it has to holdConfig
+// (ensureHoldAs).
 func (q *core) ensureHold(ctx context.Context, st jetstream.Stream) error {
 	return q.ensureHoldAs(ctx, st, q.holdConfig())
 }
 
-// ensureHoldAs makes hold consumer cfg on st (a ledger or a backlog) unless st's info counts a
-// consumer (the hold is the only one either has).
+// holdStampKey is the key, in a ledger's or a backlog's stream metadata, of the stamp of the
+// settings its hold consumer was made with or brought to (holdStamp).
+const holdStampKey = "sluice_hold"
+
+// holdStamp is a digest of hold consumer cfg's settings.
+func holdStamp(cfg jetstream.ConsumerConfig) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%q %q %q %d %d %d %d %d %t", cfg.Description, cfg.DeliverSubject, cfg.DeliverGroup,
+		cfg.DeliverPolicy, cfg.AckPolicy, cfg.AckWait, cfg.MaxDeliver, cfg.MaxAckPending, cfg.HeadersOnly)
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+// withHoldStamp is stream cfg (a ledger's or a backlog's) stamped with hold consumer hc: the
+// stream it creates gets its hold from ensureHoldAs, at hc. An update of an existing stream
+// (ensureStream) keeps the stamp the stream has.
+func withHoldStamp(cfg jetstream.StreamConfig, hc jetstream.ConsumerConfig) jetstream.StreamConfig {
+	cfg.Metadata = map[string]string{holdStampKey: holdStamp(hc)}
+	return cfg
+}
+
+// ensureHoldAs makes hold consumer cfg on st (a ledger or a backlog) when st's info counts no
+// consumer (the hold is the only one either has); when it counts one and st's metadata lacks
+// cfg's stamp (a hold made by an earlier version, or with other settings), it brings the hold
+// to cfg (updateHold) and then stamps st. So a Provision that finds a stamped stream sends no
+// request for its hold; each ledger is looked at (its hold's info, an update where it
+// differs, the stream's stamp) once after an upgrade that changes the settings.
 func (q *core) ensureHoldAs(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig) error {
 	info := st.CachedInfo()
-	if info == nil || info.State.Consumers > 0 {
+	if info == nil {
 		return nil
 	}
-	_, err := q.js.CreatePushConsumer(ctx, info.Config.Name, cfg)
-	if errors.Is(err, jetstream.ErrConsumerExists) {
-		return nil // another process made it first
+	stamp := holdStamp(cfg)
+	if info.State.Consumers == 0 {
+		_, err := q.js.CreatePushConsumer(ctx, info.Config.Name, cfg)
+		if err == nil {
+			q.stampHold(ctx, info.Config, stamp)
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return fmt.Errorf("hold consumer: %w", classify(err))
+		}
+		// Another process made it first, maybe with the settings of its version.
+	} else if info.Config.Metadata[holdStampKey] == stamp {
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("hold consumer: %w", classify(err))
+	if err := q.updateHold(ctx, info.Config.Name, cfg); err != nil {
+		return fmt.Errorf("hold consumer: %w", err)
 	}
+	q.stampHold(ctx, info.Config, stamp)
 	return nil
+}
+
+// updateHold brings the hold consumer of stream to cfg where JetStream allows a change: its
+// description, AckWait, MaxDeliver, MaxAckPending, HeadersOnly and delivery group, set on top
+// of the settings it has. JetStream refuses a change of a consumer's deliver policy, ack
+// policy, replay policy, flow control and heartbeats, of pull to push, and of a push
+// consumer's delivery subject while a process is subscribed to it: a hold keeps those as they
+// are (deleting it makes the next Provision create it anew: its tickets are then delivered
+// again, in the catch-up). A stream whose one consumer is not named hold gets one.
+func (q *core) updateHold(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+	c, err := q.js.PushConsumer(ctx, stream, holdName)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		_, err = q.js.CreatePushConsumer(ctx, stream, cfg)
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			return nil
+		}
+		return classify(err)
+	case errors.Is(err, jetstream.ErrNotPushConsumer):
+		return nil // JetStream turns no pull consumer into a push one
+	case err != nil:
+		return err
+	}
+	have := c.CachedInfo().Config
+	want := have
+	want.Description, want.AckWait, want.MaxDeliver = cfg.Description, cfg.AckWait, cfg.MaxDeliver
+	want.MaxAckPending, want.HeadersOnly, want.DeliverGroup = cfg.MaxAckPending, cfg.HeadersOnly, cfg.DeliverGroup
+	if want.Description == have.Description && want.AckWait == have.AckWait && want.MaxDeliver == have.MaxDeliver &&
+		want.MaxAckPending == have.MaxAckPending && want.HeadersOnly == have.HeadersOnly && want.DeliverGroup == have.DeliverGroup {
+		return nil
+	}
+	_, err = q.js.UpdatePushConsumer(ctx, stream, want)
+	return classify(err)
+}
+
+// stampHold stamps stream cfg's metadata with stamp, unless it has it: one stream update. A
+// failure is left alone: the next Provision looks at the hold again.
+func (q *core) stampHold(ctx context.Context, cfg jetstream.StreamConfig, stamp string) {
+	if cfg.Metadata[holdStampKey] == stamp {
+		return
+	}
+	cfg.Metadata = maps.Clone(cfg.Metadata)
+	if cfg.Metadata == nil {
+		cfg.Metadata = map[string]string{}
+	}
+	cfg.Metadata[holdStampKey] = stamp
+	_, _ = q.js.UpdateStream(ctx, cfg)
 }
 
 // subscribeHold subscribes this process to the hold consumers' deliveries, which it drops,
@@ -237,7 +323,8 @@ type heldTicket struct {
 }
 
 // readTickets reads up to limit tickets of ledger stream from sequence from on, in order, in
-// one batched direct get (nats-server ≥ 2.11; the ledger allows direct gets).
+// one batched direct get (nats-server ≥ 2.11; the ledger allows direct gets), on js's API
+// prefix (apiPrefix).
 func (q *core) readTickets(ctx context.Context, stream string, from uint64, limit int) ([]heldTicket, error) {
 	inbox := q.nc.NewRespInbox()
 	ch := make(chan *nats.Msg, limit+1)
@@ -253,7 +340,7 @@ func (q *core) readTickets(ctx context.Context, stream string, from uint64, limi
 	if err != nil {
 		return nil, err
 	}
-	if err := q.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, req); err != nil {
+	if err := q.nc.PublishRequest(q.api+"DIRECT.GET."+stream, inbox, req); err != nil {
 		return nil, err
 	}
 	var out []heldTicket

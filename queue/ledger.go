@@ -124,7 +124,7 @@ func (q *core) provisionLedger(ctx context.Context, s Spec, limit func(int64) in
 // makeLedger is provisionLedger by ensure: ensureStream, or createStream for a ledger that is
 // likely missing (one request where it is).
 func (q *core) makeLedger(ctx context.Context, s Spec, limit func(int64) int64, ensure func(context.Context, jetstream.StreamConfig) (jetstream.Stream, error)) error {
-	cfg := q.ledgerConfig(s, limit)
+	cfg := withHoldStamp(q.ledgerConfig(s, limit), q.holdConfig())
 	st, err := ensure(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("queue: %q: ledger %s: %w", s.Name, cfg.Name, err)
@@ -142,7 +142,7 @@ func (q *core) makeLedger(ctx context.Context, s Spec, limit func(int64) int64, 
 func (q *core) ensureBudget(ctx context.Context, s Spec, b *Budget) error {
 	name := q.budgetStreamName(b)
 	return q.onDemand(ctx, &q.budgets, name+"/"+strconv.FormatInt(b.PerKey, 10), func(ctx context.Context) error {
-		st, err := q.ensureStream(ctx, jetstream.StreamConfig{
+		st, err := q.ensureStream(ctx, withHoldStamp(jetstream.StreamConfig{
 			Name:                 name,
 			Description:          "Sluice deferral budget " + strconv.Quote(b.Name),
 			Subjects:             []string{q.budgetPrefix(b) + "*"},
@@ -154,7 +154,7 @@ func (q *core) ensureBudget(ctx context.Context, s Spec, b *Budget) error {
 			Storage:              jetstream.FileStorage,
 			Replicas:             s.Replicas,
 			Duplicates:           s.StreamDuplicates,
-		})
+		}, q.holdConfig()))
 		if err == nil {
 			err = q.ensureHold(ctx, st)
 		}

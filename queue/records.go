@@ -56,7 +56,7 @@ func (p Publisher) Records(ctx context.Context, ids []string) (map[string]Status
 	if err != nil {
 		return nil, err
 	}
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET.KV_"+p.bucketName(), inbox, req); err != nil {
+	if err := nc.PublishRequest(p.api+"DIRECT.GET.KV_"+p.bucketName(), inbox, req); err != nil {
 		return nil, fmt.Errorf("queue: records: %w", err)
 	}
 	for {
