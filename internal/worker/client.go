@@ -51,7 +51,7 @@ func defaultClient() (*http.Client, *spares, *direct) {
 // does every request while the direct path is off (Pool.SetDirectHTTP, worker.direct_http).
 type direct struct {
 	h1    *h1.Client
-	off   atomic.Bool // every request goes through the client
+	off   atomic.Bool                           // every request goes through the client
 	proxy func(*http.Request) (*url.URL, error) // the transport's; nil: none
 	// proxied is, by URL host, whether a proxy serves it (or choosing one failed): the
 	// environment's proxy settings are read once per process, so the answer stays true.
