@@ -1,8 +1,8 @@
 // Package h1 sends HTTP/1.1 requests to plain http:// servers from the caller's goroutine.
 //
 // Model. A Client keeps, per "host:port", up to MaxIdle idle connections (and up to
-// MaxIdleTotal in all), each with its own bufio reader and writer. Do takes the most recently returned one (or dials), writes the
-// request with Request.Write, flushes, and reads the answer with http.ReadResponse, all in the
+// MaxIdleTotal in all), each with its own bufio reader and writer. Do takes the most recently
+// returned one (or dials), writes the request with Request.Write, flushes, and reads the answer with http.ReadResponse, all in the
 // goroutine that called it; the response's Body reads from the same connection. net/http's
 // Transport instead hands each request to a connection's write loop and its answer back from
 // its read loop: four goroutine hand-offs per request, each of which tends to wake an idle
@@ -34,16 +34,18 @@
 // per connection, not per request; a Client's lock twice per request.
 //
 // Idle connections. One idle for IdleTimeout is closed: at its next take, and by the Client's
-// sweep, so that a host no longer asked (a queue removed, an upstream moved) is let go too. The
-// sweep is one timer per Client, not per connection, armed only while the idle set holds a
-// connection; its function runs in a goroutine of its own only while it sweeps, so an empty
-// idle set costs no goroutine and no timer. It fires when the longest idle connection expires
-// and, when Alive is set, every second: then Alive is asked, without blocking and under the
-// Client's lock, about each connection idle for a second or more, and one the server closed
-// (or wrote to unasked) is closed at once, not left in CLOSE_WAIT until its next take. So a
-// connection the server closed is closed within two seconds, or at its take, whichever comes
-// first (one system call per connection idle a second or more, per second). Without Alive, a
-// closed one is found by the failed request and its one retry, or expires.
+// sweep, so that a host no longer asked (a queue removed, an upstream moved) is let go too. A
+// connection in use is not in the idle set: no sweep closes it. The sweep is one timer per
+// Client, not per connection, armed only while the idle set holds a connection; its function
+// runs in a goroutine of its own only while it sweeps, so an empty idle set costs no goroutine
+// and no armed timer. It fires when the longest idle connection expires and, when Alive is
+// set, every second: then Alive is asked, without blocking and under the Client's lock, about
+// each connection idle for a second or more, and one the server closed (or wrote to unasked)
+// is closed at once, not left in CLOSE_WAIT until its next take. So a connection the server
+// closed is closed within two seconds, or at its take if that comes first; that costs a
+// wake-up a second while connections are idle, and a system call per connection idle a second
+// or more. Without Alive, a closed one is found by the failed request and its one retry, or
+// expires.
 //
 // Not handled here, and left to net/http by the caller: https, proxies, HTTP/2, requests
 // expecting 100-continue, protocol upgrades.
