@@ -88,12 +88,15 @@ func (p *Pool) do(req *http.Request) (*http.Response, error) {
 // delivery goes through net/http, as https ones do, and the direct path's idle connections
 // are closed. It is the way around an upstream that misbehaves on the direct path, short of a
 // downgrade (config key worker.direct_http). A Pool given its own Deps.HTTP has no direct
-// path: then it does nothing. Safe for concurrent use.
+// path: then it does nothing. A change is logged. Safe for concurrent use.
 func (p *Pool) SetDirectHTTP(on bool) {
 	if p.direct == nil || p.direct.off.Swap(!on) == !on {
 		return
 	}
 	if !on {
 		p.direct.h1.CloseIdleConnections()
+	}
+	if p.log != nil {
+		p.log.Info("worker: direct path for plain http:// upstreams", "on", on)
 	}
 }
