@@ -454,6 +454,7 @@ func (p *ingressProc) newPool(context.Context) error {
 	if err != nil {
 		return connect.ConfigError(err)
 	}
+	pool.SetDirectHTTP(!cfg.Worker.NetHTTPOnly)
 	p.pool = pool
 	p.pooled.Store(pool)
 	return nil
@@ -479,7 +480,11 @@ func (p *ingressProc) watch(ctx context.Context) error {
 	}
 	if p.pool != nil {
 		steps = append(steps, reloadStep{"worker pool", func(_ context.Context, next *config.Config) error {
-			return p.pool.Reload(worker.FromConfig(next, p.qs.TenantID))
+			if err := p.pool.Reload(worker.FromConfig(next, p.qs.TenantID)); err != nil {
+				return err
+			}
+			p.pool.SetDirectHTTP(!next.Worker.NetHTTPOnly)
+			return nil
 		}})
 	}
 	r := &reloader{proc: "ingress", log: p.log, failed: p.adm.ReloadFailed, current: &p.current, steps: steps}

@@ -219,6 +219,7 @@ func (p *workerProc) newPool(context.Context) error {
 	if err != nil {
 		return configErr(err)
 	}
+	pool.SetDirectHTTP(!cfg.Worker.NetHTTPOnly)
 	p.pool = pool
 	p.pooled.Store(pool)
 	return nil
@@ -231,7 +232,11 @@ func (p *workerProc) watch(ctx context.Context) error {
 	r := &reloader{proc: "worker", log: p.log, failed: p.adm.ReloadFailed, current: &p.current, steps: []reloadStep{
 		{"provision queues", func(ctx context.Context, next *config.Config) error { return p.qs.Provision(ctx, QueueSpecs(next)) }},
 		{"worker pool", func(_ context.Context, next *config.Config) error {
-			return p.pool.Reload(worker.FromConfig(next, p.qs.TenantID))
+			if err := p.pool.Reload(worker.FromConfig(next, p.qs.TenantID)); err != nil {
+				return err
+			}
+			p.pool.SetDirectHTTP(!next.Worker.NetHTTPOnly)
+			return nil
 		}},
 	}}
 	return r.watcher(ctx, p.ConfigPath).Run(ctx)

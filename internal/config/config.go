@@ -161,6 +161,8 @@ type Config struct {
 	// tracing). Nil: tracing is off. Read at start-up; a reload names it among the keys that
 	// apply at the next restart. docs/tracing.md lists the spans.
 	Tracing *Tracing
+	// Worker is how a worker process sends its deliveries (YAML worker).
+	Worker Worker
 	// Queues are the deferred-work queues, in file order; names are unique.
 	Queues []Queue
 	// Rules are the rate-limit rules, in file order; names are unique.

@@ -163,6 +163,7 @@ type (
 		FormatSuffixes  *stringList `yaml:"format_suffixes"`
 		IDSecret        *scalar     `yaml:"id_secret"`
 		Tracing         *rawTracing `yaml:"tracing"`
+		Worker          *rawWorker  `yaml:"worker"`
 		Region          *scalar     `yaml:"region"`
 		Regions         *rawRegions `yaml:"regions"`
 		Queues          []rawQueue  `yaml:"queues"`
@@ -372,6 +373,7 @@ var fieldOf = map[string]struct{ field, want string }{
 	"config.rawRedis":   {"redis", "a mapping"},
 	"config.rawNATS":    {"nats", "a mapping"},
 	"config.rawTracing": {"tracing", "a mapping"},
+	"config.rawWorker":  {"worker", "a mapping"},
 	"config.rawRegions": {"regions", "a mapping"},
 	"config.rawBackoff": {"backoff", "a mapping"},
 	"config.rawMatch":   {"match", "a mapping"},

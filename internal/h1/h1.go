@@ -1,8 +1,8 @@
 // Package h1 sends HTTP/1.1 requests to plain http:// servers from the caller's goroutine.
 //
 // Model. A Client keeps, per "host:port", up to MaxIdle idle connections (and up to
-// MaxIdleTotal in all), each with its own bufio reader and writer. Do takes the most recently returned one (or dials), writes the
-// request with Request.Write, flushes, and reads the answer with http.ReadResponse, all in the
+// MaxIdleTotal in all), each with its own bufio reader and writer. Do takes the most recently
+// returned one (or dials), writes the request with Request.Write, flushes, and reads the answer with http.ReadResponse, all in the
 // goroutine that called it; the response's Body reads from the same connection. net/http's
 // Transport instead hands each request to a connection's write loop and its answer back from
 // its read loop: four goroutine hand-offs per request, each of which tends to wake an idle
@@ -31,11 +31,21 @@
 //
 // Costs. One Do on an idle connection: the request's write, its flush (one write system
 // call for a request that fits 4 KiB), and the answer's reads; two bufio buffers (4 KiB each)
-// per connection, not per request; a Client's lock twice per request. An idle connection the
-// server has closed is found by Alive (when set) at its next take, else by the failed request
-// and its one retry. One idle for IdleTimeout is closed at the next take or return of a
-// connection to its host; a host no longer asked keeps its idle ones (MaxIdle at most) until
-// CloseIdleConnections: there is no timer.
+// per connection, not per request; a Client's lock twice per request.
+//
+// Idle connections. One idle for IdleTimeout is closed: at its next take, and by the Client's
+// sweep, so that a host no longer asked (a queue removed, an upstream moved) is let go too. A
+// connection in use is not in the idle set: no sweep closes it. The sweep is one timer per
+// Client, not per connection, armed only while the idle set holds a connection; its function
+// runs in a goroutine of its own only while it sweeps, so an empty idle set costs no goroutine
+// and no armed timer. It fires when the longest idle connection expires and, when Alive is
+// set, every second: then Alive is asked, without blocking and under the Client's lock, about
+// each connection idle for a second or more, and one the server closed (or wrote to unasked)
+// is closed at once, not left in CLOSE_WAIT until its next take. So a connection the server
+// closed is closed within two seconds, or at its take if that comes first; that costs a
+// wake-up a second while connections are idle, and a system call per connection idle a second
+// or more. Without Alive, a closed one is found by the failed request and its one retry, or
+// expires.
 //
 // Not handled here, and left to net/http by the caller: https, proxies, HTTP/2, requests
 // expecting 100-continue, protocol upgrades.
@@ -58,9 +68,12 @@ import (
 // DefaultMaxIdle is a Client's idle connections per host when MaxIdle is zero.
 const DefaultMaxIdle = 64
 
-// IdleTimeout is how long a connection may wait idle before it is closed at its next take
-// rather than used (net/http's DefaultTransport: 90 s).
-const IdleTimeout = 90 * time.Second
+// DefaultIdleTimeout is a Client's IdleTimeout when that is zero: net/http's DefaultTransport's
+// IdleConnTimeout.
+const DefaultIdleTimeout = 90 * time.Second
+
+// probeEvery is how often the sweep asks Alive about the connections idle that long.
+const probeEvery = time.Second
 
 // max1xx is how many 1xx answers a request may get before its final one (net/http's).
 const max1xx = 5
@@ -78,15 +91,24 @@ type Client struct {
 	// MaxIdleTotal bounds the idle connections kept across hosts: past it, the longest idle
 	// one is closed. Zero: no bound.
 	MaxIdleTotal int
+	// IdleTimeout is how long a connection may stay idle before it is closed (see the package
+	// doc, "Idle connections"). Zero: DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// Alive, if set, tells whether an idle connection can carry a request (the server has not
-	// closed it). It must not block. Nil: every idle connection is tried.
+	// closed it), at its take and in the sweep. It must not block, nor call the Client: the
+	// sweep calls it with the Client's lock held. Nil: every idle connection is tried.
 	Alive func(net.Conn) bool
 
-	now func() time.Time // nil: time.Now (a test's clock)
+	now   func() time.Time // nil: time.Now (a test's clock)
+	probe time.Duration    // zero: probeEvery (a test's)
 
 	mu   sync.Mutex
 	idle map[string][]*conn // by address; the most recently returned last
 	lru  list.List          // every idle connection, the longest idle first
+	// sweep runs sweepIdle; armed is whether it is set to, which it is exactly while lru
+	// holds a connection (or a sweep that will find it empty is about to run).
+	sweep *time.Timer
+	armed bool
 }
 
 func (c *Client) clock() time.Time {
@@ -150,98 +172,6 @@ func (c *Client) Do(req *http.Request) (*http.Response, error) {
 			}
 		}
 		return nil, urlError(req, ctxErr(ctx, err))
-	}
-}
-
-// CloseIdleConnections closes the idle connections; those in use close when their bodies do.
-// The Client stays usable.
-func (c *Client) CloseIdleConnections() {
-	c.mu.Lock()
-	idle := c.idle
-	c.idle = nil
-	c.lru.Init()
-	c.mu.Unlock()
-	for _, cs := range idle {
-		for _, cn := range cs {
-			cn.c.Close()
-		}
-	}
-}
-
-// take returns an idle connection to addr that Alive passes, or a new one (always a new one
-// when fresh).
-func (c *Client) take(ctx context.Context, addr string, fresh bool) (*conn, error) {
-	for !fresh {
-		c.mu.Lock()
-		cs := c.idle[addr]
-		if len(cs) == 0 {
-			c.mu.Unlock()
-			break
-		}
-		cn := cs[len(cs)-1]
-		cs[len(cs)-1] = nil
-		c.idle[addr] = cs[:len(cs)-1]
-		c.lru.Remove(cn.el)
-		c.mu.Unlock()
-		if c.clock().Sub(cn.idle) < IdleTimeout && cn.br.Buffered() == 0 && (c.Alive == nil || c.Alive(cn.c)) {
-			cn.reuse = true
-			return cn, nil
-		}
-		cn.c.Close()
-	}
-	nc, err := c.Dial(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	cn := &conn{c: nc, addr: addr}
-	cn.w.c = nc
-	cn.br = bufio.NewReader(nc)
-	cn.bw = bufio.NewWriter(&cn.w)
-	return cn, nil
-}
-
-// put returns cn to the idle set, or closes it when the set is full. Its deadline is unset:
-// the request's context did not end while it was used.
-func (c *Client) put(cn *conn) {
-	cn.idle = c.clock()
-	max := c.MaxIdle
-	if max <= 0 {
-		max = DefaultMaxIdle
-	}
-	var stale, evicted *conn
-	c.mu.Lock()
-	cs := c.idle[cn.addr]
-	if len(cs) > 0 && cn.idle.Sub(cs[0].idle) >= IdleTimeout {
-		// The longest idle one, which a steady load at fewer connections never takes again.
-		stale = cs[0]
-		cs = cs[1:]
-		c.lru.Remove(stale.el)
-	}
-	if len(cs) >= max {
-		c.idle[cn.addr] = cs
-		c.mu.Unlock()
-		cn.c.Close()
-		closeConn(stale)
-		return
-	}
-	if c.idle == nil {
-		c.idle = map[string][]*conn{}
-	}
-	c.idle[cn.addr] = append(cs, cn)
-	cn.el = c.lru.PushBack(cn)
-	if c.MaxIdleTotal > 0 && c.lru.Len() > c.MaxIdleTotal {
-		// The longest idle of all is the longest idle of its host: the first of its list.
-		evicted = c.lru.Remove(c.lru.Front()).(*conn)
-		c.idle[evicted.addr] = c.idle[evicted.addr][1:]
-	}
-	c.mu.Unlock()
-	closeConn(stale)
-	closeConn(evicted)
-}
-
-func closeConn(cn *conn) {
-	if cn != nil {
-		cn.c.Close()
 	}
 }
 

@@ -6,82 +6,198 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// TestIdleConnectionsExpire: a connection idle for IdleTimeout is not used again, and one left
-// behind by a steadier load is closed when another comes back.
-func TestIdleConnectionsExpire(t *testing.T) {
-	var mu sync.Mutex
-	states := map[http.ConnState]int{}
-	closed := make(chan struct{}, 8)
-	s := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		mu.Lock()
-		states[st]++
-		mu.Unlock()
-		if st == http.StateClosed {
-			closed <- struct{}{}
+// upstream is a loopback net/http server that counts the connections it accepted and those
+// closed (by either side), and signals each close.
+type upstream struct {
+	*httptest.Server
+	opened, closed atomic.Int64
+	closes         chan struct{}
+}
+
+func newUpstream(t *testing.T, h http.HandlerFunc) *upstream {
+	t.Helper()
+	u := &upstream{closes: make(chan struct{}, 64)}
+	u.Server = httptest.NewUnstartedServer(h)
+	u.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			u.opened.Add(1)
+		case http.StateClosed:
+			u.closed.Add(1)
+			u.closes <- struct{}{}
 		}
 	}
-	s.Start()
-	defer s.Close()
+	u.Start()
+	t.Cleanup(u.Close)
+	return u
+}
+
+// waitClosed waits until the server has counted n connections closed.
+func (u *upstream) waitClosed(t *testing.T, n int64, what string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for u.closed.Load() < n {
+		select {
+		case <-u.closes:
+		case <-deadline:
+			t.Fatalf("%s: the server counted %d connections closed, want %d", what, u.closed.Load(), n)
+		}
+	}
+}
+
+// get sends a GET to url on c and reads the answer to its end.
+func get(t *testing.T, c *Client, url string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+}
+
+func (c *Client) idleCount() (n int, armed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len(), c.armed
+}
+
+// TestAnExpiredConnectionIsNotTaken: a connection idle for IdleTimeout is closed at its take
+// and a new one dialed, even before the sweep comes to it.
+func TestAnExpiredConnectionIsNotTaken(t *testing.T) {
+	u := newUpstream(t, func(http.ResponseWriter, *http.Request) {})
 	now := time.Unix(1000, 0)
-	c := &Client{Dial: (&net.Dialer{}).DialContext, now: func() time.Time { return now }}
-	defer c.CloseIdleConnections()
-	get := func() {
-		t.Helper()
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, s.URL, nil)
+	var clock atomic.Pointer[time.Time]
+	clock.Store(&now)
+	c := &Client{Dial: (&net.Dialer{}).DialContext, now: func() time.Time { return *clock.Load() }}
+	t.Cleanup(c.CloseIdleConnections)
+	get(t, c, u.URL)
+	later := now.Add(DefaultIdleTimeout)
+	clock.Store(&later)
+	get(t, c, u.URL) // the first connection is too old: closed, and a new one dialed
+	u.waitClosed(t, 1, "the expired connection")
+	if n := u.opened.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+// TestTheSweepClosesIdleConnections: connections left idle, to a host asked again and to one
+// no longer asked, are closed by the sweep once idle for IdleTimeout, and the server sees
+// them closed; with none left idle the Client keeps no sweep armed and no goroutine.
+func TestTheSweepClosesIdleConnections(t *testing.T) {
+	a := newUpstream(t, func(http.ResponseWriter, *http.Request) {})
+	b := newUpstream(t, func(http.ResponseWriter, *http.Request) {})
+	base := runtime.NumGoroutine()
+	c := &Client{Dial: (&net.Dialer{}).DialContext, IdleTimeout: 50 * time.Millisecond}
+	t.Cleanup(c.CloseIdleConnections)
+
+	// Two connections to a at once, one to b.
+	reqs := make([]*http.Response, 2)
+	for i := range reqs {
+		req, _ := http.NewRequest(http.MethodGet, a.URL, nil)
 		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		reqs[i] = resp
 	}
-	get()
-	now = now.Add(IdleTimeout)
-	get() // the first connection is too old: closed, and a new one dialed
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the expired connection was not closed")
+	for _, r := range reqs {
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
 	}
-	mu.Lock()
-	if states[http.StateNew] != 2 {
-		t.Fatalf("%d connections, want 2", states[http.StateNew])
+	get(t, c, b.URL)
+	if n, armed := c.idleCount(); n != 3 || !armed {
+		t.Fatalf("%d idle connections, sweep armed %v; want 3 and true", n, armed)
 	}
-	mu.Unlock()
-
-	// Two connections in the idle set; the load then needs one at a time, so the older one is
-	// never taken again and is closed once it has been idle for IdleTimeout.
-	req1, _ := http.NewRequest(http.MethodGet, s.URL, nil)
-	r1, err := c.Do(req1) // the idle one
-	if err != nil {
-		t.Fatal(err)
-	}
-	req2, _ := http.NewRequest(http.MethodGet, s.URL, nil)
-	r2, err := c.Do(req2) // a new one
-	if err != nil {
-		t.Fatal(err)
-	}
-	r1.Body.Close()
-	r2.Body.Close()
-	for range 3 {
-		now = now.Add(IdleTimeout / 2)
-		get()
-	}
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the connection left idle was not closed")
+	a.waitClosed(t, 2, "a's idle connections")
+	b.waitClosed(t, 1, "b's idle connection")
+	if n, armed := c.idleCount(); n != 0 || armed {
+		t.Fatalf("after the sweep: %d idle connections, sweep armed %v; want 0 and false", n, armed)
 	}
 	c.mu.Lock()
-	n := len(c.idle[hostPort(req1.URL)])
+	hosts := len(c.idle)
 	c.mu.Unlock()
-	if n != 1 {
-		t.Fatalf("%d idle connections, want 1", n)
+	if hosts != 0 {
+		t.Fatalf("the idle set still lists %d hosts", hosts)
+	}
+	waitGoroutines(t, base)
+
+	// The Client is as good as new: the next request dials, and its connection is swept too.
+	get(t, c, b.URL)
+	b.waitClosed(t, 2, "b's second connection")
+	if o := a.opened.Load() + b.opened.Load(); o != 4 {
+		t.Fatalf("%d connections opened, want 4", o)
+	}
+	waitGoroutines(t, base)
+}
+
+// waitGoroutines waits until the process runs no more goroutines than base.
+func waitGoroutines(t *testing.T, base int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines, want at most %d as before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond) // polling a condition, not standing in for one
+	}
+}
+
+// TestTheSweepNeverClosesABusyConnection: a connection whose answer is being read, for many
+// idle timeouts, is left alone by the sweeps that close the idle ones around it, and is
+// swept only once it is idle itself.
+func TestTheSweepNeverClosesABusyConnection(t *testing.T) {
+	release := make(chan struct{})
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			w.Header().Set("Content-Length", "10")
+			w.Write([]byte("12345"))
+			w.(http.Flusher).Flush()
+			<-release
+			w.Write([]byte("67890"))
+		}
+	})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(let) // before the server's Close, which waits for the handler
+	c := &Client{Dial: (&net.Dialer{}).DialContext, IdleTimeout: 30 * time.Millisecond}
+	t.Cleanup(c.CloseIdleConnections)
+	req, _ := http.NewRequest(http.MethodGet, u.URL+"/slow", nil)
+	busy, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 5)
+	if _, err := io.ReadFull(busy.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	// Three connections in turn go idle beside it and are swept: the busy one outlives three
+	// sweeps that each came more than IdleTimeout after it was taken.
+	for i := range int64(3) {
+		get(t, c, u.URL+"/fast")
+		u.waitClosed(t, i+1, "an idle connection beside the busy one")
+	}
+	let()
+	rest, err := io.ReadAll(busy.Body)
+	if err != nil || string(first)+string(rest) != "1234567890" {
+		t.Fatalf("the busy connection's answer: %q, %v", string(first)+string(rest), err)
+	}
+	if n := u.closed.Load(); n != 3 {
+		t.Fatalf("%d connections closed while one was busy, want the 3 idle ones", n)
+	}
+	busy.Body.Close() // now idle: swept in its turn
+	u.waitClosed(t, 4, "the formerly busy connection")
+	if n := u.opened.Load(); n != 4 {
+		t.Fatalf("%d connections, want 4", n)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-rl/sluice/internal/h1"
@@ -19,10 +20,14 @@ func defaultClient() (*http.Client, *spares, *direct) {
 	// Deliver the request as the client sent it: no Accept-Encoding of our own (the default
 	// transport adds gzip and decompresses behind the caller's back).
 	t.DisableCompression = true
+	// Both close a connection idle this long: http.DefaultTransport's 90 s, h1's default.
+	if t.IdleConnTimeout <= 0 {
+		t.IdleConnTimeout = h1.DefaultIdleTimeout
+	}
 	// As http.DefaultTransport dials.
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	d := &direct{h1: &h1.Client{Dial: dialer.DialContext, MaxIdle: t.MaxIdleConnsPerHost, MaxIdleTotal: t.MaxIdleConns},
-		proxy: t.Proxy}
+	d := &direct{h1: &h1.Client{Dial: dialer.DialContext, MaxIdle: t.MaxIdleConnsPerHost, MaxIdleTotal: t.MaxIdleConns,
+		IdleTimeout: t.IdleConnTimeout}, proxy: t.Proxy}
 	var sp *spares
 	if sparesWork {
 		sp = newSpares(dialer, t.Proxy)
@@ -42,9 +47,11 @@ func defaultClient() (*http.Client, *spares, *direct) {
 // Transport hands each request to a connection's write loop and its answer back from its read
 // loop, four goroutine hand-offs per job, which at a throttled drain's pace cost more CPU than
 // the delivery itself (docs/design/worker-costs.md, "Third round"). https, proxied upstreams
-// and requests that expect 100-continue or ask for an upgrade go through the client.
+// and requests that expect 100-continue or ask for an upgrade go through the client, and so
+// does every request while the direct path is off (Pool.SetDirectHTTP, worker.direct_http).
 type direct struct {
 	h1    *h1.Client
+	off   atomic.Bool                           // every request goes through the client
 	proxy func(*http.Request) (*url.URL, error) // the transport's; nil: none
 	// proxied is, by URL host, whether a proxy serves it (or choosing one failed): the
 	// environment's proxy settings are read once per process, so the answer stays true.
@@ -53,7 +60,7 @@ type direct struct {
 
 // serves reports whether req goes the direct way.
 func (d *direct) serves(req *http.Request) bool {
-	if req.URL.Scheme != "http" || req.Header["Expect"] != nil || req.Header["Upgrade"] != nil {
+	if d.off.Load() || req.URL.Scheme != "http" || req.Header["Expect"] != nil || req.Header["Upgrade"] != nil {
 		return false
 	}
 	if d.proxy == nil {
@@ -74,4 +81,22 @@ func (p *Pool) do(req *http.Request) (*http.Response, error) {
 		return p.direct.h1.Do(req)
 	}
 	return p.client.Do(req)
+}
+
+// SetDirectHTTP turns the direct path for plain http:// upstreams (package h1) on or off, at
+// once and for the deliveries that start from then on; a Pool starts with it on. Off, every
+// delivery goes through net/http, as https ones do, and the direct path's idle connections
+// are closed. It is the way around an upstream that misbehaves on the direct path, short of a
+// downgrade (config key worker.direct_http). A Pool given its own Deps.HTTP has no direct
+// path: then it does nothing. A change is logged. Safe for concurrent use.
+func (p *Pool) SetDirectHTTP(on bool) {
+	if p.direct == nil || p.direct.off.Swap(!on) == !on {
+		return
+	}
+	if !on {
+		p.direct.h1.CloseIdleConnections()
+	}
+	if p.log != nil {
+		p.log.Info("worker: direct path for plain http:// upstreams", "on", on)
+	}
 }

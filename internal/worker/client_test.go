@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"runtime"
 	"strconv"
@@ -156,5 +158,70 @@ func TestDirectWritesWhatTheClientWrote(t *testing.T) {
 			t.Fatal("the direct path did not take the spare, or none was dialed behind it")
 		}
 		runtime.Gosched()
+	}
+}
+
+// TestDirectHTTPOff: with the direct path off, a delivery to a plain http:// upstream goes
+// through net/http (its Transport reports the connection it got to the request's
+// httptrace.ClientTrace; package h1 reports none), and the direct path's idle connection is
+// closed at once; on again, deliveries take the direct path.
+func TestDirectHTTPOff(t *testing.T) {
+	closed := make(chan struct{}, 8)
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) }))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			closed <- struct{}{}
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	client, sp, d := defaultClient()
+	p := &Pool{client: client, spares: sp, direct: d}
+	t.Cleanup(func() { client.CloseIdleConnections(); d.h1.CloseIdleConnections(); sp.close() })
+	viaNetHTTP := func() bool {
+		t.Helper()
+		got := false
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { got = true }})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/q", strings.NewReader("job"))
+		resp, err := p.do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || string(b) != "ok" {
+			t.Fatalf("answer %d %q, %v", resp.StatusCode, b, err)
+		}
+		return got
+	}
+	if viaNetHTTP() {
+		t.Fatal("with the direct path on, a plain http:// delivery went through net/http")
+	}
+	p.SetDirectHTTP(false)
+	select {
+	case <-closed: // the direct path's idle connection
+	case <-time.After(10 * time.Second):
+		t.Fatal("turning the direct path off left its idle connection open")
+	}
+	for range 2 {
+		if !viaNetHTTP() {
+			t.Fatal("with the direct path off, a plain http:// delivery did not go through net/http")
+		}
+	}
+	p.SetDirectHTTP(true)
+	if viaNetHTTP() {
+		t.Fatal("with the direct path on again, a plain http:// delivery went through net/http")
+	}
+	(&Pool{client: client}).SetDirectHTTP(false) // a Pool without a direct path: nothing to do
+}
+
+// TestDirectIdleTimeoutIsTheTransports: the direct path closes idle connections after the
+// net/http transport's IdleConnTimeout, which is net/http's default.
+func TestDirectIdleTimeoutIsTheTransports(t *testing.T) {
+	client, sp, d := defaultClient()
+	t.Cleanup(func() { client.CloseIdleConnections(); d.h1.CloseIdleConnections(); sp.close() })
+	tr := client.Transport.(*http.Transport)
+	if tr.IdleConnTimeout != 90*time.Second || d.h1.IdleTimeout != tr.IdleConnTimeout {
+		t.Fatalf("idle timeouts: net/http %v, direct %v; want both 90s", tr.IdleConnTimeout, d.h1.IdleTimeout)
 	}
 }

@@ -61,9 +61,9 @@ type Deps struct {
 	Places inflight.Store
 	// HTTP delivers jobs. Nil: the Pool's own, which sends requests to plain http://
 	// upstreams that no proxy serves from the job's goroutine (package h1), and the rest
-	// through a net/http client; both keep up to 64 idle connections per host and follow no
-	// redirect. Per-attempt timeouts come from QueueConfig.Timeout; a client's own Timeout
-	// applies too.
+	// through a net/http client (all of them after SetDirectHTTP(false)); both keep up to 64
+	// idle connections per host, each for up to 90 s, and follow no redirect. Per-attempt
+	// timeouts come from QueueConfig.Timeout; a client's own Timeout applies too.
 	HTTP *http.Client
 	// Registerer receives the worker's metrics. Nil: they are kept but not registered.
 	Registerer prometheus.Registerer
