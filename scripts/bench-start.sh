@@ -19,6 +19,10 @@
 # the same backlog size in one run (the ingress is the work tree's for both). The load
 # average is printed at each drain: on a shared machine, read the figures beside it.
 #
+# Environment: LOG_DIR=dir keeps each worker's log and launch time there; KEEP_ARRIVALS=file
+# keeps the upstream's arrival lines (<Unix ns> <job> <attempt> /<drain>/w<i> <status>); MODES
+# (default "fresh settled") the drains run in each round.
+#
 # Usage: scripts/bench-start.sh [rounds] [jobs] [BEFORE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,8 +30,10 @@ ROUNDS=${1:-3}
 JOBS=${2:-20000}
 BEFORE=${3:-}
 W=$(mktemp -d)
+MODES=${MODES:-fresh settled}
 cleanup() {
   set +e
+  [ -z "${KEEP_ARRIVALS:-}" ] || cp "$W/rec/arrivals" "$KEEP_ARRIVALS"
   kill $(jobs -p) 2>/dev/null; wait 2>/dev/null
   [ -z "$BEFORE" ] || git worktree remove --force "$W/src-before" 2>/dev/null
   rm -rf "$W"; true
@@ -72,7 +78,7 @@ qline() { # name target
 }
 NAMES=()
 for r in $(seq 1 "$ROUNDS"); do
-  for s in "${SIDES[@]}"; do NAMES+=("fresh-$s-$r" "settled-$s-$r"); done
+  for s in "${SIDES[@]}"; do for mode in $MODES; do NAMES+=("$mode-$s-$r"); done; done
 done
 { cat "$W/cfg/head.yaml"; for n in "${NAMES[@]}"; do qline "$n" "$REC/$n"; done; } > "$W/cfg/ingress.yaml"
 "$W/ingress" -config "$W/cfg/ingress.yaml" 2>"$W/ingress.log" &
@@ -127,7 +133,8 @@ drain() {
   grep " /$q/" "$W/rec/arrivals" | awk -v meta="$meta" -v run="$q" -v load="$(cut -d' ' -f1 /proc/loadavg)" '
     { t = $1; split($4, p, "/"); w = substr(p[3], 2) + 0; n++
       if (n == 1 || t < t0) t0 = t; if (n == 1 || t > tn) tn = t
-      if (!(w in first) || t < first[w]) first[w] = t; arr[w, ++cnt[w]] = t }
+      if (!(w in first) || t < first[w]) first[w] = t; arr[w, ++cnt[w]] = t
+      if (n > 1 && t - prev > gap) { gap = t - prev; gapjob = $2; gapatt = $3 }; prev = t }
     END {
       split(meta, m, " "); l0 = m[1]
       span = (tn - t0) / 1e9
@@ -144,7 +151,7 @@ drain() {
         printf "| %s | %s | w%d | %d | %d | %.0f | %.0f | %.2f | %s | %d |\n", run, load, w, m[2 * w - 1] - l0, ready, first[w] / 1e6 - m[2 * w - 1], (first[w] - t0) / 1e6, ramp, bins, cnt[w]
       }
       for (w = 1; w <= 4; w++) for (k = 1; k <= cnt[w]; k++) if (arr[w, k] - t0 < 1e9) s1++
-      printf "rate %.1f %.2f %.0f %.3f %.0f\n", (n - 1) / span, span, (t0 / 1e6 - l0), s1 / ((n - 1) / span), lag / 1e6 > "/dev/fd/3"
+      printf "rate %.1f %.2f %.0f %.3f %.0f %.0f %s %s\n", (n - 1) / span, span, (t0 / 1e6 - l0), s1 / ((n - 1) / span), lag / 1e6, gap / 1e6, gapjob, gapatt > "/dev/fd/3"
     }'
 }
 
@@ -155,16 +162,16 @@ echo "|---|---:|---|---:|---:|---:|---:|---:|---|---:|"
 declare -A RATE RATIO LAG
 for r in $(seq 1 "$ROUNDS"); do
   for s in "${SIDES[@]}"; do
-    for mode in fresh settled; do
+    for mode in $MODES; do
       q="$mode-$s-$r"
       fill "$q" "$JOBS"
       drain "$s" "$q" "$mode" 3>"$W/rate"
-      read -r _ wcpu ncpu < "$W/cpu"; read -r _ rate span first sec1 lag < "$W/rate"
+      read -r _ wcpu ncpu < "$W/cpu"; read -r _ rate span first sec1 lag gap gapjob gapatt < "$W/rate"
       RATE[$q]=$rate; LAG[$s-$mode]+=" $lag"
       sc=""; [ "$mode" = fresh ] || { read -r _ a b < "$W/startcpu"; sc=" (of which from exec to ready: workers $a, nats-server $b)"; }
-      echo "| $q: whole drain | | | | | $first | | | $rate jobs/s over $span s, the first 1 s at $sec1 of that rate; late workers' lag $lag ms ($(awk -v l="$lag" -v s="$span" 'BEGIN {printf "%.1f", l / 10 / s}')% of the drain); CPU ms: workers $wcpu, nats-server $ncpu$sc | |"
+      echo "| $q: whole drain | | | | | $first | | | $rate jobs/s over $span s, the first 1 s at $sec1 of that rate; the longest gap between arrivals $gap ms (before job $gapjob, attempt $gapatt); late workers' lag $lag ms ($(awk -v l="$lag" -v s="$span" 'BEGIN {printf "%.1f", l / 10 / s}')% of the drain); CPU ms: workers $wcpu, nats-server $ncpu$sc | |"
     done
-    RATIO[$s]+=" $(awk -v a="${RATE[fresh-$s-$r]}" -v b="${RATE[settled-$s-$r]}" 'BEGIN {printf "%.3f", a / b}')"
+    [ "$MODES" != "fresh settled" ] || RATIO[$s]+=" $(awk -v a="${RATE[fresh-$s-$r]}" -v b="${RATE[settled-$s-$r]}" 'BEGIN {printf "%.3f", a / b}')"
   done
 done
 
@@ -174,8 +181,8 @@ echo "| side | fresh ÷ settled per round | median | fresh jobs/s median | settl
 echo "|---|---|---:|---:|---:|---|---|"
 for s in "${SIDES[@]}"; do
   f=""; st=""
-  for r in $(seq 1 "$ROUNDS"); do f+=" ${RATE[fresh-$s-$r]}"; st+=" ${RATE[settled-$s-$r]}"; done
-  echo "| $s | ${RATIO[$s]# } | $(median <<<"${RATIO[$s]}") | $(median <<<"$f") | $(median <<<"$st") | ${LAG[$s-fresh]# } | ${LAG[$s-settled]# } |"
+  for r in $(seq 1 "$ROUNDS"); do f+=" ${RATE[fresh-$s-$r]:-}"; st+=" ${RATE[settled-$s-$r]:-}"; done
+  echo "| $s | ${RATIO[$s]:-} | $(median <<<"${RATIO[$s]:-}") | $(median <<<"$f") | $(median <<<"$st") | ${LAG[$s-fresh]:-} | ${LAG[$s-settled]:-} |"
 done
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
