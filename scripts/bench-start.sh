@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A fresh worker's start window, worker by worker (docs/design/worker-costs.md, "A fresh
-# worker's start"; issue 44 item 5). Each drain: JOBS jobs stored through an ingress while no
+# A fresh worker's start window, worker by worker (docs/design/start-window.md; issue 44
+# item 5). Each drain: JOBS jobs stored through an ingress while no
 # worker runs, then 4 worker processes of concurrency 16 started one after another onto them,
 # as scripts/bench-peers.sh starts them:
 #
@@ -9,11 +9,16 @@
 #   settled  the queue is paused until all four answer /readyz 200, then resumed
 #
 # Each worker's config gives the queue its own target path (/<run>/w<i>), so the recording
-# upstream's arrival lines tell the workers apart. Per drain it prints the whole drain's rate
-# ((jobs - 1) ÷ first-to-last arrival) and, per worker: launched and ready (ms after the
+# upstream's arrival lines tell the workers apart. Per worker: launched and ready (ms after the
 # first launch; ready from the worker's "worker: draining" log line, ms resolution), its first
-# arrival (ms after the first arrival overall) and its deliveries in each 100 ms of the first
-# second after the first arrival overall. Then fresh ÷ settled per round and the medians.
+# arrival after its own launch and after the first arrival overall, its ramp (deliveries in
+# the 100 ms after its own first arrival ÷ its mean per 100 ms) and its deliveries in each
+# 100 ms of the first second after the first arrival overall. Per drain: the rate ((jobs - 1)
+# ÷ first-to-last arrival), the late workers' lag (Σ own first arrival − first overall, ÷ 4),
+# the longest gap between two arrivals and the attempt that ended it (a job stranded until its
+# ack_wait shows as a gap of ~30 s), the jobs delivered twice, and the workers' and
+# nats-server's CPU (settled: also from exec to ready). Then fresh ÷ settled per round and the
+# medians.
 #
 # With BEFORE (a commit), its worker binary and the work tree's alternate, round by round, on
 # the same backlog size in one run (the ingress is the work tree's for both). The load
@@ -84,7 +89,13 @@ done
 "$W/ingress" -config "$W/cfg/ingress.yaml" 2>"$W/ingress.log" &
 wait_ready http://127.0.0.1:20701/readyz
 
-fill() { "$W/load" -url "http://127.0.0.1:19701/v1/queues/$1/jobs" -method POST -body x -c 32 -n "$2" -warmup 0 -d 10m >/dev/null; }
+# fill <queue> <jobs>: the backlog, through the ingress; STORED is how many it holds (under load
+# the ingress may answer a few posts 503: the drain then waits for the jobs stored, not JOBS)
+fill() {
+  "$W/load" -url "http://127.0.0.1:19701/v1/queues/$1/jobs" -method POST -body x -c 32 -n "$2" -warmup 0 -d 10m >/dev/null
+  STORED=$(curl -s "http://127.0.0.1:20701/v1/queues/$1" | sed -n 's/.*"depth":\([0-9]*\).*/\1/p')
+  [ "${STORED:-0}" -eq "$2" ] || echo "note: $1 holds ${STORED:-?} of the $2 jobs posted" >&2
+}
 # cpu_ms <pid>...: their CPU time so far, user and system, in ms
 cpu_ms() { local t=0; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $((t * 1000 / $(getconf CLK_TCK))); }
 now_ms() { echo "${EPOCHREALTIME/./}" | cut -c1-13; }
@@ -117,7 +128,7 @@ drain() {
     curl -s -o /dev/null -X POST "http://127.0.0.1:20701/v1/queues/$q/resume"
   fi
   for _ in $(seq 1 3000); do
-    [ "$(grep -c " /$q/" "$W/rec/arrivals" || true)" -ge "$JOBS" ] && break; sleep 0.1
+    [ "$(grep -c " /$q/" "$W/rec/arrivals" || true)" -ge "${STORED:-$JOBS}" ] && break; sleep 0.1
   done
   local wcpu n1
   wcpu=$(cpu_ms $(for p in "${pids[@]}"; do pgrep -P "$p" || echo "$p"; done)); n1=$(cpu_ms "$NATS_PID")
@@ -134,7 +145,8 @@ drain() {
     { t = $1; split($4, p, "/"); w = substr(p[3], 2) + 0; n++
       if (n == 1 || t < t0) t0 = t; if (n == 1 || t > tn) tn = t
       if (!(w in first) || t < first[w]) first[w] = t; arr[w, ++cnt[w]] = t
-      if (n > 1 && t - prev > gap) { gap = t - prev; gapjob = $2; gapatt = $3 }; prev = t }
+      if (n > 1 && t - prev > gap) { gap = t - prev; gapjob = $2; gapatt = $3 }; prev = t
+      if (seen[$2]++) dup++ }
     END {
       split(meta, m, " "); l0 = m[1]
       span = (tn - t0) / 1e9
@@ -151,7 +163,7 @@ drain() {
         printf "| %s | %s | w%d | %d | %d | %.0f | %.0f | %.2f | %s | %d |\n", run, load, w, m[2 * w - 1] - l0, ready, first[w] / 1e6 - m[2 * w - 1], (first[w] - t0) / 1e6, ramp, bins, cnt[w]
       }
       for (w = 1; w <= 4; w++) for (k = 1; k <= cnt[w]; k++) if (arr[w, k] - t0 < 1e9) s1++
-      printf "rate %.1f %.2f %.0f %.3f %.0f %.0f %s %s\n", (n - 1) / span, span, (t0 / 1e6 - l0), s1 / ((n - 1) / span), lag / 1e6, gap / 1e6, gapjob, gapatt > "/dev/fd/3"
+      printf "rate %.1f %.2f %.0f %.3f %.0f %.0f %s %s %d\n", (n - 1) / span, span, (t0 / 1e6 - l0), s1 / ((n - 1) / span), lag / 1e6, gap / 1e6, gapjob, gapatt, dup + 0 > "/dev/fd/3"
     }'
 }
 
@@ -166,10 +178,10 @@ for r in $(seq 1 "$ROUNDS"); do
       q="$mode-$s-$r"
       fill "$q" "$JOBS"
       drain "$s" "$q" "$mode" 3>"$W/rate"
-      read -r _ wcpu ncpu < "$W/cpu"; read -r _ rate span first sec1 lag gap gapjob gapatt < "$W/rate"
+      read -r _ wcpu ncpu < "$W/cpu"; read -r _ rate span first sec1 lag gap gapjob gapatt dup < "$W/rate"
       RATE[$q]=$rate; LAG[$s-$mode]+=" $lag"
       sc=""; [ "$mode" = fresh ] || { read -r _ a b < "$W/startcpu"; sc=" (of which from exec to ready: workers $a, nats-server $b)"; }
-      echo "| $q: whole drain | | | | | $first | | | $rate jobs/s over $span s, the first 1 s at $sec1 of that rate; the longest gap between arrivals $gap ms (before job $gapjob, attempt $gapatt); late workers' lag $lag ms ($(awk -v l="$lag" -v s="$span" 'BEGIN {printf "%.1f", l / 10 / s}')% of the drain); CPU ms: workers $wcpu, nats-server $ncpu$sc | |"
+      echo "| $q: whole drain | | | | | $first | | | $rate jobs/s over $span s, the first 1 s at $sec1 of that rate; the longest gap between arrivals $gap ms (before job $gapjob, attempt $gapatt), $dup delivered twice; late workers' lag $lag ms ($(awk -v l="$lag" -v s="$span" 'BEGIN {printf "%.1f", l / 10 / s}')% of the drain); CPU ms: workers $wcpu, nats-server $ncpu$sc | |"
     done
     [ "$MODES" != "fresh settled" ] || RATIO[$s]+=" $(awk -v a="${RATE[fresh-$s-$r]}" -v b="${RATE[settled-$s-$r]}" 'BEGIN {printf "%.3f", a / b}')"
   done
