@@ -77,23 +77,27 @@ compose:
 
 # cmd/worker's process tests measure drain rates against the clock, so they run on their own
 # after the rest rather than beside another package's tests on a 2-core machine. Inside it, the
-# few long tests that pace slow drains on queues of their own (t.Parallel) run together, four at
-# once, after the others: they wait far more than they compute.
+# long tests that pace slow drains on queues of their own, and those that mostly wait out
+# outages or scheduled times and bound no rate (t.Parallel, each saying why), run together,
+# all seven at once, after the others: they wait far more than they compute, and the group
+# lasts as long as its longest test instead of the sum.
 TIMED := github.com/sluice-rl/sluice/cmd/worker
 unit:
 	rc=0; \
 	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)') || rc=1; \
-	$(GO) test -race -count=1 -parallel 4 -timeout 13m $(TIMED) || rc=1; \
+	$(GO) test -race -count=1 -parallel 7 -timeout 13m $(TIMED) || rc=1; \
 	exit $$rc
 
 # A short run of every fuzz target, on top of the committed seed corpora that `unit` already ran.
+# The targets are read from the sources (`go test -list` would build and link a plain test
+# binary of each package only to name them).
 # A failing target is shown and run once more: an input that breaks the code is saved under
 # testdata/fuzz and fails the second run at once, while the fuzzing engine's own rare failures on
 # a loaded machine (a worker that stops answering) do not repeat.
 FUZZ_TIME ?= 3s
 fuzz:
 	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	  for f in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$pkg/*_test.go); do \
 	    echo "fuzz $$pkg $$f"; \
 	    if ! out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZ_TIME) $$pkg 2>&1); then \
 	      echo "$$out" | tail -30; echo "fuzz $$pkg $$f failed; running it again"; \

@@ -98,6 +98,9 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // 100/s queue drained by two worker processes arrive at the upstream never before their time,
 // and 99% of them within a second of it. (The 1–60s horizon is BenchmarkScheduledLateness.)
 func TestScheduledJobsOnTime(t *testing.T) {
+	// Mostly waits for jobs to come due (50 a second at most, on a 100/s queue) and bounds no
+	// rate: it runs beside the slow-paced tests (see Makefile, TIMED).
+	t.Parallel()
 	late := scheduledLateness(t, 1000, 20*time.Second)
 	if late[0] < 0 {
 		t.Errorf("a job arrived %v before its time", -late[0])
@@ -274,6 +277,9 @@ func (c *cluster) submitScheduled(addr, name string, n int, ahead func() time.Du
 // killed, and restarted once a fifth of the jobs came due; two new workers start once
 // another fifth did. Every job arrives at the upstream exactly once, none before its time.
 func TestScheduledJobsSurviveRestarts(t *testing.T) {
+	// Mostly waits for jobs to come due through its outages and bounds no rate: it runs beside
+	// the slow-paced tests (see Makefile, TIMED).
+	t.Parallel()
 	const n = 500
 	c := newCluster(t)
 	path := c.config(c.queueYAML("survive", "100/s"))
