@@ -49,12 +49,21 @@ tools:
 # vet: go vet (also under the noembed tag), staticcheck, deadcode and gofmt. deadcode -test
 # lists the functions that neither a main nor a test reaches (a helper only tests use is live);
 # it exits 0 when it lists some, so its output is the verdict.
+# The three checkers run at once, each into a file printed when it ends: in a fresh clone
+# staticcheck's cache, keyed by the source's directory, misses for every package of the module
+# (a minute or more), deadcode has none, and each leaves part of the 2 cores idle while it
+# loads or checks packages one after another (BENCHMARKS.md, "make test's wall time").
 vet: tools
-	$(GO) vet ./...
-	$(GO) vet -tags noembed ./internal/app/ ./cmd/ingress/
-	$(STATICCHECK) ./...
-	@dead=$$($(DEADCODE) -test ./...) || exit 1; \
-	if [ -n "$$dead" ]; then echo "deadcode -test: unreachable functions; remove them:" >&2; echo "$$dead" >&2; exit 1; fi
+	@out=$$(mktemp -d); rc=0; \
+	{ $(GO) vet ./... && $(GO) vet -tags noembed ./internal/app/ ./cmd/ingress/; } >$$out/vet 2>&1 & vet=$$!; \
+	$(STATICCHECK) ./... >$$out/staticcheck 2>&1 & sc=$$!; \
+	$(DEADCODE) -test ./... >$$out/deadcode 2>$$out/deadcode.err & dc=$$!; \
+	echo "go vet ./... && go vet -tags noembed ./internal/app/ ./cmd/ingress/"; \
+	wait $$vet || rc=1; cat $$out/vet; \
+	echo "$(STATICCHECK) ./..."; wait $$sc || rc=1; cat $$out/staticcheck; \
+	echo "$(DEADCODE) -test ./..."; wait $$dc || rc=1; cat $$out/deadcode.err; \
+	if [ -s $$out/deadcode ]; then echo "deadcode -test: unreachable functions; remove them:" >&2; cat $$out/deadcode >&2; rc=1; fi; \
+	rm -r $$out; exit $$rc
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l:" $$unformatted >&2; exit 1; fi
 
@@ -79,13 +88,13 @@ compose:
 # after the rest rather than beside another package's tests on a 2-core machine. Inside it, the
 # long tests that pace slow drains on queues of their own, and those that mostly wait out
 # outages or scheduled times and bound no rate (t.Parallel, each saying why), run together,
-# all seven at once, after the others: they wait far more than they compute, and the group
+# all six at once, after the others: they wait far more than they compute, and the group
 # lasts as long as its longest test instead of the sum.
 TIMED := github.com/sluice-rl/sluice/cmd/worker
 unit:
 	rc=0; \
 	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)') || rc=1; \
-	$(GO) test -race -count=1 -parallel 7 -timeout 13m $(TIMED) || rc=1; \
+	$(GO) test -race -count=1 -parallel 6 -timeout 13m $(TIMED) || rc=1; \
 	exit $$rc
 
 # A short run of every fuzz target, on top of the committed seed corpora that `unit` already ran.

@@ -97,10 +97,10 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // TestScheduledJobsOnTime: 1 000 jobs scheduled 1–20s ahead (at random) on an otherwise idle
 // 100/s queue drained by two worker processes arrive at the upstream never before their time,
 // and 99% of them within a second of it. (The 1–60s horizon is BenchmarkScheduledLateness.)
+//
+// It stays out of the parallel group (Makefile, TIMED) although it mostly waits: its p99 needs
+// the CPU. Beside two busy loops on a machine at load 11-14, 4 of 5 runs missed (p99 1.07-2.4 s).
 func TestScheduledJobsOnTime(t *testing.T) {
-	// Mostly waits for jobs to come due (50 a second at most, on a 100/s queue) and bounds no
-	// rate: it runs beside the slow-paced tests (see Makefile, TIMED).
-	t.Parallel()
 	late := scheduledLateness(t, 1000, 20*time.Second)
 	if late[0] < 0 {
 		t.Errorf("a job arrived %v before its time", -late[0])
