@@ -23,10 +23,6 @@ import (
 // drained by two worker processes; every job whose publish was acknowledged is delivered at the
 // upstream.
 func TestJetStreamFailoverLosesNothing(t *testing.T) {
-	// Mostly waits (a leader election, the drain of what was acknowledged) and bounds no rate:
-	// it runs beside the slow-paced tests (see Makefile, TIMED) instead of holding the serial
-	// part of the package for ~20 s.
-	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ns := testenv.NATSCluster(t)

@@ -99,7 +99,8 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // and 99% of them within a second of it. (The 1–60s horizon is BenchmarkScheduledLateness.)
 //
 // It stays out of the parallel group (Makefile, TIMED) although it mostly waits: its p99 needs
-// the CPU. Beside two busy loops on a machine at load 11-14, 4 of 5 runs missed (p99 1.07-2.4 s).
+// the CPU. Beside two busy loops on a machine at load 11-14, 4 of 5 runs missed (p99 1.07-2.4 s)
+// even alone.
 func TestScheduledJobsOnTime(t *testing.T) {
 	late := scheduledLateness(t, 1000, 20*time.Second)
 	if late[0] < 0 {
@@ -277,9 +278,6 @@ func (c *cluster) submitScheduled(addr, name string, n int, ahead func() time.Du
 // killed, and restarted once a fifth of the jobs came due; two new workers start once
 // another fifth did. Every job arrives at the upstream exactly once, none before its time.
 func TestScheduledJobsSurviveRestarts(t *testing.T) {
-	// Mostly waits for jobs to come due through its outages and bounds no rate: it runs beside
-	// the slow-paced tests (see Makefile, TIMED).
-	t.Parallel()
 	const n = 500
 	c := newCluster(t)
 	path := c.config(c.queueYAML("survive", "100/s"))
