@@ -49,21 +49,12 @@ tools:
 # vet: go vet (also under the noembed tag), staticcheck, deadcode and gofmt. deadcode -test
 # lists the functions that neither a main nor a test reaches (a helper only tests use is live);
 # it exits 0 when it lists some, so its output is the verdict.
-# The three checkers run at once, each into a file printed when it ends: in a fresh clone
-# staticcheck's cache, keyed by the source's directory, misses for every package of the module
-# (a minute or more), deadcode has none, and each leaves part of the 2 cores idle while it
-# loads or checks packages one after another (BENCHMARKS.md, "make test's wall time").
 vet: tools
-	@out=$$(mktemp -d); rc=0; \
-	{ $(GO) vet ./... && $(GO) vet -tags noembed ./internal/app/ ./cmd/ingress/; } >$$out/vet 2>&1 & vet=$$!; \
-	$(STATICCHECK) ./... >$$out/staticcheck 2>&1 & sc=$$!; \
-	$(DEADCODE) -test ./... >$$out/deadcode 2>$$out/deadcode.err & dc=$$!; \
-	echo "go vet ./... && go vet -tags noembed ./internal/app/ ./cmd/ingress/"; \
-	wait $$vet || rc=1; cat $$out/vet; \
-	echo "$(STATICCHECK) ./..."; wait $$sc || rc=1; cat $$out/staticcheck; \
-	echo "$(DEADCODE) -test ./..."; wait $$dc || rc=1; cat $$out/deadcode.err; \
-	if [ -s $$out/deadcode ]; then echo "deadcode -test: unreachable functions; remove them:" >&2; cat $$out/deadcode >&2; rc=1; fi; \
-	rm -r $$out; exit $$rc
+	$(GO) vet ./...
+	$(GO) vet -tags noembed ./internal/app/ ./cmd/ingress/
+	$(STATICCHECK) ./...
+	@dead=$$($(DEADCODE) -test ./...) || exit 1; \
+	if [ -n "$$dead" ]; then echo "deadcode -test: unreachable functions; remove them:" >&2; echo "$$dead" >&2; exit 1; fi
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l:" $$unformatted >&2; exit 1; fi
 
