@@ -84,7 +84,7 @@ compose:
 # passed alone and two of them missed with the six (BENCHMARKS.md, "make test's wall time").
 # The other packages run two at a time, in the order given: the longest (SLOW, longest first,
 # by CI's package times) start first, so that the short ones fill in beside them at the end
-# instead of one long package running alone last (~-14 s on 2 cores by CI's times).
+# instead of one long package running alone last (~-8 s on 2 cores by CI's times).
 TIMED := github.com/sluice-rl/sluice/cmd/worker
 SLOW := internal/worker internal/app queue cmd/ingress limit internal/admin internal/ingress inflight
 unit:
