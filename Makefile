@@ -78,22 +78,33 @@ compose:
 # cmd/worker's process tests measure drain rates against the clock, so they run on their own
 # after the rest rather than beside another package's tests on a 2-core machine. Inside it, the
 # few long tests that pace slow drains on queues of their own (t.Parallel) run together, four at
-# once, after the others: they wait far more than they compute.
+# once, after the others: they wait far more than they compute. Adding the failover and
+# restart tests that mostly wait (TestJetStreamFailoverLosesNothing,
+# TestScheduledJobsSurviveRestarts) to the group was measured: beside two busy loops, the four
+# passed alone and two of them missed with the six (BENCHMARKS.md, "make test's wall time").
+# The other packages run two at a time, in the order given: the longest (SLOW, longest first,
+# by CI's package times) start first, so that the short ones fill in beside them at the end
+# instead of one long package running alone last (~-8 s on 2 cores by CI's times).
 TIMED := github.com/sluice-rl/sluice/cmd/worker
+SLOW := internal/worker internal/app queue cmd/ingress limit internal/admin internal/ingress inflight
 unit:
 	rc=0; \
-	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)') || rc=1; \
+	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)' | \
+	  awk 'BEGIN { n = split("$(SLOW)", s, " "); for (i = 1; i <= n; i++) rank["github.com/sluice-rl/sluice/" s[i]] = i } \
+	    { print (($$0 in rank) ? rank[$$0] : n + 1) "\t" $$0 }' | sort -s -n -k1,1 | cut -f2) || rc=1; \
 	$(GO) test -race -count=1 -parallel 4 -timeout 13m $(TIMED) || rc=1; \
 	exit $$rc
 
 # A short run of every fuzz target, on top of the committed seed corpora that `unit` already ran.
+# The targets are read from the sources (`go test -list` would build and link a plain test
+# binary of each package only to name them).
 # A failing target is shown and run once more: an input that breaks the code is saved under
 # testdata/fuzz and fails the second run at once, while the fuzzing engine's own rare failures on
 # a loaded machine (a worker that stops answering) do not repeat.
 FUZZ_TIME ?= 3s
 fuzz:
 	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	  for f in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$pkg/*_test.go); do \
 	    echo "fuzz $$pkg $$f"; \
 	    if ! out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZ_TIME) $$pkg 2>&1); then \
 	      echo "$$out" | tail -30; echo "fuzz $$pkg $$f failed; running it again"; \

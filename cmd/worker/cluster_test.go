@@ -39,12 +39,12 @@ func TestMain(m *testing.M) {
 	}
 	workerBin = filepath.Join(dir, "worker")
 	upstreamBin = filepath.Join(dir, "upstream")
-	for bin, pkg := range map[string]string{workerBin: ".", upstreamBin: "./testdata/upstream"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
+	// One go build for both commands: it links them at once, where two builds linked one after
+	// the other. With -o naming a directory, each lands there under its package's name.
+	if out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator), ".", "./testdata/upstream").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build . ./testdata/upstream: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
 	}
 	code := m.Run()
 	if code == 0 {

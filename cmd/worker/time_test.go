@@ -97,6 +97,10 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 // TestScheduledJobsOnTime: 1 000 jobs scheduled 1–20s ahead (at random) on an otherwise idle
 // 100/s queue drained by two worker processes arrive at the upstream never before their time,
 // and 99% of them within a second of it. (The 1–60s horizon is BenchmarkScheduledLateness.)
+//
+// It stays out of the parallel group (Makefile, TIMED) although it mostly waits: its p99 needs
+// the CPU. Beside two busy loops on a machine at load 11-14, 4 of 5 runs missed (p99 1.07-2.4 s)
+// even alone.
 func TestScheduledJobsOnTime(t *testing.T) {
 	late := scheduledLateness(t, 1000, 20*time.Second)
 	if late[0] < 0 {

@@ -33,6 +33,17 @@ const gatewayLatency = 50 * time.Millisecond
 // regionsSoak reports whether the soak variants run (make soak).
 func regionsSoak() bool { return os.Getenv("SLUICE_REGIONS_SOAK") == "1" }
 
+// gatewayParallel runs a gateway test beside the others in make test (t.Parallel): each has a
+// supercluster, harness and upstream of its own and mostly waits (leases, renewals over 100 ms
+// round trips, cuts and kills of seconds), so together they take about as long as the longest
+// (quiet machine: 80 s one at a time, 31 s together). make soak, where the delivered rates are
+// held to their figures, runs each alone as before.
+func gatewayParallel(t *testing.T) {
+	if !regionsSoak() {
+		t.Parallel()
+	}
+}
+
 // newGatewayRegion is region name of sc: its queues on its own server, and its connection to
 // the coordinator to that same server, the bucket in sc's home region (its first).
 func newGatewayRegion(t *testing.T, ctx context.Context, name string, sc *testenv.Supercluster) *region {
@@ -242,6 +253,7 @@ func sustainedFrom(ats []time.Time, n int, from, to time.Time) (time.Time, bool)
 // at most 100 + the connected bound (104; aim 102) in any 1 s window, ≥ 97/s while both have
 // backlog, and a alone reaches ≥ 95/s within 5 s of b's backlog running out.
 func TestRegionsGatewayShare(t *testing.T) {
+	gatewayParallel(t)
 	nA, nB := 1800, 200
 	if regionsSoak() {
 		nA, nB = 9000, 1000
@@ -348,6 +360,7 @@ func aOnly(ss []shareSample) []shareSample {
 // handed ≥ 95% of the budget again, for good, within 2·renew and two renewals' round trips of
 // the gateways' return, their shares following demand (50/s each) again.
 func TestRegionsGatewayCut(t *testing.T) {
+	gatewayParallel(t)
 	cutFor, nA, nB := 8*time.Second, 2000, 1000
 	if regionsSoak() {
 		cutFor, nA, nB = 30*time.Second, 6000, 3000
@@ -499,6 +512,7 @@ func TestRegionsGatewayIndependent(t *testing.T) {
 // down. After the restart both renew again and every job of both regions is delivered. No 1 s
 // window exceeds the bound for a lost coordinator, B + (R−1)·σ + R·(1 + b) = 154.
 func TestRegionsGatewayHomeKilled(t *testing.T) {
+	gatewayParallel(t)
 	const nA, nB = 600, 600
 	h := newHarness(t)
 	sc := testenv.NewSuperclusterHomeProc(t, gatewayLatency, "a", "b")
