@@ -62,7 +62,7 @@ type pulls struct {
 
 // pull is one fetch's wait for its replies.
 type pull struct {
-	key string        // the consumer: "<stream> <consumer>"
+	key string         // the consumer: "<stream> <consumer>"
 	ch  chan *nats.Msg // its replies; late jobs handed to it
 }
 
@@ -163,6 +163,9 @@ func (p *pulls) expire(key string, l *late) {
 	for i, k := range kept {
 		if k == l {
 			p.late[key] = append(kept[:i:i], kept[i+1:]...)
+			if len(p.late[key]) == 0 {
+				delete(p.late, key)
+			}
 			p.mu.Unlock()
 			p.nak(l.m)
 			return

@@ -168,3 +168,36 @@ func TestFetchLongPullEndStalledAnswerNotStranded(t *testing.T) {
 	got = fetchAll(t, b, c, got, jobs, 5*time.Second)
 	checkNotStranded(t, b, got, jobs, holdEnd)
 }
+
+// BenchmarkFetch measures a fetch of the jobs available now on an empty queue (the server's
+// 404), and a fetch and ack of one stored job (its publish untimed but in cpu-µs/op), per
+// operation; cpu-µs/op is client and embedded server together (reportCPU).
+func BenchmarkFetch(b *testing.B) {
+	bn := setup(b, queue.Options{}, queue.Spec{Name: "q"})
+	c := bn.consumer("q")
+	b.Run("empty-nowait", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b, cpuTime())
+		for b.Loop() {
+			if msgs, err := c.Fetch(bn.ctx, 1, 0); err != nil || len(msgs) != 0 {
+				b.Fatalf("%d jobs, %v", len(msgs), err)
+			}
+		}
+	})
+	b.Run("one-job", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b, cpuTime())
+		for b.Loop() {
+			b.StopTimer()
+			bn.publish(&queue.Job{Queue: "q"})
+			b.StartTimer()
+			msgs, err := c.Fetch(bn.ctx, 1, time.Second)
+			if err != nil || len(msgs) != 1 {
+				b.Fatalf("%d jobs, %v", len(msgs), err)
+			}
+			if err := msgs[0].AckNoWait(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
