@@ -353,17 +353,22 @@ func (p *pulled) Headers() nats.Header { return p.m.Header }
 func (p *pulled) Subject() string      { return p.m.Subject }
 func (p *pulled) Reply() string        { return p.m.Reply }
 
-func (p *pulled) Ack() error { return p.send(nil, "+ACK") }
+func (p *pulled) Ack() error { return p.publish("+ACK") }
 
-func (p *pulled) DoubleAck(ctx context.Context) error { return p.send(ctx, "+ACK") }
+func (p *pulled) DoubleAck(ctx context.Context) error {
+	return p.ack("+ACK", func(body []byte) error {
+		_, err := p.nc.RequestWithContext(ctx, p.m.Reply, body)
+		return err
+	})
+}
 
-func (p *pulled) Nak() error { return p.send(nil, "-NAK") }
+func (p *pulled) Nak() error { return p.publish("-NAK") }
 
 func (p *pulled) NakWithDelay(d time.Duration) error {
 	if d <= 0 {
 		return p.Nak()
 	}
-	return p.send(nil, fmt.Sprintf(`-NAK {"delay": %d}`, d.Nanoseconds()))
+	return p.publish(fmt.Sprintf(`-NAK {"delay": %d}`, d.Nanoseconds()))
 }
 
 func (p *pulled) InProgress() error {
@@ -373,27 +378,26 @@ func (p *pulled) InProgress() error {
 	return p.nc.Publish(p.m.Reply, []byte("+WPI"))
 }
 
-func (p *pulled) Term() error { return p.send(nil, "+TERM") }
+func (p *pulled) Term() error { return p.publish("+TERM") }
 
-func (p *pulled) TermWithReason(reason string) error { return p.send(nil, "+TERM "+reason) }
+func (p *pulled) TermWithReason(reason string) error { return p.publish("+TERM " + reason) }
 
-// send publishes the acknowledgement body, or with ctx requests it and waits for the server's
-// confirmation (nats.go's DoubleAck).
-func (p *pulled) send(ctx context.Context, body string) error {
+// publish sends the acknowledgement body without waiting for the server.
+func (p *pulled) publish(body string) error {
+	return p.ack(body, func(body []byte) error { return p.nc.Publish(p.m.Reply, body) })
+}
+
+// ack sends body by send, once: a second acknowledgement is refused, as nats.go does.
+func (p *pulled) ack(body string, send func([]byte) error) error {
 	if p.m.Reply == "" {
 		return jetstream.ErrMsgNoReply
 	}
 	if p.ackd.Load() {
 		return jetstream.ErrMsgAlreadyAckd
 	}
-	var err error
-	if ctx != nil {
-		_, err = p.nc.RequestWithContext(ctx, p.m.Reply, []byte(body))
-	} else {
-		err = p.nc.Publish(p.m.Reply, []byte(body))
+	if err := send([]byte(body)); err != nil {
+		return err
 	}
-	if err == nil {
-		p.ackd.Store(true)
-	}
-	return err
+	p.ackd.Store(true)
+	return nil
 }

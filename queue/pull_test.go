@@ -169,6 +169,36 @@ func TestFetchLongPullEndStalledAnswerNotStranded(t *testing.T) {
 	checkNotStranded(t, b, got, jobs, holdEnd)
 }
 
+// Late jobs that no fetch of this process takes within a second are handed back at once
+// (NAK), not held until AckWait: another process gets them, one delivery later.
+func TestFetchLateJobsHandedBack(t *testing.T) {
+	srv := testenv.NATS(t)
+	p := newStallProxy(t, srv.URL)
+	spec := queue.Spec{Name: "q", AckWait: 30 * time.Second}
+	b := setupURL(t, "nats://"+p.addr, queue.Options{}, spec)
+	other := setupURL(t, srv.URL, queue.Options{Prefix: b.prefix}, spec)
+	const jobs = 3
+	got, holdEnd := stalledFetch(t, b, p, b.consumer("q"), jobs, 0, 2*time.Second)
+	if len(got) != 0 { // it gives up after 1 s
+		t.Fatalf("a no-wait fetch under a 2 s stall got %d jobs", len(got))
+	}
+	got = fetchAll(t, other, other.consumer("q"), nil, jobs, 5*time.Second)
+	if len(got) != jobs {
+		t.Fatalf("the other process fetched %d of %d late jobs within 5 s", len(got), jobs)
+	}
+	if el := time.Since(holdEnd); el > 4*time.Second {
+		t.Fatalf("the late jobs came to the other process %v after the stall's end", el)
+	}
+	for _, m := range got {
+		if m.Delivered != 2 {
+			t.Errorf("job %s: delivered %d times, want 2 (the late delivery, then this one)", m.Job.ID, m.Delivered)
+		}
+		if err := m.Ack(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkFetch measures a fetch of the jobs available now on an empty queue (the server's
 // 404), and a fetch and ack of one stored job (its publish untimed but in cpu-µs/op), per
 // operation; cpu-µs/op is client and embedded server together (reportCPU).
