@@ -28,6 +28,8 @@ type Consumer struct {
 	c     jetstream.Consumer
 	key   string // "<stream> <consumer>", the late jobs' key (pull.go)
 	next  string // the subject of its pull requests
+	// ackWait is the consumer's AckWait, which bounds how long late jobs are kept (lateHold).
+	ackWait time.Duration
 }
 
 // newConsumer returns the Consumer of queue over c, whose pull requests go out on q's API
@@ -35,7 +37,7 @@ type Consumer struct {
 func newConsumer(q *core, queue string, c jetstream.Consumer) *Consumer {
 	ci := c.CachedInfo()
 	return &Consumer{q: q, queue: queue, c: c, key: ci.Stream + " " + ci.Name,
-		next: q.api + "CONSUMER.MSG.NEXT." + ci.Stream + "." + ci.Name}
+		next: q.api + "CONSUMER.MSG.NEXT." + ci.Stream + "." + ci.Name, ackWait: ci.Config.AckWait}
 }
 
 // Consumer returns the shared consumer of queue name, making it first for a queue of a

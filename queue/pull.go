@@ -28,7 +28,8 @@ import (
 //     it as one of its jobs;
 //   - else kept for the consumer's next Fetch in this process, which returns it first, without
 //     asking the server;
-//   - and NAK'd when no fetch took it within lateHold, so the server hands it to the next pull
+//   - and NAK'd when no fetch took it within lateHold (a quarter of AckWait, at most 5 s),
+//     so that the server hands it to the next pull
 //     of any process at once.
 // A late job handed on or kept is the same delivery: its delivery count (Msg.Delivered, the
 // worker's attempt count) does not move, and its AckWait runs from when the server sent it, as
@@ -40,8 +41,20 @@ import (
 // fetch); one map lookup per message received; a timer per late job.
 
 // lateHold is how long a late job waits for a fetch of its consumer in this process before it
-// is NAK'd.
-const lateHold = time.Second
+// is NAK'd: a quarter of the consumer's AckWait, at most maxLateHold. A worker that is busy
+// with its jobs (a throttled queue's leak slot) fetches again within it and takes the job as
+// the same delivery, spending no attempt; a process that fetches that queue no more hands it
+// back that much later, not an AckWait later. Its AckWait runs meanwhile, as for a job fetched
+// and not yet worked on, and is at least 3/4 left when a fetch takes it.
+func lateHold(ackWait time.Duration) time.Duration {
+	if ackWait <= 0 {
+		return time.Second
+	}
+	return min(ackWait/4, maxLateHold)
+}
+
+// maxLateHold bounds lateHold.
+const maxLateHold = 5 * time.Second
 
 // noWaitGiveUp is how long a no-wait fetch waits for the server's answer (nats.go's 1 s): a
 // fetch must not hang when the server is gone. What comes after it is late, not lost.
@@ -55,9 +68,12 @@ type pulls struct {
 	sub    *nats.Subscription
 	prefix string // "<inbox>."
 	next   uint64
-	open   map[string]*pull   // reply token -> the fetch waiting for it
-	late   map[string][]*late // consumer key -> late jobs kept for its next fetch
+	open   map[string]*pull         // reply token -> the fetch waiting for it
+	late   map[string][]*late       // consumer key -> late jobs kept for its next fetch
+	holds  map[string]time.Duration // consumer key -> its late jobs' hold (lateHold)
 	closed bool
+	// hold, when set (a test's SetLateHold), replaces lateHold.
+	hold time.Duration
 }
 
 // pull is one fetch's wait for its replies.
@@ -74,7 +90,7 @@ type late struct {
 
 // start opens a fetch on consumer key: it subscribes the first time, and returns the pull and
 // the reply subject of its request.
-func (p *pulls) start(nc *nats.Conn, key string, limit int) (*pull, string, error) {
+func (p *pulls) start(nc *nats.Conn, key string, ackWait time.Duration, limit int) (*pull, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -89,7 +105,12 @@ func (p *pulls) start(nc *nats.Conn, key string, limit int) (*pull, string, erro
 		// A slow worker must not make the client drop replies: each fetch's channel is
 		// sized to its batch, and the callback never blocks (receive).
 		_ = sub.SetPendingLimits(-1, -1)
-		p.nc, p.sub, p.prefix, p.open, p.late = nc, sub, prefix, map[string]*pull{}, map[string][]*late{}
+		p.nc, p.sub, p.prefix = nc, sub, prefix
+		p.open, p.late, p.holds = map[string]*pull{}, map[string][]*late{}, map[string]time.Duration{}
+	}
+	p.holds[key] = lateHold(ackWait)
+	if p.hold > 0 {
+		p.holds[key] = p.hold
 	}
 	p.next++
 	token := strconv.FormatUint(p.next, 36)
@@ -151,8 +172,12 @@ func (p *pulls) lateLocked(m *nats.Msg) {
 			}
 		}
 	}
+	hold, ok := p.holds[key]
+	if !ok { // a consumer this process never fetched from
+		hold = lateHold(0)
+	}
 	l := &late{m: m}
-	l.timer = time.AfterFunc(lateHold, func() { p.expire(key, l) })
+	l.timer = time.AfterFunc(hold, func() { p.expire(key, l) })
 	p.late[key] = append(p.late[key], l)
 }
 
@@ -291,7 +316,7 @@ func (c *Consumer) pullOnce(ctx context.Context, limit int, noWait bool) ([]*nat
 		req = pullFor(ctx, limit, time.Now())
 	}
 	body, _ := json.Marshal(req)
-	pl, reply, err := c.q.pulls.start(c.q.nc, c.key, limit)
+	pl, reply, err := c.q.pulls.start(c.q.nc, c.key, c.ackWait, limit)
 	if err != nil {
 		return nil, err
 	}

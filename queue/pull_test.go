@@ -169,14 +169,39 @@ func TestFetchLongPullEndStalledAnswerNotStranded(t *testing.T) {
 	checkNotStranded(t, b, got, jobs, holdEnd)
 }
 
-// Late jobs that no fetch of this process takes within a second are handed back at once
-// (NAK), not held until AckWait: another process gets them, one delivery later.
+// Late jobs that come while no fetch of their consumer waits in the process are kept for its
+// next fetch, which returns them at once as the same delivery: a worker busy with a job when
+// they come spends no attempt on them.
+func TestFetchLateJobsKeptForNextFetch(t *testing.T) {
+	srv := testenv.NATS(t)
+	p := newStallProxy(t, srv.URL)
+	b := setupURL(t, "nats://"+p.addr, queue.Options{}, queue.Spec{Name: "q", AckWait: 30 * time.Second})
+	c := b.consumer("q")
+	const jobs = 3
+	got, holdEnd := stalledFetch(t, b, p, c, jobs, 0, 1500*time.Millisecond)
+	if len(got) != 0 { // it gives up after 1 s
+		t.Fatalf("a no-wait fetch under a 1.5 s stall got %d jobs", len(got))
+	}
+	testenv.WaitFor(t, 5*time.Second, "the late jobs kept", func() bool { return queue.LateKept(b.q) == jobs })
+	got, err := c.Fetch(b.ctx, jobs+1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if queue.LateKept(b.q) != 0 {
+		t.Fatalf("%d late jobs still kept after a fetch took them", queue.LateKept(b.q))
+	}
+	checkNotStranded(t, b, got, jobs, holdEnd)
+}
+
+// Late jobs that no fetch of this process takes within their hold (here 300 ms) are handed
+// back at once (NAK), not held until AckWait: another process gets them, one delivery later.
 func TestFetchLateJobsHandedBack(t *testing.T) {
 	srv := testenv.NATS(t)
 	p := newStallProxy(t, srv.URL)
 	spec := queue.Spec{Name: "q", AckWait: 30 * time.Second}
 	b := setupURL(t, "nats://"+p.addr, queue.Options{}, spec)
 	other := setupURL(t, srv.URL, queue.Options{Prefix: b.prefix}, spec)
+	queue.SetLateHold(b.q, 300*time.Millisecond)
 	const jobs = 3
 	got, holdEnd := stalledFetch(t, b, p, b.consumer("q"), jobs, 0, 2*time.Second)
 	if len(got) != 0 { // it gives up after 1 s
@@ -186,7 +211,7 @@ func TestFetchLateJobsHandedBack(t *testing.T) {
 	if len(got) != jobs {
 		t.Fatalf("the other process fetched %d of %d late jobs within 5 s", len(got), jobs)
 	}
-	if el := time.Since(holdEnd); el > 4*time.Second {
+	if el := time.Since(holdEnd); el > 3*time.Second {
 		t.Fatalf("the late jobs came to the other process %v after the stall's end", el)
 	}
 	for _, m := range got {
