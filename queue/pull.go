@@ -28,14 +28,13 @@ import (
 //     it as one of its jobs;
 //   - else kept for the consumer's next Fetch in this process, which returns it first, without
 //     asking the server;
-//   - and NAK'd when no fetch took it within lateHold (a quarter of AckWait, at most 5 s),
-//     so that the server hands it to the next pull
-//     of any process at once.
+//   - and NAK'd when no fetch took it within lateHold (a quarter of AckWait, at most 5 s), so
+//     that the server hands it to the next pull of any process at once.
 // A late job handed on or kept is the same delivery: its delivery count (Msg.Delivered, the
 // worker's attempt count) does not move, and its AckWait runs from when the server sent it, as
 // for any fetched job. A NAK'd one is delivered again with a count one higher, which a worker
 // counts as a delivery that left no record (one attempt): the same as the AckWait redelivery it
-// replaces, 30 s sooner. Late status messages (404, 408, heartbeats) are dropped.
+// replaces, at least 3/4 of an AckWait sooner. Late status messages (404, 408, heartbeats) are dropped.
 //
 // Costs: no SUB/UNSUB per fetch (nats.go made two protocol operations and a subscription per
 // fetch); one map lookup per message received; a timer per late job.
