@@ -22,7 +22,8 @@ import (
 // delayed them by that much (docs/design/start-window.md).
 //
 // Model: one subscription per Queues, on "<inbox>.*", made at the first fetch and kept until
-// Close; each pull request asks for replies on "<inbox>.<n>", n new per fetch. While its fetch
+// Close; each no-wait pull request asks for replies on "<inbox>.<n>", n new per fetch, and
+// each long pull on "<inbox>.l.<n>", subscribed for it and drained at its end (longSub). While its fetch
 // waits, a reply goes to it. A job that comes for a fetch that has returned (late) is
 //   - handed to a fetch of the same consumer that is waiting in this process, if any: it takes
 //     it as one of its jobs;
@@ -36,8 +37,9 @@ import (
 // counts as a delivery that left no record (one attempt): the same as the AckWait redelivery it
 // replaces, at least 3/4 of an AckWait sooner. Late status messages (404, 408, heartbeats) are dropped.
 //
-// Costs: no SUB/UNSUB per fetch (nats.go made two protocol operations and a subscription per
-// fetch); one map lookup per message received; a timer per late job.
+// Costs: no SUB/UNSUB per no-wait fetch (nats.go made two protocol operations and a
+// subscription per fetch); a SUB and a drain per long pull; one map lookup per message
+// received; a timer per late job.
 
 // lateHold is how long a late job waits for a fetch of its consumer in this process before it
 // is NAK'd: a quarter of the consumer's AckWait, at most maxLateHold. A worker that is busy
@@ -77,9 +79,20 @@ type pulls struct {
 
 // pull is one fetch's wait for its replies.
 type pull struct {
-	key string         // the consumer: "<stream> <consumer>"
-	ch  chan *nats.Msg // its replies; late jobs handed to it
+	key string             // the consumer: "<stream> <consumer>"
+	ch  chan *nats.Msg     // its replies; late jobs handed to it
+	sub *nats.Subscription // a long pull's own (longSub); nil: the shared one
 }
+
+// longSub: a long pull that its caller cuts short stays waiting at the server until it expires
+// (JetStream has no cancel), and the server sends it the consumer's next jobs as long as its
+// reply subject has interest. On the shared subscription it always would: those jobs would all
+// come late, and wait for lateHold in a process that may fetch that queue no more (a runner
+// stopped, a pool replaced). So a long pull replies on a subject of its own, "<inbox>.l.<n>",
+// outside the shared wildcard, subscribed for it and drained at its end: the UNSUB tells the
+// server that no one waits any more (it drops the request at its next delivery), and the drain
+// still receives what the server sent before it (late jobs, kept). A SUB and an UNSUB per long
+// pull, as nats.go made; the no-wait fetches, most fetches of a busy queue, share one.
 
 // late is a job that came after its fetch returned, NAK'd by timer unless taken first.
 type late struct {
@@ -88,8 +101,9 @@ type late struct {
 }
 
 // start opens a fetch on consumer key: it subscribes the first time, and returns the pull and
-// the reply subject of its request.
-func (p *pulls) start(nc *nats.Conn, key string, ackWait time.Duration, limit int) (*pull, string, error) {
+// the reply subject of its request. A long pull (long) gets a subscription of its own, outside
+// the shared one's wildcard, that end drains: see longSub.
+func (p *pulls) start(nc *nats.Conn, key string, ackWait time.Duration, limit int, long bool) (*pull, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -112,25 +126,36 @@ func (p *pulls) start(nc *nats.Conn, key string, ackWait time.Duration, limit in
 		p.holds[key] = p.hold
 	}
 	p.next++
-	token := strconv.FormatUint(p.next, 36)
+	reply := p.prefix + strconv.FormatUint(p.next, 36)
 	pl := &pull{key: key, ch: make(chan *nats.Msg, limit+4)}
-	p.open[token] = pl
-	return pl, p.prefix + token, nil
+	if long {
+		reply = p.prefix + "l." + strconv.FormatUint(p.next, 36)
+		sub, err := nc.Subscribe(reply, p.receive)
+		if err != nil {
+			return nil, "", fmt.Errorf("subscribe a long pull's replies: %w", err)
+		}
+		pl.sub = sub
+	}
+	p.open[reply] = pl
+	return pl, reply, nil
 }
 
 // end closes a fetch: what comes for it from now on is late, as is what came after it
-// stopped reading its replies.
+// stopped reading its replies. A long pull's subscription is drained (longSub).
 func (p *pulls) end(reply string, pl *pull) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.open, strings.TrimPrefix(reply, p.prefix))
-	for {
+	delete(p.open, reply)
+	for done := false; !done; {
 		select {
 		case m := <-pl.ch:
 			p.lateLocked(m)
 		default:
-			return
+			done = true
 		}
+	}
+	p.mu.Unlock()
+	if pl.sub != nil && pl.sub.Drain() != nil {
+		_ = pl.sub.Unsubscribe()
 	}
 }
 
@@ -138,7 +163,7 @@ func (p *pulls) end(reply string, pl *pull) {
 func (p *pulls) receive(m *nats.Msg) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pl, ok := p.open[strings.TrimPrefix(m.Subject, p.prefix)]; ok {
+	if pl, ok := p.open[m.Subject]; ok {
 		select {
 		case pl.ch <- m:
 			return
@@ -315,7 +340,7 @@ func (c *Consumer) pullOnce(ctx context.Context, limit int, noWait bool) ([]*nat
 		req = pullFor(ctx, limit, time.Now())
 	}
 	body, _ := json.Marshal(req)
-	pl, reply, err := c.q.pulls.start(c.q.nc, c.key, c.ackWait, limit)
+	pl, reply, err := c.q.pulls.start(c.q.nc, c.key, c.ackWait, limit, !noWait)
 	if err != nil {
 		return nil, err
 	}
