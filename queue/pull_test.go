@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"context"
 	"io"
 	"net"
 	"strings"
@@ -221,6 +222,50 @@ func TestFetchLateJobsHandedBack(t *testing.T) {
 		if err := m.Ack(b.ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A long pull cut short stays waiting at the server until it expires; the next job must not go
+// to it (it would come late to a process that may fetch no more) but to whoever fetches next.
+func TestFetchCutLongPullTakesNoJob(t *testing.T) {
+	spec := queue.Spec{Name: "q", AckWait: 30 * time.Second}
+	b := setup(t, queue.Options{}, spec)
+	other := setupURL(t, b.url, queue.Options{Prefix: b.prefix}, spec)
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	cons, err := b.js.Consumer(b.ctx, b.stream("q"), "workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := make(chan struct{})
+	go func() { // cut the pull once the server has it
+		defer close(cut)
+		defer cancel()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if ci, err := cons.Info(b.ctx); err == nil && ci.NumWaiting == 1 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Error("the long pull was not waiting at the server within 5 s")
+				return
+			}
+		}
+	}()
+	msgs, err := b.consumer("q").Fetch(ctx, 1, 30*time.Second)
+	<-cut
+	if len(msgs) != 0 {
+		t.Fatalf("a cut long pull on an empty queue got %d jobs (%v)", len(msgs), err)
+	}
+	id := b.publish(&queue.Job{Queue: "q"}).ID // on the same connection: after the pull's end
+	msgs, err = other.consumer("q").Fetch(b.ctx, 1, 3*time.Second)
+	if err != nil || len(msgs) != 1 || msgs[0].Job.ID != id {
+		t.Fatalf("the other process's fetch: %d jobs, %v (the cut pull took the job)", len(msgs), err)
+	}
+	if msgs[0].Delivered != 1 {
+		t.Fatalf("delivered %d times, want 1", msgs[0].Delivered)
+	}
+	if err := msgs[0].Ack(b.ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
