@@ -234,9 +234,10 @@ func (p *pulls) takeLate(key string, limit int) []*nats.Msg {
 	}
 	out := make([]*nats.Msg, 0, n)
 	for _, l := range kept[:n] {
-		if l.timer.Stop() {
-			out = append(out, l.m)
-		}
+		// A timer that fired already waits for p.mu in expire, which NAKs only the jobs
+		// still kept: taken here, the job is this fetch's either way.
+		l.timer.Stop()
+		out = append(out, l.m)
 	}
 	p.late[key] = append(kept[:0:0], kept[n:]...)
 	if len(p.late[key]) == 0 {
@@ -252,9 +253,8 @@ func (p *pulls) stop() {
 	p.closed = true
 	for key, kept := range p.late {
 		for _, l := range kept {
-			if l.timer.Stop() {
-				p.nak(l.m)
-			}
+			l.timer.Stop()
+			p.nak(l.m)
 		}
 		delete(p.late, key)
 	}
