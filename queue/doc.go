@@ -62,8 +62,8 @@
 // consumer; its dead-letter and schedule streams cost nothing until first used. A scheduled
 // job costs two stream reads, its schedule and a status entry, and when due a get, a publish
 // and an ack; a high or low job a status entry beside its message. A long pull (Fetch,
-// MoveDue) gets an idle heartbeat per 40% of its wait. Fetches share one subscription per
-// Queues for their replies (no subscription per fetch).
+// MoveDue) gets an idle heartbeat per 40% of its wait. No-wait fetches share one subscription
+// per Queues for their replies; a long pull subscribes for its own and drains it at its end.
 //
 // With Options.SharedStreams, the plain queues ([Shareable]) keep their jobs in that many
 // shared streams instead (shared.go): provisioning them costs the shared streams, once, and no
