@@ -26,6 +26,18 @@ type Consumer struct {
 	q     *core
 	queue string
 	c     jetstream.Consumer
+	key   string // "<stream> <consumer>", the late jobs' key (pull.go)
+	next  string // the subject of its pull requests
+	// ackWait is the consumer's AckWait, which bounds how long late jobs are kept (lateHold).
+	ackWait time.Duration
+}
+
+// newConsumer returns the Consumer of queue over c, whose pull requests go out on q's API
+// prefix (pull.go).
+func newConsumer(q *core, queue string, c jetstream.Consumer) *Consumer {
+	ci := c.CachedInfo()
+	return &Consumer{q: q, queue: queue, c: c, key: ci.Stream + " " + ci.Name,
+		next: q.api + "CONSUMER.MSG.NEXT." + ci.Stream + "." + ci.Name, ackWait: ci.Config.AckWait}
 }
 
 // Consumer returns the shared consumer of queue name, making it first for a queue of a
@@ -46,13 +58,13 @@ func (d Deliveries) Consumer(ctx context.Context, name string) (*Consumer, error
 		if err != nil {
 			return nil, fmt.Errorf("queue: consumer of %q: %w", name, err)
 		}
-		return &Consumer{q: d.core, queue: name, c: c}, nil
+		return newConsumer(d.core, name, c), nil
 	}
 	d.mu.RLock()
 	c, ok := d.consumers[name]
 	d.mu.RUnlock()
 	if ok {
-		return &Consumer{q: d.core, queue: name, c: c}, nil
+		return newConsumer(d.core, name, c), nil
 	}
 	ctx, cancel := withDefaultTimeout(ctx, opTimeout)
 	defer cancel()
@@ -60,7 +72,7 @@ func (d Deliveries) Consumer(ctx context.Context, name string) (*Consumer, error
 	if err != nil {
 		return nil, fmt.Errorf("queue: consumer of %q: %w", name, err)
 	}
-	return &Consumer{q: d.core, queue: name, c: c}, nil
+	return newConsumer(d.core, name, c), nil
 }
 
 // Queue returns the name of the consumer's queue.
@@ -73,8 +85,10 @@ func (c *Consumer) Queue() string { return c.queue }
 // Each returned job is held by the caller until it calls Ack, Nak, NakWithDelay or
 // [Deliveries.DeadLetter], or Spec.AckWait passes without an InProgress, after which JetStream hands
 // it to another worker. Keep limit small: jobs fetched and not yet worked on still count against
-// AckWait. Cancelling ctx ends the wait early; jobs the server sent meanwhile are redelivered
-// after AckWait.
+// AckWait. Cancelling ctx ends the wait early. A job the server sent for a fetch that had stopped
+// waiting (ctx ended, or a no-wait fetch's answer came after 1 s) is not lost for an AckWait: the
+// next Fetch of the same consumer in this process gets it, or it is handed back for immediate
+// redelivery (pull.go).
 //
 // A message that is not a job envelope (published to the queue's subject by something else) is
 // moved to the dead-letter stream and not returned.
@@ -83,22 +97,20 @@ func (c *Consumer) Fetch(ctx context.Context, limit int, wait time.Duration) ([]
 		return nil, err
 	}
 	limit = max(limit, 1)
-	var (
-		batch jetstream.MessageBatch
-		err   error
-	)
-	if wait <= 0 {
-		batch, err = c.c.FetchNoWait(limit)
-	} else {
-		fctx, cancel := context.WithTimeout(ctx, wait)
-		defer cancel()
-		batch, err = c.c.Fetch(limit, longPull(fctx)...)
-	}
-	if err != nil {
-		return nil, c.fetchErr(err)
+	raws := c.q.pulls.takeLate(c.key, limit)
+	var err error
+	if len(raws) == 0 {
+		if wait <= 0 {
+			raws, err = c.pullOnce(ctx, limit, true)
+		} else {
+			fctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			raws, err = c.pullOnce(fctx, limit, false)
+		}
 	}
 	var out []*Msg
-	for raw := range batch.Messages() {
+	for _, nm := range raws {
+		raw := &pulled{m: nm, nc: c.q.nc}
 		m, err := c.msg(raw)
 		if err != nil {
 			c.poison(ctx, raw, err)
@@ -106,9 +118,8 @@ func (c *Consumer) Fetch(ctx context.Context, limit int, wait time.Duration) ([]
 		}
 		out = append(out, m)
 	}
-	if err := batch.Error(); err != nil && len(out) == 0 &&
-		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
-		!errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+	if err != nil && len(out) == 0 &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		return nil, c.fetchErr(err)
 	}
 	if out == nil && ctx.Err() != nil {
@@ -131,20 +142,30 @@ func (c *Consumer) fetchErr(err error) error {
 	return fmt.Errorf("queue: fetch %q: %w", c.queue, err)
 }
 
-// longPull returns the options of a pull request that waits until ctx ends: ctx's deadline
-// sets its expiry, and a pull of 10 s or more gets the rarest idle heartbeat nats.go allows,
-// one per 40% of its wait (it refuses one longer than half the expiry, which it sets to 90% of
-// the wait, and 0 means its default), instead of its default of one every 5 s: idle pulls are
-// most of what an idle deployment costs nats-server (docs/design/queue.md). A pull lost with
-// its server is cut short by its caller (the worker's idle.go), not found by missed heartbeats.
+// longPull returns the options of a nats.go pull request that waits until ctx ends (the
+// schedule's mover; Fetch sends its own, pullFor): ctx's deadline sets its expiry, and a pull
+// of 10 s or more gets the rarest idle heartbeat nats.go allows (longPullHeartbeat) instead of
+// its default of one every 5 s.
 func longPull(ctx context.Context) []jetstream.FetchOpt {
 	opts := []jetstream.FetchOpt{jetstream.FetchContext(ctx)}
 	if dl, ok := ctx.Deadline(); ok {
-		if left := time.Until(dl); left >= 10*time.Second {
-			opts = append(opts, jetstream.FetchHeartbeat(left*2/5))
+		if hb := longPullHeartbeat(time.Until(dl)); hb > 0 {
+			opts = append(opts, jetstream.FetchHeartbeat(hb))
 		}
 	}
 	return opts
+}
+
+// longPullHeartbeat is the idle heartbeat of a pull that waits left: for 10 s or more one per
+// 40% of it (nats.go refuses one longer than half the expiry, which it sets to 90% of the
+// wait), else none. Idle pulls are most of what an idle deployment costs nats-server
+// (docs/design/queue.md); a pull lost with its server is cut short by its caller (the worker's
+// idle.go), not found by missed heartbeats.
+func longPullHeartbeat(left time.Duration) time.Duration {
+	if left >= 10*time.Second {
+		return left * 2 / 5
+	}
+	return 0
 }
 
 func (c *Consumer) msg(raw jetstream.Msg) (*Msg, error) {

@@ -41,6 +41,9 @@
 // [Publisher.Status] finds a job from the moment Publish returns. Workers ack explicitly and
 // count attempts themselves (MaxDeliver -1): a job stays in its stream until a worker acks it
 // (or dead-letters it, or it is canceled), and is delivered again after Spec.AckWait unacked.
+// A job the server sent for a fetch that stopped waiting (a no-wait fetch answered after 1 s, a
+// long pull's end) goes to the next Fetch of its consumer in the process as the same delivery,
+// or is handed back after a quarter of AckWait (at most 5 s), never held for an AckWait (pull.go).
 // Lowering MaxDepth never drops a job. A job that left its queue but whose message stayed in
 // its stream after a fault (acked while the stream could not write, or recorded final by a
 // worker that died before its ack) is a leftover: Info does not count the first kind, and
@@ -59,7 +62,8 @@
 // consumer; its dead-letter and schedule streams cost nothing until first used. A scheduled
 // job costs two stream reads, its schedule and a status entry, and when due a get, a publish
 // and an ack; a high or low job a status entry beside its message. A long pull (Fetch,
-// MoveDue) gets an idle heartbeat per 40% of its wait.
+// MoveDue) gets an idle heartbeat per 40% of its wait. No-wait fetches share one subscription
+// per Queues for their replies; a long pull subscribes for its own and drains it at its end.
 //
 // With Options.SharedStreams, the plain queues ([Shareable]) keep their jobs in that many
 // shared streams instead (shared.go): provisioning them costs the shared streams, once, and no

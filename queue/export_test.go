@@ -38,3 +38,22 @@ func FormerProbes(q *Queues) uint64 { return q.probes.Load() }
 
 // APIPrefix is the start of js's JetStream API subjects, as the queue layer's own requests use it.
 var APIPrefix = apiPrefix
+
+// SetLateHold makes q keep the jobs that come for a fetch that has returned for d (instead of
+// a quarter of their consumer's AckWait) before it hands them back (pull.go).
+func SetLateHold(q *Queues, d time.Duration) {
+	q.pulls.mu.Lock()
+	defer q.pulls.mu.Unlock()
+	q.pulls.hold = d
+}
+
+// LateKept is how many late jobs q keeps for the next fetch of their consumer (pull.go).
+func LateKept(q *Queues) int {
+	q.pulls.mu.Lock()
+	defer q.pulls.mu.Unlock()
+	n := 0
+	for _, kept := range q.pulls.late {
+		n += len(kept)
+	}
+	return n
+}

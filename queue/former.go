@@ -104,7 +104,7 @@ func (d Deliveries) FormerConsumer(ctx context.Context, name, stream string) (*C
 	if err != nil {
 		return nil, fmt.Errorf("queue: consumer of %q on its former stream %s: %w", name, stream, err)
 	}
-	return &Consumer{q: d.core, queue: name, c: c}, nil
+	return newConsumer(d.core, name, c), nil
 }
 
 // RetireFormer removes queue name's former stream (see above) once it holds none of the

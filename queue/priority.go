@@ -125,7 +125,7 @@ func (d Deliveries) LevelConsumer(ctx context.Context, name string, p Priority) 
 	if err != nil {
 		return nil, fmt.Errorf("queue: consumer of %q, priority %s: %w", name, p, err)
 	}
-	return &Consumer{q: d.core, queue: name, c: c}, nil
+	return newConsumer(d.core, name, c), nil
 }
 
 // levelDepths returns how many jobs wait (or are in flight) in queue name's high and low

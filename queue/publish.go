@@ -352,6 +352,7 @@ func (q *core) retract(job *Job, subject, stream string, f jetstream.PubAckFutur
 func (q *Queues) Close(ctx context.Context) error {
 	defer q.conn.stop(q.nc)
 	defer q.stopBackground()
+	defer q.pulls.stop()
 	done := make(chan struct{})
 	go func() {
 		q.retracts.Wait()

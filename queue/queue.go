@@ -207,6 +207,8 @@ type core struct {
 	sharedCons sync.Map
 	// sharedStreams are the shared streams' handles by index as text (jetstream.Stream).
 	sharedStreams sync.Map
+	// pulls is the fetch path's subscription and the fetches waiting on it (pull.go).
+	pulls pulls
 }
 
 // validName reports whether s is a queue name or key prefix: 1 to 64 of [A-Za-z0-9_-].
