@@ -224,8 +224,9 @@ func beyondRate(as []workertest.Arrival, due map[string]time.Time, interval time
 }
 
 // logLatest logs the k scheduled jobs that arrived latest against their times, with their
-// attempt (above 1: redelivered after AckWait or a hand-back), and how many arrivals of
-// scheduled jobs were redeliveries.
+// attempt, and how many arrivals of scheduled jobs had an attempt above 1 (sent again after a
+// hand-back, or redelivered after AckWait with the first attempt recorded; a redelivery whose
+// first delivery left no running record is attempt 1 again, and shows as a duplicate).
 func logLatest(t testing.TB, as []workertest.Arrival, due map[string]time.Time, k int) {
 	var mine []workertest.Arrival
 	redelivered := 0
@@ -238,7 +239,7 @@ func logLatest(t testing.TB, as []workertest.Arrival, due map[string]time.Time, 
 		}
 	}
 	slices.SortFunc(mine, func(a, b workertest.Arrival) int { return cmp.Compare(b.At.Sub(due[b.ID]), a.At.Sub(due[a.ID])) })
-	t.Logf("%d of %d arrivals were redeliveries (attempt > 1); the latest:", redelivered, len(mine))
+	t.Logf("%d of %d arrivals had an attempt above 1; the latest:", redelivered, len(mine))
 	for _, a := range mine[:min(k, len(mine))] {
 		t.Logf("  %v late, attempt %d, due %v", a.At.Sub(due[a.ID]), a.Attempt, due[a.ID].Format(time.StampMilli))
 	}
