@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -96,37 +97,54 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // TestScheduledJobsOnTime: 1 000 jobs scheduled 1–20s ahead (at random) on an otherwise idle
 // 100/s queue drained by two worker processes arrive at the upstream never before their time,
-// and 99% of them within a second of it. (The 1–60s horizon is BenchmarkScheduledLateness.)
+// and 99% of them within a second of their earliest possible slot. (The 1–60s horizon is
+// BenchmarkScheduledLateness.)
+//
+// The bound is on the lateness beyond the queue's rate (beyondRate): jobs due at nearly the
+// same time wait their slots at 100/s whatever the movers do, so the k-th arrival is measured
+// against the k-th slot an ideal 100/s server would give the same due times. That is the
+// product's own lateness (the server's schedule, the mover's hold and move, the worker's wake
+// and delivery), more exact than lateness against the due time, which counts the rate's too.
+// The log gives both, the redeliveries among the arrivals, and the latest jobs.
 //
 // It stays out of the parallel group (Makefile, TIMED) although it mostly waits: its p99 needs
-// the CPU. Beside two busy loops on a machine at load 11-14, 4 of 5 runs missed (p99 1.07-2.4 s)
-// even alone.
+// the CPU. Beside two busy loops, 4 of 5 runs missed (p99 1.07-2.4 s, machine load 11-14)
+// before the stranded-fetch fix (bfc7135); after it, 5 of 5 passed beside two busy loops with
+// a p99 beyond the rate of 8–10 ms (docs/design/time.md).
 func TestScheduledJobsOnTime(t *testing.T) {
-	late := scheduledLateness(t, 1000, 20*time.Second)
-	if late[0] < 0 {
-		t.Errorf("a job arrived %v before its time", -late[0])
+	s := scheduledLateness(t, 1000, 20*time.Second)
+	if s.late[0] < 0 {
+		t.Errorf("a job arrived %v before its time", -s.late[0])
 	}
-	if p99 := quantile(late, 0.99); p99 > time.Second {
-		t.Errorf("p99 lateness %v, want ≤ 1s", p99)
+	if p99 := quantile(s.beyond, 0.99); p99 > time.Second {
+		t.Errorf("p99 lateness beyond the rate's %v, want ≤ 1s", p99)
 	}
 }
 
 // BenchmarkScheduledLateness is TestScheduledJobsOnTime over the full horizon: 1 000
-// jobs scheduled 1–60s ahead. It reports the lateness quantiles.
+// jobs scheduled 1–60s ahead. It reports the lateness quantiles, against the due times and
+// beyond the rate's.
 func BenchmarkScheduledLateness(b *testing.B) {
 	for range b.N {
-		late := scheduledLateness(b, 1000, 60*time.Second)
+		s := scheduledLateness(b, 1000, 60*time.Second)
+		late := s.late
 		b.ReportMetric(float64(late[0].Milliseconds()), "min-late-ms")
 		b.ReportMetric(float64(quantile(late, 0.5).Milliseconds()), "p50-late-ms")
 		b.ReportMetric(float64(quantile(late, 0.99).Milliseconds()), "p99-late-ms")
 		b.ReportMetric(float64(late[len(late)-1].Milliseconds()), "max-late-ms")
+		b.ReportMetric(float64(quantile(s.beyond, 0.99).Milliseconds()), "p99-beyond-rate-ms")
 	}
 }
 
+// schedLate is what scheduledLateness measured, each sorted: late is every job's lateness
+// against its time, beyond the lateness beyond the rate's (beyondRate).
+type schedLate struct{ late, beyond []time.Duration }
+
 // scheduledLateness schedules n jobs 1s–horizon ahead on an idle 100/s queue with two worker
-// processes and returns their lateness at the upstream, sorted; it fails when one is lost or
-// delivered twice.
-func scheduledLateness(t testing.TB, n int, horizon time.Duration) []time.Duration {
+// processes and returns their lateness at the upstream; it fails when one is lost or
+// delivered twice (logging each duplicate's arrivals).
+func scheduledLateness(t testing.TB, n int, horizon time.Duration) schedLate {
+	const interval = time.Second / 100
 	c := newCluster(t)
 	path := c.config(c.queueYAML("later", "100/s"))
 	for range 2 {
@@ -134,13 +152,97 @@ func scheduledLateness(t testing.TB, n int, horizon time.Duration) []time.Durati
 	}
 	due := c.publishScheduled("later", n, uniformAhead(time.Second, horizon))
 	c.up.WaitCount(t, horizon+30*time.Second, "every scheduled job", func(int) bool { return c.up.Distinct() >= n })
-	late, arrivals := lateness(c.up.Arrivals(), due)
-	if len(late) != n || arrivals != n {
-		t.Fatalf("%d jobs arrived (%d arrivals), want %d once each", len(late), arrivals, n)
-	}
+	as := c.up.Arrivals()
+	late, arrivals := lateness(as, due)
+	s := schedLate{late: late, beyond: beyondRate(as, due, interval)}
+	imposed := rateImposed(due, interval)
 	t.Logf("lateness of %d jobs scheduled 1s–%v ahead: min %v p50 %v p99 %v max %v", n, horizon,
 		late[0], quantile(late, 0.5), quantile(late, 0.99), late[len(late)-1])
-	return late
+	t.Logf("of which the 100/s rate imposes: p50 %v p99 %v max %v; beyond the rate's: min %v p50 %v p99 %v max %v",
+		quantile(imposed, 0.5), quantile(imposed, 0.99), imposed[len(imposed)-1],
+		s.beyond[0], quantile(s.beyond, 0.5), quantile(s.beyond, 0.99), s.beyond[len(s.beyond)-1])
+	logLatest(t, as, due, 5)
+	if len(late) != n || arrivals != n {
+		per := c.up.PerID()
+		for _, a := range as {
+			if per[a.ID] > 1 {
+				t.Logf("job %s arrived at %v (attempt %d), due %v", a.ID, a.At.Format(time.StampMicro), a.Attempt, due[a.ID].Format(time.StampMicro))
+			}
+		}
+		t.Fatalf("%d jobs arrived (%d arrivals), want %d once each", len(late), arrivals, n)
+	}
+	return s
+}
+
+// rateImposed returns, sorted, the lateness an ideal server of one job per interval gives
+// jobs due at the times in due: each job's earliest possible slot (slots) less its time.
+func rateImposed(due map[string]time.Time, interval time.Duration) []time.Duration {
+	times := slices.SortedFunc(maps.Values(due), time.Time.Compare)
+	out := make([]time.Duration, len(times))
+	for i, s := range slots(times, interval) {
+		out[i] = s.Sub(times[i])
+	}
+	slices.Sort(out)
+	return out
+}
+
+// slots returns the earliest slots of jobs due at the sorted times, one job per interval:
+// each at its time or an interval after the one before, whichever is later.
+func slots(times []time.Time, interval time.Duration) []time.Time {
+	out := make([]time.Time, len(times))
+	for i, nb := range times {
+		out[i] = nb
+		if i > 0 && out[i-1].Add(interval).After(nb) {
+			out[i] = out[i-1].Add(interval)
+		}
+	}
+	return out
+}
+
+// beyondRate returns how late the scheduled jobs (by id in due) arrived at the upstream
+// beyond what a rate of one job per interval imposes, sorted: the k-th first arrival against
+// the k-th earliest slot (slots). No server that keeps the rate and the times has its k-th
+// arrival before the k-th slot, whichever job takes which slot, so this is lateness the rate
+// does not explain.
+func beyondRate(as []workertest.Arrival, due map[string]time.Time, interval time.Duration) []time.Duration {
+	sl := slots(slices.SortedFunc(maps.Values(due), time.Time.Compare), interval)
+	seen := map[string]bool{}
+	var firsts []time.Time
+	for _, a := range as {
+		if _, ok := due[a.ID]; ok && !seen[a.ID] {
+			seen[a.ID] = true
+			firsts = append(firsts, a.At)
+		}
+	}
+	slices.SortFunc(firsts, time.Time.Compare)
+	out := make([]time.Duration, 0, len(firsts))
+	for i, at := range firsts[:min(len(firsts), len(sl))] {
+		out = append(out, at.Sub(sl[i]))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// logLatest logs the k scheduled jobs that arrived latest against their times, with their
+// attempt, and how many arrivals of scheduled jobs had an attempt above 1 (sent again after a
+// hand-back, or redelivered after AckWait with the first attempt recorded; a redelivery whose
+// first delivery left no running record is attempt 1 again, and shows as a duplicate).
+func logLatest(t testing.TB, as []workertest.Arrival, due map[string]time.Time, k int) {
+	var mine []workertest.Arrival
+	redelivered := 0
+	for _, a := range as {
+		if _, ok := due[a.ID]; ok {
+			mine = append(mine, a)
+			if a.Attempt > 1 {
+				redelivered++
+			}
+		}
+	}
+	slices.SortFunc(mine, func(a, b workertest.Arrival) int { return cmp.Compare(b.At.Sub(due[b.ID]), a.At.Sub(due[a.ID])) })
+	t.Logf("%d of %d arrivals had an attempt above 1; the latest:", redelivered, len(mine))
+	for _, a := range mine[:min(k, len(mine))] {
+		t.Logf("  %v late, attempt %d, due %v", a.At.Sub(due[a.ID]), a.Attempt, due[a.ID].Format(time.StampMilli))
+	}
 }
 
 // TestScheduledBesideBacklog: 500 jobs scheduled 1–20s ahead beside a 3 000-job backlog of a
