@@ -32,7 +32,7 @@
 #   jsperjob". The drains' queues are plain ones (but the fair ones): with SHARED unset they
 #   take the config's default, 16 shared streams; SHARED=S runs them with
 #   nats.shared_streams: S, SHARED=0 with a stream per queue (the jsdrain processes follow the
-#   config either way).
+#   config either way). NAME_SALT=x changes the rounds' queue names (so their shared streams).
 #
 # Installs what it lacks: wrk nginx haproxy caddy redis-server (apt), bullmq (npm, into
 # scripts/peers). Usage: scripts/bench-peers.sh [seconds per HTTP run] [rounds] [jobs]
@@ -252,12 +252,15 @@ declare -A QLINE
 qline() { # name rate target [more]
   QLINE[$1]="  - { name: $1, rate: $2, concurrency: 16, max_depth: 10000000, ${4:+$4, }target: \"POST $REC/$3/$1\" }"
 }
+# NAME_SALT=x names the rounds' queues settledx1, freshx1, ...: other names, so other shared
+# streams (FNV-1a of the name), for the same rounds.
+S=${NAME_SALT:-}
 qline paced 200/s sluice
 for r in $(seq 1 "$DRAIN_ROUNDS"); do
-  qline "settled$r" 1000000/s sluice; qline "fresh$r" 1000000/s sluice; qline "throttled$r" 2000/s sluice
-  qline "fairone$r" 1000000/s sluice 'tenant: "header:X-Tenant", fair: true'
-  qline "fairmany$r" 1000000/s sluice 'tenant: "header:X-Tenant", fair: true'
-  qline "bare$r" 1000000/s bare; qline "bared$r" 1000000/s bare; qline "baredb$r" 1000000/s bare
+  qline "settled$S$r" 1000000/s sluice; qline "fresh$S$r" 1000000/s sluice; qline "throttled$S$r" 2000/s sluice
+  qline "fairone$S$r" 1000000/s sluice 'tenant: "header:X-Tenant", fair: true'
+  qline "fairmany$S$r" 1000000/s sluice 'tenant: "header:X-Tenant", fair: true'
+  qline "bare$S$r" 1000000/s bare; qline "bared$S$r" 1000000/s bare; qline "baredb$S$r" 1000000/s bare
 done
 { cat "$W/drain-head.yaml"; printf '%s\n' "${QLINE[@]}"; } > "$W/drain.yaml"
 "$W/ingress" -config "$W/drain.yaml" 2>"$W/drain-ingress.log" &
@@ -327,19 +330,19 @@ for r in $(seq 1 "$DRAIN_ROUNDS"); do
   # mean is the round's baseline: the machine's speed drifts within a round (jsdrain -record
   # alone ran at 8 253–13 407 jobs/s across the rounds of one quiet run), and a baseline on one
   # side of the drains it divides moved their ratios with that drift.
-  fill "bared$r" "$JOBS"; out=$(bare_drain "bared$r" "$JOBS" -record); row "$r: bare JetStream, fetch, POST, record, ack (jsdrain -record), before" "$out -"; set -- $out; rec=$1
-  fill "settled$r" "$JOBS"; out=$(sluice_drain "settled$r" "$JOBS"); row "$r: Sluice, unthrottled, settled" "$out"; set -- $out; R[settled]+=" $1"; cpu_un=$4
-  fill "fresh$r" "$JOBS"; out=$(sluice_drain "fresh$r" "$JOBS" fresh); row "$r: Sluice, unthrottled, from the workers' start" "$out"; set -- $out; fresh=$1
-  fill "baredb$r" "$JOBS"; out=$(bare_drain "baredb$r" "$JOBS" -record); row "$r: bare JetStream, fetch, POST, record, ack (jsdrain -record), after" "$out -"; set -- $out
+  fill "bared$S$r" "$JOBS"; out=$(bare_drain "bared$S$r" "$JOBS" -record); row "$r: bare JetStream, fetch, POST, record, ack (jsdrain -record), before" "$out -"; set -- $out; rec=$1
+  fill "settled$S$r" "$JOBS"; out=$(sluice_drain "settled$S$r" "$JOBS"); row "$r: Sluice, unthrottled, settled" "$out"; set -- $out; R[settled]+=" $1"; cpu_un=$4
+  fill "fresh$S$r" "$JOBS"; out=$(sluice_drain "fresh$S$r" "$JOBS" fresh); row "$r: Sluice, unthrottled, from the workers' start" "$out"; set -- $out; fresh=$1
+  fill "baredb$S$r" "$JOBS"; out=$(bare_drain "baredb$S$r" "$JOBS" -record); row "$r: bare JetStream, fetch, POST, record, ack (jsdrain -record), after" "$out -"; set -- $out
   rec=$(awk -v a="$rec" -v b="$1" 'BEGIN {print (a + b) / 2}')
   R[fresh]+=" $(div "$fresh" "$rec")"; R[settledr]+=" $(div "${R[settled]##* }" "$rec")"
-  fill "throttled$r" "$JOBS"; out=$(sluice_drain "throttled$r" "$JOBS"); row "$r: Sluice, rate 2000/s" "$out"; set -- $out; R[cpu]+=" $(div "$4" "$cpu_un")"
-  fill "fairone$r" "$FAIR_JOBS" -header "X-Tenant: t0"; out=$(sluice_drain "fairone$r" "$FAIR_JOBS"); row "$r: Sluice, fair, 1 tenant" "$out"; set -- $out; one=$1
-  fill "fairmany$r" "$FAIR_JOBS" -unique-header X-Tenant; out=$(sluice_drain "fairmany$r" "$FAIR_JOBS"); row "$r: Sluice, fair, $FAIR_JOBS tenants of one job" "$out"; set -- $out; R[fair]+=" $(div "$1" "$one")"
+  fill "throttled$S$r" "$JOBS"; out=$(sluice_drain "throttled$S$r" "$JOBS"); row "$r: Sluice, rate 2000/s" "$out"; set -- $out; R[cpu]+=" $(div "$4" "$cpu_un")"
+  fill "fairone$S$r" "$FAIR_JOBS" -header "X-Tenant: t0"; out=$(sluice_drain "fairone$S$r" "$FAIR_JOBS"); row "$r: Sluice, fair, 1 tenant" "$out"; set -- $out; one=$1
+  fill "fairmany$S$r" "$FAIR_JOBS" -unique-header X-Tenant; out=$(sluice_drain "fairmany$S$r" "$FAIR_JOBS"); row "$r: Sluice, fair, $FAIR_JOBS tenants of one job" "$out"; set -- $out; R[fair]+=" $(div "$1" "$one")"
 done
 printf '| BullMQ, unthrottled | %s | - |\n' "$(bull_drain unthrottled "$JOBS" 0 | sed 's/ / | /g')"
-fill bare1 "$JOBS"
-printf '| bare JetStream: fetch, POST, ack (scripts/jsdrain) | %s | - |\n' "$(bare_drain bare1 "$JOBS" | sed 's/ / | /g')"
+fill "bare${S}1" "$JOBS"
+printf '| bare JetStream: fetch, POST, ack (scripts/jsdrain) | %s | - |\n' "$(bare_drain "bare${S}1" "$JOBS" | sed 's/ / | /g')"
 fill paced "$PACED_JOBS"
 printf '| Sluice, rate 200/s | %s |\n' "$(sluice_drain paced "$PACED_JOBS" | sed 's/ / | /g')"
 printf '| BullMQ, limiter 200/s | %s | - |\n' "$(bull_drain paced "$PACED_JOBS" 200 | sed 's/ / | /g')"
