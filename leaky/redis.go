@@ -54,8 +54,9 @@ type Redis struct {
 	now    func() time.Time
 	clocks sync.Map // queue → *serverClock
 	states sync.Map // queue → *seenState
-	// refreshes counts the round trips checks shared (refresh), for tests.
-	refreshes atomic.Int64
+	// refreshes counts the round trips checks shared (refresh), and joins the checks that
+	// waited for one already in flight, for tests.
+	refreshes, joins atomic.Int64
 }
 
 // NewRedis returns a schedule kept in rdb (a *redis.Client, *redis.ClusterClient, Ring, …).
@@ -162,6 +163,7 @@ func (r *Redis) refresh(ctx context.Context, queue string, from time.Time) error
 	st.mu.Lock()
 	if f := st.reading; f != nil && !f.sent.Before(from) {
 		st.mu.Unlock()
+		r.joins.Add(1)
 		select {
 		case <-f.done:
 			return f.err
