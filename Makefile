@@ -11,10 +11,11 @@ MAKEFLAGS += --keep-going
 
 test: deps vet cyclo lines compose unit fuzz
 
-# deps installs what the tests run besides Go — redis-server, curl for the README's quickstart
+# deps installs what the tests run besides Go — redis-server, gcc for -race (without a C
+# compiler on PATH Go turns cgo off, and -race refuses to run), curl for the README's quickstart
 # lines, docker-compose to validate deploy/compose.yaml, chromium for the dashboard's browser
 # test — from Debian when missing (as root), or says how.
-DEPS := redis-server:redis-server curl:curl docker-compose:docker-compose chromium:chromium
+DEPS := redis-server:redis-server gcc:gcc curl:curl docker-compose:docker-compose chromium:chromium
 deps:
 	@missing=""; for d in $(DEPS); do command -v $${d%%:*} >/dev/null 2>&1 || missing="$$missing $${d#*:}"; done; \
 	if [ -n "$$missing" ]; then \
