@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -300,4 +301,70 @@ func BenchmarkFetch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// spent is how many attempts a worker counts as spent on job m before this delivery, as
+// internal/worker's recallState counts them: its record's attempts, plus one per delivery
+// after the one that wrote the record (m.Delivered above the record's Delivered + 1), which
+// left none.
+func spent(t *testing.T, b *bundle, m *queue.Msg) int {
+	t.Helper()
+	st, err := b.q.Record(b.ctx, m.Job.ID)
+	if err != nil && !errors.Is(err, queue.ErrNotFound) {
+		t.Fatal(err)
+	}
+	n := st.Attempts
+	if seen := st.Delivered + 1; m.Delivered > seen {
+		n += int(m.Delivered - seen)
+	}
+	return n
+}
+
+// A late job NAK'd after its hold was never tried: its record says so before the NAK, so that
+// the redelivery counts no attempt for it, and a job of max attempts N still gets N deliveries
+// tried (here each one fails, records its attempt and NAKs, as a worker does), however many
+// deliveries the fetch path handed back. Before, the NAK'd delivery counted as one attempt:
+// N-1 tries.
+func TestFetchLateNakSpendsNoAttempt(t *testing.T) {
+	srv := testenv.NATS(t)
+	p := newStallProxy(t, srv.URL)
+	spec := queue.Spec{Name: "q", AckWait: 30 * time.Second}
+	b := setupURL(t, "nats://"+p.addr, queue.Options{}, spec)
+	other := setupURL(t, srv.URL, queue.Options{Prefix: b.prefix}, spec)
+	queue.SetLateHold(b.q, 300*time.Millisecond)
+	got, _ := stalledFetch(t, b, p, b.consumer("q"), 1, 0, 2*time.Second)
+	if len(got) != 0 { // it gives up after 1 s
+		t.Fatalf("a no-wait fetch under a 2 s stall got %d jobs", len(got))
+	}
+	const maxAttempts = 3
+	c := other.consumer("q")
+	tried := 0
+	for {
+		got = fetchAll(t, other, c, nil, 1, 5*time.Second)
+		if len(got) != 1 {
+			t.Fatalf("the job not redelivered within 5 s after %d tries", tried)
+		}
+		m := got[0]
+		if tried == 0 && m.Delivered != 2 {
+			t.Fatalf("first fetch by the other process: delivered %d times, want 2 (the late delivery NAK'd)", m.Delivered)
+		}
+		attempts := spent(t, other, m)
+		if attempts >= maxAttempts {
+			if err := m.Ack(other.ctx); err != nil { // dead-lettered, as a worker would
+				t.Fatal(err)
+			}
+			break
+		}
+		tried++
+		if err := other.q.SetStatus(other.ctx, queue.Status{ID: m.Job.ID, State: queue.StateRetrying,
+			Attempts: attempts + 1, Delivered: m.Delivered, LastError: "503"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Nak(other.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tried != maxAttempts {
+		t.Fatalf("the job was tried %d times, want max attempts %d (the late delivery NAK'd spent one)", tried, maxAttempts)
+	}
 }

@@ -228,6 +228,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 		making: make(chan struct{}, 1), makingLedgers: make(chan struct{}, ledgerMakes), holdWait: defaultHoldWait}
 	q.closing, q.stopBackground = context.WithCancel(context.Background())
 	q.releaser.q = q
+	q.pulls.unsent = q.recordUnsent
 	// A JetStream context of our own for async publishes, the same API prefix or domain as js,
 	// whose ack timeout frees the futures of acks that never come (callers stop waiting at
 	// their ctx deadline; on a reconnect nats.go fails pending futures anyway).
