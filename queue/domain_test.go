@@ -2,10 +2,15 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/testenv"
@@ -155,5 +160,90 @@ func TestAPIPrefixFollowsTheContext(t *testing.T) {
 		if got := queue.APIPrefix(js); got != c.want {
 			t.Errorf("API prefix %q, want %q", got, c.want)
 		}
+	}
+}
+
+// TestDomainPermissions: CheckPermissions through a context made with a domain probes that
+// domain's API subjects, which a client of a leaf node in a domain of its own uses to reach
+// the hub's JetStream, and its error names the fix for them. Users of the leaf, their
+// permissions written into its config file as an operator would: one granted PermissionsFix
+// ("$JS.API.>", the leaf's own JetStream) is refused "$JS.hub.API.INFO"; one granted
+// PermissionsFor the domain passes, and with no more than that provisions a queue, publishes,
+// fetches, records a status and acks through the domain.
+func TestDomainPermissions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	hubNC := testenv.Connect(t, testenv.NATS(t).URL) // a context to compute the fix with, no I/O
+	hubCtx, err := jetstream.NewWithDomain(hubNC, "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fix := queue.PermissionsFor(hubCtx)
+	if plain, err := jetstream.New(hubNC); err != nil || queue.PermissionsFor(plain) != queue.PermissionsFix {
+		t.Fatalf("PermissionsFor a context on $JS.API.: %v, %v; want PermissionsFix", queue.PermissionsFor(plain), err)
+	}
+	if !strings.Contains(fix, `"$JS.hub.API.>"`) || strings.Contains(fix, `"$JS.API.>"`) {
+		t.Fatalf("PermissionsFor a context in domain hub: %s; want $JS.hub.API.> instead of $JS.API.>", fix)
+	}
+	conf := filepath.Join(t.TempDir(), "leaf.conf")
+	users := `authorization { users = [
+  { user: admin, password: admin }
+  { user: plain, password: p, ` + queue.PermissionsFix + ` }
+  { user: domain, password: p, ` + fix + ` }
+] }
+no_auth_user: admin
+`
+	if err := os.WriteFile(conf, []byte(users), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, leaf := testenv.NATSDomains(t, "hub", "leaf", func(o *server.Options) {
+		if err := o.ProcessConfigFile(conf); err != nil {
+			t.Fatalf("the leaf's users: %v", err)
+		}
+	})
+	as := func(user string) jetstream.JetStream {
+		nc := testenv.Connect(t, strings.Replace(leaf.URL, "nats://", "nats://"+user+":p@", 1))
+		js, err := jetstream.NewWithDomain(nc, "hub")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+
+	err = queue.CheckPermissions(ctx, as("plain"), []string{"q"})
+	if !errors.Is(err, queue.ErrPermission) || !strings.Contains(err.Error(), `refused Publish to "$JS.hub.API.INFO"`) ||
+		!strings.Contains(err.Error(), fix) {
+		t.Fatalf("CheckPermissions as a user granted $JS.API.> through domain hub: %v; want ErrPermission naming "+
+			"$JS.hub.API.INFO and the fix %s", err, fix)
+	}
+	t.Logf("as plain: %v", err)
+
+	js := as("domain")
+	if err := queue.CheckPermissions(ctx, js, []string{"q"}); err != nil {
+		t.Fatalf("CheckPermissions as a user granted PermissionsFor the domain: %v", err)
+	}
+	q, err := queue.New(ctx, js, queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		q.Close(ctx)
+	})
+	if err := q.Provision(ctx, []queue.Spec{{Name: "q", MaxDepth: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{t: t, ctx: ctx, url: leaf.URL, js: js, q: q, prefix: queue.DefaultPrefix}
+	id := b.publish(&queue.Job{Queue: "q", Method: http.MethodPost, Path: "/x"}).ID
+	m := b.fetchOne(b.consumer("q"), 5*time.Second)
+	if err := q.SetStatus(ctx, queue.Status{ID: id, State: queue.StateSucceeded, Attempts: 1, Delivered: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Record(ctx, id); err != nil || st.State != queue.StateSucceeded {
+		t.Fatalf("Record: %+v, %v; want succeeded", st, err)
 	}
 }

@@ -36,9 +36,6 @@ func ReleasesPublished(q *Queues) int { return q.releaser.publishedCount() }
 // its current one (sharedcount.go, probeFormer).
 func FormerProbes(q *Queues) uint64 { return q.probes.Load() }
 
-// APIPrefix is the start of js's JetStream API subjects, as the queue layer's own requests use it.
-var APIPrefix = apiPrefix
-
 // SetLateHold makes q keep the jobs that come for a fetch that has returned for d (instead of
 // a quarter of their consumer's AckWait) before it hands them back (pull.go).
 func SetLateHold(q *Queues, d time.Duration) {

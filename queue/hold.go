@@ -53,7 +53,7 @@ import (
 // finds it with a consumer and the stamp of the current hold settings in its metadata sends
 // none, and one without the stamp brings the hold to them (ensureHoldAs: three requests, once).
 // The sweep reads a ledger with one batched direct get per page (a work-queue stream admits no
-// second consumer), on the JetStream context's API prefix (apiPrefix).
+// second consumer), on the JetStream context's API prefix (APIPrefix).
 
 // holdName is the durable name of every ledger's hold consumer and its delivery's queue group.
 const holdName = "hold"
@@ -324,7 +324,7 @@ type heldTicket struct {
 
 // readTickets reads up to limit tickets of ledger stream from sequence from on, in order, in
 // one batched direct get (nats-server ≥ 2.11; the ledger allows direct gets), on js's API
-// prefix (apiPrefix).
+// prefix (APIPrefix).
 func (q *core) readTickets(ctx context.Context, stream string, from uint64, limit int) ([]heldTicket, error) {
 	inbox := q.nc.NewRespInbox()
 	ch := make(chan *nats.Msg, limit+1)

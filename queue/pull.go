@@ -33,13 +33,17 @@ import (
 //     that the server hands it to the next pull of any process at once.
 // A late job handed on or kept is the same delivery: its delivery count (Msg.Delivered, the
 // worker's attempt count) does not move, and its AckWait runs from when the server sent it, as
-// for any fetched job. A NAK'd one is delivered again with a count one higher, which a worker
-// counts as a delivery that left no record (one attempt): the same as the AckWait redelivery it
-// replaces, at least 3/4 of an AckWait sooner. Late status messages (404, 408, heartbeats) are dropped.
+// for any fetched job. A NAK'd one is delivered again with a count one higher; before the NAK
+// its status record is written with this delivery's count and its attempts as they were
+// (recordUnsent), as a worker's pass that sends nothing writes it, so that the next delivery
+// counts no attempt for this one: a job of max attempts N still gets N deliveries to its
+// upstream. Were that write to fail, the NAK follows anyway, and the job counts this delivery
+// as one attempt, as the AckWait redelivery it replaces would (at least 3/4 of an AckWait
+// later). Late status messages (404, 408, heartbeats) are dropped.
 //
 // Costs: no SUB/UNSUB per no-wait fetch (nats.go made two protocol operations and a
 // subscription per fetch); a SUB and a drain per long pull; one map lookup per message
-// received; a timer per late job.
+// received; a timer per late job; a status read and write per late job NAK'd.
 
 // lateHold is how long a late job waits for a fetch of its consumer in this process before it
 // is NAK'd: a quarter of the consumer's AckWait, at most maxLateHold. A worker that is busy
@@ -72,7 +76,11 @@ type pulls struct {
 	open   map[string]*pull         // reply token -> the fetch waiting for it
 	late   map[string][]*late       // consumer key -> late jobs kept for its next fetch
 	holds  map[string]time.Duration // consumer key -> its late jobs' hold (lateHold)
+	queues map[string]string        // consumer key -> its queue's name
 	closed bool
+	// unsent, when set (the core's recordUnsent), records that a late job of a queue was not
+	// tried, before its NAK.
+	unsent func(ctx context.Context, queue string, m *nats.Msg)
 	// hold, when set (a test's SetLateHold), replaces lateHold.
 	hold time.Duration
 }
@@ -102,8 +110,8 @@ type late struct {
 
 // start opens a fetch on consumer key: it subscribes the first time, and returns the pull and
 // the reply subject of its request. A long pull (long) gets a subscription of its own, outside
-// the shared one's wildcard, that end drains: see longSub.
-func (p *pulls) start(nc *nats.Conn, key string, ackWait time.Duration, limit int, long bool) (*pull, string, error) {
+// the shared one's wildcard, that end drains: see longSub. queue names the consumer's queue.
+func (p *pulls) start(nc *nats.Conn, key, queue string, ackWait time.Duration, limit int, long bool) (*pull, string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -120,7 +128,9 @@ func (p *pulls) start(nc *nats.Conn, key string, ackWait time.Duration, limit in
 		_ = sub.SetPendingLimits(-1, -1)
 		p.nc, p.sub, p.prefix = nc, sub, prefix
 		p.open, p.late, p.holds = map[string]*pull{}, map[string][]*late{}, map[string]time.Duration{}
+		p.queues = map[string]string{}
 	}
+	p.queues[key] = queue
 	p.holds[key] = lateHold(ackWait)
 	if p.hold > 0 {
 		p.holds[key] = p.hold
@@ -179,7 +189,7 @@ func (p *pulls) lateLocked(m *nats.Msg) {
 	if !isJob(m) {
 		return
 	}
-	if p.closed {
+	if p.closed { // after Close: NAK'd without a record (stop), as the caller stops using q
 		p.nak(m)
 		return
 	}
@@ -205,7 +215,7 @@ func (p *pulls) lateLocked(m *nats.Msg) {
 	p.late[key] = append(p.late[key], l)
 }
 
-// expire NAKs l unless a fetch took it.
+// expire hands l back unless a fetch took it.
 func (p *pulls) expire(key string, l *late) {
 	p.mu.Lock()
 	kept := p.late[key]
@@ -215,12 +225,25 @@ func (p *pulls) expire(key string, l *late) {
 			if len(p.late[key]) == 0 {
 				delete(p.late, key)
 			}
+			queue := p.queues[key]
 			p.mu.Unlock()
-			p.nak(l.m)
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			defer cancel()
+			p.handBack(ctx, queue, l.m)
 			return
 		}
 	}
 	p.mu.Unlock()
+}
+
+// handBack NAKs m, a late job of queue that no fetch took, once its record says that this
+// delivery was not tried (unsent; not for a consumer this process never fetched from, whose
+// queue it does not know). p.mu is not held: the record is a status read and write.
+func (p *pulls) handBack(ctx context.Context, queue string, m *nats.Msg) {
+	if p.unsent != nil && queue != "" {
+		p.unsent(ctx, queue, m)
+	}
+	p.nak(m)
 }
 
 // takeLate returns up to limit late jobs of consumer key, oldest first.
@@ -246,21 +269,32 @@ func (p *pulls) takeLate(key string, limit int) []*nats.Msg {
 	return out
 }
 
-// stop unsubscribes and NAKs the late jobs kept (Close).
+// stop unsubscribes and hands back the late jobs kept (Close), within opTimeout for their
+// records all told: past it, they are NAK'd without.
 func (p *pulls) stop() {
+	type back struct {
+		queue string
+		m     *nats.Msg
+	}
+	var backs []back
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.closed = true
 	for key, kept := range p.late {
 		for _, l := range kept {
 			l.timer.Stop()
-			p.nak(l.m)
+			backs = append(backs, back{p.queues[key], l.m})
 		}
 		delete(p.late, key)
 	}
 	if p.sub != nil {
 		_ = p.sub.Unsubscribe()
 		p.sub = nil
+	}
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	for _, b := range backs {
+		p.handBack(ctx, b.queue, b.m)
 	}
 }
 
@@ -340,7 +374,7 @@ func (c *Consumer) pullOnce(ctx context.Context, limit int, noWait bool) ([]*nat
 		req = pullFor(ctx, limit, time.Now())
 	}
 	body, _ := json.Marshal(req)
-	pl, reply, err := c.q.pulls.start(c.q.nc, c.key, c.ackWait, limit, !noWait)
+	pl, reply, err := c.q.pulls.start(c.q.nc, c.key, c.queue, c.ackWait, limit, !noWait)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,8 @@ package queue_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -300,4 +302,92 @@ func BenchmarkFetch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// spent is how many attempts a worker counts as spent on job m before this delivery, as
+// internal/worker's recallState counts them: its record's attempts, plus one per delivery
+// after the one that wrote the record (m.Delivered above the record's Delivered + 1), which
+// left none.
+func spent(t *testing.T, b *bundle, m *queue.Msg) int {
+	t.Helper()
+	st, err := b.q.Record(b.ctx, m.Job.ID)
+	if err != nil && !errors.Is(err, queue.ErrNotFound) {
+		t.Fatal(err)
+	}
+	n := st.Attempts
+	if seen := st.Delivered + 1; m.Delivered > seen {
+		n += int(m.Delivered - seen)
+	}
+	return n
+}
+
+// A late job NAK'd after its hold was never tried: its record says so before the NAK, so that
+// the redelivery counts no attempt for it, and a job of max attempts N still gets N deliveries
+// tried (here each one fails, records its attempt and NAKs, as a worker does), whether the
+// late delivery was its first or came after a try. Before, the NAK'd delivery counted as one
+// attempt: N-1 tries.
+func TestFetchLateNakSpendsNoAttempt(t *testing.T) {
+	for _, before := range []int{0, 1} {
+		t.Run(fmt.Sprintf("after %d tries", before), func(t *testing.T) { lateNakTries(t, before) })
+	}
+}
+
+// lateNakTries tries a job of max attempts 3 before times, makes its next delivery late (the
+// server's answer held 1.5 s behind a proxy, its hold 300 ms), and then tries it until its
+// attempts are spent, in another process, as a worker would.
+func lateNakTries(t *testing.T, before int) {
+	srv := testenv.NATS(t)
+	p := newStallProxy(t, srv.URL)
+	spec := queue.Spec{Name: "q", AckWait: 30 * time.Second}
+	b := setupURL(t, "nats://"+p.addr, queue.Options{}, spec)
+	other := setupURL(t, srv.URL, queue.Options{Prefix: b.prefix}, spec)
+	queue.SetLateHold(b.q, 300*time.Millisecond)
+	const maxAttempts = 3
+	b.publish(&queue.Job{Queue: "q"})
+	c := other.consumer("q")
+	tried, late := 0, uint64(0)
+	// try fetches the job in the other process and, unless its attempts are spent, fails an
+	// attempt: records it and NAKs (confirmed, so the job is ready for the next fetch).
+	try := func() bool {
+		got := fetchAll(t, other, c, nil, 1, 5*time.Second)
+		if len(got) != 1 {
+			t.Fatalf("the job not redelivered within 5 s after %d tries", tried)
+		}
+		m := got[0]
+		if late > 0 && m.Delivered != late+1 {
+			t.Fatalf("after the late delivery %d: delivered %d times, want %d", late, m.Delivered, late+1)
+		}
+		late = 0
+		attempts := spent(t, other, m)
+		if attempts >= maxAttempts {
+			if err := m.Ack(other.ctx); err != nil { // dead-lettered, as a worker would
+				t.Fatal(err)
+			}
+			return false
+		}
+		tried++
+		if err := other.q.SetStatus(other.ctx, queue.Status{ID: m.Job.ID, State: queue.StateRetrying,
+			Attempts: attempts + 1, Delivered: m.Delivered, LastError: "503"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Nak(other.ctx); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	for range before {
+		try()
+	}
+	p.delay.Store(int64(1500 * time.Millisecond))
+	got, err := b.consumer("q").Fetch(b.ctx, 1, 0)
+	p.delay.Store(0)
+	if err != nil || len(got) != 0 { // it gives up after 1 s
+		t.Fatalf("a no-wait fetch under a 1.5 s stall got %d jobs, %v", len(got), err)
+	}
+	late = uint64(before) + 1
+	for try() {
+	}
+	if tried != maxAttempts {
+		t.Fatalf("the job was tried %d times, want max attempts %d (the late delivery NAK'd spent one)", tried, maxAttempts)
+	}
 }

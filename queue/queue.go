@@ -128,7 +128,7 @@ type core struct {
 	js  jetstream.JetStream
 	pub jetstream.JetStream // for async publishes (see New)
 	nc  *nats.Conn
-	// api starts js's JetStream API subjects (apiPrefix), for the requests made without
+	// api starts js's JetStream API subjects (APIPrefix), for the requests made without
 	// nats.go (batched direct gets: readTickets, Records).
 	api  string
 	opts Options
@@ -224,10 +224,11 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Queues, er
 	if !validName(opts.Prefix) {
 		return nil, fmt.Errorf("queue: prefix %q: want 1-64 letters, digits, '-' or '_'", opts.Prefix)
 	}
-	q := &core{js: js, nc: js.Conn(), api: apiPrefix(js), opts: opts, now: time.Now, specs: map[string]Spec{},
+	q := &core{js: js, nc: js.Conn(), api: APIPrefix(js), opts: opts, now: time.Now, specs: map[string]Spec{},
 		making: make(chan struct{}, 1), makingLedgers: make(chan struct{}, ledgerMakes), holdWait: defaultHoldWait}
 	q.closing, q.stopBackground = context.WithCancel(context.Background())
 	q.releaser.q = q
+	q.pulls.unsent = q.recordUnsent
 	// A JetStream context of our own for async publishes, the same API prefix or domain as js,
 	// whose ack timeout frees the futures of acks that never come (callers stop waiting at
 	// their ctx deadline; on a reconnect nats.go fails pending futures anyway).
@@ -389,13 +390,14 @@ func (q *core) spec(name string) (Spec, bool) {
 	return s, ok
 }
 
-// apiPrefix is the start of js's JetStream API subjects, ending in '.': "$JS.<domain>.API."
+// APIPrefix is the start of js's JetStream API subjects, ending in '.': "$JS.<domain>.API."
 // for a context made with a domain (jetstream.NewWithDomain), the prefix given to
 // jetstream.NewWithAPIPrefix, else "$JS.API.". A request that nats.go does not build (a
-// batched direct get) must start with it: from a leaf node in a JetStream domain of its own,
-// "$JS.API." reaches the leaf's JetStream, not the domain's that js names, and in an account
-// that imports another's JetStream under a prefix nothing answers it.
-func apiPrefix(js jetstream.JetStream) string {
+// batched direct get, here and in package fair) must start with it: from a leaf node in a
+// JetStream domain of its own, "$JS.API." reaches the leaf's JetStream, not the domain's that
+// js names, and in an account that imports another's JetStream under a prefix nothing answers
+// it. CheckPermissions probes the subjects under it. It does no I/O.
+func APIPrefix(js jetstream.JetStream) string {
 	o := js.Options()
 	switch {
 	case o.Domain != "":

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -278,6 +280,41 @@ func (q *core) firstRecord(st Status) bool {
 	}
 	spec, ok := q.spec(st.Queue)
 	return ok && !spec.Fair
+}
+
+// recordUnsent records that delivery m of a job of queue name was handed back untried (a late
+// job that the fetch path NAKs, pull.go): the job's record as a worker's pass that sends
+// nothing writes it, its state, attempts and holds as they were, with m's delivery count, so
+// that the delivery the NAK makes counts no attempt for m. Attempts are counted from the record:
+// its own, plus one per delivery after the one that wrote it (internal/worker's recallState);
+// the record takes in those before m, which left none. A job without a record gets one,
+// queued. A record that is final, or that m or a later delivery wrote, stays. It reads and
+// writes once (compare-and-set); a failure is dropped: the NAK follows either way.
+func (q *core) recordUnsent(ctx context.Context, name string, m *nats.Msg) {
+	md, err := m.Metadata()
+	if err != nil {
+		return
+	}
+	job, err := decode(m.Header, m.Data)
+	if err != nil || !validID(job.ID) {
+		return
+	}
+	d := md.NumDelivered
+	_ = q.updateStatus(ctx, job.ID, func(cur *record) *record {
+		next := record{Status: Status{State: StateQueued, Queue: name, CreatedAt: job.CreatedAt}, Tenant: job.Tenant}
+		if cur != nil {
+			if cur.State.Terminal() || cur.Delivered >= d {
+				return nil
+			}
+			next = *cur
+			next.UpdatedAt = time.Time{}
+		}
+		if seen := next.Delivered + 1; d > seen {
+			next.Attempts += int(d - seen)
+		}
+		next.Delivered = d
+		return &next
+	})
 }
 
 // updateStatus applies change to the entry of job id with compare-and-set, retrying on

@@ -100,13 +100,13 @@ func checkNATS(ctx context.Context, cfg *config.Config, out io.Writer) error {
 	for i, q := range cfg.Queues {
 		names[i] = q.Name
 	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = queue.CheckPermissions(pctx, nc, names)
-	cancel()
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}
-	js, err := jetstream.New(nc)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = queue.CheckPermissions(pctx, js, names)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}

@@ -119,7 +119,11 @@ queues:
 		t.Fatal(err)
 	}
 	defer enough.Close()
-	if err := queue.CheckPermissions(ctx, enough, []string{"q"}); err != nil {
+	enoughJS, err := jetstream.New(enough)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.CheckPermissions(ctx, enoughJS, []string{"q"}); err != nil {
 		t.Fatalf("probe as enough: %v", err)
 	}
 	for _, name := range names {

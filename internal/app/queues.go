@@ -44,7 +44,7 @@ func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, cur
 		if !nc.IsConnected() {
 			err = fmt.Errorf("no NATS server answers at %s (connection %s)", redactURL(url), nc.Status())
 		} else if !probed {
-			if err = checkPermissions(ctx, nc, current()); err == nil {
+			if err = checkPermissions(ctx, js, current()); err == nil {
 				probed = true
 				continue
 			}
@@ -72,12 +72,13 @@ func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, cur
 	}
 }
 
-// checkPermissions asks the NATS server whether the connection's user may do what Sluice does
-// with cfg's queues (queue.CheckPermissions), waiting for its answer a few seconds at most.
-func checkPermissions(ctx context.Context, nc *nats.Conn, cfg *config.Config) error {
+// checkPermissions asks the NATS server whether the user of js's connection may do what Sluice
+// does through js with cfg's queues (queue.CheckPermissions), waiting for its answer a few
+// seconds at most.
+func checkPermissions(ctx context.Context, js jetstream.JetStream, cfg *config.Config) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return queue.CheckPermissions(ctx, nc, queueNames(cfg))
+	return queue.CheckPermissions(ctx, js, queueNames(cfg))
 }
 
 // explainOpen turns a failed opening of the queues into what the log and /readyz say: the

@@ -19,7 +19,9 @@ import (
 // "$JS.API.>" cross a leaf connection between two domains, so a request sent there by a
 // client of the leaf is answered by the leaf's own JetStream (which holds none of the hub's
 // streams) or by no one. Core NATS subjects (jobs, acknowledgements, deliveries) cross it.
-func NATSDomains(t testing.TB, hub, leaf string) (h, l *NATSServer) {
+//
+// leafOpts change the leaf's options after the domain's (its users and their permissions).
+func NATSDomains(t testing.TB, hub, leaf string, leafOpts ...NATSOption) (h, l *NATSServer) {
 	t.Helper()
 	port := FreePort(t)
 	h = NATS(t, func(o *server.Options) {
@@ -30,11 +32,11 @@ func NATSDomains(t testing.TB, hub, leaf string) (h, l *NATSServer) {
 	if err != nil {
 		t.Fatalf("testenv: leaf remote: %v", err)
 	}
-	l = NATS(t, func(o *server.Options) {
+	l = NATS(t, append([]NATSOption{func(o *server.Options) {
 		o.ServerName, o.JetStreamDomain = "leaf", leaf
 		o.LeafNode.ReconnectInterval = 50 * time.Millisecond
 		o.LeafNode.Remotes = []*server.RemoteLeafOpts{{URLs: []*url.URL{remote}}}
-	})
+	}}, leafOpts...)...)
 	WaitFor(t, 10*time.Second, "the leaf node connected to the hub", func() bool {
 		return h.Server.NumLeafNodes() == 1 && l.Server.NumLeafNodes() == 1
 	})

@@ -6,11 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluice-rl/sluice/queue"
 )
 
 // directGet reads a tenant's share of a round from the backlog stream in one request: a
@@ -25,17 +26,11 @@ type directGet struct {
 	subj string // the stream's DIRECT.GET API subject
 }
 
-// newDirectGet returns a batched reader of stream through js's connection and API prefix.
+// newDirectGet returns a batched reader of stream through js's connection and API prefix
+// (queue.APIPrefix: a domain's, or the prefix js was made with, as the queue layer's own
+// direct gets).
 func newDirectGet(js jetstream.JetStream, stream string) directGet {
-	o := js.Options()
-	prefix := jetstream.DefaultAPIPrefix
-	switch {
-	case o.Domain != "":
-		prefix = "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "":
-		prefix = strings.TrimSuffix(o.APIPrefix, ".") + "."
-	}
-	return directGet{nc: js.Conn(), subj: prefix + "DIRECT.GET." + stream}
+	return directGet{nc: js.Conn(), subj: queue.APIPrefix(js) + "DIRECT.GET." + stream}
 }
 
 // batch reads up to n messages on subject subj from sequence from on. It returns what it read
