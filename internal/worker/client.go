@@ -85,8 +85,8 @@ func (p *Pool) do(req *http.Request) (*http.Response, error) {
 
 // SetDirectHTTP turns the direct path for plain http:// upstreams (package h1) on or off, at
 // once and for the deliveries that start from then on; a Pool starts with it on. Off, every
-// delivery goes through net/http, as https ones do, and the direct path's idle connections
-// are closed. It is the way around an upstream that misbehaves on the direct path, short of a
+// delivery goes through net/http, as https ones do, and the direct path's connections are
+// closed: the idle ones at once, one in use when its delivery ends. It is the way around an upstream that misbehaves on the direct path, short of a
 // downgrade (config key worker.direct_http). A Pool given its own Deps.HTTP has no direct
 // path: then it does nothing. A change is logged. Safe for concurrent use.
 func (p *Pool) SetDirectHTTP(on bool) {
