@@ -45,7 +45,8 @@
 // closed is closed within two seconds, or at its take if that comes first; that costs a
 // wake-up a second while connections are idle, and a system call per connection idle a second
 // or more. Without Alive, a closed one is found by the failed request and its one retry, or
-// expires.
+// expires. CloseIdleConnections closes the idle connections at once and those in use when
+// their bodies are closed, so that after it no connection made before it is used again.
 //
 // Not handled here, and left to net/http by the caller: https, proxies, HTTP/2, requests
 // expecting 100-continue, protocol upgrades.
@@ -62,6 +63,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -109,6 +111,9 @@ type Client struct {
 	// holds a connection (or a sweep that will find it empty is about to run).
 	sweep *time.Timer
 	armed bool
+	// epoch counts the calls of CloseIdleConnections (written under mu): a connection dialed
+	// in an earlier one is closed, not kept, when it comes back.
+	epoch atomic.Uint64
 }
 
 func (c *Client) clock() time.Time {
@@ -129,6 +134,7 @@ type conn struct {
 	el    *list.Element // in Client.lru while idle
 	stop  func() bool   // the request's context.AfterFunc
 	reuse bool          // it carried a request before this one
+	epoch uint64        // Client.epoch when it was dialed
 }
 
 // countWriter counts the bytes written to the connection of a request.

@@ -10,10 +10,13 @@ import (
 // The idle set: the connections waiting for their next request, by host and in the order
 // they came back, with the one sweep that closes those idle too long or closed by the server.
 
-// CloseIdleConnections closes the idle connections; those in use close when their bodies do.
-// The Client stays usable.
+// CloseIdleConnections closes the idle connections at once, and those in use (or being
+// dialed) when their bodies are closed, instead of taking them back: no connection made
+// before the call carries another request. The Client stays usable: connections dialed after
+// it are kept as usual.
 func (c *Client) CloseIdleConnections() {
 	c.mu.Lock()
+	c.epoch.Add(1)
 	idle := c.idle
 	c.idle = nil
 	c.lru.Init()
@@ -62,19 +65,21 @@ func (c *Client) take(ctx context.Context, addr string, fresh bool) (*conn, erro
 		}
 		cn.c.Close()
 	}
+	epoch := c.epoch.Load()
 	nc, err := c.Dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	cn := &conn{c: nc, addr: addr}
+	cn := &conn{c: nc, addr: addr, epoch: epoch}
 	cn.w.c = nc
 	cn.br = bufio.NewReader(nc)
 	cn.bw = bufio.NewWriter(&cn.w)
 	return cn, nil
 }
 
-// put returns cn to the idle set, or closes it when the set is full. Its deadline is unset:
-// the request's context did not end while it was used.
+// put returns cn to the idle set, or closes it when the set is full or CloseIdleConnections
+// was called since it was dialed. Its deadline is unset: the request's context did not end
+// while it was used.
 func (c *Client) put(cn *conn) {
 	cn.idle = c.clock()
 	max := c.MaxIdle
@@ -84,7 +89,7 @@ func (c *Client) put(cn *conn) {
 	var evicted *conn
 	c.mu.Lock()
 	cs := c.idle[cn.addr]
-	if len(cs) >= max {
+	if len(cs) >= max || cn.epoch != c.epoch.Load() {
 		c.mu.Unlock()
 		cn.c.Close()
 		return

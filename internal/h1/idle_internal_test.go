@@ -201,3 +201,50 @@ func TestTheSweepNeverClosesABusyConnection(t *testing.T) {
 		t.Fatalf("%d connections, want 4", n)
 	}
 }
+
+// TestCloseIdleConnectionsClosesThoseInUseAtTheirReturn: CloseIdleConnections closes the idle
+// connection at once, and the one whose answer is being read when its body is closed, not
+// 90 s later by the sweep; a connection dialed after the call is kept as before.
+func TestCloseIdleConnectionsClosesThoseInUseAtTheirReturn(t *testing.T) {
+	release := make(chan struct{})
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			w.Header().Set("Content-Length", "10")
+			w.Write([]byte("12345"))
+			w.(http.Flusher).Flush()
+			<-release
+			w.Write([]byte("67890"))
+		}
+	})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(let) // before the server's Close, which waits for the handler
+	c := &Client{Dial: (&net.Dialer{}).DialContext}
+	t.Cleanup(c.CloseIdleConnections)
+	req, _ := http.NewRequest(http.MethodGet, u.URL+"/slow", nil)
+	busy, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 5)
+	if _, err := io.ReadFull(busy.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	get(t, c, u.URL+"/fast") // a second connection, left idle
+	c.CloseIdleConnections()
+	u.waitClosed(t, 1, "the idle connection")
+	let()
+	rest, err := io.ReadAll(busy.Body)
+	if err != nil || string(first)+string(rest) != "1234567890" {
+		t.Fatalf("the busy connection's answer: %q, %v", string(first)+string(rest), err)
+	}
+	busy.Body.Close() // read to its end and kept alive: it would go back to the idle set
+	u.waitClosed(t, 2, "the connection in use at CloseIdleConnections, at its return")
+	if n, armed := c.idleCount(); n != 0 || armed {
+		t.Fatalf("%d idle connections, sweep armed %v; want 0 and false", n, armed)
+	}
+	get(t, c, u.URL+"/fast")
+	if n, _ := c.idleCount(); n != 1 || u.opened.Load() != 3 {
+		t.Fatalf("after: %d idle connections of %d opened; want the new one kept, of 3", n, u.opened.Load())
+	}
+}

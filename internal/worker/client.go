@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,12 +49,14 @@ func defaultClient() (*http.Client, *spares, *direct) {
 // and requests that expect 100-continue or ask for an upgrade go through the client, and so
 // does every request while the direct path is off (Pool.SetDirectHTTP, worker.direct_http).
 type direct struct {
-	h1    *h1.Client
-	off   atomic.Bool                           // every request goes through the client
-	proxy func(*http.Request) (*url.URL, error) // the transport's; nil: none
-	// proxied is, by URL host, whether a proxy serves it (or choosing one failed): the
-	// environment's proxy settings are read once per process, so the answer stays true.
-	proxied sync.Map
+	h1  *h1.Client
+	off atomic.Bool // every request goes through the client
+	// proxy is the transport's (nil: none), asked for each request: http.ProxyFromEnvironment
+	// reads the environment once per process and answers at once when it set no proxy for the
+	// scheme; else it matches the host against NO_PROXY, about what the net/http path pays per
+	// request anyway (BENCHMARKS.md, "h1 and spares bounded"). A cache by host would grow with
+	// every host ever asked.
+	proxy func(*http.Request) (*url.URL, error)
 }
 
 // serves reports whether req goes the direct way.
@@ -66,13 +67,8 @@ func (d *direct) serves(req *http.Request) bool {
 	if d.proxy == nil {
 		return true
 	}
-	if v, ok := d.proxied.Load(req.URL.Host); ok {
-		return !v.(bool)
-	}
 	u, err := d.proxy(req)
-	via := err != nil || u != nil
-	d.proxied.Store(req.URL.Host, via)
-	return !via
+	return err == nil && u == nil // a proxy serves it, or choosing one failed: net/http's way
 }
 
 // do sends one delivery's request: the direct way when it serves it, else by the client.
@@ -85,8 +81,8 @@ func (p *Pool) do(req *http.Request) (*http.Response, error) {
 
 // SetDirectHTTP turns the direct path for plain http:// upstreams (package h1) on or off, at
 // once and for the deliveries that start from then on; a Pool starts with it on. Off, every
-// delivery goes through net/http, as https ones do, and the direct path's idle connections
-// are closed. It is the way around an upstream that misbehaves on the direct path, short of a
+// delivery goes through net/http, as https ones do, and the direct path's connections are
+// closed: the idle ones at once, one in use when its delivery ends. It is the way around an upstream that misbehaves on the direct path, short of a
 // downgrade (config key worker.direct_http). A Pool given its own Deps.HTTP has no direct
 // path: then it does nothing. A change is logged. Safe for concurrent use.
 func (p *Pool) SetDirectHTTP(on bool) {

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func TestDirectServesPlainHTTPWithoutProxy(t *testing.T) {
 		want   bool
 	}{
 		{"http://upstream:8080/x", nil, true},
-		{"http://upstream:8080/y", nil, true}, // the host's answer is kept: no second proxy call
+		{"http://upstream:8080/y", nil, true}, // asked again: no answer kept by host
 		{"https://upstream/x", nil, false},
 		{"http://behind.proxy/x", nil, false},
 		{"http://upstream:8080/x", http.Header{"Expect": {"100-continue"}}, false},
@@ -52,8 +53,8 @@ func TestDirectServesPlainHTTPWithoutProxy(t *testing.T) {
 			t.Errorf("%s %v: serves %v, want %v", c.url, c.header, got, c.want)
 		}
 	}
-	if proxied != 2 {
-		t.Errorf("the proxy was asked %d times for 2 hosts", proxied)
+	if proxied != 3 { // the http:// requests without Expect or Upgrade: nothing kept by host
+		t.Errorf("the proxy was asked %d times for 3 requests", proxied)
 	}
 }
 
@@ -223,5 +224,78 @@ func TestDirectIdleTimeoutIsTheTransports(t *testing.T) {
 	tr := client.Transport.(*http.Transport)
 	if tr.IdleConnTimeout != 90*time.Second || d.h1.IdleTimeout != tr.IdleConnTimeout {
 		t.Fatalf("idle timeouts: net/http %v, direct %v; want both 90s", tr.IdleConnTimeout, d.h1.IdleTimeout)
+	}
+}
+
+// TestDirectHTTPOffClosesAConnectionInUse: a delivery on the direct path when it is turned off
+// (a reload setting worker.direct_http: false) finishes on its connection, which is then
+// closed at once, not left idle for the sweep 90 s later; the next delivery goes through
+// net/http.
+func TestDirectHTTPOffClosesAConnectionInUse(t *testing.T) {
+	release := make(chan struct{})
+	closed := make(chan string, 8) // the remote addresses of the connections closed
+	slowOn := make(chan string, 1) // the remote address /slow came on
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			slowOn <- r.RemoteAddr
+			w.Header().Set("Content-Length", "4")
+			w.Write([]byte("ok"))
+			w.(http.Flusher).Flush()
+			<-release
+			w.Write([]byte("ok"))
+		}
+	}))
+	s.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			closed <- c.RemoteAddr().String()
+		}
+	}
+	s.Start()
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(s.Close)
+	t.Cleanup(let) // before the server's Close, which waits for the handler
+	client, sp, d := defaultClient()
+	p := &Pool{client: client, spares: sp, direct: d}
+	t.Cleanup(func() { client.CloseIdleConnections(); d.h1.CloseIdleConnections(); sp.close() })
+
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/slow", strings.NewReader("job"))
+	resp, err := p.do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := make([]byte, 2)
+	if _, err := io.ReadFull(resp.Body, half); err != nil {
+		t.Fatal(err)
+	}
+	p.SetDirectHTTP(false) // as the reload does
+	let()
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || string(half)+string(rest) != "okok" {
+		t.Fatalf("the delivery in flight: %q, %v", string(half)+string(rest), err)
+	}
+	resp.Body.Close()
+	slow := <-slowOn
+	for deadline := time.After(10 * time.Second); ; {
+		select {
+		case c := <-closed:
+			if c != slow {
+				continue // not the delivery's (a spare)
+			}
+		case <-deadline:
+			t.Fatal("the direct path's connection in use at the switch-off was kept after its delivery")
+		}
+		break
+	}
+	got := false
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { got = true }})
+	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/fast", strings.NewReader("job"))
+	if resp, err = p.do(req); err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if !got {
+		t.Fatal("after the switch-off a delivery did not go through net/http")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/sluice-rl/sluice/internal/h1"
 )
 
 // spares keeps one TCP connection dialed ahead to each address the Pool delivers to, and
@@ -22,17 +24,33 @@ import (
 // worker holds at most one idle connection per upstream beyond the transport's own, and
 // dials one now and then while it delivers. Only the TCP connection is made ahead; TLS, for
 // an https upstream, still shakes hands on first use.
+//
+// An address no delivery has asked for (warm or dial) in spareIdle, the transport's
+// IdleConnTimeout, is let go: its spare closed, not dialed again until a delivery asks for
+// it, and the targets that led to it forgotten, so an upstream the worker no longer delivers
+// to (a queue removed, its upstream changed) holds no socket. One timer does it, armed only
+// while some address or target is known, for when the least recently asked one expires.
 type spares struct {
 	dialer *net.Dialer
 	maxAge time.Duration                         // spareMaxAge
+	idle   time.Duration                         // spareIdle
 	proxy  func(*http.Request) (*url.URL, error) // the transport's; nil: none
 
-	addrs sync.Map // target URL (string) → address ("host:port") the transport dials for it
-
 	mu      sync.Mutex
+	targets map[string]*spareTarget // by target URL
+	asked   map[string]time.Time    // by address: when a delivery last asked for it
 	conns   map[string]*spareConn
 	dialing map[string]bool
+	sweep   *time.Timer // runs sweepIdle; armed exactly while targets or asked is not empty
+	armed   bool
 	closed  bool
+}
+
+// spareTarget is a target URL's address ("host:port" the transport dials for it, "" when
+// there is none) and when it was last warmed.
+type spareTarget struct {
+	addr  string
+	asked time.Time
 }
 
 // spareConn is a parked connection.
@@ -45,6 +63,9 @@ type spareConn struct {
 const (
 	// spareMaxAge is how long a spare is kept unused before it is dialed afresh.
 	spareMaxAge = 30 * time.Second
+	// spareIdle is how long an address no delivery asks for keeps its spare: the transport's
+	// and h1's idle timeout.
+	spareIdle = h1.DefaultIdleTimeout
 	// spareCheckEvery bounds how often warm looks whether the upstream closed a spare.
 	spareCheckEvery = 100 * time.Millisecond
 	// spareDialTimeout bounds the dial of a spare.
@@ -52,7 +73,8 @@ const (
 )
 
 func newSpares(d *net.Dialer, proxy func(*http.Request) (*url.URL, error)) *spares {
-	return &spares{dialer: d, maxAge: spareMaxAge, proxy: proxy, conns: map[string]*spareConn{}, dialing: map[string]bool{}}
+	return &spares{dialer: d, maxAge: spareMaxAge, idle: spareIdle, proxy: proxy, targets: map[string]*spareTarget{},
+		asked: map[string]time.Time{}, conns: map[string]*spareConn{}, dialing: map[string]bool{}}
 }
 
 // dial is the transport's DialContext: addr's spare when it has an open one (and a new spare
@@ -77,17 +99,25 @@ func (s *spares) warm(target string) {
 	if target == "" {
 		return
 	}
-	if a, ok := s.addrs.Load(target); ok {
-		if addr := a.(string); addr != "" {
-			s.warmAddr(addr)
+	s.mu.Lock()
+	t := s.targets[target]
+	if t == nil {
+		s.mu.Unlock()
+		t = &spareTarget{addr: s.addrOf(target)}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return
 		}
-		return
+		s.targets[target] = t
 	}
-	addr := s.addrOf(target)
-	s.addrs.Store(target, addr)
-	if addr != "" {
-		s.warmAddr(addr)
+	now := time.Now()
+	t.asked = now
+	if t.addr != "" {
+		s.warmAddrLocked(t.addr, now)
 	}
+	s.armLocked()
+	s.mu.Unlock()
 }
 
 // addrOf returns the address the transport dials for a request to target: the proxy's when
@@ -115,10 +145,19 @@ func (s *spares) addrOf(target string) string {
 
 // warmAddr makes sure a young, open spare to addr is parked or being dialed.
 func (s *spares) warmAddr(addr string) {
-	now := time.Now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed || s.dialing[addr] {
+	s.warmAddrLocked(addr, time.Now())
+	s.armLocked()
+	s.mu.Unlock()
+}
+
+// warmAddrLocked is warmAddr with s.mu held; now is when the delivery asked for addr.
+func (s *spares) warmAddrLocked(addr string, now time.Time) {
+	if s.closed {
+		return
+	}
+	s.asked[addr] = now
+	if s.dialing[addr] {
 		return
 	}
 	if sc := s.conns[addr]; sc != nil {
@@ -140,13 +179,72 @@ func (s *spares) warmAddr(addr string) {
 		if err != nil {
 			return // no spare: a delivery that needs a connection dials its own, as without spares
 		}
-		if s.closed || s.conns[addr] != nil {
-			c.Close()
+		if _, wanted := s.asked[addr]; !wanted || s.closed || s.conns[addr] != nil {
+			c.Close() // let go by the sweep while it was dialed, or not needed
 			return
 		}
 		at := time.Now()
 		s.conns[addr] = &spareConn{c: c, at: at, checked: at}
 	}()
+}
+
+// armLocked sets the sweep, if it is not set, for spareIdle from now: nothing known is older.
+func (s *spares) armLocked() {
+	if s.armed || s.closed {
+		return
+	}
+	s.armed = true
+	if s.sweep == nil {
+		s.sweep = time.AfterFunc(s.idle, s.sweepIdle)
+		return
+	}
+	s.sweep.Reset(s.idle)
+}
+
+// sweepIdle forgets the targets and addresses no delivery asked for in spareIdle, closes
+// those addresses' spares, and sets itself for when the least recently asked of the rest
+// expires, or not at all when none is left.
+func (s *spares) sweepIdle() {
+	now := time.Now()
+	var gone []net.Conn
+	s.mu.Lock()
+	next := time.Duration(-1) // until the next expiry; -1: nothing left
+	keep := func(asked time.Time) bool {
+		left := s.idle - now.Sub(asked)
+		if left <= 0 {
+			return false
+		}
+		if next < 0 || left < next {
+			next = left
+		}
+		return true
+	}
+	for target, t := range s.targets {
+		if !keep(t.asked) {
+			delete(s.targets, target)
+		}
+	}
+	for addr, asked := range s.asked {
+		if keep(asked) {
+			continue
+		}
+		delete(s.asked, addr)
+		if sc := s.conns[addr]; sc != nil {
+			gone = append(gone, sc.c)
+			delete(s.conns, addr)
+		}
+	}
+	switch {
+	case s.closed:
+	case next >= 0:
+		s.sweep.Reset(next)
+	default:
+		s.armed = false
+	}
+	s.mu.Unlock()
+	for _, c := range gone {
+		c.Close()
+	}
 }
 
 // take removes addr's spare and returns it if it is young and still open; nil otherwise.
@@ -171,6 +269,10 @@ func (s *spares) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	if s.sweep != nil {
+		s.sweep.Stop()
+	}
+	s.armed = false
 	for addr, sc := range s.conns {
 		sc.c.Close()
 		delete(s.conns, addr)

@@ -4,12 +4,14 @@ package worker
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -91,5 +93,63 @@ func burnCores(b *testing.B, n int) (stop func()) {
 func withWrote(ctx context.Context, fn func()) context.Context {
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { fn() },
+	})
+}
+
+// BenchmarkSparesWarm is what warming costs a job while its upstream's spare is parked, the
+// case of every job but those that find none: the target's address looked up, the spare
+// found young and open (a non-blocking peek at most every spareCheckEvery).
+//
+//	go test -run '^$' -bench SparesWarm ./internal/worker/
+func BenchmarkSparesWarm(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer up.Close()
+	sp := newSpares(&net.Dialer{}, nil)
+	defer sp.close()
+	target := up.URL + "/orders"
+	sp.warm(target)
+	waitParked(sp, up.URL)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			sp.warm(target)
+		}
+	})
+}
+
+// BenchmarkPoolDo is one delivery's request through Pool.do as the Pool's own client sends
+// it: to a plain http:// upstream on loopback, the direct path (whether a proxy serves the
+// host, then package h1) on kept-alive connections. The proxy is the environment's, read
+// once per process: run it with HTTP_PROXY set too to price the check a proxied environment
+// costs each request (loopback is never proxied, but is checked).
+//
+//	go test -run '^$' -bench PoolDo -benchtime 20000x ./internal/worker/
+func BenchmarkPoolDo(b *testing.B) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	defer up.Close()
+	client, sp, d := defaultClient()
+	p := &Pool{client: client, spares: sp, direct: d}
+	defer func() { client.CloseIdleConnections(); d.h1.CloseIdleConnections(); sp.close() }()
+	probe, _ := http.NewRequest(http.MethodPost, up.URL, nil)
+	if !d.serves(probe) {
+		b.Fatal("the direct path does not serve the loopback upstream")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, up.URL+"/q", strings.NewReader(`{"job":1}`))
+			req.Header.Set("Idempotency-Key", "k")
+			resp, err := p.do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
 	})
 }

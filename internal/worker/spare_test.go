@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -172,5 +173,103 @@ func TestSparesAddr(t *testing.T) {
 	proxied := newSpares(&net.Dialer{}, http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy.local:3128"}))
 	if got := proxied.addrOf("https://api.example/"); got != "proxy.local:3128" {
 		t.Errorf("with a proxy: addrOf = %q, want the proxy's address", got)
+	}
+}
+
+// connLog is a loopback TCP listener that counts the connections it accepts and reports each
+// one the other side closed (its read ends), as a spare's upstream sees them.
+type connLog struct {
+	addr     string
+	accepted atomic.Int64
+	closed   chan struct{}
+}
+
+func listenConns(t *testing.T) *connLog {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	l := &connLog{addr: ln.Addr().String(), closed: make(chan struct{}, 16)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.accepted.Add(1)
+			go func() {
+				defer c.Close()
+				io.Copy(io.Discard, c) // until the spare is closed
+				l.closed <- struct{}{}
+			}()
+		}
+	}()
+	return l
+}
+
+// waitClose waits for the next connection closed.
+func (l *connLog) waitClose(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-l.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: its spare was not closed", what)
+	}
+}
+
+// TestSparesLetGoOfAnAddressNoLongerAsked: the spare to an address no delivery asks for any
+// more is closed once spareIdle has passed, and not dialed again, while the spare to one that
+// is still asked for stays; with nothing asked for the spares keep no state and no timer; a
+// delivery that asks again gets a new spare.
+func TestSparesLetGoOfAnAddressNoLongerAsked(t *testing.T) {
+	kept, gone := listenConns(t), listenConns(t)
+	sp := newSpares(&net.Dialer{}, nil)
+	t.Cleanup(sp.close)
+	sp.idle = 500 * time.Millisecond
+	sp.warm("http://" + kept.addr + "/a")
+	sp.warm("http://" + gone.addr + "/b")
+	waitParked(sp, "http://"+kept.addr)
+	waitParked(sp, "http://"+gone.addr)
+	// Deliveries keep asking for kept's address (by another target, and as the transport
+	// does), none for gone's.
+	asked := time.NewTicker(10 * time.Millisecond)
+	defer asked.Stop()
+	deadline := time.After(10 * time.Second)
+	for closed := false; !closed; {
+		select {
+		case <-gone.closed:
+			closed = true
+		case <-asked.C:
+			sp.warm("http://" + kept.addr + "/other")
+			sp.warmAddr(kept.addr)
+		case <-deadline:
+			t.Fatal("the spare to the address no longer asked for was not closed")
+		}
+	}
+	asked.Stop()
+	select {
+	case <-kept.closed:
+		t.Fatal("the spare to the address still asked for was closed")
+	default:
+	}
+	kept.waitClose(t, "kept's address, once no longer asked for either")
+	sp.mu.Lock()
+	left := len(sp.targets) + len(sp.asked) + len(sp.conns) + len(sp.dialing)
+	armed := sp.armed
+	sp.mu.Unlock()
+	if left != 0 || armed {
+		t.Fatalf("with nothing asked for: %d targets, addresses, spares and dials left, sweep armed %v", left, armed)
+	}
+	if a, b := kept.accepted.Load(), gone.accepted.Load(); a != 1 || b != 1 {
+		t.Fatalf("connections accepted: %d and %d, want 1 each: a spare let go was dialed again", a, b)
+	}
+	sp.warm("http://" + gone.addr + "/b") // a delivery asks again
+	waitParked(sp, "http://"+gone.addr)
+	for deadline := time.Now().Add(10 * time.Second); gone.accepted.Load() != 2; runtime.Gosched() {
+		if time.Now().After(deadline) { // the listener accepts after the dial has returned
+			t.Fatalf("after a delivery asked again: %d connections accepted, want 2", gone.accepted.Load())
+		}
 	}
 }
