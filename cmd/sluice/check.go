@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/connect"
@@ -100,7 +99,7 @@ func checkNATS(ctx context.Context, cfg *config.Config, out io.Writer) error {
 	for i, q := range cfg.Queues {
 		names[i] = q.Name
 	}
-	js, err := jetstream.New(nc)
+	js, err := connect.JetStream(nc, cfg.NATS.JetStreamDomain) // the processes' context, in nats.jetstream_domain
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}
@@ -112,7 +111,10 @@ func checkNATS(ctx context.Context, cfg *config.Config, out io.Writer) error {
 	}
 	info, err := js.AccountInfo(ctx)
 	if err != nil {
-		return fmt.Errorf("nats: JetStream does not answer (is the server started with -js?): %w", err)
+		if d := cfg.NATS.JetStreamDomain; d != "" {
+			return fmt.Errorf("nats: JetStream in domain %q does not answer (through the servers of nats.url, is a server of that domain reachable, as a leaf node's hub is?): %w", d, err)
+		}
+		return fmt.Errorf("nats: JetStream does not answer (is the server started with -js? behind a leaf node, set nats.jetstream_domain to the domain of the JetStream that holds the queues): %w", err)
 	}
 	if cfg.NATS.Replicas > 1 && nc.ConnectedClusterName() == "" {
 		return fmt.Errorf("nats: nats.replicas is %d but the server is not part of a cluster: set nats.replicas: 1, or run a JetStream cluster of at least %d servers",

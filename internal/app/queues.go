@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/connect"
 	"github.com/sluice-rl/sluice/internal/ingress"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
@@ -29,15 +30,14 @@ var openPolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Sec
 // end (queue.infoWait): a shorter bound failed it, and it started over, after they had ended.
 const openTimeout = time.Minute
 
-// openQueues creates the queue layer and provisions the current config's queues, retrying
-// while NATS cannot be reached (openPolicy) until ctx ends: the one connect policy of the
-// ingress and the worker. proc names the process in the logs; url (redacted) names the servers
-// in them while none answers; failed, if set, is told why each attempt failed.
-func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, current func() *config.Config, log *slog.Logger, failed func(error)) (*queue.Queues, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
-	}
+// openQueues creates the queue layer over js (the process's JetStream context, in the
+// config's JetStream domain: newJetStream) and provisions the current config's queues,
+// retrying while NATS cannot be reached (openPolicy) until ctx ends: the one connect policy
+// of the ingress and the worker. proc names the process in the logs; url (redacted) names the
+// servers in them while none answers; failed, if set, is told why each attempt failed.
+func openQueues(ctx context.Context, proc string, js jetstream.JetStream, url string, current func() *config.Config, log *slog.Logger, failed func(error)) (*queue.Queues, error) {
+	nc := js.Conn()
+	var err error
 	b := openPolicy.Backoff(nil)
 	probed := current().NATS == nil // the embedded server: no users, nothing to probe
 	for {
@@ -70,6 +70,16 @@ func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, cur
 			return nil, err
 		}
 	}
+}
+
+// newJetStream is the JetStream context of a process over nc, for cfg: in its
+// nats.jetstream_domain, if any (connect.JetStream); the embedded server has no domain.
+func newJetStream(nc *nats.Conn, cfg *config.Config) (jetstream.JetStream, error) {
+	js, err := connect.JetStream(nc, jsDomain(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return js, nil
 }
 
 // checkPermissions asks the NATS server whether the user of js's connection may do what Sluice
