@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/connect"
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/internal/worker/workertest"
@@ -247,5 +248,52 @@ func domainGet(t *testing.T, url string, v any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// TestIngressThroughLeafWithoutJetStream: an ingress connected to a leaf node without
+// JetStream of its own, whose hub keeps its JetStream in domain hub, and without
+// nats.jetstream_domain, reaches no JetStream ("$JS.API.>" does not cross to another domain):
+// it answers jobs 503, and /readyz says why and names the key. With the key it accepts them.
+func TestIngressThroughLeafWithoutJetStream(t *testing.T) {
+	_, leaf := testenv.NATSDomains(t, "hub", "leaf", func(o *server.Options) {
+		o.JetStream, o.JetStreamDomain = false, ""
+	})
+	rdb := testenv.Redis(t)
+	config := func(key string) string {
+		return fmt.Sprintf(`listen: %s
+admin_listen: %s
+redis: { url: %s }
+nats: { url: %q%s }
+shutdown_timeout: 2s
+queues:
+  - { name: plain, rate: 100/s, target: POST http://127.0.0.1:1/plain }
+`, freeAddr(t), freeAddr(t), rdb.URL(), leaf.URL, key)
+	}
+	in := start(t, t.TempDir(), config(""))
+	var why string
+	testenv.WaitFor(t, 10*time.Second, "/readyz to name nats.jetstream_domain", func() bool {
+		code, failed := readyz(t, in.admin)
+		why = failed
+		return code == http.StatusServiceUnavailable && strings.Contains(failed, "jetstream not enabled") &&
+			strings.Contains(failed, "set nats.jetstream_domain")
+	})
+	t.Logf("without the key, /readyz: %s", why)
+	domainPost(t, in, "plain", http.StatusServiceUnavailable)
+
+	in = start(t, t.TempDir(), config(", jetstream_domain: hub"))
+	waitReady(t, in)
+	domainPost(t, in, "plain", http.StatusAccepted)
+}
+
+// explainOpen names nats.jetstream_domain, and retries, when the server answers that JetStream
+// is not enabled (for the account): what a leaf node without JetStream of its own says.
+func TestExplainOpenNamesJetStreamDomain(t *testing.T) {
+	cfg := &config.Config{Path: "sluice.yaml", NATS: &config.NATS{URL: "nats://leaf:4222"}}
+	for _, cause := range []error{jetstream.ErrJetStreamNotEnabled, jetstream.ErrJetStreamNotEnabledForAccount} {
+		err, permanent := explainOpen(cfg, fmt.Errorf("queue: status bucket SLUICE_STATUS: %w", cause))
+		if permanent || !errors.Is(err, cause) || !strings.Contains(err.Error(), "set nats.jetstream_domain") {
+			t.Errorf("explainOpen(%v) = %v, permanent %v; want it retried, naming nats.jetstream_domain", cause, err, permanent)
+		}
 	}
 }

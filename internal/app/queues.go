@@ -92,13 +92,20 @@ func checkPermissions(ctx context.Context, js jetstream.JetStream, cfg *config.C
 }
 
 // explainOpen turns a failed opening of the queues into what the log and /readyz say: the
-// queues that could not be provisioned, the cause and its fix. permanent says that retrying
+// queues that could not be provisioned, the cause and its fix (a server that answers without
+// JetStream: its -js flag, or the domain of a leaf node's hub). permanent says that retrying
 // cannot help (replicas above what the NATS servers run): the process stops with a config
 // error rather than report not ready for ever.
 func explainOpen(cfg *config.Config, err error) (_ error, permanent bool) {
 	if errors.Is(err, queue.ErrNoCluster) {
 		return configErrf("%s: nats.replicas is %d, but the NATS server runs JetStream without a cluster: "+
 			"set nats.replicas: 1 or run a cluster of at least %d servers (%s)", cfg.Path, replicas(cfg), replicas(cfg), firstCause(err)), true
+	}
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		// Retried: JetStream may be enabled while the process waits.
+		return fmt.Errorf("%w: start nats-server with JetStream (-js, or a jetstream block), enable it for the account, "+
+			"or, when the server is a leaf node of the servers that hold the queues, set nats.jetstream_domain to "+
+			"their JetStream domain (docs/operating.md, \"Leaf nodes and JetStream domains\")", err), false
 	}
 	var failed []string
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
