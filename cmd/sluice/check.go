@@ -113,7 +113,7 @@ func checkNATS(ctx context.Context, cfg *config.Config, out io.Writer) error {
 	info, err := js.AccountInfo(ctx)
 	if err != nil {
 		if d := cfg.NATS.JetStreamDomain; d != "" {
-			return fmt.Errorf("nats: JetStream in domain %q does not answer (through the servers of nats.url, is a server of that domain reachable, as a leaf node's hub is?): %w", d, err)
+			return fmt.Errorf("nats: JetStream in domain %q does not answer through the servers of nats.url (is the leaf node connected to a hub of that domain, spelled as its jetstream { domain }?): %w", d, err)
 		}
 		return fmt.Errorf("nats: JetStream does not answer (is the server started with -js? behind a leaf node, set nats.jetstream_domain to the domain of the JetStream that holds the queues): %w", err)
 	}
