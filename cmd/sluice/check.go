@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/config"
 	"github.com/sluice-rl/sluice/internal/connect"
@@ -21,8 +20,9 @@ import (
 // check validates a config file as the processes would load it, prints each warning, and,
 // unless -offline, asks the servers it names whether they can run it: Redis answers, keeps
 // Sluice's keys (no eviction) and runs Lua; NATS lets the config's user use the subjects Sluice
-// needs (queue.CheckPermissions), has JetStream, is clustered when the streams ask for
-// replicas, and may store what the queues reserve. It returns errUsage-wrapped errors
+// needs (queue.CheckPermissions), has JetStream (in nats.jetstream_domain, if set: the domain
+// that answered is printed), is clustered when the streams ask for replicas (unchecked through
+// a domain), and may store what the queues reserve. It returns errUsage-wrapped errors
 // for a file that does not load (exit 2), and a plain error when a server cannot run it (exit 1).
 func check(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
@@ -100,7 +100,7 @@ func checkNATS(ctx context.Context, cfg *config.Config, out io.Writer) error {
 	for i, q := range cfg.Queues {
 		names[i] = q.Name
 	}
-	js, err := jetstream.New(nc)
+	js, err := connect.JetStream(nc, cfg.NATS.JetStreamDomain) // the processes' context, in nats.jetstream_domain
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}
@@ -112,9 +112,14 @@ func checkNATS(ctx context.Context, cfg *config.Config, out io.Writer) error {
 	}
 	info, err := js.AccountInfo(ctx)
 	if err != nil {
-		return fmt.Errorf("nats: JetStream does not answer (is the server started with -js?): %w", err)
+		if d := cfg.NATS.JetStreamDomain; d != "" {
+			return fmt.Errorf("nats: JetStream in domain %q does not answer through the servers of nats.url (is the leaf node connected to a hub of that domain, spelled as its jetstream { domain }?): %w", d, err)
+		}
+		return fmt.Errorf("nats: JetStream does not answer (is the server started with -js? behind a leaf node, set nats.jetstream_domain to the domain of the JetStream that holds the queues): %w", err)
 	}
-	if cfg.NATS.Replicas > 1 && nc.ConnectedClusterName() == "" {
+	// Through a domain the server connected to may be a leaf node, standalone while the
+	// domain's servers are a cluster: the streams' creation tells then (explainOpen).
+	if cfg.NATS.Replicas > 1 && cfg.NATS.JetStreamDomain == "" && nc.ConnectedClusterName() == "" {
 		return fmt.Errorf("nats: nats.replicas is %d but the server is not part of a cluster: set nats.replicas: 1, or run a JetStream cluster of at least %d servers",
 			cfg.NATS.Replicas, cfg.NATS.Replicas)
 	}
@@ -126,6 +131,10 @@ func checkNATS(ctx context.Context, cfg *config.Config, out io.Writer) error {
 		return fmt.Errorf("nats: the queues' max_bytes (times nats.replicas) reserve %d bytes, more than the %d the account may still store: lower max_bytes, or raise the server's max_file_store",
 			reserve, limit-int64(info.Store))
 	}
-	fmt.Fprintf(out, "nats: ok: JetStream, the user's permissions, %d streams, the queues reserve %d MiB\n", info.Streams, reserve>>20)
+	what := "JetStream"
+	if info.Domain != "" { // the domain that answered: a leaf node's own, when nats.jetstream_domain is unset
+		what = fmt.Sprintf("JetStream in domain %q", info.Domain)
+	}
+	fmt.Fprintf(out, "nats: ok: %s, the user's permissions, %d streams, the queues reserve %d MiB\n", what, info.Streams, reserve>>20)
 	return nil
 }

@@ -208,12 +208,20 @@ func (l *lateQueues) Browse(ctx context.Context, q string, bq queue.BrowseQuery)
 // jetStreamCheck is the readiness check "jetstream": whether JetStream answers for the
 // account, and then more (the queues' own state). A clustered nats-server disables JetStream
 // when it cannot write its store (no space left on device) and enables it only when
-// restarted, so the check says so. (A lone server keeps JetStream on and fails only the
+// restarted, so the check says so; without a JetStream domain, a leaf node without JetStream
+// of its own answers the same, so the check names nats.jetstream_domain too. (A lone server keeps JetStream on and fails only the
 // streams that could not write: more, the breaker's readiness, names those.)
 func jetStreamCheck(js jetstream.JetStream, more func(context.Context) error) admin.Check {
 	return admin.Check{Name: "jetstream", Func: func(ctx context.Context) error {
 		_, err := js.AccountInfo(ctx)
 		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+			if js.Options().Domain == "" {
+				// The same answer as a leaf node that runs no JetStream of its own gives.
+				return fmt.Errorf("%w: nats-server disables JetStream when it cannot write its store "+
+					"(no space left on device?): free space, then restart nats-server; or the server runs no JetStream: "+
+					"start it with -js or, when it is a leaf node of the servers that hold the queues, "+
+					"set nats.jetstream_domain to their JetStream domain", err)
+			}
 			return fmt.Errorf("%w: nats-server disables JetStream when it cannot write its store "+
 				"(no space left on device?): free space, then restart nats-server", err)
 		}

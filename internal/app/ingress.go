@@ -254,9 +254,9 @@ func (p *ingressProc) startNATS(context.Context) error {
 	if err != nil {
 		return err
 	}
-	js, err := jetstream.New(p.nc)
+	js, err := newJetStream(p.nc, p.current.Load())
 	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
+		return err
 	}
 	p.js = js
 	nc := p.nc
@@ -272,7 +272,7 @@ func (p *ingressProc) stopNATS(context.Context) error { p.nc.Close(); return nil
 func (p *ingressProc) startQueues(ctx context.Context) error {
 	cfg := p.current.Load()
 	if p.ens != nil {
-		qs, err := openQueues(ctx, "ingress", p.nc, "embedded", p.current.Load, p.log, nil)
+		qs, err := openQueues(ctx, "ingress", p.js, "embedded", p.current.Load, p.log, nil)
 		if err != nil {
 			return err
 		}
@@ -284,7 +284,7 @@ func (p *ingressProc) startQueues(ctx context.Context) error {
 	p.stopOpen, p.opening = cancel, make(chan struct{})
 	go func() {
 		defer close(p.opening)
-		qs, err := openQueues(octx, "ingress", p.nc, cfg.NATS.URL, p.current.Load, p.log, p.late.failed)
+		qs, err := openQueues(octx, "ingress", p.js, cfg.NATS.URL, p.current.Load, p.log, p.late.failed)
 		if err != nil {
 			if octx.Err() == nil { // a permanent misconfiguration (explainOpen): stop, saying so
 				p.late.failed(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluice-rl/sluice/internal/config"
+	"github.com/sluice-rl/sluice/internal/connect"
 	"github.com/sluice-rl/sluice/internal/ingress"
 	"github.com/sluice-rl/sluice/leaky"
 	"github.com/sluice-rl/sluice/queue"
@@ -29,15 +30,14 @@ var openPolicy = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Sec
 // end (queue.infoWait): a shorter bound failed it, and it started over, after they had ended.
 const openTimeout = time.Minute
 
-// openQueues creates the queue layer and provisions the current config's queues, retrying
-// while NATS cannot be reached (openPolicy) until ctx ends: the one connect policy of the
-// ingress and the worker. proc names the process in the logs; url (redacted) names the servers
-// in them while none answers; failed, if set, is told why each attempt failed.
-func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, current func() *config.Config, log *slog.Logger, failed func(error)) (*queue.Queues, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
-	}
+// openQueues creates the queue layer over js (the process's JetStream context, in the
+// config's JetStream domain: newJetStream) and provisions the current config's queues,
+// retrying while NATS cannot be reached (openPolicy) until ctx ends: the one connect policy
+// of the ingress and the worker. proc names the process in the logs; url (redacted) names the
+// servers in them while none answers; failed, if set, is told why each attempt failed.
+func openQueues(ctx context.Context, proc string, js jetstream.JetStream, url string, current func() *config.Config, log *slog.Logger, failed func(error)) (*queue.Queues, error) {
+	nc := js.Conn()
+	var err error
 	b := openPolicy.Backoff(nil)
 	probed := current().NATS == nil // the embedded server: no users, nothing to probe
 	for {
@@ -72,6 +72,16 @@ func openQueues(ctx context.Context, proc string, nc *nats.Conn, url string, cur
 	}
 }
 
+// newJetStream is the JetStream context of a process over nc, for cfg: in its
+// nats.jetstream_domain, if any (connect.JetStream); the embedded server has no domain.
+func newJetStream(nc *nats.Conn, cfg *config.Config) (jetstream.JetStream, error) {
+	js, err := connect.JetStream(nc, jsDomain(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return js, nil
+}
+
 // checkPermissions asks the NATS server whether the user of js's connection may do what Sluice
 // does through js with cfg's queues (queue.CheckPermissions), waiting for its answer a few
 // seconds at most.
@@ -82,13 +92,20 @@ func checkPermissions(ctx context.Context, js jetstream.JetStream, cfg *config.C
 }
 
 // explainOpen turns a failed opening of the queues into what the log and /readyz say: the
-// queues that could not be provisioned, the cause and its fix. permanent says that retrying
+// queues that could not be provisioned, the cause and its fix (a server that answers without
+// JetStream: its -js flag, or the domain of a leaf node's hub). permanent says that retrying
 // cannot help (replicas above what the NATS servers run): the process stops with a config
 // error rather than report not ready for ever.
 func explainOpen(cfg *config.Config, err error) (_ error, permanent bool) {
 	if errors.Is(err, queue.ErrNoCluster) {
 		return configErrf("%s: nats.replicas is %d, but the NATS server runs JetStream without a cluster: "+
 			"set nats.replicas: 1 or run a cluster of at least %d servers (%s)", cfg.Path, replicas(cfg), replicas(cfg), firstCause(err)), true
+	}
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		// Retried: JetStream may be enabled while the process waits.
+		return fmt.Errorf("%w: start nats-server with JetStream (-js, or a jetstream block), enable it for the account, "+
+			"or, when the server is a leaf node of the servers that hold the queues, set nats.jetstream_domain to "+
+			"their JetStream domain (docs/operating.md, \"Leaf nodes and JetStream domains\")", err), false
 	}
 	var failed []string
 	if j, ok := err.(interface{ Unwrap() []error }); ok {

@@ -86,6 +86,7 @@ func restartOnly(old, next *config.Config) []string {
 	add(redisURL(old) != redisURL(next), "redis")
 	add(natsURL(old) != natsURL(next), "nats")
 	add(sharedStreams(old) != sharedStreams(next), "nats.shared_streams")
+	add(jsDomain(old) != jsDomain(next), "nats.jetstream_domain")
 	add(old.DataDir != next.DataDir, "data_dir")
 	add(old.DemoUpstream != next.DemoUpstream, "demo_upstream")
 	add(old.MaxHeaderBytes != next.MaxHeaderBytes, "max_header_bytes")
@@ -117,6 +118,14 @@ func natsURL(c *config.Config) string {
 		return ""
 	}
 	return c.NATS.URL
+}
+
+// jsDomain is c's nats.jetstream_domain; the processes make their JetStream context at start.
+func jsDomain(c *config.Config) string {
+	if c.NATS == nil {
+		return ""
+	}
+	return c.NATS.JetStreamDomain
 }
 
 // sharedStreams is c's nats.shared_streams; the queue layer takes it once, at start.

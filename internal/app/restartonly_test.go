@@ -31,3 +31,19 @@ func TestRestartOnlyNamesSharedStreams(t *testing.T) {
 		t.Errorf("off -> on: %v; on -> on: %v", restartOnly(off, on), restartOnly(on, on))
 	}
 }
+
+// A reload that sets, changes or unsets nats.jetstream_domain names it: the processes make
+// their JetStream context at start.
+func TestRestartOnlyNamesJetStreamDomain(t *testing.T) {
+	none := &config.Config{NATS: &config.NATS{URL: "nats://h:4222"}}
+	hub := &config.Config{NATS: &config.NATS{URL: "nats://h:4222", JetStreamDomain: "hub"}}
+	eu := &config.Config{NATS: &config.NATS{URL: "nats://h:4222", JetStreamDomain: "eu"}}
+	for _, tc := range []struct {
+		old, next *config.Config
+		want      bool
+	}{{none, hub, true}, {hub, eu, true}, {hub, none, true}, {hub, hub, false}, {none, none, false}} {
+		if got := slices.Contains(restartOnly(tc.old, tc.next), "nats.jetstream_domain"); got != tc.want {
+			t.Errorf("%q -> %q: named %v, want %v", tc.old.NATS.JetStreamDomain, tc.next.NATS.JetStreamDomain, got, tc.want)
+		}
+	}
+}

@@ -149,10 +149,8 @@ func (p *workerProc) startNATS(context.Context) error {
 	if p.nc, err = connect.NATS(p.current.Load().NATS.URL, "sluice-worker", p.log); err != nil {
 		return err
 	}
-	if p.js, err = jetstream.New(p.nc); err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	return nil
+	p.js, err = newJetStream(p.nc, p.current.Load())
+	return err
 }
 
 // startAdmin opens the admin listener: health, readiness (Redis, NATS, and whether the pool
@@ -191,7 +189,7 @@ func (p *workerProc) startAdmin(context.Context) error {
 // startQueues opens and provisions the queues, once NATS answers.
 func (p *workerProc) startQueues(ctx context.Context) error {
 	var err error
-	p.qs, err = openQueues(ctx, "worker", p.nc, p.current.Load().NATS.URL, p.current.Load, p.log, func(err error) {
+	p.qs, err = openQueues(ctx, "worker", p.js, p.current.Load().NATS.URL, p.current.Load, p.log, func(err error) {
 		why := "queues unavailable: " + err.Error()
 		p.waiting.Store(&why)
 	})

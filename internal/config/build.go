@@ -92,6 +92,7 @@ func (b *builder) stores(c *Config, raw *rawConfig) {
 		if shared > 0 && c.NATS.StoreBudget > 0 {
 			b.p.add("", "nats.shared_streams", "nats.shared_streams cannot be set above 0 with nats.store_budget: the budget gives every queue a max_bytes of its own, which keeps it out of the shared streams; unset one of them, or set shared_streams: 0")
 		}
+		c.NATS.JetStreamDomain = b.jsDomain("nats.jetstream_domain", raw.NATS.JSDomain)
 	}
 }
 

@@ -242,6 +242,15 @@ type NATS struct {
 	// the queues' new jobs, and the workers drain what waits where they were, then remove it
 	// (docs/scaling.md, "Changing it").
 	SharedStreams int
+	// JetStreamDomain (YAML jetstream_domain) is the JetStream domain that holds the queues,
+	// reached through the servers of URL: every JetStream context of the processes and of
+	// `sluice check` is made for it (jetstream.NewWithDomain), so their API requests go to
+	// "$JS.<domain>.API.>", as a client of a leaf node whose own JetStream is in another
+	// domain (or has none) must send them to reach the hub's. Empty, the default: the
+	// JetStream of the servers connected to ("$JS.API.>"). A NATS subject token: no dots,
+	// wildcards or white space (as nats-server requires of jetstream { domain }). Read at
+	// start only.
+	JetStreamDomain string
 }
 
 // StoreErrorMode says what a rule decides when the limiter store cannot be reached.

@@ -72,7 +72,7 @@ func TestFullExampleLoads(t *testing.T) {
 		DataDir:         "/var/lib/sluice",
 		DemoUpstream:    "127.0.0.1:9000",
 		Redis:           &Redis{URL: "redis://:secret@127.0.0.1:6379/2"},
-		NATS:            &NATS{URL: "nats://10.0.0.1:4222, nats://10.0.0.2:4222", Replicas: 3, StoreBudget: 1 << 30},
+		NATS:            &NATS{URL: "nats://10.0.0.1:4222, nats://10.0.0.2:4222", Replicas: 3, StoreBudget: 1 << 30, JetStreamDomain: "hub"},
 		OnStoreError:    StoreErrorDeny,
 		StoreTimeout:    75 * time.Millisecond,
 		ShutdownTimeout: 30 * time.Second,
@@ -214,8 +214,13 @@ upstream: http://up
 	}
 	// A nats section without replicas gets 1.
 	c = mustParse(t, "nats: {url: 'nats://a:4222'}\n")
-	if c.NATS == nil || c.NATS.Replicas != 1 {
-		t.Errorf("nats = %+v, want replicas 1", c.NATS)
+	if c.NATS == nil || c.NATS.Replicas != 1 || c.NATS.JetStreamDomain != "" {
+		t.Errorf("nats = %+v, want replicas 1 and no JetStream domain", c.NATS)
+	}
+	// A domain is one subject token, any of nats-server's: letters, digits, '-', '_', '$'.
+	c = mustParse(t, "nats: {url: 'nats://a:4222', jetstream_domain: Hub-eu_1}\n")
+	if c.NATS.JetStreamDomain != "Hub-eu_1" {
+		t.Errorf("nats.jetstream_domain = %q, want Hub-eu_1", c.NATS.JetStreamDomain)
 	}
 	// Explicit values that are also allowed zeros stay zero.
 	c = mustParse(t, "queues: [{name: q, rate: 1/s, max_pause_retries: 0, burst: 0}]\n")
@@ -521,6 +526,13 @@ func TestProblems(t *testing.T) {
 		{"nats scheme", "nats: {url: 'nats://a:4222,http://b:4222'}\n", `sluice.yaml: nats.url: server 2: scheme "http" is not nats, tls, ws or wss`},
 		{"nats empty server", "nats: {url: 'nats://a:4222,'}\n", `sluice.yaml: nats.url: server 2: empty server`},
 		{"nats replicas", "nats: {url: 'nats://a', replicas: 7}\n", `sluice.yaml: nats.replicas must be between 1 and 5`},
+		{"nats jetstream_domain dot", "nats: {url: 'nats://a', jetstream_domain: hub.eu}\n",
+			`sluice.yaml: nats.jetstream_domain: "hub.eu" is not a JetStream domain: it may not contain '.' (a domain is one token of the subjects $JS.<domain>.API.>, as nats-server's jetstream { domain }: no dots, wildcards or white space)`},
+		{"nats jetstream_domain wildcard", "nats: {url: 'nats://a', jetstream_domain: '*'}\n",
+			`sluice.yaml: nats.jetstream_domain: "*" is not a JetStream domain: it may not contain '*' (a domain is one token of the subjects $JS.<domain>.API.>, as nats-server's jetstream { domain }: no dots, wildcards or white space)`},
+		{"nats jetstream_domain space", "nats: {url: 'nats://a', jetstream_domain: 'my hub'}\n",
+			`sluice.yaml: nats.jetstream_domain: "my hub" is not a JetStream domain: it may not contain ' ' (a domain is one token of the subjects $JS.<domain>.API.>, as nats-server's jetstream { domain }: no dots, wildcards or white space)`},
+		{"nats jetstream_domain list", "nats: {url: 'nats://a', jetstream_domain: [hub]}\n", `sluice.yaml: nats.jetstream_domain: want a single value, not a list`},
 		{"on_store_error", "on_store_error: open\n", `sluice.yaml: on_store_error: invalid value "open": want allow or deny`},
 		{"shadow", "shadow: sometimes\n", `sluice.yaml: shadow: want true or false, got "sometimes"`},
 		{"store_timeout", "store_timeout: 0s\n", `sluice.yaml: store_timeout must be > 0`},

@@ -187,6 +187,7 @@ type (
 		Replicas      *scalar `yaml:"replicas"`
 		StoreBudget   *scalar `yaml:"store_budget"`
 		SharedStreams *scalar `yaml:"shared_streams"`
+		JSDomain      *scalar `yaml:"jetstream_domain"`
 	}
 	rawQueue struct {
 		Name             *scalar                       `yaml:"name"`

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Upper bounds of numbers in the file: far above any sane use, low enough that a typo cannot
@@ -228,6 +230,23 @@ func (b *builder) natsURL(name string, v *scalar) string {
 		case u.Hostname() == "":
 			b.p.addf("", name, "%s: missing host", at)
 		}
+	}
+	return s
+}
+
+// jsDomain checks the key name (nats.jetstream_domain): empty (no domain) or one token of a
+// NATS subject, as nats-server requires of a JetStream domain: no '.', '*', '>', white space
+// or control character. The API subjects "$JS.<domain>.API.>" are made of it.
+func (b *builder) jsDomain(name string, v *scalar) string {
+	s := b.text("", name, v, "")
+	if s == "" {
+		return s
+	}
+	if i := strings.IndexFunc(s, func(r rune) bool {
+		return r == '.' || r == '*' || r == '>' || unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError
+	}); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		b.p.addf("", name, "%s: %q is not a JetStream domain: it may not contain %q (a domain is one token of the subjects $JS.<domain>.API.>, as nats-server's jetstream { domain }: no dots, wildcards or white space)", b.label(name), s, r)
 	}
 	return s
 }

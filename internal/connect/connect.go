@@ -2,7 +2,8 @@
 // process: a go-redis client for the config's redis section (one server or a Redis Cluster),
 // each of whose commands ends within CallTimeout, with its logs routed to the process's logger, and the check that the Redis will not evict
 // Sluice's keys ([CheckEviction]); a NATS connection for its nats section, with the timeouts
-// and reconnect behaviour both want; the exit-status convention for configuration errors
+// and reconnect behaviour both want, and the JetStream context over it, in the config's
+// JetStream domain ([JetStream]); the exit-status convention for configuration errors
 // ([ConfigError], [ExitCode]); and the health probe of the container images ([Probe]).
 package connect
 
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-rl/sluice/internal/config"
@@ -148,6 +150,18 @@ func NATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
 		return nil, fmt.Errorf("nats %s: %w", url, err)
 	}
 	return nc, nil
+}
+
+// JetStream is the JetStream context of a process over nc: on the API subjects of domain
+// ("$JS.<domain>.API.>", jetstream.NewWithDomain; the config's nats.jetstream_domain), or on
+// the servers' own ("$JS.API.>") when domain is empty. Everything the queue layer does through
+// it (streams, consumers, key-value buckets, direct gets) and the permission probe follow
+// that prefix (queue.APIPrefix). It does no I/O.
+func JetStream(nc *nats.Conn, domain string) (jetstream.JetStream, error) {
+	if domain == "" {
+		return jetstream.New(nc)
+	}
+	return jetstream.NewWithDomain(nc, domain)
 }
 
 // RouteRedisLogs sends go-redis's own log lines (a pool that cannot dial, for one) to log
