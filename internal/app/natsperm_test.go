@@ -136,3 +136,46 @@ queues:
 		}
 	}
 }
+
+// TestNATSWrongPasswordFailsFast: credentials the server refuses make the ingress and the
+// worker stop at start with a config error that names nats.url and the server's answer,
+// instead of retrying for ever on a connection nats.go has closed for good.
+func TestNATSWrongPasswordFailsFast(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte(natsUsers), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.NATSProcIn(t, filepath.Join(dir, "js"), "-c", conf)
+	rs := testenv.Redis(t)
+	path := filepath.Join(dir, "sluice.yaml")
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+redis: { url: %q }
+nats: { url: %q }
+queues:
+  - { name: q, rate: 5/s, target: "POST http://127.0.0.1:1/x" }
+`, rs.URL(), strings.Replace(ns.URL, "nats://", "nats://enough:s3cret-x@", 1))
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for proc, run := range map[string]func(context.Context) error{
+		"ingress": Ingress{ConfigPath: path, Logger: testLogger()}.Run,
+		"worker":  Worker{ConfigPath: path, Logger: testLogger()}.Run,
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		start := time.Now()
+		err := run(ctx)
+		late := ctx.Err() != nil
+		cancel()
+		if late {
+			t.Fatalf("%s with a wrong password still running after 15s (%v), want it to stop", proc, err)
+		}
+		if err == nil || !errors.Is(err, connect.ErrConfig) || !strings.Contains(err.Error(), "nats.url") ||
+			!strings.Contains(strings.ToLower(err.Error()), "authorization") || strings.Contains(err.Error(), "s3cret-x") {
+			t.Errorf("%s with a wrong password: %v; want a config error naming nats.url and the refusal, without the password", proc, err)
+			continue
+		}
+		t.Logf("%s with a wrong password stopped after %v: %v", proc, time.Since(start).Round(time.Millisecond), err)
+	}
+}

@@ -41,6 +41,9 @@ func openQueues(ctx context.Context, proc string, js jetstream.JetStream, url st
 	b := openPolicy.Backoff(nil)
 	probed := current().NATS == nil // the embedded server: no users, nothing to probe
 	for {
+		if nc.IsClosed() && ctx.Err() == nil {
+			return nil, closedForGood(current().Path, url, nc.LastError())
+		}
 		if !nc.IsConnected() {
 			err = fmt.Errorf("no NATS server answers at %s (connection %s)", redactURL(url), nc.Status())
 		} else if !probed {
@@ -70,6 +73,23 @@ func openQueues(ctx context.Context, proc string, js jetstream.JetStream, url st
 			return nil, err
 		}
 	}
+}
+
+// closedForGood is why openQueues stops when nats.go closed the connection for good: it
+// reconnects forever (connect.NATS) except when a server refuses its credentials (twice in a
+// row: an authorization violation, expired or revoked credentials), which no retry mends. A
+// refusal is a config error naming nats.url; any other close is an error of its own. The URL is
+// redacted: the password is not written.
+func closedForGood(path, url string, last error) error {
+	if last == nil {
+		last = errors.New("closed")
+	}
+	for _, auth := range []error{nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked} {
+		if errors.Is(last, auth) || strings.Contains(strings.ToLower(last.Error()), strings.ToLower(strings.TrimPrefix(auth.Error(), "nats: "))) {
+			return configErrf("%s: nats.url: the NATS server at %s refused the credentials: %w", path, redactURL(url), last)
+		}
+	}
+	return fmt.Errorf("the NATS connection to %s closed for good: %w", redactURL(url), last)
 }
 
 // newJetStream is the JetStream context of a process over nc, for cfg: in its
