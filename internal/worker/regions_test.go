@@ -214,48 +214,121 @@ func TestRegionsShareOneBudget(t *testing.T) {
 // TestRegionsPartition: region b loses the coordinator. It runs on its lease until it expires,
 // then on its even safe share (25/s), while a, whose renewals count b's lease until it expired,
 // takes the whole budget: the upstream sees at most budget × (1 + 1/2) + the bound.
-func TestRegionsPartition(t *testing.T) { partition(t, -1, 75, 25) }
+func TestRegionsPartition(t *testing.T) { partition(t, -1, 75, 25, 16) }
 
 // TestRegionsPartitionStrict: the same with safe_share 0: b delivers nothing once its lease
-// expired, and the upstream never sees more than the budget + the bound.
-func TestRegionsPartitionStrict(t *testing.T) { partition(t, 0, 50, 0) }
+// expired, and the upstream never sees more than the budget + the bound. b keeps the default
+// concurrency (4): the jobs it admitted before its share fell to 0, at most its concurrency,
+// still get one slot per renew period (regionalLease.rate), and at 16 that trickle would run
+// for 8 s past its lease.
+func TestRegionsPartitionStrict(t *testing.T) { partition(t, 0, 50, 0, 4) }
 
 // partition cuts region b off the coordinator once both run on leases, with safe share safe,
 // and checks the partition bound (budget + the slot terms) and b's and a's rates after b's
-// lease expired: wantB and the budget.
-func partition(t *testing.T, safe float64, budget int, wantB float64) {
+// lease expired: wantB and the budget. a runs 16 deliveries in flight and b bConc: at the
+// default 4, a job's turn (slot, request, ack) on a loaded 2-core machine caps a region near
+// 25/s, and the rates would measure that, not the leases (runFast).
+//
+// What a region was handed after b's lease is its slots: those it delivered on and those it
+// gave up for waking too late to use them on time (sluice_worker_slots_given_up_total, leaky's
+// Tolerance: half an interval, 10 ms at 50/s). On a loaded machine a fair part of the slots is
+// given up, as the rate + burst + 1 bound wants, so the lower bounds count both; the upper
+// bounds (the windows, b's strict 0) count deliveries only. A region whose slots still fell
+// short may have stalled outside its slots (a fetch, an ack, a request): an attempt whose
+// shortfall the process's lost time explains (testenv.Lag: a stall of d costs at most d × the
+// rate) is made again, up to 3 times; a shortfall it does not explain fails at once.
+func partition(t *testing.T, safe float64, budget int, wantB float64, bConc int) {
+	for attempt := 1; ; attempt++ {
+		var short []string
+		t.Run(fmt.Sprintf("attempt%d", attempt), func(t *testing.T) {
+			short = partitionOnce(t, safe, budget, wantB, bConc)
+		})
+		if t.Failed() || len(short) == 0 {
+			return
+		}
+		for _, s := range short {
+			t.Logf("attempt %d: %s", attempt, s)
+		}
+		if attempt == 3 {
+			t.Fatalf("in 3 attempts a region's slots fell short, each time as the machine stalled it")
+		}
+	}
+}
+
+// partitionOnce is one attempt of partition. It fails t for a broken bound, and for a region
+// whose slots fell short of its rate more than the process's lost time explains; it returns
+// the shortfalls that time explains.
+func partitionOnce(t *testing.T, safe float64, budget int, wantB float64, bConc int) (short []string) {
 	h := newHarness(t)
 	coord := testenv.NATS(t)
 	a, b := newRegion(t, h.ctx, "a", coord.URL), newRegion(t, h.ctx, "b", coord.URL)
 	aIDs := idSet(workertest.Publish(t, a.qs, "llm", 600, false))
 	bIDs := idSet(workertest.Publish(t, b.qs, "llm", 300, false))
-	aReg := a.run(t, h, 50, safe)
-	bReg := b.run(t, h, 50, safe)
+	aSpec, bSpec := h.spec("llm", 50), h.spec("llm", 50)
+	aSpec.Concurrency, bSpec.Concurrency = 16, bConc
+	aReg := a.runSpec(t, h, aSpec, safe)
+	bReg := b.runSpec(t, h, bSpec, safe)
+	lag := testenv.NewLag(t)
+	// at is when a window began, with the slots given up and the time lost until then.
+	type at struct {
+		when   time.Time
+		gaveUp float64
+		lost   time.Duration
+	}
+	mark := func(reg *prometheus.Registry) at {
+		lost, _ := lag.Stalled()
+		return at{time.Now(), metric(t, reg, "sluice_worker_slots_given_up_total", "queue", "llm"), lost}
+	}
 	// Past the fresh coordinator's hold (one lease) and a renewal: both on their leases.
 	h.up.WaitCount(t, 12*time.Second, "deliveries on leases", func(n int) bool { return n >= 150 })
 	cut := time.Now()
 	b.close()
 	expired := cut.Add(2*time.Second + 500*time.Millisecond) // b's lease, renewed at most a renewal ago
+	testenv.WaitFor(t, 10*time.Second, "b's lease to expire", func() bool { return time.Now().After(expired) })
+	bFrom := mark(bReg)
+	testenv.WaitFor(t, 10*time.Second, "1 s past b's lease", func() bool { return time.Now().After(expired.Add(time.Second)) })
+	aFrom := mark(aReg)
 	testenv.WaitFor(t, 10*time.Second, "3 s past b's lease", func() bool { return time.Now().After(expired.Add(3 * time.Second)) })
-	end := time.Now()
+	aEnd, bEnd := mark(aReg), mark(bReg)
+	end := aEnd.when
 	all := arrivalTimes(h.up, nil)
 	most := maxWindow(all, cut, end)
-	bRate := rateIn(arrivalTimes(h.up, bIDs), expired, end)
-	aRate := rateIn(arrivalTimes(h.up, aIDs), expired.Add(time.Second), end)
+	bRate := rateIn(arrivalTimes(h.up, bIDs), bFrom.when, end)
+	aRate := rateIn(arrivalTimes(h.up, aIDs), aFrom.when, end)
+	// slots is a region's slots per second from from to to, and the seconds it lost meanwhile.
+	slots := func(rate float64, from, to at) (float64, time.Duration) {
+		return rate + (to.gaveUp-from.gaveUp)/to.when.Sub(from.when).Seconds(), to.lost - from.lost
+	}
+	bSlots, bLost := slots(bRate, bFrom, bEnd)
+	aSlots, aLost := slots(aRate, aFrom, aEnd)
 	before := maxWindow(all, all[0], cut)
 	t.Logf("budget 50/s, b cut off: most in any 1 s window %d connected, %d cut off (partition bound %d); "+
-		"after b's lease: b %.1f/s on its safe share, a %.1f/s",
-		before, most, budget+connectedBound, bRate, aRate)
+		"after b's lease: b %.1f/s on its safe share (%.1f/s with the slots it gave up), a %.1f/s (%.1f/s); "+
+		"the process lost %v, %v of it while a was measured", before, most, budget+connectedBound, bRate, bSlots, aRate, aSlots,
+		(bEnd.lost - bFrom.lost).Round(time.Millisecond), aLost.Round(time.Millisecond))
 	t.Logf("per second a/b from the cut: %s", timeline(arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs), cut, end))
 	if most > budget+connectedBound {
 		t.Errorf("the upstream saw %d in a 1 s window with b cut off; partition bound %d", most, budget+connectedBound)
 	}
-	if bRate < 0.8*wantB || bRate > wantB+1 {
+	if bRate > wantB+1 {
 		t.Errorf("b cut off delivered %.1f/s after its lease; want its safe share, %.0f/s", bRate, wantB)
 	}
-	if aRate < 0.8*50 {
-		t.Errorf("a delivered %.1f/s once b's lease expired; want the budget, 50/s", aRate)
+	// low checks a region's slots against 80% of its rate; a shortfall the lost time explains
+	// is returned, any other fails.
+	low := func(who string, got, rate float64, from, to at, lost time.Duration) {
+		if got >= 0.8*rate {
+			return
+		}
+		msg := fmt.Sprintf("%s delivered on and gave up %.1f slots/s after b's lease; want ≥ 80%% of %.0f/s", who, got, rate)
+		missed := (0.8*rate - got) * to.when.Sub(from.when).Seconds()
+		if lost.Seconds()*rate < missed {
+			t.Errorf("%s; the process lost only %v, which explains %.1f of the %.1f slots missing", msg, lost, lost.Seconds()*rate, missed)
+			return
+		}
+		short = append(short, fmt.Sprintf("%s; the process lost %v in that time, %.1f slots' worth", msg, lost, lost.Seconds()*rate))
 	}
+	low("b, cut off, on its safe share,", bSlots, wantB, bFrom, bEnd, bLost)
+	low("a", aSlots, 50, aFrom, aEnd, aLost)
 	if on := metric(t, bReg, "sluice_region_on_safe_share", "queue", "llm"); on != 1 {
 		t.Errorf("b's sluice_region_on_safe_share = %v, want 1", on)
 	}
@@ -265,4 +338,5 @@ func partition(t *testing.T, safe float64, budget int, wantB float64) {
 	if on, s := metric(t, aReg, "sluice_region_on_safe_share", "queue", "llm"), metric(t, aReg, "sluice_region_share", "queue", "llm"); on != 0 || s != 50 {
 		t.Errorf("a's sluice_region_on_safe_share = %v, sluice_region_share %v; want 0 and 50", on, s)
 	}
+	return short
 }
