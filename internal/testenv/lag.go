@@ -6,22 +6,24 @@ import (
 	"time"
 )
 
-// Lag measures how much time this process lost to the machine: a goroutine sleeps Tick at a
-// time and adds up, for each wake more than Tick later than asked, how late it was. A timing
-// test whose precondition is being scheduled in time (a slot used within its tolerance, a rate
-// held over a second or two) reads Stalled over its window, and tries again only when what it
-// missed is explained by that time: it proves, rather than assumes, that a loaded machine made
-// it miss. Costs one wake-up per Tick while it runs.
+// Lag measures the time this process lost to the machine: a goroutine sleeps LagTick at a time,
+// and each wake more than LagTick later than asked is a stall, from when it should have woken to
+// when it did (the process got no CPU, or its runtime stopped the world). A timing test whose
+// precondition is being scheduled in time (a call answered within milliseconds, slots used
+// within their tolerance, a rate held over a second or two) subtracts the stalls from what it
+// measured (Lost), or tries again only when what it missed is explained by them: it proves,
+// rather than assumes, that a loaded machine made it miss. Costs one wake-up per LagTick while
+// it runs, and the stalls' list.
 type Lag struct {
-	mu      sync.Mutex
-	stalled time.Duration
-	worst   time.Duration
-	stop    chan struct{}
-	done    chan struct{}
+	mu     sync.Mutex
+	stalls [][2]time.Time // [should have woken, woke], in order
+	woke   time.Time      // the latest wake
+	stop   chan struct{}
+	done   chan struct{}
 }
 
-// LagTick is Lag's sleep, and the least lateness it counts: a wake up to LagTick late (a
-// timer's slack and the scheduler's slice on a busy machine) is not counted. It is the
+// LagTick is Lag's sleep, and the least lateness it counts as a stall: a wake up to LagTick
+// late (a timer's slack and the scheduler's slice on a busy machine) is not one. It is the
 // tolerance of a leak slot at 50/s (leaky.Rate.Tolerance, half an interval).
 const LagTick = 10 * time.Millisecond
 
@@ -43,27 +45,48 @@ func (l *Lag) run() {
 		case <-l.stop:
 			return
 		case <-timer.C:
-			if late := time.Since(want); late > LagTick {
-				l.mu.Lock()
-				l.stalled += late
-				l.worst = max(l.worst, late)
-				l.mu.Unlock()
+			now := time.Now()
+			l.mu.Lock()
+			if now.Sub(want) > LagTick {
+				l.stalls = append(l.stalls, [2]time.Time{want, now})
 			}
-			want = time.Now().Add(LagTick)
+			l.woke = now
+			l.mu.Unlock()
+			want = now.Add(LagTick)
 			timer.Reset(LagTick)
 		}
 	}
 }
 
-// Stalled returns the time lost so far (the sum of the counted wakes' lateness) and the worst
-// single wake's lateness.
-func (l *Lag) Stalled() (total, worst time.Duration) {
-	l.mu.Lock()
+// Lost returns how much of [from, to) the process spent in stalls, and the longest of them
+// that overlaps it. A stall is seen once the probe runs again: Lost first waits (up to a
+// second) for its first wake after to.
+func (l *Lag) Lost(from, to time.Time) (lost, worst time.Duration) {
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+		l.mu.Lock()
+		if l.woke.After(to) || time.Now().After(deadline) {
+			break // l.mu held
+		}
+		l.mu.Unlock()
+	}
 	defer l.mu.Unlock()
-	return l.stalled, l.worst
+	for _, s := range l.stalls {
+		a, b := s[0], s[1]
+		if a.Before(from) {
+			a = from
+		}
+		if b.After(to) {
+			b = to
+		}
+		if b.After(a) {
+			lost += b.Sub(a)
+			worst = max(worst, s[1].Sub(s[0]))
+		}
+	}
+	return lost, worst
 }
 
-// Stop ends the probe; it may be called more than once.
+// Stop ends the probe; it may be called more than once, from one goroutine.
 func (l *Lag) Stop() {
 	select {
 	case <-l.stop:
