@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"math"
+	"runtime/metrics"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ type Lag struct {
 	mu     sync.Mutex
 	stalls [][2]time.Time // [should have woken, woke], in order
 	woke   time.Time      // the latest wake
+	ping   func()         // called at each wake; nil: none
 	stop   chan struct{}
 	done   chan struct{}
 }
@@ -28,8 +31,14 @@ type Lag struct {
 const LagTick = 10 * time.Millisecond
 
 // NewLag starts a Lag; the test's cleanup stops it.
-func NewLag(t testing.TB) *Lag {
-	l := &Lag{stop: make(chan struct{}), done: make(chan struct{})}
+func NewLag(t testing.TB) *Lag { return NewLagPing(t, nil) }
+
+// NewLagPing starts a Lag that calls ping (a round trip to a server the test talks to, such as
+// a Redis PING) at each wake, and counts as a stall a wake whose ping ended more than LagTick
+// after it should have woken: the time the server, as well as this process, got no CPU. ping
+// nil is NewLag.
+func NewLagPing(t testing.TB, ping func()) *Lag {
+	l := &Lag{ping: ping, stop: make(chan struct{}), done: make(chan struct{})}
 	go l.run()
 	t.Cleanup(l.Stop)
 	return l
@@ -45,6 +54,9 @@ func (l *Lag) run() {
 		case <-l.stop:
 			return
 		case <-timer.C:
+			if l.ping != nil {
+				l.ping()
+			}
 			now := time.Now()
 			l.mu.Lock()
 			if now.Sub(want) > LagTick {
@@ -94,4 +106,25 @@ func (l *Lag) Stop() {
 		close(l.stop)
 	}
 	<-l.done
+}
+
+// Runnable returns how long, in all, this process's goroutines have waited to run once ready
+// (runtime/metrics /sched/latencies:seconds, each wait counted at its bucket's lower bound): a
+// machine that gives the process less CPU than its goroutines want shows here even when no
+// single wake is late enough for Lag. Read it before and after a window; the difference is
+// the window's.
+func Runnable() time.Duration {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	h := s[0].Value.Float64Histogram()
+	var sum float64
+	for i, n := range h.Counts {
+		if lo := h.Buckets[i]; n > 0 && lo > 0 && !math.IsInf(lo, 0) {
+			sum += float64(n) * lo
+		}
+	}
+	return time.Duration(sum * float64(time.Second))
 }
