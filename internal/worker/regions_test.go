@@ -68,13 +68,6 @@ func newRegion(t *testing.T, ctx context.Context, name, coordURL string) *region
 	return &region{name: name, qs: qs, coord: cjs, close: nc.Close}
 }
 
-// run starts the region's pool on a global queue llm at budget per second, and returns its
-// metrics.
-func (r *region) run(t *testing.T, h *harness, budget int, safe float64) *prometheus.Registry {
-	t.Helper()
-	return r.runSpec(t, h, h.spec("llm", budget), safe)
-}
-
 // runSpec starts a pool of the region on spec, made global, and returns its metrics. A
 // region's pools share its leak schedule (one redis-server) and its queue, as its worker
 // processes do; each is a holder of its own.
