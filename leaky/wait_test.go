@@ -33,13 +33,28 @@ func (p *pausing) Take(ctx context.Context, queue string, r Rate) (Slot, error) 
 func TestWait(t *testing.T) {
 	for _, d := range drivers(t) {
 		t.Run(d.name, func(t *testing.T) {
+			// A free slot is used at once, in one take. A waiter the machine let reach it later
+			// than its tolerance gives it up and takes another, as it should; such an attempt
+			// shows nothing and is made again, on a new schedule, up to 5 times.
 			t.Run("go now", func(t *testing.T) {
-				s := &pausing{Schedule: d.new(t, nil)}
-				if err := Wait(context.Background(), s, "q", perSecond10, nil); err != nil {
-					t.Fatal(err)
-				}
-				if n := s.takes.Load(); n != 1 {
-					t.Fatalf("%d takes", n)
+				for attempt := 1; ; attempt++ {
+					s := &pausing{Schedule: d.new(t, nil)}
+					var late []time.Duration
+					h := Hooks{OnGiveUp: func(l time.Duration) { late = append(late, l) }}
+					if err := WaitHooks(context.Background(), s, "q", perSecond10, h); err != nil {
+						t.Fatal(err)
+					}
+					n := s.takes.Load()
+					if n == 1 {
+						return
+					}
+					if int(n) != 1+len(late) || slices.ContainsFunc(late, func(l time.Duration) bool { return l <= perSecond10.Tolerance() }) {
+						t.Fatalf("%d takes, slots given up %v late", n, late)
+					}
+					t.Logf("attempt %d: the free slot was given up %v late (tolerance %v)", attempt, late, perSecond10.Tolerance())
+					if attempt == 5 {
+						t.Fatalf("in 5 attempts the machine always let the waiter reach its free slot too late")
+					}
 				}
 			})
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sluice-rl/sluice/internal/testenv"
 	"github.com/sluice-rl/sluice/queue"
 )
@@ -130,10 +132,24 @@ func TestTenantControlsOneKeyEach(t *testing.T) {
 	// 10 000 tenants: the single value failed with "maximum payload exceeded" at 8 594. The
 	// first 9 989 are written straight to their keys (fast), the last through SetTenantControl.
 	const many = 10_000
+	// A publish that finds the window of unacknowledged ones full past its stall wait (200 ms;
+	// a loaded machine's server acks slower) fails: wait for the window to drain and publish it
+	// again.
 	for i := 11; i < many; i++ {
 		data, _ := json.Marshal(queue.TenantControl{Rate: "5/s", Weight: 2, InFlight: 3})
-		if _, err := b.js.PublishAsync(fmt.Sprintf("$KV.%s_META.tctl.other.%032x", b.prefix, i), data); err != nil {
-			t.Fatal(err)
+		for {
+			_, err := b.js.PublishAsync(fmt.Sprintf("$KV.%s_META.tctl.other.%032x", b.prefix, i), data)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				t.Fatal(err)
+			}
+			select {
+			case <-b.js.PublishAsyncComplete():
+			case <-time.After(30 * time.Second):
+				t.Fatal("the window of unacknowledged publishes did not drain in 30 s")
+			}
 		}
 	}
 	select {

@@ -5,7 +5,9 @@
 // one-server cluster per region joined by gateways through in-process Toxiproxy links that add
 // latency and can be cut ([NewSupercluster]). Each server listens on a free loopback port,
 // keeps its data in a temporary directory, and is stopped by t.Cleanup. It also reads
-// Prometheus metrics from a registry for assertions.
+// Prometheus metrics from a registry for assertions, and measures the time the machine took
+// from the process ([Lag], [Runnable]), so that a timing test that missed can show it was
+// starved before it tries again.
 //
 // Tests isolate themselves by key prefix ([Prefix]) and stream name ([Name]), so packages run in
 // parallel against one machine.
