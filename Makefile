@@ -86,10 +86,11 @@ compose:
 # by CI's package times) start first, so that the short ones fill in beside them at the end
 # instead of one long package running alone last (~-8 s on 2 cores by CI's times).
 TIMED := github.com/sluice-rl/sluice/cmd/worker
+UNIT_P := 3
 SLOW := internal/worker internal/app queue cmd/ingress limit internal/admin internal/ingress inflight
 unit:
 	rc=0; \
-	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)' | \
+	$(GO) test -race -count=1 -p $(UNIT_P) -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)' | \
 	  awk 'BEGIN { n = split("$(SLOW)", s, " "); for (i = 1; i <= n; i++) rank["github.com/sluice-rl/sluice/" s[i]] = i } \
 	    { print (($$0 in rank) ? rank[$$0] : n + 1) "\t" $$0 }' | sort -s -n -k1,1 | cut -f2) || rc=1; \
 	$(GO) test -race -count=1 -parallel 4 -timeout 13m $(TIMED) || rc=1; \
