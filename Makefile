@@ -7,9 +7,9 @@ export SLUICE_STRICT := 1
 # not hide whether cmd/worker or the fuzz pass would have passed.
 MAKEFLAGS += --keep-going
 
-.PHONY: test deps vet tools cyclo lines compose unit fuzz quickstart bench soak
+.PHONY: test deps vet tools cyclo lines compose unit unit-vet fuzz quickstart bench soak
 
-test: deps vet cyclo lines compose unit fuzz
+test: deps cyclo lines compose unit-vet fuzz
 
 # deps installs what the tests run besides Go — redis-server, curl for the README's quickstart
 # lines, docker-compose to validate deploy/compose.yaml, chromium for the dashboard's browser
@@ -88,28 +88,51 @@ compose:
 TIMED := github.com/sluice-rl/sluice/cmd/worker
 UNIT_P := 3
 SLOW := internal/worker internal/app queue cmd/ingress limit internal/admin internal/ingress inflight
+UNIT_PKGS = $$($(GO) list ./... | grep -v -x '$(TIMED)' | \
+	  awk 'BEGIN { n = split("$(SLOW)", s, " "); for (i = 1; i <= n; i++) rank["github.com/sluice-rl/sluice/" s[i]] = i } \
+	    { print (($$0 in rank) ? rank[$$0] : n + 1) "\t" $$0 }' | sort -s -n -k1,1 | cut -f2)
 unit:
 	rc=0; \
-	$(GO) test -race -count=1 -p $(UNIT_P) -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)' | \
-	  awk 'BEGIN { n = split("$(SLOW)", s, " "); for (i = 1; i <= n; i++) rank["github.com/sluice-rl/sluice/" s[i]] = i } \
-	    { print (($$0 in rank) ? rank[$$0] : n + 1) "\t" $$0 }' | sort -s -n -k1,1 | cut -f2) || rc=1; \
+	$(GO) test -race -count=1 -p $(UNIT_P) -timeout 14m $(UNIT_PKGS) || rc=1; \
+	$(GO) test -race -count=1 -parallel 4 -timeout 13m $(TIMED) || rc=1; \
+	exit $$rc
+
+# unit-vet is `make unit` with `make vet` run at nice 19 beside its first stage, as `make test`
+# runs them; cmd/worker's stage starts once vet has ended. vet's output is shown after the
+# first stage's, and a failing vet fails the target.
+unit-vet: tools
+	rc=0; vetlog=$$(mktemp); \
+	nice -n 19 $(MAKE) --no-print-directory vet >$$vetlog 2>&1 & vet=$$!; \
+	$(GO) test -race -count=1 -p $(UNIT_P) -timeout 14m $(UNIT_PKGS) || rc=1; \
+	if wait $$vet; then echo "make vet (nice 19, beside the packages above): passed"; cat $$vetlog; \
+	else echo "make vet (nice 19, beside the packages above): FAILED" >&2; cat $$vetlog >&2; rc=1; fi; \
+	rm -f $$vetlog; \
 	$(GO) test -race -count=1 -parallel 4 -timeout 13m $(TIMED) || rc=1; \
 	exit $$rc
 
 # A short run of every fuzz target, on top of the committed seed corpora that `unit` already ran.
 # The targets are read from the sources (`go test -list` would build and link a plain test
-# binary of each package only to name them).
+# binary of each package only to name them). Each package's instrumented test binary is built
+# once (`go test -c -fuzz`) and runs its targets one after the other, as `go test -fuzz` runs
+# it: from the package's directory, with the same fuzz cache (-test.fuzzcachedir) and the
+# same 10-minute timeout; `go test -fuzz` per target relinked internal/ingress's binary for
+# each of its six targets.
 # A failing target is shown and run once more: an input that breaks the code is saved under
 # testdata/fuzz and fails the second run at once, while the fuzzing engine's own rare failures on
 # a loaded machine (a worker that stops answering) do not repeat.
 FUZZ_TIME ?= 3s
 fuzz:
-	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
+	@set -e; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
+	mod=$$($(GO) list -m); cache=$$($(GO) env GOCACHE)/fuzz; \
+	for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
+	  $(GO) test -c -fuzz . -o "$$bin/fuzz.test" $$pkg; \
 	  for f in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$pkg/*_test.go); do \
 	    echo "fuzz $$pkg $$f"; \
-	    if ! out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZ_TIME) $$pkg 2>&1); then \
+	    run=(env -C $$pkg "$$bin/fuzz.test" -test.paniconexit0 -test.timeout=10m -test.run '^$$' \
+	      -test.fuzz "^$$f$$" -test.fuzztime $(FUZZ_TIME) -test.fuzzcachedir "$$cache/$$mod/$${pkg#./}"); \
+	    if ! out=$$("$${run[@]}" 2>&1); then \
 	      echo "$$out" | tail -30; echo "fuzz $$pkg $$f failed; running it again"; \
-	      $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZ_TIME) $$pkg; \
+	      "$${run[@]}"; \
 	    fi; \
 	  done; \
 	done
