@@ -82,9 +82,12 @@ compose:
 # restart tests that mostly wait (TestJetStreamFailoverLosesNothing,
 # TestScheduledJobsSurviveRestarts) to the group was measured: beside two busy loops, the four
 # passed alone and two of them missed with the six (BENCHMARKS.md, "make test's wall time").
-# The other packages run two at a time, in the order given: the longest (SLOW, longest first,
-# by CI's package times) start first, so that the short ones fill in beside them at the end
-# instead of one long package running alone last (~-8 s on 2 cores by CI's times).
+# The other packages run UNIT_P (3) at a time, in the order given: the longest (SLOW, longest
+# first, by CI's package times) start first, so that the short ones fill in beside them at the
+# end instead of one long package running alone last. They wait far more than they compute
+# (internal/worker and internal/app ~0.2 cores each), so three at a time pack CI's 640 s of
+# package time into ~215 s where two at a time took ~320 s (BENCHMARKS.md, "make test's wall
+# time, second pass").
 TIMED := github.com/sluice-rl/sluice/cmd/worker
 UNIT_P := 3
 SLOW := internal/worker internal/app queue cmd/ingress limit internal/admin internal/ingress inflight
@@ -98,11 +101,19 @@ unit:
 	exit $$rc
 
 # unit-vet is `make unit` with `make vet` run at nice 19 beside its first stage, as `make test`
-# runs them; cmd/worker's stage starts once vet has ended. vet's output is shown after the
-# first stage's, and a failing vet fails the target.
+# runs them: vet (~110 s of CPU, ~60 s on its own on 2 cores) takes the CPU that the first
+# stage's waiting tests leave, and at nice 19 it yields that CPU to them whenever they want it
+# (a far lighter neighbour than the two busy loops every timing test is held to). After vet, the
+# same niced job compiles cmd/worker's race test binary and the worker and upstream commands its
+# TestMain builds, into the build cache, so that cmd/worker's stage mostly links. cmd/worker's
+# stage starts once that job has ended. vet's output is shown after the first stage's, and a
+# failing vet fails the target.
 unit-vet: tools
 	rc=0; vetlog=$$(mktemp); \
-	nice -n 19 $(MAKE) --no-print-directory vet >$$vetlog 2>&1 & vet=$$!; \
+	( nice -n 19 $(MAKE) --no-print-directory vet >$$vetlog 2>&1; vetrc=$$?; \
+	  prebuilt=$$(mktemp -d); nice -n 19 $(GO) test -race -c -o /dev/null $(TIMED) >/dev/null 2>&1; \
+	  nice -n 19 $(GO) build -o $$prebuilt/ ./cmd/worker ./cmd/worker/testdata/upstream >/dev/null 2>&1; \
+	  rm -rf $$prebuilt; exit $$vetrc ) & vet=$$!; \
 	$(GO) test -race -count=1 -p $(UNIT_P) -timeout 14m $(UNIT_PKGS) || rc=1; \
 	if wait $$vet; then echo "make vet (nice 19, beside the packages above): passed"; cat $$vetlog; \
 	else echo "make vet (nice 19, beside the packages above): FAILED" >&2; cat $$vetlog >&2; rc=1; fi; \
