@@ -85,9 +85,10 @@ compose:
 # The other packages run UNIT_P (3) at a time, in the order given: the longest (SLOW, longest
 # first, by CI's package times) start first, so that the short ones fill in beside them at the
 # end instead of one long package running alone last. They wait far more than they compute
-# (internal/worker and internal/app ~0.2 cores each), so three at a time pack CI's 640 s of
-# package time into ~215 s where two at a time took ~320 s (BENCHMARKS.md, "make test's wall
-# time, second pass").
+# (internal/worker and internal/app ~0.2 cores each), so three at a time should pack CI's 629 s
+# of package time (at 2983aba) into ~214 s where two at a time took ~315 s: computed from CI's
+# package times, not yet measured on a quiet machine (BENCHMARKS.md, "make test's wall time,
+# second pass"); `make test UNIT_P=2` runs them two at a time.
 TIMED := github.com/sluice-rl/sluice/cmd/worker
 UNIT_P := 3
 SLOW := internal/worker internal/app queue cmd/ingress limit internal/admin internal/ingress inflight
@@ -102,12 +103,13 @@ unit:
 
 # unit-vet is `make unit` with `make vet` run at nice 19 beside its first stage, as `make test`
 # runs them: vet (~110 s of CPU, ~60 s on its own on 2 cores) takes the CPU that the first
-# stage's waiting tests leave, and at nice 19 it yields that CPU to them whenever they want it
-# (a far lighter neighbour than the two busy loops every timing test is held to). After vet, the
-# same niced job compiles cmd/worker's race test binary and the worker and upstream commands its
-# TestMain builds, into the build cache, so that cmd/worker's stage mostly links. cmd/worker's
-# stage starts once that job has ended. vet's output is shown after the first stage's, and a
-# failing vet fails the target.
+# stage's waiting tests leave; at nice 19 (weight 15 against a test's 1024) it gets ~1.5% of a
+# core that a test wants, a far lighter neighbour than the two busy loops every timing test is
+# held to. On a machine with no idle CPU it ends late and holds back cmd/worker's stage. After
+# vet, the same niced job compiles cmd/worker's race test binary and the worker and upstream
+# commands its TestMain builds, into the build cache, so that cmd/worker's stage mostly links.
+# cmd/worker's stage starts once that job has ended. vet's output is shown after the first
+# stage's, and a failing vet fails the target.
 unit-vet: tools
 	rc=0; vetlog=$$(mktemp); \
 	( nice -n 19 $(MAKE) --no-print-directory vet >$$vetlog 2>&1; vetrc=$$?; \
