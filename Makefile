@@ -7,9 +7,9 @@ export SLUICE_STRICT := 1
 # not hide whether cmd/worker or the fuzz pass would have passed.
 MAKEFLAGS += --keep-going
 
-.PHONY: test deps vet tools cyclo lines compose unit fuzz quickstart bench soak
+.PHONY: test deps vet tools cyclo lines compose unit unit-vet fuzz quickstart bench soak
 
-test: deps vet cyclo lines compose unit fuzz
+test: deps cyclo lines compose unit-vet fuzz
 
 # deps installs what the tests run besides Go — redis-server, gcc for -race (without a C
 # compiler on PATH Go turns cgo off, and -race refuses to run), curl for the README's quickstart
@@ -83,33 +83,70 @@ compose:
 # restart tests that mostly wait (TestJetStreamFailoverLosesNothing,
 # TestScheduledJobsSurviveRestarts) to the group was measured: beside two busy loops, the four
 # passed alone and two of them missed with the six (BENCHMARKS.md, "make test's wall time").
-# The other packages run two at a time, in the order given: the longest (SLOW, longest first,
-# by CI's package times) start first, so that the short ones fill in beside them at the end
-# instead of one long package running alone last (~-8 s on 2 cores by CI's times).
+# The other packages run UNIT_P (3) at a time, in the order given: the longest (SLOW, longest
+# first, by CI's package times) start first, so that the short ones fill in beside them at the
+# end instead of one long package running alone last. They wait far more than they compute
+# (internal/worker and internal/app ~0.2 cores each), so three at a time should pack CI's 629 s
+# of package time (at 2983aba) into ~214 s where two at a time took ~315 s: computed from CI's
+# package times, not yet measured on a quiet machine (BENCHMARKS.md, "make test's wall time,
+# second pass"); `make test UNIT_P=2` runs them two at a time.
 TIMED := github.com/sluice-rl/sluice/cmd/worker
+UNIT_P := 3
 SLOW := internal/worker internal/app queue cmd/ingress limit internal/admin internal/ingress inflight
+UNIT_PKGS = $$($(GO) list ./... | grep -v -x '$(TIMED)' | \
+	  awk 'BEGIN { n = split("$(SLOW)", s, " "); for (i = 1; i <= n; i++) rank["github.com/sluice-rl/sluice/" s[i]] = i } \
+	    { print (($$0 in rank) ? rank[$$0] : n + 1) "\t" $$0 }' | sort -s -n -k1,1 | cut -f2)
 unit:
 	rc=0; \
-	$(GO) test -race -count=1 -timeout 14m $$($(GO) list ./... | grep -v -x '$(TIMED)' | \
-	  awk 'BEGIN { n = split("$(SLOW)", s, " "); for (i = 1; i <= n; i++) rank["github.com/sluice-rl/sluice/" s[i]] = i } \
-	    { print (($$0 in rank) ? rank[$$0] : n + 1) "\t" $$0 }' | sort -s -n -k1,1 | cut -f2) || rc=1; \
+	$(GO) test -race -count=1 -p $(UNIT_P) -timeout 14m $(UNIT_PKGS) || rc=1; \
+	$(GO) test -race -count=1 -parallel 4 -timeout 13m $(TIMED) || rc=1; \
+	exit $$rc
+
+# unit-vet is `make unit` with `make vet` run at nice 19 beside its first stage, as `make test`
+# runs them: vet (~110 s of CPU, ~60 s on its own on 2 cores) takes the CPU that the first
+# stage's waiting tests leave; at nice 19 (weight 15 against a test's 1024) it gets ~1.5% of a
+# core that a test wants, a far lighter neighbour than the two busy loops every timing test is
+# held to. On a machine with no idle CPU it ends late and holds back cmd/worker's stage. After
+# vet, the same niced job compiles cmd/worker's race test binary and the worker and upstream
+# commands its TestMain builds, into the build cache, so that cmd/worker's stage mostly links.
+# cmd/worker's stage starts once that job has ended. vet's output is shown after the first
+# stage's, and a failing vet fails the target.
+unit-vet: tools
+	rc=0; vetlog=$$(mktemp); \
+	( nice -n 19 $(MAKE) --no-print-directory vet >$$vetlog 2>&1; vetrc=$$?; \
+	  prebuilt=$$(mktemp -d); nice -n 19 $(GO) test -race -c -o /dev/null $(TIMED) >/dev/null 2>&1; \
+	  nice -n 19 $(GO) build -o $$prebuilt/ ./cmd/worker ./cmd/worker/testdata/upstream >/dev/null 2>&1; \
+	  rm -rf $$prebuilt; exit $$vetrc ) & vet=$$!; \
+	$(GO) test -race -count=1 -p $(UNIT_P) -timeout 14m $(UNIT_PKGS) || rc=1; \
+	if wait $$vet; then echo "make vet (nice 19, beside the packages above): passed"; cat $$vetlog; \
+	else echo "make vet (nice 19, beside the packages above): FAILED" >&2; cat $$vetlog >&2; rc=1; fi; \
+	rm -f $$vetlog; \
 	$(GO) test -race -count=1 -parallel 4 -timeout 13m $(TIMED) || rc=1; \
 	exit $$rc
 
 # A short run of every fuzz target, on top of the committed seed corpora that `unit` already ran.
 # The targets are read from the sources (`go test -list` would build and link a plain test
-# binary of each package only to name them).
+# binary of each package only to name them). Each package's instrumented test binary is built
+# once (`go test -c -fuzz`) and runs its targets one after the other, as `go test -fuzz` runs
+# it: from the package's directory, with the same fuzz cache (-test.fuzzcachedir) and the
+# same 10-minute timeout; `go test -fuzz` per target relinked internal/ingress's binary for
+# each of its six targets.
 # A failing target is shown and run once more: an input that breaks the code is saved under
 # testdata/fuzz and fails the second run at once, while the fuzzing engine's own rare failures on
 # a loaded machine (a worker that stops answering) do not repeat.
 FUZZ_TIME ?= 3s
 fuzz:
-	@set -e; for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
+	@set -e; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
+	mod=$$($(GO) list -m); cache=$$($(GO) env GOCACHE)/fuzz; \
+	for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
+	  $(GO) test -c -fuzz . -o "$$bin/fuzz.test" $$pkg; \
 	  for f in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$pkg/*_test.go); do \
 	    echo "fuzz $$pkg $$f"; \
-	    if ! out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZ_TIME) $$pkg 2>&1); then \
+	    run=(env -C $$pkg "$$bin/fuzz.test" -test.paniconexit0 -test.timeout=10m -test.run '^$$' \
+	      -test.fuzz "^$$f$$" -test.fuzztime $(FUZZ_TIME) -test.fuzzcachedir "$$cache/$$mod/$${pkg#./}"); \
+	    if ! out=$$("$${run[@]}" 2>&1); then \
 	      echo "$$out" | tail -30; echo "fuzz $$pkg $$f failed; running it again"; \
-	      $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZ_TIME) $$pkg; \
+	      "$${run[@]}"; \
 	    fi; \
 	  done; \
 	done
