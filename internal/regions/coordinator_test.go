@@ -26,8 +26,10 @@ func TestCoordinatorConcurrentRenewals(t *testing.T) {
 	terms := Terms{Budget: 50, Lease: 300 * time.Millisecond, Renew: 50 * time.Millisecond, Lingers: 20 * time.Millisecond}
 	var wg sync.WaitGroup
 	errs := make(chan error, 100)
+	var coords []*Coordinator
 	for _, region := range []string{"a", "a", "b", "b"} { // two workers per region
 		c := NewCoordinator(js, region, nil)
+		coords = append(coords, c)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -56,9 +58,18 @@ func TestCoordinatorConcurrentRenewals(t *testing.T) {
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		t.Fatal(err)
 	}
-	if e.Revision() != 80 || len(rec.Leases) != 2 {
-		t.Fatalf("revision %d with leases %v; want 80 writes (4 workers × 20) of two regions", e.Revision(), rec.Leases)
+	// Each renewal writes once; a write whose answer timed out is tried again (Renew), and
+	// may have landed, so the writes beyond 80 are bounded by the tries that did not lose a
+	// race: exactly 80 when no answer timed out.
+	var unraced int64
+	for _, c := range coords {
+		tried, conflicts := c.Writes()
+		unraced += tried - conflicts
 	}
+	if rev := int64(e.Revision()); rev < 80 || rev > unraced || len(rec.Leases) != 2 {
+		t.Fatalf("revision %d with leases %v; want 80 writes (4 workers × 20) of two regions, at most %d with the tries whose answer timed out", rev, rec.Leases, unraced)
+	}
+	t.Logf("revision %d; %d writes tried that lost no race", e.Revision(), unraced)
 	if h := rec.Held(time.Now()); h > terms.Budget {
 		t.Fatalf("held %v > budget", h)
 	}
