@@ -196,10 +196,11 @@ func (p *ingressProc) startRedis(ctx context.Context) error {
 	if err != nil {
 		return connect.ConfigError(fmt.Errorf("%s: redis.url: %w", cfg.Path, err))
 	}
-	p.rdb = rdb
 	if err := refuseEviction(ctx, rdb, cfg.Path, p.log); err != nil {
+		_ = rdb.Close() // a service that fails to start is not stopped
 		return err
 	}
+	p.rdb = rdb
 	p.lim = limit.NewRedis(rdb, limit.RedisConfig{OnLoss: ruleLosses(p.reg, p.log)})
 	lost := inflight.WithOnLoss(placeLosses(p.reg, p.log, "ingress"))
 	p.places = inflight.NewRedis(rdb, inflight.WithPrefix(placesPrefix), lost)

@@ -133,13 +133,18 @@ func (p *workerProc) startRedis(ctx context.Context) error {
 	if err != nil {
 		return configErrf("%s: redis.url: %w", cfg.Path, err)
 	}
+	// A Redis refused at start is closed here: a service that fails to start is not stopped.
+	if err := refuseEviction(ctx, rdb, cfg.Path, p.log); err != nil {
+		_ = rdb.Close()
+		return err
+	}
 	p.rdb = rdb
 	p.places = inflight.NewRedis(rdb, inflight.WithMargin(worker.PlaceMargin),
 		inflight.WithOnLoss(placeLosses(p.reg, p.log, "worker")))
 	for _, w := range cfg.Warnings() {
 		p.log.Warn("worker: " + w)
 	}
-	return refuseEviction(ctx, rdb, cfg.Path, p.log)
+	return nil
 }
 
 // startNATS connects to NATS. The connection retries in the background, so the worker starts

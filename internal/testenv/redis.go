@@ -105,7 +105,8 @@ func (s *RedisServer) start() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
+		// A server started with --requirepass answers NOAUTH: it is up.
+		if err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
 			s.cmd, s.done = cmd, done
 			return nil
 		}
