@@ -72,6 +72,9 @@ func checkRedis(ctx context.Context, url string, out io.Writer) error {
 	}
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
+		if connect.RefusedCredentials(err) {
+			return fmt.Errorf("redis: redis.url: the server refused the credentials: %w", err)
+		}
 		return fmt.Errorf("redis: no answer: %w", err)
 	}
 	unchecked, err := connect.CheckEviction(ctx, rdb)

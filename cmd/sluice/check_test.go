@@ -95,3 +95,21 @@ no_auth_user: admin
 		}
 	}
 }
+
+// TestCheckRedisRefusedCredentials: `sluice check` against a Redis that refuses the config's
+// password says so, naming redis.url, rather than that Redis did not answer.
+func TestCheckRedisRefusedCredentials(t *testing.T) {
+	rs := testenv.RedisWith(t, "--requirepass", "right-pw")
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	body := fmt.Sprintf("redis: {url: %q}\nqueues: [{name: q, rate: 5/s, target: \"http://127.0.0.1:1/x\"}]\n",
+		strings.Replace(rs.URL(), "redis://", "redis://:s3cret-x@", 1))
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"check", "-config", path}, func(string) string { return "" }, &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "redis.url: the server refused the credentials: WRONGPASS") ||
+		strings.Contains(errOut.String(), "s3cret-x") {
+		t.Fatalf("exit %d (want 1)\nstdout: %s\nstderr: %s", code, out.String(), errOut.String())
+	}
+}

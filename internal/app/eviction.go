@@ -40,22 +40,13 @@ func refuseEviction(ctx context.Context, rdb redis.UniversalClient, path string,
 // written, so neither is its password.
 func refuseNoLua(ctx context.Context, rdb redis.UniversalClient, path string) error {
 	err := rdb.Eval(ctx, "return 1", nil).Err()
-	if err != nil && refusedCredentials(err) {
+	if err != nil && connect.RefusedCredentials(err) {
 		return connect.ConfigError(fmt.Errorf("%s: redis.url: the Redis server refused the credentials: %v", path, err))
 	}
 	if err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown command") {
 		return connect.ConfigError(fmt.Errorf("%s: redis: the server does not run Lua scripts (%v): Sluice needs EVAL and EVALSHA, as every limiter decision and leak slot is one script; use a Redis that allows them", path, err))
 	}
 	return nil
-}
-
-// refusedCredentials reports whether err is Redis refusing a connection's credentials: a
-// wrong user or password (WRONGPASS, or ERR invalid password from servers before ACLs), or
-// none given to a server that wants one (NOAUTH).
-func refusedCredentials(err error) bool {
-	msg := err.Error()
-	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") ||
-		strings.HasPrefix(msg, "ERR invalid password") || strings.HasPrefix(msg, "ERR AUTH")
 }
 
 // evictionCheck is the readiness check that Redis cannot evict Sluice's keys, should its

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,6 +77,16 @@ func Redis(url string) (redis.UniversalClient, error) {
 	c := redis.NewClient(opts)
 	c.AddHook(boundCalls{CallTimeout})
 	return c, nil
+}
+
+// RefusedCredentials reports whether err is Redis refusing a connection's credentials: a
+// wrong user or password (WRONGPASS, or ERR invalid password from servers before ACLs), or
+// none given to a server that wants one (NOAUTH). No retry mends it: the processes refuse to
+// start on it, naming redis.url, and `sluice check` says so.
+func RefusedCredentials(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") ||
+		strings.HasPrefix(msg, "ERR invalid password") || strings.HasPrefix(msg, "ERR AUTH")
 }
 
 // CallTimeout is the longest a Redis command of a client of [Redis] takes, retries included,
