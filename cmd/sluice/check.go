@@ -96,7 +96,7 @@ func checkNATS(ctx context.Context, cfg *config.Config, out io.Writer) error {
 	nc, err := nats.Connect(cfg.NATS.URL, nats.Name("sluice-check"), nats.Timeout(5*time.Second),
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // a permissions violation: reported once, below
 	if err != nil {
-		return fmt.Errorf("nats %s: %w", cfg.NATS.URL, err)
+		return fmt.Errorf("nats %s: %w", connect.RedactURL(cfg.NATS.URL), err)
 	}
 	defer nc.Close()
 	names := make([]string, len(cfg.Queues))

@@ -94,6 +94,18 @@ no_auth_user: admin
 			t.Logf("sluice check as %s: %s", tc.user, strings.TrimSpace(errOut.String()))
 		}
 	}
+	// A password the server refuses: named as the server's answer, the password not written.
+	file := filepath.Join(dir, "wrongpw.yaml")
+	url := strings.Replace(ns.URL, "nats://", "nats://enough:s3cret-x@", 1)
+	body := fmt.Sprintf("nats: {url: %q}\nqueues: [{name: q, rate: 5/s, target: \"http://127.0.0.1:1/x\"}]\n", url)
+	if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"check", "-config", file}, func(string) string { return "" }, &out, &errOut)
+	if code != 1 || !strings.Contains(strings.ToLower(errOut.String()), "authorization violation") || strings.Contains(errOut.String(), "s3cret-x") {
+		t.Errorf("sluice check with a refused password: exit %d (want 1)\nstdout: %s\nstderr: %s", code, out.String(), errOut.String())
+	}
 }
 
 // TestCheckRedisRefusedCredentials: `sluice check` against a Redis that refuses the config's

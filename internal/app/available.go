@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strings"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -232,18 +230,4 @@ func jetStreamCheck(js jetstream.JetStream, more func(context.Context) error) ad
 		}
 		return err
 	}}
-}
-
-// redactURL is a nats url (servers separated by commas) without passwords, for logs.
-func redactURL(raw string) string {
-	parts := strings.Split(raw, ",")
-	for i, p := range parts {
-		p = strings.TrimSpace(p)
-		if u, err := url.Parse(p); err == nil && u.User != nil {
-			u.User = url.User("redacted")
-			p = u.String()
-		}
-		parts[i] = p
-	}
-	return strings.Join(parts, ",")
 }

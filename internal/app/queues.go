@@ -45,7 +45,7 @@ func openQueues(ctx context.Context, proc string, js jetstream.JetStream, url st
 			return nil, closedForGood(current().Path, url, nc.LastError())
 		}
 		if !nc.IsConnected() {
-			err = fmt.Errorf("no NATS server answers at %s (connection %s)", redactURL(url), nc.Status())
+			err = fmt.Errorf("no NATS server answers at %s (connection %s)", connect.RedactURL(url), nc.Status())
 		} else if !probed {
 			if err = checkPermissions(ctx, js, current()); err == nil {
 				probed = true
@@ -86,10 +86,10 @@ func closedForGood(path, url string, last error) error {
 	}
 	for _, auth := range []error{nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked} {
 		if errors.Is(last, auth) || strings.Contains(strings.ToLower(last.Error()), strings.ToLower(strings.TrimPrefix(auth.Error(), "nats: "))) {
-			return configErrf("%s: nats.url: the NATS server at %s refused the credentials: %w", path, redactURL(url), last)
+			return configErrf("%s: nats.url: the NATS server at %s refused the credentials: %w", path, connect.RedactURL(url), last)
 		}
 	}
-	return fmt.Errorf("the NATS connection to %s closed for good: %w", redactURL(url), last)
+	return fmt.Errorf("the NATS connection to %s closed for good: %w", connect.RedactURL(url), last)
 }
 
 // newJetStream is the JetStream context of a process over nc, for cfg: in its

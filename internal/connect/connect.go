@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -89,6 +90,22 @@ func RefusedCredentials(err error) bool {
 		strings.HasPrefix(msg, "ERR invalid password") || strings.HasPrefix(msg, "ERR AUTH")
 }
 
+// RedactURL is a server URL (or several, separated by commas, as nats.url and a Redis
+// Cluster's redis.url take them) with each user and password replaced by "redacted", for logs
+// and error messages.
+func RedactURL(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if u, err := url.Parse(p); err == nil && u.User != nil {
+			u.User = url.User("redacted")
+			p = u.String()
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
+}
+
 // CallTimeout is the longest a Redis command of a client of [Redis] takes, retries included,
 // when its context allows longer: well above a round trip, and half the two seconds a worker
 // waits for an unreachable Redis before it hands its jobs back (package worker), so that a
@@ -158,7 +175,7 @@ func NATS(url, name string, log *slog.Logger) (*nats.Conn, error) {
 		nats.MaxPingsOutstanding(2),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("nats %s: %w", url, err)
+		return nil, fmt.Errorf("nats %s: %w", RedactURL(url), err)
 	}
 	return nc, nil
 }
