@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,5 +178,54 @@ queues:
 			continue
 		}
 		t.Logf("%s with a wrong password stopped after %v: %v", proc, time.Since(start).Round(time.Millisecond), err)
+	}
+}
+
+// TestNATSPasswordNotLogged: a worker whose nats.url carries a user and password starts and
+// drains without writing the password to its logs (the URL is redacted where it is logged).
+func TestNATSPasswordNotLogged(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	users := strings.Replace(natsUsers, "{ user: enough, password: p,", "{ user: enough, password: s3cret-x,", 1)
+	if err := os.WriteFile(conf, []byte(users), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.NATSProcIn(t, filepath.Join(dir, "js"), "-c", conf)
+	rs := testenv.Redis(t)
+	path := filepath.Join(dir, "sluice.yaml")
+	cfg := fmt.Sprintf(`listen: 127.0.0.1:0
+admin_listen: 127.0.0.1:0
+redis: { url: %q }
+nats: { url: %q }
+queues:
+  - { name: q, rate: 5/s, target: "POST http://127.0.0.1:1/x" }
+`, rs.URL(), strings.Replace(ns.URL, "nats://", "nats://enough:s3cret-x@", 1))
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Worker{ConfigPath: path, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Ready: func(string) { close(ready) }}.Run(ctx)
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("worker stopped before it drained: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("worker not draining after 20s")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "worker: draining") {
+		t.Fatalf("no draining line in the logs:\n%s", logs.String())
+	}
+	if strings.Contains(logs.String(), "s3cret-x") {
+		t.Fatalf("the worker's logs carry the NATS password:\n%s", logs.String())
 	}
 }

@@ -70,7 +70,7 @@ func (m Worker) Run(ctx context.Context) error {
 		return err
 	}
 	p.draining.Store(true)
-	p.log.Info("worker: draining", "queues", len(cfg.Queues), "nats", cfg.NATS.URL)
+	p.log.Info("worker: draining", "queues", len(cfg.Queues), "nats", connect.RedactURL(cfg.NATS.URL))
 	if m.Ready != nil {
 		m.Ready(p.ln.Addr().String())
 	}
