@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,6 +56,7 @@ type ruleFigure struct {
 // periodCount is what one period of a ruleFigure admitted.
 type periodCount struct {
 	split           string // "50/50" or "100/0"
+	from, to        time.Time
 	admitted, asked int
 	a, b            int
 	limits          map[string]int // answers by region=X-RateLimit-Limit
@@ -88,18 +90,43 @@ func TestGlobalRuleTwoRegions(t *testing.T) {
 	// time, so at most one per region is in flight across a period's boundary, decided in one
 	// period and placed (by its midpoint) in the other.
 	bound, inFlight := limit+nRegions*(ruleLease-1), nRegions
-	for w, c := range f.run(t) {
+	// The floor takes the process being scheduled: the regions' renewals (every 100 ms) move
+	// the parts to the demand, and a process that stalls holds them where they were (beside
+	// other builds, 188 of 190 in a shift's period). A run whose every shortfall the process's
+	// stalls in that period explain (testenv.Lag: the limit's worth of the time lost at least
+	// covers the requests missing) is made again, up to 3 times; any other fails, and the
+	// bound is never retried.
+	lag := testenv.NewLag(t)
+	for attempt := 1; ; attempt++ {
+		var counts []periodCount
+		t.Run(fmt.Sprintf("attempt %d", attempt), func(t *testing.T) { counts = f.run(t) })
 		if !asserted {
-			continue
+			return
 		}
-		if c.admitted > bound+inFlight {
-			t.Errorf("period %d (%s): admitted %d > limit + R·(lease − 1) = %d, + %d in flight at the boundary", w+1, c.split, c.admitted, bound, inFlight)
+		var explained []string
+		for w, c := range counts {
+			if c.admitted > bound+inFlight {
+				t.Errorf("period %d (%s): admitted %d > limit + R·(lease − 1) = %d, + %d in flight at the boundary", w+1, c.split, c.admitted, bound, inFlight)
+			}
+			// With demand at twice the limit, 95% of it; a loaded machine whose clients asked less
+			// (the last period asked 119 of the 400 meant in one run) is held to what they asked.
+			want := min(0.95*float64(limit), float64(c.asked))
+			if float64(c.admitted) >= want {
+				continue
+			}
+			lost, _ := lag.Lost(c.from, c.to)
+			msg := fmt.Sprintf("period %d (%s): admitted %d of %d asked, want at least %.0f (95%% of the limit %d, or all asked); the process lost %v of it to stalls, %.1f requests' worth",
+				w+1, c.split, c.admitted, c.asked, want, limit, lost.Round(time.Millisecond), lost.Seconds()*float64(limit)/period.Seconds())
+			if lost.Seconds()*float64(limit)/period.Seconds() < want-float64(c.admitted) || attempt == 3 {
+				t.Error(msg)
+				continue
+			}
+			explained = append(explained, msg)
 		}
-		// With demand at twice the limit, 95% of it; a loaded machine whose clients asked less
-		// (the last period asked 119 of the 400 meant in one run) is held to what they asked.
-		if want := min(0.95*float64(limit), float64(c.asked)); float64(c.admitted) < want {
-			t.Errorf("period %d (%s): admitted %d of %d asked, want at least %.0f (95%% of the limit %d, or all asked)", w+1, c.split, c.admitted, c.asked, want, limit)
+		if t.Failed() || len(explained) == 0 {
+			return
 		}
+		t.Logf("attempt %d: %s: again", attempt, strings.Join(explained, "; "))
 	}
 }
 
@@ -245,7 +272,7 @@ rules:
 	var out []periodCount
 	for w := range periods {
 		from, to := start.Add(time.Duration(w)*period), start.Add(time.Duration(w+1)*period)
-		c := periodCount{split: "50/50", limits: map[string]int{}}
+		c := periodCount{split: "50/50", from: from, to: to, limits: map[string]int{}}
 		if w >= f.split {
 			c.split = "100/0"
 		}

@@ -44,6 +44,7 @@ admin_listen: %s
 data_dir: %s
 upstream: http://127.0.0.1:1
 redis: {url: %s}
+store_timeout: 2s # a loaded machine's slow Redis call must not fail open here: the limits have to bind
 rules:
 %s
 rls_listen: %s

@@ -20,12 +20,16 @@ import (
 )
 
 // testConfig is a Sluice config with one rule a descriptor can name, and an rls section over
-// dir.
+// dir. Its store_timeout (2s) is one no Redis round trip reaches on a loaded machine: at the
+// default 50ms a slow EVALSHA is a store error, which on_store_error: deny answers OVER_LIMIT
+// (TestOverLimitAnswer's first call, beside other builds), and these tests are of decisions,
+// not of timeouts. A stopped Redis still fails at once (connection refused).
 func testConfig(t testing.TB, dir string) *config.Config {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	data := []byte(`upstream: http://127.0.0.1:1
 on_store_error: deny
+store_timeout: 2s
 rules:
   - name: tokens-per-key
     key: [header:X-Key]
