@@ -108,16 +108,11 @@ func TestGlobalRuleTwoRegions(t *testing.T) {
 			if c.admitted > bound+inFlight {
 				t.Errorf("period %d (%s): admitted %d > limit + R·(lease − 1) = %d, + %d in flight at the boundary", w+1, c.split, c.admitted, bound, inFlight)
 			}
-			// With demand at twice the limit, 95% of it; a loaded machine whose clients asked less
-			// (the last period asked 119 of the 400 meant in one run) is held to what they asked.
-			want := min(0.95*float64(limit), float64(c.asked))
-			if float64(c.admitted) >= want {
+			msg, stalled := shortfall(lag, w, c, limit, period)
+			if msg == "" {
 				continue
 			}
-			lost, _ := lag.Lost(c.from, c.to)
-			msg := fmt.Sprintf("period %d (%s): admitted %d of %d asked, want at least %.0f (95%% of the limit %d, or all asked); the process lost %v of it to stalls, %.1f requests' worth",
-				w+1, c.split, c.admitted, c.asked, want, limit, lost.Round(time.Millisecond), lost.Seconds()*float64(limit)/period.Seconds())
-			if lost.Seconds()*float64(limit)/period.Seconds() < want-float64(c.admitted) || attempt == 3 {
+			if !stalled || attempt == 3 {
 				t.Error(msg)
 				continue
 			}
@@ -146,14 +141,48 @@ func TestGlobalRuleTwoRegionsGCRA(t *testing.T) {
 	if os.Getenv("SLUICE_RULE_PERIOD") == "1m" {
 		f.limit, f.period, f.lease, f.renew = 1000, time.Minute, 10*time.Second, 2500*time.Millisecond
 	}
-	for w, c := range f.run(t) {
-		if want := min(0.95*float64(f.limit), float64(c.asked)); float64(c.admitted) < want {
-			t.Errorf("period %d (%s): admitted %d of %d asked, want at least %.0f (95%% of the limit %d, or all asked)", w+1, c.split, c.admitted, c.asked, want, f.limit)
+	// The floor is retried as TestGlobalRuleTwoRegions's: only when the process's stalls in a
+	// short period explain what it missed, up to 3 times; the upper bound never.
+	lag := testenv.NewLag(t)
+	for attempt := 1; ; attempt++ {
+		var counts []periodCount
+		t.Run(fmt.Sprintf("attempt %d", attempt), func(t *testing.T) { counts = f.run(t) })
+		var explained []string
+		for w, c := range counts {
+			if most := 2*f.limit + 2; c.admitted > most {
+				t.Errorf("period %d (%s): admitted %d > the limit and the buckets' capacity, %d", w+1, c.split, c.admitted, most)
+			}
+			msg, stalled := shortfall(lag, w, c, f.limit, f.period)
+			if msg == "" {
+				continue
+			}
+			if !stalled || attempt == 3 {
+				t.Error(msg)
+				continue
+			}
+			explained = append(explained, msg)
 		}
-		if most := 2*f.limit + 2; c.admitted > most {
-			t.Errorf("period %d (%s): admitted %d > the limit and the buckets' capacity, %d", w+1, c.split, c.admitted, most)
+		if t.Failed() || len(explained) == 0 {
+			return
 		}
+		t.Logf("attempt %d: %s: again", attempt, strings.Join(explained, "; "))
 	}
+}
+
+// shortfall checks period w's floor: with demand at twice the limit, 95% of it; a loaded
+// machine whose clients asked less (the last period asked 119 of the 400 meant in one run) is
+// held to what they asked. It returns "" when the floor is met; else why not, and whether the
+// process's stalls in the period (lag) explain it: the limit's worth of the time lost at least
+// covers the requests missing.
+func shortfall(lag *testenv.Lag, w int, c periodCount, limit int, period time.Duration) (string, bool) {
+	want := min(0.95*float64(limit), float64(c.asked))
+	if float64(c.admitted) >= want {
+		return "", false
+	}
+	lost, _ := lag.Lost(c.from, c.to)
+	worth := lost.Seconds() * float64(limit) / period.Seconds()
+	return fmt.Sprintf("period %d (%s): admitted %d of %d asked, want at least %.0f (95%% of the limit %d, or all asked); the process lost %v of it to stalls, %.1f requests' worth",
+		w+1, c.split, c.admitted, c.asked, want, limit, lost.Round(time.Millisecond), worth), worth >= want-float64(c.admitted)
 }
 
 // run runs the figure and returns what each period admitted, logging it.
