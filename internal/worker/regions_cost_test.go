@@ -99,8 +99,8 @@ func TestRegionsShareOneUnitBudget(t *testing.T) {
 	first := h.up.Arrivals()[0].At
 	end := first.Add(7 * time.Second)
 	testenv.WaitFor(t, 12*time.Second, "7 s of deliveries", func() bool { return time.Now().After(end) })
-	all := arrivalTimes(h.up, nil)
-	aAts, bAts := arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs)
+	all, sets := arrivalSets(h.up, aIDs, bIDs)
+	aAts, bAts := sets[0], sets[1]
 	if n := len(aAts) + len(bAts); n != len(all) {
 		t.Fatalf("%d of %d arrivals are of the jobs published", n, len(all))
 	}

@@ -81,7 +81,8 @@ func coordinatorKilled(t *testing.T) string {
 		t.Errorf("sluice_region_lease_lost after the restart: a %v, b %v; want 0", la, lb)
 	}
 
-	all, aAts, bAts := arrivalTimes(h.up, nil), arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs)
+	all, sets := arrivalSets(h.up, aIDs, bIDs)
+	aAts, bAts := sets[0], sets[1]
 	most := maxWindow(all, all[0], end)
 	after := maxWindow(all, settled, end)
 	aSafe, bSafe := rateIn(aAts, safeFrom.Add(500*time.Millisecond), lostAt), rateIn(bAts, safeFrom.Add(500*time.Millisecond), lostAt)

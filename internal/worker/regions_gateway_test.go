@@ -400,7 +400,8 @@ func TestRegionsGatewayCut(t *testing.T) {
 	end := time.Now()
 	ss := shares()
 
-	all, aAts, bAts := arrivalTimes(h.up, nil), arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs)
+	all, sets := arrivalSets(h.up, aIDs, bIDs)
+	aAts, bAts := sets[0], sets[1]
 	before, during, after := maxWindow(all, all[0], cut), maxWindow(all, cut, heal), maxWindow(all, heal, end)
 	afterSettled := maxWindow(all, settled, end)
 	full := bSafe.Add(renew + time.Second) // a's renewal after b's lease expired, and a second
@@ -544,7 +545,8 @@ func TestRegionsGatewayHomeKilled(t *testing.T) {
 		return len(arrivalTimes(h.up, aIDs)) >= nA && len(arrivalTimes(h.up, bIDs)) >= nB
 	})
 	end := time.Now()
-	all, aAts, bAts := arrivalTimes(h.up, nil), arrivalTimes(h.up, aIDs), arrivalTimes(h.up, bIDs)
+	all, sets := arrivalSets(h.up, aIDs, bIDs)
+	aAts, bAts := sets[0], sets[1]
 	most := maxWindow(all, all[0], end)
 	aDown := rateIn(aAts, killed.Add(500*time.Millisecond), restarted)
 	bOnSafe := rateIn(bAts, bSafe.Add(200*time.Millisecond), restarted)

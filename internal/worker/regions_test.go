@@ -130,9 +130,26 @@ func rateIn(ats []time.Time, from, to time.Time) float64 {
 	return float64(n) / to.Sub(from).Seconds()
 }
 
+// arrivalTimes is timesOf the arrivals up has recorded so far.
 func arrivalTimes(up *workertest.Recorder, ids map[string]bool) []time.Time {
+	return timesOf(up.Arrivals(), ids)
+}
+
+// arrivalSets is arrivalTimes of every arrival and of each of idsets, from one snapshot of up's
+// arrivals: taken one after the other while deliveries go on, a later set could hold an
+// arrival an earlier one missed.
+func arrivalSets(up *workertest.Recorder, idsets ...map[string]bool) (all []time.Time, sets [][]time.Time) {
+	arrivals := up.Arrivals()
+	for _, ids := range idsets {
+		sets = append(sets, timesOf(arrivals, ids))
+	}
+	return timesOf(arrivals, nil), sets
+}
+
+// timesOf is the sorted instants of the arrivals of the jobs in ids (all of them: nil).
+func timesOf(arrivals []workertest.Arrival, ids map[string]bool) []time.Time {
 	var ats []time.Time
-	for _, a := range up.Arrivals() {
+	for _, a := range arrivals {
 		if ids == nil || ids[a.ID] {
 			ats = append(ats, a.At)
 		}
